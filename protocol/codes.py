@@ -1,0 +1,131 @@
+"""Wire numbers of the RocketMQ 4.x remoting protocol.
+
+Owns: request codes, response codes, language codes, serialize types, RPC flag bits,
+message sys-flag bits and pull sys-flag bits. Every number here is RocketMQ's own
+(J4 ``RequestCode``/``ResponseCode``/``LanguageCode``/``MessageSysFlag``/``PullSysFlag``);
+codes that RocketMQ does not have (kairosmq admin requests) live in the 900-range so
+they cannot collide with a future RocketMQ code in the ranges it uses.
+
+Invariant: a decoded command keeps its ``code`` as a plain ``int``; mapping to
+``RequestCode`` happens at dispatch, so an unknown number becomes a
+REQUEST_CODE_NOT_SUPPORTED answer rather than a decode error.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestCode(IntEnum):
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    DELETE_TOPIC_IN_BROKER = 215
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+
+
+class ResponseCode(IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    CONSUMER_NOT_ONLINE = 206
+    NO_MESSAGE = 208
+    FLOW_CONTROL = 215
+
+
+class LanguageCode(IntEnum):
+    """Binary-header language byte; JSON headers carry the member name."""
+
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+    NODE_JS = 13
+
+
+class SerializeType(IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+# RemotingCommand.flag bits
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+# MessageSysFlag bits (J4 common/sysflag/MessageSysFlag.java)
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+# PullSysFlag bits (J4 common/sysflag/PullSysFlag.java)
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+PULL_CLASS_FILTER = 0x8
+
+# The protocol version this broker reports in responses (V4_9_8); the Java client
+# refuses some features from brokers reporting < 232.
+BROKER_VERSION = 409
+
+# Perm bits of a topic (PermName)
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1

@@ -1,0 +1,58 @@
+"""Message properties string codec and the property names RocketMQ defines.
+
+Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2String),
+its tolerant decoder, and the ``MessageConst`` key names.
+
+Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
+it) and skips pairs with an empty name or value; encoding never writes a trailing
+separator and never writes an empty value. Encoded strings over 32767 UTF-8 bytes are
+the caller's to reject (MESSAGE_ILLEGAL), because the record stores an int16 length.
+"""
+
+from __future__ import annotations
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_PROPERTIES_BYTES = 32767
+
+TAGS = "TAGS"
+KEYS = "KEYS"
+WAIT = "WAIT"
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+UNIQ_KEY = "UNIQ_KEY"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+RECONSUME_TIME = "RECONSUME_TIME"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+CONSUME_START_TIME = "CONSUME_START_TIME"
+CLUSTER = "CLUSTER"
+# kairosmq: where a re-put record came from (level and schedule-queue offset), so the
+# scheduler's progress is derived from the commit log (exactly-once transfer).
+SCHEDULE_ORIGIN = "KAIROS_SCHEDULE_ORIGIN"
+# kairosmq: the due time (ms) a delayed message was scheduled for, carried on re-put.
+DELIVER_TIME = "KAIROS_DELIVER_MS"
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """Encode properties; pairs with an empty name or value are left out."""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if k and v != ""
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Decode a properties string; tolerant of a trailing separator and junk pairs."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for pair in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = pair.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            out[name] = value
+    return out

@@ -1,0 +1,117 @@
+"""construct declarations: the single written specification of every binary format.
+
+Owns: the frame prefix, the ROCKETMQ binary command header, the commit-log message
+record (which is also the VIEW_MESSAGE and pull-body encoding), the batch item and the
+20-byte consume-queue unit. Only declarations live here; ``codec``/``message`` use them.
+
+Invariants:
+* All integers are big-endian, as RocketMQ writes them.
+* These parsers are never ``.compile()``d: they read untrusted bytes, and the compiled
+  form accepted a truncated frame. Callers check lengths before parsing.
+* Hot paths (per message) use precompiled ``struct.Struct`` twins in ``message.py``;
+  a parity test holds each twin to its declaration here.
+"""
+
+from __future__ import annotations
+
+from construct import (
+    Bytes,
+    Const,
+    GreedyBytes,
+    GreedyRange,
+    IfThenElse,
+    Int8ub,
+    Int16sb,
+    Int16ub,
+    Int24ub,
+    Int32sb,
+    Int32ub,
+    Int64sb,
+    PascalString,
+    Prefixed,
+    Struct,
+    this,
+)
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
+BLANK_MAGIC_CODE = 0xCBD43194
+
+# Word at offset 4 of a frame: (serialize type << 24) | header length.
+FramePrefix = Struct(
+    "length" / Int32ub,
+    "serialize_type" / Int8ub,
+    "header_length" / Int24ub,
+)
+
+ExtField = Struct(
+    "key" / PascalString(Int16ub, "utf8"),
+    "value" / PascalString(Int32ub, "utf8"),
+)
+
+# RocketMQSerializable.rocketMQProtocolEncode
+BinaryHeader = Struct(
+    "code" / Int16sb,
+    "language" / Int8ub,
+    "version" / Int16sb,
+    "opaque" / Int32sb,
+    "flag" / Int32sb,
+    "remark" / PascalString(Int32ub, "utf8"),
+    "ext_fields" / Prefixed(Int32ub, GreedyRange(ExtField)),
+)
+
+# A whole frame: the outer length counts the type/length word, header and body.
+Frame = Prefixed(
+    Int32ub,
+    Struct(
+        "serialize_type" / Int8ub,
+        "header" / Prefixed(Int24ub, GreedyBytes),
+        "body" / GreedyBytes,
+    ),
+)
+
+
+def _host(v6_bit: int) -> Struct:
+    return Struct(
+        "ip" / IfThenElse(this._.sys_flag & v6_bit, Bytes(16), Bytes(4)),
+        "port" / Int32sb,
+    )
+
+
+# CommitLog record (MessageDecoder / CommitLog.MessageExtEncoder), magic V1.
+MessageRecord = Struct(
+    "total_size" / Int32sb,
+    "magic" / Const(MESSAGE_MAGIC_CODE, Int32ub),
+    "body_crc" / Int32sb,
+    "queue_id" / Int32sb,
+    "flag" / Int32sb,
+    "queue_offset" / Int64sb,
+    "physical_offset" / Int64sb,
+    "sys_flag" / Int32sb,
+    "born_timestamp" / Int64sb,
+    "born_host" / _host(0x10),
+    "store_timestamp" / Int64sb,
+    "store_host" / _host(0x20),
+    "reconsume_times" / Int32sb,
+    "prepared_transaction_offset" / Int64sb,
+    "body" / Prefixed(Int32ub, GreedyBytes),
+    "topic" / PascalString(Int8ub, "utf8"),
+    "properties" / PascalString(Int16ub, "utf8"),
+)
+
+# One item of a batch body (MessageDecoder.encodeMessage).
+BatchItem = Struct(
+    "total_size" / Int32sb,
+    "magic" / Int32sb,
+    "body_crc" / Int32sb,
+    "flag" / Int32sb,
+    "body" / Prefixed(Int32ub, GreedyBytes),
+    "properties" / PascalString(Int16ub, "utf8"),
+)
+
+# ConsumeQueue unit: CQ_STORE_UNIT_SIZE = 20.
+CqUnit = Struct(
+    "phy_offset" / Int64sb,
+    "size" / Int32sb,
+    "tags_code" / Int64sb,
+)

@@ -1,0 +1,166 @@
+"""Logging setup and THE catalogue of broker log events (the Spark job's input contract).
+
+Owns: ``configure_logging`` (structlog to JSON lines in a file and/or stdout, or a console
+renderer on a TTY) and ``CATALOGUE``: every event name the broker emits, with its fields.
+
+Invariants:
+* Event names are stable dotted names; fields are added, never renamed or retyped, and
+  ``spark/schema.py`` is changed in the same commit as this table (a contract test reads
+  real broker logs with the Spark schema in FAILFAST mode).
+* Every JSON line has ``timestamp`` (ISO-8601 UTC, ms), ``level``, ``event`` and
+  ``component``; the remaining keys are the event's fields below. Times ``*_ts`` are epoch
+  milliseconds; durations ``*_ms`` are milliseconds (float where sub-ms matters).
+* Logging never blocks the event loop on disk: the file sink buffers in memory and a
+  background thread writes, rotates (size/time) and optionally gzips closed files.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from .logsink import RotatingJsonSink
+
+# field name -> type name (Spark: string, long, int, double, boolean)
+COMMON: dict[str, str] = {
+    "timestamp": "timestamp",
+    "level": "string",
+    "event": "string",
+    "component": "string",
+}
+
+CATALOGUE: dict[str, dict[str, str]] = {
+    # ---- lifecycle
+    "broker.started": {"host": "string", "port": "int", "namesrv_port": "int",
+                       "data_dir": "string", "delay_levels": "string", "flush_mode": "string"},
+    "broker.stopping": {"reason": "string"},
+    "broker.stopped": {"uptime_ms": "double"},
+    "store.recovered": {"commitlog_max_offset": "long", "truncated_bytes": "long",
+                        "records_replayed": "long", "duration_ms": "double"},
+    "store.files_deleted": {"kind": "string", "count": "int", "bytes": "long"},
+    "topic.created": {"topic": "string", "queue_nums": "int", "auto": "boolean"},
+    "topic.deleted": {"topic": "string"},
+    # ---- connections and clients
+    "conn.opened": {"peer": "string", "conn_id": "long", "listener": "string"},
+    "conn.closed": {"peer": "string", "conn_id": "long", "reason": "string"},
+    "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
+    "request.failed": {"peer": "string", "request_code": "int", "error": "string"},
+    "client.registered": {"client_id": "string", "group": "string", "role": "string"},
+    "client.unregistered": {"client_id": "string", "group": "string", "role": "string"},
+    # ---- the message lifecycle (one event per step)
+    "message.stored": {"msg_id": "string", "offset_msg_id": "string", "topic": "string",
+                       "queue_id": "int", "queue_offset": "long", "phy_offset": "long",
+                       "size": "int", "store_ts": "long", "born_ts": "long",
+                       "tags": "string", "keys": "string", "reconsume_times": "int",
+                       "producer_group": "string"},
+    "message.rejected": {"topic": "string", "producer_group": "string", "code": "int",
+                         "remark": "string", "peer": "string"},
+    "message.scheduled": {"msg_id": "string", "offset_msg_id": "string", "real_topic": "string",
+                          "real_queue_id": "int", "delay_level": "int", "queue_offset": "long",
+                          "phy_offset": "long", "store_ts": "long", "deliver_ts": "long",
+                          "reconsume_times": "int", "tags": "string"},
+    "message.due": {"msg_id": "string", "delay_level": "int", "queue_offset": "long",
+                    "deliver_ts": "long", "wake_lag_ms": "double"},
+    "message.delivered": {"msg_id": "string", "topic": "string", "queue_id": "int",
+                          "queue_offset": "long", "phy_offset": "long", "delay_level": "int",
+                          "deliver_ts": "long", "lateness_ms": "double",
+                          "reconsume_times": "int"},
+    "message.pulled": {"msg_id": "string", "group": "string", "topic": "string",
+                       "queue_id": "int", "queue_offset": "long", "store_ts": "long",
+                       "born_ts": "long", "reconsume_times": "int"},
+    "message.redelivered": {"msg_id": "string", "group": "string", "topic": "string",
+                            "origin_topic": "string", "origin_msg_id": "string",
+                            "reconsume_times": "int", "delay_level": "int"},
+    "message.dead_lettered": {"msg_id": "string", "group": "string", "topic": "string",
+                              "origin_topic": "string", "origin_msg_id": "string",
+                              "reconsume_times": "int"},
+    # ---- pulls and offsets
+    "pull.held": {"group": "string", "topic": "string", "queue_id": "int",
+                  "queue_offset": "long", "timeout_ms": "long"},
+    "offset.committed": {"group": "string", "topic": "string", "queue_id": "int",
+                         "offset": "long"},
+}
+
+
+def all_fields() -> dict[str, str]:
+    """Union of every event's fields with their types (the Spark schema's columns)."""
+    out = dict(COMMON)
+    for fields in CATALOGUE.values():
+        for name, kind in fields.items():
+            prev = out.setdefault(name, kind)
+            if prev != kind:
+                raise ValueError(f"field {name!r} has two types: {prev} and {kind}")
+    return out
+
+
+def _check_event(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    # Development guard: unknown events would silently fall outside Spark's schema.
+    if event_dict.get("event") not in CATALOGUE:
+        event_dict["uncatalogued"] = True
+    return event_dict
+
+
+def configure_logging(
+    *,
+    json: bool | None = None,
+    level: str = "info",
+    log_dir: str | Path | None = None,
+    stdout: bool = True,
+    rotate_bytes: int = 128 * 1024 * 1024,
+    rotate_seconds: float = 3600.0,
+    gzip_rotated: bool = False,
+) -> RotatingJsonSink | None:
+    """Configure structlog for the broker process; return the file sink if any.
+
+    Args:
+        json: JSON lines on stdout (default: JSON unless stdout is a TTY).
+        level: minimum level name.
+        log_dir: directory for ``broker.jsonl`` (+ rotated files); None for no file.
+        stdout: also write to stdout.
+        rotate_bytes / rotate_seconds / gzip_rotated: file rotation policy.
+    """
+    lvl = logging.getLevelName(level.upper())
+    if not isinstance(lvl, int):
+        raise ValueError(f"unknown log level {level!r}")
+    sink = None
+    if log_dir is not None:
+        sink = RotatingJsonSink(Path(log_dir), rotate_bytes=rotate_bytes,
+                                rotate_seconds=rotate_seconds, gzip_rotated=gzip_rotated)
+    use_json = (not sys.stdout.isatty()) if json is None else json
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _check_event,
+    ]
+
+    def fan_out(_logger: Any, _name: str, event_dict: dict[str, Any]) -> Any:
+        line = orjson.dumps(event_dict, default=str)
+        if sink is not None:
+            sink.write(line)
+        if not stdout:
+            raise structlog.DropEvent
+        if use_json:
+            return line
+        return event_dict
+
+    renderer: list[Any] = [fan_out]
+    if not use_json:
+        renderer.append(structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[*shared, *renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=(structlog.BytesLoggerFactory(sys.stdout.buffer) if use_json
+                        else structlog.PrintLoggerFactory(sys.stdout)),
+        cache_logger_on_first_use=False,
+    )
+    return sink
+
+
+def get_logger(component: str) -> Any:
+    return structlog.get_logger().bind(component=component)
