@@ -259,3 +259,45 @@ def decode_batch(buf: bytes) -> list[BatchItem]:
     if not out:
         raise MessageDecodeError("empty batch")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSummary:
+    """The fields of a stored record the broker logs, read without a full decode."""
+
+    size: int
+    queue_offset: int
+    phy_offset: int
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+    msg_id: str
+
+
+_UNIQ_MARK = UNIQ_KEY.encode() + b"\x01"
+
+
+def summarize_records(buf: bytes) -> list[RecordSummary]:
+    """Summaries of back-to-back IPv4-host records (the pull path's logging)."""
+    out: list[RecordSummary] = []
+    pos, n = 0, len(buf)
+    while pos + RECORD_OVERHEAD_V4 <= n:
+        total, _magic, _crc, _q, _f, qoff, phy, sysflag, born = _HEAD.unpack_from(buf, pos)
+        if sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) or total <= 0:
+            break
+        store_ts = _I64.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
+        reconsume = _I32.unpack_from(buf, pos + 72)[0]
+        body_len = _I32.unpack_from(buf, pos + 84)[0]
+        tpos = pos + 88 + body_len
+        ppos = tpos + 1 + buf[tpos] + 2
+        end = pos + total
+        i = buf.find(_UNIQ_MARK, ppos, end)
+        if i >= 0:
+            j = buf.find(b"\x02", i, end)
+            msg_id = buf[i + len(_UNIQ_MARK) : end if j < 0 else j].decode()
+        else:
+            msg_id = create_offset_msg_id(buf[pos + 64 : pos + 68],
+                                          _I32.unpack_from(buf, pos + 68)[0], phy)
+        out.append(RecordSummary(total, qoff, phy, born, store_ts, reconsume, msg_id))
+        pos = end
+    return out

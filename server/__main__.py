@@ -1,0 +1,7 @@
+"""``python -m kairosmq.server`` = ``kairosmq``."""
+
+from __future__ import annotations
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""Broker configuration: one frozen dataclass with RocketMQ's names and defaults.
+
+Owns: ``BrokerConfig`` and ``parse_delay_levels``. Every knob has an embedded default so
+``kairosmq broker`` runs with no config file.
+
+Invariants: ``delay_levels_ms`` is derived from ``delay_levels`` at construction and a
+bad string raises ``ValueError`` naming the bad token (a clear start-up error).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+
+
+class FlushMode(StrEnum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """Parse ``"1s 5s 1m ..."`` into milliseconds per level (level n = index n-1)."""
+    tokens = text.split()
+    if not tokens:
+        raise ValueError("message_delay_level is empty: give at least one level like '1s'")
+    out: list[int] = []
+    for i, tok in enumerate(tokens, start=1):
+        m = _LEVEL_RE.match(tok.strip().lower())
+        if not m:
+            raise ValueError(
+                f"message_delay_level token {i} {tok!r} is not <number><unit> "
+                f"with unit one of ms, s, m, h, d"
+            )
+        ms = round(float(m.group(1)) * _UNITS_MS[m.group(2)])
+        if ms <= 0:
+            raise ValueError(f"message_delay_level token {i} {tok!r} must be positive")
+        out.append(ms)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_dir: Path = Path("./data")
+    host: str = "127.0.0.1"
+    port: int = 10911
+    namesrv_port: int = 9876
+    # Listen on port-2 as RocketMQ's "VIP channel" (Java clients 4.0-4.5 use it).
+    vip_channel: bool = True
+    advertised_host: str | None = None
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    # store
+    commitlog_segment_size: int = 1024 * 1024 * 1024
+    consumequeue_units_per_file: int = 300_000
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    flush_interval: float = 0.5
+    sync_flush_timeout: float = 5.0
+    checkpoint_interval: float = 5.0
+    file_reserved_hours: float = 72.0
+    retention_check_interval: float = 60.0
+    # messages and topics
+    max_message_size: int = 4 * 1024 * 1024
+    auto_create_topic: bool = True
+    default_queue_nums: int = 4
+    max_frame_length: int = 16 * 1024 * 1024
+    # delay / retry
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    max_reconsume_times: int = 16
+    retry_queue_nums: int = 1
+    schedule_batch: int = 256
+    # pull
+    long_polling: bool = True
+    max_pull_hold_ms: int = 20_000
+    pull_max_bytes: int = 4 * 1024 * 1024
+    # clients
+    client_expire_seconds: float = 120.0
+    lock_expire_seconds: float = 60.0
+    # logging
+    log_dir: Path | None = None
+    log_messages: bool = True
+    delay_levels_ms: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.log_dir is not None:
+            object.__setattr__(self, "log_dir", Path(self.log_dir))
+        object.__setattr__(self, "flush_mode", FlushMode(self.flush_mode))
+        object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.delay_levels))
+        if self.commitlog_segment_size < 4096:
+            raise ValueError("commitlog_segment_size must be at least 4096 bytes")
+        if self.max_message_size + 4096 > self.commitlog_segment_size:
+            raise ValueError("max_message_size must fit in one commit-log segment")
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_levels_ms)

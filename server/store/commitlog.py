@@ -1,0 +1,309 @@
+"""CommitLog: the append-only log of message records, the single source of truth.
+
+Owns: segment files ``commitlog/<20-digit base offset>`` of ``segment_size`` bytes
+(preallocated, so writes inside a segment cannot fail for lack of space), the in-memory
+write buffer, reads by physical offset, fsync, recovery of a torn tail and deletion of
+expired segments.
+
+Invariants:
+* Physical offsets are global: segment ``k`` holds ``[k*segment_size, (k+1)*segment_size)``.
+  A record never spans segments; when one does not fit (with 8 bytes to spare) an 8-byte
+  BLANK marker ends the segment and the record starts the next one.
+* ``append`` only copies into ``_pending`` (no syscall); ``write_out`` issues one
+  ``pwrite`` per batch. Callers ack a send only after ``write_out`` (the broker's outbox
+  tick does it before writing responses), so an acked message survives a process crash.
+* ``max_offset`` = end of written data + pending bytes; ``read`` serves both regions.
+* ``recover`` scans from a trusted offset, validating magic, size and body CRC, and cuts
+  the log at the first bad record (zero-filling the tail); nothing past it is served.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+from .files import preallocate
+
+_SIZE_MAGIC = struct.Struct(">iI")
+_BODY_LEN_POS_V4 = 84  # TOTALSIZE..PREPARED_TX_OFFSET with IPv4 hosts
+_I32 = struct.Struct(">i")
+MIN_BLANK = 8
+SCAN_WINDOW = 8 << 20  # larger than any record (4 MiB body + 32 KiB properties)
+
+
+@dataclass(slots=True)
+class Segment:
+    base: int
+    path: Path
+    fd: int
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[Segment] = []
+        self._pending = bytearray()
+        self._written = 0  # physical offset up to which bytes are in the OS
+        self._flushed = 0  # physical offset up to which bytes are fsynced
+        self.write_error: OSError | None = None
+
+    # ----------------------------------------------------------------- files
+
+    def _segment_path(self, base: int) -> Path:
+        return self.directory / f"{base:020d}"
+
+    def _open_segment(self, base: int, create: bool) -> Segment:
+        path = self._segment_path(base)
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(path, flags, 0o644)
+        if create:
+            preallocate(fd, self.segment_size)
+        seg = Segment(base, path, fd)
+        self.segments.append(seg)
+        return seg
+
+    def load(self) -> None:
+        """Open existing segments (sorted); call ``recover`` next."""
+        for p in sorted(self.directory.iterdir()):
+            if p.name.isdigit() and len(p.name) == 20:
+                self._open_segment(int(p.name), create=False)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            os.close(seg.fd)
+        self.segments.clear()
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].base if self.segments else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self._written + len(self._pending)
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    # ----------------------------------------------------------------- append
+
+    def reserve(self, size: int) -> int:
+        """Return the physical offset where a record of ``size`` bytes will start."""
+        pos = self.max_offset
+        seg_end = (pos // self.segment_size + 1) * self.segment_size
+        if not self.segments or pos + size + MIN_BLANK > seg_end:
+            if self.segments:
+                self._pending += _SIZE_MAGIC.pack(seg_end - pos, BLANK_MAGIC_CODE)
+                self.write_out()
+                pos = seg_end
+                self._written = pos
+            self._open_segment(pos - pos % self.segment_size, create=True)
+        return pos
+
+    def append(self, record: bytes) -> None:
+        """Append a record at the offset ``reserve`` returned (no syscall)."""
+        self._pending += record
+
+    def write_out(self) -> None:
+        """Write the pending bytes to the OS in one call."""
+        if not self._pending:
+            return
+        seg = self.segments[-1]
+        data = self._pending
+        pos = self._written - seg.base
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.pwrite(seg.fd, view, pos)
+                pos += n
+                view = view[n:]
+        except OSError as err:
+            self.write_error = err
+            raise
+        finally:
+            view.release()
+        self._written += len(data)
+        self._pending = bytearray()
+
+    def fsync(self) -> int:
+        """fdatasync the written region (blocking: call from a thread); return the offset."""
+        target = self._written
+        for seg in self.segments:
+            if seg.base + self.segment_size > self._flushed and seg.base < target:
+                os.fdatasync(seg.fd)
+        self._flushed = max(self._flushed, target)
+        return target
+
+    # ----------------------------------------------------------------- read
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """Bytes ``[offset, offset+size)``, or None if outside the log."""
+        if offset < self.min_offset or offset + size > self.max_offset or size <= 0:
+            return None
+        if offset >= self._written:
+            start = offset - self._written
+            return bytes(self._pending[start : start + size])
+        idx = (offset // self.segment_size) - (self.segments[0].base // self.segment_size)
+        if not 0 <= idx < len(self.segments):
+            return None
+        seg = self.segments[idx]
+        data = os.pread(seg.fd, size, offset - seg.base)
+        return data if len(data) == size else None
+
+    # ----------------------------------------------------------------- recovery
+
+    def _check_record(self, buf: bytes, pos: int) -> int:
+        """Size of a valid record at ``pos`` in ``buf``; 0 for BLANK; -1 if invalid."""
+        if pos + 8 > len(buf):
+            return -1
+        size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return 0
+        if magic != MESSAGE_MAGIC_CODE or size < 91 or pos + size > len(buf):
+            return -1
+        crc = _I32.unpack_from(buf, pos + 8)[0]
+        flags = _I32.unpack_from(buf, pos + 36)[0]
+        blen_pos = _BODY_LEN_POS_V4 + (12 if flags & 0x10 else 0) + (12 if flags & 0x20 else 0)
+        body_len = _I32.unpack_from(buf, pos + blen_pos)[0]
+        body_start = pos + blen_pos + 4
+        if body_len < 0 or body_start + body_len > pos + size:
+            return -1
+        if zlib.crc32(memoryview(buf)[body_start : body_start + body_len]) & 0x7FFFFFFF != crc:
+            return -1
+        return size
+
+    def _scan(self, seg_i: int, pos: int, on_record: Callable[[int, bytes], None]) -> int:
+        """Scan valid records from ``pos`` on; return the end of valid data.
+
+        Reads in windows (memory stays bounded by the window, not the segment); follows
+        BLANK markers into the next segment; calls ``on_record(offset, record)``.
+        """
+        window = SCAN_WINDOW
+        while seg_i < len(self.segments):
+            seg = self.segments[seg_i]
+            file_size = os.fstat(seg.fd).st_size
+            local = pos - seg.base
+            blank = False
+            while local < file_size:
+                buf = os.pread(seg.fd, min(window, file_size - local), local)
+                off = 0
+                while True:
+                    size = self._check_record(buf, off)
+                    if size <= 0:
+                        break
+                    on_record(seg.base + local + off, buf[off : off + size])
+                    off += size
+                if size == 0:
+                    blank = True
+                    break
+                local += off
+                # A record never exceeds the window (max message 4 MiB + overhead < 8 MiB),
+                # so no progress, or a stop inside the final read, means the end of data.
+                if off == 0 or (len(buf) < window and off < len(buf)):
+                    break
+            if blank and seg_i + 1 < len(self.segments):
+                seg_i += 1
+                pos = self.segments[seg_i].base
+                continue
+            return seg.base + local
+        return pos
+
+    def _record_ends_at(self, offset: int, end: int) -> bool:
+        size = self._read_size(offset)
+        return size > 0 and offset + size == end
+
+    def _read_size(self, offset: int) -> int:
+        idx = offset // self.segment_size - self.min_offset // self.segment_size
+        if not 0 <= idx < len(self.segments):
+            return -1
+        seg = self.segments[idx]
+        head = os.pread(seg.fd, 8, offset - seg.base)
+        if len(head) < 8:
+            return -1
+        size, _magic = _SIZE_MAGIC.unpack(head)
+        if size < 91:
+            return -1
+        return self._check_record(os.pread(seg.fd, size, offset - seg.base), 0)
+
+    def recover(
+        self, trusted: int, last_record: int | None, on_record: Callable[[int, bytes], None]
+    ) -> tuple[int, int]:
+        """Find the end of valid data; cut the log there.
+
+        ``trusted`` is the checkpointed end of the log and ``last_record`` the offset of
+        the record that ended there. If that record no longer checks out (the tail was
+        lost or damaged), scanning starts over at the start of its segment.
+
+        Every valid record from the scan start on is passed to ``on_record(offset, bytes)``
+        (the store replays them through ``dispatch``). Returns (end offset, bytes cut).
+        """
+        if not self.segments:
+            self._written = self._flushed = 0
+            return 0, 0
+        start = max(trusted, self.min_offset)
+        if trusted > self.min_offset and (
+            last_record is None or not self._record_ends_at(last_record, trusted)
+        ):
+            anchor = last_record if last_record is not None else trusted
+            anchor = max(self.min_offset, min(anchor, self.segments[-1].base))
+            start = anchor - anchor % self.segment_size
+        seg_i = start // self.segment_size - self.min_offset // self.segment_size
+        seg_i = max(0, min(seg_i, len(self.segments) - 1))
+        start = max(start, self.segments[seg_i].base)
+        end = self._scan(seg_i, start, on_record)
+        cut = self._truncate(end)
+        self._written = self._flushed = end
+        return end, cut
+
+    def _truncate(self, end: int) -> int:
+        """Zero everything after ``end`` and drop later segments; return bytes cut."""
+        cut = 0
+        keep: list[Segment] = []
+        for seg in self.segments:
+            if seg.base > end or (seg.base == end and keep):
+                cut += _nonzero_prefix(seg.fd, 0)
+                os.close(seg.fd)
+                seg.path.unlink()
+            else:
+                keep.append(seg)
+        self.segments = keep
+        if keep:
+            seg = keep[-1]
+            local = end - seg.base
+            cut += _nonzero_prefix(seg.fd, local)
+            os.ftruncate(seg.fd, local)
+            preallocate(seg.fd, self.segment_size)
+            os.fsync(seg.fd)
+        return cut
+
+    # ----------------------------------------------------------------- retention
+
+    def delete_expired(self, reserved_seconds: float, now: float | None = None) -> list[int]:
+        """Delete whole segments last written before ``now - reserved_seconds``."""
+        now = time.time() if now is None else now
+        deleted: list[int] = []
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            if now - os.fstat(seg.fd).st_mtime < reserved_seconds:
+                break
+            os.close(seg.fd)
+            seg.path.unlink()
+            self.segments.pop(0)
+            deleted.append(seg.base)
+        return deleted
+
+
+def _nonzero_prefix(fd: int, pos: int, limit: int = 16 << 20) -> int:
+    """Bytes from ``pos`` up to the first run of 8 zero bytes (the torn data's extent)."""
+    chunk = os.pread(fd, limit, pos)
+    idx = chunk.find(b"\x00" * 8)
+    return len(chunk) if idx < 0 else idx

@@ -1,0 +1,223 @@
+"""The remoting server: TCP listeners, per-connection framing, dispatch, and the outbox.
+
+Owns: ``Connection`` (an ``asyncio.Protocol``: bytes -> ``FrameReader`` -> commands ->
+handler) and ``RemotingServer`` (listeners, the handler table, tracked handler tasks, and
+the *outbox tick*: one ``call_soon`` callback per loop iteration that first hands the
+commit log's pending bytes to the OS and then writes each connection's queued responses
+with a single ``transport.write``).
+
+Invariants:
+* A response to a send is never on the wire before its record is written to the OS:
+  responses only leave through the outbox tick, which calls ``before_write`` first.
+* Handlers return a ``RemotingCommand`` (answered in this tick), ``None`` (no answer), or
+  an awaitable (run as a tracked task: long polls, sync flush); so many requests can be
+  in flight per connection and answers go out in completion order, matched by opaque.
+* One-way requests are never answered. A malformed or oversized frame closes only that
+  connection; an unknown code answers REQUEST_CODE_NOT_SUPPORTED; an exception in a
+  handler answers SYSTEM_ERROR with a remark. Nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kairosmq.protocol.codec import FrameReader, encode_command
+from kairosmq.protocol.codes import FLAG_ONEWAY, LanguageCode, ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import HeaderError, ProtocolError
+
+Result = RemotingCommand | Awaitable[RemotingCommand | None] | None
+Handler = Callable[[Any, "Connection", RemotingCommand], Result]
+
+_conn_ids = itertools.count(1)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: RemotingServer, handlers: dict[int, Handler], listener: str) -> None:
+        self.server = server
+        self.handlers = handlers
+        self.listener = listener
+        self.reader = FrameReader(server.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.conn_id = next(_conn_ids)
+        self.peer = "?"
+        self.peer_ip = "127.0.0.1"
+        self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self._out: list[bytes] = []
+        self._opaque = itertools.count(1)
+        self.closed = False
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer_ip = str(peer[0])
+            self.peer = f"{peer[0]}:{peer[1]}"
+            try:
+                self.peer_ip4 = socket.inet_aton(self.peer_ip)
+            except OSError:  # IPv6 peers are stored as loopback: clients read 4-byte hosts
+                self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self.server.connections.add(self)
+        self.server.log.info("conn.opened", peer=self.peer, conn_id=self.conn_id,
+                             listener=self.listener)
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        try:
+            for cmd in self.reader:
+                self.server.dispatch(self, cmd)
+        except ProtocolError as err:
+            self.server.log.warning("frame.rejected", peer=self.peer, conn_id=self.conn_id,
+                                    error=f"{type(err).__name__}: {err}")
+            self.abort(f"protocol error: {err}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connection_lost(self, "peer closed" if exc is None else str(exc))
+
+    # ------------------------------------------------------------ output
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Queue a frame; it leaves in this loop iteration's outbox tick."""
+        if self.closed:
+            return
+        self._out.append(encode_command(cmd))
+        self.server.mark_dirty(self)
+
+    def notify(self, code: int, ext_fields: dict[str, str]) -> None:
+        """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+        self.send(RemotingCommand(code=int(code), opaque=next(self._opaque), flag=FLAG_ONEWAY,
+                                  language=LanguageCode.JAVA, ext_fields=ext_fields))
+
+    def flush_out(self) -> None:
+        if self._out and self.transport is not None and not self.closed:
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self.transport.write(data)
+
+    def abort(self, reason: str) -> None:
+        if self.transport is not None and not self.closed:
+            self.flush_out()
+            self.closed = True
+            self.transport.close()
+            self.server.connection_lost(self, reason)
+
+
+class RemotingServer:
+    def __init__(
+        self,
+        context: Any,
+        *,
+        log: Any,
+        before_write: Callable[[], None],
+        on_connection_lost: Callable[[Connection], None],
+        max_frame: int,
+    ) -> None:
+        self.context = context
+        self.log = log
+        self.before_write = before_write
+        self.on_connection_lost = on_connection_lost
+        self.max_frame = max_frame
+        self.connections: set[Connection] = set()
+        self.servers: list[asyncio.Server] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._dirty: list[Connection] = []
+        self._tick_scheduled = False
+
+    async def listen(self, host: str, port: int, handlers: dict[int, Handler], name: str) -> int:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(lambda: Connection(self, handlers, name), host, port,
+                                       reuse_address=True)
+        self.servers.append(srv)
+        return int(srv.sockets[0].getsockname()[1])
+
+    # ------------------------------------------------------------ dispatch
+
+    def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return  # replies to our one-way notifications: nothing to match
+        handler = conn.handlers.get(cmd.code)
+        if handler is None:
+            if not cmd.is_oneway:
+                conn.send(cmd.error(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    f"request code {cmd.code} is not supported"))
+            return
+        try:
+            result = handler(self.context, conn, cmd)
+        except Exception as err:  # noqa: BLE001 - every failure becomes an answer
+            result = self._failure(conn, cmd, err)
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            if not cmd.is_oneway:
+                conn.send(result)
+            return
+        task = asyncio.get_running_loop().create_task(self._finish(conn, cmd, result))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _finish(self, conn: Connection, cmd: RemotingCommand,
+                      pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            result = self._failure(conn, cmd, err)
+        if result is not None and not cmd.is_oneway:
+            conn.send(result)
+
+    def _failure(self, conn: Connection, cmd: RemotingCommand, err: Exception) -> RemotingCommand:
+        if isinstance(err, HeaderError):
+            return cmd.error(err.response_code, str(err))
+        if isinstance(err, ValueError):
+            return cmd.error(ResponseCode.SYSTEM_ERROR, f"bad request: {err}")
+        self.log.exception("request.failed", peer=conn.peer, request_code=cmd.code,
+                           error=f"{type(err).__name__}: {err}")
+        return cmd.error(ResponseCode.SYSTEM_ERROR, f"{type(err).__name__}: {err}")
+
+    # ------------------------------------------------------------ outbox
+
+    def mark_dirty(self, conn: Connection) -> None:
+        self._dirty.append(conn)
+        if not self._tick_scheduled:
+            self._tick_scheduled = True
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self._tick_scheduled = False
+        self.before_write()
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn.flush_out()
+
+    def connection_lost(self, conn: Connection, reason: str) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.log.info("conn.closed", peer=conn.peer, conn_id=conn.conn_id, reason=reason)
+            self.on_connection_lost(conn)
+
+    # ------------------------------------------------------------ shutdown
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Stop accepting, let running handlers finish (bounded), then close connections."""
+        for srv in self.servers:
+            srv.close()
+        if self.tasks:
+            _done, pending = await asyncio.wait(set(self.tasks), timeout=grace)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        self._tick()
+        for conn in list(self.connections):
+            conn.abort("broker stopping")
+        for srv in self.servers:
+            await srv.wait_closed()
+        self.servers.clear()
