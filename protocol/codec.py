@@ -55,20 +55,16 @@ def _json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
-    parts = [_BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)]
     remark = cmd.remark.encode() if cmd.remark else b""
-    parts.append(_U32.pack(len(remark)))
-    parts.append(remark)
-    ext = bytearray()
+    parts = [b""]
     for k, v in cmd.ext_fields.items():
-        kb, vb = k.encode(), str(v).encode()
-        ext += _I16.pack(len(kb))
-        ext += kb
-        ext += _U32.pack(len(vb))
-        ext += vb
-    parts.append(_U32.pack(len(ext)))
-    parts.append(bytes(ext))
-    return b"".join(parts)
+        kb, vb = k.encode(), v.encode()
+        parts.append(len(kb).to_bytes(2, "big") + kb + len(vb).to_bytes(4, "big") + vb)
+    ext = b"".join(parts)
+    return b"".join((
+        _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
+        len(remark).to_bytes(4, "big"), remark, len(ext).to_bytes(4, "big"), ext,
+    ))
 
 
 def encode_command(cmd: RemotingCommand) -> bytes:
@@ -102,6 +98,8 @@ def _coerce(value: object) -> str:
 
 def _int_field(h: dict[str, object], name: str, default: int | None = None) -> int:
     v = h.get(name, default)
+    if type(v) is int:
+        return v
     if isinstance(v, bool) or not isinstance(v, int):
         if isinstance(v, str) and v.lstrip("-").isdigit():
             return int(v)
@@ -119,7 +117,7 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     ext = h.get("extFields") or {}
     if not isinstance(ext, dict):
         raise MalformedFrame("extFields is not an object")
-    fields = {str(k): _coerce(v) for k, v in ext.items() if v is not None}
+    fields = {k: v if type(v) is str else _coerce(v) for k, v in ext.items() if v is not None}
     lang = h.get("language", "JAVA")
     if isinstance(lang, int) and not isinstance(lang, bool):
         language = _LANG_VALUES.get(lang, LanguageCode.OTHER)
@@ -159,20 +157,18 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
             raise MalformedFrame("binary header extFields length does not match the header")
         fields: dict[str, str] = {}
         while pos < end:
-            if pos + 2 > end:
+            kstart = pos + 2
+            if kstart > end:
                 raise MalformedFrame("truncated extFields key length")
-            (klen,) = _I16.unpack_from(raw, pos)
-            pos += 2
-            if pos + klen + 4 > end:
+            kend = kstart + ((raw[pos] << 8) | raw[pos + 1])
+            vstart = kend + 4
+            if vstart > end:
                 raise MalformedFrame("truncated extFields key")
-            key = raw[pos : pos + klen].decode()
-            pos += klen
-            (vlen,) = _U32.unpack_from(raw, pos)
-            pos += 4
-            if pos + vlen > end:
+            vend = vstart + int.from_bytes(raw[kend:vstart], "big")
+            if vend > end:
                 raise MalformedFrame("truncated extFields value")
-            fields[key] = raw[pos : pos + vlen].decode()
-            pos += vlen
+            fields[raw[kstart:kend].decode()] = raw[vstart:vend].decode()
+            pos = vend
     except UnicodeDecodeError as err:
         raise MalformedFrame(f"binary header text is not UTF-8: {err}") from err
     return RemotingCommand(

@@ -24,8 +24,11 @@ from .codes import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemotingCommand:
+    """One request or response. Treat as immutable (not frozen only for speed: a frozen
+    dataclass pays ``object.__setattr__`` per field on every construction)."""
+
     code: int
     opaque: int = 0
     flag: int = 0

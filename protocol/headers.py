@@ -1,6 +1,7 @@
 """Typed request/response headers ("custom headers" carried in extFields).
 
-Owns: one frozen dataclass per RocketMQ header with its wire names (the long Java names,
+Owns: one dataclass per RocketMQ header (treated as immutable; not frozen because
+frozen construction costs microseconds on the send path) with its wire names (the long Java names,
 and the short V2 names of SEND_MESSAGE_V2/SEND_BATCH_MESSAGE), and the two conversions
 ``from_ext_fields`` / ``to_ext_fields``.
 
@@ -36,65 +37,68 @@ def _parse_int(key: str, raw: str) -> int:
         raise HeaderError(f"header field {key!r} must be an integer, got {raw!r}") from None
 
 
-def _parse_bool(_key: str, raw: str) -> bool:
-    return raw.lower() in ("true", "1")
+def _compile(cls: type, v2: bool) -> tuple[Any, Any]:
+    """Generate straight-line from/to functions for one header class (like dataclasses
+    does for ``__init__``): the per-request cost is a handful of dict operations."""
+    lines_from = ["def from_ext(ext):", "    kw = {}"]
+    lines_to = ["def to_ext(self):", "    out = {}"]
+    for f in dataclasses.fields(cls):
+        name, short = f.metadata["wire"], f.metadata["v2"]
+        key = short if (v2 and short) else name
+        kind = str(f.type).split("|")[0].strip()
+        required = f.default is _REQ
+        lines_from.append(f"    raw = ext.get({key!r})")
+        empty = "raw is None" if kind == "str" else "raw is None or raw == ''"
+        if required:
+            lines_from.append(f"    if {empty}: _missing({key!r}, {name!r})")
+            indent = "    "
+        else:
+            lines_from.append(f"    if not ({empty}):")
+            indent = "        "
+        conv = {"int": f"_parse_int({key!r}, raw)", "bool": "raw.lower() in ('true', '1')",
+                "str": "raw"}[kind]
+        lines_from.append(f"{indent}kw[{f.name!r}] = {conv}")
+        lines_to.append(f"    v = self.{f.name}")
+        value = {"int": "str(v)", "str": "v", "bool": "'true' if v else 'false'"}[kind]
+        if required:
+            lines_to.append(f"    out[{key!r}] = {value}")
+        else:
+            lines_to.append(f"    if v is not None: out[{key!r}] = {value}")
+    lines_from.append("    return cls(**kw)")
+    lines_to.append("    return out")
+    ns: dict[str, Any] = {"cls": cls, "_parse_int": _parse_int, "_missing": _missing}
+    exec("\n".join(lines_from) + "\n" + "\n".join(lines_to), ns)  # noqa: S102
+    return ns["from_ext"], ns["to_ext"]
 
 
-def _parse_str(_key: str, raw: str) -> str:
-    return raw
+def _missing(key: str, name: str) -> None:
+    raise HeaderError(f"missing required header field {key!r} ({name})")
 
 
-_PARSERS = {"int": _parse_int, "bool": _parse_bool, "str": _parse_str}
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Header:
     """Base class; subclasses declare fields with ``wire(...)``."""
 
-    _spec: ClassVar[dict[type, list[tuple[str, str, str | None, Any, bool]]]] = {}
+    _codecs: ClassVar[dict[tuple[type, bool], tuple[Any, Any]]] = {}
 
     @classmethod
-    def _fields(cls) -> list[tuple[str, str, str | None, Any, bool]]:
-        spec = Header._spec.get(cls)
-        if spec is None:
-            spec = []
-            for f in dataclasses.fields(cls):
-                kind = str(f.type).split("|")[0].strip()
-                spec.append(
-                    (f.name, f.metadata["wire"], f.metadata["v2"], _PARSERS[kind],
-                     f.default is _REQ)
-                )
-            Header._spec[cls] = spec
-        return spec
+    def _codec(cls, v2: bool) -> tuple[Any, Any]:
+        codec = Header._codecs.get((cls, v2))
+        if codec is None:
+            codec = Header._codecs[(cls, v2)] = _compile(cls, v2)
+        return codec
 
     @classmethod
     def from_ext_fields(cls: type[H], ext: dict[str, str], *, v2: bool = False) -> H:
-        kwargs: dict[str, Any] = {}
-        for attr, name, short, parse, required in cls._fields():
-            key = short if (v2 and short) else name
-            raw = ext.get(key)
-            if raw is None or (raw == "" and parse is not _parse_str):
-                if required:
-                    raise HeaderError(f"missing required header field {key!r} ({name})")
-                continue
-            kwargs[attr] = parse(key, raw)
-        return cls(**kwargs)
+        result: H = cls._codec(v2)[0](ext)  # type: ignore[attr-defined]
+        return result
 
     def to_ext_fields(self, *, v2: bool = False) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for attr, name, short, _parse, _req in self._fields():
-            v = getattr(self, attr)
-            if v is None:
-                continue
-            key = short if (v2 and short) else name
-            if isinstance(v, bool):
-                out[key] = "true" if v else "false"
-            else:
-                out[key] = str(v)
+        out: dict[str, str] = self._codec(v2)[1](self)
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendMessageRequestHeader(Header):
     producer_group: str = wire("producerGroup", v2="a")
     topic: str = wire("topic", v2="b")
@@ -112,7 +116,7 @@ class SendMessageRequestHeader(Header):
     broker_name: str | None = wire("brokerName", v2="n", default=None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendMessageResponseHeader(Header):
     msg_id: str = wire("msgId")
     queue_id: int = wire("queueId")
@@ -120,7 +124,7 @@ class SendMessageResponseHeader(Header):
     transaction_id: str | None = wire("transactionId", default=None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PullMessageRequestHeader(Header):
     consumer_group: str = wire("consumerGroup")
     topic: str = wire("topic")
@@ -135,7 +139,7 @@ class PullMessageRequestHeader(Header):
     expression_type: str | None = wire("expressionType", default=None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PullMessageResponseHeader(Header):
     suggest_which_broker_id: int = wire("suggestWhichBrokerId")
     next_begin_offset: int = wire("nextBeginOffset")
@@ -143,14 +147,14 @@ class PullMessageResponseHeader(Header):
     max_offset: int = wire("maxOffset")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group: str = wire("consumerGroup")
     topic: str = wire("topic")
     queue_id: int = wire("queueId")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group: str = wire("consumerGroup")
     topic: str = wire("topic")
@@ -158,14 +162,14 @@ class UpdateConsumerOffsetRequestHeader(Header):
     commit_offset: int = wire("commitOffset")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OffsetResponseHeader(Header):
     """Response of QUERY_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP."""
 
     offset: int = wire("offset")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueRequestHeader(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME requests."""
 
@@ -173,38 +177,38 @@ class QueueRequestHeader(Header):
     queue_id: int = wire("queueId")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SearchOffsetRequestHeader(Header):
     topic: str = wire("topic")
     queue_id: int = wire("queueId")
     timestamp: int = wire("timestamp")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EarliestMsgStoretimeResponseHeader(Header):
     timestamp: int = wire("timestamp")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ViewMessageRequestHeader(Header):
     offset: int = wire("offset")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UnregisterClientRequestHeader(Header):
     client_id: str = wire("clientID")
     producer_group: str | None = wire("producerGroup", default=None)
     consumer_group: str | None = wire("consumerGroup", default=None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumerGroupRequestHeader(Header):
     """GET_CONSUMER_LIST_BY_GROUP and NOTIFY_CONSUMER_IDS_CHANGED."""
 
     consumer_group: str = wire("consumerGroup")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumerSendMsgBackRequestHeader(Header):
     offset: int = wire("offset")
     group: str = wire("group")
@@ -215,12 +219,12 @@ class ConsumerSendMsgBackRequestHeader(Header):
     max_reconsume_times: int | None = wire("maxReconsumeTimes", default=None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GetRouteInfoRequestHeader(Header):
     topic: str = wire("topic")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CreateTopicRequestHeader(Header):
     topic: str = wire("topic")
     default_topic: str = wire("defaultTopic", default="TBW102")
@@ -232,7 +236,7 @@ class CreateTopicRequestHeader(Header):
     order: bool = wire("order", default=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TopicRequestHeader(Header):
     """DELETE_TOPIC_IN_BROKER and other single-topic requests."""
 

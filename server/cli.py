@@ -28,6 +28,8 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--log-dir", type=Path, default=None,
                    help="write JSON-lines logs here (default <data-dir>/logs)")
     p.add_argument("--no-log-file", action="store_true", help="log to stdout only")
+    p.add_argument("--log-stdout", action="store_true",
+                   help="also log to stdout when logging to a file")
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
     p.add_argument("--log-rotate-mb", type=float, default=128.0)
@@ -39,7 +41,9 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    help="messageDelayLevel, e.g. '1s 5s 10s 30s 1m ... 2h'")
     p.add_argument("--flush-mode", choices=[m.value for m in FlushMode],
                    default=FlushMode.ASYNC_FLUSH.value)
-    p.add_argument("--segment-size-mb", type=int, default=1024)
+    p.add_argument("--segment-size-mb", type=float, default=1024)
+    p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024,
+                   help="largest accepted body in bytes (default 4 MiB)")
     p.add_argument("--file-reserved-hours", type=float, default=72.0)
     p.add_argument("--max-reconsume-times", type=int, default=16)
     p.add_argument("--no-auto-create-topic", action="store_true")
@@ -55,8 +59,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         data_dir=args.data_dir, host=args.host, port=args.port, namesrv_port=args.namesrv_port,
         advertised_host=args.advertised_host, delay_levels=args.delay_levels,
         flush_mode=FlushMode(args.flush_mode),
-        commitlog_segment_size=args.segment_size_mb * 1024 * 1024,
-        file_reserved_hours=args.file_reserved_hours,
+        commitlog_segment_size=int(args.segment_size_mb * 1024 * 1024),
+        file_reserved_hours=args.file_reserved_hours, max_message_size=args.max_message_size,
         max_reconsume_times=args.max_reconsume_times,
         auto_create_topic=not args.no_auto_create_topic, vip_channel=not args.no_vip_channel,
         log_dir=log_dir, log_messages=not args.no_message_logs,
@@ -87,7 +91,7 @@ async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> N
 def cmd_broker(args: argparse.Namespace) -> int:
     import uvloop
 
-    from .logs import configure_logging
+    from .logs import close_sinks, configure_logging
 
     try:
         config = build_config(args)
@@ -99,13 +103,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         json=json_mode, level=args.log_level, log_dir=config.log_dir,
         rotate_bytes=int(args.log_rotate_mb * 1024 * 1024),
         rotate_seconds=args.log_rotate_minutes * 60, gzip_rotated=args.log_gzip,
-        stdout=config.log_dir is None or args.log_format != "auto" or sys.stdout.isatty(),
+        stdout=config.log_dir is None or args.log_stdout or sys.stdout.isatty(),
     )
     try:
         uvloop.run(run_broker(config, args.metrics_port))
     finally:
-        if sink is not None:
-            sink.close()
+        del sink
+        close_sinks()
     return 0
 
 

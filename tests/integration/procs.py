@@ -1,0 +1,61 @@
+"""Run a real broker process for crash tests (SIGKILL, restart on the same data)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import FAST_LEVELS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.namesrv_port = free_port()
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self, timeout: float = 20.0) -> None:
+        cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(self.port),
+               "--namesrv-port", str(self.namesrv_port), "--data-dir", str(self.data_dir),
+               "--delay-levels", FAST_LEVELS, "--no-vip-channel", "--no-log-file",
+               "--log-format", "json", "--log-level", "warning", *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"broker exited with {self.proc.returncode}: {err}")
+            try:
+                _r, w = await asyncio.open_connection("127.0.0.1", self.port)
+                w.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise RuntimeError("broker did not start listening")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(20)
