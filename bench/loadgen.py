@@ -80,12 +80,13 @@ class Conn(asyncio.Protocol):
 
 
 async def run_load(host: str, port: int, *, total: int, concurrency: int, connections: int,
-                   body_size: int, topic: str, queues: int = 4) -> dict[str, float]:
+                   body_size: int, topic: str, queues: int = 4,
+                   props: str = "") -> dict[str, float]:
     loop = asyncio.get_running_loop()
     per_conn = max(1, concurrency // connections)
     conns: list[Conn] = []
     for i in range(connections):
-        tmpl = send_frame(topic, b"x" * body_size, i % queues)
+        tmpl = send_frame(topic, b"x" * body_size, i % queues, props)
         _t, proto = await loop.create_connection(lambda t=tmpl: Conn(t), host, port)
         proto.window = asyncio.Semaphore(per_conn)
         conns.append(proto)

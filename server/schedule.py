@@ -40,6 +40,10 @@ from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, 
 RETRY_PAUSE = 0.2
 
 
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
                       now_ms: int) -> int:
     """Divert ``msg`` into the schedule topic in place; return the (clamped) level."""
@@ -96,7 +100,7 @@ class ScheduleService:
         self.put = put
         self.on_delivered = on_delivered
         self.batch = batch
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms or _wall_ms
         self.progress: dict[int, int] = {lvl: 0 for lvl in range(1, len(levels_ms) + 1)}
         self.tasks: list[asyncio.Task[None]] = []
         self.delivered = 0
@@ -165,7 +169,10 @@ class ScheduleService:
             assert head is not None
             wait_ms = head[2] - self.clock_ms()
             if wait_ms > 0:
-                await asyncio.sleep(wait_ms / 1000)
+                # Sleep to the due instant on the sub-millisecond clock (clock_ms truncates);
+                # the loop re-checks, so an early timer wake-up never delivers early.
+                frac = time.time() * 1000 % 1 if self.clock_ms is _wall_ms else 0.0
+                await asyncio.sleep(max(0.0, wait_ms - frac) / 1000)
                 continue
             if not self._drain(level, cq):
                 await asyncio.sleep(RETRY_PAUSE)
