@@ -1,0 +1,291 @@
+"""Consume services: hand pulled messages to the listener and settle the outcome.
+
+Owns: ``ConsumeContext``, listener invocation (async listeners awaited on the loop, sync
+ones in a thread pool), ``ConcurrentConsumeService`` (any order, bounded concurrency,
+send-back on RECONSUME_LATER) and ``OrderlyConsumeService`` (one batch at a time per
+queue, in queue order, local retry after a pause).
+
+Invariants:
+* A listener exception or a ``None`` answer counts as RECONSUME_LATER.
+* Concurrent: at most ``consume_thread_max`` listener calls run at once; workers take
+  batches FIFO from one backlog. A batch whose queue was dropped meanwhile is skipped and
+  its offset not advanced (the queue's next owner consumes it: at-least-once).
+* CLUSTERING + RECONSUME_LATER: each message goes back with CONSUMER_SEND_MSG_BACK
+  (delayLevel 0: the broker picks 3 + reconsumeTimes). A message whose send-back fails
+  stays in flight (the offset does not pass it) and is consumed again locally after
+  ``local_retry_delay``. BROADCASTING never retries: the offset advances.
+* Orderly: per queue one task hands over ``take(batch)`` strictly after the previous
+  batch settled; a non-success answer gives the batch back, waits
+  ``suspend_current_queue_time_millis`` and retries it, so order is never broken. In
+  CLUSTERING mode nothing is consumed from a queue whose broker lock is not held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.message import MessageExt
+
+from .errors import ClientError
+from .message import ConsumeStatus, MessageQueue
+from .process_queue import ProcessQueue
+
+log = logging.getLogger("kairosmq.client.consume")
+
+Listener = Callable[[list[MessageExt], "ConsumeContext"], Any]
+# (pq, new commit offset) -> None; the consumer records it in its offset store
+OffsetSink = Callable[[ProcessQueue, int], None]
+
+
+@dataclass(slots=True)
+class ConsumeContext:
+    """Passed to the listener with each batch.
+
+    ``suspend_current_queue_time_millis`` (orderly only) may be changed by the listener to
+    choose the pause before a suspended batch is retried.
+    """
+
+    message_queue: MessageQueue
+    orderly: bool = False
+    suspend_current_queue_time_millis: int = 1000
+
+
+class ListenerRunner:
+    """Calls the user's listener: awaited if async, in a thread pool if sync."""
+
+    def __init__(self, fn: Listener, max_threads: int) -> None:
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+        )
+        self._max_threads = max_threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        try:
+            if self.is_async:
+                status = await self.fn(msgs, ctx)
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._max_threads, "kairosmq-consume")
+                loop = asyncio.get_running_loop()
+                status = await loop.run_in_executor(self._pool, self.fn, msgs, ctx)
+                if inspect.isawaitable(status):
+                    status = await status
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("listener raised on %d message(s) of %s", len(msgs), ctx.message_queue)
+            return ConsumeStatus.RECONSUME_LATER
+        if not isinstance(status, ConsumeStatus):
+            if status is not None:
+                log.warning("listener returned %r, treating it as RECONSUME_LATER", status)
+            return ConsumeStatus.RECONSUME_LATER
+        return status
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class SendBack:
+    """CONSUMER_SEND_MSG_BACK for one consumer group."""
+
+    def __init__(
+        self, invoke: Callable[..., Awaitable[Any]], addr_of: Callable[[str], str | None],
+        group: str, max_reconsume_times: int,
+    ) -> None:
+        self._invoke = invoke
+        self._addr_of = addr_of
+        self._group = group
+        self._max = max_reconsume_times
+
+    async def __call__(self, msg: MessageExt, mq: MessageQueue, delay_level: int = 0) -> bool:
+        """True if the broker took the message back (retry topic or DLQ)."""
+        addr = self._addr_of(mq.broker_name)
+        if addr is None:
+            return False
+        ext = {
+            "offset": str(msg.commit_log_offset), "group": self._group,
+            "delayLevel": str(delay_level), "originMsgId": msg.msg_id,
+            "originTopic": msg.topic, "unitMode": "false", "maxReconsumeTimes": str(self._max),
+        }
+        try:
+            resp = await self._invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout=5.0)
+        except ClientError as err:
+            log.warning("send-back of %s failed: %s", msg.msg_id, err)
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("send-back of %s answered %d %s", msg.msg_id, resp.code, resp.remark)
+            return False
+        return True
+
+
+class ConcurrentConsumeService:
+    def __init__(
+        self, run: ListenerRunner, send_back: SendBack, on_offset: OffsetSink, *,
+        clustering: bool, batch_size: int, max_concurrency: int, local_retry_delay: float = 5.0,
+    ) -> None:
+        self._run = run
+        self._send_back = send_back
+        self._on_offset = on_offset
+        self._clustering = clustering
+        self._batch = max(1, batch_size)
+        self._max = max(1, max_concurrency)
+        self._retry_delay = local_retry_delay
+        self._backlog: deque[tuple[ProcessQueue, list[MessageExt]]] = deque()
+        self._workers: set[asyncio.Task[None]] = set()
+        # counted by the workers themselves (not by done-callbacks, which run a loop
+        # iteration late), so a worker that just ran dry is never mistaken for a live one
+        self._active = 0
+        self._starting = 0
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._stopping = False
+
+    def start_queue(self, pq: ProcessQueue) -> asyncio.Task[None] | None:
+        return None
+
+    def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        b = self._batch
+        if b == 1:
+            self._backlog.extend((pq, [m]) for m in msgs)
+        else:
+            self._backlog.extend((pq, msgs[i : i + b]) for i in range(0, len(msgs), b))
+        loop = asyncio.get_running_loop()
+        while self._active < self._max and len(self._backlog) > self._starting:
+            self._active += 1
+            self._starting += 1
+            task = loop.create_task(self._worker())
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
+
+    async def _worker(self) -> None:
+        self._starting -= 1
+        try:
+            await self._work()
+        finally:
+            self._active -= 1
+
+    async def _work(self) -> None:
+        backlog = self._backlog
+        while backlog and not self._stopping:
+            pq, msgs = backlog.popleft()
+            if pq.dropped:
+                continue
+            ctx = ConsumeContext(pq.mq)
+            status = await self._run(msgs, ctx)
+            if pq.dropped:
+                continue
+            if status is ConsumeStatus.CONSUME_SUCCESS or not self._clustering:
+                self._on_offset(pq, pq.remove(msgs))
+                continue
+            failed = [m for m in msgs if not await self._send_back(m, pq.mq)]
+            done = [m for m in msgs if m not in failed] if failed else msgs
+            self._on_offset(pq, pq.remove(done))
+            if failed:
+                for m in failed:
+                    m.reconsume_times += 1
+                loop = asyncio.get_running_loop()
+                handle = loop.call_later(self._retry_delay, self._retry, pq, failed)
+                self._timers.add(handle)
+
+    def _retry(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        now = asyncio.get_running_loop().time()
+        self._timers = {h for h in self._timers if not h.cancelled() and h.when() > now}
+        if not pq.dropped and not self._stopping:
+            self.submit(pq, msgs)
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking new batches; wait up to ``timeout`` for running listener calls."""
+        self._stopping = True
+        self._backlog.clear()
+        for h in self._timers:
+            h.cancel()
+        if self._workers:
+            await asyncio.wait(list(self._workers), timeout=timeout)
+
+
+class OrderlyConsumeService:
+    def __init__(
+        self, run: ListenerRunner, send_back: SendBack, on_offset: OffsetSink, *,
+        clustering: bool, batch_size: int, max_concurrency: int,
+        suspend_millis: int = 1000, max_reconsume_times: int | None = None,
+    ) -> None:
+        self._run = run
+        self._send_back = send_back
+        self._on_offset = on_offset
+        self._clustering = clustering
+        self._batch = max(1, batch_size)
+        self._sem = asyncio.Semaphore(max(1, max_concurrency))
+        self._suspend = suspend_millis
+        self._max_reconsume = max_reconsume_times
+        self._tasks: dict[asyncio.Task[None], ProcessQueue] = {}
+        self._stopping = False
+
+    def start_queue(self, pq: ProcessQueue) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._queue_loop(pq), name=f"orderly {pq.mq}")
+        self._tasks[task] = pq
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        pass  # the queue's own task picks messages up from the process queue
+
+    async def _queue_loop(self, pq: ProcessQueue) -> None:
+        while not pq.dropped and not self._stopping:
+            if not pq.has_pending:
+                await pq.wait_arrival()
+                continue
+            if self._clustering and not pq.lock_valid():
+                await asyncio.sleep(0.1)  # RocketMQ tries again 100 ms later
+                continue
+            async with self._sem:
+                if pq.dropped or self._stopping:
+                    break
+                msgs = pq.take(self._batch)
+                ctx = ConsumeContext(pq.mq, True, self._suspend)
+                pq.consuming = True
+                try:
+                    status = await self._run(msgs, ctx)
+                finally:
+                    pq.consuming = False
+            if pq.dropped:
+                return
+            if status is ConsumeStatus.CONSUME_SUCCESS:
+                self._on_offset(pq, pq.remove(msgs))
+                continue
+            for m in msgs:
+                m.reconsume_times += 1
+            limit = self._max_reconsume
+            if limit is not None and max(m.reconsume_times for m in msgs) > limit:
+                # -1 sends the messages straight to the DLQ
+                if all([await self._send_back(m, pq.mq, -1) for m in msgs]):
+                    self._on_offset(pq, pq.remove(msgs))
+                    continue
+            pq.give_back(msgs)
+            await asyncio.sleep(max(0, ctx.suspend_current_queue_time_millis) / 1000)
+
+    async def drain(self, timeout: float) -> None:
+        """Stop handing over batches; wait up to ``timeout`` for running listener calls."""
+        self._stopping = True
+        busy = []
+        for task, pq in list(self._tasks.items()):
+            if pq.consuming:
+                busy.append(task)
+            else:
+                task.cancel()
+        if busy:
+            _, pending = await asyncio.wait(busy, timeout=timeout)
+            for t in pending:
+                t.cancel()

@@ -1,0 +1,150 @@
+"""The long-poll pull loop of one assigned queue (RocketMQ's push consumer = pull).
+
+Owns: building PULL_MESSAGE requests, interpreting pull results (found / no new /
+no matched / offset moved / errors), post-processing records (decompress, restore the
+topic of retried messages, client-side tag check) and flow control.
+
+Invariants:
+* Pulls of one queue are strictly sequential, so records enter the ProcessQueue in
+  queue-offset order and ``next_offset`` only moves forward (except PULL_OFFSET_MOVED,
+  where the broker says where to continue).
+* A pull is sent only while fewer than ``pull_threshold_for_queue`` messages of the queue
+  are in flight, and (orderly CLUSTERING) only while the queue's broker lock is held.
+* sysFlag is SUSPEND|SUBSCRIPTION, plus COMMIT_OFFSET when a committed offset > 0 is
+  known; the request timeout (30 s) is longer than the broker's suspend (15 s).
+* Errors never kill the loop: it waits ``pull_time_delay_millis_when_exception`` and pulls
+  again, until the queue is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kairosmq.protocol.codes import (
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    SYSFLAG_COMPRESSED,
+    RequestCode,
+    ResponseCode,
+)
+from kairosmq.protocol.message import MessageExt, decode_records
+from kairosmq.protocol.properties import RETRY_TOPIC
+
+from .errors import ClientError
+from .process_queue import ProcessQueue
+from .remoting import RemotingPool
+
+log = logging.getLogger("kairosmq.client.pull")
+_NO_MESSAGES = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
+
+
+@dataclass(slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    sub_version: int
+    keep: Callable[[MessageExt], bool] | None  # client-side tag check; None keeps all
+
+
+@dataclass(slots=True)
+class PullSettings:
+    group: str
+    retry_topic: str
+    pull_batch_size: int = 32
+    broker_suspend_max_time_millis: int = 15000
+    consumer_timeout_millis_when_suspend: int = 30000
+    pull_time_delay_millis_when_exception: int = 3000
+    orderly: bool = False
+    needs_lock: bool = False  # orderly and CLUSTERING
+    commit_offset_on_pull: bool = True
+
+
+def postprocess(
+    msgs: list[MessageExt], retry_topic: str, keep: Callable[[MessageExt], bool] | None
+) -> list[MessageExt]:
+    """Decompress bodies, restore the original topic of retried messages, filter by tag."""
+    out = msgs if keep is None else [m for m in msgs if keep(m)]
+    for m in out:
+        if m.sys_flag & SYSFLAG_COMPRESSED:
+            m.body = zlib.decompress(m.body)
+        if m.topic == retry_topic:
+            real = m.properties.get(RETRY_TOPIC)
+            if real:
+                m.topic = real
+    return out
+
+
+async def pull_loop(
+    pq: ProcessQueue,
+    sub: Subscription,
+    cfg: PullSettings,
+    pool: RemotingPool,
+    addr_of: Callable[[str], str | None],
+    committed: Callable[[ProcessQueue], int],
+    on_found: Callable[[ProcessQueue, list[MessageExt]], None],
+    on_offset: Callable[[ProcessQueue, int], None],
+) -> None:
+    """Pull ``pq``'s queue until it is dropped; hand found messages to ``on_found``."""
+    mq = pq.mq
+    delay = cfg.pull_time_delay_millis_when_exception / 1000
+    timeout = cfg.consumer_timeout_millis_when_suspend / 1000
+    ext = {
+        "consumerGroup": cfg.group, "topic": mq.topic, "queueId": str(mq.queue_id),
+        "maxMsgNums": str(cfg.pull_batch_size),
+        "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
+        "subscription": sub.expression, "subVersion": str(sub.sub_version),
+        "expressionType": "TAG",
+    }
+    while not pq.dropped:
+        await pq.wait_for_space()
+        if pq.dropped:
+            return
+        if cfg.needs_lock and not pq.lock_valid():
+            await asyncio.sleep(min(delay, 0.5))
+            continue
+        addr = addr_of(mq.broker_name)
+        if addr is None:
+            await asyncio.sleep(delay)
+            continue
+        commit = committed(pq) if cfg.commit_offset_on_pull else -1
+        flag = PULL_SUSPEND | PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit > 0 else 0)
+        ext["queueOffset"] = str(pq.next_offset)
+        ext["sysFlag"] = str(flag)
+        ext["commitOffset"] = str(max(commit, 0))
+        try:
+            resp = await pool.invoke(addr, RequestCode.PULL_MESSAGE, dict(ext), timeout=timeout)
+        except ClientError as err:
+            if pq.dropped:
+                return
+            log.info("pull %s failed: %s", mq, err)
+            await asyncio.sleep(delay)
+            continue
+        if pq.dropped:
+            return
+        code = resp.code
+        try:
+            next_offset = int(resp.ext_fields["nextBeginOffset"])
+        except (KeyError, ValueError):
+            next_offset = -1
+        if code == ResponseCode.SUCCESS and next_offset >= 0:
+            found = postprocess(decode_records(resp.body), cfg.retry_topic, sub.keep)
+            pq.put(found, next_offset, orderly=cfg.orderly)
+            if found:
+                on_found(pq, found)
+            else:
+                on_offset(pq, pq.commit_offset)
+        elif code in _NO_MESSAGES and next_offset >= 0:
+            pq.put([], next_offset)
+            on_offset(pq, pq.commit_offset)
+        elif code == ResponseCode.PULL_OFFSET_MOVED and next_offset >= 0:
+            log.warning("%s: offset %d moved by the broker to %d", mq, pq.next_offset, next_offset)
+            pq.reset(next_offset)
+            on_offset(pq, next_offset)
+        else:
+            log.info("pull %s answered %d %s", mq, code, resp.remark)
+            await asyncio.sleep(delay)

@@ -1,0 +1,264 @@
+"""PushConsumer against a real in-process broker: rebalance, filters, offsets, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from kairosmq.client import (
+    ConsumeContext,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MessageModel,
+    Producer,
+    PushConsumer,
+    hash_selector,
+)
+from kairosmq.server.broker import Broker
+
+from .conftest import Collector, wait_until
+
+FAST = dict(rebalance_interval=0.5, pull_time_delay_millis_when_exception=50,
+            persist_consumer_offset_interval=0.2)
+
+
+def make(broker: Broker, group: str, topic: str, listener: object, expr: str = "*",
+         orderly: bool = False, **kw: object) -> PushConsumer:
+    opts = {**FAST, "consume_from_where": ConsumeFromWhere.FIRST_OFFSET, **kw}
+    c = PushConsumer(group, broker.namesrv_address, **opts)  # type: ignore[arg-type]
+    c.subscribe(topic, expr)
+    c.register_listener(listener, orderly=orderly)  # type: ignore[arg-type]
+    return c
+
+
+async def send_n(p: Producer, topic: str, n: int, start: int = 0, **kw: object) -> None:
+    await asyncio.gather(*(p.send(Message(topic, b"%d" % i, **kw))  # type: ignore[arg-type]
+                           for i in range(start, start + n)))
+
+
+async def test_tag_filter_delivers_only_matching_tags(kbroker: Broker) -> None:
+    got = Collector()
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        for i in range(30):
+            await p.send(Message("Tags", b"%d" % i, tags=["TagA", "TagB", "TagC"][i % 3]))
+        c = make(kbroker, "CG-tags", "Tags", got, "TagA || TagC")
+        await c.start()
+        try:
+            await got.wait_for(20)
+            await asyncio.sleep(0.1)
+        finally:
+            await c.shutdown()
+    assert len(got.msgs) == 20 and {m.tags for m in got.msgs} == {"TagA", "TagC"}
+
+
+async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Broker) -> None:
+    a, b = Collector(), Collector()
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await send_n(p, "Split", 1)  # creates the topic (4 queues)
+        ca = make(kbroker, "CG-split", "Split", a)
+        cb = make(kbroker, "CG-split", "Split", b)
+        await ca.start()
+        await cb.start()
+        try:
+            main = lambda c: {mq.queue_id for mq in c.assigned_queues if mq.topic == "Split"}  # noqa: E731
+            await wait_until(lambda: len(main(ca)) == 2 and len(main(cb)) == 2)
+            assert main(ca).isdisjoint(main(cb))
+            await send_n(p, "Split", 40, start=1)
+            await wait_until(lambda: len(a.msgs) + len(b.msgs) >= 41)
+            assert a.msgs and b.msgs
+            assert {m.queue_id for m in a.msgs}.isdisjoint({m.queue_id for m in b.msgs})
+            await cb.shutdown()
+            await wait_until(lambda: len(main(ca)) == 4)
+            await send_n(p, "Split", 40, start=41)
+            await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 81)
+        finally:
+            await ca.shutdown()
+            await cb.shutdown()
+    assert {m.body for m in a.msgs + b.msgs} == {b"%d" % i for i in range(81)}
+
+
+async def test_broadcasting_delivers_everything_to_every_member(kbroker: Broker,
+                                                                tmp_path: Path) -> None:
+    got = [Collector(), Collector()]
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await send_n(p, "Bcast", 1)
+        cs = [make(kbroker, "CG-b", "Bcast", g, message_model=MessageModel.BROADCASTING,
+                   offset_store_dir=tmp_path / f"m{i}") for i, g in enumerate(got)]
+        for c in cs:
+            await c.start()
+        try:
+            await send_n(p, "Bcast", 20, start=1)
+            for g in got:
+                await g.wait_for(21)
+        finally:
+            for c in cs:
+                await c.shutdown()
+    for g in got:
+        assert sorted(g.bodies) == sorted(b"%d" % i for i in range(21))
+    assert (tmp_path / "m0" / "CG-b" / "offsets.json").exists()
+
+
+async def test_offsets_survive_a_consumer_restart_without_loss(kbroker: Broker) -> None:
+    seen: list[bytes] = []
+
+    async def slow(msgs: list[MessageExt], _ctx: ConsumeContext) -> ConsumeStatus:
+        await asyncio.sleep(0.002)
+        seen.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await send_n(p, "Restart", 200)
+        c1 = make(kbroker, "CG-r", "Restart", slow, consume_thread_max=4)
+        await c1.start()
+        await wait_until(lambda: len(seen) >= 50)
+        await c1.shutdown()  # mid-stream
+        first = len(seen)
+        assert first < 200
+        await send_n(p, "Restart", 50, start=200)
+        c2 = make(kbroker, "CG-r", "Restart", slow, consume_thread_max=4)
+        await c2.start()
+        try:
+            await wait_until(lambda: len(set(seen)) >= 250, timeout=10)
+            await asyncio.sleep(0.1)
+        finally:
+            await c2.shutdown()
+    assert set(seen) == {b"%d" % i for i in range(250)}
+    assert len(seen) == 250, f"{len(seen) - 250} duplicates after a clean restart"
+
+
+async def test_reconsume_later_redelivers_through_retry_topic(kbroker: Broker) -> None:
+    got = Collector(lambda m: ConsumeStatus.CONSUME_SUCCESS if m.reconsume_times >= 2
+                    else ConsumeStatus.RECONSUME_LATER)
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        r = await p.send(Message("Retry", b"again", tags="T1"))
+        c = make(kbroker, "CG-retry", "Retry", got, "T1")
+        await c.start()
+        try:
+            await got.wait_for(3, timeout=5)
+        finally:
+            await c.shutdown()
+    assert [m.reconsume_times for m in got.msgs] == [0, 1, 2]
+    assert all(m.topic == "Retry" and m.msg_id == r.msg_id for m in got.msgs)
+    assert got.msgs[1].properties.get("RETRY_TOPIC") == "Retry"
+
+
+async def test_listener_exception_and_sync_listener(kbroker: Broker) -> None:
+    calls: list[int] = []
+
+    def sync_listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        calls.append(msgs[0].reconsume_times)
+        if msgs[0].reconsume_times == 0:
+            raise RuntimeError("boom")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await p.send(Message("Exc", b"x"))
+        c = make(kbroker, "CG-exc", "Exc", sync_listener)
+        await c.start()
+        try:
+            await wait_until(lambda: len(calls) >= 2)
+        finally:
+            await c.shutdown()
+    assert calls == [0, 1]
+
+
+async def test_orderly_consume_keeps_per_order_sequence(kbroker: Broker) -> None:
+    per_order: dict[str, list[int]] = defaultdict(list)
+    in_queue: set[int] = set()
+    overlap: list[int] = []
+
+    async def orderly(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        q = ctx.message_queue.queue_id
+        if q in in_queue:
+            overlap.append(q)
+        in_queue.add(q)
+        await asyncio.sleep(random.random() / 500)
+        in_queue.discard(q)
+        if random.random() < 0.1 and msgs[0].reconsume_times == 0:
+            ctx.suspend_current_queue_time_millis = 10
+            return ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        for m in msgs:
+            order, seq = m.body.decode().split(":")
+            per_order[order].append(int(seq))
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        async def send_order(o: int) -> None:
+            for s in range(30):
+                await p.send(Message("Orderly", f"o{o}:{s}".encode()), selector=hash_selector,
+                             arg=f"o{o}")
+
+        await asyncio.gather(*(send_order(o) for o in range(6)))
+        c = make(kbroker, "CG-ord", "Orderly", orderly, orderly=True,
+                 consume_message_batch_max_size=3, consume_thread_max=8)
+        await c.start()
+        try:
+            await wait_until(lambda: sum(len(v) for v in per_order.values()) >= 180, 10)
+        finally:
+            await c.shutdown()
+    assert not overlap, "two batches of one queue ran at the same time"
+    assert {o: seqs for o, seqs in per_order.items()} == {
+        f"o{o}": list(range(30)) for o in range(6)}
+
+
+async def test_orderly_queues_move_to_the_remaining_member(kbroker: Broker) -> None:
+    a, b = Collector(), Collector()
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await send_n(p, "OrdSplit", 4)
+        ca = make(kbroker, "CG-os", "OrdSplit", a, orderly=True)
+        cb = make(kbroker, "CG-os", "OrdSplit", b, orderly=True)
+        await ca.start()
+        await cb.start()
+        try:
+            main = lambda c: {mq.queue_id for mq in c.assigned_queues if mq.topic == "OrdSplit"}  # noqa: E731
+            await wait_until(lambda: len(main(ca)) == 2 and len(main(cb)) == 2)
+            await cb.shutdown()
+            await wait_until(lambda: len(main(ca)) == 4)
+            await send_n(p, "OrdSplit", 20, start=4)
+            await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 24)
+        finally:
+            await ca.shutdown()
+            await cb.shutdown()
+
+
+async def test_broker_restart_mid_stream_consumer_continues(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    b = await broker_factory(log_messages=False)
+    port, ns_port = b.port, b.namesrv_port
+    got = Collector()
+    async with Producer("PG", b.namesrv_address) as p:
+        await send_n(p, "Crash", 30)
+        c = make(b, "CG-crash", "Crash", got)
+        await c.start()
+        try:
+            await got.wait_for(30)
+            await b.stop()
+            await broker_factory(log_messages=False, port=port, namesrv_port=ns_port)
+            await send_n(p, "Crash", 30, start=30)
+            await wait_until(lambda: len({m.body for m in got.msgs}) >= 60, timeout=10)
+        finally:
+            await c.shutdown()
+    assert {m.body for m in got.msgs} == {b"%d" % i for i in range(60)}
+
+
+async def test_consumer_started_before_the_topic_exists(kbroker: Broker) -> None:
+    got = Collector()
+    c = make(kbroker, "CG-early", "Early", got, consume_from_where=ConsumeFromWhere.LAST_OFFSET,
+             rebalance_interval=0.1)
+    early = lambda: [mq for mq in c.assigned_queues if mq.topic == "Early"]  # noqa: E731
+    await c.start()
+    try:
+        assert not early()
+        async with Producer("PG", kbroker.namesrv_address) as p:
+            await send_n(p, "Early", 1)
+            await wait_until(lambda: len(early()) == 4)
+            await send_n(p, "Early", 10, start=1)
+            await wait_until(lambda: len({m.body for m in got.msgs}) >= 10)
+    finally:
+        await c.shutdown()
+    # LAST_OFFSET starts at the max offset when the queue is assigned: nothing sent
+    # after the assignment is lost
+    assert {b"%d" % i for i in range(1, 11)} <= {m.body for m in got.msgs}
