@@ -349,7 +349,10 @@ class PushConsumer:
                 try:
                     info = await self._routes.refresh(topic)
                 except ClientError as err:
+                    # The topic may be created any moment (first send auto-creates it):
+                    # look again in a second rather than after the full interval.
                     log.info("rebalance skips %s: %s", topic, err)
+                    lock_failed = True
                     continue
             if not self._routes.broker_addrs() <= self._heartbeated:
                 await self._heartbeat_all()  # a broker we never told about our group
@@ -364,7 +367,7 @@ class PushConsumer:
             lock_failed |= await self._update_queues(topic, mine)
         for mq in [mq for mq in self._pqs if mq.topic not in self._subs]:
             await self._remove_queue(mq)
-        if lock_failed and self._state == "running":
+        if lock_failed and self._state == "running":  # a lock or a route is missing
             asyncio.get_running_loop().call_later(1.0, self._rebalance_timer.wake)
 
     async def _consumer_ids(self, addrs: Any) -> list[str] | None:
