@@ -39,6 +39,7 @@ from .logs import get_logger
 from .longpoll import ArrivalNotifier
 from .offsets import ConsumerOffsetManager
 from .schedule import ScheduleService, transform_delayed
+from .stats import BrokerStats
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
 from .topics import TopicConfigManager
 from .transport import RemotingServer
@@ -74,6 +75,7 @@ class Broker:
         self.clients = ClientRegistry(cfg.client_expire_seconds, log=get_logger("clients"))
         self.locks = LockManager(cfg.lock_expire_seconds)
         self.notifier = ArrivalNotifier()
+        self.stats = BrokerStats()
         self.schedule = ScheduleService(
             self.store, self.notifier, cfg.delay_levels_ms, put=self.put_message,
             on_delivered=self._log_delivered, batch=cfg.schedule_batch,
@@ -169,7 +171,13 @@ class Broker:
             else:
                 props.pop(DELAY, None)
         result = self.store.put(msg)
-        if result.status is PutStatus.PUT_OK and self.config.log_messages:
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        if level > 0:
+            self.stats.scheduled[level] += 1
+        elif DELIVER_TIME not in props:
+            self.stats.stored[msg.topic] += 1
+        if self.config.log_messages:
             offset_id = self.store_offset_msg_id(result.phy_offset)
             if level > 0:
                 self.log.info(
@@ -203,6 +211,8 @@ class Broker:
 
     def _log_delivered(self, msg: MessageInner, result: PutResult, level: int,
                        deliver_ts: int, woke_ms: int) -> None:
+        self.stats.delivered[msg.topic] += 1
+        self.stats.lateness[level].observe(result.store_timestamp - deliver_ts)
         if not self.config.log_messages:
             return
         msg_id = msg.properties.get(UNIQ_KEY) or self.store_offset_msg_id(result.phy_offset)

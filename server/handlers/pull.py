@@ -116,6 +116,7 @@ def _answer(broker: Broker, cmd: RemotingCommand, h: PullMessageRequestHeader,
     body = b""
     if status is GetStatus.FOUND:
         body = result.chunks[0] if len(result.chunks) == 1 else b"".join(result.chunks)
+        broker.stats.pulled[h.topic] += len(result.units)
         if broker.config.log_messages:
             info = broker.log.info
             for s in summarize_records(body):

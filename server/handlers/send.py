@@ -59,6 +59,7 @@ class Rejected(Exception):
 
 def _reject(broker: Broker, conn: Connection, cmd: RemotingCommand, h: Any,
             code: ResponseCode, remark: str) -> RemotingCommand:
+    broker.stats.rejected += 1
     broker.log.warning("message.rejected", topic=getattr(h, "topic", None),
                        producer_group=getattr(h, "producer_group", None), code=int(code),
                        remark=remark, peer=conn.peer)

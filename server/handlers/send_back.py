@@ -74,6 +74,7 @@ def handle_send_back(broker: Broker, conn: Connection, cmd: RemotingCommand) -> 
     if result.status is not PutStatus.PUT_OK:
         return cmd.error(ResponseCode.SYSTEM_ERROR, result.remark or result.status.value)
     msg_id = props.get(UNIQ_KEY) or origin_id
+    (broker.stats.dead_lettered if plan.dead_letter else broker.stats.redelivered)[h.group] += 1
     event = "message.dead_lettered" if plan.dead_letter else "message.redelivered"
     fields = {"msg_id": msg_id, "group": h.group, "topic": plan.topic,
               "origin_topic": props[RETRY_TOPIC], "origin_msg_id": origin_id,

@@ -152,6 +152,10 @@ class CommitLog:
         if offset >= self._written:
             start = offset - self._written
             return bytes(self._pending[start : start + size])
+        if offset + size > self._written:  # spans the written bytes and the pending ones
+            head = self.read(offset, self._written - offset)
+            tail = self._pending[: offset + size - self._written]
+            return None if head is None else head + tail
         idx = (offset // self.segment_size) - (self.segments[0].base // self.segment_size)
         if not 0 <= idx < len(self.segments):
             return None
@@ -204,6 +208,7 @@ class CommitLog:
                     off += size
                 if size == 0:
                     blank = True
+                    local += off  # the BLANK's position: the end if no segment follows
                     break
                 local += off
                 # A record never exceeds the window (max message 4 MiB + overhead < 8 MiB),
@@ -269,7 +274,7 @@ class CommitLog:
         cut = 0
         keep: list[Segment] = []
         for seg in self.segments:
-            if seg.base > end or (seg.base == end and keep):
+            if seg.base > end:  # a segment starting at ``end`` stays: it is the one to write
                 cut += _nonzero_prefix(seg.fd, 0)
                 os.close(seg.fd)
                 seg.path.unlink()

@@ -1,0 +1,43 @@
+"""Broker statistics: plain counters the hot paths bump and the metrics endpoint reads.
+
+Owns: ``BrokerStats`` — per-topic counters of stored, delivered (out of the schedule) and
+pulled messages, retries, dead letters, and a fixed-bucket lateness histogram per delay
+level. Increments are dict/list operations (no locks, no exporter calls on the hot
+path); an exporter (Prometheus, the admin CLI) reads them at scrape time.
+
+Invariant: counters only grow; bucket bounds are fixed at construction.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+
+# lateness histogram bounds, milliseconds
+LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
+
+
+class LatenessHistogram:
+    __slots__ = ("counts", "total", "sum_ms")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+        self.total = 0
+        self.sum_ms = 0.0
+
+    def observe(self, ms: float) -> None:
+        self.counts[bisect_left(LATENESS_BUCKETS_MS, ms)] += 1
+        self.total += 1
+        self.sum_ms += ms
+
+
+class BrokerStats:
+    def __init__(self) -> None:
+        self.stored: defaultdict[str, int] = defaultdict(int)
+        self.scheduled: defaultdict[int, int] = defaultdict(int)
+        self.delivered: defaultdict[str, int] = defaultdict(int)
+        self.pulled: defaultdict[str, int] = defaultdict(int)
+        self.redelivered: defaultdict[str, int] = defaultdict(int)
+        self.dead_lettered: defaultdict[str, int] = defaultdict(int)
+        self.rejected = 0
+        self.lateness: defaultdict[int, LatenessHistogram] = defaultdict(LatenessHistogram)
