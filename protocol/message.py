@@ -292,10 +292,13 @@ def summarize_records(buf: bytes) -> list[RecordSummary]:
         ppos = tpos + 1 + buf[tpos] + 2
         end = pos + total
         i = buf.find(_UNIQ_MARK, ppos, end)
+        while i > ppos and buf[i - 1] != 0x02:  # only a whole key (e.g. not XUNIQ_KEY)
+            i = buf.find(_UNIQ_MARK, i + 1, end)
+        msg_id = ""
         if i >= 0:
             j = buf.find(b"\x02", i, end)
             msg_id = buf[i + len(_UNIQ_MARK) : end if j < 0 else j].decode()
-        else:
+        if not msg_id:  # no UNIQ_KEY (or an empty one, which decode_properties skips)
             msg_id = create_offset_msg_id(buf[pos + 64 : pos + 68],
                                           _I32.unpack_from(buf, pos + 68)[0], phy)
         out.append(RecordSummary(total, qoff, phy, born, store_ts, reconsume, msg_id))

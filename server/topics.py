@@ -42,7 +42,7 @@ def validate_topic(topic: str) -> str | None:
         return "the topic is blank"
     if len(topic) > MAX_TOPIC_LENGTH:
         return f"the topic is {len(topic)} characters, the limit is {MAX_TOPIC_LENGTH}"
-    if not _VALID.match(topic):
+    if not _VALID.fullmatch(topic):  # not match(): "$" would also accept a trailing "\n"
         return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
     return None
 
