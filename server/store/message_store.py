@@ -357,9 +357,14 @@ class MessageStore:
             self._last_record = phy
             replayed += 1
 
-        end, cut = self.commitlog.recover(
-            int(cp.get("dispatched_offset", 0)), cp.get("last_record"), replay
-        )
+        trusted = int(cp.get("dispatched_offset", 0))
+        for key, saved in (cp.get("queues") or {}).items():
+            topic, _, qid = key.rpartition("/")
+            cq = self.queues.get((topic, int(qid)))
+            if cq is None or cq.max_offset < saved:
+                trusted = 0  # consume-queue files were lost below the checkpoint: full replay
+                break
+        end, cut = self.commitlog.recover(trusted, cp.get("last_record"), replay)
         for cq in self.queues.values():
             cq.truncate_from_phy(end)
         return {
@@ -375,6 +380,7 @@ class MessageStore:
         return {
             "dispatched_offset": self.commitlog.max_offset,
             "last_record": self._last_record,
+            "queues": {f"{t}/{q}": cq.max_offset for (t, q), cq in self.queues.items()},
             "states": {p.name: p.snapshot() for p in self.providers},
         }
 

@@ -244,10 +244,6 @@ async def test_consume_queues_rebuilt_by_replay(root: Path, store: MessageStore)
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "MessageStore.open replays only from the checkpoint's dispatched_offset; consume-queue "
-    "files lost below the checkpoint are not rebuilt (RocketMQ re-dispatches from the max "
-    "phy offset the queues still hold)"))
 async def test_consume_queues_rebuilt_when_lost_below_a_checkpoint(root: Path,
                                                                   store: MessageStore) -> None:
     _put_n(store, 20)
