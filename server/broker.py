@@ -22,6 +22,7 @@ import socket
 import time
 from typing import Any
 
+from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.properties import (
     DELAY,
     DELIVER_TIME,
@@ -178,7 +179,7 @@ class Broker:
         elif DELIVER_TIME not in props:
             self.stats.stored[msg.topic] += 1
         if self.config.log_messages:
-            offset_id = self.store_offset_msg_id(result.phy_offset)
+            offset_id = result.offset_msg_id = self.store_offset_msg_id(result.phy_offset)
             if level > 0:
                 self.log.info(
                     "message.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
@@ -200,8 +201,6 @@ class Broker:
         return result
 
     def store_offset_msg_id(self, phy_offset: int) -> str:
-        from kairosmq.protocol.ids import create_offset_msg_id
-
         ip, port = self.store.store_host
         return create_offset_msg_id(ip, port, phy_offset)
 

@@ -161,21 +161,24 @@ def configure_logging(
     sinks = list(_SINKS)
     dumps = orjson.dumps
 
+    console = stdout and not use_json
+
     def fan_out(_logger: Any, _name: str, event_dict: dict[str, Any]) -> Any:
         line = dumps(event_dict, default=str)
         for s in sinks:
             s.write(line)
-        if stdout and not use_json:
-            return event_dict
-        raise structlog.DropEvent
+        return event_dict if console else ""
 
     processors: list[Any] = [_Stamp(), fan_out]
-    if stdout and not use_json:
+    if console:
         processors.append(structlog.dev.ConsoleRenderer(colors=False))
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        # Without a console the sinks did the writing: ReturnLogger makes the final
+        # step a no-op (cheaper than raising DropEvent on every event).
+        logger_factory=(structlog.PrintLoggerFactory(sys.stdout) if console
+                        else structlog.ReturnLoggerFactory()),
         cache_logger_on_first_use=False,
     )
     return sink

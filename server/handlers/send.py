@@ -193,7 +193,8 @@ def _respond(broker: Broker, conn: Connection, cmd: RemotingCommand,
         code = _STATUS_CODES.get(bad.status, ResponseCode.SYSTEM_ERROR)
         return _reject(broker, conn, cmd, h, code, bad.remark or bad.status.value)
     ext = SendMessageResponseHeader(
-        msg_id=",".join(broker.store_offset_msg_id(r.phy_offset) for r in results),
+        msg_id=",".join(r.offset_msg_id or broker.store_offset_msg_id(r.phy_offset)
+                        for r in results),
         queue_id=queue_id, queue_offset=results[0].queue_offset,
     ).to_ext_fields()
     ext["MSG_REGION"] = "DefaultRegion"

@@ -86,6 +86,7 @@ class PutResult:
     store_timestamp: int = 0
     tags_code: int = 0
     remark: str = ""
+    offset_msg_id: str = ""  # filled by the broker when it needs it (logs, response)
 
 
 @dataclass(slots=True)
