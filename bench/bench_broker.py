@@ -10,7 +10,6 @@ storing ``--rss-messages`` small messages. Figures, not assertions: machines are
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 import subprocess

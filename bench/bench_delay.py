@@ -24,13 +24,12 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_broker import free_port, rss_mb, wait_port  # noqa: E402
-from loadgen import run_load  # noqa: E402
-
 from kairosmq.protocol.codec import FrameReader, encode_command  # noqa: E402
 from kairosmq.protocol.codes import PULL_SUSPEND, RequestCode, SerializeType  # noqa: E402
 from kairosmq.protocol.commands import request  # noqa: E402
 from kairosmq.protocol.message import decode_records  # noqa: E402
 from kairosmq.protocol.properties import encode_properties  # noqa: E402
+from loadgen import run_load  # noqa: E402
 
 QUEUES = 4
 

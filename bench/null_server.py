@@ -11,7 +11,6 @@ import asyncio
 import sys
 
 import uvloop
-
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.commands import RemotingCommand
 

@@ -144,11 +144,14 @@ def encode_record(
     )
 
 
-def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
+def decode_record(
+    buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False
+) -> MessageExt:
     """Decode the record at ``pos``; raise ``MessageDecodeError`` if it does not fit."""
     n = len(buf)
     if n - pos < _HEAD.size:
-        raise MessageDecodeError(f"record at {pos}: {n - pos} bytes left, header needs {_HEAD.size}")
+        raise MessageDecodeError(
+            f"record at {pos}: {n - pos} bytes left, header needs {_HEAD.size}")
     (total, magic, crc, qid, flag, qoff, phy, sysflag, born_ts) = _HEAD.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
         raise MessageDecodeError(f"record at {pos}: bad magic {magic:#x}")

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import uvloop
-
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
 

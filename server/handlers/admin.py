@@ -11,7 +11,6 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import orjson
-
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import (

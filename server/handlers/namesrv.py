@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import orjson
-
 from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand

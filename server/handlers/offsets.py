@@ -56,12 +56,14 @@ def handle_update_consumer_offset(broker: Broker, conn: Connection,
     return cmd.response()
 
 
-def handle_get_max_offset(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def handle_get_max_offset(broker: Broker, conn: Connection,
+                          cmd: RemotingCommand) -> RemotingCommand:
     h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
     return _offset(cmd, broker.store.max_offset(h.topic, h.queue_id))
 
 
-def handle_get_min_offset(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def handle_get_min_offset(broker: Broker, conn: Connection,
+                          cmd: RemotingCommand) -> RemotingCommand:
     h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
     return _offset(cmd, broker.store.min_offset(h.topic, h.queue_id))
 
@@ -69,12 +71,14 @@ def handle_get_min_offset(broker: Broker, conn: Connection, cmd: RemotingCommand
 def handle_earliest_msg_storetime(broker: Broker, conn: Connection,
                                   cmd: RemotingCommand) -> RemotingCommand:
     h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
-    ts = broker.store.store_time_at(h.topic, h.queue_id, broker.store.min_offset(h.topic, h.queue_id))
+    first = broker.store.min_offset(h.topic, h.queue_id)
+    ts = broker.store.store_time_at(h.topic, h.queue_id, first)
     return cmd.response(ext_fields=EarliestMsgStoretimeResponseHeader(
         timestamp=ts if ts is not None else -1).to_ext_fields())
 
 
-def handle_search_offset(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def handle_search_offset(broker: Broker, conn: Connection,
+                         cmd: RemotingCommand) -> RemotingCommand:
     h = SearchOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
     cq = broker.store.find_queue(h.topic, h.queue_id)
     if cq is None:

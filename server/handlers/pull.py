@@ -106,7 +106,8 @@ def _answer(broker: Broker, cmd: RemotingCommand, h: PullMessageRequestHeader,
             result: GetResult) -> RemotingCommand:
     status = result.status
     if status is GetStatus.NO_MESSAGE_IN_QUEUE:
-        code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+        code = (ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0
+                else ResponseCode.PULL_OFFSET_MOVED)
     else:
         code = _CODES[status]
     ext = PullMessageResponseHeader(

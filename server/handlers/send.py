@@ -105,8 +105,8 @@ def _check_props(broker: Broker, props: dict[str, str]) -> None:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
                            f"DELAY must be an integer level, got {level!r}") from None
         if n < 0:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"delay level {n} is negative; levels are 0..{broker.config.max_delay_level}")
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"delay level {n} is negative; "
+                           f"levels are 0..{broker.config.max_delay_level}")
     props.pop(WAIT, None)
     props[CLUSTER] = broker.config.cluster_name
 

@@ -7,6 +7,7 @@ from typing import Any
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.properties import encode_properties
+
 from tests.wire import RawPeer
 
 

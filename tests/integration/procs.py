@@ -31,12 +31,15 @@ class BrokerProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def start(self, timeout: float = 20.0) -> None:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(self.port),
                "--namesrv-port", str(self.namesrv_port), "--data-dir", str(self.data_dir),
                "--delay-levels", FAST_LEVELS, "--no-vip-channel", "--no-log-file",
                "--log-format", "json", "--log-level", "warning", *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    async def start(self, timeout: float = 20.0) -> None:
+        self.proc = self._spawn()
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
             if self.proc.poll() is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 

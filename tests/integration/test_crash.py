@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from kairosmq.protocol.codes import PULL_SUSPEND, ResponseCode
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.message import decode_record, decode_records
+
 from tests.integration.helpers import pull, send
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
@@ -75,8 +76,7 @@ async def test_kill9_then_cut_tail_recovers_every_intact_acked_message(tmp_path)
     assert len(segs) >= 2, "the test should span a segment rollover"
     last = segs[-1]
     end = _data_end(last)
-    with open(last, "r+b") as f:  # tear the last record: cut 20 bytes off its tail
-        f.truncate(end - 20)
+    os.truncate(last, end - 20)  # tear the last record: cut 20 bytes off its tail
     await bp.start()
     peer = await RawPeer.connect(bp.address)
     got = await _drain(peer, "Crash", 4, idle=0.5)

@@ -6,10 +6,10 @@ import asyncio
 import time
 
 import pytest
-
 from kairosmq.protocol.codes import PULL_SUSPEND, RequestCode, ResponseCode
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.server.config import BrokerConfig
+
 from tests.conftest import FAST_LEVELS
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer

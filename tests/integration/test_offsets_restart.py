@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
+
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from kairosmq.server.config import BrokerConfig
+
 from tests.client.conftest import Collector, wait_until
 from tests.conftest import FAST_LEVELS
 

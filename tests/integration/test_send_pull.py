@@ -5,6 +5,7 @@ import time
 
 from kairosmq.protocol.codes import PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
+
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 
@@ -102,7 +103,8 @@ async def test_batch_send_stores_each_item(broker) -> None:
     from kairosmq.protocol.message import BatchItem, encode_batch
 
     peer = await RawPeer.connect(broker.address)
-    body = encode_batch([BatchItem(b"b1", 0, "UNIQ_KEY\x01U1"), BatchItem(b"b2", 0, "UNIQ_KEY\x01U2")])
+    body = encode_batch([BatchItem(b"b1", 0, "UNIQ_KEY\x01U1"),
+                         BatchItem(b"b2", 0, "UNIQ_KEY\x01U2")])
     r = await peer.call(RequestCode.SEND_BATCH_MESSAGE, {
         "a": "PG", "b": "BT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0, "i": ""},
         body)
@@ -123,6 +125,7 @@ async def test_view_message_and_search_by_time(broker) -> None:
     v = await peer.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
     assert decode_records(v.body)[0].body == b"look me up"
     s = await peer.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                        {"topic": "VT", "queueId": 0, "timestamp": int(time.time() * 1000) + 10_000})
+                        {"topic": "VT", "queueId": 0,
+                         "timestamp": int(time.time() * 1000) + 10_000})
     assert s.ext_fields["offset"] == "0"
     await peer.close()

@@ -1,0 +1,276 @@
+"""KeyIndex: an on-disk hash index from message ids and keys to commit-log offsets.
+
+Owns: the files under ``<store>/index/`` (RocketMQ's IndexFile, simplified), the store
+dispatcher that indexes each live record's ``UNIQ_KEY`` (the client msgId) and every
+space-separated token of ``KEYS``, ``open`` (load, then index the commit log from where
+the index ends: continues after a crash, rebuilds a lost index), ``lookup`` and retention.
+
+One file per ``capacity`` entries, named by the first commit-log offset it indexes::
+
+    header (64 B): magic "KIDX", version, slot count, capacity, entry count,
+                   first phy offset, end phy offset (records below it are indexed)
+    slots:   slot count x int32   newest entry number + 1 in the slot's chain, 0 = empty
+    entries: capacity x (uint32 key hash, int64 phy offset, int32 previous entry + 1)
+
+Invariants:
+* Memory does not grow with the log: only the file being written is mapped; older
+  files are read with ``pread`` by lookups and deleted once the commit log drops
+  every record they point to.
+* Entries are hints, never answers: a hash collision, a torn write or a record cut by
+  recovery yields a candidate the caller checks by reading the record. So the index
+  never returns a wrong message; after a power loss it may miss one.
+* Only live dispatches are indexed; ``open`` indexes ``[end, log end)`` itself (records
+  replayed by the store's recovery included), clamping ``end`` into the log first.
+* A chain only points backwards (``prev < entry``), so a corrupt chain ends, never loops.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kairosmq.protocol.message import decode_record
+from kairosmq.protocol.properties import KEYS, UNIQ_KEY
+from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+if TYPE_CHECKING:
+    from .message_store import DispatchRequest, MessageStore
+
+MAGIC = b"KIDX"
+HEADER_SIZE = 64
+_HEADER = struct.Struct(">4sIIIIqq")
+_COUNT_POS = 16
+_END_POS = 28
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_ENTRY = struct.Struct(">Iqi")
+_SIZE_MAGIC = struct.Struct(">iI")
+SCAN_WINDOW = 8 << 20
+KIND_UNIQ = "U"
+KIND_KEY = "K"
+
+
+def key_hash(kind: str, key: str) -> int:
+    """Stable 32-bit hash of a key of a kind (``U`` msgId, ``K`` key)."""
+    return zlib.crc32(f"{kind}\x00{key}".encode())
+
+
+@dataclass(slots=True)
+class _File:
+    path: Path
+    first_phy: int
+    slots: int
+    capacity: int
+    count: int
+    end_phy: int
+    fd: int = -1
+    mm: mmap.mmap | None = None
+
+
+class KeyIndex:
+    def __init__(self, directory: Path, store: MessageStore, *, slots: int = 1 << 17,
+                 capacity: int = 1 << 19) -> None:
+        self.directory = directory
+        self.store = store
+        self.slots = slots
+        self.capacity = capacity
+        self.files: list[_File] = []
+        self._cur: _File | None = None
+        self._lock = threading.Lock()  # mmap flush (checkpoint thread) vs. roll/close
+        self.indexed = 0
+
+    # ------------------------------------------------------------------ files
+
+    def _size(self, slots: int, capacity: int) -> int:
+        return HEADER_SIZE + slots * 4 + capacity * _ENTRY.size
+
+    def _create(self, first_phy: int, end_phy: int) -> _File:
+        path = self.directory / f"{first_phy:020d}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(fd, self._size(self.slots, self.capacity))  # sparse
+        f = _File(path, first_phy, self.slots, self.capacity, 0, end_phy, fd)
+        f.mm = mmap.mmap(fd, 0)
+        _HEADER.pack_into(f.mm, 0, MAGIC, 1, f.slots, f.capacity, 0, first_phy, end_phy)
+        self.files.append(f)
+        return f
+
+    def _load(self, path: Path) -> _File | None:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            return None
+        magic, _v, slots, cap, count, first, end = _HEADER.unpack(head)
+        if magic != MAGIC or path.stat().st_size < self._size(slots, cap):
+            return None
+        return _File(path, first, slots, cap, min(count, cap), end)
+
+    def _map(self, f: _File) -> None:
+        f.fd = os.open(f.path, os.O_RDWR)
+        f.mm = mmap.mmap(f.fd, 0)
+
+    def _unmap(self, f: _File) -> None:
+        with self._lock:
+            if f.mm is not None:
+                f.mm.flush()
+                f.mm.close()
+                f.mm = None
+            if f.fd >= 0:
+                os.close(f.fd)
+                f.fd = -1
+
+    def open(self) -> dict[str, int]:
+        """Load the files and index the commit log from their end (blocking; a thread)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for p in sorted(self.directory.iterdir()):
+            if p.name.isdigit() and len(p.name) == 20:
+                f = self._load(p)
+                if f is None:  # unreadable: drop it and everything indexed after it
+                    p.unlink()
+                    break
+                self.files.append(f)
+        log = self.store.commitlog
+        lo, hi = log.min_offset, log.max_offset
+        end = self.files[-1].end_phy if self.files else lo
+        end = max(lo, min(end, hi))
+        if self.files and self.files[-1].count < self.files[-1].capacity:
+            self._cur = self.files[-1]
+            self._map(self._cur)
+        else:
+            self._cur = self._create(end, end)
+        self._set_end(end)
+        before = self.indexed
+        self._scan(end, hi)
+        self._expire()
+        return {"index_files": len(self.files), "index_caught_up": self.indexed - before}
+
+    def flush(self) -> None:
+        """msync the file being written (blocking; the checkpoint thread calls it)."""
+        with self._lock:
+            if self._cur is not None and self._cur.mm is not None:
+                self._cur.mm.flush()
+
+    def close(self) -> None:
+        if self._cur is not None:
+            self._unmap(self._cur)
+        self._cur = None
+        self.files.clear()
+
+    def _expire(self) -> None:
+        """Delete files whose every entry points below the commit log's start."""
+        floor = self.store.commitlog.min_offset
+        while len(self.files) > 1 and self.files[1].first_phy <= floor:
+            self.files.pop(0).path.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ writing
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        """Store dispatcher: index a live record (replays are covered by ``open``)."""
+        if req.replay or self._cur is None:
+            return
+        props = req.properties
+        self._index(props.get(UNIQ_KEY), props.get(KEYS), req.phy_offset)
+        self._set_end(req.phy_offset + req.size)
+
+    def _index(self, uniq: str | None, keys: str | None, phy: int) -> None:
+        if uniq:
+            self._add(key_hash(KIND_UNIQ, uniq), phy)
+        if keys:
+            for k in keys.split(" "):
+                if k:
+                    self._add(key_hash(KIND_KEY, k), phy)
+
+    def _add(self, h: int, phy: int) -> None:
+        f = self._cur
+        assert f is not None and f.mm is not None
+        if f.count >= f.capacity:
+            self._unmap(f)
+            f = self._cur = self._create(phy, f.end_phy)
+            self._expire()
+        mm = f.mm
+        assert mm is not None
+        slot_pos = HEADER_SIZE + (h % f.slots) * 4
+        (prev,) = _I32.unpack_from(mm, slot_pos)
+        n = f.count
+        _ENTRY.pack_into(mm, HEADER_SIZE + f.slots * 4 + n * _ENTRY.size, h, phy, prev)
+        _I32.pack_into(mm, slot_pos, n + 1)
+        f.count = n + 1
+        _I32.pack_into(mm, _COUNT_POS, n + 1)
+        self.indexed += 1
+
+    def _set_end(self, end: int) -> None:
+        f = self._cur
+        assert f is not None and f.mm is not None
+        f.end_phy = end
+        _I64.pack_into(f.mm, _END_POS, end)
+
+    def _scan(self, pos: int, hi: int) -> None:
+        """Index the records in ``[pos, hi)`` read from the commit log, in windows."""
+        log = self.store.commitlog
+        seg = log.segment_size
+        while pos < hi:
+            seg_end = min(hi, (pos // seg + 1) * seg)
+            buf = log.read(pos, min(SCAN_WINDOW, seg_end - pos))
+            if buf is None:
+                return
+            off = 0
+            while off + 8 <= len(buf):
+                size, magic = _SIZE_MAGIC.unpack_from(buf, off)
+                if magic == BLANK_MAGIC_CODE:
+                    off = seg_end - pos  # the rest of the segment is blank
+                    break
+                if magic != MESSAGE_MAGIC_CODE or size < 91 or off + size > len(buf):
+                    break
+                m = decode_record(buf, off)
+                self._index(m.properties.get(UNIQ_KEY), m.properties.get(KEYS), pos + off)
+                off += size
+                self._set_end(pos + off)
+            if off == 0:
+                return  # not a record boundary (should not happen): stop, lookups verify
+            pos += off
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def end_phy(self) -> int:
+        return self._cur.end_phy if self._cur is not None else 0
+
+    def lookup(self, kind: str, key: str, limit: int = 64) -> list[int]:
+        """Candidate commit-log offsets for ``key``, newest first (verify each one)."""
+        h = key_hash(kind, key)
+        out: list[int] = []
+        for f in reversed(self.files):
+            if f.mm is not None:
+                self._walk(f, f.mm.__getitem__, h, out, limit)
+                continue
+            try:
+                fd = os.open(f.path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                self._walk(f, lambda s, fd=fd: os.pread(fd, s.stop - s.start, s.start),
+                           h, out, limit)
+            finally:
+                os.close(fd)
+            if len(out) >= limit:
+                break
+        return out
+
+    @staticmethod
+    def _walk(f: _File, read: object, h: int, out: list[int], limit: int) -> None:
+        get = read  # type: ignore[assignment]
+        pos = HEADER_SIZE + (h % f.slots) * 4
+        (entry,) = _I32.unpack(get(slice(pos, pos + 4)))  # type: ignore[operator]
+        base = HEADER_SIZE + f.slots * 4
+        bound = f.count + 1
+        while 0 < entry < bound and len(out) < limit:
+            p = base + (entry - 1) * _ENTRY.size
+            eh, phy, prev = _ENTRY.unpack(get(slice(p, p + _ENTRY.size)))  # type: ignore[operator]
+            if eh == h:
+                out.append(phy)
+            bound, entry = entry, prev
