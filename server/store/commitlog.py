@@ -55,6 +55,7 @@ class CommitLog:
         self._written = 0  # physical offset up to which bytes are in the OS
         self._flushed = 0  # physical offset up to which bytes are fsynced
         self.write_error: OSError | None = None
+        self.fsyncs = 0  # group commits performed (one may cover many acks)
 
     # ----------------------------------------------------------------- files
 
@@ -137,7 +138,8 @@ class CommitLog:
     def fsync(self) -> int:
         """fdatasync the written region (blocking: call from a thread); return the offset."""
         target = self._written
-        for seg in self.segments:
+        self.fsyncs += 1
+        for seg in list(self.segments):
             if seg.base + self.segment_size > self._flushed and seg.base < target:
                 os.fdatasync(seg.fd)
         self._flushed = max(self._flushed, target)
