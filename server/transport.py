@@ -47,6 +47,7 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.peer_ip = "127.0.0.1"
         self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self.peer_port = 0
         self._out: list[bytes] = []
         self._opaque = itertools.count(1)
         self.closed = False
@@ -59,10 +60,12 @@ class Connection(asyncio.Protocol):
         if peer:
             self.peer_ip = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
+            self.peer_port = int(peer[1])
             try:
                 self.peer_ip4 = socket.inet_aton(self.peer_ip)
             except OSError:  # IPv6 peers are stored as loopback: clients read 4-byte hosts
                 self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self.peer_port = 0
         self.server.connections.add(self)
         self.server.log.info("conn.opened", peer=self.peer, conn_id=self.conn_id,
                              listener=self.listener)

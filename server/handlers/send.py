@@ -2,7 +2,10 @@
 
 Owns: the broker-side checks of a send (J4 ``AbstractSendMessageProcessor.msgCheck`` and
 ``DefaultMessageStore.checkMessage``), topic auto-creation, the %RETRY% -> %DLQ% rule of
-the send path, batch unpacking, and the send response.
+the send path, batch unpacking, and the send response. Transactional half messages
+(``TRAN_MSG=true``) are refused with NO_PERMISSION, as a J4 broker with
+``rejectTransactionMessage=true`` does: without END_TRANSACTION support they would
+otherwise be delivered at once, even when the producer later rolls them back.
 
 Invariants: every rejection answers a RocketMQ code with a remark saying what was wrong
 and is logged as ``message.rejected``; nothing is stored for a rejected request; a batch
@@ -24,6 +27,7 @@ from kairosmq.protocol.properties import (
     DELAY,
     MAX_RECONSUME_TIMES,
     RETRY_TOPIC,
+    TRAN_MSG,
     WAIT,
     decode_properties,
 )
@@ -107,6 +111,10 @@ def _check_props(broker: Broker, props: dict[str, str]) -> None:
         if n < 0:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"delay level {n} is negative; "
                            f"levels are 0..{broker.config.max_delay_level}")
+    if props.get(TRAN_MSG, "").lower() == "true":
+        raise Rejected(ResponseCode.NO_PERMISSION,
+                       "transaction messages are not supported: this broker rejects half "
+                       "messages (TRAN_MSG=true) like RocketMQ with rejectTransactionMessage")
     props.pop(WAIT, None)
     props[CLUSTER] = broker.config.cluster_name
 
@@ -146,7 +154,7 @@ def handle_send(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
     msg = MessageInner(
         topic=h.topic, queue_id=queue_id, body=cmd.body, properties=props, flag=h.flag,
         sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-        born_host=(conn.peer_ip4, 0), reconsume_times=h.reconsume_times or 0,
+        born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
     )
     _retry_to_dlq(broker, h, msg)
     result = broker.put_message(msg)
@@ -175,7 +183,7 @@ def _send_batch(broker: Broker, conn: Connection, cmd: RemotingCommand,
         msgs.append(MessageInner(
             topic=h.topic, queue_id=queue_id, body=item.body, properties=props, flag=item.flag,
             sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-            born_host=(conn.peer_ip4, 0), reconsume_times=h.reconsume_times or 0,
+            born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
         ))
     results = []
     for msg in msgs:

@@ -1,0 +1,234 @@
+"""The stock npm client ali-ons 3.12.0, unmodified, against an in-process broker.
+
+What a user with an existing ali-ons application does: point ``nameSrv`` at kairosmq.
+The JS side (``alions/driver.js``) produces delayed and plain messages, push-consumes
+them, fails some deliveries so they go through CONSUMER_SEND_MSG_BACK -> %RETRY% ->
+redelivery after the level delay, and lets one exhaust ``maxReconsumeTimes`` so it is
+dead-lettered. It prints one JSON line per observation; this test checks those lines
+and the broker's own state (store, offsets, client registry, request codes served).
+
+``npm install`` runs once into ``tests/stock/alions/node_modules`` (git-ignored) when
+ali-ons is not installed there yet. The test is skipped only when ``node`` is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kairosmq.protocol.codes import PULL_SUBSCRIPTION, RequestCode, ResponseCode
+from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.properties import (
+    DELIVER_TIME,
+    ORIGIN_MESSAGE_ID,
+    RETRY_TOPIC,
+    SCHEDULE_ORIGIN,
+)
+from kairosmq.server.store import SCHEDULE_TOPIC
+
+from tests.wire import RawPeer
+
+pytestmark = pytest.mark.node
+
+ALIONS_DIR = Path(__file__).parent / "alions"
+ALIONS_VERSION = "3.12.0"
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+
+DELAY_TOPIC = "KairosAlionsDelay"
+RETRY_TOPIC_NAME = "KairosAlionsRetry"
+PRODUCER_GROUP = "PID_KAIROS_ALIONS"
+OK_GROUP = "CID_KAIROS_ALIONS_OK"
+FAIL_GROUP = "CID_KAIROS_ALIONS_FAIL"
+DELAY_LEVELS = [1, 2, 3, 4, 5]
+PLAIN_COUNT = 3
+MAX_RECONSUME = 3
+SUCCEED_AT = 2
+
+
+def _installed() -> bool:
+    pkg = ALIONS_DIR / "node_modules" / "ali-ons" / "package.json"
+    try:
+        return json.loads(pkg.read_text())["version"] == ALIONS_VERSION
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+async def _npm_install() -> None:
+    if _installed():
+        return
+    if NPM is None:
+        pytest.fail("node is installed but npm is not: cannot install ali-ons")
+    proc = await asyncio.create_subprocess_exec(
+        NPM, "install", "--no-audit", "--no-fund", "--no-save", "--no-package-lock",
+        f"ali-ons@{ALIONS_VERSION}", cwd=ALIONS_DIR,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    if proc.returncode != 0 or not _installed():
+        pytest.fail(f"npm install ali-ons@{ALIONS_VERSION} failed:\n{out.decode()[-4000:]}")
+
+
+async def _create_topic(peer: RawPeer, topic: str) -> None:
+    # What `mqadmin updateTopic` sends. ali-ons cannot auto-create a topic: on
+    # TOPIC_NOT_EXIST its producer throws instead of falling back to TBW102.
+    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
+        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false",
+    })
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+def _record_requests(broker: Any) -> list[tuple[str, int]]:
+    """Wrap the server's dispatch to note (listener, request code) of every request."""
+    seen: list[tuple[str, int]] = []
+    inner = broker.server.dispatch
+
+    def dispatch(conn: Any, cmd: Any) -> None:
+        if not cmd.is_response:
+            seen.append((conn.listener, cmd.code))
+        inner(conn, cmd)
+
+    broker.server.dispatch = dispatch
+    return seen
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed: the stock ali-ons client "
+                    "(npm) cannot run")
+async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
+    await _npm_install()
+    broker = await broker_factory()
+    levels_ms = broker.config.delay_levels_ms
+    seen_requests = _record_requests(broker)
+    peer = await RawPeer.connect(broker.address)
+    for topic in (DELAY_TOPIC, RETRY_TOPIC_NAME):
+        await _create_topic(peer, topic)
+
+    cfg = {
+        "nameSrv": broker.namesrv_address, "delayTopic": DELAY_TOPIC,
+        "retryTopic": RETRY_TOPIC_NAME, "producerGroup": PRODUCER_GROUP, "okGroup": OK_GROUP,
+        "failGroup": FAIL_GROUP, "delayLevels": DELAY_LEVELS, "plainCount": PLAIN_COUNT,
+        "maxReconsumeTimes": MAX_RECONSUME, "succeedAt": SUCCEED_AT, "timeoutMs": 25_000,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        NODE, str(ALIONS_DIR / "driver.js"), json.dumps(cfg), cwd=ALIONS_DIR,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NODE_NO_WARNINGS": "1"},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 45)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    events = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    diag = f"driver exit {proc.returncode}\nstdout:\n{out.decode()[-6000:]}\n" \
+           f"stderr:\n{err.decode()[-3000:]}"
+    assert proc.returncode == 0, diag
+    assert events[-1]["event"] == "done", diag
+
+    # Errors: the only ones allowed are ali-ons reporting QUERY_NOT_FOUND (22) for a queue
+    # its group never consumed, exactly what a RocketMQ 4.9 broker answers; ali-ons then
+    # falls back to GET_MAX_OFFSET / offset 0.
+    errors = [e["message"] for e in events if e["event"] == "error"
+              and "readOffset failed" not in e["message"]]
+    assert errors == [], diag
+
+    sent = {e["body"]: e for e in events if e["event"] == "sent"}
+    assert all(e["sendStatus"] == "SEND_OK" for e in sent.values()), diag
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["event"] in ("consumed", "attempt.failed"):
+            by_group[e["group"]].append(e)
+
+    # --- every message sent to the delay topic was consumed, delayed ones not early
+    ok = {e["body"]: e for e in by_group[OK_GROUP]}
+    expected_ok = {"warm-delay", *(f"delayed-level-{n}" for n in DELAY_LEVELS),
+                   *(f"plain-{i}" for i in range(PLAIN_COUNT))}
+    assert set(ok) == expected_ok, diag
+    for n in DELAY_LEVELS:
+        body = f"delayed-level-{n}"
+        got, snt, delay = ok[body], sent[body], levels_ms[n - 1]
+        assert got["keys"] == f"key-{body}" and got["tags"] == "TagDelay"
+        assert got["topic"] == DELAY_TOPIC and got["reconsumeTimes"] == 0
+        assert got["at"] - snt["sentAt"] >= delay, (body, got, snt)
+        assert got["storeTimestamp"] - got["bornTimestamp"] >= delay, (body, got)
+        # Broker side: the record the consumer got (by its commit-log offset) was re-put
+        # from the schedule topic no earlier than the schedule record's store time + delay.
+        rec = decode_record(broker.store.read_at(got["commitLogOffset"]))
+        assert rec.topic == DELAY_TOPIC and rec.body.decode() == body
+        level, sched_offset = map(int, rec.properties[SCHEDULE_ORIGIN].split(":"))
+        assert level == n
+        sched_ts = broker.store.store_time_at(SCHEDULE_TOPIC, n - 1, sched_offset)
+        assert sched_ts is not None
+        assert rec.store_timestamp - sched_ts >= delay
+        assert rec.store_timestamp >= int(rec.properties[DELIVER_TIME])
+    for i in range(PLAIN_COUNT):
+        assert ok[f"plain-{i}"]["keys"] == f"key-plain-{i}"
+
+    # --- the failing consumer: reconsumeTimes 0, 1, 2, ... with the same keys and origin id
+    fail = by_group[FAIL_GROUP]
+    assert [e["body"] for e in fail if e["body"].startswith("warm")] == ["warm-retry"]
+    for body, last in (("retry-me", SUCCEED_AT), ("dlq-me", MAX_RECONSUME)):
+        tries = [e for e in fail if e["body"] == body]
+        assert [e["reconsumeTimes"] for e in tries] == list(range(last + 1)), (body, diag)
+        first = tries[0]
+        assert first["msgId"] == sent[body]["msgId"]
+        for prev, cur in zip(tries, tries[1:], strict=False):
+            assert cur["keys"] == f"key-{body}" and cur["tags"] == "TagRetry"
+            # ali-ons restores the original topic from RETRY_TOPIC; the msgId it reports is
+            # the record's offset id (ali-ons sets no UNIQ_KEY), so the stable id across
+            # redeliveries is ORIGIN_MESSAGE_ID.
+            assert cur["topic"] == RETRY_TOPIC_NAME and cur["retryTopic"] == RETRY_TOPIC_NAME
+            assert cur["originMessageId"] == first["msgId"]
+            # Redelivered after the level delay: level 3 + previous reconsumeTimes.
+            gap = levels_ms[3 + prev["reconsumeTimes"] - 1]
+            assert cur["at"] - prev["at"] >= gap, (body, prev, cur)
+            assert cur["storeTimestamp"] - prev["at"] >= gap - 5, (body, prev, cur)
+        kinds = [e["event"] for e in tries]
+        if body == "retry-me":
+            assert kinds == ["attempt.failed"] * SUCCEED_AT + ["consumed"]
+        else:
+            assert kinds == ["attempt.failed"] * (MAX_RECONSUME + 1)
+
+    # --- the message past maxReconsumeTimes is in %DLQ%<group> (read back over the wire)
+    dlq = f"%DLQ%{FAIL_GROUP}"
+    assert broker.topics.get(dlq) is not None
+    r = await peer.call(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "CID_KAIROS_DLQ_READER", "topic": dlq, "queueId": 0,
+        "queueOffset": 0, "maxMsgNums": 32, "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0,
+        "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
+    })
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    dead = decode_records(r.body)
+    assert [m.body.decode() for m in dead] == ["dlq-me"]
+    assert dead[0].keys == "key-dlq-me"
+    assert dead[0].reconsume_times == MAX_RECONSUME + 1
+    assert dead[0].properties[RETRY_TOPIC] == RETRY_TOPIC_NAME
+    assert dead[0].properties[ORIGIN_MESSAGE_ID] == sent["dlq-me"]["msgId"]
+    await peer.close()
+
+    # --- offsets were committed: the OK group consumed its queues to the end
+    for qid in range(4):
+        end = broker.store.max_offset(DELAY_TOPIC, qid)
+        assert broker.offsets.query(OK_GROUP, DELAY_TOPIC, qid) == end, qid
+
+    # --- the clients unregistered on close
+    assert broker.clients.consumer_ids(OK_GROUP) == []
+    assert broker.clients.consumer_ids(FAIL_GROUP) == []
+
+    # --- which requests ali-ons made, and on which port
+    codes = {(listener, code) for listener, code in seen_requests}
+    assert ("namesrv", RequestCode.GET_ROUTEINFO_BY_TOPIC) in codes
+    for code in (RequestCode.HEART_BEAT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                 RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_OFFSET,
+                 RequestCode.PULL_MESSAGE, RequestCode.UPDATE_CONSUMER_OFFSET,
+                 RequestCode.SEND_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK,
+                 RequestCode.UNREGISTER_CLIENT):
+        assert ("broker", code) in codes, (RequestCode(code).name, sorted(codes))
