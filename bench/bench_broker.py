@@ -79,11 +79,13 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--rss-messages", type=int, default=1_000_000)
+    ap.add_argument("--binary", action="store_true",
+                    help="ROCKETMQ binary headers (default: JSON, what stock clients send)")
     ap.add_argument("--message-logs", action="store_true",
                     help="keep per-message log events on (the default broker setting)")
     args = ap.parse_args()
     kw = dict(total=args.total, concurrency=args.concurrency, connections=args.connections,
-              body_size=args.body, topic="BenchTopic")
+              body_size=args.body, topic="BenchTopic", binary=args.binary)
 
     port = free_port()
     null = subprocess.Popen([sys.executable, str(Path(__file__).parent / "null_server.py"),

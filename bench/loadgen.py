@@ -15,22 +15,27 @@ from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, SerializeType
 from kairosmq.protocol.commands import request
 
-_OPAQUE_AT = 4 + 4 + 2 + 1 + 2  # length, type|hlen, code, language, version
+_OPAQUE_AT = 4 + 4 + 2 + 1 + 2  # binary header: length, type|hlen, code, language, version
+OPAQUE_MARK = 1_000_000_000  # JSON header: a 10-digit opaque patched in place
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
-def send_frame(topic: str, body: bytes, queue_id: int, props: str = "") -> bytearray:
+def send_frame(topic: str, body: bytes, queue_id: int, props: str = "",
+               serialize_type: SerializeType = SerializeType.ROCKETMQ) -> bytearray:
     ext = {"a": "bench", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
            "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
            "m": "false"}
-    cmd = request(RequestCode.SEND_MESSAGE_V2, ext, body, serialize_type=SerializeType.ROCKETMQ)
+    cmd = request(RequestCode.SEND_MESSAGE_V2, ext, body, serialize_type=serialize_type,
+                  opaque=OPAQUE_MARK)
     return bytearray(encode_command(cmd))
 
 
 class Conn(asyncio.Protocol):
     def __init__(self, template: bytearray) -> None:
         self.template = template
+        self.binary = (template[4] == 1)
+        self.opaque_at = _OPAQUE_AT if self.binary else template.index(b'"opaque":') + 9
         self.buf = bytearray()
         self.sent_at: dict[int, float] = {}
         self.latencies: list[float] = []
@@ -46,7 +51,10 @@ class Conn(asyncio.Protocol):
         op = self.next_opaque
         self.next_opaque += 1
         frame = self.template
-        _I32.pack_into(frame, _OPAQUE_AT, op)
+        if self.binary:
+            _I32.pack_into(frame, _OPAQUE_AT, op)
+        else:  # same width: OPAQUE_MARK + op stays 10 digits
+            frame[self.opaque_at : self.opaque_at + 10] = b"%d" % (OPAQUE_MARK + op)
         self.sent_at[op] = time.perf_counter()
         assert self.transport is not None
         self.transport.write(bytes(frame))
@@ -69,6 +77,8 @@ class Conn(asyncio.Protocol):
 
                 h = orjson.loads(bytes(buf[pos + 8 : pos + 8 + (word & 0xFFFFFF)]))
                 code, op = h["code"], h["opaque"]
+            if op >= OPAQUE_MARK:
+                op -= OPAQUE_MARK
             t0 = self.sent_at.pop(op, None)
             if t0 is not None:
                 self.latencies.append(now - t0)
@@ -81,12 +91,13 @@ class Conn(asyncio.Protocol):
 
 async def run_load(host: str, port: int, *, total: int, concurrency: int, connections: int,
                    body_size: int, topic: str, queues: int = 4,
-                   props: str = "") -> dict[str, float]:
+                   props: str = "", binary: bool = False) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     per_conn = max(1, concurrency // connections)
     conns: list[Conn] = []
     for i in range(connections):
-        tmpl = send_frame(topic, b"x" * body_size, i % queues, props)
+        tmpl = send_frame(topic, b"x" * body_size, i % queues, props,
+                          SerializeType.ROCKETMQ if binary else SerializeType.JSON)
         _t, proto = await loop.create_connection(lambda t=tmpl: Conn(t), host, port)
         proto.window = asyncio.Semaphore(per_conn)
         conns.append(proto)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .codes import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from .errors import MessageDecodeError
@@ -53,8 +54,14 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=4096)
+def _tags_hash(tags: str) -> int:
+    return java_string_hash(tags)
+
+
 def tags_code(tags: str | None) -> int:
-    return java_string_hash(tags) if tags else 0
+    """Consume-queue tagsCode of a TAGS value (cached: a few tags repeat on every message)."""
+    return _tags_hash(tags) if tags else 0
 
 
 @dataclass(slots=True)
