@@ -14,7 +14,7 @@ Works against kairosmq brokers and Apache RocketMQ 4.x alike::
 from __future__ import annotations
 
 from .consume import ConsumeContext
-from .consumer import ConsumeFromWhere, MessageModel, PushConsumer
+from .consumer import MessageModel, PushConsumer
 from .errors import (
     BrokerError,
     ClientError,
@@ -34,6 +34,7 @@ from .message import (
     SendStatus,
     format_host,
 )
+from .offset_store import ConsumeFromWhere
 from .producer import Producer, hash_selector
 
 __all__ = [

@@ -2,8 +2,11 @@
 
 Owns: the public consumer API (``subscribe``, ``register_listener``, ``start``,
 ``shutdown``, ``async with``), the per-group timers (route 30 s, heartbeat 30 s,
-rebalance 20 s, offset persist 5 s, orderly lock renewal 20 s), the table
-``MessageQueue -> ProcessQueue`` of owned queues and the start offset of a new queue.
+rebalance 20 s, offset persist 5 s, orderly lock renewal 20 s) and the table
+``MessageQueue -> ProcessQueue`` of owned queues.
+
+Moved out: orderly queue locks (lock, renew, unlock) to ``queue_lock.QueueLocker``; a new
+queue's start offset (``computePullFromWhere``) and ``ConsumeFromWhere`` to ``offset_store``.
 
 Invariants:
 * CLUSTERING: the owned queues are ``allocate_averagely(client_id, queues, members)``;
@@ -30,11 +33,8 @@ from typing import Any
 from kairosmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
-    LockBatchRequest,
-    MessageQueueData,
     SubscriptionData,
     decode_consumer_list,
-    decode_lock_response,
 )
 from kairosmq.protocol.codes import RequestCode, ResponseCode, SerializeType
 from kairosmq.protocol.commands import RemotingCommand
@@ -49,9 +49,16 @@ from .consume import (
 )
 from .errors import ClientError, ClientStateError
 from .message import MessageQueue
-from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from .offset_store import (
+    ConsumeFromWhere,
+    LocalOffsetStore,
+    OffsetStore,
+    RemoteOffsetStore,
+    compute_start_offset,
+)
 from .process_queue import ProcessQueue
 from .pull import PullSettings, Subscription, pull_loop
+from .queue_lock import QueueLocker
 from .rebalance import allocate_averagely, tag_filter
 from .remoting import RemotingClient, RemotingPool, local_ip
 from .route import RouteCache
@@ -62,12 +69,6 @@ log = logging.getLogger("kairosmq.client.consumer")
 class MessageModel(Enum):
     CLUSTERING = "CLUSTERING"
     BROADCASTING = "BROADCASTING"
-
-
-class ConsumeFromWhere(Enum):
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 class PushConsumer:
@@ -149,6 +150,8 @@ class PushConsumer:
         else:
             directory = offset_store_dir or Path.home() / ".kairosmq_offsets"
             self._offsets = LocalOffsetStore(directory, group)
+        self._locker = QueueLocker(self._pool, group, self.client_id, self._addr_of,
+                                   request_timeout)
         self._subs: dict[str, Subscription] = {}
         self._listener: Listener | None = None
         self._orderly = False
@@ -225,7 +228,8 @@ class PushConsumer:
             self._pull_settings.needs_lock = self._clustering
             if self._clustering:
                 self._timers.append(
-                    Periodic("consumer-lock", self._lock_renew_interval, self._renew_locks)
+                    Periodic("consumer-lock", self._lock_renew_interval,
+                             lambda: self._locker.renew(self._pqs))
                 )
         else:
             self._service = ConcurrentConsumeService(
@@ -258,7 +262,7 @@ class PushConsumer:
             self._offsets.update(mq, pq.commit_offset)
         await self._offsets.persist(mqs, final=True)
         if self._orderly and self._clustering:
-            await self._unlock(mqs)
+            await self._locker.unlock(mqs)
         for tasks in self._pq_tasks.values():
             for t in tasks:
                 t.cancel()
@@ -395,11 +399,14 @@ class PushConsumer:
         for mq in sorted(mine - self._pqs.keys()):
             if self._state != "running":
                 break
-            if self._orderly and self._clustering and not await self._lock([mq]):
+            if self._orderly and self._clustering and not await self._locker.lock([mq], self._pqs):
                 lock_failed = True
                 continue
             try:
-                offset = await self._start_offset(mq)
+                offset = await compute_start_offset(
+                    self._offsets, mq, self.consume_from_where, self.consume_timestamp,
+                    pool=self._pool, addr_of=self._addr_of, timeout=self.request_timeout,
+                )
             except ClientError as err:
                 log.info("cannot compute the start offset of %s: %s", mq, err)
                 continue
@@ -436,87 +443,6 @@ class PushConsumer:
         await self._offsets.persist([mq], final=True)
         self._offsets.remove(mq)
         if self._orderly and self._clustering:
-            await self._unlock([mq])
+            await self._locker.unlock([mq])
         for t in tasks:
             t.cancel()
-
-    async def _start_offset(self, mq: MessageQueue) -> int:
-        """RocketMQ computePullFromWhere: the stored offset, else by consume_from_where."""
-        offset = await self._offsets.read_from_store(mq)
-        if offset >= 0:
-            return offset
-        is_retry = mq.topic.startswith("%RETRY%")
-        if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
-            return 0
-        if self.consume_from_where is ConsumeFromWhere.LAST_OFFSET:
-            return 0 if is_retry else await self._queue_offset(mq, RequestCode.GET_MAX_OFFSET, {})
-        if is_retry:
-            return await self._queue_offset(mq, RequestCode.GET_MAX_OFFSET, {})
-        ts = self.consume_timestamp or int(time.time() * 1000) - 30 * 60 * 1000
-        return await self._queue_offset(
-            mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(ts)}
-        )
-
-    async def _queue_offset(self, mq: MessageQueue, code: int, extra: dict[str, str]) -> int:
-        addr = self._addr_of(mq.broker_name)
-        if addr is None:
-            raise ClientError(f"no address for broker {mq.broker_name}")
-        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
-        resp = await self._pool.invoke(addr, code, ext, timeout=self.request_timeout)
-        if resp.code != ResponseCode.SUCCESS:
-            name = RequestCode(code).name
-            raise ClientError(f"{name} for {mq} answered {resp.code} {resp.remark}")
-        return int(resp.ext_fields.get("offset", "0"))
-
-    # ------------------------------------------------------------ orderly locks
-
-    def _lock_body(self, mqs: list[MessageQueue]) -> bytes:
-        data = [MessageQueueData(m.topic, m.broker_name, m.queue_id) for m in mqs]
-        return LockBatchRequest(self.group, self.client_id, data).to_json()
-
-    async def _lock(self, mqs: list[MessageQueue]) -> bool:
-        """LOCK_BATCH_MQ for ``mqs`` (one broker); True if all of them were locked."""
-        addr = self._addr_of(mqs[0].broker_name)
-        if addr is None:
-            return False
-        try:
-            resp = await self._pool.invoke(
-                addr, RequestCode.LOCK_BATCH_MQ, None, self._lock_body(mqs),
-                timeout=self.request_timeout,
-            )
-            locked = decode_lock_response(resp.body) if resp.code == ResponseCode.SUCCESS else []
-        except (ClientError, ValueError) as err:
-            log.info("lock of %s failed: %s", [str(m) for m in mqs], err)
-            return False
-        got = {MessageQueue(m.topic, m.broker_name, m.queue_id) for m in locked}
-        now = time.monotonic()
-        for mq in mqs:
-            pq = self._pqs.get(mq)
-            if pq is not None:
-                pq.locked = mq in got
-                if pq.locked:
-                    pq.lock_time = now
-        return all(mq in got for mq in mqs)
-
-    async def _renew_locks(self) -> None:
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in self._pqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for mqs in by_broker.values():
-            await self._lock(mqs)
-
-    async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for name, group in by_broker.items():
-            addr = self._addr_of(name)
-            if addr is None:
-                continue
-            try:
-                await self._pool.invoke(
-                    addr, RequestCode.UNLOCK_BATCH_MQ, None, self._lock_body(group),
-                    timeout=self.request_timeout,
-                )
-            except ClientError as err:
-                log.info("unlock of %s failed: %s", [str(m) for m in group], err)

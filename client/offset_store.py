@@ -6,9 +6,15 @@ and persisted. ``RemoteOffsetStore`` uses QUERY_CONSUMER_OFFSET / UPDATE_CONSUME
 ``LocalOffsetStore`` keeps ``<dir>/<group>/offsets.json``, written atomically (temp file,
 fsync, ``os.replace``).
 
+Also owns where a queue without a stored offset starts: ``ConsumeFromWhere`` and
+``compute_start_offset`` (RocketMQ ``computePullFromWhere``, moved here from
+``consumer.py``).
+
 Invariants: ``update(..., increase_only=True)`` never moves an offset backwards; a
 queue's offset is only persisted after it changed (or when forced), and a read that finds
-nothing returns -1 ("no offset"), which the consumer resolves by ``consume_from_where``.
+nothing returns -1 ("no offset"), which ``compute_start_offset`` resolves by
+``consume_from_where`` (a stored offset always wins; a ``%RETRY%`` topic never starts by
+timestamp).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -27,6 +35,12 @@ from .message import MessageQueue
 from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.offsets")
+
+
+class ConsumeFromWhere(Enum):
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 class OffsetStore:
@@ -163,3 +177,47 @@ class LocalOffsetStore(OffsetStore):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+async def compute_start_offset(
+    store: OffsetStore, mq: MessageQueue, where: ConsumeFromWhere, timestamp: int | None, *,
+    pool: RemotingPool, addr_of: Callable[[str], str | None], timeout: float = 3.0,
+) -> int:
+    """RocketMQ computePullFromWhere: the stored offset, else by ``where``.
+
+    ``timestamp`` (ms) is for ``ConsumeFromWhere.TIMESTAMP``; None (or 0) means 30 min ago.
+
+    Raises:
+        ClientError: the store or the broker could not be asked, or the broker refused.
+    """
+    offset = await store.read_from_store(mq)
+    if offset >= 0:
+        return offset
+    is_retry = mq.topic.startswith("%RETRY%")
+
+    async def ask(code: int, extra: dict[str, str]) -> int:
+        return await _queue_offset(pool, addr_of, mq, code, extra, timeout)
+
+    if where is ConsumeFromWhere.FIRST_OFFSET:
+        return 0
+    if where is ConsumeFromWhere.LAST_OFFSET:
+        return 0 if is_retry else await ask(RequestCode.GET_MAX_OFFSET, {})
+    if is_retry:
+        return await ask(RequestCode.GET_MAX_OFFSET, {})
+    ts = timestamp or int(time.time() * 1000) - 30 * 60 * 1000
+    return await ask(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(ts)})
+
+
+async def _queue_offset(
+    pool: RemotingPool, addr_of: Callable[[str], str | None], mq: MessageQueue, code: int,
+    extra: dict[str, str], timeout: float,
+) -> int:
+    addr = addr_of(mq.broker_name)
+    if addr is None:
+        raise ClientError(f"no address for broker {mq.broker_name}")
+    ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
+    resp = await pool.invoke(addr, code, ext, timeout=timeout)
+    if resp.code != ResponseCode.SUCCESS:
+        name = RequestCode(code).name
+        raise ClientError(f"{name} for {mq} answered {resp.code} {resp.remark}")
+    return int(resp.ext_fields.get("offset", "0"))
