@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 import time
 from typing import Any
 
@@ -42,6 +43,7 @@ from .offsets import ConsumerOffsetManager
 from .schedule import ScheduleService, transform_delayed
 from .stats import BrokerStats
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
+from .store.index import KeyIndex
 from .topics import TopicConfigManager
 from .transport import RemotingServer
 
@@ -84,11 +86,15 @@ class Broker:
         self.store.providers.append(self.schedule)
         self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
+        # msgId/key index for admin lookups (store/index.py); opened after the store
+        self.index = KeyIndex(self.store.data_dir / "index", self.store)
+        self.store.dispatchers.append(self.index.dispatch)
         self.server = RemotingServer(
             self, log=get_logger("transport"), before_write=self.store.write_out,
             on_connection_lost=self.clients.connection_closed, max_frame=cfg.max_frame_length,
         )
         self._services: list[asyncio.Task[None]] = []
+        self._persist_lock = threading.Lock()
         self._flush_waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._flush_event: asyncio.Event | None = None
         self._started_at = 0.0
@@ -105,6 +111,10 @@ class Broker:
     def namesrv_address(self) -> str:
         return f"{self.advertised_host}:{self.namesrv_port}"
 
+    @property
+    def uptime_ms(self) -> float:
+        return (time.monotonic() - self._started_at) * 1000 if self.running else 0.0
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -114,6 +124,7 @@ class Broker:
         self.offsets.load()
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
+        await asyncio.to_thread(self.index.open)
         self.port = await self.server.listen(cfg.host, cfg.port, BROKER_HANDLERS, "broker")
         self.store.store_host = (self.store.store_host[0], self.port)
         if cfg.vip_channel and self.port > 2:
@@ -151,11 +162,16 @@ class Broker:
         offsets = self.offsets.snapshot()
         await asyncio.to_thread(self._persist, snap, offsets)
         self.store.close()
+        self.index.close()
         self.log.info("broker.stopped", uptime_ms=(time.monotonic() - self._started_at) * 1000)
 
     def _persist(self, snap: dict[str, Any], offsets: Any) -> None:
-        self.store.persist_checkpoint(snap)
-        self.offsets.persist(offsets)
+        # One writer at a time: stop() cancels the checkpoint task, but a persist already
+        # running in its thread goes on and would race stop()'s on the same temp files.
+        with self._persist_lock:
+            self.index.flush()
+            self.store.persist_checkpoint(snap)
+            self.offsets.persist(offsets)
 
     # ------------------------------------------------------------------ put path
 

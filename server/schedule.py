@@ -181,20 +181,26 @@ class ScheduleService:
 
     def _drain(self, level: int, cq: Any) -> bool:
         """Re-put up to ``batch`` due messages; False if a re-put failed."""
-        for _ in range(self.batch):
-            off = self.progress[level]
-            unit = cq.get(off)
-            if unit is None:
-                return True
-            phy, size, deliver_ts = unit
-            now = self.clock_ms()
-            if deliver_ts > now:
-                return True
-            record = self.store.read(phy, size)
-            if record is None:  # removed by retention: nothing to deliver
-                self.progress[level] = off + 1
+        start = self.progress[level]
+        now = self.clock_ms()
+        log_min = self.store.commitlog.min_offset
+        due = []
+        for unit in cq.units(start, self.batch):
+            if unit[2] > now:
+                break
+            if unit[0] < log_min and not due:  # removed by retention: nothing to deliver
+                start += 1
+                self.progress[level] = start
                 continue
-            msg = restore_delayed(record, level, off)
+            due.append(unit)
+        if not due:
+            return True
+        records = self.store.commitlog.read_many([(u[0], u[1]) for u in due])
+        if len(records) < len(due):
+            due = due[: len(records)]  # a read failed: retry the rest on the next round
+        for i, (_phy, _size, deliver_ts) in enumerate(due):
+            off = start + i
+            msg = restore_delayed(records[i], level, off)
             result = self.put(msg)
             if result.status is not PutStatus.PUT_OK:
                 self.put_failures += 1

@@ -15,6 +15,14 @@ from .admin import (
     handle_delete_topic,
     handle_view_message,
 )
+from .admin_ext import (
+    handle_broker_status,
+    handle_consumer_groups,
+    handle_consumer_lag,
+    handle_query_message,
+    handle_resend_dlq,
+    handle_schedule_backlog,
+)
 from .client import (
     handle_check_client_config,
     handle_consumer_list,
@@ -58,6 +66,13 @@ BROKER_HANDLERS: dict[int, Handler] = {
     R.DELETE_TOPIC_IN_BROKER: handle_delete_topic,
     R.GET_ALL_TOPIC_CONFIG: handle_all_topic_config,
     R.VIEW_MESSAGE_BY_ID: handle_view_message,
+    R.QUERY_MESSAGE: handle_query_message,
+    # kairosmq admin (900-range, admin_ext.py)
+    R.KAIROS_GET_CONSUMER_GROUPS: handle_consumer_groups,
+    R.KAIROS_GET_CONSUMER_LAG: handle_consumer_lag,
+    R.KAIROS_GET_SCHEDULE_BACKLOG: handle_schedule_backlog,
+    R.KAIROS_RESEND_DLQ: handle_resend_dlq,
+    R.KAIROS_GET_BROKER_STATUS: handle_broker_status,
 }
 
 NAMESRV_HANDLERS: dict[int, Handler] = {

@@ -31,6 +31,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,11 +55,14 @@ _SIZE_MAGIC = struct.Struct(">iI")
 SCAN_WINDOW = 8 << 20
 KIND_UNIQ = "U"
 KIND_KEY = "K"
+_SEED_UNIQ = zlib.crc32(b"U\x00")
+_SEED_KEY = zlib.crc32(b"K\x00")
 
 
 def key_hash(kind: str, key: str) -> int:
-    """Stable 32-bit hash of a key of a kind (``U`` msgId, ``K`` key)."""
-    return zlib.crc32(f"{kind}\x00{key}".encode())
+    """Stable 32-bit hash of a key of a kind (``U`` msgId, ``K`` key): CRC-32 of
+    ``kind NUL key`` in UTF-8."""
+    return zlib.crc32(key.encode(), _SEED_UNIQ if kind == KIND_UNIQ else _SEED_KEY)
 
 
 @dataclass(slots=True)
@@ -71,6 +75,10 @@ class _File:
     end_phy: int
     fd: int = -1
     mm: mmap.mmap | None = None
+    entries_pos: int = 0
+
+    def __post_init__(self) -> None:
+        self.entries_pos = HEADER_SIZE + self.slots * 4
 
 
 class KeyIndex:
@@ -91,6 +99,8 @@ class KeyIndex:
         return HEADER_SIZE + slots * 4 + capacity * _ENTRY.size
 
     def _create(self, first_phy: int, end_phy: int) -> _File:
+        if self.files and self.files[-1].first_phy >= first_phy:
+            first_phy = self.files[-1].first_phy + 1  # names stay unique and sorted
         path = self.directory / f"{first_phy:020d}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(fd, self._size(self.slots, self.capacity))  # sparse
@@ -179,35 +189,37 @@ class KeyIndex:
 
     def _index(self, uniq: str | None, keys: str | None, phy: int) -> None:
         if uniq:
-            self._add(key_hash(KIND_UNIQ, uniq), phy)
+            self._add(zlib.crc32(uniq.encode(), _SEED_UNIQ), phy)
         if keys:
             for k in keys.split(" "):
                 if k:
-                    self._add(key_hash(KIND_KEY, k), phy)
+                    self._add(zlib.crc32(k.encode(), _SEED_KEY), phy)
 
     def _add(self, h: int, phy: int) -> None:
+        """Append an entry and make it its slot's chain head (the hot path: keep it lean)."""
         f = self._cur
-        assert f is not None and f.mm is not None
+        if f is None or f.mm is None:
+            return
         if f.count >= f.capacity:
             self._unmap(f)
             f = self._cur = self._create(phy, f.end_phy)
             self._expire()
         mm = f.mm
-        assert mm is not None
+        if mm is None:
+            return
         slot_pos = HEADER_SIZE + (h % f.slots) * 4
-        (prev,) = _I32.unpack_from(mm, slot_pos)
         n = f.count
-        _ENTRY.pack_into(mm, HEADER_SIZE + f.slots * 4 + n * _ENTRY.size, h, phy, prev)
-        _I32.pack_into(mm, slot_pos, n + 1)
-        f.count = n + 1
-        _I32.pack_into(mm, _COUNT_POS, n + 1)
+        _ENTRY.pack_into(mm, f.entries_pos + n * 16, h, phy, _I32.unpack_from(mm, slot_pos)[0])
+        f.count = n = n + 1
+        _I32.pack_into(mm, slot_pos, n)
+        _I32.pack_into(mm, _COUNT_POS, n)
         self.indexed += 1
 
     def _set_end(self, end: int) -> None:
         f = self._cur
-        assert f is not None and f.mm is not None
-        f.end_phy = end
-        _I64.pack_into(f.mm, _END_POS, end)
+        if f is not None and f.mm is not None:
+            f.end_phy = end
+            _I64.pack_into(f.mm, _END_POS, end)
 
     def _scan(self, pos: int, hi: int) -> None:
         """Index the records in ``[pos, hi)`` read from the commit log, in windows."""
@@ -245,32 +257,30 @@ class KeyIndex:
         h = key_hash(kind, key)
         out: list[int] = []
         for f in reversed(self.files):
-            if f.mm is not None:
-                self._walk(f, f.mm.__getitem__, h, out, limit)
+            if len(out) >= limit:
+                break
+            mm = f.mm
+            if mm is not None:
+                self._walk(f, lambda pos, n, mm=mm: mm[pos : pos + n], h, out, limit)
                 continue
             try:
                 fd = os.open(f.path, os.O_RDONLY)
             except FileNotFoundError:
                 continue
             try:
-                self._walk(f, lambda s, fd=fd: os.pread(fd, s.stop - s.start, s.start),
-                           h, out, limit)
+                self._walk(f, lambda pos, n, fd=fd: os.pread(fd, n, pos), h, out, limit)
             finally:
                 os.close(fd)
-            if len(out) >= limit:
-                break
         return out
 
     @staticmethod
-    def _walk(f: _File, read: object, h: int, out: list[int], limit: int) -> None:
-        get = read  # type: ignore[assignment]
-        pos = HEADER_SIZE + (h % f.slots) * 4
-        (entry,) = _I32.unpack(get(slice(pos, pos + 4)))  # type: ignore[operator]
+    def _walk(f: _File, read: Callable[[int, int], bytes], h: int, out: list[int],
+              limit: int) -> None:
+        (entry,) = _I32.unpack(read(HEADER_SIZE + (h % f.slots) * 4, 4))
         base = HEADER_SIZE + f.slots * 4
         bound = f.count + 1
         while 0 < entry < bound and len(out) < limit:
-            p = base + (entry - 1) * _ENTRY.size
-            eh, phy, prev = _ENTRY.unpack(get(slice(p, p + _ENTRY.size)))  # type: ignore[operator]
+            eh, phy, prev = _ENTRY.unpack(read(base + (entry - 1) * _ENTRY.size, _ENTRY.size))
             if eh == h:
                 out.append(phy)
             bound, entry = entry, prev

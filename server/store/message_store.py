@@ -280,7 +280,6 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         log_min = self.commitlog.min_offset
-        run_start = run_end = -1
         total = scanned = 0
         pos = offset
         missing = False
@@ -297,11 +296,6 @@ class MessageStore:
                     if res.units and total + size > max_bytes:
                         scanned -= 1
                         break
-                    if phy != run_end:
-                        if run_start >= 0:
-                            self._read_run(res, run_start, run_end)
-                        run_start = phy
-                    run_end = phy + size
                     total += size
                     res.units.append(unit)
                     res.queue_offsets.append(offset + scanned - 1)
@@ -311,19 +305,19 @@ class MessageStore:
                 pos += len(units)
                 continue
             break
-        if run_start >= 0:
-            self._read_run(res, run_start, run_end)
+        if res.units:
+            res.chunks, read = self.commitlog.read_concat([(u[0], u[1]) for u in res.units])
+            if read < len(res.units):  # a range fell outside the log (retention raced us)
+                del res.units[read:]
+                del res.queue_offsets[read:]
+                if res.queue_offsets:
+                    scanned = res.queue_offsets[-1] - offset + 1
         res.next_begin_offset = offset + scanned
         if res.units:
             res.status = GetStatus.FOUND
         elif missing:
             res.status = GetStatus.OFFSET_FOUND_NULL
         return res
-
-    def _read_run(self, res: GetResult, start: int, end: int) -> None:
-        data = self.commitlog.read(start, end - start)
-        if data is not None:
-            res.chunks.append(data)
 
     def store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:
         cq = self.queues.get((topic, queue_id))

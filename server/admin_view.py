@@ -1,0 +1,143 @@
+"""Human-readable output of ``kairosmq admin``: aligned tables and message cards.
+
+Owns: turning each command's result (the same structure ``--json`` prints) into text, and
+the small field formatters (times, permissions, topic kinds, message dicts).
+
+Invariant: pure functions of their inputs (the clock only for "due in" columns); nothing
+here talks to the network, so the JSON and table views always show the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from typing import Any
+
+from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
+from kairosmq.protocol.message import MessageExt
+
+BODY_PREVIEW = 120
+
+
+def fmt_time(ms: int | None) -> str:
+    if ms is None or ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def fmt_ms(ms: float) -> str:
+    if ms < 1000:
+        return f"{ms:g}ms"
+    for unit, size in (("h", 3_600_000), ("m", 60_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size:g}{unit}"
+    return f"{ms / 1000:g}s"
+
+
+def perm(value: int) -> str:
+    return ("r" if value & PERM_READ else "-") + ("w" if value & PERM_WRITE else "-")
+
+
+def topic_kind(name: str) -> str:
+    if name.startswith("%RETRY%"):
+        return "retry"
+    if name.startswith("%DLQ%"):
+        return "dlq"
+    if name in ("SCHEDULE_TOPIC_XXXX", "TBW102") or name.startswith("RMQ_SYS_"):
+        return "system"
+    return "normal"
+
+
+def message_order(m: MessageExt) -> tuple[int, int]:
+    return (m.store_timestamp, m.commit_log_offset)
+
+
+def message_dict(m: MessageExt, full_body: bool) -> dict[str, Any]:
+    text = m.body.decode("utf-8", errors="replace")
+    if not full_body and len(text) > BODY_PREVIEW:
+        text = text[:BODY_PREVIEW] + "..."
+    return {
+        "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "topic": m.topic,
+        "queueId": m.queue_id, "queueOffset": m.queue_offset,
+        "commitLogOffset": m.commit_log_offset, "tags": m.tags, "keys": m.keys,
+        "storeTimestamp": m.store_timestamp, "bornTimestamp": m.born_timestamp,
+        "reconsumeTimes": m.reconsume_times, "size": m.store_size,
+        "properties": m.properties, "body": text,
+    }
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """Align ``rows`` under ``columns`` ((header, key) pairs); numbers right-aligned."""
+    cells = [[h for h, _ in columns]]
+    for r in rows:
+        cells.append(["-" if r.get(k) is None else str(r.get(k)) for _, k in columns])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    numeric = [bool(rows) and all(isinstance(r.get(k), int) for r in rows) for _, k in columns]
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric,
+                                                                      strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _schedule(result: dict[str, Any]) -> str:
+    now = result["nowMs"]
+    rows = []
+    for lv in result["levels"]:
+        due = lv["nextDueMs"]
+        rows.append({**lv, "delay": fmt_ms(lv["delayMs"]), "next": fmt_time(due),
+                     "in": "-" if due is None else fmt_ms(max(0, due - now))})
+    cols = [("LEVEL", "level"), ("DELAY", "delay"), ("PENDING", "pending"),
+            ("NEXT DUE", "next"), ("DUE IN", "in"), ("SCHEDULED", "scheduled"),
+            ("DELIVERED", "delivered")]
+    return table(rows, cols) + f"\npending total: {sum(r['pending'] for r in rows)}"
+
+
+def _messages(result: list[dict[str, Any]]) -> str:
+    cards = []
+    for m in result:
+        props = {k: v for k, v in m["properties"].items()}
+        lines = [f"msgId:          {m['msgId']}", f"offsetMsgId:    {m['offsetMsgId']}",
+                 f"topic:          {m['topic']}  queue {m['queueId']}  "
+                 f"offset {m['queueOffset']}",
+                 f"tags / keys:    {m['tags'] or '-'} / {m['keys'] or '-'}",
+                 f"stored:         {fmt_time(m['storeTimestamp'])}  "
+                 f"(born {fmt_time(m['bornTimestamp'])})",
+                 f"reconsumeTimes: {m['reconsumeTimes']}  size {m['size']} B",
+                 f"properties:     {props}", f"body:           {m['body']!r}"]
+        cards.append("\n".join(lines))
+    return "\n\n".join(cards) + f"\n\n{len(result)} message(s)"
+
+
+def render(args: argparse.Namespace, result: Any) -> str:
+    cmd = args.command
+    if cmd == "topic" and args.action == "list":
+        return table(result, [("TOPIC", "topic"), ("KIND", "kind"), ("READ Q", "readQueues"),
+                              ("WRITE Q", "writeQueues"), ("PERM", "perm"), ("ORDER", "order")])
+    if cmd == "offsets":
+        return table(result, [("TOPIC", "topic"), ("QUEUE", "queueId"), ("MIN", "minOffset"),
+                              ("MAX", "maxOffset"), ("MESSAGES", "messages")])
+    if cmd == "groups":
+        rows = [{**g, "subs": ",".join(g["subscriptions"]) or "-"} for g in result]
+        return table(rows, [("GROUP", "group"), ("ONLINE", "online"), ("MODEL", "messageModel"),
+                            ("SUBSCRIPTIONS", "subs"), ("LAG", "lag"), ("DLQ", "dlq")])
+    if cmd == "lag":
+        return table(result["queues"], [
+            ("TOPIC", "topic"), ("QUEUE", "queueId"), ("BROKER OFFSET", "brokerOffset"),
+            ("CONSUMER OFFSET", "consumerOffset"), ("LAG", "lag")]) + (
+            f"\ntotal lag of {result['group']}: {result['lag']}")
+    if cmd == "schedule":
+        return _schedule(result)
+    if cmd == "msg":
+        return _messages(result)
+    if cmd == "dlq":
+        return table(result["resent"], [("MSG ID", "msgId"), ("TO TOPIC", "topic"),
+                                        ("QUEUE", "queueId"), ("OFFSET", "queueOffset")]) + (
+            f"\nresent {len(result['resent'])}; still in %DLQ%{result['group']}: "
+            f"{result['remaining']}")
+    if cmd == "health":
+        return f"ok: broker {result['address']} up {result['uptimeMs'] / 1000:.1f}s"
+    if isinstance(result, dict):
+        return "\n".join(f"{k}: {v}" for k, v in result.items())
+    return str(result)

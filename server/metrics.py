@@ -1,0 +1,184 @@
+"""Prometheus metrics endpoint (optional extra ``metrics``: prometheus-client).
+
+Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker.stats``
+and live broker state at scrape time; the hot paths only bump plain counters, no
+prometheus calls per message), ``take_snapshot`` and ``start_metrics(broker, port)``.
+
+Invariants:
+* The HTTP server runs in prometheus-client's daemon thread, but broker state is only
+  read on the event loop: a scrape schedules ``take_snapshot`` on the loop with
+  ``call_soon_threadsafe`` and waits (bounded) for the copy. A busy or stopped loop makes
+  the scrape answer ``kairosmq_up 0`` instead of reading dicts being mutated.
+* Metric names and labels are stable (dashboards depend on them); lateness is exported
+  in seconds with the buckets of ``stats.LATENESS_BUCKETS_MS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .stats import LATENESS_BUCKETS_MS
+from .store import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from .broker import Broker
+
+SNAPSHOT_TIMEOUT = 2.0
+_INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
+                 "pip install 'kairosmq[metrics]' (or pip install prometheus-client)")
+
+
+def _held_pulls(broker: Broker) -> int:
+    """Held PULL requests (the scheduler's own per-level waits are not pulls)."""
+    waiters = getattr(broker.notifier, "_waiters", None)
+    if not isinstance(waiters, dict):
+        return int(broker.notifier.held)
+    return sum(len(s) for (topic, _q), s in waiters.items() if topic != SCHEDULE_TOPIC)
+
+
+def take_snapshot(broker: Broker) -> dict[str, Any]:
+    """Copy everything a scrape exports (call on the broker's event loop)."""
+    st = broker.stats
+    log = broker.store.commitlog
+    return {
+        "stored": dict(st.stored), "scheduled": dict(st.scheduled),
+        "delivered": dict(st.delivered), "pulled": dict(st.pulled),
+        "retried": dict(st.redelivered), "dead": dict(st.dead_lettered),
+        "rejected": st.rejected,
+        "lateness": {lv: (list(h.counts), h.total, h.sum_ms) for lv, h in st.lateness.items()},
+        "backlog": broker.schedule.backlog(), "now_ms": broker.store.clock_ms(),
+        "held": _held_pulls(broker), "connections": len(broker.server.connections),
+        "log_min": log.min_offset, "log_max": log.max_offset,
+        "uptime_s": broker.uptime_ms / 1000,
+    }
+
+
+class BrokerCollector:
+    """Yields the broker's metric families at each scrape (see module docstring)."""
+
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        fut: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+
+        def take() -> None:
+            try:
+                fut.set_result(take_snapshot(self.broker))
+            except Exception as err:  # noqa: BLE001 - handed to the scraping thread
+                fut.set_exception(err)
+
+        try:
+            self.loop.call_soon_threadsafe(take)
+            return fut.result(SNAPSHOT_TIMEOUT)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return None  # loop closed or too busy to answer
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        snap = self._snapshot()
+        yield GaugeMetricFamily("kairosmq_up", "1 if the broker answered this scrape",
+                                value=0 if snap is None else 1)
+        if snap is None:
+            return
+        per_topic = (
+            ("stored", "kairosmq_messages_stored", "Messages stored (not delayed) per topic"),
+            ("delivered", "kairosmq_messages_delivered",
+             "Delayed messages moved from the schedule to their topic"),
+            ("pulled", "kairosmq_messages_consumed", "Messages handed to consumers by PULL"),
+        )
+        for key, name, doc in per_topic:
+            c = CounterMetricFamily(name, doc, labels=["topic"])
+            for topic, n in sorted(snap[key].items()):
+                c.add_metric([topic], n)
+            yield c
+        for key, name, doc in (
+            ("retried", "kairosmq_messages_retried", "Messages sent back for retry per group"),
+            ("dead", "kairosmq_messages_dead_lettered", "Messages moved to a DLQ per group"),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["group"])
+            for group, n in sorted(snap[key].items()):
+                c.add_metric([group], n)
+            yield c
+        c = CounterMetricFamily("kairosmq_messages_scheduled", "Delayed messages accepted",
+                                labels=["level"])
+        for level, n in sorted(snap["scheduled"].items()):
+            c.add_metric([str(level)], n)
+        yield c
+        yield CounterMetricFamily("kairosmq_messages_rejected", "Sends refused",
+                                  value=snap["rejected"])
+        pending = GaugeMetricFamily("kairosmq_delayed_pending",
+                                    "Delayed messages waiting per level", labels=["level"])
+        due = GaugeMetricFamily("kairosmq_delayed_next_due_seconds",
+                                "Seconds until the level's next message is due (<0: late)",
+                                labels=["level"])
+        for level, (n, next_ms) in sorted(snap["backlog"].items()):
+            pending.add_metric([str(level)], n)
+            if next_ms is not None:
+                due.add_metric([str(level)], (next_ms - snap["now_ms"]) / 1000)
+        yield pending
+        yield due
+        hist = HistogramMetricFamily(
+            "kairosmq_delivery_lateness_seconds",
+            "Store time of a delivered delayed message minus its due time", labels=["level"])
+        bounds = [f"{b / 1000:g}" for b in LATENESS_BUCKETS_MS] + ["+Inf"]
+        for level, (counts, _total, sum_ms) in sorted(snap["lateness"].items()):
+            acc, buckets = 0, []
+            for bound, n in zip(bounds, counts, strict=True):
+                acc += n
+                buckets.append((bound, acc))
+            hist.add_metric([str(level)], buckets, sum_ms / 1000)
+        yield hist
+        for name, doc, value in (
+            ("kairosmq_pull_held", "PULL requests held by long polling", snap["held"]),
+            ("kairosmq_connections", "Open client connections", snap["connections"]),
+            ("kairosmq_commitlog_size_bytes", "Commit-log bytes retained (max - min offset)",
+             snap["log_max"] - snap["log_min"]),
+            ("kairosmq_commitlog_max_offset_bytes", "Commit-log end offset", snap["log_max"]),
+            ("kairosmq_uptime_seconds", "Seconds since the broker started", snap["uptime_s"]),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+def make_registry(broker: Broker, loop: asyncio.AbstractEventLoop) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    collector: Collector = BrokerCollector(broker, loop)  # type: ignore[assignment]
+    registry.register(collector)
+    return registry
+
+
+def start_metrics(broker: Broker, port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread; call on the broker's loop.
+
+    Returns prometheus-client's server object (``.shutdown()`` stops it). Raises
+    ``RuntimeError`` with an install hint when prometheus-client is missing.
+    """
+    try:
+        from prometheus_client import start_http_server
+    except ImportError as err:
+        raise RuntimeError(_INSTALL_HINT) from err
+    registry = make_registry(broker, asyncio.get_running_loop())
+    started = start_http_server(port, addr=addr, registry=registry)
+    return started[0] if isinstance(started, tuple) else started
+
+
+def check_available() -> str | None:
+    """None if prometheus-client is importable, else the message to show the operator."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return _INSTALL_HINT
+    return None
