@@ -4,12 +4,15 @@
 Start a broker with defaults (``kairosmq broker``), run ``examples/producer.py``, then::
 
     python examples/consumer.py [--namesrv 127.0.0.1:9876] [--topic TopicTest] [-n 100]
+
+The name server address can also come from ``NAMESRV_ADDR`` (RocketMQ's variable).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from kairosmq.client import (
     ConsumeContext,
@@ -22,7 +25,8 @@ from kairosmq.client import (
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--namesrv", default="127.0.0.1:9876")
+    ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                    help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     ap.add_argument("--topic", default="TopicTest")
     ap.add_argument("--tags", default="*", help="tag expression, e.g. 'TagA || TagB'")
     ap.add_argument("-n", type=int, default=100, help="stop after this many (0: never)")

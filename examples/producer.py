@@ -3,19 +3,23 @@
 Start a broker with defaults first (``kairosmq broker``: name server 127.0.0.1:9876), then::
 
     python examples/producer.py [--namesrv 127.0.0.1:9876] [--topic TopicTest] [-n 100]
+
+The name server address can also come from ``NAMESRV_ADDR`` (RocketMQ's variable).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from kairosmq.client import Message, Producer, SendResult
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--namesrv", default="127.0.0.1:9876")
+    ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                    help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     ap.add_argument("--topic", default="TopicTest")
     ap.add_argument("-n", type=int, default=100)
     args = ap.parse_args()

@@ -47,6 +47,12 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    # ---- kairosmq admin requests (no RocketMQ equivalent): the 900-range, JSON bodies ----
+    KAIROS_GET_CONSUMER_GROUPS = 900  # every group: online clients, subscriptions, total lag
+    KAIROS_GET_CONSUMER_LAG = 901  # one group: per-queue broker offset, group offset, lag
+    KAIROS_GET_SCHEDULE_BACKLOG = 902  # per delay level: pending count, next due time
+    KAIROS_RESEND_DLQ = 903  # move %DLQ%<group> messages back to their original topic
+    KAIROS_GET_BROKER_STATUS = 904  # liveness/health: uptime, connections, commit-log range
 
 
 class ResponseCode(IntEnum):

@@ -241,3 +241,32 @@ class TopicRequestHeader(Header):
     """DELETE_TOPIC_IN_BROKER and other single-topic requests."""
 
     topic: str = wire("topic")
+
+
+@dataclass(slots=True)
+class QueryMessageRequestHeader(Header):
+    """QUERY_MESSAGE (12): by key, or by msgId when ext field ``_UNIQUE_KEY_QUERY`` is true.
+
+    RocketMQ requires ``topic``; kairosmq also accepts it empty (any topic).
+    """
+
+    key: str = wire("key")
+    topic: str = wire("topic", default="")
+    max_num: int = wire("maxNum", default=32)
+    begin_timestamp: int = wire("beginTimestamp", default=0)
+    end_timestamp: int = wire("endTimestamp", default=0)
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader(Header):
+    index_last_update_timestamp: int = wire("indexLastUpdateTimestamp")
+    index_last_update_phyoffset: int = wire("indexLastUpdatePhyoffset")
+
+
+@dataclass(slots=True)
+class ResendDlqRequestHeader(Header):
+    """KAIROS_RESEND_DLQ (903): resend up to ``maxNum`` dead letters of a group."""
+
+    consumer_group: str = wire("consumerGroup")
+    max_num: int = wire("maxNum", default=1000)
+    to_retry_topic: bool = wire("toRetryTopic", default=False)

@@ -95,6 +95,7 @@ class Broker:
         )
         self._services: list[asyncio.Task[None]] = []
         self._persist_lock = threading.Lock()
+        self._persisting: asyncio.Future[None] | None = None
         self._flush_waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._flush_event: asyncio.Event | None = None
         self._started_at = 0.0
@@ -157,6 +158,8 @@ class Broker:
             t.cancel()
         await asyncio.gather(*self._services, return_exceptions=True)
         self._services.clear()
+        if self._persisting is not None:  # an in-flight checkpoint finishes first
+            await asyncio.gather(self._persisting, return_exceptions=True)
         self._resolve_flush_waiters(self.store.fsync())
         snap = self.store.checkpoint_snapshot()
         offsets = self.offsets.snapshot()
@@ -285,7 +288,11 @@ class Broker:
             await asyncio.sleep(self.config.checkpoint_interval)
             snap = self.store.checkpoint_snapshot()
             offsets = self.offsets.snapshot()
-            await asyncio.to_thread(self._persist, snap, offsets)
+            # Shielded: cancelling this service must not abandon a write in its thread;
+            # stop() waits for it before writing the final (newer) checkpoint.
+            self._persisting = asyncio.ensure_future(
+                asyncio.to_thread(self._persist, snap, offsets))
+            await asyncio.shield(self._persisting)
 
     async def _housekeeping_service(self) -> None:
         interval = min(self.config.retention_check_interval, 10.0)

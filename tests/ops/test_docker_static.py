@@ -1,0 +1,130 @@
+"""Dockerfile and docker-compose.yml checked without Docker: they parse, every command
+resolves to a real console script, module or file, volumes and ports agree with the
+broker's defaults, and the healthcheck command works against a live broker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from kairosmq.server import admin_cli
+from kairosmq.server.cli import _broker_parser
+from kairosmq.server.config import BrokerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "compose_outside_docker", REPO / "scripts" / "compose_outside_docker.py")
+assert _spec is not None and _spec.loader is not None
+cod = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = cod
+_spec.loader.exec_module(cod)
+
+STAGES = cod.parse_dockerfile((REPO / "Dockerfile").read_text())
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+PLANS = cod.plan_services(COMPOSE, STAGES, env={})
+DEFAULTS = BrokerConfig()
+
+
+def _broker_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="command", required=True)
+    _broker_parser(sub)
+    return ap.parse_args(argv)
+
+
+def test_dockerfile_stages() -> None:
+    assert {"build", "build-spark", "spark-report", "broker"} <= set(STAGES)
+    assert list(STAGES)[-1] == "broker"  # `docker build .` builds the broker
+    for name in ("broker", "spark-report"):
+        st = STAGES[name]
+        assert re.fullmatch(r"python:3\.11-slim(-\w+)?", st.base), st.base
+        assert st.user == "kairosmq", f"{name} must not run as root"
+    assert any("openjdk-17-jre" in r for r in STAGES["spark-report"].run)
+    text = (REPO / "Dockerfile").read_text()
+    assert "COPY --from=build /opt/kairosmq" in text  # multi-stage: no build tools at runtime
+
+
+def test_broker_image_entrypoint_volumes_ports_and_healthcheck() -> None:
+    st = STAGES["broker"]
+    assert st.entrypoint[:4] == ["kairosmq", "broker", "--host", "0.0.0.0"]
+    args = _broker_args(st.entrypoint[1:])
+    assert {str(args.data_dir), str(args.log_dir)} <= set(st.volumes) == {"/data", "/logs"}
+    assert args.port == DEFAULTS.port and args.namesrv_port == DEFAULTS.namesrv_port
+    assert {DEFAULTS.port, DEFAULTS.namesrv_port} <= set(st.expose)
+    hc = st.healthcheck
+    assert hc is not None and hc[:2] == ["kairosmq", "admin"] and hc[-1] == "health"
+    assert f"127.0.0.1:{DEFAULTS.namesrv_port}" in hc and f"127.0.0.1:{DEFAULTS.port}" in hc
+
+
+def test_compose_services_volumes_ports() -> None:
+    assert set(COMPOSE["services"]) == {"broker", "spark-report", "producer", "consumer"}
+    b = PLANS["broker"]
+    assert COMPOSE["services"]["broker"]["restart"] in ("always", "unless-stopped")
+    assert b.healthcheck == STAGES["broker"].healthcheck
+    containers = {c for _, c in b.ports}
+    assert {DEFAULTS.port, DEFAULTS.namesrv_port} <= containers <= set(STAGES["broker"].expose)
+    assert all(h == c for h, c in b.ports)  # routes advertise the container port
+    args = _broker_args(b.argv[1:])
+    mounts = {dst: src for src, dst, _ in b.volumes}
+    assert set(mounts) == {str(args.data_dir), str(args.log_dir)}
+    assert set(mounts.values()) <= set(COMPOSE["volumes"])
+    assert args.advertised_host == "broker" and args.metrics_port in containers
+    report = PLANS["spark-report"]
+    assert "report" in report.profiles and report.argv[:2] == ["kairosmq", "report"]
+    logs = {dst: (src, ro) for src, dst, ro in report.volumes}
+    assert logs[report.argv[2]] == (mounts[str(args.log_dir)], True)  # the broker's logs
+    out = report.argv[report.argv.index("--output") + 1]
+    assert out in logs and logs[out][0] in COMPOSE["volumes"]
+    for name in ("producer", "consumer"):
+        plan = PLANS[name]
+        assert plan.environment["NAMESRV_ADDR"] == f"broker:{DEFAULTS.namesrv_port}"
+        depends = COMPOSE["services"][name]["depends_on"]["broker"]
+        assert depends["condition"] == "service_healthy"
+
+
+def test_every_command_resolves() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    for name, plan in PLANS.items():
+        exe, *rest = plan.argv
+        if exe in scripts:
+            sub = rest[0]
+            if sub == "broker":
+                _broker_args(rest)
+            elif sub == "report":
+                pytest.importorskip("pyspark")
+                from kairosmq.spark.job import parse_args
+
+                parse_args(rest[1:])
+            else:
+                raise AssertionError(f"{name}: unknown subcommand {sub}")
+        else:
+            assert exe == "python", f"{name}: {exe} is neither a console script nor python"
+            script = cod.repo_path(plan.stage, rest[0])
+            assert Path(script).is_file(), f"{name}: {rest[0]} is not COPY'd from the repo"
+            source = Path(script).read_text()
+            for flag in (a for a in rest[1:] if a.startswith("-")):
+                assert f'"{flag}"' in source, f"{name}: {script} has no option {flag}"
+            assert "NAMESRV_ADDR" in source
+    admin_cli.build_parser().parse_args(STAGES["broker"].healthcheck[2:])
+
+
+async def test_healthcheck_command_against_live_broker(broker) -> None:
+    b = PLANS["broker"]
+    ports = {DEFAULTS.namesrv_port: broker.namesrv_port, DEFAULTS.port: broker.port}
+    argv = [str(Path(sys.executable).parent / "kairosmq")] + [
+        re.sub(r":(\d+)$", lambda m: f":{ports.get(int(m.group(1)), m.group(1))}", a)
+        for a in b.healthcheck[1:]]
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0 and out.startswith(b"ok: broker")
+    await broker.stop()
+    proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode != 0 and b"cannot reach" in err
