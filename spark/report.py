@@ -1,0 +1,191 @@
+"""Rendering of the collected metric tables: the summary numbers, the console table, the HTML page.
+
+Owns: ``summarize`` (headline numbers from the small metric tables), ``console_summary``
+(a short plain-text table for the terminal) and ``render_html`` (one self-contained page:
+inline CSS and inline SVG charts from ``svg.py``, no scripts, no external requests).
+
+Invariants: pure functions of plain Python rows (``list[dict]``, as collected from Spark);
+nothing here touches Spark or files, so it is tested without a JVM. Every text that comes
+from the logs is HTML-escaped. Table names are the keys of ``TABLES`` in ``job.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from kairosmq.spark.svg import bar_chart, line_chart
+from kairosmq.spark.transforms import MALFORMED, NO_EVENT, THROUGHPUT_EVENTS
+
+Rows = list[dict[str, Any]]
+PCTS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
+OUTCOMES = ("succeeded", "in_retry", "dead_lettered")
+
+
+def summarize(tables: Mapping[str, Rows]) -> dict[str, Any]:
+    """Headline numbers: line and event counts, overall lateness, the retry funnel's totals."""
+    lines = {r["event"]: r["lines"] for r in tables.get("event_counts", [])}
+    events = {col: sum(r[col] for r in tables.get("throughput_per_minute", []))
+              for col, _ in THROUGHPUT_EVENTS}
+    uncatalogued = sum(r["lines"] for r in tables.get("event_counts", [])
+                       if not r["catalogued"] and r["event"] not in (MALFORMED, NO_EVENT))
+    funnel: dict[str, int] = defaultdict(int)
+    for r in tables.get("retry_funnel", []):
+        key = r["outcome"]
+        if key == "succeeded":
+            key = "succeeded_first_try" if r["attempts"] == 1 else "succeeded_after_retry"
+        funnel[key] += r["messages"]
+    overall = (tables.get("lateness_overall") or [{}])[0]
+    return {
+        "lines": sum(lines.values()),
+        "malformed_lines": lines.get(MALFORMED, 0),
+        "lines_without_event": lines.get(NO_EVENT, 0),
+        "uncatalogued_events": uncatalogued,
+        "events": events,
+        "lateness_ms": {k: overall.get(k) for k in ("count", "p50", "p90", "p99", "p999", "max")},
+        "consumed_messages": sum(funnel.values()),
+        "funnel": {k: funnel.get(k, 0) for k in ("succeeded_first_try", "succeeded_after_retry",
+                                                  "in_retry", "dead_lettered")},
+        "max_attempts": max((r["attempts"] for r in tables.get("retry_funnel", [])), default=0),
+        "dead_lettered_by_group": {r["group"]: r["messages"] for r in tables.get("dlq_counts", [])},
+    }
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, dt.datetime):
+        return v.strftime("%Y-%m-%d %H:%M:%S")
+    return str(v)
+
+
+def _text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [list(header)] + [[_num(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.rjust(w) if i else c.ljust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
+
+
+def console_summary(tables: Mapping[str, Rows], summary: Mapping[str, Any]) -> str:
+    """A short plain-text summary for the terminal (a few dozen lines at most)."""
+    ev = summary["events"]
+    out = [f"lines {summary['lines']:,}  malformed {summary['malformed_lines']:,}  "
+           f"uncatalogued {summary['uncatalogued_events']:,}",
+           "events  " + "  ".join(f"{k} {v:,}" for k, v in ev.items()), ""]
+    levels = tables.get("lateness_by_level", [])
+    out += _text_table(["delay level", "delivered", *(label + " ms" for _, label in PCTS)],
+                       [[r["delay_level"], r["count"], *(r[k] for k, _ in PCTS)]
+                        for r in levels[:18]])
+    f = summary["funnel"]
+    out += ["", f"consumed (group, message) {summary['consumed_messages']:,}: "
+            f"first try {f['succeeded_first_try']:,}, after retry {f['succeeded_after_retry']:,}, "
+            f"in retry {f['in_retry']:,}, dead-lettered {f['dead_lettered']:,} "
+            f"(max attempts {summary['max_attempts']})"]
+    return "\n".join(out)
+
+
+def _html_table(rows: Rows, columns: Sequence[tuple[str, str]], limit: int = 200) -> str:
+    if not rows:
+        return '<p class="empty">none</p>'
+    head = "".join(f"<th>{escape(label)}</th>" for _, label in columns)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_num(r.get(key)))}</td>" for key, _ in columns)
+                   + "</tr>" for r in rows[:limit])
+    more = f'<p class="empty">{len(rows) - limit:,} more rows in parquet</p>' \
+        if len(rows) > limit else ""
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def _minutes(rows: Rows) -> tuple[list[str], dict[str, list[float | None]]]:
+    """Throughput rows with missing minutes filled with zero (up to a week of minutes)."""
+    by_minute = {r["minute"]: r for r in rows if r.get("minute") is not None}
+    if not by_minute:
+        return [], {}
+    first, last = min(by_minute), max(by_minute)
+    span = int((last - first).total_seconds() // 60) + 1
+    keys = ([first + dt.timedelta(minutes=i) for i in range(span)] if span <= 7 * 1440
+            else sorted(by_minute))
+    labels = [k.strftime("%H:%M") if i and k.minute + k.hour else k.strftime("%m-%d %H:%M")
+              for i, k in enumerate(keys)]
+    series = {name: [float(by_minute[k][name]) if k in by_minute else 0.0 for k in keys]
+              for name in ("stored", "scheduled", "delivered", "consumed")}
+    return labels, series
+
+
+def _funnel_chart(rows: Rows) -> str:
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(OUTCOMES, 0))
+    for r in rows:
+        counts[r["attempts"]][r["outcome"]] += r["messages"]
+    cats = sorted(counts)
+    series = {o: [float(counts[a][o]) for a in cats] for o in OUTCOMES}
+    return bar_chart([str(a) for a in cats], series, y_label="messages (log scale)", log=True,
+                     title="Retry funnel: (group, message) pairs by attempts and outcome")
+
+
+LAT_COLS = [("count", "count")] + [(k, label + " ms") for k, label in PCTS] + [("mean", "mean ms")]
+STYLE = ("body{font:14px sans-serif;margin:24px;color:#222;max-width:1100px}"
+         "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;"
+         "padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
+         ".empty{color:#888}.kpi{display:inline-block;margin:0 24px 12px 0}"
+         ".kpi b{display:block;font-size:20px}svg{display:block;margin:8px 0 16px}")
+
+
+def render_html(tables: Mapping[str, Rows], summary: Mapping[str, Any],
+                meta: Mapping[str, Any]) -> str:
+    """The whole report page as one string (write it with UTF-8)."""
+    levels = tables.get("lateness_by_level", [])
+    lat_chart = bar_chart([f"L{r['delay_level']}" for r in levels],
+                          {label: [r[k] for r in levels] for k, label in PCTS},
+                          title="Delivery lateness by delay level", y_label="ms (log scale)",
+                          log=True)
+    labels, series = _minutes(tables.get("throughput_per_minute", []))
+    tput_chart = line_chart(labels, series, title="Throughput per minute (UTC)",
+                            y_label="events / minute")
+    f = summary["funnel"]
+    kpis = [("lines read", summary["lines"]), ("malformed lines", summary["malformed_lines"]),
+            ("delivered from schedule", summary["events"]["delivered"]),
+            ("lateness p99 ms", summary["lateness_ms"]["p99"]),
+            ("lateness max ms", summary["lateness_ms"]["max"]),
+            ("consumed first try", f["succeeded_first_try"]),
+            ("after retry", f["succeeded_after_retry"]), ("dead-lettered", f["dead_lettered"])]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>kairosmq delivery report"
+        f"</title><style>{STYLE}</style></head><body><h1>kairosmq delivery-quality report</h1>",
+        f"<p>Generated {escape(str(meta.get('generated_at', '')))} from "
+        f"{escape(str(meta.get('inputs', '')))} (mode {escape(str(meta.get('mode', '')))}).</p>",
+        "".join(f'<div class="kpi"><b>{escape(_num(v))}</b>{escape(k)}</div>' for k, v in kpis),
+        "<h2>Lateness of delayed delivery</h2>", lat_chart,
+        _html_table(levels, [("delay_level", "level"), *LAT_COLS]),
+        "<h3>By real topic</h3>",
+        _html_table(tables.get("lateness_by_topic", []), [("topic", "topic"), *LAT_COLS]),
+        "<h2>End-to-end latency (producer send to first consume)</h2>",
+        _html_table(tables.get("e2e_latency", []),
+                    [("topic", "topic"), ("delay_level", "level"), *LAT_COLS]),
+        "<h2>Throughput</h2>", tput_chart,
+        "<h2>Retries and dead letters</h2>", _funnel_chart(tables.get("retry_funnel", [])),
+        _html_table(tables.get("retry_funnel", []), [("group", "group"), ("attempts", "attempts"),
+                                                     ("outcome", "outcome"),
+                                                     ("messages", "messages")]),
+        "<h3>Dead-letter queue per group</h3>",
+        _html_table(tables.get("dlq_counts", []),
+                    [("group", "group"), ("messages", "messages"),
+                     ("dead_lettered", "events"), ("first_at", "first"), ("last_at", "last")]),
+        "<h2>Latest deliveries</h2>",
+        _html_table(tables.get("top_late", []),
+                    [("rank", "#"), ("msg_id", "msg id"), ("topic", "topic"),
+                     ("delay_level", "level"),
+                     ("reconsume_times", "reconsume"), ("lateness_ms", "lateness ms"),
+                     ("timestamp", "delivered at")], limit=50),
+        "<h2>Input</h2>",
+        _html_table(tables.get("event_counts", []),
+                    [("event", "event"), ("catalogued", "catalogued"), ("lines", "lines")]),
+        f"<p>Job time {escape(_num(meta.get('elapsed_s')))} s; parquet tables in "
+        f"{escape(str(meta.get('output', '')))}.</p></body></html>",
+    ]
+    return "\n".join(parts)
