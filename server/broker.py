@@ -229,8 +229,11 @@ class Broker:
 
     def _log_delivered(self, msg: MessageInner, result: PutResult, level: int,
                        deliver_ts: int, woke_ms: int) -> None:
+        # sub-millisecond lateness from the wall clock right after the re-put (store
+        # timestamps are whole milliseconds)
+        lateness = round(time.time() * 1000 - deliver_ts, 3)
         self.stats.delivered[msg.topic] += 1
-        self.stats.lateness[level].observe(result.store_timestamp - deliver_ts)
+        self.stats.lateness[level].observe(lateness)
         if not self.config.log_messages:
             return
         msg_id = msg.properties.get(UNIQ_KEY) or self.store_offset_msg_id(result.phy_offset)
@@ -241,7 +244,7 @@ class Broker:
         self.log.info("message.delivered", msg_id=msg_id, topic=msg.topic,
                       queue_id=msg.queue_id, queue_offset=result.queue_offset,
                       phy_offset=result.phy_offset, delay_level=level, deliver_ts=deliver_ts,
-                      lateness_ms=float(result.store_timestamp - deliver_ts),
+                      lateness_ms=lateness,
                       reconsume_times=msg.reconsume_times)
 
     # ------------------------------------------------------------------ flushing

@@ -141,8 +141,12 @@ class RotatingJsonSink(BufferedSink):
         target = self.directory / f"broker-{stamp}-{os.getpid()}-{self._seq}.jsonl"
         os.replace(self.path, target)
         if self.gzip_rotated:
-            with open(target, "rb") as src, gzip.open(f"{target}.gz", "wb") as dst:
+            # Compress under a temporary name and rename: a report reading the directory
+            # meanwhile sees either the plain file or the complete .gz, never half a gzip.
+            tmp = target.with_name(target.name + ".gz.tmp")
+            with open(target, "rb") as src, gzip.open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst)
+            os.replace(tmp, f"{target}.gz")
             target.unlink()
         self._file = open(self.path, "ab")  # noqa: SIM115
         self._opened_at = time.time()
