@@ -124,12 +124,18 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     else:
         language = _LANG_BY_NAME.get(str(lang), LanguageCode.OTHER)
     remark = h.get("remark")
+    code, opaque, flag, version = (
+        h.get("code"), h.get("opaque", 0), h.get("flag", 0), h.get("version", 0))
+    if not (type(code) is int and type(opaque) is int and type(flag) is int
+            and type(version) is int):  # the common case skips four calls
+        code, opaque = _int_field(h, "code"), _int_field(h, "opaque", 0)
+        flag, version = _int_field(h, "flag", 0), _int_field(h, "version", 0)
     return RemotingCommand(
-        code=_int_field(h, "code"),
-        opaque=_int_field(h, "opaque", 0),
-        flag=_int_field(h, "flag", 0),
+        code=code,
+        opaque=opaque,
+        flag=flag,
         language=language,
-        version=_int_field(h, "version", 0),
+        version=version,
         remark=None if remark is None else str(remark),
         ext_fields=fields,
         body=body,
@@ -184,16 +190,19 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
     )
 
 
-def decode_payload(payload: bytes) -> RemotingCommand:
-    """Decode a frame without its 4-byte length prefix."""
-    if len(payload) < 4:
-        raise MalformedFrame(f"frame of {len(payload)} bytes has no header-length word")
-    (word,) = _U32.unpack_from(payload, 0)
+def decode_payload(payload: bytes | bytearray, start: int = 0,
+                   end: int | None = None) -> RemotingCommand:
+    """Decode a frame without its 4-byte length prefix (``payload[start:end]``)."""
+    end = len(payload) if end is None else end
+    size = end - start
+    if size < 4:
+        raise MalformedFrame(f"frame of {size} bytes has no header-length word")
+    (word,) = _U32.unpack_from(payload, start)
     stype, hlen = word >> 24, word & 0xFFFFFF
-    if hlen > len(payload) - 4:
-        raise MalformedFrame(f"header length {hlen} exceeds the frame ({len(payload) - 4} bytes)")
-    header = payload[4 : 4 + hlen]
-    body = payload[4 + hlen :]
+    if hlen > size - 4:
+        raise MalformedFrame(f"header length {hlen} exceeds the frame ({size - 4} bytes)")
+    header = bytes(payload[start + 4 : start + 4 + hlen])
+    body = bytes(payload[start + 4 + hlen : end])
     if stype == SerializeType.JSON:
         return _decode_json_header(header, body)
     if stype == SerializeType.ROCKETMQ:
@@ -244,9 +253,8 @@ class FrameReader:
                 end = pos + 4 + length
                 if len(buf) < end:
                     break
-                payload = bytes(buf[pos + 4 : end])
-                pos = end
-                yield decode_payload(payload)
+                start, pos = pos + 4, end
+                yield decode_payload(buf, start, end)  # slices header and body, no other copy
         finally:
             if pos:
                 del buf[:pos]

@@ -37,7 +37,7 @@ from kairosmq.protocol.properties import (
 from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
 from .handlers import BROKER_HANDLERS, NAMESRV_HANDLERS
-from .logs import get_logger
+from .logs import MessageLog, get_logger
 from .longpoll import ArrivalNotifier
 from .offsets import ConsumerOffsetManager
 from .schedule import ScheduleService, transform_delayed
@@ -60,6 +60,7 @@ class Broker:
         self.config = config or BrokerConfig()
         cfg = self.config
         self.log = get_logger("broker")
+        self.msglog = MessageLog("broker")
         self.port = cfg.port
         self.namesrv_port = cfg.namesrv_port
         self.advertised_host = cfg.advertised_host or (
@@ -200,7 +201,7 @@ class Broker:
         if self.config.log_messages:
             offset_id = result.offset_msg_id = self.store_offset_msg_id(result.phy_offset)
             if level > 0:
-                self.log.info(
+                self.msglog.info(
                     "message.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
                     offset_msg_id=offset_id, real_topic=props[REAL_TOPIC],
                     real_queue_id=int(props[REAL_QID]), delay_level=level,
@@ -209,7 +210,7 @@ class Broker:
                     reconsume_times=msg.reconsume_times, tags=props.get(TAGS),
                 )
             elif DELIVER_TIME not in props:
-                self.log.info(
+                self.msglog.info(
                     "message.stored", msg_id=props.get(UNIQ_KEY) or offset_id,
                     offset_msg_id=offset_id, topic=msg.topic, queue_id=msg.queue_id,
                     queue_offset=result.queue_offset, phy_offset=result.phy_offset,
@@ -237,11 +238,11 @@ class Broker:
         if not self.config.log_messages:
             return
         msg_id = msg.properties.get(UNIQ_KEY) or self.store_offset_msg_id(result.phy_offset)
-        self.log.info("message.due", msg_id=msg_id, delay_level=level,
+        self.msglog.info("message.due", msg_id=msg_id, delay_level=level,
                       queue_offset=int(msg.properties.get("KAIROS_SCHEDULE_ORIGIN", "0:0")
                                        .split(":")[1]),
                       deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))
-        self.log.info("message.delivered", msg_id=msg_id, topic=msg.topic,
+        self.msglog.info("message.delivered", msg_id=msg_id, topic=msg.topic,
                       queue_id=msg.queue_id, queue_offset=result.queue_offset,
                       phy_offset=result.phy_offset, delay_level=level, deliver_ts=deliver_ts,
                       lateness_ms=lateness,

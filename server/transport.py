@@ -90,8 +90,9 @@ class Connection(asyncio.Protocol):
         """Queue a frame; it leaves in this loop iteration's outbox tick."""
         if self.closed:
             return
+        if not self._out:
+            self.server.mark_dirty(self)
         self._out.append(encode_command(cmd))
-        self.server.mark_dirty(self)
 
     def notify(self, code: int, ext_fields: dict[str, str]) -> None:
         """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""

@@ -119,7 +119,7 @@ def _answer(broker: Broker, cmd: RemotingCommand, h: PullMessageRequestHeader,
         body = result.chunks[0] if len(result.chunks) == 1 else b"".join(result.chunks)
         broker.stats.pulled[h.topic] += len(result.units)
         if broker.config.log_messages:
-            info = broker.log.info
+            info = broker.msglog.info
             for s in summarize_records(body):
                 info("message.pulled", msg_id=s.msg_id, group=h.consumer_group, topic=h.topic,
                      queue_id=h.queue_id, queue_offset=s.queue_offset, store_ts=s.store_timestamp,

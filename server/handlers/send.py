@@ -72,13 +72,14 @@ def _reject(broker: Broker, conn: Connection, cmd: RemotingCommand, h: Any,
 
 def _resolve_topic(broker: Broker, h: SendMessageRequestHeader) -> int:
     """Check topic and queue; auto-create if allowed; return the queue id to use."""
-    bad = validate_topic(h.topic)
-    if bad:
-        raise Rejected(ResponseCode.SYSTEM_ERROR, bad)
-    if is_system_topic(h.topic):
-        raise Rejected(ResponseCode.NO_PERMISSION,
-                       f"the topic {h.topic} is a system topic; clients cannot send to it")
     cfg = broker.topics.get(h.topic)
+    if cfg is None or is_system_topic(h.topic):  # known user topics were validated on creation
+        bad = validate_topic(h.topic)
+        if bad:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, bad)
+        if is_system_topic(h.topic):
+            raise Rejected(ResponseCode.NO_PERMISSION,
+                           f"the topic {h.topic} is a system topic; clients cannot send to it")
     if cfg is None:
         if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             cfg, _ = broker.topics.ensure(h.topic, broker.config.retry_queue_nums)
