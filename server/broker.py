@@ -238,7 +238,7 @@ class Broker:
         if not self.config.log_messages:
             return
         msg_id = msg.properties.get(UNIQ_KEY) or self.store_offset_msg_id(result.phy_offset)
-        self.msglog.info("message.due", msg_id=msg_id, delay_level=level,
+        self.msglog.debug("message.due", msg_id=msg_id, delay_level=level,
                       queue_offset=int(msg.properties.get("KAIROS_SCHEDULE_ORIGIN", "0:0")
                                        .split(":")[1]),
                       deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))

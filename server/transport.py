@@ -34,6 +34,7 @@ Result = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[Any, "Connection", RemotingCommand], Result]
 
 _conn_ids = itertools.count(1)
+FRAMES_PER_TURN = 16
 
 
 class Connection(asyncio.Protocol):
@@ -50,6 +51,7 @@ class Connection(asyncio.Protocol):
         self.peer_port = 0
         self._out: list[bytes] = []
         self._opaque = itertools.count(1)
+        self._paused = False
         self.closed = False
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -72,13 +74,32 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
+        if not self._paused:
+            self._process()
+
+    def _process(self) -> None:
+        """Handle up to FRAMES_PER_TURN frames, then yield to the loop (timers: the delay
+        scheduler must not wait behind a 64 KiB read of sends); reading pauses meanwhile."""
+        n = 0
         try:
             for cmd in self.reader:
                 self.server.dispatch(self, cmd)
+                n += 1
+                if n >= FRAMES_PER_TURN:
+                    break
         except ProtocolError as err:
             self.server.log.warning("frame.rejected", peer=self.peer, conn_id=self.conn_id,
                                     error=f"{type(err).__name__}: {err}")
             self.abort(f"protocol error: {err}")
+            return
+        if n >= FRAMES_PER_TURN and self.reader.buffered and not self.closed:
+            if not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._process)
+        elif self._paused and not self.closed and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
