@@ -101,8 +101,11 @@ async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     await consumer.shutdown()
     rate = count / elapsed
+    start_s = (first or t0) - t0
+    steady = count / (elapsed - start_s) if elapsed > start_s else rate
     print(f"consume: {count} msgs (listener batch {batch}): {elapsed:.2f}s  {rate:,.0f} msgs/s"
-          f"  (this process: {cpu / count * 1e6:.1f} us CPU/msg)")
+          f"  (this process: {cpu / count * 1e6:.1f} us CPU/msg); first message after "
+          f"{start_s:.2f}s (start-up), then {steady:,.0f} msgs/s")
     return rate
 
 

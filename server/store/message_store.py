@@ -284,7 +284,8 @@ class MessageStore:
         pos = offset
         missing = False
         while pos < hi and len(res.units) < max_count and scanned < max_scan:
-            units = cq.units(pos, min(max_scan - scanned, hi - pos))
+            # a chunk at a time: a filter may skip units, but most pulls need max_count
+            units = cq.units(pos, min(max_scan - scanned, hi - pos, max(64, 2 * max_count)))
             if not units:
                 break
             for unit in units:
