@@ -1,5 +1,5 @@
 """Frame codec: golden captures from real clients, binary-header parity with the construct
-schema, the incremental FrameReader, and every malformed-input error path.
+schema, and every malformed-input error path (the FrameReader: test_frame_reader.py).
 
 Expectations are taken from the captures' index.json, from construct parsing of
 ``schema`` declarations, or from bytes written out by hand, never from the codec itself.
@@ -8,14 +8,12 @@ Expectations are taken from the captures' index.json, from construct parsing of
 from __future__ import annotations
 
 import json
-import random
 import struct
 from typing import Any
 
 import pytest
 from kairosmq.protocol import codec, schema
 from kairosmq.protocol.codec import (
-    MAX_FRAME_LENGTH,
     FrameReader,
     decode_frame,
     decode_payload,
@@ -31,8 +29,6 @@ from kairosmq.protocol.errors import (
     ProtocolError,
 )
 from kairosmq.protocol.headers import PullMessageResponseHeader, SendMessageResponseHeader
-
-from tests.conftest import FIXTURES
 
 from .captures import MOCK_REPLIES, expected_ext, frame_bytes, index, request_entries
 
@@ -272,129 +268,6 @@ def test_binary_golden_vector_both_directions() -> None:
                           ext_fields={"a": "b"}, serialize_type=SerializeType.ROCKETMQ)
     assert encode_command(cmd) == golden
     assert decode_frame(golden) == cmd
-
-
-# ---------------------------------------------------------------- FrameReader
-
-
-def _all_captured_frames() -> list[bytes]:
-    frames = [frame_bytes(c, e["file"]) for c, e in REQUESTS]
-    frames += [frame_bytes(MOCK_REPLIES, m["file"]) for m in MOCKS]
-    return frames
-
-
-def _expected_commands() -> list[RemotingCommand]:
-    return [decode_frame(f) for f in _all_captured_frames()]
-
-
-def test_frame_reader_byte_by_byte_over_all_captures() -> None:
-    stream = b"".join(_all_captured_frames())
-    expected = _expected_commands()
-    reader = FrameReader()
-    got: list[RemotingCommand] = []
-    for i in range(len(stream)):
-        reader.feed(stream[i : i + 1])
-        got.extend(reader)
-    assert got == expected
-    assert reader.buffered == 0
-    entries = [e for _, e in REQUESTS] + MOCKS
-    for cmd, e in zip(got, entries, strict=True):
-        _assert_matches_index(cmd, e)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 7, 2024, 99991])
-def test_frame_reader_random_multi_frame_chunks(seed: int) -> None:
-    rng = random.Random(seed)
-    frames = _all_captured_frames()
-    # binary frames interleaved with the JSON captures
-    frames.insert(3, encode_command(_bin_cmd(*BINARY_CASES[2].values)))
-    frames.append(encode_command(_bin_cmd(*BINARY_CASES[4].values)))
-    expected = [decode_frame(f) for f in frames]
-    stream = b"".join(frames)
-    reader = FrameReader()
-    got: list[RemotingCommand] = []
-    pos = 0
-    while pos < len(stream):
-        n = rng.randint(1, 1500)
-        reader.feed(stream[pos : pos + n])
-        pos += n
-        got.extend(reader)
-    assert got == expected
-    assert reader.buffered == 0
-
-
-def test_frame_reader_keeps_partial_frame_buffered() -> None:
-    raw = encode_command(request(RequestCode.HEART_BEAT, body=b"{}"))
-    reader = FrameReader()
-    reader.feed(raw + raw[:5])
-    assert len(list(reader)) == 1
-    assert reader.buffered == 5
-    reader.feed(raw[5:])
-    assert len(list(reader)) == 1
-    assert reader.buffered == 0
-
-
-def test_frame_reader_rejects_oversized_prefix_before_the_body() -> None:
-    reader = FrameReader(max_frame=1000)
-    reader.feed((1001).to_bytes(4, "big"))  # only the prefix: nothing else was sent
-    with pytest.raises(FrameTooLarge) as info:
-        list(reader)
-    assert (info.value.length, info.value.limit) == (1001, 1000)
-    assert info.value.close_connection
-
-
-def test_frame_reader_default_limit_is_16_mib() -> None:
-    assert MAX_FRAME_LENGTH == 16 * 1024 * 1024
-    ok = FrameReader()
-    ok.feed(MAX_FRAME_LENGTH.to_bytes(4, "big"))
-    assert list(ok) == []  # at the limit: waits for the rest
-    bad = FrameReader()
-    bad.feed((MAX_FRAME_LENGTH + 1).to_bytes(4, "big"))
-    with pytest.raises(FrameTooLarge):
-        list(bad)
-
-
-def test_frame_reader_oversized_after_a_good_frame() -> None:
-    good = encode_command(request(RequestCode.HEART_BEAT))
-    reader = FrameReader(max_frame=500)
-    reader.feed(good + (501).to_bytes(4, "big"))
-    it = iter(reader)
-    assert next(it).code == RequestCode.HEART_BEAT
-    with pytest.raises(FrameTooLarge):
-        next(it)
-
-
-def test_grpc_http2_preface_raises_frame_too_large() -> None:
-    raw = bytes.fromhex(
-        (FIXTURES / "grpc-5.x-client" / "silent-01-RAW-http2-preface.hex").read_text().strip())
-    assert raw.startswith(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-    # "PRI " read as a big-endian length is 0x50524920 = 1,347,569,952 > 16 MiB
-    assert int.from_bytes(raw[:4], "big") == 0x50524920
-    reader = FrameReader()
-    reader.feed(raw)
-    with pytest.raises(FrameTooLarge) as info:
-        list(reader)
-    assert not isinstance(info.value, MalformedFrame)
-    assert info.value.length == 0x50524920
-    first4 = FrameReader()
-    first4.feed(raw[:4])
-    with pytest.raises(FrameTooLarge):
-        list(first4)
-
-
-@pytest.mark.parametrize("length", [0, 1, 3])
-def test_frame_reader_length_below_four_is_malformed(length: int) -> None:
-    reader = FrameReader()
-    reader.feed(length.to_bytes(4, "big") + b"\x00" * length)
-    with pytest.raises(MalformedFrame):
-        list(reader)
-
-
-def test_frame_reader_propagates_malformed_payload() -> None:
-    reader = FrameReader()
-    reader.feed(_frame(0, b"{not json"))
-    with pytest.raises(MalformedFrame):
-        list(reader)
 
 
 # ---------------------------------------------------------------- malformed input
