@@ -12,7 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .codes import (
     BROKER_VERSION,
@@ -72,8 +72,6 @@ class RemotingCommand:
         """Shorthand for an error response with a remark."""
         return self.response(code, remark=remark)
 
-    def with_opaque(self, opaque: int) -> RemotingCommand:
-        return replace(self, opaque=opaque)
 
 
 def request(

@@ -31,13 +31,9 @@ _HEAD = struct.Struct(">iIiiiqqiq")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">H")
-_FIXED_V4 = _HEAD.size + 8 + 8 + 8 + 4 + 8 + 4  # up to and incl. body length, IPv4 hosts
-_V4_TAIL = struct.Struct(">4siq4siiqi")  # bornhost, store ts, storehost, reconsume, prep, bodylen
 RECORD_OVERHEAD_V4 = 91  # record size = 91 + body + topic + properties with IPv4 hosts
 
-# offsets of fields inside a record (IPv4 hosts), used by the store to patch in place
-QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28
+# offset of STORETIMESTAMP inside a record with an IPv4 born host
 STORE_TIMESTAMP_POS = 56
 
 

@@ -27,7 +27,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from kairosmq.protocol.message import RECORD_OVERHEAD_V4, decode_record, encode_record, tags_code
+from kairosmq.protocol.message import (
+    RECORD_OVERHEAD_V4,
+    STORE_TIMESTAMP_POS,
+    decode_record,
+    encode_record,
+    tags_code,
+)
 from kairosmq.protocol.properties import (
     DELIVER_TIME,
     MAX_PROPERTIES_BYTES,
@@ -325,7 +331,7 @@ class MessageStore:
         unit = cq.get(index) if cq else None
         if unit is None:
             return None
-        data = self.commitlog.read(unit[0] + 56, 8)
+        data = self.commitlog.read(unit[0] + STORE_TIMESTAMP_POS, 8)
         return _I64.unpack(data)[0] if data else None
 
     # ------------------------------------------------------------------ lifecycle
