@@ -34,6 +34,9 @@ def handle_route(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Remo
     h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
     cfg = broker.topics.get(h.topic)
     if cfg is None and h.topic.startswith("%RETRY%"):
+        # The C++ client asks for its retry route before its first heartbeat (which is
+        # what creates the topic in RocketMQ); answering 17 would stall its retries until
+        # the next 30 s route poll, so the route lookup creates it too.
         cfg, _ = broker.topics.ensure(retry_topic(h.topic[7:]), broker.config.retry_queue_nums)
     if cfg is None:
         return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
