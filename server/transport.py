@@ -80,6 +80,8 @@ class Connection(asyncio.Protocol):
     def _process(self) -> None:
         """Handle up to FRAMES_PER_TURN frames, then yield to the loop (timers: the delay
         scheduler must not wait behind a 64 KiB read of sends); reading pauses meanwhile."""
+        if self.closed:
+            return
         n = 0
         try:
             for cmd in self.reader:
