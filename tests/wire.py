@@ -8,55 +8,40 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+from typing import Any, Self
 
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import SerializeType
 from kairosmq.protocol.commands import RemotingCommand, request
 
 
-class RawPeer:
+class StreamPeer:
+    """Connection plumbing shared by test peers: connect, one reader task, close.
+
+    Subclasses implement ``_read`` (how frames are parsed and matched to ``pending``).
+    """
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.frames = FrameReader()
-        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self.requests: asyncio.Queue[RemotingCommand] = asyncio.Queue()
-        self._opaque = itertools.count(1)
-        self._task = asyncio.get_running_loop().create_task(self._read())
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
-    async def connect(cls, address: str) -> RawPeer:
+    async def connect(cls, address: str) -> Self:
         host, port = address.rsplit(":", 1)
         r, w = await asyncio.open_connection(host, int(port))
         return cls(r, w)
 
     async def _read(self) -> None:
+        raise NotImplementedError
+
+    async def _read_loop(self) -> None:
         try:
-            while data := await self.reader.read(65536):
-                self.frames.feed(data)
-                for cmd in self.frames:
-                    fut = self.pending.pop(cmd.opaque, None) if cmd.is_response else None
-                    if fut is not None:
-                        fut.set_result(cmd)
-                    else:
-                        self.requests.put_nowait(cmd)
+            await self._read()
         finally:
             for fut in self.pending.values():
                 if not fut.done():
                     fut.set_exception(ConnectionError("closed"))
-
-    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-                   *, binary: bool = False, timeout: float = 5.0) -> RemotingCommand:
-        opaque = next(self._opaque)
-        cmd = request(code, {k: str(v) for k, v in (ext or {}).items()}, body, opaque=opaque,
-                      serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON)
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[opaque] = fut
-        self.writer.write(encode_command(cmd))
-        return await asyncio.wait_for(fut, timeout)
-
-    def send_raw(self, data: bytes) -> None:
-        self.writer.write(data)
 
     async def closed(self, timeout: float = 2.0) -> bool:
         try:
@@ -72,3 +57,34 @@ class RawPeer:
             await self._task
         except (asyncio.CancelledError, ConnectionError):
             pass
+
+
+class RawPeer(StreamPeer):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.frames = FrameReader()
+        self.requests: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+        self._opaque = itertools.count(1)
+        super().__init__(reader, writer)
+
+    async def _read(self) -> None:
+        while data := await self.reader.read(65536):
+            self.frames.feed(data)
+            for cmd in self.frames:
+                fut = self.pending.pop(cmd.opaque, None) if cmd.is_response else None
+                if fut is not None:
+                    fut.set_result(cmd)
+                else:
+                    self.requests.put_nowait(cmd)
+
+    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                   *, binary: bool = False, timeout: float = 5.0) -> RemotingCommand:
+        opaque = next(self._opaque)
+        cmd = request(code, {k: str(v) for k, v in (ext or {}).items()}, body, opaque=opaque,
+                      serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON)
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[opaque] = fut
+        self.writer.write(encode_command(cmd))
+        return await asyncio.wait_for(fut, timeout)
+
+    def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)

@@ -18,6 +18,8 @@ from typing import Any
 
 from kairosmq.protocol.codes import BROKER_VERSION
 
+from tests.wire import StreamPeer
+
 MESSAGE_MAGIC = 0xDAA320A7
 
 
@@ -54,22 +56,14 @@ def patch_ext(frame: bytes, key: str, value: int) -> bytes:
     return struct.pack(">II", 4 + len(new) + len(body), len(new)) + new + body
 
 
-class RawConn:
+class RawConn(StreamPeer):
     """One TCP connection that writes captured frames verbatim and matches raw replies by
     opaque. Several requests may be outstanding at once (as the stock clients do)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.pending: dict[int, asyncio.Future[Reply]] = {}
         self.replies: list[Reply] = []
         self.unsolicited: list[Reply] = []
-        self._task = asyncio.get_running_loop().create_task(self._read())
-
-    @classmethod
-    async def connect(cls, address: str) -> RawConn:
-        host, port = address.rsplit(":", 1)
-        r, w = await asyncio.open_connection(host, int(port))
-        return cls(r, w)
+        super().__init__(reader, writer)
 
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
@@ -91,10 +85,6 @@ class RawConn:
                     fut.set_result(reply)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        finally:
-            for fut in self.pending.values():
-                if not fut.done():
-                    fut.set_exception(ConnectionError("closed"))
 
     def start(self, frame: bytes) -> asyncio.Future[Reply]:
         """Write a captured request frame; the future resolves with its reply."""
@@ -107,21 +97,6 @@ class RawConn:
 
     async def call(self, frame: bytes, timeout: float = 5.0) -> Reply:
         return await asyncio.wait_for(self.start(frame), timeout)
-
-    async def closed(self, timeout: float = 2.0) -> bool:
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            return True
-        except TimeoutError:
-            return False
-
-    async def close(self) -> None:
-        self.writer.close()
-        self._task.cancel()
-        try:
-            await self._task
-        except (asyncio.CancelledError, ConnectionError):
-            pass
 
 
 def check_reply_envelope(reply: Reply, request_header: dict[str, Any]) -> None:
