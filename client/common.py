@@ -17,7 +17,8 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from .errors import MessageError
 
@@ -100,3 +101,18 @@ class Periodic:
                 await task
             except asyncio.CancelledError:
                 pass
+
+
+async def unregister_client(pool: Any, addrs: Iterable[str], ext: dict[str, str]) -> None:
+    """UNREGISTER_CLIENT to every broker (best effort, 1 s each): the shutdown step that
+    producers and consumers share."""
+    from kairosmq.protocol.codes import RequestCode
+
+    from .errors import ClientError
+
+    for addr in addrs:
+        try:
+            await pool.invoke(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
+        except ClientError as err:
+            log.info("unregister from %s failed: %s", addr, err)
+

@@ -3,10 +3,8 @@
 Owns: the public consumer API (``subscribe``, ``register_listener``, ``start``,
 ``shutdown``, ``async with``), the per-group timers (route 30 s, heartbeat 30 s,
 rebalance 20 s, offset persist 5 s, orderly lock renewal 20 s) and the table
-``MessageQueue -> ProcessQueue`` of owned queues.
-
-Moved out: orderly queue locks (lock, renew, unlock) to ``queue_lock.QueueLocker``; a new
-queue's start offset (``computePullFromWhere``) and ``ConsumeFromWhere`` to ``offset_store``.
+``MessageQueue -> ProcessQueue`` of owned queues. Orderly locks live in ``queue_lock``, a
+new queue's start offset (``computePullFromWhere``) in ``offset_store``.
 
 Invariants:
 * CLUSTERING: the owned queues are ``allocate_averagely(client_id, queues, members)``;
@@ -39,7 +37,14 @@ from kairosmq.protocol.bodies import (
 from kairosmq.protocol.codes import RequestCode, ResponseCode, SerializeType
 from kairosmq.protocol.commands import RemotingCommand
 
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_topic, make_client_id, retry_topic
+from .common import (
+    CLIENT_INNER_PRODUCER,
+    Periodic,
+    check_topic,
+    make_client_id,
+    retry_topic,
+    unregister_client,
+)
 from .consume import (
     ConcurrentConsumeService,
     Listener,
@@ -268,12 +273,8 @@ class PushConsumer:
                 t.cancel()
         every = [t for ts in self._pq_tasks.values() for t in ts]
         await asyncio.gather(*every, return_exceptions=True)
-        ext = {"clientID": self.client_id, "consumerGroup": self.group}
-        for addr in self._routes.broker_addrs():
-            try:
-                await self._pool.invoke(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
-            except ClientError as err:
-                log.info("unregister from %s failed: %s", addr, err)
+        await unregister_client(self._pool, self._routes.broker_addrs(),
+                                {"clientID": self.client_id, "consumerGroup": self.group})
         self._pool.close()
         if self._runner is not None:
             self._runner.close()

@@ -38,7 +38,13 @@ from kairosmq.protocol.codes import (
 from kairosmq.protocol.ids import UniqIdGenerator
 from kairosmq.protocol.message import BatchItem, encode_batch, java_string_hash
 
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_topic, make_client_id
+from .common import (
+    CLIENT_INNER_PRODUCER,
+    Periodic,
+    check_topic,
+    make_client_id,
+    unregister_client,
+)
 from .errors import BrokerError, ClientError, ClientStateError, MessageError, MessageTooLarge
 from .message import Message, MessageQueue, SendResult, SendStatus, wire_properties
 from .remoting import RemotingPool, local_ip
@@ -132,12 +138,8 @@ class Producer:
             await asyncio.wait(list(self._tasks), timeout=self.send_msg_timeout)
         for t in self._timers:
             await t.stop()
-        ext = {"clientID": self.client_id, "producerGroup": self.group}
-        for addr in self._routes.broker_addrs():
-            try:
-                await self._pool.invoke(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
-            except ClientError as err:
-                log.info("unregister from %s failed: %s", addr, err)
+        await unregister_client(self._pool, self._routes.broker_addrs(),
+                                {"clientID": self.client_id, "producerGroup": self.group})
         self._pool.close()
         self._state = "shutdown"
 
