@@ -51,7 +51,9 @@ class Connection(asyncio.Protocol):
         self.peer_port = 0
         self._out: list[bytes] = []
         self._opaque = itertools.count(1)
-        self._paused = False
+        self._busy = False  # a _process continuation is scheduled
+        self._write_paused = False
+        self._reading_paused = False
         self.closed = False
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -74,13 +76,35 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
-        if not self._paused:
+        if not self._busy and not self._write_paused:
             self._process()
+
+    def pause_writing(self) -> None:
+        """The peer is not reading its answers: stop taking its requests (memory bound)."""
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self._busy:
+            self._process()
+
+    def _update_reading(self) -> None:
+        want = self._busy or self._write_paused
+        if want != self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = want
+            if want:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     def _process(self) -> None:
         """Handle up to FRAMES_PER_TURN frames, then yield to the loop (timers: the delay
-        scheduler must not wait behind a 64 KiB read of sends); reading pauses meanwhile."""
-        if self.closed:
+        scheduler must not wait behind a 64 KiB read of sends); reading pauses meanwhile,
+        and while the peer leaves its answers unread (write backpressure)."""
+        self._busy = False
+        if self.closed or self._write_paused:
+            self._update_reading()
             return
         n = 0
         try:
@@ -95,13 +119,9 @@ class Connection(asyncio.Protocol):
             self.abort(f"protocol error: {err}")
             return
         if n >= FRAMES_PER_TURN and self.reader.buffered and not self.closed:
-            if not self._paused and self.transport is not None:
-                self._paused = True
-                self.transport.pause_reading()
+            self._busy = True
             asyncio.get_running_loop().call_soon(self._process)
-        elif self._paused and not self.closed and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+        self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

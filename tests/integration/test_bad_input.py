@@ -136,3 +136,34 @@ async def test_pull_with_unsupported_filter(broker) -> None:
     r = await pull(peer, "F")
     assert r.code == ResponseCode.SUCCESS
     await peer.close()
+
+
+async def test_a_peer_that_never_reads_its_answers_is_bounded(broker) -> None:
+    """Requests keep coming but answers are never read: the broker stops reading that
+    connection (write backpressure) instead of buffering answers without limit."""
+    import asyncio
+
+    from kairosmq.protocol.codec import encode_command
+    from kairosmq.protocol.commands import request
+
+    producer = await RawPeer.connect(broker.address)
+    for i in range(64):
+        await send(producer, "Hoard", b"x" * 1024, {"UNIQ_KEY": f"H{i}"})
+    pull_frame = encode_command(request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "G", "topic": "Hoard", "queueId": "0", "queueOffset": "0",
+        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+        "suspendTimeoutMillis": "0", "subVersion": "0"}))
+    reader, writer = await asyncio.open_connection(*broker.address.rsplit(":", 1))
+    writer.transport.set_write_buffer_limits(high=1 << 24)  # our side: never block
+    for _ in range(3000):  # ~3000 answers of ~33 KiB = ~100 MB if the broker buffered them
+        writer.write(pull_frame)
+    await asyncio.sleep(1.0)
+    hoarder = max(broker.server.connections, key=lambda c: c.transport.get_write_buffer_size())
+    buffered = hoarder.transport.get_write_buffer_size()
+    assert buffered < 8 * 1024 * 1024, f"{buffered} bytes of unread answers held by the broker"
+    assert hoarder._reading_paused
+    # everyone else is still served
+    r = await pull(producer, "Hoard", max_n=1)
+    assert r.code == ResponseCode.SUCCESS
+    writer.close()
+    await producer.close()
