@@ -81,6 +81,23 @@ class BrokerConfig:
     # clients
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
+    # limits (issue 10; docs/reliability.md lists each with its reason)
+    max_connections: int = 4096
+    idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
+    partial_frame_timeout: float = 30.0
+    max_header_bytes: int = 64 * 1024
+    max_held_pulls_per_connection: int = 1024
+    max_held_pulls: int = 65536
+    max_groups_per_heartbeat: int = 256
+    max_subscriptions_per_heartbeat: int = 1024
+    max_batch_items: int = 4096
+    max_clients: int = 65536
+    # disk: refuse writes above this fraction of the data disk used
+    # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
+    disk_max_used_ratio: float = 0.90
+    disk_check_interval: float = 1.0
+    # metrics endpoint host (None: the broker's --host)
+    metrics_host: str | None = None
     # logging
     log_dir: Path | None = None
     log_messages: bool = True
