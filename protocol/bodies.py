@@ -1,10 +1,12 @@
 """JSON bodies of the remoting protocol: route data, heartbeat, consumer list, lock batches.
 
 Owns: typed values for the JSON bodies RocketMQ carries besides message records
-(J4 ``TopicRouteData``/``BrokerData``/``QueueData``, ``HeartbeatData``/``ConsumerData``/
+(RocketMQ ``TopicRouteData``/``BrokerData``/``QueueData``, ``HeartbeatData``/``ConsumerData``/
 ``SubscriptionData``, ``GetConsumerListByGroupResponseBody``, ``LockBatchRequestBody``/
 ``LockBatchResponseBody``/``UnlockBatchRequestBody``), their ``to_json``/``from_json``, and
-the tag-expression parser both sides share (``parse_tag_expression``).
+the tag-expression parser both sides share (``parse_tag_expression``); at the end, the admin
+bodies mqadmin reads (``KVTable``, MessageQueue-keyed ``TopicStatsTable``/``ConsumeStats``
+in fastjson's object-key form, ``ConsumerConnection``).
 
 Invariants:
 * Encoding writes standard JSON with quoted map keys and the field names Java uses.
@@ -49,7 +51,7 @@ def _loads(raw: bytes | str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        # J4 name servers answer old clients with unquoted numeric map keys.
+        # RocketMQ name servers answer old clients with unquoted numeric map keys.
         try:
             return orjson.loads(_UNQUOTED_KEY.sub(rb'\1"\2"\3', data))
         except orjson.JSONDecodeError as err:
@@ -361,3 +363,78 @@ def decode_lock_response(raw: bytes | str) -> list[MessageQueueData]:
         return [MessageQueueData.from_dict(m) for m in _obj(raw).get("lockOKMQSet") or []]
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"lock response is malformed: {err!r}") from err
+
+
+# ---- admin bodies (mqadmin / rocketmq-dashboard): RocketMQ KVTable, TopicStatsTable, ConsumeStats,
+# ConsumerConnection. Maps keyed by MessageQueue are written the way fastjson writes a map
+# with object keys (``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``): not standard
+# JSON, but exactly what the Java tools' fastjson parser reads back.
+
+
+def encode_kv_table(table: dict[str, str]) -> bytes:
+    """RocketMQ ``KVTable``: ``{"table":{k:v}}`` with string values."""
+    return orjson.dumps({"table": {k: str(v) for k, v in table.items()}})
+
+
+def encode_mq_map(entries: list[tuple[MessageQueueData, dict[str, Any]]]) -> bytes:
+    """A fastjson ``Map<MessageQueue, V>``: object keys, in the order given."""
+    parts = [orjson.dumps(mq.to_dict()) + b":" + orjson.dumps(value) for mq, value in entries]
+    return b"{" + b",".join(parts) + b"}"
+
+
+def encode_mq_table(field_name: str, entries: list[tuple[MessageQueueData, dict[str, Any]]],
+                    extra: dict[str, Any] | None = None) -> bytes:
+    """``{<extra fields>, "<field_name>": <mq map>}`` (RocketMQ ``TopicStatsTable``: offsetTable
+    of TopicOffset; ``ConsumeStats``: consumeTps + offsetTable of OffsetWrapper)."""
+    head = orjson.dumps(extra or {})[:-1]  # '{...' without the closing brace
+    sep = b"," if len(head) > 1 else b""
+    return head + sep + orjson.dumps(field_name) + b":" + encode_mq_map(entries) + b"}"
+
+
+def decode_mq_table(raw: bytes | str, field_name: str) -> tuple[
+        dict[MessageQueueData, dict[str, Any]], dict[str, Any]]:
+    """Read back what ``encode_mq_table`` writes (tests and kairosmq tools): the map by
+    queue, and the other top-level fields."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    marker = orjson.dumps(field_name).decode() + ":"
+    at = text.find(marker)
+    if at < 0:
+        raise ValueError(f"no {field_name} in body")
+    dec = _json_decoder()
+    pos = at + len(marker)
+    if text[pos:pos + 1] != "{":
+        raise ValueError(f"{field_name} is not a map")
+    pos += 1
+    table: dict[MessageQueueData, dict[str, Any]] = {}
+    while text[pos:pos + 1] != "}":
+        key, pos = dec.raw_decode(text, pos)
+        if text[pos:pos + 1] != ":":
+            raise ValueError(f"{field_name}: ':' expected at {pos}")
+        value, pos = dec.raw_decode(text, pos + 1)
+        table[MessageQueueData.from_dict(key)] = value
+        if text[pos:pos + 1] == ",":
+            pos += 1
+    rest = text[:at] + '"_":0' + text[pos + 1:]
+    others = dict(_loads(rest.replace("{,", "{")))
+    others.pop("_", None)
+    return table, others
+
+
+def _json_decoder() -> Any:
+    import json  # only the test/tool side decodes fastjson object keys
+
+    return json.JSONDecoder()
+
+
+def encode_consumer_connection(connections: list[dict[str, Any]],
+                               subscriptions: list[SubscriptionData], consume_type: str,
+                               message_model: str, consume_from_where: str) -> bytes:
+    """RocketMQ ``ConsumerConnection``: connectionSet of ``Connection`` (clientId, clientAddr,
+    language, version), subscriptionTable by topic, and the group's enums."""
+    return orjson.dumps({
+        "connectionSet": connections,
+        "consumeFromWhere": consume_from_where,
+        "consumeType": consume_type,
+        "messageModel": message_model,
+        "subscriptionTable": {s.topic: s.to_dict() for s in subscriptions},
+    })

@@ -8,6 +8,8 @@ Invariants:
   prefix is visible, before buffering the rest (RocketMQ's 16 MiB NettyDecoder limit).
 * Every length inside a frame is checked against the bytes present before it is used;
   a violation raises ``MalformedFrame`` (close the connection), never IndexError.
+* ``code``/``opaque``/``flag``/``version`` are Java ``int``s: a JSON number or ASCII
+  decimal string outside the int32 range is ``MalformedFrame`` (as Java's decoder fails).
 * JSON ext-field values of any JSON scalar type come out as strings (``true``/``false``
   for booleans, as Java's toString); JSON we write always has string values, because
   the C++ client drops non-string fields.
@@ -17,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 
@@ -96,14 +99,18 @@ def _coerce(value: object) -> str:
     raise MalformedFrame(f"extFields value of type {type(value).__name__} is not a scalar")
 
 
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_ASCII_INT = re.compile(r"-?[0-9]{1,10}")
+
+
 def _int_field(h: dict[str, object], name: str, default: int | None = None) -> int:
+    """code/opaque/flag/version: Java ``int`` fields, as a JSON number or a decimal string."""
     v = h.get(name, default)
-    if type(v) is int:
-        return v
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and v.lstrip("-").isdigit():
-            return int(v)
-        raise MalformedFrame(f"header field {name!r} must be an integer, got {v!r}")
+    if type(v) is str and _ASCII_INT.fullmatch(v):
+        v = int(v)
+    if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
+        shown = repr(v) if len(repr(v)) <= 40 else f"{repr(v)[:40]}..."
+        raise MalformedFrame(f"header field {name!r} must be a 32-bit integer, got {shown}")
     return v
 
 
@@ -127,7 +134,9 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     code, opaque, flag, version = (
         h.get("code"), h.get("opaque", 0), h.get("flag", 0), h.get("version", 0))
     if not (type(code) is int and type(opaque) is int and type(flag) is int
-            and type(version) is int):  # the common case skips four calls
+            and type(version) is int and _I32_MIN <= opaque <= _I32_MAX
+            and _I32_MIN <= code <= _I32_MAX and _I32_MIN <= flag <= _I32_MAX
+            and _I32_MIN <= version <= _I32_MAX):  # the common case skips four calls
         code, opaque = _int_field(h, "code"), _int_field(h, "opaque", 0)
         flag, version = _int_field(h, "flag", 0), _int_field(h, "version", 0)
     return RemotingCommand(
@@ -224,14 +233,18 @@ class FrameReader:
     """Incremental reader: ``feed(bytes)``, then iterate for the complete commands.
 
     Raises ``FrameTooLarge`` or ``MalformedFrame`` from iteration; after either, the
-    stream is unusable and the connection should be closed.
+    stream is unusable and the connection should be closed. ``max_header`` (if given)
+    caps the declared header length, checked as soon as the header-length word arrives
+    (before the rest of the frame is buffered).
     """
 
-    __slots__ = ("_buf", "max_frame")
+    __slots__ = ("_buf", "max_frame", "max_header")
 
-    def __init__(self, max_frame: int = MAX_FRAME_LENGTH) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME_LENGTH, *,
+                 max_header: int | None = None) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
+        self.max_header = max_header
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -250,6 +263,11 @@ class FrameReader:
                     raise FrameTooLarge(length, self.max_frame)
                 if length < 4:
                     raise MalformedFrame(f"frame length {length} is below the minimum 4")
+                if self.max_header is not None and len(buf) - pos >= 8:
+                    hlen = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                    if hlen > self.max_header:
+                        raise MalformedFrame(
+                            f"header length {hlen} exceeds the maximum {self.max_header}")
                 end = pos + 4 + length
                 if len(buf) < end:
                     break

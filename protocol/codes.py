@@ -2,7 +2,7 @@
 
 Owns: request codes, response codes, language codes, serialize types, RPC flag bits,
 message sys-flag bits and pull sys-flag bits. Every number here is RocketMQ's own
-(J4 ``RequestCode``/``ResponseCode``/``LanguageCode``/``MessageSysFlag``/``PullSysFlag``);
+(RocketMQ ``RequestCode``/``ResponseCode``/``LanguageCode``/``MessageSysFlag``/``PullSysFlag``);
 codes that RocketMQ does not have (kairosmq admin requests) live in the 900-range so
 they cannot collide with a future RocketMQ code in the ranges it uses.
 
@@ -24,6 +24,9 @@ class RequestCode(IntEnum):
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
     GET_ALL_TOPIC_CONFIG = 21
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
+    GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -39,13 +42,28 @@ class RequestCode(IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    DELETE_KV_CONFIG = 102
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_TOPIC_STATS_INFO = 202
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_PRODUCER_CONNECTION_LIST = 204
+    GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
+    GET_KVLIST_BY_NAMESPACE = 219
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
     SEND_MESSAGE_V2 = 310
+    GET_BROKER_CONSUME_STATS = 317
+    GET_NAMESRV_CONFIG = 319
+    QUERY_CONSUME_QUEUE = 321
     SEND_BATCH_MESSAGE = 320
     # ---- kairosmq admin requests (no RocketMQ equivalent): the 900-range, JSON bodies ----
     KAIROS_GET_CONSUMER_GROUPS = 900  # every group: online clients, subscriptions, total lag
@@ -111,7 +129,7 @@ class SerializeType(IntEnum):
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
-# MessageSysFlag bits (J4 common/sysflag/MessageSysFlag.java)
+# MessageSysFlag bits (RocketMQ common/sysflag/MessageSysFlag.java)
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_PREPARED = 0x4
@@ -120,7 +138,7 @@ SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 
-# PullSysFlag bits (J4 common/sysflag/PullSysFlag.java)
+# PullSysFlag bits (RocketMQ common/sysflag/PullSysFlag.java)
 PULL_COMMIT_OFFSET = 0x1
 PULL_SUSPEND = 0x2
 PULL_SUBSCRIPTION = 0x4

@@ -30,11 +30,20 @@ def wire(name: str, *, v2: str | None = None, default: Any = _REQ) -> Any:
     return dataclasses.field(default=default, metadata={"wire": name, "v2": v2})
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _parse_int(key: str, raw: str) -> int:
+    """A header integer: what Java's ``Long.parseLong`` accepts (int64 range)."""
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise HeaderError(f"header field {key!r} must be an integer, got {raw!r}") from None
+        value = None
+    if value is not None and _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    shown = repr(raw) if len(raw) <= 64 else f"{raw[:64]!r}...({len(raw)} chars)"
+    raise HeaderError(f"header field {key!r} must be an integer in the int64 range, "
+                      f"got {shown}")
 
 
 def _compile(cls: type, v2: bool) -> tuple[Any, Any]:
@@ -270,3 +279,50 @@ class ResendDlqRequestHeader(Header):
     consumer_group: str = wire("consumerGroup")
     max_num: int = wire("maxNum", default=1000)
     to_retry_topic: bool = wire("toRetryTopic", default=False)
+
+
+@dataclass(slots=True)
+class GetConsumeStatsRequestHeader(Header):
+    """GET_CONSUME_STATS (208): one group's offsets, on every topic it has offsets for or
+    on ``topic`` only."""
+
+    consumer_group: str = wire("consumerGroup")
+    topic: str | None = wire("topic", default=None)
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(Header):
+    """QUERY_CONSUME_QUEUE (321): ``count`` consume-queue units from ``index``."""
+
+    topic: str = wire("topic")
+    queue_id: int = wire("queueId")
+    index: int = wire("index")
+    count: int = wire("count")
+    consumer_group: str | None = wire("consumerGroup", default=None)
+
+
+@dataclass(slots=True)
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222): move ``group``'s offsets on ``topic`` to the
+    first message stored at or after ``timestamp`` (-1: the queue's end)."""
+
+    topic: str = wire("topic")
+    group: str = wire("group")
+    timestamp: int = wire("timestamp")
+    is_force: bool = wire("isForce", default=True)
+
+
+@dataclass(slots=True)
+class KvConfigRequestHeader(Header):
+    """PUT_KV_CONFIG (100, with ``value``), GET_KV_CONFIG (101), DELETE_KV_CONFIG (102)."""
+
+    namespace: str = wire("namespace")
+    key: str = wire("key")
+    value: str | None = wire("value", default=None)
+
+
+@dataclass(slots=True)
+class KvNamespaceRequestHeader(Header):
+    """GET_KVLIST_BY_NAMESPACE (219)."""
+
+    namespace: str = wire("namespace")

@@ -1,8 +1,8 @@
 """Message ids: the broker's offset msg id and the client's UNIQ_KEY.
 
 Owns: ``create_offset_msg_id``/``decode_offset_msg_id`` (store host + port + commit-log
-offset, upper-case hex, J4 ``MessageDecoder.createMessageId``) and ``UniqIdGenerator``
-(J4 ``MessageClientIDSetter`` layout: ip 4 B, pid 2 B, a per-process 4 B hash, ms since
+offset, upper-case hex, RocketMQ ``MessageDecoder.createMessageId``) and ``UniqIdGenerator``
+(RocketMQ ``MessageClientIDSetter`` layout: ip 4 B, pid 2 B, a per-process 4 B hash, ms since
 the start of the month 4 B, counter 2 B; 32 upper-case hex characters).
 
 Invariant: 32 hex characters mean an IPv4 host, 56 mean IPv6; anything else is rejected.

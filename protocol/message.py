@@ -1,16 +1,19 @@
 """Message records in RocketMQ's commit-log layout, batch bodies, and hashing helpers.
 
 Owns: ``MessageExt`` (a decoded record), ``encode_record`` (what the store appends and
-what a pull response carries), ``decode_record``/``decode_records``, the batch-body codec
+what a pull response carries), ``decode_record``/``decode_records``, ``record_properties``
+(a record's properties without its body: the SQL92 filter's input), the batch-body codec
 (SEND_BATCH_MESSAGE / V2 ``m=true``), body CRC and Java's ``String.hashCode`` for tags.
 
 Invariants:
-* Record layout is J4 ``MessageDecoder`` magic V1 (1-byte topic length, topics <= 127 B),
+* Record layout is RocketMQ ``MessageDecoder`` magic V1 (1-byte topic length, topics <= 127 B),
   the layout ``schema.MessageRecord`` declares; the ``struct`` fast paths here are held
   to it by a parity test.
 * ``decode_records`` stops at the first record whose size, magic or lengths do not fit
   the buffer, like the Java client; ``decode_record`` with ``check_crc`` raises instead.
-* Store/born hosts are encoded as IPv4 unless the sys-flag v6 bits say otherwise.
+* A record is self-consistent: ``encode_record`` derives the BORNHOST_V6/STOREHOST_V6
+  sys-flag bits from the lengths of the addresses it writes (4 or 16 bytes), whatever
+  bits the caller passed, so the decoder and recovery always find the body where it is.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ _HEAD = struct.Struct(">iIiiiqqiq")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">H")
+_HOST_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 RECORD_OVERHEAD_V4 = 91  # record size = 91 + body + topic + properties with IPv4 hosts
 
 # offset of STORETIMESTAMP inside a record with an IPv4 born host
@@ -117,9 +121,18 @@ def encode_record(
     prepared_transaction_offset: int = 0,
     crc: int | None = None,
 ) -> bytes:
-    """Encode one record. ``topic``/``properties`` are UTF-8 bytes (lengths <= 127/32767)."""
+    """Encode one record. ``topic``/``properties`` are UTF-8 bytes (lengths <= 127/32767).
+
+    The host-format bits of ``sys_flag`` are set from the address lengths; an address
+    that is neither 4 nor 16 bytes raises ``ValueError`` (as do out-of-range integers,
+    as ``struct.error``).
+    """
     bh_ip, bh_port = born_host
     sh_ip, sh_port = store_host
+    if len(bh_ip) not in (4, 16) or len(sh_ip) not in (4, 16):
+        raise ValueError(f"host addresses must be 4 or 16 bytes, got {len(bh_ip)}/{len(sh_ip)}")
+    sys_flag = (sys_flag & ~_HOST_V6_BITS) | (SYSFLAG_BORNHOST_V6 if len(bh_ip) == 16 else 0) \
+        | (SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0)
     total = RECORD_OVERHEAD_V4 + len(body) + len(topic) + len(properties)
     total += len(bh_ip) - 4 + len(sh_ip) - 4
     if crc is None:
@@ -284,29 +297,55 @@ _UNIQ_MARK = UNIQ_KEY.encode() + b"\x01"
 
 
 def summarize_records(buf: bytes) -> list[RecordSummary]:
-    """Summaries of back-to-back IPv4-host records (the pull path's logging)."""
+    """Summaries of back-to-back IPv4-host records (the pull path's logging); like
+    ``decode_records``, stops at the first record whose lengths do not fit the buffer."""
     out: list[RecordSummary] = []
     pos, n = 0, len(buf)
     while pos + RECORD_OVERHEAD_V4 <= n:
         total, _magic, _crc, _q, _f, qoff, phy, sysflag, born = _HEAD.unpack_from(buf, pos)
-        if sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) or total <= 0:
+        end = pos + total
+        if (sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+                or total < RECORD_OVERHEAD_V4 or end > n):
             break
         store_ts = _I64.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
         reconsume = _I32.unpack_from(buf, pos + 72)[0]
         body_len = _I32.unpack_from(buf, pos + 84)[0]
         tpos = pos + 88 + body_len
+        if body_len < 0 or tpos >= end:
+            break
         ppos = tpos + 1 + buf[tpos] + 2
-        end = pos + total
         i = buf.find(_UNIQ_MARK, ppos, end)
         while i > ppos and buf[i - 1] != 0x02:  # only a whole key (e.g. not XUNIQ_KEY)
             i = buf.find(_UNIQ_MARK, i + 1, end)
         msg_id = ""
         if i >= 0:
             j = buf.find(b"\x02", i, end)
-            msg_id = buf[i + len(_UNIQ_MARK) : end if j < 0 else j].decode()
+            try:
+                msg_id = buf[i + len(_UNIQ_MARK) : end if j < 0 else j].decode()
+            except UnicodeDecodeError:
+                break
         if not msg_id:  # no UNIQ_KEY (or an empty one, which decode_properties skips)
             msg_id = create_offset_msg_id(buf[pos + 64 : pos + 68],
                                           _I32.unpack_from(buf, pos + 68)[0], phy)
         out.append(RecordSummary(total, qoff, phy, born, store_ts, reconsume, msg_id))
         pos = end
     return out
+
+
+def record_properties(buf: bytes | memoryview, pos: int = 0) -> dict[str, str]:
+    """The properties of the record at ``pos`` without decoding its body (the broker's
+    SQL92 filter reads these); ``{}`` if the record's lengths do not fit ``buf``."""
+    try:
+        total = _I32.unpack_from(buf, pos)[0]
+        sysflag = _I32.unpack_from(buf, pos + 36)[0]
+        blen_pos = (pos + 84 + (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0)
+                    + (12 if sysflag & SYSFLAG_STOREHOST_V6 else 0))
+        body_len = _I32.unpack_from(buf, blen_pos)[0]
+        tpos = blen_pos + 4 + body_len
+        ppos = tpos + 1 + buf[tpos]
+        plen = _I16.unpack_from(buf, ppos)[0]
+        if body_len < 0 or ppos + 2 + plen != pos + total or pos + total > len(buf):
+            return {}
+        return decode_properties(bytes(buf[ppos + 2 : ppos + 2 + plen]).decode())
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return {}

@@ -37,6 +37,17 @@ CLUSTER = "CLUSTER"
 SCHEDULE_ORIGIN = "KAIROS_SCHEDULE_ORIGIN"
 # kairosmq: the due time (ms) a delayed message was scheduled for, carried on re-put.
 DELIVER_TIME = "KAIROS_DELIVER_MS"
+# RocketMQ 5 timer messages (and the ONS/aliyun ``__STARTDELIVERTIME``): not supported
+# yet, so a send carrying one is refused rather than delivered at once (early).
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+START_DELIVER_TIME = "__STARTDELIVERTIME"
+TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, START_DELIVER_TIME)
+# Properties only the broker writes: a client's copy is dropped on ingress
+# (``server/ingress.py``); every ``KAIROS_*`` name is the broker's.
+BROKER_PROPERTY_PREFIX = "KAIROS_"
+BROKER_INTERNAL_PROPERTIES = (REAL_TOPIC, REAL_QID)
 
 
 def encode_properties(props: dict[str, str]) -> str:

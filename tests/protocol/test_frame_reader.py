@@ -149,3 +149,24 @@ def test_frame_reader_propagates_malformed_payload() -> None:
     reader.feed(_frame(0, b"{not json"))
     with pytest.raises(MalformedFrame):
         list(reader)
+
+
+def test_frame_reader_max_header_checked_on_the_header_word() -> None:
+    """A declared header above ``max_header`` is refused from the first 8 bytes, before
+    the (claimed) rest of the frame arrives; a frame under the cap still decodes."""
+    reader = FrameReader(max_header=1024)
+    # length 2000, JSON serialize type (0), header length 1500: only 8 bytes sent
+    reader.feed((2000).to_bytes(4, "big") + (1500).to_bytes(4, "big"))
+    with pytest.raises(MalformedFrame, match="header length 1500 exceeds the maximum 1024"):
+        list(reader)
+    ok = FrameReader(max_header=1024)
+    frame = encode_command(request(RequestCode.HEART_BEAT, {"k": "v"}, b"x" * 4000, opaque=3))
+    ok.feed(frame)
+    assert [c.opaque for c in ok] == [3]
+    exact = FrameReader(max_header=len(frame) - 8 - 4000)  # header exactly at the cap
+    exact.feed(frame)
+    assert len(list(exact)) == 1
+    below = FrameReader(max_header=len(frame) - 8 - 4000 - 1)
+    below.feed(frame)
+    with pytest.raises(MalformedFrame):
+        list(below)

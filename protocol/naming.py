@@ -1,0 +1,125 @@
+"""Naming rules for topics and groups: the one place client and server read them.
+
+Owns: the topic and group character rules (RocketMQ 4.9 ``TopicValidator`` and
+``Validators.checkGroup``: ``[%|a-zA-Z0-9_-]``, topic 1..127 characters, group 1..255),
+the derived topic names (``%RETRY%<group>``, ``%DLQ%<group>``), the system topic names
+(``TBW102``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``) and their predicates.
+
+Invariants:
+* ``validate_topic``/``validate_group`` return ``None`` for a valid name, else a reason fit
+  for a response remark (it names the bad value, ``repr``'d and truncated to 64 chars).
+* Matching is ``fullmatch``: ``re.match`` with ``$`` would accept a trailing ``"\\n"``.
+* A valid name contains no ``/``, ``.``, NUL or whitespace, so it is safe as one
+  file-name component (consume-queue directories are named after topics).
+* A group is also at most ``MAX_GROUP_LENGTH`` characters *and* short enough that its
+  retry topic ``%RETRY%<group>`` fits one file name (255 bytes, Linux ``NAME_MAX``):
+  RocketMQ allows 255-character groups, but a retry or DLQ topic of 262 characters
+  would be a directory name the file system refuses after the message was appended.
+  So the effective group limit is 248 characters (``MAX_GROUP_LENGTH_WITH_RETRY``).
+"""
+
+from __future__ import annotations
+
+import re
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+
+MAX_TOPIC_LENGTH = 127
+MAX_GROUP_LENGTH = 255
+MAX_FILE_NAME = 255
+MAX_GROUP_LENGTH_WITH_RETRY = MAX_FILE_NAME - len(RETRY_GROUP_TOPIC_PREFIX)
+CHARSET = "[%|a-zA-Z0-9_-]"
+_VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def shown(value: object, limit: int = 64) -> str:
+    """``repr`` of a value for a remark or log, truncated to about ``limit`` characters."""
+    text = repr(value)
+    if len(text) > limit:
+        text = text[:limit] + f"...({len(str(value))} chars)"
+    return text
+
+
+def _validate(kind: str, name: object, limit: int) -> str | None:
+    if not isinstance(name, str):
+        return f"the {kind} must be a string, got {shown(name)}"
+    if not name or not name.strip():
+        return f"the {kind} is blank"
+    if len(name) > limit:
+        return f"the {kind} {shown(name)} is {len(name)} characters, the limit is {limit}"
+    if _VALID.fullmatch(name) is None:
+        return f"the {kind} {shown(name)} contains characters outside {CHARSET}"
+    return None
+
+
+def validate_topic(name: object) -> str | None:
+    """None if ``name`` is a valid topic name, else the reason."""
+    return _validate("topic", name, MAX_TOPIC_LENGTH)
+
+
+def validate_group(name: object) -> str | None:
+    """None if ``name`` is a valid (producer or consumer) group name, else the reason."""
+    bad = _validate("group", name, MAX_GROUP_LENGTH)
+    if bad is None and isinstance(name, str) and len(name) > MAX_GROUP_LENGTH_WITH_RETRY:
+        return (f"the group {shown(name)} is {len(name)} characters: its retry topic "
+                f"{RETRY_GROUP_TOPIC_PREFIX}<group> must fit a {MAX_FILE_NAME}-byte file "
+                f"name, so the limit is {MAX_GROUP_LENGTH_WITH_RETRY}")
+    return bad
+
+
+def validate_queue_topic(name: object) -> str | None:
+    """None if ``name`` may name a queue a consumer reads: a valid topic, or
+    ``%RETRY%``/``%DLQ%`` followed by a valid group (those may exceed 127 characters, as
+    RocketMQ creates them without the topic length check)."""
+    bad = validate_topic(name)
+    if bad is None or not isinstance(name, str):
+        return bad
+    group = group_of_retry_topic(name)
+    if group is None:
+        group = group_of_dlq_topic(name)
+    if group is not None and validate_group(group) is None:
+        return None
+    return bad
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+def group_of_retry_topic(topic: str) -> str | None:
+    """The group of ``%RETRY%<group>``, or None when ``topic`` is not a retry topic."""
+    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return None
+    return topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+
+
+def group_of_dlq_topic(topic: str) -> str | None:
+    """The group of ``%DLQ%<group>``, or None when ``topic`` is not a DLQ topic."""
+    if not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        return None
+    return topic[len(DLQ_GROUP_TOPIC_PREFIX):]
+
+
+def is_system_topic(topic: str) -> bool:
+    """Topics clients may neither send to nor create, change or delete."""
+    return (
+        topic == SCHEDULE_TOPIC
+        or topic == AUTO_CREATE_TOPIC_KEY
+        or topic.startswith(SYSTEM_TOPIC_PREFIX)
+    )
