@@ -1,10 +1,12 @@
 """Generate N synthetic broker log events in the catalogue's JSON-lines format (Spark bench).
 
 Each message goes through the broker's steps: ``message.stored`` (or ``message.scheduled`` ->
-``message.due`` -> ``message.delivered`` for a delayed one), then per consumer group
+(``message.due`` with ``--due``) -> ``message.delivered`` for a delayed one), then per group
 ``message.pulled``; a failed attempt is ``message.redelivered`` -> scheduled/due/delivered on
 ``%RETRY%<group>`` at level 3 + reconsume_times -> pulled again, until success or
 ``message.dead_lettered``. Every event's keys are checked against ``server/logs.py`` at start.
+Lines are in the broker's current log format (``logs.record``: format 2), or with ``--format 1``
+in the old one (ISO ``timestamp``, ``level``, ``component`` and the fields format 2 dropped).
 Files are written in parallel, one msg-id range and time slice per file; ``--gzip`` compresses
 all but the last file (like the sink's rotated files).
 
@@ -22,11 +24,11 @@ import time
 from pathlib import Path
 
 import orjson
-from kairosmq.server.logs import CATALOGUE, COMMON
+from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, record
 
 LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000,
              480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]
-EVENTS_PER_MSG = 3.6  # measured average with the defaults, to lay files out in time
+EVENTS_PER_MSG = 3.1  # measured average with the defaults, to lay files out in time
 FIELDS = {
     "message.stored": ("msg_id", "offset_msg_id", "topic", "queue_id", "queue_offset",
                        "phy_offset", "size", "store_ts", "born_ts", "tags", "keys",
@@ -45,12 +47,16 @@ FIELDS = {
                               "reconsume_times"),
 }
 for _event, _keys in FIELDS.items():  # the generator must speak the catalogue, nothing else
-    assert set(_keys) <= set(CATALOGUE[_event]), (_event, set(_keys) - set(CATALOGUE[_event]))
-assert set(COMMON) == {"timestamp", "level", "event", "component"}
+    _known = set(CATALOGUE[_event]) | set(LEAN_EVENTS.get(_event, ()))
+    assert set(_keys) <= _known, (_event, set(_keys) - _known)
+    assert set(LEAN_EVENTS.get(_event, ())) <= set(FORMAT_1_FIELDS)
+assert set(COMMON) == {"ts", "v", "event", "level", "component"}
 
 
 class Writer:
-    def __init__(self, path: Path, gz: bool) -> None:
+    def __init__(self, path: Path, gz: bool, fmt: int = 2) -> None:
+        self.fmt = fmt
+        self.due = False
         self.f = gzip.open(str(path) + ".gz", "wb", compresslevel=1) if gz else open(path, "wb")  # noqa: SIM115
         self.buf: list[bytes] = []
         self.n = 0
@@ -65,8 +71,11 @@ class Writer:
         return f"{self._prefix}.{int((ms - sec * 1000) * 1000):06d}Z"
 
     def emit(self, ts: float, event: str, component: str, **fields: object) -> None:
-        rec = {"timestamp": self.iso(ts), "level": "info", "event": event,
-               "component": component, **fields}
+        if self.fmt == 1:
+            rec = {"timestamp": self.iso(ts), "level": "info", "event": event,
+                   "component": component, **fields}
+        else:
+            rec = record(event, {"component": component, **fields}, int(ts))
         self.buf.append(orjson.dumps(rec))
         self.n += 1
         if len(self.buf) >= 20000:
@@ -86,7 +95,8 @@ def _file(task: tuple[int, int, argparse.Namespace]) -> int:
     idx, n_events, a = task
     rng = random.Random(a.seed * 1000 + idx)
     gz = a.gzip and idx < a.files - 1
-    w = Writer(Path(a.out) / f"broker-{idx:04d}.jsonl", gz)
+    w = Writer(Path(a.out) / f"broker-{idx:04d}.jsonl", gz, a.format)
+    w.due = a.due
     topics = [f"Topic{t}" for t in range(a.topics)]
     groups = [f"group{g}" for g in range(a.groups)]
     t0 = a.start_ms + idx * (n_events / EVENTS_PER_MSG) / a.rate * 1000
@@ -123,8 +133,10 @@ def _delay(w: Writer, rng: random.Random, base: dict, store: float, level: int, 
     w.emit(store, "message.scheduled", "schedule", real_topic=topic, real_queue_id=0,
            delay_level=level, store_ts=int(store), deliver_ts=int(deliver), reconsume_times=rt,
            tags="TagA", **base)
-    w.emit(deliver + lag, "message.due", "schedule", msg_id=base["msg_id"], delay_level=level,
-           queue_offset=base["queue_offset"], deliver_ts=int(deliver), wake_lag_ms=round(lag, 3))
+    if w.due:  # debug level: only with the broker's --log-level debug
+        w.emit(deliver + lag, "message.due", "schedule", msg_id=base["msg_id"],
+               delay_level=level, queue_offset=base["queue_offset"], deliver_ts=int(deliver),
+               wake_lag_ms=round(lag, 3))
     w.emit(deliver + late, "message.delivered", "schedule", topic=topic, queue_id=0,
            delay_level=level, deliver_ts=int(deliver), lateness_ms=round(late, 3),
            reconsume_times=rt, msg_id=base["msg_id"], queue_offset=base["queue_offset"],
@@ -169,6 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-reconsume", type=int, default=3)
     p.add_argument("--rate", type=float, default=2000.0, help="sends per second")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--due", action="store_true",
+                   help="also write message.due (debug level; the broker logs it only with "
+                        "--log-level debug)")
+    p.add_argument("--format", type=int, choices=(1, 2), default=2,
+                   help="log line format: 2 (current broker) or 1 (before the lean format)")
     a = p.parse_args(argv)
     a.files = a.files or max(1, math.ceil(a.events / 1_000_000))
     a.start_ms = 1_767_225_600_000.0  # 2026-01-01T00:00:00Z

@@ -6,7 +6,7 @@ Works against kairosmq brokers and Apache RocketMQ 4.x alike::
         result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
 
     consumer = PushConsumer("CG", namesrv="127.0.0.1:9876")
-    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.subscribe("TopicTest", "TagA || TagB")   # or MessageSelector.sql("a > 5")
     consumer.register_listener(on_messages)   # async or sync fn(msgs, context)
     await consumer.start()
 """
@@ -20,6 +20,7 @@ from .errors import (
     ClientError,
     ClientStateError,
     ConnectionClosed,
+    InvalidName,
     MessageError,
     MessageTooLarge,
     NoRouteError,
@@ -36,6 +37,7 @@ from .message import (
 )
 from .offset_store import ConsumeFromWhere
 from .producer import Producer, hash_selector
+from .selector import MessageSelector
 
 __all__ = [
     "BrokerError",
@@ -45,11 +47,13 @@ __all__ = [
     "ConsumeContext",
     "ConsumeFromWhere",
     "ConsumeStatus",
+    "InvalidName",
     "Message",
     "MessageError",
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "MessageTooLarge",
     "NoRouteError",
     "Producer",

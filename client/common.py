@@ -1,7 +1,9 @@
 """Pieces Producer and PushConsumer share: client ids, topic checks, periodic tasks.
 
-Owns: ``make_client_id`` (RocketMQ's ``ip@instanceName`` form), ``check_topic`` (the
-broker's topic rules, checked before a request is built) and ``Periodic`` (a named task
+Owns: ``make_client_id`` (RocketMQ's ``ip@instanceName`` form), ``check_topic`` and
+``check_group`` (the broker's naming rules from ``kairosmq.protocol.naming``, checked
+before a request is built; a bad name raises ``InvalidName``, which is never retried)
+and ``Periodic`` (a named task
 that runs a coroutine every ``interval`` seconds, or sooner when ``wake()`` is called).
 
 Invariants: a ``Periodic`` never dies from an exception in its coroutine (it logs and runs
@@ -16,17 +18,16 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from .errors import MessageError
+from kairosmq.protocol.naming import retry_topic, validate_group, validate_topic
+
+from .errors import InvalidName
 
 log = logging.getLogger("kairosmq.client")
 
 CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
-MAX_TOPIC_LENGTH = 127
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _instances = itertools.count(1)
 _valid_topics: set[str] = set()
 
@@ -37,20 +38,26 @@ def make_client_id(ip: str, instance_name: str | None = None) -> str:
     return f"{ip}@{name}"
 
 
+__all__ = ["CLIENT_INNER_PRODUCER", "Periodic", "check_group", "check_topic", "make_client_id",
+           "retry_topic", "unregister_client"]
+
+
 def check_topic(topic: str) -> None:
-    """Raise ``MessageError`` unless ``topic`` is one the broker will accept."""
+    """Raise ``InvalidName`` unless ``topic`` is one the broker will accept."""
     if topic in _valid_topics:
         return
-    if not topic or len(topic.encode()) > MAX_TOPIC_LENGTH or not _TOPIC_RE.match(topic):
-        raise MessageError(
-            f"topic {topic!r} is invalid: 1..{MAX_TOPIC_LENGTH} characters of [%|a-zA-Z0-9_-]"
-        )
+    bad = validate_topic(topic)
+    if bad is not None:
+        raise InvalidName(f"invalid topic: {bad}")
     if len(_valid_topics) < 10_000:
         _valid_topics.add(topic)
 
 
-def retry_topic(group: str) -> str:
-    return f"%RETRY%{group}"
+def check_group(group: str) -> None:
+    """Raise ``InvalidName`` unless ``group`` is a group name the broker will accept."""
+    bad = validate_group(group)
+    if bad is not None:
+        raise InvalidName(f"invalid group: {bad}")
 
 
 class Periodic:

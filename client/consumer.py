@@ -2,9 +2,11 @@
 
 Owns: the public consumer API (``subscribe``, ``register_listener``, ``start``,
 ``shutdown``, ``async with``), the per-group timers (route 30 s, heartbeat 30 s,
-rebalance 20 s, offset persist 5 s, orderly lock renewal 20 s) and the table
-``MessageQueue -> ProcessQueue`` of owned queues. Orderly locks live in ``queue_lock``, a
-new queue's start offset (``computePullFromWhere``) in ``offset_store``.
+rebalance 20 s, offset persist 5 s, orderly lock renewal 20 s), heartbeats and the
+broker's NOTIFY_CONSUMER_IDS_CHANGED. The rebalance pass and the table
+``MessageQueue -> ProcessQueue`` of owned queues are ``QueueOwnership`` in
+``consumer_queues`` (inherited). Orderly locks live in ``queue_lock``, a new queue's start
+offset (``computePullFromWhere``) in ``offset_store``.
 
 Invariants:
 * CLUSTERING: the owned queues are ``allocate_averagely(client_id, queues, members)``;
@@ -31,8 +33,6 @@ from typing import Any
 from kairosmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
-    SubscriptionData,
-    decode_consumer_list,
 )
 from kairosmq.protocol.codes import RequestCode, ResponseCode, SerializeType
 from kairosmq.protocol.commands import RemotingCommand
@@ -40,6 +40,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from .common import (
     CLIENT_INNER_PRODUCER,
     Periodic,
+    check_group,
     check_topic,
     make_client_id,
     retry_topic,
@@ -52,6 +53,7 @@ from .consume import (
     OrderlyConsumeService,
     SendBack,
 )
+from .consumer_queues import QueueOwnership
 from .errors import ClientError, ClientStateError
 from .message import MessageQueue
 from .offset_store import (
@@ -59,14 +61,14 @@ from .offset_store import (
     LocalOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
-    compute_start_offset,
 )
 from .process_queue import ProcessQueue
-from .pull import PullSettings, Subscription, pull_loop
+from .pull import PullSettings, Subscription
 from .queue_lock import QueueLocker
-from .rebalance import allocate_averagely, tag_filter
+from .rebalance import tag_filter
 from .remoting import RemotingClient, RemotingPool, local_ip
 from .route import RouteCache
+from .selector import MessageSelector, check_in_brokers
 
 log = logging.getLogger("kairosmq.client.consumer")
 
@@ -76,11 +78,11 @@ class MessageModel(Enum):
     BROADCASTING = "BROADCASTING"
 
 
-class PushConsumer:
+class PushConsumer(QueueOwnership):
     """An asyncio RocketMQ push consumer (long-poll pulls driven by rebalance).
 
     Args:
-        group: consumer group.
+        group: consumer group (``InvalidName`` if it breaks the naming rules).
         namesrv: name server address(es).
         message_model: CLUSTERING (queues split over members) or BROADCASTING (all).
         consume_from_where: where a group without a stored offset starts.
@@ -129,6 +131,7 @@ class PushConsumer:
             raise ValueError("need 1 <= consume_thread_min <= consume_thread_max")
         if not 1 <= consume_message_batch_max_size <= 1024 or not 1 <= pull_batch_size <= 1024:
             raise ValueError("batch sizes must be within 1..1024")
+        check_group(group)
         self.group = group
         self.message_model = message_model
         self.consume_from_where = consume_from_where
@@ -178,11 +181,15 @@ class PushConsumer:
 
     # ------------------------------------------------------------ configuration
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``)."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``) or
+        a ``MessageSelector`` (``MessageSelector.sql("a > 5 AND region = 'eu'")``)."""
         check_topic(topic)
-        expr = expression.strip() or "*"
-        self._subs[topic] = Subscription(topic, expr, int(time.time() * 1000), tag_filter(expr))
+        sel = (expression if isinstance(expression, MessageSelector)
+               else MessageSelector.tag(expression))
+        keep = tag_filter(sel.expression) if sel.is_tag else None  # SQL92: broker only
+        self._subs[topic] = Subscription(topic, sel.expression, int(time.time() * 1000), keep,
+                                         sel.expression_type)
         if self._state == "running":
             self._spawn_soon(self._heartbeat_all())
             self._rebalance_timer.wake()
@@ -242,6 +249,15 @@ class PushConsumer:
             )
         self._state = "running"
         await self._refresh_routes()
+        try:  # SQL92 subscriptions must compile at every broker (Java checkClientInBroker)
+            await check_in_brokers(self._pool.invoke, self._routes.broker_addrs(),
+                                   self.client_id, self.group, self._subs.values(),
+                                   self.request_timeout)
+        except ClientError:
+            self._pool.close()
+            self._runner.close()
+            self._state = "shutdown"
+            raise
         await self._heartbeat_all()
         await self._refresh_routes()  # the heartbeat may have created %RETRY%<group>
         await self._rebalance()
@@ -317,7 +333,8 @@ class PushConsumer:
 
     async def _heartbeat_all(self) -> None:
         subs = [
-            SubscriptionData.build(s.topic, s.expression, s.sub_version)
+            MessageSelector(s.expression_type, s.expression).subscription_data(
+                s.topic, s.sub_version)
             for s in self._subs.values()
         ]
         consumer = ConsumerData(
@@ -343,107 +360,3 @@ class PushConsumer:
     def _record_offset(self, pq: ProcessQueue, offset: int) -> None:
         if not pq.dropped:
             self._offsets.update(pq.mq, offset)
-
-    # ------------------------------------------------------------ rebalance
-
-    async def _rebalance(self) -> None:
-        lock_failed = False
-        for topic in list(self._subs):
-            info = self._routes.cached(topic)
-            if info is None:
-                try:
-                    info = await self._routes.refresh(topic)
-                except ClientError as err:
-                    # The topic may be created any moment (first send auto-creates it):
-                    # look again in a second rather than after the full interval.
-                    log.info("rebalance skips %s: %s", topic, err)
-                    lock_failed = True
-                    continue
-            if not self._routes.broker_addrs() <= self._heartbeated:
-                await self._heartbeat_all()  # a broker we never told about our group
-            mqs = info.subscribe_queues
-            if self._clustering:
-                cids = await self._consumer_ids(info.broker_addrs.values())
-                if cids is None:
-                    continue
-                mine = set(allocate_averagely(self.client_id, mqs, cids))
-            else:
-                mine = set(mqs)
-            lock_failed |= await self._update_queues(topic, mine)
-        for mq in [mq for mq in self._pqs if mq.topic not in self._subs]:
-            await self._remove_queue(mq)
-        if lock_failed and self._state == "running":  # a lock or a route is missing
-            asyncio.get_running_loop().call_later(1.0, self._rebalance_timer.wake)
-
-    async def _consumer_ids(self, addrs: Any) -> list[str] | None:
-        for addr in addrs:
-            try:
-                resp = await self._pool.invoke(
-                    addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},
-                    timeout=self.request_timeout,
-                )
-            except ClientError as err:
-                log.info("consumer list from %s failed: %s", addr, err)
-                continue
-            if resp.code == ResponseCode.SUCCESS:
-                try:
-                    return decode_consumer_list(resp.body)
-                except ValueError as err:
-                    log.warning("bad consumer list from %s: %s", addr, err)
-        return None
-
-    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> bool:
-        """Drop queues of ``topic`` no longer ours, add new ones; True if a lock failed."""
-        for mq in [mq for mq in self._pqs if mq.topic == topic and mq not in mine]:
-            await self._remove_queue(mq)
-        lock_failed = False
-        for mq in sorted(mine - self._pqs.keys()):
-            if self._state != "running":
-                break
-            if self._orderly and self._clustering and not await self._locker.lock([mq], self._pqs):
-                lock_failed = True
-                continue
-            try:
-                offset = await compute_start_offset(
-                    self._offsets, mq, self.consume_from_where, self.consume_timestamp,
-                    pool=self._pool, addr_of=self._addr_of, timeout=self.request_timeout,
-                )
-            except ClientError as err:
-                log.info("cannot compute the start offset of %s: %s", mq, err)
-                continue
-            pq = ProcessQueue(mq, offset, self.pull_threshold_for_queue)
-            if self._orderly and self._clustering:
-                pq.locked, pq.lock_time = True, time.monotonic()
-            self._add_queue(pq)
-        return lock_failed
-
-    def _add_queue(self, pq: ProcessQueue) -> None:
-        assert self._service is not None
-        self._pqs[pq.mq] = pq
-        self._offsets.update(pq.mq, pq.next_offset, increase_only=False)
-        loop = asyncio.get_running_loop()
-        sub = self._subs[pq.mq.topic]
-        tasks = [loop.create_task(pull_loop(
-            pq, sub, self._pull_settings, self._pool, self._addr_of,
-            lambda p: self._offsets.cached(p.mq), self._service.submit, self._record_offset,
-        ), name=f"pull {pq.mq}")]
-        orderly_task = self._service.start_queue(pq)
-        if orderly_task is not None:
-            tasks.append(orderly_task)
-        self._pq_tasks[pq.mq] = tasks
-
-    async def _remove_queue(self, mq: MessageQueue) -> None:
-        pq = self._pqs.pop(mq)
-        pq.drop()
-        tasks = self._pq_tasks.pop(mq, [])
-        for t in tasks[:1]:
-            t.cancel()
-        if pq.consuming:  # orderly: let the running batch finish before unlocking
-            await asyncio.wait(tasks[1:], timeout=1.0)
-        self._offsets.update(mq, pq.commit_offset)
-        await self._offsets.persist([mq], final=True)
-        self._offsets.remove(mq)
-        if self._orderly and self._clustering:
-            await self._locker.unlock([mq])
-        for t in tasks:
-            t.cancel()

@@ -9,7 +9,8 @@ against another queue/broker or a little later", False means "fix the request".
     ├── RequestTimeout       no response within the request's timeout (retriable)
     ├── NoRouteError         the name server knows no route/queue for a topic (retriable)
     ├── MessageError         a message failed a client-side check (not retriable)
-    │   └── MessageTooLarge
+    │   ├── MessageTooLarge
+    │   └── InvalidName      a topic or group breaks the naming rules (protocol.naming)
     ├── ClientStateError     used before start() or after shutdown() (not retriable)
     └── BrokerError(code, remark)   a non-success response; ``for_code`` picks the subclass
 
@@ -66,6 +67,12 @@ class MessageTooLarge(MessageError):
         super().__init__(f"message body of {size} bytes exceeds max_message_size {limit}")
         self.size = size
         self.limit = limit
+
+
+class InvalidName(MessageError):
+    """A topic or group name the broker would refuse (``kairosmq.protocol.naming``): raised
+    before any request is sent, never retried (RocketMQ's ``Validators`` throw
+    ``MQClientException`` the same way)."""
 
 
 class ClientStateError(ClientError):

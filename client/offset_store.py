@@ -29,6 +29,7 @@ from enum import Enum
 from pathlib import Path
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.naming import is_retry_topic
 
 from .errors import ClientError
 from .message import MessageQueue
@@ -193,7 +194,7 @@ async def compute_start_offset(
     offset = await store.read_from_store(mq)
     if offset >= 0:
         return offset
-    is_retry = mq.topic.startswith("%RETRY%")
+    is_retry = is_retry_topic(mq.topic)
 
     async def ask(code: int, extra: dict[str, str]) -> int:
         return await _queue_offset(pool, addr_of, mq, code, extra, timeout)

@@ -37,10 +37,12 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.ids import UniqIdGenerator
 from kairosmq.protocol.message import BatchItem, encode_batch, java_string_hash
+from kairosmq.protocol.naming import is_retry_topic
 
 from .common import (
     CLIENT_INNER_PRODUCER,
     Periodic,
+    check_group,
     check_topic,
     make_client_id,
     unregister_client,
@@ -73,7 +75,7 @@ class Producer:
     """An asyncio RocketMQ producer.
 
     Args:
-        group: producer group name.
+        group: producer group name (``InvalidName`` if it breaks the naming rules).
         namesrv: name server address(es), ``"host:port"`` or ``"a:9876;b:9876"``.
         send_msg_timeout: seconds for one send, retries included (RocketMQ 3 s).
         retry_times_when_send_failed: extra attempts on retriable errors (RocketMQ 2).
@@ -99,6 +101,7 @@ class Producer:
         instance_name: str | None = None,
         serialize_type: SerializeType = SerializeType.JSON,
     ) -> None:
+        check_group(group)
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
@@ -371,7 +374,7 @@ class Producer:
             raise MessageError("batch is empty")
         topic = msgs[0].topic
         check_topic(topic)
-        if topic.startswith("%RETRY%"):
+        if is_retry_topic(topic):
             raise MessageError("retry-group messages are not supported in a batch")
         items: list[BatchItem] = []
         ids: list[str] = []

@@ -49,6 +49,7 @@ class Subscription:
     expression: str
     sub_version: int
     keep: Callable[[MessageExt], bool] | None  # client-side tag check; None keeps all
+    expression_type: str = "TAG"  # or "SQL92" (filtered by the broker only)
 
 
 @dataclass(slots=True)
@@ -98,7 +99,7 @@ async def pull_loop(
         "maxMsgNums": str(cfg.pull_batch_size),
         "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
         "subscription": sub.expression, "subVersion": str(sub.sub_version),
-        "expressionType": "TAG",
+        "expressionType": sub.expression_type,
     }
     while not pq.dropped:
         await pq.wait_for_space()

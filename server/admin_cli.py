@@ -138,9 +138,19 @@ async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
     return out
 
 
+RUNTIME_KEYS = ("brokerVersionDesc", "bootTimestamp", "runtime", "putTps", "getTransferedTps",
+                "msgPutTotalTodayNow", "msgGetTotalTodayNow", "commitLogDiskRatio")
+
+
 async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
     cluster = orjson.loads((await a.call(args.namesrv, R.GET_BROKER_CLUSTER_INFO)).body)
     status = await a.json(R.KAIROS_GET_BROKER_STATUS)
+    # the runtime stats mqadmin's brokerStatus shows (GET_BROKER_RUNTIME_INFO), same keys
+    runtime = (await a.json(R.GET_BROKER_RUNTIME_INFO))["table"]
+    for key in RUNTIME_KEYS:
+        status[key] = runtime.get(key)
+    status.update({k: v for k, v in sorted(runtime.items())
+                   if k.startswith("scheduleMessageOffset_")})
     status["namesrv"] = args.namesrv
     status["clusters"] = sorted(cluster.get("clusterAddrTable", {}))
     return status

@@ -15,6 +15,7 @@ from typing import Any
 
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
 from kairosmq.protocol.message import MessageExt
+from kairosmq.protocol.naming import is_dlq_topic, is_retry_topic, is_system_topic
 
 BODY_PREVIEW = 120
 
@@ -39,11 +40,11 @@ def perm(value: int) -> str:
 
 
 def topic_kind(name: str) -> str:
-    if name.startswith("%RETRY%"):
+    if is_retry_topic(name):
         return "retry"
-    if name.startswith("%DLQ%"):
+    if is_dlq_topic(name):
         return "dlq"
-    if name in ("SCHEDULE_TOPIC_XXXX", "TBW102") or name.startswith("RMQ_SYS_"):
+    if is_system_topic(name):
         return "system"
     return "normal"
 
@@ -94,6 +95,25 @@ def _schedule(result: dict[str, Any]) -> str:
     return table(rows, cols) + f"\npending total: {sum(r['pending'] for r in rows)}"
 
 
+def _status(result: dict[str, Any]) -> str:
+    """Broker status: one ``key: value`` line per field, then the services table and
+    a ``degraded:`` line naming each failing service with its last error."""
+    services = result.get("services") or []
+    lines = [f"{k}: {v}" for k, v in result.items() if k not in ("services", "degraded")]
+    if services:
+        rows = [{**sv, "retry": "-" if sv["retryInMs"] is None else fmt_ms(sv["retryInMs"]),
+                 "since": fmt_time(sv["lastErrorTs"])} for sv in services]
+        lines += ["", table(rows, [("SERVICE", "name"), ("STATE", "state"),
+                                   ("FAILURES", "failures"), ("RETRY IN", "retry"),
+                                   ("LAST ERROR AT", "since"), ("LAST ERROR", "lastError")])]
+    bad = [sv for sv in services if sv["state"] == "degraded"]
+    if bad:
+        lines.append("degraded: " + "; ".join(f"{sv['name']} ({sv['lastError']})" for sv in bad))
+    elif services:
+        lines.append("degraded: none")
+    return "\n".join(lines)
+
+
 def _messages(result: list[dict[str, Any]]) -> str:
     cards = []
     for m in result:
@@ -136,8 +156,12 @@ def render(args: argparse.Namespace, result: Any) -> str:
                                         ("QUEUE", "queueId"), ("OFFSET", "queueOffset")]) + (
             f"\nresent {len(result['resent'])}; still in %DLQ%{result['group']}: "
             f"{result['remaining']}")
+    if cmd == "status":
+        return _status(result)
     if cmd == "health":
-        return f"ok: broker {result['address']} up {result['uptimeMs'] / 1000:.1f}s"
+        bad = result.get("degraded") or []
+        return (f"ok: broker {result['address']} up {result['uptimeMs'] / 1000:.1f}s"
+                + (f"; degraded: {', '.join(bad)}" if bad else ""))
     if isinstance(result, dict):
         return "\n".join(f"{k}: {v}" for k, v in result.items())
     return str(result)

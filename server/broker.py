@@ -5,13 +5,19 @@ Owns: construction and wiring of ``MessageStore``, ``ScheduleService``,
 ``ArrivalNotifier`` and the ``RemotingServer`` (broker port, optional VIP port - 2, and
 the embedded name-server port); ``put_message`` (the one path every message takes into
 the store, applying the delay transform and logging); background services (flush,
-checkpoint, retention, client expiry); ``start``/``stop``.
+checkpoint, housekeeping, connection sweep, each delay level, metrics), each run by the
+``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``.
 
 Invariants:
 * Everything runs on one event loop; blocking disk work (fsync, checkpoint writes) runs
   in a thread with data snapshotted on the loop first.
 * ``stop`` is graceful: stop accepting, answer held pulls, stop the scheduler, flush,
-  write a final checkpoint and offsets, close files.
+  write a final checkpoint and offsets, close files. Each step is bounded in time and
+  a failing step is logged (``broker.stop_failed``) without skipping the rest: the
+  store and index are always closed (``finally``).
+* A connection's close releases all it held: its clients' registrations (consumer
+  groups are told NOTIFY_CONSUMER_IDS_CHANGED) and the queue locks of client ids left
+  with no registration.
 """
 
 from __future__ import annotations
@@ -38,14 +44,18 @@ from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
 from .handlers import BROKER_HANDLERS, NAMESRV_HANDLERS
 from .logs import MessageLog, get_logger
-from .longpoll import ArrivalNotifier
+from .logsink import add_health_listener, remove_health_listener
+from .longpoll import ArrivalNotifier, PullHolds
 from .offsets import ConsumerOffsetManager
 from .schedule import ScheduleService, transform_delayed
 from .stats import BrokerStats
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
 from .store.index import KeyIndex
+from .supervise import ServiceState, Supervisor
 from .topics import TopicConfigManager
-from .transport import RemotingServer
+from .transport import Connection, ConnectionLimits, RemotingServer
+
+STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
 
 
 def _ipv4(host: str) -> bytes:
@@ -71,15 +81,23 @@ class Broker:
             store_host=(_ipv4(self.advertised_host), cfg.port),
             segment_size=cfg.commitlog_segment_size,
             units_per_file=cfg.consumequeue_units_per_file,
+            max_message_size=cfg.max_message_size,
+            disk_max_used_ratio=cfg.disk_max_used_ratio,
+            disk_check_interval=cfg.disk_check_interval,
         )
         self.topics = TopicConfigManager(cfg.data_dir / "config",
                                          default_queue_nums=cfg.default_queue_nums,
                                          delay_levels=cfg.max_delay_level)
         self.offsets = ConsumerOffsetManager(cfg.data_dir / "config")
-        self.clients = ClientRegistry(cfg.client_expire_seconds, log=get_logger("clients"))
+        self.clients = ClientRegistry(cfg.client_expire_seconds, log=get_logger("clients"),
+                                      max_clients=cfg.max_clients)
         self.locks = LockManager(cfg.lock_expire_seconds)
         self.notifier = ArrivalNotifier()
+        self.pull_holds = PullHolds(cfg.max_held_pulls_per_connection, cfg.max_held_pulls)
         self.stats = BrokerStats()
+        self.supervisor = Supervisor(get_logger("supervisor"), self.stats.service_failures,
+                                     base_delay=cfg.service_retry_base,
+                                     max_delay=cfg.service_retry_max)
         self.schedule = ScheduleService(
             self.store, self.notifier, cfg.delay_levels_ms, put=self.put_message,
             on_delivered=self._log_delivered, batch=cfg.schedule_batch,
@@ -92,9 +110,14 @@ class Broker:
         self.store.dispatchers.append(self.index.dispatch)
         self.server = RemotingServer(
             self, log=get_logger("transport"), before_write=self.store.write_out,
-            on_connection_lost=self.clients.connection_closed, max_frame=cfg.max_frame_length,
+            ack_guard=self.store,
+            on_connection_lost=self._connection_lost, max_frame=cfg.max_frame_length,
+            limits=ConnectionLimits(cfg.max_connections, cfg.idle_timeout,
+                                    cfg.partial_frame_timeout, cfg.max_header_bytes),
         )
-        self._services: list[asyncio.Task[None]] = []
+        self.metrics_server: Any = None
+        self.metrics_port: int | None = None
+        self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None
         self._flush_waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -120,12 +143,20 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        cfg = self.config
         self._started_at = time.monotonic()
         self.topics.load()
         self.offsets.load()
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
+        try:
+            await self._start_serving()
+        except BaseException:
+            self.running = True  # stop() runs every step: closes what was opened
+            await self.stop("start failed")
+            raise
+
+    async def _start_serving(self) -> None:
+        cfg = self.config
         await asyncio.to_thread(self.index.open)
         self.port = await self.server.listen(cfg.host, cfg.port, BROKER_HANDLERS, "broker")
         self.store.store_host = (self.store.store_host[0], self.port)
@@ -136,12 +167,27 @@ class Broker:
                 self.log.warning("broker.vip_unavailable", port=self.port - 2, error=str(err))
         self.namesrv_port = await self.server.listen(cfg.host, cfg.namesrv_port,
                                                      NAMESRV_HANDLERS, "namesrv")
-        self.schedule.start()
+        sup = self.supervisor
+        self.schedule.start(sup.spawn)
         loop = asyncio.get_running_loop()
         self._flush_event = asyncio.Event()
-        for coro in (self._flush_service(), self._checkpoint_service(),
-                     self._housekeeping_service()):
-            self._services.append(loop.create_task(coro))
+        sup.spawn("flush", self._flush_service, reports_progress=True)
+        sup.spawn("checkpoint", self._checkpoint_service, reports_progress=True)
+        sup.spawn("housekeeping", self._housekeeping_service, reports_progress=True)
+        sup.spawn("connections", self._sweep_service, reports_progress=True)
+        if cfg.metrics_port is not None:
+            self._start_metrics()  # the first bind fails start (the operator asked for it)
+            sup.spawn("metrics", self._metrics_service, reports_progress=True)
+
+        def sink_health(name: str, error: str | None, retry_in: float) -> None:  # a thread
+            with contextlib.suppress(RuntimeError):  # loop closed
+                if error is None:
+                    loop.call_soon_threadsafe(sup.external_recovered, name)
+                else:
+                    loop.call_soon_threadsafe(sup.external_failure, name, error, retry_in)
+
+        self._sink_listener = sink_health
+        add_health_listener(sink_health)
         self.running = True
         self.log.info("broker.started", host=cfg.host, port=self.port,
                       namesrv_port=self.namesrv_port, data_dir=str(cfg.data_dir),
@@ -152,30 +198,109 @@ class Broker:
             return
         self.running = False
         self.log.info("broker.stopping", reason=reason)
-        self.notifier.close()
-        await self.schedule.stop()
-        await self.server.close()
-        for t in self._services:
-            t.cancel()
-        await asyncio.gather(*self._services, return_exceptions=True)
-        self._services.clear()
-        if self._persisting is not None:  # an in-flight checkpoint finishes first
-            await asyncio.gather(self._persisting, return_exceptions=True)
-        self._resolve_flush_waiters(self.store.fsync())
-        snap = self.store.checkpoint_snapshot()
-        offsets = self.offsets.snapshot()
-        await asyncio.to_thread(self._persist, snap, offsets)
-        self.store.close()
-        self.index.close()
-        self.log.info("broker.stopped", uptime_ms=(time.monotonic() - self._started_at) * 1000)
+        try:
+            self.notifier.close()
+            await self._stop_step("schedule", self.schedule.stop())
+            await self._stop_step("listeners", self.server.close())
+            await self._stop_step("services", self.supervisor.stop())
+            self._stop_metrics()
+            if self._persisting is not None:  # an in-flight checkpoint finishes first
+                await self._stop_step("checkpoint", asyncio.gather(self._persisting,
+                                                                   return_exceptions=True))
+            await self._stop_step("flush", self._final_flush())
+            snap = self.store.checkpoint_snapshot()
+            offsets = self.offsets.snapshot()
+            await self._stop_step("persist", asyncio.to_thread(self._persist, snap, offsets))
+        except Exception as err:  # noqa: BLE001 - never skip closing the files
+            self.log.error("broker.stop_failed", step="stop", error=f"{type(err).__name__}: "
+                           f"{err}")
+        finally:
+            if self._sink_listener is not None:
+                remove_health_listener(self._sink_listener)
+            for name, close in (("store", self.store.close), ("index", self.index.close)):
+                try:
+                    close()
+                except Exception as err:  # noqa: BLE001
+                    self.log.error("broker.stop_failed", step=f"close {name}",
+                                   error=f"{type(err).__name__}: {err}")
+            self.log.info("broker.stopped",
+                          uptime_ms=(time.monotonic() - self._started_at) * 1000)
+
+    async def _stop_step(self, step: str, aw: Any) -> None:
+        try:
+            await asyncio.wait_for(aw, STOP_STEP_TIMEOUT)
+        except Exception as err:  # noqa: BLE001 - logged; stop goes on
+            self.log.error("broker.stop_failed", step=step, error=f"{type(err).__name__}: {err}")
+
+    async def _final_flush(self) -> None:
+        self._resolve_flush_waiters(await asyncio.to_thread(self.store.fsync))
 
     def _persist(self, snap: dict[str, Any], offsets: Any) -> None:
         # One writer at a time: stop() cancels the checkpoint task, but a persist already
         # running in its thread goes on and would race stop()'s on the same temp files.
+        # Each part is tried even if one before it fails (a broken checkpoint file must
+        # not stop consumer offsets from being saved); the first error is raised after.
+        first: Exception | None = None
         with self._persist_lock:
-            self.index.flush()
-            self.store.persist_checkpoint(snap)
-            self.offsets.persist(offsets)
+            for part in (self.index.flush, lambda: self.store.persist_checkpoint(snap),
+                         lambda: self.offsets.persist(offsets)):
+                try:
+                    part()
+                except Exception as err:  # noqa: BLE001
+                    first = first or err
+        if first is not None:
+            raise first
+
+    # ------------------------------------------------------------------ connections
+
+    def _connection_lost(self, conn: Connection) -> None:
+        """Release what the connection's clients held (registrations, then locks)."""
+        gone = self.clients.connection_closed(conn)
+        self.locks.release_clients(gone)
+
+    async def _sweep_service(self, st: ServiceState) -> None:
+        interval = self.server.limits.sweep_interval
+        while True:
+            await asyncio.sleep(interval)
+            self.server.sweep()
+            st.ok()
+
+    # ------------------------------------------------------------------ metrics
+
+    def _start_metrics(self) -> None:
+        from .metrics import serve_metrics
+
+        cfg = self.config
+        host = cfg.metrics_host or cfg.host
+        port = self.metrics_port if self.metrics_port is not None else cfg.metrics_port
+        assert port is not None
+        self.metrics_server = serve_metrics(self, port, host)
+        self.metrics_port = int(self.metrics_server[0].server_address[1])
+
+    def _stop_metrics(self) -> None:
+        if self.metrics_server is not None:
+            httpd, _thread = self.metrics_server
+            self.metrics_server = None
+            httpd.shutdown()
+            httpd.server_close()
+
+    @property
+    def metrics_address(self) -> str | None:
+        if self.metrics_server is None:
+            return None
+        host, port = self.metrics_server[0].server_address[:2]
+        return f"{host}:{port}"
+
+    async def _metrics_service(self, st: ServiceState) -> None:
+        """Watch the metrics HTTP thread; restart the endpoint if it died."""
+        while True:
+            if self.metrics_server is None:
+                self._start_metrics()
+            st.ok()
+            await asyncio.sleep(1.0)
+            if not self.metrics_server[1].is_alive():
+                self._stop_metrics()
+                raise RuntimeError("the metrics HTTP thread stopped")
 
     # ------------------------------------------------------------------ put path
 
@@ -273,7 +398,7 @@ class Broker:
                 keep.append((off, fut))
         self._flush_waiters = keep
 
-    async def _flush_service(self) -> None:
+    async def _flush_service(self, st: ServiceState) -> None:
         assert self._flush_event is not None
         sync = self.config.flush_mode is FlushMode.SYNC_FLUSH
         while True:
@@ -286,8 +411,9 @@ class Broker:
             self.store.write_out()
             flushed = await asyncio.to_thread(self.store.fsync)
             self._resolve_flush_waiters(flushed)
+            st.ok()
 
-    async def _checkpoint_service(self) -> None:
+    async def _checkpoint_service(self, st: ServiceState) -> None:
         while True:
             await asyncio.sleep(self.config.checkpoint_interval)
             snap = self.store.checkpoint_snapshot()
@@ -297,13 +423,15 @@ class Broker:
             self._persisting = asyncio.ensure_future(
                 asyncio.to_thread(self._persist, snap, offsets))
             await asyncio.shield(self._persisting)
+            st.ok()
 
-    async def _housekeeping_service(self) -> None:
+    async def _housekeeping_service(self, st: ServiceState) -> None:
         interval = min(self.config.retention_check_interval, 10.0)
         last_retention = time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            self.clients.expire()
+            self.locks.release_clients(self.clients.expire())
+            self.locks.expire()
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
                 segs, files = self.store.delete_expired(self.config.file_reserved_hours * 3600)
@@ -312,3 +440,4 @@ class Broker:
                 if files:
                     self.log.info("store.files_deleted", kind="consumequeue", count=files,
                                   bytes=0)
+            st.ok()

@@ -78,6 +78,9 @@ class BrokerConfig:
     long_polling: bool = True
     max_pull_hold_ms: int = 20_000
     pull_max_bytes: int = 4 * 1024 * 1024
+    # RocketMQ enablePropertyFilter (SQL92 subscriptions); on here, off in RocketMQ 4.9:
+    # why in server/property_filter.py
+    enable_property_filter: bool = True
     # clients
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
@@ -96,8 +99,12 @@ class BrokerConfig:
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90
     disk_check_interval: float = 1.0
-    # metrics endpoint host (None: the broker's --host)
+    # metrics endpoint (None: off; 0: any free port); host None: the broker's --host
+    metrics_port: int | None = None
     metrics_host: str | None = None
+    # supervised background services: restart backoff base, doubling up to the max
+    service_retry_base: float = 0.1
+    service_retry_max: float = 30.0
     # logging
     log_dir: Path | None = None
     log_messages: bool = True

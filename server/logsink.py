@@ -10,6 +10,13 @@ a binary stream such as stdout.
 Invariants: lines are written whole and in order; ``flush()`` returns once everything
 written before it is in the OS; ``close()`` drains everything; a rotated file is never
 written again. No fsync per line: logs are not the source of truth, the commit log is.
+
+Supervision: the drain thread never dies on an I/O error. A failed batch is put back
+in front of the pending lines (at most ``MAX_PENDING`` kept: the oldest beyond are
+dropped and counted in ``dropped``), the sink is marked ``degraded`` with ``last_error``,
+listeners registered with ``add_health_listener`` hear ``(sink name, error or None)``
+(None: recovered), and the drain retries with exponential backoff capped at
+``MAX_RETRY_DELAY``.
 """
 
 from __future__ import annotations
@@ -19,10 +26,36 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 ACTIVE_NAME = "broker.jsonl"
+MAX_PENDING = 1_000_000
+MAX_RETRY_DELAY = 5.0
+
+HealthListener = Callable[[str, "str | None", float], None]
+_listeners: list[HealthListener] = []
+
+
+def add_health_listener(fn: HealthListener) -> None:
+    """Call ``fn(sink_name, error, retry_in_seconds)`` from the sink thread on failure
+    (error text) and on recovery (error None). The callee must be thread-safe (e.g.
+    ``call_soon_threadsafe``)."""
+    _listeners.append(fn)
+
+
+def remove_health_listener(fn: HealthListener) -> None:
+    if fn in _listeners:
+        _listeners.remove(fn)
+
+
+def _tell(name: str, error: str | None, retry_in: float = 0.0) -> None:
+    for fn in list(_listeners):
+        try:
+            fn(name, error, retry_in)
+        except Exception:  # noqa: BLE001, S110 - a listener (closed loop) must not kill us
+            pass
 
 
 class BufferedSink:
@@ -34,6 +67,12 @@ class BufferedSink:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
+        self.name = f"log-sink-{type(self).__name__}"
+        self.failures = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+        self.degraded = False
+        self._retry_delay = 0.0
         self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
     def _start(self) -> None:
@@ -54,16 +93,41 @@ class BufferedSink:
         with self._lock:
             batch, self._pending = self._pending, []
         if batch:
-            self._emit(b"\n".join(batch) + b"\n")
+            try:
+                self._emit(b"\n".join(batch) + b"\n")
+            except BaseException:
+                with self._lock:  # keep order: the failed batch goes back in front
+                    self._pending[:0] = batch
+                    over = len(self._pending) - MAX_PENDING
+                    if over > 0:
+                        del self._pending[:over]
+                        self.dropped += over
+                        self._written += over  # flush() must not wait for them
+                raise
             with self._lock:
                 self._written += len(batch)
         self._after_emit()
 
     def _run(self) -> None:
         while not self._closed:
-            self._wake.wait(self.interval)
+            self._wake.wait(self._retry_delay or self.interval)
             self._wake.clear()
+            self._drain_supervised()
+
+    def _drain_supervised(self) -> None:
+        try:
             self._drain()
+        except Exception as err:  # noqa: BLE001 - the thread must survive I/O errors
+            self.failures += 1
+            self.degraded = True
+            self.last_error = f"{type(err).__name__}: {err}"
+            self._retry_delay = min(max(self.interval, self._retry_delay * 2), MAX_RETRY_DELAY)
+            _tell(self.name, self.last_error, self._retry_delay)
+            return
+        if self.degraded:
+            self.degraded = False
+            self._retry_delay = 0.0
+            _tell(self.name, None)
 
     def flush(self, timeout: float = 5.0) -> None:
         with self._lock:
@@ -82,7 +146,7 @@ class BufferedSink:
         self._closed = True
         self._wake.set()
         self._thread.join(timeout=5)
-        self._drain()
+        self._drain_supervised()
         self._close_output()
 
     def _close_output(self) -> None:
@@ -124,6 +188,10 @@ class RotatingJsonSink(BufferedSink):
         self._start()
 
     def _emit(self, data: bytes) -> None:
+        if self._file.closed:  # a rotation failed half-way: reopen the active file
+            self._file = open(self.path, "ab")  # noqa: SIM115
+            self._opened_at = time.time()
+            self._size = self._file.tell()
         self._file.write(data)
         self._file.flush()
         self._size += len(data)

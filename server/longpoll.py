@@ -3,15 +3,22 @@
 Owns: ``ArrivalNotifier`` — waiters keyed by (topic, queue id). The store's dispatch
 listener calls ``notify`` for every stored unit; PULL handlers (and the delay scheduler)
 ``await wait(...)``. RocketMQ's PullRequestHoldService plus NotifyMessageArrivingListener.
+``PullHolds`` — the count of held pulls per connection and in total, with their limits.
 
 Invariants: ``notify`` is O(1) when nobody waits on the key (one dict lookup per stored
 message); a waiter wakes at most once; ``close`` wakes every waiter so a stopping broker
-answers held pulls instead of dropping them.
+answers held pulls instead of dropping them. A pull is held only if ``PullHolds.acquire``
+admitted it (below both limits); beyond them it is answered at once (PULL_NOT_FOUND), so
+held pulls cost bounded memory; every admitted hold is released exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class ArrivalNotifier:
@@ -62,3 +69,34 @@ class ArrivalNotifier:
 def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
         fut.set_result(False)
+
+
+class PullHolds:
+    """Admission of long-polled pulls: at most ``per_connection`` held per connection
+    (counted in the connection's ``held_pulls`` attribute) and ``total`` overall."""
+
+    def __init__(self, per_connection: int, total: int) -> None:
+        self.per_connection = per_connection
+        self.limit = total
+        self.held = 0
+        self.refused = 0
+
+    def acquire(self, conn: Any) -> bool:
+        n = getattr(conn, "held_pulls", 0)
+        if n >= self.per_connection or self.held >= self.limit:
+            self.refused += 1
+            return False
+        conn.held_pulls = n + 1
+        self.held += 1
+        return True
+
+    def release(self, conn: Any) -> None:
+        conn.held_pulls -= 1
+        self.held -= 1
+
+    async def run(self, conn: Any, hold: Awaitable[T]) -> T:
+        """Await an admitted hold, releasing it however it ends."""
+        try:
+            return await hold
+        finally:
+            self.release(conn)

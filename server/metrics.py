@@ -2,7 +2,9 @@
 
 Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker.stats``
 and live broker state at scrape time; the hot paths only bump plain counters, no
-prometheus calls per message), ``take_snapshot`` and ``start_metrics(broker, port)``.
+prometheus calls per message), ``take_snapshot``, ``serve_metrics`` (the endpoint and
+its thread, bound to the given host: the broker passes ``--metrics-host``, else its
+``--host``) and ``start_metrics(broker, port)``.
 
 Invariants:
 * The HTTP server runs in prometheus-client's daemon thread, but broker state is only
@@ -17,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .stats import LATENESS_BUCKETS_MS
-from .store import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -31,14 +33,6 @@ if TYPE_CHECKING:
 SNAPSHOT_TIMEOUT = 2.0
 _INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
                  "pip install 'kairosmq[metrics]' (or pip install prometheus-client)")
-
-
-def _held_pulls(broker: Broker) -> int:
-    """Held PULL requests (the scheduler's own per-level waits are not pulls)."""
-    waiters = getattr(broker.notifier, "_waiters", None)
-    if not isinstance(waiters, dict):
-        return int(broker.notifier.held)
-    return sum(len(s) for (topic, _q), s in waiters.items() if topic != SCHEDULE_TOPIC)
 
 
 def take_snapshot(broker: Broker) -> dict[str, Any]:
@@ -52,7 +46,12 @@ def take_snapshot(broker: Broker) -> dict[str, Any]:
         "rejected": st.rejected,
         "lateness": {lv: (list(h.counts), h.total, h.sum_ms) for lv, h in st.lateness.items()},
         "backlog": broker.schedule.backlog(), "now_ms": broker.store.clock_ms(),
-        "held": _held_pulls(broker), "connections": len(broker.server.connections),
+        "held": broker.pull_holds.held, "pulls_not_held": broker.pull_holds.refused,
+        "connections": len(broker.server.connections),
+        "conn_refused": broker.server.refused, "conn_timed_out": broker.server.timed_out,
+        "service_failures": dict(st.service_failures),
+        "services_degraded": {s["name"]: s["state"] == "degraded"
+                              for s in broker.supervisor.status()},
         "log_min": log.min_offset, "log_max": log.max_offset,
         "uptime_s": broker.uptime_ms / 1000,
     }
@@ -118,6 +117,27 @@ class BrokerCollector:
         yield c
         yield CounterMetricFamily("kairosmq_messages_rejected", "Sends refused",
                                   value=snap["rejected"])
+        c = CounterMetricFamily("kairosmq_service_failures",
+                                "Failures of a supervised background service (each is "
+                                "restarted with backoff)", labels=["service"])
+        for name, n in sorted(snap["service_failures"].items()):
+            c.add_metric([name], n)
+        yield c
+        g = GaugeMetricFamily("kairosmq_service_degraded",
+                              "1 while a background service is failing (see admin status)",
+                              labels=["service"])
+        for name, bad in sorted(snap["services_degraded"].items()):
+            g.add_metric([name], 1 if bad else 0)
+        yield g
+        for key, name, doc in (
+            ("conn_refused", "kairosmq_connections_refused",
+             "Connections closed at once: max_connections reached"),
+            ("conn_timed_out", "kairosmq_connections_timed_out",
+             "Connections closed for idleness or a stalled partial frame"),
+            ("pulls_not_held", "kairosmq_pulls_not_held",
+             "Pulls answered at once because a held-pull limit was reached"),
+        ):
+            yield CounterMetricFamily(name, doc, value=snap[key])
         pending = GaugeMetricFamily("kairosmq_delayed_pending",
                                     "Delayed messages waiting per level", labels=["level"])
         due = GaugeMetricFamily("kairosmq_delayed_next_due_seconds",
@@ -160,11 +180,12 @@ def make_registry(broker: Broker, loop: asyncio.AbstractEventLoop) -> Any:
     return registry
 
 
-def start_metrics(broker: Broker, port: int, addr: str = "0.0.0.0") -> Any:
+def serve_metrics(broker: Broker, port: int, addr: str) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread; call on the broker's loop.
 
-    Returns prometheus-client's server object (``.shutdown()`` stops it). Raises
-    ``RuntimeError`` with an install hint when prometheus-client is missing.
+    Returns (server, thread): ``server.shutdown()`` stops it, ``server.server_address``
+    is the bound address. Raises ``RuntimeError`` with an install hint when
+    prometheus-client is missing, ``OSError`` when the address cannot be bound.
     """
     try:
         from prometheus_client import start_http_server
@@ -172,7 +193,14 @@ def start_metrics(broker: Broker, port: int, addr: str = "0.0.0.0") -> Any:
         raise RuntimeError(_INSTALL_HINT) from err
     registry = make_registry(broker, asyncio.get_running_loop())
     started = start_http_server(port, addr=addr, registry=registry)
-    return started[0] if isinstance(started, tuple) else started
+    if not isinstance(started, tuple):  # prometheus-client < 0.19 returned nothing useful
+        raise RuntimeError("prometheus-client >= 0.19 is required for the metrics endpoint")
+    return started[0], started[1]
+
+
+def start_metrics(broker: Broker, port: int, addr: str = "127.0.0.1") -> Any:
+    """``serve_metrics`` returning only the server object (tests, embedding)."""
+    return serve_metrics(broker, port, addr)[0]
 
 
 def check_available() -> str | None:

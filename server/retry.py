@@ -7,7 +7,10 @@ Owns: ``plan_send_back`` — RocketMQ's rule from ``AbstractSendMessageProcessor
 levels), and ``reconsumeTimes + 1``.
 
 Invariant: the plan depends only on its arguments (no clock, no I/O), so it is tested
-on its own and shared by CONSUMER_SEND_MSG_BACK and the send path's %RETRY% check.
+on its own and shared by CONSUMER_SEND_MSG_BACK and the send path's %RETRY% check. The
+send path (RocketMQ's ``handleRetryAndDLQ``) calls ``plan_send_back(group,
+reconsumeTimes, 0, maxReconsumeTimes)`` and uses only ``dead_letter`` and ``topic``: a
+message sent to ``%RETRY%<group>`` keeps the sender's reconsumeTimes and delay.
 """
 
 from __future__ import annotations

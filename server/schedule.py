@@ -1,8 +1,9 @@
 """Delayed delivery: the delay transform and ScheduleService (one task per level).
 
 Owns: ``transform_delayed`` (divert a message with a delay level into
-``SCHEDULE_TOPIC_XXXX`` queue ``level-1``, saving REAL_TOPIC/REAL_QID and the due time),
-``restore_delayed`` (the inverse, for the re-put) and ``ScheduleService``.
+``SCHEDULE_TOPIC_XXXX`` queue ``level-1``, saving REAL_TOPIC/REAL_QID and the due time)
+and ``ScheduleService``; the inverse copy, ``restore_delayed``, lives in ``requeue.py``
+(re-exported here).
 
 Invariants:
 * Never early, late by milliseconds: a level's queue is FIFO by due time, so each task
@@ -15,17 +16,28 @@ Invariants:
   checkpoint, and recovery replays the log after it, so after kill -9 nothing is lost and
   nothing is re-put twice.
 * A failed re-put leaves progress unchanged: the same message is retried after a pause,
-  and no later message of that level overtakes it.
+  and no later message of that level overtakes it. A record that can never be delivered
+  (undecodable, bad REAL_QID, a re-put refused as illegal) is skipped with an ``error``
+  event ``schedule.record_skipped``: a level task never stalls or dies on a record.
+* Only the scheduler moves progress: online, ``on_dispatch`` accepts an origin only for
+  the re-put the scheduler itself is making (``level:offset`` equal to the one in
+  flight); on replay, only a level in range with an offset below the schedule queue's
+  end. Anything else (``x``, a 20-digit value) is ignored and logged.
+* A failed commit-log write that drops a re-put undoes the progress it made
+  (``rollback``, a store rollback listener), so the message is re-put again.
+* ``correctDeliverTimestamp`` (RocketMQ): after the wall clock steps back, a head whose
+  due time lies beyond ``now + the level's delay`` is delivered at most one delay after
+  the scheduler first saw it so (``schedule.due_capped``), not hours later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.properties import (
     DELAY,
     DELIVER_TIME,
@@ -34,10 +46,18 @@ from kairosmq.protocol.properties import (
     SCHEDULE_ORIGIN,
 )
 
+from .logs import get_logger
 from .longpoll import ArrivalNotifier
+from .requeue import RequeueError, restore_delayed
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutStatus
+from .store.consumequeue import HOLE
+
+__all__ = ["ScheduleService", "restore_delayed", "transform_delayed"]
 
 RETRY_PAUSE = 0.2
+_ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
+_PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+_UNDO_TRIM = 1024
 
 
 def _wall_ms() -> int:
@@ -57,25 +77,6 @@ def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
     msg.queue_id = level - 1
     msg.store_timestamp = now_ms
     return level
-
-
-def restore_delayed(record: bytes, level: int, schedule_offset: int) -> MessageInner:
-    """The message to re-put for a due schedule record (real topic/queue, no DELAY)."""
-    m = decode_record(record)
-    props = dict(m.properties)
-    props.pop(DELAY, None)
-    props[SCHEDULE_ORIGIN] = f"{level}:{schedule_offset}"
-    return MessageInner(
-        topic=props.get(REAL_TOPIC, m.topic),
-        queue_id=int(props.get(REAL_QID, "0")),
-        body=m.body,
-        properties=props,
-        flag=m.flag,
-        sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host,
-        reconsume_times=m.reconsume_times,
-    )
 
 
 class ScheduleService:
@@ -105,6 +106,12 @@ class ScheduleService:
         self.tasks: list[asyncio.Task[None]] = []
         self.delivered = 0
         self.put_failures = 0
+        self.skipped = 0
+        self.log = get_logger("schedule")
+        self._putting: tuple[int, int] | None = None  # (level, offset) of the re-put in flight
+        self._undo: list[tuple[int, int, int]] = []  # (phy, level, previous progress)
+        self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
+        store.rollback_listeners.append(self.rollback)
 
     # ------------------------------------------------------------- StateProvider
 
@@ -112,18 +119,62 @@ class ScheduleService:
         return {str(k): v for k, v in self.progress.items()}
 
     def restore(self, state: Any) -> None:
-        for k, v in (state or {}).items():
-            if int(k) in self.progress:
-                self.progress[int(k)] = int(v)
+        """Progress from a checkpoint; entries that are not level -> offset are ignored."""
+        if not isinstance(state, dict):
+            return
+        for k, v in state.items():
+            try:
+                level, off = int(k), int(v)
+            except (TypeError, ValueError):
+                continue
+            if level in self.progress and 0 <= off < 1 << 63:
+                self.progress[level] = off
 
     def on_dispatch(self, req: DispatchRequest) -> None:
         origin = req.properties.get(SCHEDULE_ORIGIN)
         if origin is None or req.topic == SCHEDULE_TOPIC:
             return
-        level_s, _, off_s = origin.partition(":")
-        level, off = int(level_s), int(off_s)
-        if self.progress.get(level, -1) <= off:
+        parsed = self._parse_origin(origin, req.replay)
+        if isinstance(parsed, str):
+            self.log.warning("schedule.origin_ignored", phy_offset=req.phy_offset,
+                             origin=origin[:64], reason=parsed)
+            return
+        level, off = parsed
+        prev = self.progress[level]
+        if prev <= off:
             self.progress[level] = off + 1
+            if not req.replay:
+                self._undo.append((req.phy_offset, level, prev))
+                if len(self._undo) > _UNDO_TRIM:
+                    written = self.store.commitlog.written_offset
+                    self._undo = [u for u in self._undo if u[0] >= written]
+
+    def _parse_origin(self, origin: str, replay: bool) -> tuple[int, int] | str:
+        """(level, offset) of an origin the scheduler may trust, else the reason not to."""
+        m = _ORIGIN.fullmatch(origin)
+        if m is None:
+            return "not <level>:<offset>"
+        level, off = int(m.group(1)), int(m.group(2))
+        if level not in self.progress:
+            return f"no delay level {level}"
+        if not replay:
+            if self._putting != (level, off):
+                return "not a re-put the scheduler is making"
+            return level, off
+        cq = self.store.find_queue(SCHEDULE_TOPIC, level - 1)
+        if cq is None or off >= cq.max_offset:
+            return f"offset {off} is past the end of level {level}'s queue"
+        return level, off
+
+    def rollback(self, kept: int) -> None:
+        """Store rollback listener: undo progress made by re-puts at or after ``kept``."""
+        levels: set[int] = set()
+        while self._undo and self._undo[-1][0] >= kept:
+            _phy, level, prev = self._undo.pop()
+            self.progress[level] = min(self.progress[level], prev)
+            levels.add(level)
+        for level in levels:  # wake a level task that went to wait on the notifier
+            self.notifier.notify(SCHEDULE_TOPIC, level - 1)
 
     # ------------------------------------------------------------- queries
 
@@ -142,10 +193,17 @@ class ScheduleService:
 
     # ------------------------------------------------------------- tasks
 
-    def start(self) -> None:
+    def start(self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
+              ) -> None:
+        """Start one task per level; ``spawn(name, factory)`` (the broker's supervisor)
+        runs each under supervision: restarted with backoff if it raises."""
         loop = asyncio.get_running_loop()
         for level in self.progress:
-            self.tasks.append(loop.create_task(self._run(level), name=f"schedule-level-{level}"))
+            name = f"schedule-level-{level}"
+            if spawn is not None:
+                self.tasks.append(spawn(name, lambda _st, lv=level: self._run(lv)))
+            else:
+                self.tasks.append(loop.create_task(self._run(level), name=name))
 
     async def stop(self) -> None:
         for t in self.tasks:
@@ -161,13 +219,15 @@ class ScheduleService:
             cq = self.store.find_queue(SCHEDULE_TOPIC, qid)
             if cq is None or off >= cq.max_offset:
                 await self.notifier.wait(SCHEDULE_TOPIC, qid, None)
+                if self.notifier.closed:  # stopping: a closed notifier returns at once, so
+                    return  # looping here would spin without ever yielding to the loop
                 continue
             if off < cq.min_offset:  # expired by retention
                 self.progress[level] = cq.min_offset
                 continue
-            head = cq.get(off)
-            assert head is not None
-            wait_ms = head[2] - self.clock_ms()
+            head = cq.get(off) or HOLE  # None: a lost unit; _drain passes over holes
+            now = self.clock_ms()
+            wait_ms = self._due(level, off, head[2], now) - now
             if wait_ms > 0:
                 # Sleep to the due instant on the sub-millisecond clock (clock_ms truncates);
                 # the loop re-checks, so an early timer wake-up never delivers early.
@@ -179,14 +239,42 @@ class ScheduleService:
             else:
                 await asyncio.sleep(0)
 
+    def _due(self, level: int, off: int, due: int, now: int) -> int:
+        """RocketMQ's correctDeliverTimestamp: the head's due time, capped at the instant
+        one level delay after the scheduler first found it beyond ``now + delay`` (the wall
+        clock stepped back after it was stored)."""
+        limit = now + self.levels_ms[level - 1]
+        if due <= limit:
+            self._cap.pop(level, None)
+            return due
+        cap = self._cap.get(level)
+        if cap is None:
+            cap = self._cap[level] = limit
+            self.log.warning("schedule.due_capped", delay_level=level, queue_offset=off,
+                             deliver_ts=due, capped_ts=cap)
+        return min(due, cap)
+
+    def _skip(self, level: int, off: int, phy: int, reason: str) -> None:
+        """Pass over a schedule record that can never be delivered (logged, counted)."""
+        self.skipped += 1
+        if self.progress[level] <= off:
+            self.progress[level] = off + 1
+        self.log.error("schedule.record_skipped", delay_level=level, queue_offset=off,
+                       phy_offset=phy, reason=reason)
+
     def _drain(self, level: int, cq: Any) -> bool:
-        """Re-put up to ``batch`` due messages; False if a re-put failed."""
+        """Re-put up to ``batch`` due messages; False if a re-put failed (retry later)."""
         start = self.progress[level]
         now = self.clock_ms()
         log_min = self.store.commitlog.min_offset
+        cap = self._cap.get(level)
+        stepped = now + self.levels_ms[level - 1]
         due = []
         for unit in cq.units(start, self.batch):
-            if unit[2] > now:
+            due_ts = unit[2]
+            if cap is not None and due_ts > stepped:
+                due_ts = min(due_ts, cap)
+            if due_ts > now:
                 break
             if unit[0] < log_min and not due:  # removed by retention: nothing to deliver
                 start += 1
@@ -198,10 +286,22 @@ class ScheduleService:
         records = self.store.commitlog.read_many([(u[0], u[1]) for u in due])
         if len(records) < len(due):
             due = due[: len(records)]  # a read failed: retry the rest on the next round
-        for i, (_phy, _size, deliver_ts) in enumerate(due):
+        for i, (phy, _size, deliver_ts) in enumerate(due):
             off = start + i
-            msg = restore_delayed(records[i], level, off)
-            result = self.put(msg)
+            try:
+                msg = restore_delayed(records[i], level, off)
+            except RequeueError as err:
+                self._skip(level, off, phy, f"cannot restore the message: {err}")
+                continue
+            self._putting = (level, off)
+            try:
+                result = self.put(msg)
+            finally:
+                self._putting = None
+            if result.status in _PERMANENT:
+                self._skip(level, off, phy, f"the re-put was refused: "
+                           f"{result.remark or result.status.value}")
+                continue
             if result.status is not PutStatus.PUT_OK:
                 self.put_failures += 1
                 return False

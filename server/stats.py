@@ -1,9 +1,10 @@
 """Broker statistics: plain counters the hot paths bump and the metrics endpoint reads.
 
 Owns: ``BrokerStats`` — per-topic counters of stored, delivered (out of the schedule) and
-pulled messages, retries, dead letters, and a fixed-bucket lateness histogram per delay
-level. Increments are dict/list operations (no locks, no exporter calls on the hot
-path); an exporter (Prometheus, the admin CLI) reads them at scrape time.
+pulled messages, retries, dead letters, failures per background service, and a
+fixed-bucket lateness histogram per delay level. Increments are dict/list operations (no
+locks, no exporter calls on the hot path); an exporter (Prometheus, the admin CLI)
+reads them at scrape time.
 
 Invariant: counters only grow; bucket bounds are fixed at construction.
 """
@@ -40,4 +41,6 @@ class BrokerStats:
         self.redelivered: defaultdict[str, int] = defaultdict(int)
         self.dead_lettered: defaultdict[str, int] = defaultdict(int)
         self.rejected = 0
+        # background service name -> failures (server/supervise.py)
+        self.service_failures: dict[str, int] = {}
         self.lateness: defaultdict[int, LatenessHistogram] = defaultdict(LatenessHistogram)

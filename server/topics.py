@@ -1,58 +1,55 @@
 """Topic configuration: which topics exist, their queue counts and permissions.
 
-Owns: ``TopicConfig`` and ``TopicConfigManager`` (create on demand, validate names,
-persist to ``config/topics.json`` atomically). Mirrors RocketMQ's TopicConfigManager:
-``TBW102`` is the auto-create template, ``SCHEDULE_TOPIC_XXXX`` has one queue per delay
-level, ``%RETRY%<group>`` and ``%DLQ%<group>`` are created on demand.
+Owns: ``TopicConfig`` and ``TopicConfigManager`` (create on demand, persist to
+``config/topics.json`` atomically). Mirrors RocketMQ's TopicConfigManager: ``TBW102`` is
+the auto-create template, ``SCHEDULE_TOPIC_XXXX`` has one queue per delay level,
+``%RETRY%<group>`` and ``%DLQ%<group>`` are created on demand. The naming rules live in
+``kairosmq.protocol.naming`` (re-exported here for the server's modules).
 
-Invariants: a topic name is 1..127 characters of ``[%|a-zA-Z0-9_-]``; system topics
-(``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``TBW102``) are never writable by clients.
+Invariants:
+* Every topic in the table has a valid name (``naming.validate_queue_topic``: a valid
+  topic, or a valid group behind ``%RETRY%``/``%DLQ%``): callers validate before
+  creating (``server/ingress.py``), and ``load`` skips names that break the rules (a file
+  written before they were checked).
+* System topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``TBW102``) are never writable by
+  clients.
+* Persistence: ``create``/``ensure`` persist before returning unless told
+  ``persist=False``; then the table is marked dirty and the caller persists once (one
+  write for all the retry topics a heartbeat creates; ``persist_async`` writes in a
+  thread, as UPDATE_AND_CREATE_TOPIC does before its answer). Writes are ordered by a
+  generation number: an older snapshot never overwrites a newer one.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
+from kairosmq.protocol.naming import (
+    AUTO_CREATE_TOPIC_KEY,
+    DLQ_GROUP_TOPIC_PREFIX,
+    MAX_TOPIC_LENGTH,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    dlq_topic,
+    is_system_topic,
+    retry_topic,
+    validate_queue_topic,
+    validate_topic,
+)
 
 from .store.files import read_json, write_json_atomic
-from .store.message_store import SCHEDULE_TOPIC
 
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_LENGTH = 127
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
-
-
-def validate_topic(topic: str) -> str | None:
-    """None if ``topic`` is a valid name, else the reason (used as a remark)."""
-    if not topic or not topic.strip():
-        return "the topic is blank"
-    if len(topic) > MAX_TOPIC_LENGTH:
-        return f"the topic is {len(topic)} characters, the limit is {MAX_TOPIC_LENGTH}"
-    if not _VALID.fullmatch(topic):  # not match(): "$" would also accept a trailing "\n"
-        return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
-
-
-def is_system_topic(topic: str) -> bool:
-    return (
-        topic == SCHEDULE_TOPIC
-        or topic == AUTO_CREATE_TOPIC_KEY
-        or topic.startswith(SYSTEM_TOPIC_PREFIX)
-    )
+__all__ = [
+    "AUTO_CREATE_TOPIC_KEY", "DLQ_GROUP_TOPIC_PREFIX", "MAX_TOPIC_LENGTH",
+    "RETRY_GROUP_TOPIC_PREFIX", "SCHEDULE_TOPIC", "SYSTEM_TOPIC_PREFIX", "TopicConfig",
+    "TopicConfigManager", "dlq_topic", "is_system_topic", "retry_topic", "validate_topic",
+]
 
 
 @dataclass(slots=True)
@@ -78,15 +75,46 @@ class TopicConfigManager:
             AUTO_CREATE_TOPIC_KEY, default_queue_nums, default_queue_nums, 7
         )
         self.topics[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels)
+        self.skipped_on_load: list[str] = []
+        self.dirty = False
+        self._generation = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
 
     def load(self) -> None:
         for d in read_json(self.path, []) or []:
             cfg = TopicConfig(**d)
-            if cfg.topic_name != SCHEDULE_TOPIC:
-                self.topics[cfg.topic_name] = cfg
+            if cfg.topic_name == SCHEDULE_TOPIC:
+                continue
+            if validate_queue_topic(cfg.topic_name) is not None:
+                self.skipped_on_load.append(cfg.topic_name)
+                continue
+            self.topics[cfg.topic_name] = cfg
+
+    # ------------------------------------------------------------ persistence
+
+    def _snapshot(self) -> tuple[int, list[dict[str, Any]]]:
+        self._generation += 1
+        self.dirty = False
+        return self._generation, [asdict(t) for t in self.topics.values()]
+
+    def _write(self, generation: int, data: list[dict[str, Any]]) -> None:
+        with self._write_lock:
+            if generation <= self._written:
+                return  # a newer snapshot is already on disk
+            write_json_atomic(self.path, data)
+            self._written = generation
 
     def persist(self) -> None:
-        write_json_atomic(self.path, [asdict(t) for t in self.topics.values()])
+        """Write the table now (on the calling thread)."""
+        self._write(*self._snapshot())
+
+    async def persist_async(self) -> None:
+        """Write the table in a thread; the snapshot is taken on the loop, before awaiting."""
+        generation, data = self._snapshot()
+        await asyncio.to_thread(self._write, generation, data)
+
+    # ------------------------------------------------------------ table
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -95,10 +123,11 @@ class TopicConfigManager:
         self, topic: str, queue_nums: int | None = None, *, perm: int = PERM_READ | PERM_WRITE,
         order: bool = False, persist: bool = True,
     ) -> TopicConfig:
-        """Create (or update the queue count of) a topic."""
+        """Create (or update the queue count of) a topic; the name is the caller's to check."""
         n = queue_nums or self.default_queue_nums
         cfg = TopicConfig(topic, n, n, perm, 0, order)
         self.topics[topic] = cfg
+        self.dirty = True
         if persist:
             self.persist()
         return cfg
@@ -109,9 +138,10 @@ class TopicConfigManager:
         self.persist()
         return True
 
-    def ensure(self, topic: str, queue_nums: int) -> tuple[TopicConfig, bool]:
+    def ensure(self, topic: str, queue_nums: int, *,
+               persist: bool = True) -> tuple[TopicConfig, bool]:
         """Return the topic, creating it with ``queue_nums`` queues if absent."""
         cfg = self.topics.get(topic)
         if cfg is not None:
             return cfg, False
-        return self.create(topic, queue_nums), True
+        return self.create(topic, queue_nums, persist=persist), True

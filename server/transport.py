@@ -8,13 +8,21 @@ with a single ``transport.write``).
 
 Invariants:
 * A response to a send is never on the wire before its record is written to the OS:
-  responses only leave through the outbox tick, which calls ``before_write`` first.
+  responses only leave through the outbox tick, which calls ``before_write`` first; an
+  answer to a request that appended (``ack_guard.appends`` changed) is checked against
+  the store's ``ack_problem`` and becomes SYSTEM_ERROR if a failed write dropped it.
 * Handlers return a ``RemotingCommand`` (answered in this tick), ``None`` (no answer), or
   an awaitable (run as a tracked task: long polls, sync flush); so many requests can be
   in flight per connection and answers go out in completion order, matched by opaque.
-* One-way requests are never answered. A malformed or oversized frame closes only that
-  connection; an unknown code answers REQUEST_CODE_NOT_SUPPORTED; an exception in a
-  handler answers SYSTEM_ERROR with a remark. Nothing a client sends stops the server.
+* One-way requests are never answered. A malformed or oversized frame (or a header above
+  ``max_header``) closes only that connection; an unknown code answers
+  REQUEST_CODE_NOT_SUPPORTED; an exception in a handler answers SYSTEM_ERROR with a
+  remark (``RequestRefused`` its own code). Nothing a client sends stops the server.
+* Limits (``ConnectionLimits``): beyond ``max_connections`` a new connection is closed at
+  once (``conn.refused``); ``sweep()`` (one periodic call, no per-frame timers) closes
+  connections with no traffic either way for ``idle_timeout`` seconds and those holding
+  a half-received frame with no frame completed for ``partial_frame_timeout`` seconds.
+  The per-frame cost is one attribute store (``active``) and a counter.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import asyncio
 import itertools
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kairosmq.protocol.codec import FrameReader, encode_command
@@ -37,12 +46,36 @@ _conn_ids = itertools.count(1)
 FRAMES_PER_TURN = 16
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Per-server connection limits (BrokerConfig names; docs/reliability.md)."""
+
+    max_connections: int = 4096
+    idle_timeout: float = 120.0
+    partial_frame_timeout: float = 30.0
+    max_header: int | None = 64 * 1024
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often ``sweep`` should run: 1 s, finer for tiny (test) timeouts."""
+        return max(0.01, min(1.0, self.idle_timeout / 4, self.partial_frame_timeout / 4))
+
+
+class RequestRefused(Exception):
+    """A handler refuses a request because a limit is reached: answered with
+    ``response_code`` and the message as remark (the connection stays open)."""
+
+    def __init__(self, message: str, response_code: int = ResponseCode.SYSTEM_BUSY) -> None:
+        super().__init__(message)
+        self.response_code = response_code
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, server: RemotingServer, handlers: dict[int, Handler], listener: str) -> None:
         self.server = server
         self.handlers = handlers
         self.listener = listener
-        self.reader = FrameReader(server.max_frame)
+        self.reader = FrameReader(server.max_frame, max_header=server.limits.max_header)
         self.transport: asyncio.Transport | None = None
         self.conn_id = next(_conn_ids)
         self.peer = "?"
@@ -50,11 +83,18 @@ class Connection(asyncio.Protocol):
         self.peer_ip4 = b"\x7f\x00\x00\x01"
         self.peer_port = 0
         self._out: list[bytes] = []
+        self._acks: list[tuple[int, Any, RemotingCommand]] = []  # see send()
         self._opaque = itertools.count(1)
         self._busy = False  # a _process continuation is scheduled
         self._write_paused = False
         self._reading_paused = False
         self.closed = False
+        self.held_pulls = 0  # admitted long polls (longpoll.PullHolds)
+        self.active = True  # traffic since the last sweep (either direction)
+        self.frames_in = 0
+        self.idle_since = 0.0
+        self._partial_mark = -1  # frames_in when a pending partial frame was first seen
+        self._partial_since = 0.0
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -69,12 +109,22 @@ class Connection(asyncio.Protocol):
                 self.peer_ip4 = socket.inet_aton(self.peer_ip)
             except OSError:  # IPv6 peers are stored as loopback: clients read 4-byte hosts
                 self.peer_ip4 = b"\x7f\x00\x00\x01"
-        self.peer_port = 0
+        srv = self.server
+        if len(srv.connections) >= srv.limits.max_connections:
+            self.closed = True
+            srv.refused += 1
+            srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
+                            connections=len(srv.connections),
+                            reason=f"max_connections {srv.limits.max_connections} reached")
+            transport.close()
+            return
+        self.idle_since = asyncio.get_running_loop().time()
         self.server.connections.add(self)
         self.server.log.info("conn.opened", peer=self.peer, conn_id=self.conn_id,
                              listener=self.listener)
 
     def data_received(self, data: bytes) -> None:
+        self.active = True
         self.reader.feed(data)
         if not self._busy and not self._write_paused:
             self._process()
@@ -114,10 +164,12 @@ class Connection(asyncio.Protocol):
                 if n >= FRAMES_PER_TURN:
                     break
         except ProtocolError as err:
+            self.frames_in += n
             self.server.log.warning("frame.rejected", peer=self.peer, conn_id=self.conn_id,
                                     error=f"{type(err).__name__}: {err}")
             self.abort(f"protocol error: {err}")
             return
+        self.frames_in += n
         if n >= FRAMES_PER_TURN and self.reader.buffered and not self.closed:
             self._busy = True
             asyncio.get_running_loop().call_soon(self._process)
@@ -129,13 +181,19 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ output
 
-    def send(self, cmd: RemotingCommand) -> None:
-        """Queue a frame; it leaves in this loop iteration's outbox tick."""
+    def send(self, cmd: RemotingCommand, request: RemotingCommand | None = None,
+             ack: Any = None) -> None:
+        """Queue a frame; it leaves in this loop iteration's outbox tick. ``ack`` (the
+        store's ack token, when the request appended) makes the tick check that the
+        records were written before this answer leaves; if they were rolled back, an
+        error to ``request`` goes instead."""
         if self.closed:
             return
         if not self._out:
             self.server.mark_dirty(self)
         self._out.append(encode_command(cmd))
+        if ack is not None and request is not None:
+            self._acks.append((len(self._out) - 1, ack, request))
 
     def notify(self, code: int, ext_fields: dict[str, str]) -> None:
         """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
@@ -143,10 +201,25 @@ class Connection(asyncio.Protocol):
                                   language=LanguageCode.JAVA, ext_fields=ext_fields))
 
     def flush_out(self) -> None:
+        if self._acks:
+            self._check_acks()
         if self._out and self.transport is not None and not self.closed:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
+            self.active = True
             self.transport.write(data)
+
+    def _check_acks(self) -> None:
+        """Replace answers whose records a failed commit-log write dropped with errors."""
+        acks, self._acks = self._acks, []
+        guard = self.server.ack_guard
+        if guard is None:
+            return
+        for idx, token, request in acks:
+            problem = guard.ack_problem(token)
+            if problem is not None and idx < len(self._out):
+                self._out[idx] = encode_command(request.error(ResponseCode.SYSTEM_ERROR,
+                                                              problem))
 
     def abort(self, reason: str) -> None:
         if self.transport is not None and not self.closed:
@@ -165,12 +238,20 @@ class RemotingServer:
         before_write: Callable[[], None],
         on_connection_lost: Callable[[Connection], None],
         max_frame: int,
+        limits: ConnectionLimits | None = None,
+        ack_guard: Any = None,
     ) -> None:
         self.context = context
         self.log = log
         self.before_write = before_write
         self.on_connection_lost = on_connection_lost
         self.max_frame = max_frame
+        self.limits = limits or ConnectionLimits()
+        # The store (appends / ack_token() / ack_problem()): an answer to a request that
+        # appended leaves only if its records were written (not rolled back).
+        self.ack_guard = ack_guard
+        self.refused = 0  # connections refused by max_connections
+        self.timed_out = 0  # connections closed by the idle / partial-frame sweep
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -195,22 +276,25 @@ class RemotingServer:
                 conn.send(cmd.error(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                     f"request code {cmd.code} is not supported"))
             return
+        guard = self.ack_guard
+        appends = guard.appends if guard is not None else 0
         try:
             result = handler(self.context, conn, cmd)
         except Exception as err:  # noqa: BLE001 - every failure becomes an answer
             result = self._failure(conn, cmd, err)
         if result is None:
             return
+        ack = guard.ack_token() if guard is not None and guard.appends != appends else None
         if isinstance(result, RemotingCommand):
             if not cmd.is_oneway:
-                conn.send(result)
+                conn.send(result, cmd, ack)
             return
-        task = asyncio.get_running_loop().create_task(self._finish(conn, cmd, result))
+        task = asyncio.get_running_loop().create_task(self._finish(conn, cmd, result, ack))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _finish(self, conn: Connection, cmd: RemotingCommand,
-                      pending: Awaitable[RemotingCommand | None]) -> None:
+                      pending: Awaitable[RemotingCommand | None], ack: Any = None) -> None:
         try:
             result = await pending
         except asyncio.CancelledError:
@@ -218,10 +302,10 @@ class RemotingServer:
         except Exception as err:  # noqa: BLE001
             result = self._failure(conn, cmd, err)
         if result is not None and not cmd.is_oneway:
-            conn.send(result)
+            conn.send(result, cmd, ack)
 
     def _failure(self, conn: Connection, cmd: RemotingCommand, err: Exception) -> RemotingCommand:
-        if isinstance(err, HeaderError):
+        if isinstance(err, HeaderError | RequestRefused):
             return cmd.error(err.response_code, str(err))
         if isinstance(err, ValueError):
             return cmd.error(ResponseCode.SYSTEM_ERROR, f"bad request: {err}")
@@ -249,6 +333,40 @@ class RemotingServer:
             self.connections.discard(conn)
             self.log.info("conn.closed", peer=conn.peer, conn_id=conn.conn_id, reason=reason)
             self.on_connection_lost(conn)
+
+    # ------------------------------------------------------------ limits
+
+    def sweep(self, now: float | None = None) -> int:
+        """Close idle connections and stalled partial frames; return how many closed.
+
+        Called every ``limits.sweep_interval`` seconds: a connection is idle after a
+        sweep that saw no traffic plus ``idle_timeout``; a partial frame is stalled when
+        bytes of an incomplete frame stay buffered with no frame completed (and the
+        connection not paused by backpressure) for ``partial_frame_timeout``.
+        """
+        lim = self.limits
+        now = asyncio.get_running_loop().time() if now is None else now
+        closing: list[tuple[Connection, str]] = []
+        for conn in self.connections:
+            if conn.active:
+                conn.active = False
+                conn.idle_since = now
+            elif now - conn.idle_since >= lim.idle_timeout:
+                closing.append((conn, f"idle for more than {lim.idle_timeout:g}s"))
+                continue
+            if conn.reader.buffered and not conn._busy and not conn._write_paused:
+                if conn._partial_mark != conn.frames_in:
+                    conn._partial_mark = conn.frames_in
+                    conn._partial_since = now
+                elif now - conn._partial_since >= lim.partial_frame_timeout:
+                    closing.append((conn, f"partial frame ({conn.reader.buffered} bytes) "
+                                          f"for more than {lim.partial_frame_timeout:g}s"))
+            else:
+                conn._partial_mark = -1
+        for conn, reason in closing:
+            self.timed_out += 1
+            conn.abort(reason)
+        return len(closing)
 
     # ------------------------------------------------------------ shutdown
 

@@ -1,24 +1,25 @@
 """The delivery-quality batch job: broker JSON logs -> parquet metric tables + an HTML report.
 
-Owns the E/T/L wiring: ``main(argv)`` (argparse), ``build_session()``, ``resolve_inputs()``,
-``extract()`` (JSON with ``LOG_EVENT_SCHEMA``; PERMISSIVE counts malformed lines, FAILFAST
-raises on the first), ``run()`` (the transforms of ``transforms.py``) and the loads (one parquet
-directory per metric, ``report.html``, ``summary.json``, a console summary).
+Owns the E/T/L wiring: ``main(argv)`` (options: ``options.py``), ``build_session()``,
+``resolve_inputs()``, ``extract()`` (JSON with the explicit schema; PERMISSIVE counts
+malformed lines, FAILFAST raises on the first), ``run()`` (the aggregates of
+``transforms.py``, the small tables of ``tables.py``) and the loads (one parquet directory per
+table, ``report.html``, ``summary.json``, a console summary).
 
 Invariants:
 * Runs unchanged as ``kairosmq report ...`` (``main(argv)``), as ``python spark/job.py`` and as
   ``spark-submit spark/job.py``: when run as a script from a checkout where the package is not
   installed, ``_bootstrap`` maps ``kairosmq.server``/``kairosmq.spark`` onto the folders next to
   this file (the same mapping as ``pyproject.toml``).
-* Built-in Spark SQL only (no UDFs, no Python rows shipped): executors never start Python.
-* The input is parsed once and cached; every metric reads the cache. Under spark-submit the
-  master comes from spark-submit; otherwise ``--master`` (default ``local[*]``).
+* Built-in Spark SQL only (no UDFs): executors never start Python. The small tables travel
+  from the driver to the JVM as local rows (unpickled by the JVM) to be written as parquet.
+* The input is parsed once into a narrow cache; every aggregate reads the cache. Under
+  spark-submit the master comes from spark-submit; otherwise ``--master`` (default ``local[*]``).
 * ``main`` stops only a session it started (tests share one session).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import glob
 import importlib.util
@@ -28,7 +29,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -68,14 +69,15 @@ def _bootstrap() -> None:
 if __package__ in (None, ""):
     _bootstrap()
 
-from kairosmq.spark import report  # noqa: E402
+from kairosmq.server.logs import CATALOGUE  # noqa: E402
+from kairosmq.spark import incremental, preflight, report, tables  # noqa: E402
 from kairosmq.spark import transforms as T  # noqa: E402
+from kairosmq.spark.options import parse_args  # noqa: E402
+from kairosmq.spark.png import export_charts  # noqa: E402
 from kairosmq.spark.schema import (  # noqa: E402
-    CORRUPT,
     FAST_READ_SCHEMA,
     LOG_EVENT_SCHEMA,
-    MODES,
-    parse_timestamp,
+    event_time,
     read_options,
 )
 from py4j.protocol import Py4JJavaError  # noqa: E402
@@ -84,18 +86,11 @@ from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 LOG_FILE = re.compile(r"^[^._].*\.(jsonl|json|log)(\.gz)?$")
-# Small metric tables: collected for the report, then written as one parquet file each.
-TABLES: dict[str, Callable[[DataFrame], DataFrame]] = {
-    "retry_funnel": lambda ev: ev.transform(T.consumer_outcomes).transform(T.retry_funnel),
-    "dlq_counts": T.dlq_counts,
-    "throughput_per_minute": T.throughput_per_minute,
-}
-# The same, from the message.delivered rows only (cached apart: a sixth of the events).
-DELIVERY_TABLES: dict[str, Callable[[DataFrame], DataFrame]] = {
-    "lateness_by_level": T.lateness_by_level,
-    "lateness_by_topic": T.lateness_by_topic,
-    "lateness_overall": T.lateness_overall,
-}
+Rows = list[dict[str, Any]]
+# The small tables, computed on the driver (tables.py) and written there as JSON lines.
+TABLES = ("event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
+          "e2e_latency", "added_delay", "added_delay_by_topic", "retry_funnel", "dlq_counts",
+          "throughput_per_minute", "top_late")
 
 
 class InputError(ValueError):
@@ -127,32 +122,48 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
 
 
 def build_session(master: str | None = None, *, app_name: str = "kairosmq-report",
-                  driver_memory: str | None = None) -> SparkSession:
-    """Get or create the session: UTC, WARN logging; ``local[*]`` unless told or submitted."""
+                  driver_memory: str | None = None, verbose: bool = False) -> SparkSession:
+    """Get or create the session: UTC; ``local[*]`` unless told or submitted.
+
+    Spark logs errors only (a log4j2 file for the driver JVM this process starts, then
+    ``setLogLevel``); ``verbose`` keeps Spark's WARN lines.
+    """
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
-    builder = (SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
-               .config("spark.log.level", "WARN"))
+    level = "WARN" if verbose else "ERROR"
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
     if master or not submitted:
         builder = builder.master(master or "local[*]")
-    if driver_memory and not submitted:
-        builder = builder.config("spark.driver.memory", driver_memory)
+    if not submitted:
+        if driver_memory:
+            builder = builder.config("spark.driver.memory", driver_memory)
+        if not verbose:
+            builder = builder.config("spark.driver.extraJavaOptions",
+                                     preflight.quiet_log4j_options())
     # Spark's stage progress bar on a terminal; plain step lines only when piped.
     builder = builder.config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if verbose or submitted:
+        spark.sparkContext.setLogLevel(level)  # prints one line; the quiet start set it already
     return spark
 
 
 def extract(spark: SparkSession, paths: Sequence[str], mode: str = "PERMISSIVE") -> DataFrame:
-    """Parse log lines with the explicit schema (never inferred).
+    """Parse log lines with the explicit schema (never inferred); add ``ts_ms``.
 
-    FAILFAST reads with ``LOG_EVENT_SCHEMA`` itself (the contract, every field type-checked);
-    PERMISSIVE takes the fast path (``FAST_READ_SCHEMA`` + ``parse_timestamp``), same columns.
+    FAILFAST reads with ``LOG_EVENT_SCHEMA`` itself (the contract); PERMISSIVE reads the
+    ``timestamp`` of format 1 as text (``FAST_READ_SCHEMA``). Only ``READ_COLUMNS`` are kept:
+    the JSON reader then parses no other field.
     """
-    if read_options(mode)["mode"] == "FAILFAST":
-        return spark.read.schema(LOG_EVENT_SCHEMA).options(**read_options(mode)).json(list(paths))
-    return (spark.read.schema(FAST_READ_SCHEMA).options(**read_options(mode))
-            .json(list(paths)).transform(parse_timestamp))
+    schema = LOG_EVENT_SCHEMA if read_options(mode)["mode"] == "FAILFAST" else FAST_READ_SCHEMA
+    raw = spark.read.schema(schema).options(**read_options(mode)).json(list(paths))
+    return raw.select(*T.READ_COLUMNS).transform(event_time)
+
+
+def check_every_field(spark: SparkSession, paths: Sequence[str]) -> None:
+    """FAILFAST: parse every field of every line with ``LOG_EVENT_SCHEMA`` (raises on the
+    first line the contract cannot hold; the metrics themselves parse only what they read)."""
+    (spark.read.schema(LOG_EVENT_SCHEMA).options(**read_options("FAILFAST")).json(list(paths))
+     .write.format("noop").mode("overwrite").save())
 
 
 class Progress:
@@ -174,69 +185,70 @@ class Progress:
         return time.perf_counter() - self.t0
 
 
-def _key(value: Any) -> tuple[bool, Any]:
-    """Sort key that puts None last and compares like with like."""
-    return (value is None, value if value is not None else 0)
-
-
-SORT_KEYS: dict[str, tuple[str, ...]] = {  # row order of each small table in the report
-    "event_counts": ("event",), "lateness_by_level": ("delay_level",),
-    "lateness_by_topic": ("topic",), "lateness_overall": (), "dlq_counts": ("group",),
-    "retry_funnel": ("group", "attempts", "outcome"), "throughput_per_minute": ("minute",),
-    "top_late": ("rank",), "e2e_latency": ("topic", "delay_level"),
-}
+def _rows(df: DataFrame) -> Rows:
+    return [row.asDict() for row in df.collect()]
 
 
 def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         mode: str = "PERMISSIVE", top_n: int = 100, quiet: bool = False,
-        parallel: int = 4) -> dict[str, Any]:
+        parallel: int = 2, png: bool = False,
+        cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Extract, transform and load; return the summary written to ``summary.json``.
 
-    After the first job fills the cache, the metrics run as concurrent Spark jobs from
-    ``parallel`` driver threads (small inputs are dominated by per-job overhead).
+    The input is parsed once, into a narrow cache (``transforms.LINE_COLUMNS``) filled by the
+    first aggregate. The other aggregates then run as concurrent Spark jobs over it from
+    ``parallel`` driver threads: the per-message lifecycle (written as parquet by the
+    executors, its latency histogram read back), the lateness histogram, the top-late rows
+    and the retry funnel. Everything else is derived on the driver from those small results.
+    With ``cache_dir`` (``--incremental``) closed files are read from their Parquet copies.
     """
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     paths = resolve_inputs(inputs)
-    progress = Progress(total=len(TABLES) + len(DELIVERY_TABLES) + 4, quiet=quiet)
-    raw = extract(spark, paths, mode)
-    # FAILFAST type-checks every field; PERMISSIVE parses only what the metrics read.
-    columns = raw.columns if mode.upper() == "FAILFAST" else [*T.MESSAGE_COLUMNS, CORRUPT]
-    parsed = raw.select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
-    cached = [parsed]
-    tables: dict[str, list[dict[str, Any]]] = {}
+    strict = mode.upper() == "FAILFAST"
+    progress = Progress(total=7 + strict + (cache_dir is not None), quiet=quiet)
+    if strict:
+        check_every_field(spark, paths)
+        progress.step("check every field")
+    if cache_dir is None:
+        source = extract(spark, paths, mode).transform(T.lines)
+    else:
+        source, converted = incremental.lines_frame(
+            spark, paths, Path(cache_dir), lambda p: extract(spark, p, mode))
+        progress.step(f"parquet cache (+{converted})")
+    cached = source.persist(StorageLevel.MEMORY_AND_DISK)
+    got: dict[str, Rows] = {}
 
     def collect(name: str, df: DataFrame) -> str:
-        # Written by the executors, read back for the report: no Python rows go to the
-        # cluster, so executors never start Python workers.
-        df.coalesce(1).write.mode("overwrite").parquet(str(out / name))
-        rows = [row.asDict() for row in spark.read.parquet(str(out / name)).collect()]
-        tables[name] = sorted(rows, key=lambda r: [_key(r.get(k)) for k in SORT_KEYS[name]])
+        got[name] = _rows(df)
         return name
 
     def messages() -> str:
-        events.transform(T.message_lifecycle).write.mode("overwrite").parquet(str(out / "messages"))
-        return collect("e2e_latency", spark.read.parquet(str(out / "messages"))
-                       .transform(T.e2e_latency))
+        # no dictionary encoding: msg_id and the times are unique per row (measured: the
+        # writer's dictionary attempt cost a third of this step)
+        (cached.transform(T.message_lifecycle).write.mode("overwrite")
+         .option("parquet.enable.dictionary", "false").parquet(str(out / "messages")))
+        return collect("messages", spark.read.parquet(str(out / "messages"))
+                       .transform(T.e2e_histogram))
 
     try:
-        progress.step(collect("event_counts", parsed.transform(T.event_counts)))  # fills cache
-        events = parsed.transform(T.message_events)
-        delivered = events.where(events.event == T.DELIVERED).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(delivered)
-        jobs = [(name, events.transform(build)) for name, build in TABLES.items()]
-        jobs += [(name, delivered.transform(build)) for name, build in DELIVERY_TABLES.items()]
-        jobs.append(("top_late", delivered.transform(T.top_late, top_n)))
+        progress.step(collect("line_counts", cached.transform(T.line_counts)))  # fills cache
         with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="metric") as pool:
-            # The messages lifecycle is the longest job (a 2.8M-key shuffle at 10M events):
-            # it starts first so that the small tables run beside it, not after it.
+            # the lifecycle is the longest job: it starts first, the small ones run beside it
             running = [pool.submit(messages)]
-            running += [pool.submit(collect, name, df) for name, df in jobs]
+            running += [pool.submit(collect, name, df) for name, df in (
+                ("lateness", cached.transform(T.lateness_histogram)),
+                ("top_late", cached.transform(T.top_late, top_n)),
+                ("retry_funnel", cached.transform(T.consumer_outcomes)
+                 .transform(T.retry_funnel)))]
             for fut in as_completed(running):
                 progress.step(fut.result())
     finally:
-        for df in cached:
-            df.unpersist()
+        cached.unpersist()
+    tables = derive_tables(got)
+    for name in TABLES:
+        write_table(out, name, tables[name])
+    progress.step("tables written")
     summary = report.summarize(tables)
     meta = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "inputs": f"{len(paths)} file(s)" if len(paths) > 3 else ", ".join(paths),
@@ -244,37 +256,45 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
     (out / "report.html").write_text(report.render_html(tables, summary, meta), encoding="utf-8")
     (out / "summary.json").write_text(json.dumps({**summary, "meta": meta}, indent=2,
                                                  default=str), encoding="utf-8")
+    notes = export_charts(report.charts(tables), out / "charts") if png else []
     progress.step("report")
+    for note in notes:
+        print(note, file=sys.stderr)
     if not quiet:
         print(report.console_summary(tables, summary))
         print(f"report: {out / 'report.html'}  ({progress.elapsed:.1f} s)")
     return summary
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="kairosmq report",
-        description="Delivery-quality report from kairosmq broker JSON logs (PySpark).")
-    p.add_argument("inputs", nargs="*", help="log directories, globs or files (.jsonl, .jsonl.gz)")
-    p.add_argument("-i", "--input", action="append", default=[], dest="more_inputs",
-                   help="another input (repeatable); same forms as the positional inputs")
-    p.add_argument("-o", "--output", default="kairosmq-report",
-                   help="output directory: parquet tables, report.html, summary.json")
-    p.add_argument("--master", default=None,
-                   help="Spark master (default local[*]; under spark-submit, spark-submit's)")
-    p.add_argument("--mode", default="PERMISSIVE", type=str.upper, choices=MODES,
-                   help="PERMISSIVE counts malformed lines; FAILFAST stops at the first")
-    p.add_argument("--top", type=int, default=100, help="rows in the top-late table")
-    p.add_argument("--shuffle-partitions", type=int, default=None,
-                   help="spark.sql.shuffle.partitions (default: 8 on local masters)")
-    p.add_argument("--driver-memory", default="2g",
-                   help="driver heap when this process starts Spark itself (default 2g)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no console summary")
-    args = p.parse_args(argv)
-    args.inputs = [*args.inputs, *args.more_inputs]
-    if not args.inputs:
-        p.error("give at least one input (positional or --input)")
-    return args
+def derive_tables(got: Mapping[str, Rows]) -> dict[str, Rows]:
+    """The report's tables from the collected aggregates (see ``tables.py``)."""
+    counts, funnel = got["line_counts"], got["retry_funnel"]
+    return {
+        "event_counts": tables.event_counts(counts, CATALOGUE),
+        "throughput_per_minute": tables.throughput_per_minute(counts, T.THROUGHPUT_EVENTS),
+        "dlq_counts": tables.dlq_counts(counts, funnel, T.DEAD_LETTERED),
+        "retry_funnel": funnel,
+        "top_late": [{**r, "delivered_at": tables.utc(r.pop("delivered_ms"))}
+                     for r in sorted(got["top_late"], key=lambda r: r["rank"])],
+        **tables.lateness_tables(got["lateness"]),
+        **tables.latency_tables(got["messages"]),
+    }
+
+
+def write_table(out: Path, name: str, rows: Rows) -> None:
+    """One small table as ``out/name.jsonl`` (one JSON object per row; times ISO-8601 UTC).
+
+    Written by the driver: a Spark job per table of a few dozen rows cost more than the rest
+    of a small report, and ``spark.read.json``, pandas and jq all read this directly.
+    """
+    def default(value: Any) -> str:
+        if isinstance(value, dt.datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).isoformat()
+        return str(value)
+
+    with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, default=default, allow_nan=False) + "\n")
 
 
 def _reason(exc: BaseException) -> str:
@@ -294,11 +314,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # A running SparkContext (any thread) belongs to the caller, e.g. a test session.
     owned = SparkContext._active_spark_context is None
-    spark = build_session(args.master, driver_memory=args.driver_memory)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if owned and not submitted and (missing := preflight.problem()) is not None:
+        print(f"kairosmq report: {missing}", file=sys.stderr)
+        return 2
+    spark = build_session(args.master, driver_memory=args.driver_memory, verbose=args.verbose)
     if args.shuffle_partitions or spark.sparkContext.master.startswith("local"):
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions or 8))
     try:
-        run(spark, args.inputs, args.output, mode=args.mode, top_n=args.top, quiet=args.quiet)
+        run(spark, args.inputs, args.output, mode=args.mode, top_n=args.top, quiet=args.quiet,
+            png=args.png, cache_dir=(args.cache_dir or Path(args.output) / "parquet-cache")
+            if args.incremental else None)
     except (Py4JJavaError, PySparkException) as exc:
         print(f"kairosmq report: Spark job failed ({args.mode}): {_reason(exc)}", file=sys.stderr)
         return 1

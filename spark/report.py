@@ -1,8 +1,9 @@
 """Rendering of the collected metric tables: the summary numbers, the console table, the HTML page.
 
 Owns: ``summarize`` (headline numbers from the small metric tables), ``console_summary``
-(a short plain-text table for the terminal) and ``render_html`` (one self-contained page:
-inline CSS and inline SVG charts from ``svg.py``, no scripts, no external requests).
+(a short plain-text table for the terminal), ``charts`` (every chart of the page, by name, as
+SVG) and ``render_html`` (one self-contained page: inline CSS and inline SVG charts from
+``svg.py``, ``<details>`` folds for the per-topic tables, no scripts, no external requests).
 
 Invariants: pure functions of plain Python rows (``list[dict]``, as collected from Spark);
 nothing here touches Spark or files, so it is tested without a JVM. Every text that comes
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from kairosmq.spark.svg import bar_chart, line_chart
+from kairosmq.spark.svg import band_chart, bar_chart, line_chart
 from kairosmq.spark.transforms import MALFORMED, NO_EVENT, THROUGHPUT_EVENTS
 
 Rows = list[dict[str, Any]]
@@ -30,8 +31,11 @@ def summarize(tables: Mapping[str, Rows]) -> dict[str, Any]:
     lines = {r["event"]: r["lines"] for r in tables.get("event_counts", [])}
     events = {col: sum(r[col] for r in tables.get("throughput_per_minute", []))
               for col, _ in THROUGHPUT_EVENTS}
+    newer = sum(r["lines"] for r in tables.get("event_counts", [])
+                if r["event"].startswith("<format v"))
     uncatalogued = sum(r["lines"] for r in tables.get("event_counts", [])
-                       if not r["catalogued"] and r["event"] not in (MALFORMED, NO_EVENT))
+                       if not r["catalogued"] and r["event"] not in (MALFORMED, NO_EVENT)
+                       and not r["event"].startswith("<format v"))
     funnel: dict[str, int] = defaultdict(int)
     for r in tables.get("retry_funnel", []):
         key = r["outcome"]
@@ -44,6 +48,7 @@ def summarize(tables: Mapping[str, Rows]) -> dict[str, Any]:
         "malformed_lines": lines.get(MALFORMED, 0),
         "lines_without_event": lines.get(NO_EVENT, 0),
         "uncatalogued_events": uncatalogued,
+        "newer_format_lines": newer,
         "events": events,
         "lateness_ms": {k: overall.get(k) for k in ("count", "p50", "p90", "p99", "p999", "max")},
         "consumed_messages": sum(funnel.values()),
@@ -133,42 +138,98 @@ STYLE = ("body{font:14px sans-serif;margin:24px;color:#222;max-width:1100px}"
          "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;"
          "padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
          ".empty{color:#888}.kpi{display:inline-block;margin:0 24px 12px 0}"
-         ".kpi b{display:block;font-size:20px}svg{display:block;margin:8px 0 16px}")
+         ".kpi b{display:block;font-size:20px}svg{display:block;margin:8px 0 16px}"
+         "details{margin:4px 0}summary{cursor:pointer;padding:2px 0}")
+
+
+def _stats_label(r: Mapping[str, Any] | None) -> str:
+    if not r:
+        return "none"
+    return f"{r['count']:,} messages, p50 {_num(r['p50'])} ms, p99 {_num(r['p99'])} ms"
+
+
+def _e2e_by_topic(tables: Mapping[str, Rows]) -> str:
+    """One ``<details>`` fold per topic: end-to-end and added delay per delay level."""
+    e2e: dict[Any, Rows] = defaultdict(list)
+    for r in tables.get("e2e_latency", []):
+        e2e[r["topic"]].append(r)
+    added = {(r["topic"], r["delay_level"]): r for r in tables.get("added_delay_by_topic", [])}
+    if not e2e:
+        return '<p class="empty">none</p>'
+    parts = []
+    for topic in sorted(e2e, key=lambda t: (t is None, str(t))):
+        rows = [{**r, **{f"a_{k}": added.get((topic, r["delay_level"]), {}).get(k)
+                         for k in ("p50", "p99", "max")}} for r in e2e[topic]]
+        total = sum(r["count"] for r in rows)
+        worst = max((r["a_p99"] for r in rows if r["a_p99"] is not None), default=None)
+        parts.append(
+            f"<details><summary><b>{escape(str(topic))}</b>: {total:,} messages, added delay "
+            f"p99 up to {escape(_num(worst))} ms</summary>"
+            + _html_table(rows, [("delay_level", "level"), ("count", "messages"),
+                                 ("p50", "e2e p50 ms"), ("p99", "e2e p99 ms"),
+                                 ("max", "e2e max ms"), ("a_p50", "added p50 ms"),
+                                 ("a_p99", "added p99 ms"), ("a_max", "added max ms")])
+            + "</details>")
+    return "".join(parts)
+
+
+def charts(tables: Mapping[str, Rows]) -> dict[str, str]:
+    """Every chart of the report as an SVG string, by file-friendly name."""
+    levels = tables.get("lateness_by_level", [])
+    added = tables.get("added_delay", [])
+    labels, series = _minutes(tables.get("throughput_per_minute", []))
+    return {
+        "added_delay": band_chart(
+            [f"L{r['delay_level']}" for r in added], added, y_label="ms (log scale)",
+            title="Added delay (end-to-end minus nominal delay) by delay level; L0 = not "
+                  "delayed"),
+        "lateness": bar_chart([f"L{r['delay_level']}" for r in levels],
+                              {label: [r[k] for r in levels] for k, label in PCTS},
+                              title="Schedule lateness (delivery minus due time) by delay level",
+                              y_label="ms (log scale)", log=True),
+        "throughput": line_chart(labels, series, title="Throughput per minute (UTC)",
+                                 y_label="events / minute"),
+        "retry_funnel": _funnel_chart(tables.get("retry_funnel", [])),
+    }
 
 
 def render_html(tables: Mapping[str, Rows], summary: Mapping[str, Any],
                 meta: Mapping[str, Any]) -> str:
     """The whole report page as one string (write it with UTF-8)."""
+    svgs = charts(tables)
     levels = tables.get("lateness_by_level", [])
-    lat_chart = bar_chart([f"L{r['delay_level']}" for r in levels],
-                          {label: [r[k] for r in levels] for k, label in PCTS},
-                          title="Delivery lateness by delay level", y_label="ms (log scale)",
-                          log=True)
-    labels, series = _minutes(tables.get("throughput_per_minute", []))
-    tput_chart = line_chart(labels, series, title="Throughput per minute (UTC)",
-                            y_label="events / minute")
     f = summary["funnel"]
+    added_all = {r["delay_level"]: r for r in tables.get("added_delay", [])}
+    delayed_p99 = max((r["p99"] for lv, r in added_all.items() if lv), default=None)
     kpis = [("lines read", summary["lines"]), ("malformed lines", summary["malformed_lines"]),
             ("delivered from schedule", summary["events"]["delivered"]),
+            ("added delay p99 ms (worst level)", delayed_p99),
             ("lateness p99 ms", summary["lateness_ms"]["p99"]),
             ("lateness max ms", summary["lateness_ms"]["max"]),
             ("consumed first try", f["succeeded_first_try"]),
             ("after retry", f["succeeded_after_retry"]), ("dead-lettered", f["dead_lettered"])]
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>kairosmq delivery report"
-        f"</title><style>{STYLE}</style></head><body><h1>kairosmq delivery-quality report</h1>",
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>kairosmq delivery "
+        f"report</title><style>{STYLE}</style></head><body><h1>kairosmq delivery-quality "
+        "report</h1>",
         f"<p>Generated {escape(str(meta.get('generated_at', '')))} from "
         f"{escape(str(meta.get('inputs', '')))} (mode {escape(str(meta.get('mode', '')))}).</p>",
         "".join(f'<div class="kpi"><b>{escape(_num(v))}</b>{escape(k)}</div>' for k, v in kpis),
-        "<h2>Lateness of delayed delivery</h2>", lat_chart,
+        "<h2>Added delay: how much later than asked</h2>",
+        "<p>Per message, producer send to first consume minus the delay it asked for (its "
+        "level's nominal delay; 0 for messages that were not delayed). Bands: p50-p90, p90-p99, "
+        "p99-p99.9; the dot is the median, the teal tick the maximum.</p>", svgs["added_delay"],
+        _html_table(tables.get("added_delay", []), [("delay_level", "level"), *LAT_COLS]),
+        "<h3>End-to-end and added delay per topic</h3>", _e2e_by_topic(tables),
+        "<h2>Schedule lateness</h2>",
+        "<p>Time from a delayed message's due time to its transfer out of the schedule "
+        "(retries included, on <code>%RETRY%</code> topics).</p>", svgs["lateness"],
         _html_table(levels, [("delay_level", "level"), *LAT_COLS]),
-        "<h3>By real topic</h3>",
+        "<details><summary>By real topic</summary>",
         _html_table(tables.get("lateness_by_topic", []), [("topic", "topic"), *LAT_COLS]),
-        "<h2>End-to-end latency (producer send to first consume)</h2>",
-        _html_table(tables.get("e2e_latency", []),
-                    [("topic", "topic"), ("delay_level", "level"), *LAT_COLS]),
-        "<h2>Throughput</h2>", tput_chart,
-        "<h2>Retries and dead letters</h2>", _funnel_chart(tables.get("retry_funnel", [])),
+        "</details>",
+        "<h2>Throughput</h2>", svgs["throughput"],
+        "<h2>Retries and dead letters</h2>", svgs["retry_funnel"],
         _html_table(tables.get("retry_funnel", []), [("group", "group"), ("attempts", "attempts"),
                                                      ("outcome", "outcome"),
                                                      ("messages", "messages")]),
@@ -176,16 +237,19 @@ def render_html(tables: Mapping[str, Rows], summary: Mapping[str, Any],
         _html_table(tables.get("dlq_counts", []),
                     [("group", "group"), ("messages", "messages"),
                      ("dead_lettered", "events"), ("first_at", "first"), ("last_at", "last")]),
-        "<h2>Latest deliveries</h2>",
+        "<h2>Latest transfers out of the schedule</h2>",
+        "<details><summary>Top rows</summary>",
         _html_table(tables.get("top_late", []),
                     [("rank", "#"), ("msg_id", "msg id"), ("topic", "topic"),
                      ("delay_level", "level"),
                      ("reconsume_times", "reconsume"), ("lateness_ms", "lateness ms"),
-                     ("timestamp", "delivered at")], limit=50),
+                     ("delivered_at", "delivered at")], limit=50),
+        "</details>",
         "<h2>Input</h2>",
         _html_table(tables.get("event_counts", []),
                     [("event", "event"), ("catalogued", "catalogued"), ("lines", "lines")]),
         f"<p>Job time {escape(_num(meta.get('elapsed_s')))} s; parquet tables in "
-        f"{escape(str(meta.get('output', '')))}.</p></body></html>",
+        f"{escape(str(meta.get('output', '')))}. Percentiles are nearest-rank, at most 1 % "
+        "above the exact value (log-bucket histograms).</p></body></html>",
     ]
     return "\n".join(parts)

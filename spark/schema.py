@@ -2,26 +2,28 @@
 
 Owns: ``LOG_EVENT_SCHEMA`` (the ``StructType`` every read uses; the job never infers),
 ``CORRUPT`` (the name of the column that receives a line which does not parse), the
-``TIMESTAMP_FORMAT`` of the ``timestamp`` field and ``read_options()`` for the JSON reader.
+``TIMESTAMP_FORMAT`` of format 1's ``timestamp`` field, ``read_options()`` for the JSON reader
+and ``event_time()`` (one epoch-ms time column for both line formats).
 
 Invariants:
-* One nullable column per field of ``kairosmq.server.logs.all_fields()``, in that order, with
-  the type the catalogue names (``SPARK_TYPES``); every event carries only its own fields, so
-  every column is nullable. ``CORRUPT`` (string) comes last. A field added to the catalogue
-  appears here without an edit; a type name this module does not know fails at import.
-* ``timestamp`` is ISO-8601 UTC with 0 to 6 fraction digits (structlog's ``isoformat()`` drops
-  the fraction when it is zero); an explicit format keeps Spark off its slow fallback parser.
-* ``FAST_READ_SCHEMA`` is ``LOG_EVENT_SCHEMA`` with ``timestamp`` read as text; ``parse_timestamp``
-  turns it into the same ``TimestampType`` column with Spark's built-in ISO cast (about 40 % of
-  the JSON parse time saved at 10M lines) and flags a line whose timestamp does not parse in
-  ``CORRUPT``, so both paths yield the same columns and the same malformed-line count.
+* One nullable column per field of ``kairosmq.server.logs.all_fields()`` (format 2), then
+  the format-1-only fields of ``FORMAT_1_FIELDS`` (so old logs still read), with the type the
+  catalogue names (``SPARK_TYPES``); every event carries only its own fields, so every column
+  is nullable. ``CORRUPT`` (string) comes last. A field added to the catalogue appears here
+  without an edit; a type name this module does not know fails at import.
+* Format 2 lines carry ``ts`` (epoch ms) and ``v``; format 1 lines carry ``timestamp``
+  (ISO-8601 UTC, 0 to 6 fraction digits) and no ``v``. ``event_time`` yields ``ts_ms`` from
+  either, and flags a format-1 ``timestamp`` that does not parse in ``CORRUPT``.
+* ``FAST_READ_SCHEMA`` is ``LOG_EVENT_SCHEMA`` with ``timestamp`` read as text (Spark's ISO
+  cast is much cheaper than its pattern parser); FAILFAST reads ``LOG_EVENT_SCHEMA`` itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kairosmq.server.logs import all_fields
+from kairosmq.server.logs import FORMAT_1_FIELDS, all_fields
+from kairosmq.spark.options import MODES
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -38,7 +40,6 @@ from pyspark.sql.types import (
 
 CORRUPT = "_corrupt_record"
 TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSS]XXX"
-MODES = ("PERMISSIVE", "FAILFAST")
 
 SPARK_TYPES: dict[str, DataType] = {
     "timestamp": TimestampType(),
@@ -70,18 +71,34 @@ def build_schema(fields: Mapping[str, str], *, corrupt: bool = True) -> StructTy
     return StructType(columns)
 
 
-LOG_EVENT_SCHEMA: StructType = build_schema(all_fields())
+def contract_fields() -> dict[str, str]:
+    """``all_fields()`` then the format-1-only fields (a type clash fails)."""
+    out = all_fields()
+    for name, kind in FORMAT_1_FIELDS.items():
+        if out.setdefault(name, kind) != kind:
+            raise ValueError(f"format 1 field {name!r} is {kind}, format 2 says {out[name]}")
+    return out
+
+
+LOG_EVENT_SCHEMA: StructType = build_schema(contract_fields())
 FAST_READ_SCHEMA: StructType = build_schema(
-    {name: "string" if name == "timestamp" else kind for name, kind in all_fields().items()})
+    {name: "string" if name == "timestamp" else kind for name, kind in contract_fields().items()})
 
 
-def parse_timestamp(df: DataFrame) -> DataFrame:
-    """Cast a text ``timestamp`` (``FAST_READ_SCHEMA``) to ``TimestampType``; flag failures."""
-    text = F.col("timestamp")
-    ts = text.try_cast("timestamp")
-    bad: Column = F.when(text.isNotNull() & ts.isNull(),
-                         F.concat(F.lit("unparsable timestamp: "), text))
-    return df.withColumns({"timestamp": ts, CORRUPT: F.coalesce(F.col(CORRUPT), bad)})
+def event_time(df: DataFrame) -> DataFrame:
+    """Add ``ts_ms`` (epoch ms) from ``ts`` (format 2) or ``timestamp`` (format 1).
+
+    A text ``timestamp`` (``FAST_READ_SCHEMA``) is cast with Spark's ISO cast; one that does
+    not parse marks the line in ``CORRUPT``.
+    """
+    stamp = F.col("timestamp")
+    if df.schema["timestamp"].dataType == StringType():
+        parsed = stamp.try_cast("timestamp")
+        bad: Column = F.when(stamp.isNotNull() & parsed.isNull(),
+                             F.concat(F.lit("unparsable timestamp: "), stamp))
+        df = df.withColumn(CORRUPT, F.coalesce(F.col(CORRUPT), bad))
+        stamp = parsed
+    return df.withColumn("ts_ms", F.coalesce(F.col("ts"), F.unix_millis(stamp)))
 
 
 def read_options(mode: str) -> dict[str, str]:

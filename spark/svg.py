@@ -1,10 +1,13 @@
-"""Dependency-free inline SVG charts for the HTML report (grouped bars and lines).
+"""Dependency-free inline SVG charts for the HTML report (grouped bars, lines, bands).
 
-Owns: ``bar_chart`` and ``line_chart``, which turn small Python lists into one ``<svg>`` string.
+Owns: ``bar_chart``, ``line_chart`` and ``band_chart``, which turn small Python lists into one
+``<svg>`` string.
 
 Invariants: output is well-formed XML with every text escaped; all series have one value per
 category (``None`` = missing, drawn as a gap); an empty or all-missing chart renders a "no data"
-box instead of failing; ``log=True`` maps ``v`` to ``log10(1 + v)`` so zeros stay drawable.
+box instead of failing. A log axis (``log=True``) has one tick per power of ten from the decade
+below the smallest positive value to the decade above the largest, and no 0 tick: values at or
+below the bottom decade (zero, negative) are drawn on the axis floor.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ Series = dict[str, Sequence[float | None]]
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
+    if 0 < abs(v) < 0.01:
+        return f"{v:.0e}"
     if abs(v) >= 1e6:
         return f"{v / 1e6:.3g}M"
     if abs(v) >= 1e3:
@@ -44,10 +49,16 @@ def _scale(values: list[float], log: bool) -> tuple[list[float], Callable[[float
     plot_h = HEIGHT - TOP - BOTTOM
     top = max(values, default=0.0)
     if log:
-        decades = max(1, math.ceil(math.log10(1 + top)))
-        ticks = [0.0] + [10.0 ** d for d in range(decades + 1)]
-        span = math.log10(1 + ticks[-1])
-        return ticks, lambda v: TOP + plot_h * (1 - math.log10(1 + max(v, 0)) / span)
+        positive = [v for v in values if v > 0] or [1.0]
+        lo = math.floor(math.log10(min(positive)))
+        hi = max(lo + 1, math.ceil(math.log10(max(positive))))
+        ticks = [10.0 ** d for d in range(lo, hi + 1)]
+
+        def y_log(v: float) -> float:
+            d = math.log10(v) if v > 10.0 ** lo else lo
+            return TOP + plot_h * (1 - (d - lo) / (hi - lo))
+
+        return ticks, y_log
     ticks = _nice_ticks(top)
     return ticks, lambda v: TOP + plot_h * (1 - v / ticks[-1])
 
@@ -111,7 +122,7 @@ def bar_chart(categories: Sequence[str], series: Series, *, title: str, y_label:
                 continue
             top = y(float(v))
             body.append(f'<rect x="{x0 + s * bar:.1f}" y="{top:.1f}" width="{bar:.1f}" '
-                        f'height="{max(0.0, y(0) - top):.1f}" fill="{PALETTE[s % 7]}">'
+                        f'height="{max(0.0, y(ticks[0]) - top):.1f}" fill="{PALETTE[s % 7]}">'
                         f'<title>{escape(f"{cat} {name}: {_fmt(float(v))}")}</title></rect>')
         if c % every == 0:
             body.append(f'<text x="{LEFT + (c + 0.5) * slot:.1f}" y="{HEIGHT - BOTTOM + 16}" '
@@ -152,4 +163,46 @@ def line_chart(x_labels: Sequence[str], series: Series, *, title: str, y_label: 
     for i in range(0, n, labels):
         body.append(f'<text x="{px(i):.1f}" y="{HEIGHT - BOTTOM + 16}" class="a" '
                     f'text-anchor="middle">{escape(x_labels[i])}</text>')
+    return _wrap(body, title)
+
+
+BANDS = (("p50", "p90", 0.85), ("p90", "p99", 0.5), ("p99", "p999", 0.25))
+
+
+def band_chart(categories: Sequence[str], stats: Sequence[dict[str, float | None]], *,
+               title: str, y_label: str = "", log: bool = True) -> str:
+    """Per category a vertical band: p50-p90 dark, p90-p99 lighter, p99-p99.9 lightest, a dot
+    at p50 and a tick at the max (each ``stats`` item has ``p50, p90, p99, p999, max``)."""
+    values = [float(st[k]) for st in stats for k in ("p50", "p90", "p99", "p999", "max")
+              if st.get(k) is not None]
+    if not categories or not values:
+        return _empty(title)
+    ticks, y = _scale(values, log)
+    body = _frame(title, y_label, ticks, y)
+    body += _legend(["p50-p90", "p90-p99", "p99-p99.9", "max"])
+    slot = (WIDTH - LEFT - RIGHT) / len(categories)
+    width = max(2.0, min(28.0, slot * 0.5))
+    for c, (cat, st) in enumerate(zip(categories, stats, strict=True)):
+        cx = LEFT + (c + 0.5) * slot
+        for i, (lo_key, hi_key, opacity) in enumerate(BANDS):
+            lo, hi = st.get(lo_key), st.get(hi_key)
+            if lo is None or hi is None:
+                continue
+            top, bottom = y(float(hi)), y(float(lo))
+            tip = escape(f"{cat} {lo_key}-{hi_key}: {_fmt(float(lo))}-{_fmt(float(hi))} ms")
+            body.append(f'<rect x="{cx - width / 2:.1f}" y="{top:.1f}" width="{width:.1f}" '
+                        f'height="{max(1.0, bottom - top):.1f}" fill="{PALETTE[i]}" '
+                        f'fill-opacity="{opacity}"><title>{tip}</title></rect>')
+        top_value = st.get("max")
+        if top_value is not None:
+            my = y(float(top_value))
+            tip = escape(f"{cat} max: {_fmt(float(top_value))} ms")
+            body.append(f'<line x1="{cx - width / 2:.1f}" x2="{cx + width / 2:.1f}" '
+                        f'y1="{my:.1f}" y2="{my:.1f}" stroke="{PALETTE[3]}" stroke-width="2">'
+                        f'<title>{tip}</title></line>')
+        if st.get("p50") is not None:
+            body.append(f'<circle cx="{cx:.1f}" cy="{y(float(st["p50"])):.1f}" r="3" '
+                        'fill="#222"/>')
+        body.append(f'<text x="{cx:.1f}" y="{HEIGHT - BOTTOM + 16}" class="a" '
+                    f'text-anchor="middle">{escape(str(cat))}</text>')
     return _wrap(body, title)

@@ -2,12 +2,16 @@
 the embedded name server port (RocketMQ's ``registerProcessor``).
 
 A handler is ``(broker, connection, command) -> RemotingCommand | awaitable | None``.
+Each decodes its header or body, calls its ``ingress`` check, then does the work; every
+handler in the tables is wrapped by ``ingress.guarded``, which answers, counts and logs
+(``request.rejected``) a refused or undecodable request.
 """
 
 from __future__ import annotations
 
 from kairosmq.protocol.codes import RequestCode as R
 
+from ..ingress import guarded
 from ..transport import Handler
 from .admin import (
     handle_all_topic_config,
@@ -41,10 +45,28 @@ from .offsets import (
     handle_update_consumer_offset,
 )
 from .pull import handle_pull
+from .rocketmq_admin import (
+    handle_broker_config,
+    handle_consume_by_who,
+    handle_consume_stats,
+    handle_consumer_connections,
+    handle_namesrv_config,
+    handle_producer_connections,
+    handle_runtime_info,
+    handle_topic_stats,
+)
+from .rocketmq_admin_ops import (
+    handle_all_subscription_groups,
+    handle_broker_consume_stats,
+    handle_delete_topic_in_namesrv,
+    handle_query_consume_queue,
+    handle_reset_offset,
+)
+from .rocketmq_kv import handle_kv, handle_kv_list
 from .send import handle_send
 from .send_back import handle_send_back
 
-BROKER_HANDLERS: dict[int, Handler] = {
+_BROKER: dict[int, Handler] = {
     R.SEND_MESSAGE: handle_send,
     R.SEND_MESSAGE_V2: handle_send,
     R.SEND_BATCH_MESSAGE: handle_send,
@@ -67,6 +89,18 @@ BROKER_HANDLERS: dict[int, Handler] = {
     R.GET_ALL_TOPIC_CONFIG: handle_all_topic_config,
     R.VIEW_MESSAGE_BY_ID: handle_view_message,
     R.QUERY_MESSAGE: handle_query_message,
+    # RocketMQ's admin requests (mqadmin, dashboard: rocketmq_admin.py)
+    R.GET_BROKER_RUNTIME_INFO: handle_runtime_info,
+    R.GET_BROKER_CONFIG: handle_broker_config,
+    R.GET_TOPIC_STATS_INFO: handle_topic_stats,
+    R.GET_CONSUMER_CONNECTION_LIST: handle_consumer_connections,
+    R.GET_PRODUCER_CONNECTION_LIST: handle_producer_connections,
+    R.GET_CONSUME_STATS: handle_consume_stats,
+    R.QUERY_TOPIC_CONSUME_BY_WHO: handle_consume_by_who,
+    R.GET_BROKER_CONSUME_STATS: handle_broker_consume_stats,
+    R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: handle_all_subscription_groups,
+    R.QUERY_CONSUME_QUEUE: handle_query_consume_queue,
+    R.INVOKE_BROKER_TO_RESET_OFFSET: handle_reset_offset,
     # kairosmq admin (900-range, admin_ext.py)
     R.KAIROS_GET_CONSUMER_GROUPS: handle_consumer_groups,
     R.KAIROS_GET_CONSUMER_LAG: handle_consumer_lag,
@@ -75,8 +109,17 @@ BROKER_HANDLERS: dict[int, Handler] = {
     R.KAIROS_GET_BROKER_STATUS: handle_broker_status,
 }
 
-NAMESRV_HANDLERS: dict[int, Handler] = {
+_NAMESRV: dict[int, Handler] = {
     R.GET_ROUTEINFO_BY_TOPIC: handle_route,
     R.GET_BROKER_CLUSTER_INFO: handle_cluster_info,
     R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: handle_topic_list,
+    R.GET_NAMESRV_CONFIG: handle_namesrv_config,
+    R.DELETE_TOPIC_IN_NAMESRV: handle_delete_topic_in_namesrv,
+    R.PUT_KV_CONFIG: handle_kv,
+    R.GET_KV_CONFIG: handle_kv,
+    R.DELETE_KV_CONFIG: handle_kv,
+    R.GET_KVLIST_BY_NAMESPACE: handle_kv_list,
 }
+
+BROKER_HANDLERS: dict[int, Handler] = {code: guarded(h) for code, h in _BROKER.items()}
+NAMESRV_HANDLERS: dict[int, Handler] = {code: guarded(h) for code, h in _NAMESRV.items()}

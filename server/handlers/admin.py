@@ -2,13 +2,15 @@
 DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), VIEW_MESSAGE_BY_ID (33).
 
 Owns: the broker side of those requests. System topics cannot be created, changed or
-deleted by clients.
+deleted by clients; names, queue counts, perm bits and offsets are checked by
+``ingress`` first. Invariant: UPDATE_AND_CREATE_TOPIC is answered only after
+``topics.json`` holds the topic (written in a thread, off the event loop).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode
@@ -19,32 +21,30 @@ from kairosmq.protocol.headers import (
     ViewMessageRequestHeader,
 )
 
-from ..topics import is_system_topic, validate_topic
+from .. import ingress
 
 if TYPE_CHECKING:
     from ..broker import Broker
     from ..transport import Connection
 
 
-def handle_create_topic(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def handle_create_topic(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
     h = CreateTopicRequestHeader.from_ext_fields(cmd.ext_fields)
-    bad = validate_topic(h.topic)
-    if bad:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
-    if is_system_topic(h.topic):
-        return cmd.error(ResponseCode.NO_PERMISSION, f"{h.topic} is a system topic")
-    n = max(h.read_queue_nums, h.write_queue_nums)
-    if not 1 <= n <= 1024:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
-    broker.topics.create(h.topic, n, perm=h.perm, order=h.order)
+    n = ingress.check_create_topic(h)
+    broker.topics.create(h.topic, n, perm=h.perm, order=h.order, persist=False)
     broker.log.info("topic.created", topic=h.topic, queue_nums=n, auto=False)
+    return _created(broker, cmd)
+
+
+async def _created(broker: Broker, cmd: RemotingCommand) -> RemotingCommand:
+    """Acknowledge only once topics.json holds the topic (written in a thread)."""
+    await broker.topics.persist_async()
     return cmd.response()
 
 
 def handle_delete_topic(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
-    if is_system_topic(h.topic):
-        return cmd.error(ResponseCode.NO_PERMISSION, f"{h.topic} is a system topic")
+    ingress.check_admin_topic(h.topic)
     if not broker.topics.delete(h.topic):
         return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
     broker.offsets.remove_topic(h.topic)
@@ -60,7 +60,9 @@ def handle_all_topic_config(broker: Broker, conn: Connection,
 
 def handle_view_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = ViewMessageRequestHeader.from_ext_fields(cmd.ext_fields)
-    record = broker.store.read_at(h.offset)
-    if record is None:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {h.offset}")
+    ingress.check_offset(h.offset, "offset")
+    record = broker.store.read_record(h.offset)  # checked: size cap, magic, CRC, record start
+    if not isinstance(record, bytes):
+        return cmd.error(ResponseCode.SYSTEM_ERROR,
+                         f"no message at commit-log offset {h.offset}: {record.value}")
     return cmd.response(body=record)

@@ -10,7 +10,11 @@ Invariants:
   a hash collision or a stale entry never yields a wrong message.
 * DLQ resend progress is the group's own consumer offset on ``%DLQ%<group>`` (consumers
   never read the DLQ), committed per message after its re-put succeeded: a message is
-  resent at most once per request, and a failure stops the request where it failed.
+  resent at most once per request, and a failure that may pass (topic gone, store
+  refusing) stops the request where it failed. Dead letters read with the store's
+  checked read; one that can never be resent (unreadable, or a RETRY_TOPIC that is not
+  an existing user topic: ``SCHEDULE_TOPIC_XXXX`` would loop forever) is skipped with
+  its reason in ``skipped`` (``message.resend_skipped``).
 """
 
 from __future__ import annotations
@@ -29,18 +33,13 @@ from kairosmq.protocol.headers import (
     ResendDlqRequestHeader,
 )
 from kairosmq.protocol.message import MessageExt, decode_record
-from kairosmq.protocol.properties import (
-    DELAY,
-    DELIVER_TIME,
-    KEYS,
-    REAL_QID,
-    REAL_TOPIC,
-    RETRY_TOPIC,
-    SCHEDULE_ORIGIN,
-    UNIQ_KEY,
-)
+from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
+from kairosmq.protocol.properties import KEYS, RETRY_TOPIC, UNIQ_KEY
 
-from ..store import MessageInner, PutStatus
+from .. import ingress
+from ..requeue import requeue, resend_target
+from ..store import PutStatus
+from ..store.commitlog import RecordProblem
 from ..store.index import KIND_KEY, KIND_UNIQ
 from ..topics import dlq_topic, retry_topic
 
@@ -66,6 +65,7 @@ def _matches(m: MessageExt, kind: str, key: str) -> bool:
 def handle_query_message(broker: Broker, conn: Connection,
                          cmd: RemotingCommand) -> RemotingCommand:
     h = QueryMessageRequestHeader.from_ext_fields(cmd.ext_fields)
+    ingress.check_query_message(h)
     kind = KIND_UNIQ if cmd.ext_fields.get(UNIQUE_KEY_QUERY) == "true" else KIND_KEY
     want = max(1, min(h.max_num, MAX_QUERY))
     end_ts = h.end_timestamp if h.end_timestamp > 0 else 1 << 62
@@ -120,9 +120,9 @@ def _known_groups(broker: Broker) -> set[str]:
     """Groups with offsets, online clients, or a retry/DLQ topic."""
     groups = set(broker.offsets.table) | set(broker.clients.consumers)
     for topic in broker.topics.topics:
-        for prefix in ("%RETRY%", "%DLQ%"):
-            if topic.startswith(prefix):
-                groups.add(topic[len(prefix):])
+        group = group_of_retry_topic(topic) or group_of_dlq_topic(topic)
+        if group:
+            groups.add(group)
     return groups
 
 
@@ -146,6 +146,7 @@ def handle_consumer_groups(broker: Broker, conn: Connection,
 
 def handle_consumer_lag(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
+    ingress.check_group(h.consumer_group, "consumerGroup")
     g = h.consumer_group
     if g not in _known_groups(broker):
         return cmd.error(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -171,12 +172,14 @@ def handle_schedule_backlog(broker: Broker, conn: Connection,
 
 def handle_resend_dlq(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = ResendDlqRequestHeader.from_ext_fields(cmd.ext_fields)
+    ingress.check_group(h.consumer_group, "consumerGroup")
     group, dlq = h.consumer_group, dlq_topic(h.consumer_group)
     cfg = broker.topics.get(dlq)
     if cfg is None:
         return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"group {group} has no dead letters")
     budget = max(0, min(h.max_num, MAX_RESEND))
     resent: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     error = None
     for qid in range(cfg.read_queue_nums):
         cq = broker.store.find_queue(dlq, qid)
@@ -185,48 +188,61 @@ def handle_resend_dlq(broker: Broker, conn: Connection, cmd: RemotingCommand) ->
         committed = broker.offsets.query(group, dlq, qid)
         off = max(committed if committed is not None and committed >= 0 else 0, cq.min_offset)
         while off < cq.max_offset and len(resent) < budget and error is None:
-            error = _resend_one(broker, group, cq.get(off), h.to_retry_topic, resent)
-            if error is None:
-                off += 1
-                broker.offsets.commit(group, dlq, qid, off)
+            outcome = _resend_one(broker, group, cq.get(off), h.to_retry_topic, resent)
+            if isinstance(outcome, _Stop):
+                error = outcome.reason
+                break
+            if outcome is not None:  # never resendable: pass over it, say why
+                skipped.append(outcome)
+                broker.log.warning("message.resend_skipped", group=group,
+                                   msg_id=outcome["msgId"], reason=outcome["reason"])
+            off += 1
+            broker.offsets.commit(group, dlq, qid, off)
     remaining = sum(r["lag"] for r in _lag_rows(broker, group) if r["topic"] == dlq)
-    return _json(cmd, {"group": group, "resent": resent, "remaining": remaining,
-                       "error": error})
+    return _json(cmd, {"group": group, "resent": resent, "skipped": skipped,
+                       "remaining": remaining, "error": error})
+
+
+class _Stop:
+    """A failure that may pass (the topic is re-created, the disk has room): stop here."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def _resend_one(broker: Broker, group: str, unit: tuple[int, int, int] | None, to_retry: bool,
-                resent: list[dict[str, Any]]) -> str | None:
-    """Re-put one dead letter; None on success (or a vanished record), else the reason."""
-    record = broker.store.read(unit[0], unit[1]) if unit else None
-    if record is None:
-        return None  # removed by retention: nothing left to resend
+                resent: list[dict[str, Any]]) -> _Stop | dict[str, Any] | None:
+    """Re-put one dead letter. None: resent (or its record is gone); a dict: skipped for
+    good (msgId, offset, reason); ``_Stop``: failed now, stop the request here."""
+    if unit is None:
+        return None
+    record = broker.store.read_record(unit[0])  # checked: size cap, magic, CRC, start
+    if record is RecordProblem.OUT_OF_RANGE:
+        return None  # removed by retention (or rolled back): nothing left to resend
+    if isinstance(record, RecordProblem):
+        return {"msgId": None, "offset": unit[0], "reason": record.value}
     try:
         m = decode_record(record)
     except MessageDecodeError as err:
-        return f"dead letter at {unit and unit[0]} is unreadable: {err}"
-    props = dict(m.properties)
-    for key in (DELAY, DELIVER_TIME, SCHEDULE_ORIGIN, REAL_TOPIC, REAL_QID):
-        props.pop(key, None)
-    origin = props.get(RETRY_TOPIC)
+        return {"msgId": None, "offset": unit[0], "reason": f"unreadable: {err}"}
+    target, why = resend_target(group, m.properties.get(RETRY_TOPIC), to_retry)
+    if target is None:
+        return {"msgId": m.msg_id, "offset": unit[0], "reason": why}
     if to_retry:
-        target = retry_topic(group)
         tcfg, _ = broker.topics.ensure(target, broker.config.retry_queue_nums)
     else:
-        if not origin:
-            return f"dead letter {m.msg_id} has no RETRY_TOPIC property (original topic)"
-        target = origin
-        props.pop(RETRY_TOPIC, None)
         maybe = broker.topics.get(target)
         if maybe is None:
-            return f"original topic {target} of {m.msg_id} no longer exists"
+            return _Stop(f"original topic {target} of {m.msg_id} no longer exists")
         tcfg = maybe
-    msg = MessageInner(
-        topic=target, queue_id=m.commit_log_offset % max(1, tcfg.write_queue_nums),
-        body=m.body, properties=props, flag=m.flag, sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp, born_host=m.born_host, reconsume_times=0)
+    msg = requeue(m, target, m.commit_log_offset % max(1, tcfg.write_queue_nums),
+                  reconsume_times=0, drop=() if to_retry else (RETRY_TOPIC,))
     result = broker.put_message(msg)
     if result.status is not PutStatus.PUT_OK:
-        return f"storing {m.msg_id} in {target} failed: {result.remark or result.status.value}"
+        return _Stop(f"storing {m.msg_id} in {target} failed: "
+                     f"{result.remark or result.status.value}")
     resent.append({"msgId": m.msg_id, "topic": target, "queueId": msg.queue_id,
                    "queueOffset": result.queue_offset})
     return None
@@ -239,7 +255,9 @@ def handle_broker_status(broker: Broker, conn: Connection,
         "running": broker.running, "address": broker.address,
         "namesrvAddress": broker.namesrv_address, "brokerName": broker.config.broker_name,
         "uptimeMs": round(broker.uptime_ms),
-        "connections": len(broker.server.connections), "heldPulls": broker.notifier.held,
+        "connections": len(broker.server.connections), "heldPulls": broker.pull_holds.held,
         "commitLogMinOffset": log.min_offset, "commitLogMaxOffset": log.max_offset,
         "topics": len(broker.topics.topics), "indexEndOffset": broker.index.end_phy,
+        # supervised services (server/supervise.py): state, failures, last error
+        "services": broker.supervisor.status(), "degraded": broker.supervisor.degraded,
     })

@@ -18,11 +18,13 @@ from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader
+from kairosmq.protocol.naming import is_retry_topic
 
-from ..topics import retry_topic
+from .. import ingress
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from ..topics import TopicConfig
     from ..transport import Connection
 
 
@@ -32,21 +34,26 @@ def _broker_data(broker: Broker) -> BrokerData:
 
 def handle_route(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
-    cfg = broker.topics.get(h.topic)
-    if cfg is None and h.topic.startswith("%RETRY%"):
+    cfg = ingress.check_known_topic(broker, h.topic)
+    if cfg is None and is_retry_topic(h.topic):
         # The C++ client asks for its retry route before its first heartbeat (which is
         # what creates the topic in RocketMQ); answering 17 would stall its retries until
-        # the next 30 s route poll, so the route lookup creates it too.
-        cfg, _ = broker.topics.ensure(retry_topic(h.topic[7:]), broker.config.retry_queue_nums)
+        # the next 30 s route poll, so the route lookup creates it too (the name was
+        # checked above: %RETRY% and a valid group).
+        cfg, _ = broker.topics.ensure(h.topic, broker.config.retry_queue_nums)
     if cfg is None:
         return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
                          f"no route for topic {h.topic}: it does not exist yet")
+    return cmd.response(body=_route(broker, cfg))
+
+
+def _route(broker: Broker, cfg: TopicConfig) -> bytes:
     route = TopicRouteData(
         queue_datas=[QueueData(broker.config.broker_name, cfg.read_queue_nums,
                                cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag)],
         broker_datas=[_broker_data(broker)],
     )
-    return cmd.response(body=route.to_json())
+    return route.to_json()
 
 
 def handle_cluster_info(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

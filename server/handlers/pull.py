@@ -1,8 +1,9 @@
 """PULL_MESSAGE (11): serve a queue's messages, holding the request while none are new.
 
 Owns: subscription resolution (the request's own, else the group's from heartbeats),
-the server-side tag-hash filter, the COMMIT_OFFSET side effect, the store-status to
-response-code table of the reference (§9.2), long polling, and ``message.pulled`` logs.
+the server-side tag-hash filter (SQL92 subscriptions: ``property_filter``), the
+COMMIT_OFFSET side effect, the store-status to response-code table of the reference
+(§9.2), long polling, and ``message.pulled`` logs.
 
 Invariants:
 * A held pull is answered when a message lands in its queue, when its suspend timeout
@@ -28,7 +29,9 @@ from kairosmq.protocol.codes import (
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from kairosmq.protocol.message import summarize_records
+from kairosmq.protocol.sql92 import Selector
 
+from .. import ingress, property_filter
 from ..store import GetResult, GetStatus
 
 if TYPE_CHECKING:
@@ -47,27 +50,24 @@ _CODES = {
 
 def _subscription(broker: Broker, h: PullMessageRequestHeader) -> SubscriptionData | None:
     if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
+        if not property_filter.is_tag_type(h.expression_type):
+            return property_filter.sql_subscription(h.topic, h.subscription, h.sub_version,
+                                                    h.expression_type)
         return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
     return broker.clients.subscription(h.consumer_group, h.topic)
 
 
 def handle_pull(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
     h = PullMessageRequestHeader.from_ext_fields(cmd.ext_fields)
-    cfg = broker.topics.get(h.topic)
+    cfg = ingress.check_pull(broker, h)
     if cfg is None:
         return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
     if not cfg.perm & PERM_READ:
         return cmd.error(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
-    if not 0 <= h.queue_id < cfg.queue_nums:
-        return cmd.error(ResponseCode.SYSTEM_ERROR,
-                         f"queueId {h.queue_id} is out of range: topic {h.topic} has "
-                         f"{cfg.queue_nums} queues")
-    if (h.expression_type or "TAG").upper() != "TAG":
-        return cmd.error(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                         f"expression type {h.expression_type} is not supported; use TAG")
     sub = _subscription(broker, h)
-    codes = None
-    if sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
+    # SQL92: a compiled selector over record properties (Rejected if it does not compile)
+    codes: frozenset[int] | Selector | None = property_filter.selector_for(broker, sub)
+    if codes is None and sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
         codes = frozenset(sub.code_set)
     if h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
         broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
@@ -76,11 +76,18 @@ def handle_pull(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
         result.status is GetStatus.OFFSET_OVERFLOW_ONE
         or (result.status is GetStatus.NO_MESSAGE_IN_QUEUE and h.queue_offset == 0)
     ) and h.sys_flag & PULL_SUSPEND and broker.config.long_polling and broker.running:
-        return _hold(broker, conn, cmd, h, codes)
+        # held-pull limits (longpoll.PullHolds): beyond them, answered now, not held
+        if broker.pull_holds.acquire(conn):
+            return broker.pull_holds.run(conn, _hold(broker, conn, cmd, h, codes))
     return _answer(broker, cmd, h, result)
 
 
-def _get(broker: Broker, h: PullMessageRequestHeader, codes: frozenset[int] | None) -> GetResult:
+def _get(broker: Broker, h: PullMessageRequestHeader,
+         codes: frozenset[int] | Selector | None) -> GetResult:
+    if isinstance(codes, Selector):
+        return property_filter.get_filtered(
+            broker.store, h.topic, h.queue_id, h.queue_offset, max(1, min(h.max_msg_nums, 512)),
+            broker.config.pull_max_bytes, codes)
     return broker.store.get(
         h.topic, h.queue_id, h.queue_offset, max(1, min(h.max_msg_nums, 512)),
         max_bytes=broker.config.pull_max_bytes,
@@ -89,7 +96,8 @@ def _get(broker: Broker, h: PullMessageRequestHeader, codes: frozenset[int] | No
 
 
 async def _hold(broker: Broker, conn: Connection, cmd: RemotingCommand,
-                h: PullMessageRequestHeader, codes: frozenset[int] | None) -> RemotingCommand:
+                h: PullMessageRequestHeader,
+                codes: frozenset[int] | Selector | None) -> RemotingCommand:
     timeout_ms = max(0, min(h.suspend_timeout_millis, broker.config.max_pull_hold_ms))
     broker.log.debug("pull.held", group=h.consumer_group, topic=h.topic, queue_id=h.queue_id,
                      queue_offset=h.queue_offset, timeout_ms=timeout_ms)

@@ -1,11 +1,15 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer gives a message back for a later retry.
 
-Owns: the broker side of RocketMQ's retry (J4 ``asyncConsumerSendMsgBack``): find the
+Owns: the broker side of RocketMQ's retry (RocketMQ ``asyncConsumerSendMsgBack``): find the
 original by commit-log offset, apply ``retry.plan_send_back``, and store a new record in
 ``%RETRY%<group>`` (through the delay path) or ``%DLQ%<group>``.
 
-Invariants: the new record keeps body, flag, sys flag, born time/host and properties,
-including UNIQ_KEY (so msg_id is unchanged); RETRY_TOPIC is the first real topic;
+Invariants: the original is read with the store's checked ``read_record`` (a client-given
+offset: size cap, magic, CRC, a real record start), else SYSTEM_ERROR with the reason;
+the new record is ``requeue.requeue``'s copy: it keeps body, flag, sys flag, born
+time/host and properties, including UNIQ_KEY (so msg_id is unchanged), without the
+broker-internal ones; RETRY_TOPIC is the first real topic (never a system topic the
+client names);
 ORIGIN_MESSAGE_ID is the existing one or the original's id; reconsumeTimes grows by
 one; the header's maxReconsumeTimes applies when the client's version is >= 121.
 """
@@ -19,19 +23,14 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import ConsumerSendMsgBackRequestHeader
 from kairosmq.protocol.message import decode_record
-from kairosmq.protocol.properties import (
-    DELAY,
-    DELIVER_TIME,
-    ORIGIN_MESSAGE_ID,
-    REAL_QID,
-    REAL_TOPIC,
-    RETRY_TOPIC,
-    SCHEDULE_ORIGIN,
-    UNIQ_KEY,
-)
+from kairosmq.protocol.naming import is_system_topic
+from kairosmq.protocol.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 
+from .. import ingress
+from ..requeue import requeue
 from ..retry import plan_send_back
-from ..store import MessageInner, PutStatus
+from ..store import PutStatus
+from ..store.commitlog import RecordProblem
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -42,10 +41,11 @@ _V3_4_9 = 121
 
 def handle_send_back(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     h = ConsumerSendMsgBackRequestHeader.from_ext_fields(cmd.ext_fields)
-    record = broker.store.read_at(h.offset)
-    if record is None:
+    ingress.check_send_back(broker, h)  # names (they become %RETRY%/%DLQ% dirs), offset
+    record = broker.store.read_record(h.offset)  # checked: size, magic, CRC, record start
+    if isinstance(record, RecordProblem):
         return cmd.error(ResponseCode.SYSTEM_ERROR,
-                         f"no message at commit-log offset {h.offset}")
+                         f"look message by offset failed, {h.offset}: {record.value}")
     try:
         orig = decode_record(record)
     except MessageDecodeError as err:
@@ -56,20 +56,18 @@ def handle_send_back(broker: Broker, conn: Connection, cmd: RemotingCommand) -> 
     plan = plan_send_back(h.group, orig.reconsume_times, h.delay_level, max_times)
     queue_nums = 1 if plan.dead_letter else broker.config.retry_queue_nums
     cfg, _ = broker.topics.ensure(plan.topic, queue_nums)
-    props = dict(orig.properties)
-    for key in (DELAY, DELIVER_TIME, SCHEDULE_ORIGIN, REAL_TOPIC, REAL_QID):
-        props.pop(key, None)
-    props.setdefault(RETRY_TOPIC, h.origin_topic or orig.topic)
+    msg = requeue(orig, plan.topic, orig.commit_log_offset % max(1, cfg.write_queue_nums),
+                  reconsume_times=plan.reconsume_times)
+    props = msg.properties
+    if RETRY_TOPIC not in props:
+        origin = h.origin_topic or orig.topic
+        if is_system_topic(origin):  # a client-named system topic is not the original
+            origin = orig.topic
+        props[RETRY_TOPIC] = origin
     origin_id = props.get(ORIGIN_MESSAGE_ID) or props.get(UNIQ_KEY) or orig.offset_msg_id
     props[ORIGIN_MESSAGE_ID] = origin_id
     if not plan.dead_letter:
         props[DELAY] = str(plan.delay_level)
-    msg = MessageInner(
-        topic=plan.topic, queue_id=orig.commit_log_offset % cfg.write_queue_nums, body=orig.body,
-        properties=props, flag=orig.flag, sys_flag=orig.sys_flag,
-        born_timestamp=orig.born_timestamp, born_host=orig.born_host,
-        reconsume_times=plan.reconsume_times,
-    )
     result = broker.put_message(msg)
     if result.status is not PutStatus.PUT_OK:
         return cmd.error(ResponseCode.SYSTEM_ERROR, result.remark or result.status.value)

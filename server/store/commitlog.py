@@ -1,9 +1,11 @@
 """CommitLog: the append-only log of message records, the single source of truth.
 
 Owns: segment files ``commitlog/<20-digit base offset>`` of ``segment_size`` bytes
-(preallocated, so writes inside a segment cannot fail for lack of space), the in-memory
-write buffer, reads by physical offset, fsync, recovery of a torn tail and deletion of
-expired segments.
+(allocated for real with ``posix_fallocate``; a failed allocation is an ``OSError``, never
+a sparse file), the in-memory write buffer, reads by physical offset, the one record
+check (``check_record``: magic, size, lengths, body CRC) used by recovery and by checked
+reads at client-given offsets (``read_record``), fsync, recovery of a torn tail and
+deletion of expired segments.
 
 Invariants:
 * Physical offsets are global: segment ``k`` holds ``[k*segment_size, (k+1)*segment_size)``.
@@ -13,27 +15,36 @@ Invariants:
   ``pwrite`` per batch. Callers ack a send only after ``write_out`` (the broker's outbox
   tick does it before writing responses), so an acked message survives a process crash.
 * ``max_offset`` = end of written data + pending bytes; ``read`` serves both regions.
+* A failed ``pwrite`` (EIO, ENOSPC) keeps the records it wrote whole, drops the rest of
+  the pending bytes and raises ``WriteFailed`` saying which range was dropped; the store
+  rolls back what it derived from them and answers their senders with an error. Later
+  writes continue at the end of the kept data.
+* A record is appended only inside a segment that exists: when a new segment cannot be
+  allocated, ``reserve`` raises before anything of the record is appended.
 * ``recover`` scans from a trusted offset, validating magic, size and body CRC, and cuts
   the log at the first bad record (zero-filling the tail); nothing past it is served.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
-from .files import preallocate
+from .files import create_allocated, preallocate
+from .records import MIN_RECORD, PROBLEMS, RecordProblem, WriteFailed, check_record
+
+__all__ = ["CommitLog", "RecordProblem", "WriteFailed", "check_record"]
 
 _SIZE_MAGIC = struct.Struct(">iI")
-_BODY_LEN_POS_V4 = 84  # TOTALSIZE..PREPARED_TX_OFFSET with IPv4 hosts
-_I32 = struct.Struct(">i")
+_PHY_OFFSET_POS = 28  # the record's own PHYSICALOFFSET field
+_I64 = struct.Struct(">q")
 MIN_BLANK = 8
 SCAN_WINDOW = 8 << 20  # larger than any record (4 MiB body + 32 KiB properties)
 
@@ -54,8 +65,8 @@ class CommitLog:
         self._pending = bytearray()
         self._written = 0  # physical offset up to which bytes are in the OS
         self._flushed = 0  # physical offset up to which bytes are fsynced
-        self.write_error: OSError | None = None
         self.fsyncs = 0  # group commits performed (one may cover many acks)
+        self.allocation_error: OSError | None = None  # recovery could not re-allocate
 
     # ----------------------------------------------------------------- files
 
@@ -64,10 +75,7 @@ class CommitLog:
 
     def _open_segment(self, base: int, create: bool) -> Segment:
         path = self._segment_path(base)
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        fd = os.open(path, flags, 0o644)
-        if create:
-            preallocate(fd, self.segment_size)
+        fd = create_allocated(path, self.segment_size) if create else os.open(path, os.O_RDWR)
         seg = Segment(base, path, fd)
         self.segments.append(seg)
         return seg
@@ -95,19 +103,31 @@ class CommitLog:
     def flushed_offset(self) -> int:
         return self._flushed
 
+    @property
+    def written_offset(self) -> int:
+        """End of the bytes handed to the OS (an ack needs its record below this)."""
+        return self._written
+
     # ----------------------------------------------------------------- append
 
     def reserve(self, size: int) -> int:
-        """Return the physical offset where a record of ``size`` bytes will start."""
+        """Return the physical offset where a record of ``size`` bytes will start.
+
+        May end the current segment with a BLANK marker (written at once) and allocate
+        the next one; raises ``WriteFailed`` or ``OSError`` (no space for a segment)
+        before anything of the record is appended, so the caller can refuse the put.
+        """
         pos = self.max_offset
-        seg_end = (pos // self.segment_size + 1) * self.segment_size
-        if not self.segments or pos + size + MIN_BLANK > seg_end:
-            if self.segments:
-                self._pending += _SIZE_MAGIC.pack(seg_end - pos, BLANK_MAGIC_CODE)
-                self.write_out()
-                pos = seg_end
-                self._written = pos
-            self._open_segment(pos - pos % self.segment_size, create=True)
+        seg = self.segments[-1] if self.segments else None
+        if seg is not None and seg.base <= pos < seg.base + self.segment_size:
+            seg_end = seg.base + self.segment_size
+            if pos + size + MIN_BLANK <= seg_end:
+                return pos
+            self._pending += _SIZE_MAGIC.pack(seg_end - pos, BLANK_MAGIC_CODE)
+            self.write_out()
+            pos = self._written = seg_end  # the 8-byte marker stands for the rest
+        # A segment holding ``pos`` does not exist yet (or its creation failed before).
+        self._open_segment(pos - pos % self.segment_size, create=True)
         return pos
 
     def append(self, record: bytes) -> None:
@@ -115,25 +135,45 @@ class CommitLog:
         self._pending += record
 
     def write_out(self) -> None:
-        """Write the pending bytes to the OS in one call."""
+        """Write the pending bytes to the OS in one call; ``WriteFailed`` if it fails."""
         if not self._pending:
             return
         seg = self.segments[-1]
         data = self._pending
         pos = self._written - seg.base
+        done = 0
         view = memoryview(data)
         try:
-            while view:
-                n = os.pwrite(seg.fd, view, pos)
-                pos += n
-                view = view[n:]
+            while done < len(data):
+                n = os.pwrite(seg.fd, view[done:], pos + done)
+                if n <= 0:
+                    raise OSError(errno.EIO, "pwrite wrote nothing")
+                done += n
         except OSError as err:
-            self.write_error = err
-            raise
-        finally:
             view.release()
+            raise self._write_failed(err, data, done) from err
+        view.release()
         self._written += len(data)
         self._pending = bytearray()
+
+    def _write_failed(self, err: OSError, data: bytearray, done: int) -> WriteFailed:
+        """Keep the records written whole, drop the rest of the pending bytes."""
+        off = 0
+        last: int | None = None
+        while off + 8 <= done:
+            size, magic = _SIZE_MAGIC.unpack_from(data, off)
+            if magic == BLANK_MAGIC_CODE:  # always last; its 8 bytes stand for ``size``
+                off += size
+                break
+            if size <= 0 or off + size > done:
+                break
+            if magic == MESSAGE_MAGIC_CODE:
+                last = self._written + off
+            off += size
+        failed = WriteFailed(err, self._written + off, self._written + len(data), last)
+        self._written += off
+        self._pending = bytearray()
+        return failed
 
     def fsync(self) -> int:
         """fdatasync the written region (blocking: call from a thread); return the offset."""
@@ -230,27 +270,34 @@ class CommitLog:
             view.release()
         return out, done
 
-    # ----------------------------------------------------------------- recovery
-
-    def _check_record(self, buf: bytes, pos: int) -> int:
-        """Size of a valid record at ``pos`` in ``buf``; 0 for BLANK; -1 if invalid."""
-        if pos + 8 > len(buf):
-            return -1
-        size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    def read_record(self, offset: int, max_size: int) -> bytes | RecordProblem:
+        """The record at a client-given ``offset``, checked: inside the log, magic, size
+        within ``[91, max_size]`` and inside one segment, lengths, body CRC, and its own
+        PHYSICALOFFSET field equal to ``offset`` (a record hidden inside a body fails)."""
+        if not self.min_offset <= offset <= self.max_offset - MIN_BLANK:
+            return RecordProblem.OUT_OF_RANGE
+        head = self.read(offset, 8)
+        if head is None:
+            return RecordProblem.OUT_OF_RANGE
+        size, magic = _SIZE_MAGIC.unpack(head)
         if magic == BLANK_MAGIC_CODE:
-            return 0
-        if magic != MESSAGE_MAGIC_CODE or size < 91 or pos + size > len(buf):
-            return -1
-        crc = _I32.unpack_from(buf, pos + 8)[0]
-        flags = _I32.unpack_from(buf, pos + 36)[0]
-        blen_pos = _BODY_LEN_POS_V4 + (12 if flags & 0x10 else 0) + (12 if flags & 0x20 else 0)
-        body_len = _I32.unpack_from(buf, pos + blen_pos)[0]
-        body_start = pos + blen_pos + 4
-        if body_len < 0 or body_start + body_len > pos + size:
-            return -1
-        if zlib.crc32(memoryview(buf)[body_start : body_start + body_len]) & 0x7FFFFFFF != crc:
-            return -1
-        return size
+            return RecordProblem.BLANK
+        if magic != MESSAGE_MAGIC_CODE:
+            return RecordProblem.BAD_MAGIC
+        if (not MIN_RECORD <= size <= max_size or offset + size > self.max_offset
+                or offset // self.segment_size != (offset + size - 1) // self.segment_size):
+            return RecordProblem.BAD_SIZE
+        buf = self.read(offset, size)
+        if buf is None:
+            return RecordProblem.OUT_OF_RANGE
+        code = check_record(buf, 0)
+        if code <= 0:
+            return PROBLEMS.get(code, RecordProblem.BAD_MAGIC)
+        if _I64.unpack_from(buf, _PHY_OFFSET_POS)[0] != offset:
+            return RecordProblem.NOT_RECORD_START
+        return buf
+
+    # ----------------------------------------------------------------- recovery
 
     def _scan(self, seg_i: int, pos: int, on_record: Callable[[int, bytes], None]) -> int:
         """Scan valid records from ``pos`` on; return the end of valid data.
@@ -268,7 +315,7 @@ class CommitLog:
                 buf = os.pread(seg.fd, min(window, file_size - local), local)
                 off = 0
                 while True:
-                    size = self._check_record(buf, off)
+                    size = check_record(buf, off)
                     if size <= 0:
                         break
                     on_record(seg.base + local + off, buf[off : off + size])
@@ -302,9 +349,9 @@ class CommitLog:
         if len(head) < 8:
             return -1
         size, _magic = _SIZE_MAGIC.unpack(head)
-        if size < 91:
+        if size < MIN_RECORD:
             return -1
-        return self._check_record(os.pread(seg.fd, size, offset - seg.base), 0)
+        return check_record(os.pread(seg.fd, size, offset - seg.base), 0)
 
     def recover(
         self, trusted: int, last_record: int | None, on_record: Callable[[int, bytes], None]
@@ -353,7 +400,12 @@ class CommitLog:
             local = end - seg.base
             cut += _nonzero_prefix(seg.fd, local)
             os.ftruncate(seg.fd, local)
-            preallocate(seg.fd, self.segment_size)
+            try:
+                preallocate(seg.fd, self.segment_size)
+            except OSError as err:
+                # A full disk must not stop a restart: the segment stays short and
+                # later writes into it may fail, which the write path handles.
+                self.allocation_error = err
             os.fsync(seg.fd)
         return cut
 

@@ -8,22 +8,29 @@ Invariants:
 * The logical queue offset of a unit is its index; ``max_offset`` is the next index to
   write; ``min_offset`` is the first index still on disk.
 * Units are written strictly in order, so valid units form a prefix of each file and a
-  unit with ``size == 0`` marks the end (files are preallocated as zeros).
+  unit with ``size == 0`` marks the end (files are allocated for real as zeros: no sparse
+  file, so an mmap store cannot SIGBUS on a full disk; ``ensure_room`` allocates the
+  next file before the store appends the record it will index).
+* A unit whose record was rolled back (a failed commit-log write) becomes a *hole*
+  ``(-1, 1, 0)``: its queue offset is never reused, so a consumer that saw it cannot
+  skip the next message; readers treat a hole like a unit below the log's minimum.
 * Unit layout is ``schema.CqUnit`` (int64 phy offset, int32 size, int64 tagsCode);
   for SCHEDULE_TOPIC_XXXX the tagsCode is the deliver timestamp in ms.
 """
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
 from pathlib import Path
 
-from .files import preallocate
+from .files import create_allocated, preallocate
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
+HOLE = (-1, 1, 0)  # a rolled-back unit (phy < 0: below any log minimum)
 
 
 class _File:
@@ -52,9 +59,16 @@ class ConsumeQueue:
     def _open(self, base: int, create: bool) -> _File:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{base * UNIT_SIZE:020d}"
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-        if os.fstat(fd).st_size < self.file_bytes:
-            preallocate(fd, self.file_bytes)
+        if create:
+            fd = create_allocated(path, self.file_bytes)
+        else:
+            fd = os.open(path, os.O_RDWR)
+            if os.fstat(fd).st_size < self.file_bytes:
+                try:
+                    preallocate(fd, self.file_bytes)
+                except OSError:
+                    os.close(fd)
+                    raise
         mm = mmap.mmap(fd, self.file_bytes)
         f = _File(base, path, fd, mm)
         self.files.append(f)
@@ -66,6 +80,10 @@ class ConsumeQueue:
             return
         names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
         for name in names:
+            path = self.directory / name
+            if path.stat().st_size == 0:  # a crash between creation and allocation
+                path.unlink()
+                continue
             self._open(int(name) // UNIT_SIZE, create=False)
         if self.files:
             last = self.files[-1]
@@ -89,12 +107,25 @@ class ConsumeQueue:
         return self.files[0].base if self.files else self.max_offset
 
     def _file_for(self, index: int) -> _File | None:
-        if not self.files or index < self.files[0].base:
+        files = self.files
+        if not files or index < files[0].base:
             return None
-        i = (index - self.files[0].base) // self.units_per_file
-        return self.files[i] if i < len(self.files) else None
+        i = (index - files[0].base) // self.units_per_file
+        if i < len(files) and files[i].base <= index < files[i].base + self.units_per_file:
+            return files[i]
+        # Files are not contiguous (replay continued past lost ones): search.
+        j = bisect.bisect_right(files, index, key=lambda f: f.base) - 1
+        if j >= 0 and index < files[j].base + self.units_per_file:
+            return files[j]
+        return None
 
     # ------------------------------------------------------------------ data
+
+    def ensure_room(self) -> None:
+        """Allocate the file the next unit goes into (``OSError`` if the disk is full)."""
+        index = self.max_offset
+        if not self.files or index >= self.files[-1].base + self.units_per_file:
+            self._open(index - index % self.units_per_file, create=True)
 
     def append(self, phy_offset: int, size: int, tags_code: int) -> int:
         """Append a unit; return its queue offset."""
@@ -106,6 +137,15 @@ class ConsumeQueue:
         self._dirty.add(f.base)
         self.max_offset = index + 1
         return index
+
+    def skip_to(self, index: int) -> None:
+        """Continue at ``index`` > ``max_offset`` (units were lost below it): the lost
+        units of ``index``'s file read as holes, so ``load`` still finds the end (a
+        zero unit would end the queue there) and the work is bounded by one file."""
+        start = max(self.max_offset, index - index % self.units_per_file)
+        self.max_offset = start
+        while self.max_offset < index:
+            self.append(*HOLE)
 
     def get(self, index: int) -> tuple[int, int, int] | None:
         """(phy offset, size, tagsCode) at ``index``, or None outside the queue."""
@@ -119,9 +159,12 @@ class ConsumeQueue:
     def units(self, start: int, count: int) -> list[tuple[int, int, int]]:
         """Up to ``count`` units from ``start`` (stops at a file end; call again)."""
         end = min(self.max_offset, start + count)
-        f = self._file_for(start)
-        if f is None or start >= end:
+        if start >= end or not self.files or start < self.files[0].base:
             return []
+        f = self._file_for(start)
+        if f is None:  # inside a lost file: holes up to the next file (readers skip them)
+            nxt = next((g.base for g in self.files if g.base > start), end)
+            return [HOLE] * (min(end, nxt) - start)
         end = min(end, f.base + self.units_per_file)
         mm, base = f.mm, f.base
         return [UNIT.unpack_from(mm, (i - base) * UNIT_SIZE) for i in range(start, end)]
@@ -131,7 +174,7 @@ class ConsumeQueue:
         removed = 0
         while self.max_offset > self.min_offset:
             unit = self.get(self.max_offset - 1)
-            if unit is None or unit[0] + unit[1] <= phy_end:
+            if unit is None or 0 <= unit[0] and unit[0] + unit[1] <= phy_end:
                 break
             f = self._file_for(self.max_offset - 1)
             assert f is not None
@@ -146,19 +189,44 @@ class ConsumeQueue:
             f.path.unlink()
         return removed
 
+    def void_from_phy(self, phy_end: int) -> int:
+        """Turn the units at the tail pointing at or past ``phy_end`` into holes (their
+        records were rolled back); return how many."""
+        voided = 0
+        index = self.max_offset - 1
+        while index >= self.min_offset:
+            unit = self.get(index)
+            if unit is None or unit[0] < 0 or unit[0] + unit[1] <= phy_end:
+                break
+            f = self._file_for(index)
+            assert f is not None
+            UNIT.pack_into(f.mm, (index - f.base) * UNIT_SIZE, *HOLE)
+            self._dirty.add(f.base)
+            voided += 1
+            index -= 1
+        return voided
+
     def flush(self) -> None:
         """msync dirty files (blocking: call from a thread)."""
         dirty, self._dirty = self._dirty, set()
-        for f in self.files:
-            if f.base in dirty:
-                f.mm.flush()
+        try:
+            for f in self.files:
+                if f.base in dirty:
+                    f.mm.flush()
+        except (OSError, ValueError):
+            self._dirty |= dirty  # not synced: the next checkpoint tries again
+            raise
 
     def delete_below_phy(self, phy_min: int) -> int:
         """Delete whole files whose last unit points below ``phy_min``; return count."""
         deleted = 0
         while len(self.files) > 1:
             f = self.files[0]
-            last = UNIT.unpack_from(f.mm, (self.units_per_file - 1) * UNIT_SIZE)
+            i = self.units_per_file - 1
+            last = UNIT.unpack_from(f.mm, i * UNIT_SIZE)
+            while last[0] < 0 and i > 0:  # a hole: the last real unit decides
+                i -= 1
+                last = UNIT.unpack_from(f.mm, i * UNIT_SIZE)
             if last[1] == 0 or last[0] >= phy_min:
                 break
             f.mm.close()

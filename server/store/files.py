@@ -1,7 +1,8 @@
 """Small durable-file helpers shared by the store and the broker's state tables.
 
 Owns: ``write_json_atomic`` (temp file, fsync, ``os.replace``, fsync of the directory),
-``read_json`` and ``preallocate``.
+``read_json``, ``preallocate`` and ``create_allocated`` (files allocated for real: no
+sparse fallback).
 
 Invariant: a reader sees either the previous complete file or the new complete file,
 never a mix, even after a kill -9 or power loss in the middle of a write.
@@ -51,10 +52,30 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 
 def preallocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes for ``fd`` so later writes inside cannot hit ENOSPC."""
+    """Reserve ``size`` bytes for ``fd`` for real, so later writes (and mmap stores) inside
+    cannot hit ENOSPC or SIGBUS.
+
+    A failed allocation raises ``OSError`` (ENOSPC, or EOPNOTSUPP on a file system without
+    fallocate): there is no fallback to a sparse file, whose holes would fail later, at a
+    write that was already acknowledged or as a SIGBUS inside an mmap store.
+    """
+    os.posix_fallocate(fd, 0, size)
+
+
+def create_allocated(path: Path, size: int) -> int:
+    """Open ``path`` (created if absent) with ``size`` bytes allocated; return the fd.
+
+    On failure the descriptor is closed and a file this call created is removed, so a
+    full disk leaves no short file behind; the ``OSError`` propagates.
+    """
+    existed = path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError:
-        # Filesystems without fallocate (tmpfs on old kernels, some overlays): sparse file.
         if os.fstat(fd).st_size < size:
-            os.ftruncate(fd, size)
+            preallocate(fd, size)
+    except OSError:
+        os.close(fd)
+        if not existed:
+            path.unlink(missing_ok=True)
+        raise
+    return fd

@@ -22,6 +22,10 @@ Invariants:
 * Only live dispatches are indexed; ``open`` indexes ``[end, log end)`` itself (records
   replayed by the store's recovery included), clamping ``end`` into the log first.
 * A chain only points backwards (``prev < entry``), so a corrupt chain ends, never loops.
+* Files are allocated for real (``posix_fallocate``), never sparse: a store into the mmap
+  cannot SIGBUS on a full disk. A file that cannot be allocated leaves the index behind
+  (entries skipped, ``store.allocation_failed`` logged, retried after ``RETRY_ALLOC``
+  seconds); lookups still verify every hit, so a missing entry costs a miss, nothing else.
 """
 
 from __future__ import annotations
@@ -30,15 +34,20 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+from ..logs import get_logger
+from .files import create_allocated
 
 if TYPE_CHECKING:
     from .message_store import DispatchRequest, MessageStore
@@ -57,6 +66,7 @@ KIND_UNIQ = "U"
 KIND_KEY = "K"
 _SEED_UNIQ = zlib.crc32(b"U\x00")
 _SEED_KEY = zlib.crc32(b"K\x00")
+RETRY_ALLOC = 5.0
 
 
 def key_hash(kind: str, key: str) -> int:
@@ -92,6 +102,8 @@ class KeyIndex:
         self._cur: _File | None = None
         self._lock = threading.Lock()  # mmap flush (checkpoint thread) vs. roll/close
         self.indexed = 0
+        self.log = get_logger("index")
+        self._alloc_retry_at = 0.0  # after a failed allocation: skip entries until then
 
     # ------------------------------------------------------------------ files
 
@@ -102,8 +114,8 @@ class KeyIndex:
         if self.files and self.files[-1].first_phy >= first_phy:
             first_phy = self.files[-1].first_phy + 1  # names stay unique and sorted
         path = self.directory / f"{first_phy:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.ftruncate(fd, self._size(self.slots, self.capacity))  # sparse
+        path.unlink(missing_ok=True)  # a leftover of a crash: start it over
+        fd = create_allocated(path, self._size(self.slots, self.capacity))  # OSError if full
         f = _File(path, first_phy, self.slots, self.capacity, 0, end_phy, fd)
         f.mm = mmap.mmap(fd, 0)
         _HEADER.pack_into(f.mm, 0, MAGIC, 1, f.slots, f.capacity, 0, first_phy, end_phy)
@@ -152,7 +164,11 @@ class KeyIndex:
             self._cur = self.files[-1]
             self._map(self._cur)
         else:
-            self._cur = self._create(end, end)
+            try:
+                self._cur = self._create(end, end)
+            except OSError as err:  # a full disk must not stop the start: no index yet
+                self._alloc_failed(err)
+                return {"index_files": len(self.files), "index_caught_up": 0}
         self._set_end(end)
         before = self.indexed
         self._scan(end, hi)
@@ -201,8 +217,15 @@ class KeyIndex:
         if f is None or f.mm is None:
             return
         if f.count >= f.capacity:
+            if time.monotonic() < self._alloc_retry_at:
+                return
+            try:
+                new = self._create(phy, f.end_phy)
+            except OSError as err:
+                self._alloc_failed(err)
+                return
             self._unmap(f)
-            f = self._cur = self._create(phy, f.end_phy)
+            f = self._cur = new
             self._expire()
         mm = f.mm
         if mm is None:
@@ -214,6 +237,11 @@ class KeyIndex:
         _I32.pack_into(mm, slot_pos, n)
         _I32.pack_into(mm, _COUNT_POS, n)
         self.indexed += 1
+
+    def _alloc_failed(self, err: OSError) -> None:
+        self._alloc_retry_at = time.monotonic() + RETRY_ALLOC
+        self.log.warning("store.allocation_failed", kind="index", path=str(self.directory),
+                         error=str(err))
 
     def _set_end(self, end: int) -> None:
         f = self._cur
@@ -238,7 +266,11 @@ class KeyIndex:
                     break
                 if magic != MESSAGE_MAGIC_CODE or size < 91 or off + size > len(buf):
                     break
-                m = decode_record(buf, off)
+                try:
+                    m = decode_record(buf, off)
+                except MessageDecodeError:  # replay skipped it too: nothing to index
+                    off += size
+                    continue
                 self._index(m.properties.get(UNIQ_KEY), m.properties.get(KEYS), pos + off)
                 off += size
                 self._set_end(pos + off)

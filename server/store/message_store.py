@@ -1,8 +1,10 @@
 """MessageStore: put, get and recover messages over the commit log and consume queues.
 
-Owns: ``put``/``put_many`` (encode -> commit-log append -> ``dispatch``), ``get`` (pull
-reads with tag filtering), lookups by physical offset, the checkpoint (dispatch position
-plus the snapshots of registered state providers), recovery, flushing and retention.
+Owns: the consume queues (``queue``, created on first use), ``put`` (encode -> commit-log
+append -> ``dispatch``), write-failure rollback, the checkpoint (dispatch position plus
+the snapshots of registered state providers), recovery, flushing and retention. The read
+path (``get`` with tag filtering, checked lookups by physical offset) is ``StoreReads``
+in reads.py, which ``MessageStore`` inherits.
 
 Invariants:
 * ``put`` is synchronous: on one event loop, "reserve, encode, append, dispatch" is
@@ -13,7 +15,22 @@ Invariants:
 * A checkpoint records a commit-log offset X only after every consume-queue unit and
   provider state for records below X is on disk, so replaying from X rebuilds the rest.
 * Expected outcomes are ``PutStatus``/``GetStatus`` values; exceptions mean bugs or I/O
-  failure.
+  failure. Everything that can fail on a message's content (encoding, tagsCode, space
+  for its segment and consume-queue file) is checked or allocated before the append;
+  after it, a failing dispatch listener is logged (``store.dispatch_failed``), never
+  raised into the put.
+* Replay never refuses to start on a record: one that cannot be decoded or dispatched is
+  logged (``store.replay_skipped``), counted (``records_skipped``) and passed over.
+* Acked means written: a failed commit-log write rolls back what the dropped records
+  changed (their consume-queue units become holes, rollback listeners such as the
+  scheduler undo their progress) and ``ack_problem`` tells the outbox which answers
+  must become errors. Puts are refused (SERVICE_NOT_AVAILABLE) for
+  ``disk_check_interval`` after a failed write or segment allocation, and while the
+  data disk is fuller than ``disk_max_used_ratio`` (a cached ``statvfs``, refreshed at
+  most every ``disk_check_interval``); reads and pulls go on meanwhile.
+* Reads at client-given offsets go through ``read_record`` (reads.py): the one record
+  check plus "a consume-queue unit points here", so a record hidden in a body is never
+  served.
 """
 
 from __future__ import annotations
@@ -22,17 +39,18 @@ import asyncio
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,
-    STORE_TIMESTAMP_POS,
     decode_record,
     encode_record,
     tags_code,
+)
+from kairosmq.protocol.naming import (
+    SCHEDULE_TOPIC,  # re-exported by .store
+    validate_queue_topic,
 )
 from kairosmq.protocol.properties import (
     DELIVER_TIME,
@@ -41,102 +59,47 @@ from kairosmq.protocol.properties import (
     encode_properties,
 )
 
-from .commitlog import CommitLog
+from ..logs import get_logger
+from .checkpoint import read_checkpoint, trusted_offset
+from .commitlog import CommitLog, WriteFailed
 from .consumequeue import ConsumeQueue
-from .files import read_json, write_json_atomic
+from .files import write_json_atomic
+from .guard import WriteGuard
+from .reads import StoreReads
+from .types import (
+    DispatchRequest,
+    GetResult,
+    GetStatus,
+    MessageInner,
+    PutResult,
+    PutStatus,
+    StateProvider,
+)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_I64 = struct.Struct(">q")
+__all__ = ["SCHEDULE_TOPIC", "DispatchRequest", "GetResult", "GetStatus", "MessageInner",
+           "MessageStore", "PutResult", "PutStatus", "StateProvider", "compute_tags_code"]
 
-
-class PutStatus(Enum):
-    PUT_OK = "PUT_OK"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-
-
-class GetStatus(Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-
-
-@dataclass(slots=True)
-class MessageInner:
-    """A message on its way into the store (RocketMQ's MessageExtBrokerInner)."""
-
-    topic: str
-    queue_id: int
-    body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0)
-    reconsume_times: int = 0
-    store_timestamp: int | None = None
-
-
-@dataclass(slots=True)
-class PutResult:
-    status: PutStatus
-    phy_offset: int = -1
-    size: int = 0
-    queue_offset: int = -1
-    store_timestamp: int = 0
-    tags_code: int = 0
-    remark: str = ""
-    offset_msg_id: str = ""  # filled by the broker when it needs it (logs, response)
-
-
-@dataclass(slots=True)
-class DispatchRequest:
-    topic: str
-    queue_id: int
-    phy_offset: int
-    size: int
-    tags_code: int
-    queue_offset: int
-    store_timestamp: int
-    properties: dict[str, str]
-    replay: bool = False
-
-
-@dataclass(slots=True)
-class GetResult:
-    status: GetStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    chunks: list[bytes] = field(default_factory=list)
-    units: list[tuple[int, int, int]] = field(default_factory=list)
-    queue_offsets: list[int] = field(default_factory=list)
-
-
-class StateProvider(Protocol):
-    """Derived state saved with each checkpoint and rebuilt by replay after it."""
-
-    name: str
-
-    def snapshot(self) -> Any: ...
-
-    def restore(self, state: Any) -> None: ...
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+# born host and store host may each be IPv6 (12 more bytes); topic <= 127 bytes
+_MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
 
 
 def compute_tags_code(topic: str, props: dict[str, str]) -> int:
-    """tagsCode of a consume-queue unit: deliver time for the schedule topic, else tag hash."""
+    """tagsCode of a consume-queue unit: deliver time for the schedule topic, else tag hash.
+
+    Total: a deliver time that is not a plain decimal int64 counts as 0 (due at once),
+    so no property value can make the unit unencodable after the append.
+    """
     if topic == SCHEDULE_TOPIC and DELIVER_TIME in props:
-        return int(props[DELIVER_TIME])
+        raw = props[DELIVER_TIME]
+        if raw.isascii() and raw.isdigit() and len(raw) <= 18:
+            return int(raw)
+        return 0
     return tags_code(props.get(TAGS))
 
 
-class MessageStore:
+class MessageStore(StoreReads):
     def __init__(
         self,
         data_dir: Path,
@@ -145,6 +108,9 @@ class MessageStore:
         segment_size: int = 1 << 30,
         units_per_file: int = 300_000,
         clock_ms: Callable[[], int] | None = None,
+        max_message_size: int = 4 << 20,
+        disk_max_used_ratio: float = 0.90,
+        disk_check_interval: float = 1.0,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_host = store_host
@@ -153,18 +119,32 @@ class MessageStore:
         self.units_per_file = units_per_file
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
+        # called with the commit-log offset a failed write rolled back to
+        self.rollback_listeners: list[Callable[[int], None]] = []
         self.providers: list[StateProvider] = []
+        self.log = get_logger("store")
+        self.max_record_size = min(segment_size, max_message_size + _MAX_OVERHEAD)
+        self.guard = WriteGuard(self.data_dir, max_used_ratio=disk_max_used_ratio,
+                                check_interval=disk_check_interval, log=self.log)
+        self.dispatch_failures = 0
+        self._last_written_record: int | None = None
+        self._replay_skipped = 0
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._write_scheduled = False
         self._last_record: int | None = None
-        self.writable = True
         self.checkpoint_path = self.data_dir / "checkpoint.json"
 
     # ------------------------------------------------------------------ queues
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The consume queue of (topic, queue), created on first use; ``ValueError`` if
+        the name could not be a directory name we wrote (names reach the file system
+        only here, so a hostile REAL_TOPIC or RETRY_TOPIC cannot escape the store)."""
         cq = self.queues.get((topic, queue_id))
         if cq is None:
+            bad = validate_queue_topic(topic)
+            if bad is not None or not 0 <= queue_id <= _INT32_MAX:
+                raise ValueError(bad or f"queue id {queue_id} is out of range")
             cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file)
             self.queues[(topic, queue_id)] = cq
         return cq
@@ -184,8 +164,9 @@ class MessageStore:
 
     def put(self, msg: MessageInner) -> PutResult:
         """Store one message; synchronous and atomic on the event loop."""
-        if not self.writable:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="store is not writable")
+        refusal = self.guard.refusal()
+        if refusal is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=refusal)
         props = encode_properties(msg.properties).encode()
         if len(props) > MAX_PROPERTIES_BYTES:
             return PutResult(
@@ -195,25 +176,41 @@ class MessageStore:
         topic = msg.topic.encode()
         if not 0 < len(topic) <= 127:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="topic must be 1..127 bytes")
-        size = RECORD_OVERHEAD_V4 + len(msg.body) + len(topic) + len(props)
-        cq = self.queue(msg.topic, msg.queue_id)
+        hosts = len(msg.born_host[0]) + len(self.store_host[0]) - 8
+        size = RECORD_OVERHEAD_V4 + len(msg.body) + len(topic) + len(props) + hosts
+        if size > self.max_record_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL,
+                             remark=f"the record would be {size} bytes, the limit is "
+                             f"{self.max_record_size}")
+        code = compute_tags_code(msg.topic, msg.properties)
+        try:
+            cq = self.queue(msg.topic, msg.queue_id)
+        except ValueError as err:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(err))
         queue_offset = cq.max_offset
         try:
+            cq.ensure_room()
             phy = self.commitlog.reserve(size)
+        except WriteFailed as failed:
+            self._write_failed(failed)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self.write_failure or "")
         except OSError as err:
-            self.writable = False
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"commit log: {err}")
+            self.guard.hold(f"service not available now: cannot allocate store files ({err})")
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self.write_failure or "")
         store_ts = msg.store_timestamp if msg.store_timestamp is not None else self.clock_ms()
-        record = encode_record(
-            topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id,
-            flag=msg.flag, queue_offset=queue_offset, physical_offset=phy,
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host, store_timestamp=store_ts, store_host=self.store_host,
-            reconsume_times=msg.reconsume_times,
-        )
+        try:
+            record = encode_record(
+                topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id,
+                flag=msg.flag, queue_offset=queue_offset, physical_offset=phy,
+                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host, store_timestamp=store_ts, store_host=self.store_host,
+                reconsume_times=msg.reconsume_times,
+            )
+        except (struct.error, ValueError, OverflowError) as err:  # nothing appended yet
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"cannot encode the message: {err}")
         self.commitlog.append(record)
         self._last_record = phy
-        code = compute_tags_code(msg.topic, msg.properties)
+        self.guard.appended(phy + size)
         self.dispatch(DispatchRequest(msg.topic, msg.queue_id, phy, size, code, queue_offset,
                                       store_ts, msg.properties))
         if not self._write_scheduled:
@@ -222,13 +219,78 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, phy, size, queue_offset, store_ts, code)
 
     def write_out(self) -> None:
-        """Hand pending commit-log bytes to the OS (the broker calls this before acks)."""
+        """Hand pending commit-log bytes to the OS (the broker calls this before acks).
+
+        Never raises: a failed write is rolled back (``_write_failed``) and the answers
+        to the sends it dropped become errors through ``ack_problem``.
+        """
         self._write_scheduled = False
         try:
             self.commitlog.write_out()
-        except OSError:
-            self.writable = False
-            raise
+        except WriteFailed as failed:
+            self._write_failed(failed)
+            return
+        self._last_written_record = self._last_record
+        self.guard.written()
+
+    # ------------------------------------------------------------------ write faults
+
+    @property
+    def writable(self) -> bool:
+        """The operator's switch (False: every put is refused)."""
+        return self.guard.writable
+
+    @writable.setter
+    def writable(self, value: bool) -> None:
+        self.guard.writable = value
+
+    @property
+    def write_failure(self) -> str | None:
+        """The remark of the last failed write or allocation while it holds puts."""
+        return self.guard.write_failure
+
+    @property
+    def appends(self) -> int:
+        """Appends so far (the outbox compares it around a handler)."""
+        return self.guard.appends
+
+    def check_disk(self) -> str | None:
+        """Refresh the free-space watermark now; its refusal remark, or None."""
+        return self.guard.check_disk()
+
+    def _write_failed(self, failed: WriteFailed) -> None:
+        """Roll back everything derived from the records a failed write dropped."""
+        kept, lost = failed.kept, failed.lost
+        reason = (f"the commit-log write failed ({failed.cause.strerror or failed.cause}); "
+                  f"the message was not stored")
+        self.guard.rolled_back(kept, reason)
+        voided = 0
+        for cq in list(self.queues.values()):
+            voided += cq.void_from_phy(kept)
+        for listener in self.rollback_listeners:
+            try:
+                listener(kept)
+            except Exception as err:  # noqa: BLE001 - a listener must not stop the rollback
+                self.log.error("store.dispatch_failed", phy_offset=kept,
+                               dispatcher=getattr(listener, "__qualname__", repr(listener)),
+                               error=f"rollback: {type(err).__name__}: {err}")
+        self._last_record = (failed.last_record if failed.last_record is not None
+                             else self._last_written_record)
+        self._last_written_record = self._last_record
+        self.guard.hold(f"service not available now: {reason}")
+        self.log.error("store.write_failed", phy_offset=kept, rolled_back_bytes=lost - kept,
+                       records=voided, errno=failed.cause.errno or 0,
+                       error=str(failed.cause), retry_in_ms=self.guard.check_interval * 1000)
+
+    def ack_token(self) -> tuple[int, int]:
+        """Identify the last append (its end offset and rollback epoch) for ``ack_problem``;
+        the outbox takes one when a request appended (``appends`` changed)."""
+        return self.guard.ack_token()
+
+    def ack_problem(self, token: tuple[int, int]) -> str | None:
+        """None if the record(s) behind ``token`` are written to the OS and were not rolled
+        back; else the remark for the error that must replace the success answer."""
+        return self.guard.ack_problem(token, self.commitlog.written_offset)
 
     def dispatch(self, req: DispatchRequest) -> None:
         cq = self.queue(req.topic, req.queue_id)
@@ -236,143 +298,98 @@ class MessageStore:
             if req.queue_offset < cq.max_offset:
                 unit = cq.get(req.queue_offset)
                 if unit is not None and unit[0] == req.phy_offset:
-                    for d in self.dispatchers:
-                        d(req)
+                    self._notify(req)
                     return
                 cq.truncate_from_phy(req.phy_offset)
             if req.queue_offset > cq.max_offset:
                 # Units were lost below this one (a consume queue older than its log):
                 # the offsets cannot be re-numbered, so continue from the record's own.
-                cq.max_offset = req.queue_offset
+                cq.skip_to(req.queue_offset)
         cq.append(req.phy_offset, req.size, req.tags_code)
+        self._notify(req)
+
+    def _notify(self, req: DispatchRequest) -> None:
+        """Feed the dispatch listeners; one that raises is logged, never raised."""
         for d in self.dispatchers:
-            d(req)
-
-    # ------------------------------------------------------------------ read
-
-    def read(self, phy_offset: int, size: int) -> bytes | None:
-        return self.commitlog.read(phy_offset, size)
-
-    def read_at(self, phy_offset: int) -> bytes | None:
-        """The whole record starting at ``phy_offset`` (size read from its header)."""
-        head = self.commitlog.read(phy_offset, 4)
-        if head is None:
-            return None
-        (size,) = struct.unpack(">i", head)
-        if size < RECORD_OVERHEAD_V4:
-            return None
-        return self.commitlog.read(phy_offset, size)
-
-    def get(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        max_bytes: int = 4 << 20,
-        match: Callable[[int], bool] | None = None,
-        max_scan: int = 16_000,
-    ) -> GetResult:
-        cq = self.queues.get((topic, queue_id))
-        if cq is None or cq.max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-        log_min = self.commitlog.min_offset
-        total = scanned = 0
-        pos = offset
-        missing = False
-        while pos < hi and len(res.units) < max_count and scanned < max_scan:
-            # a chunk at a time: a filter may skip units, but most pulls need max_count
-            units = cq.units(pos, min(max_scan - scanned, hi - pos, max(64, 2 * max_count)))
-            if not units:
-                break
-            for unit in units:
-                phy, size, code = unit
-                scanned += 1
-                if phy < log_min:
-                    missing = True
-                elif match is None or match(code):
-                    if res.units and total + size > max_bytes:
-                        scanned -= 1
-                        break
-                    total += size
-                    res.units.append(unit)
-                    res.queue_offsets.append(offset + scanned - 1)
-                    if len(res.units) >= max_count:
-                        break
-            else:
-                pos += len(units)
-                continue
-            break
-        if res.units:
-            res.chunks, read = self.commitlog.read_concat([(u[0], u[1]) for u in res.units])
-            if read < len(res.units):  # a range fell outside the log (retention raced us)
-                del res.units[read:]
-                del res.queue_offsets[read:]
-                if res.queue_offsets:
-                    scanned = res.queue_offsets[-1] - offset + 1
-        res.next_begin_offset = offset + scanned
-        if res.units:
-            res.status = GetStatus.FOUND
-        elif missing:
-            res.status = GetStatus.OFFSET_FOUND_NULL
-        return res
-
-    def store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:
-        cq = self.queues.get((topic, queue_id))
-        unit = cq.get(index) if cq else None
-        if unit is None:
-            return None
-        data = self.commitlog.read(unit[0] + STORE_TIMESTAMP_POS, 8)
-        return _I64.unpack(data)[0] if data else None
+            try:
+                d(req)
+            except Exception as err:  # noqa: BLE001 - after the append nothing may fail
+                self.dispatch_failures += 1
+                name = getattr(d, "__qualname__", repr(d))
+                reason = f"dispatcher {name}: {type(err).__name__}: {err}"
+                if req.replay:
+                    self._replay_skipped += 1
+                    self.log.error("store.replay_skipped", phy_offset=req.phy_offset,
+                                   reason=reason)
+                else:
+                    self.log.error("store.dispatch_failed", phy_offset=req.phy_offset,
+                                   dispatcher=name, error=f"{type(err).__name__}: {err}")
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> dict[str, Any]:
         """Load files, recover the commit log, rebuild derived state; return a summary."""
         started = time.monotonic()
-        cp = read_json(self.checkpoint_path, {}) or {}
+        cp = read_checkpoint(self.checkpoint_path, self.log)
         for provider in self.providers:
-            provider.restore((cp.get("states") or {}).get(provider.name))
+            try:
+                provider.restore((cp.get("states") or {}).get(provider.name))
+            except Exception as err:  # noqa: BLE001 - replay from the start rebuilds it
+                self.log.error("store.checkpoint_unreadable", path=str(self.checkpoint_path),
+                               error=f"state {provider.name}: {type(err).__name__}: {err}")
+                cp = {}
+                provider.restore(None)
         self.commitlog.load()
         if self.cq_dir.is_dir():
             for tdir in self.cq_dir.iterdir():
+                if not tdir.is_dir():
+                    continue
                 for qdir in tdir.iterdir():
-                    if qdir.name.isdigit():
-                        self.queue(tdir.name, int(qdir.name)).load()
+                    if qdir.name.isdigit() and qdir.is_dir():
+                        # existing directories load as they are (no name check: an older
+                        # broker's names must not stop a start)
+                        cq = ConsumeQueue(self.cq_dir, tdir.name, int(qdir.name),
+                                          self.units_per_file)
+                        self.queues[(tdir.name, int(qdir.name))] = cq
+                        cq.load()
         replayed = 0
+        self._replay_skipped = 0
 
         def replay(phy: int, rec: bytes) -> None:
             nonlocal replayed
-            m = decode_record(rec)
-            self.dispatch(DispatchRequest(
-                m.topic, m.queue_id, phy, len(rec), compute_tags_code(m.topic, m.properties),
-                m.queue_offset, m.store_timestamp, m.properties, replay=True))
             self._last_record = phy
+            try:
+                m = decode_record(rec)
+                if not 0 <= m.queue_id <= _INT32_MAX or not 0 <= m.queue_offset <= _INT64_MAX:
+                    raise ValueError(f"queue {m.queue_id} offset {m.queue_offset} out of range")
+                req = DispatchRequest(
+                    m.topic, m.queue_id, phy, len(rec), compute_tags_code(m.topic, m.properties),
+                    m.queue_offset, m.store_timestamp, m.properties, replay=True)
+                self.dispatch(req)
+            except OSError:
+                raise  # the disk, not the record: fail the start loudly, lose nothing
+            except Exception as err:  # noqa: BLE001 - one bad record never stops a restart
+                self._replay_skipped += 1
+                self.log.error("store.replay_skipped", phy_offset=phy,
+                               reason=f"{type(err).__name__}: {err}")
+                return
             replayed += 1
 
-        trusted = int(cp.get("dispatched_offset", 0))
-        for key, saved in (cp.get("queues") or {}).items():
-            topic, _, qid = key.rpartition("/")
-            cq = self.queues.get((topic, int(qid)))
-            if cq is None or cq.max_offset < saved:
-                trusted = 0  # consume-queue files were lost below the checkpoint: full replay
-                break
-        end, cut = self.commitlog.recover(trusted, cp.get("last_record"), replay)
+        trusted, last = trusted_offset(cp, self.queues, self.checkpoint_path, self.log)
+        end, cut = self.commitlog.recover(trusted, last, replay)
+        if self.commitlog.allocation_error is not None:
+            self.log.warning("store.allocation_failed", kind="commitlog",
+                             path=str(self.commitlog.directory),
+                             error=str(self.commitlog.allocation_error))
         for cq in self.queues.values():
             cq.truncate_from_phy(end)
+        self._last_written_record = self._last_record
+        self.check_disk()
         return {
             "commitlog_max_offset": end,
             "truncated_bytes": cut,
             "records_replayed": replayed,
+            "records_skipped": self._replay_skipped,
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
         }
 

@@ -24,12 +24,15 @@ class RefusingSendBack:
 
 async def test_failed_send_back_is_consumed_again_locally_and_blocks_the_offset() -> None:
     calls: list[tuple[int, int]] = []
+    release = asyncio.Event()  # holds the local retry until the test has looked
 
     async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
         m = msgs[0]
         calls.append((m.queue_offset, m.reconsume_times))
         if m.queue_offset == 0 and m.reconsume_times == 0:
             return ConsumeStatus.RECONSUME_LATER
+        if m.queue_offset == 0:
+            await release.wait()
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets: list[int] = []
@@ -42,12 +45,16 @@ async def test_failed_send_back_is_consumed_again_locally_and_blocks_the_offset(
     msgs = [MessageExt("T", b"x", queue_offset=i) for i in range(3)]
     pq.put(msgs, 3)
     svc.submit(pq, msgs)
-    await wait_until(lambda: len(calls) == 3)
+    # event-driven: the retry of offset 0 is running (and held), 1 and 2 are done
+    await wait_until(lambda: len(calls) >= 4 and len(offsets) >= 2, timeout=5)
+    assert len(calls) == 4
+    assert sorted(calls[:3]) == [(0, 0), (1, 0), (2, 0)]
+    assert calls[3] == (0, 1)  # the same message again, reconsume_times bumped
     assert send_back.calls == 1
     assert max(offsets) == 0  # offsets 1 and 2 finished, but 0 is still in flight
-    await wait_until(lambda: len(calls) == 4, timeout=1)
-    assert calls[-1] == (0, 1)  # the same message again, reconsume_times bumped
-    assert offsets[-1] == 3
+    release.set()
+    await wait_until(lambda: offsets[-1] == 3, timeout=5)
+    assert len(calls) == 4  # consumed again once, locally
     await svc.drain(1)
 
 

@@ -20,6 +20,8 @@ from kairosmq.client import (
 )
 from kairosmq.server.broker import Broker
 
+from tests.helpers import stays_false
+
 from .conftest import Collector, wait_until
 
 FAST = dict(rebalance_interval=0.5, pull_time_delay_millis_when_exception=50,
@@ -49,7 +51,7 @@ async def test_tag_filter_delivers_only_matching_tags(kbroker: Broker) -> None:
         await c.start()
         try:
             await got.wait_for(20)
-            await asyncio.sleep(0.1)
+            assert await stays_false(lambda: len(got.msgs) > 20, 0.5)  # nothing extra
         finally:
             await c.shutdown()
     assert len(got.msgs) == 20 and {m.tags for m in got.msgs} == {"TagA", "TagC"}
@@ -71,7 +73,12 @@ async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Brok
             await wait_until(lambda: len(a.msgs) + len(b.msgs) >= 41)
             assert a.msgs and b.msgs
             assert {m.queue_id for m in a.msgs}.isdisjoint({m.queue_id for m in b.msgs})
+            b_queues = main(cb)
             await cb.shutdown()
+            # b's consumed offsets reached the broker before it left (the handover point)
+            for q in b_queues:
+                assert kbroker.offsets.query("CG-split", "Split", q) == \
+                    kbroker.store.max_offset("Split", q)
             await wait_until(lambda: len(main(ca)) == 4)
             await send_n(p, "Split", 40, start=41)
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 81)
@@ -79,6 +86,10 @@ async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Brok
             await ca.shutdown()
             await cb.shutdown()
     assert {m.body for m in a.msgs + b.msgs} == {b"%d" % i for i in range(81)}
+    # after the split is settled nothing is consumed twice (an orderly handover);
+    # message 0 predates b joining and may legitimately be seen by both
+    later = [m.body for m in a.msgs + b.msgs if m.body != b"0"]
+    assert sorted(later) == sorted(b"%d" % i for i in range(1, 81))
 
 
 async def test_broadcasting_delivers_everything_to_every_member(kbroker: Broker,
@@ -123,7 +134,7 @@ async def test_offsets_survive_a_consumer_restart_without_loss(kbroker: Broker) 
         await c2.start()
         try:
             await wait_until(lambda: len(set(seen)) >= 250, timeout=10)
-            await asyncio.sleep(0.1)
+            assert await stays_false(lambda: len(seen) > 250, 0.5)  # no late duplicates
         finally:
             await c2.shutdown()
     assert set(seen) == {b"%d" % i for i in range(250)}
@@ -167,6 +178,7 @@ async def test_listener_exception_and_sync_listener(kbroker: Broker) -> None:
 
 
 async def test_orderly_consume_keeps_per_order_sequence(kbroker: Broker) -> None:
+    rnd = random.Random(1122)
     per_order: dict[str, list[int]] = defaultdict(list)
     in_queue: set[int] = set()
     overlap: list[int] = []
@@ -176,9 +188,9 @@ async def test_orderly_consume_keeps_per_order_sequence(kbroker: Broker) -> None
         if q in in_queue:
             overlap.append(q)
         in_queue.add(q)
-        await asyncio.sleep(random.random() / 500)
+        await asyncio.sleep(rnd.random() / 500)
         in_queue.discard(q)
-        if random.random() < 0.1 and msgs[0].reconsume_times == 0:
+        if rnd.random() < 0.1 and msgs[0].reconsume_times == 0:
             ctx.suspend_current_queue_time_millis = 10
             return ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
         for m in msgs:
@@ -216,13 +228,31 @@ async def test_orderly_queues_move_to_the_remaining_member(kbroker: Broker) -> N
         try:
             main = lambda c: {mq.queue_id for mq in c.assigned_queues if mq.topic == "OrdSplit"}  # noqa: E731
             await wait_until(lambda: len(main(ca)) == 2 and len(main(cb)) == 2)
+            assert main(ca).isdisjoint(main(cb))
+            await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 4)
+            # each member holds the broker's lock on exactly the queues it consumes
+            locks = lambda c: {q for (g, t, q), (holder, _ts) in kbroker.locks._locks.items()  # noqa: E731
+                               if g == "CG-os" and t == "OrdSplit" and holder == c.client_id}
+            await wait_until(lambda: locks(ca) == main(ca) and locks(cb) == main(cb))
+            b_queues = main(cb)
             await cb.shutdown()
-            await wait_until(lambda: len(main(ca)) == 4)
+            assert locks(cb) == set()  # released on the way out, not left to expire
+            for q in b_queues:  # and its offsets reached the broker first
+                assert kbroker.offsets.query("CG-os", "OrdSplit", q) == \
+                    kbroker.store.max_offset("OrdSplit", q)
+            await wait_until(lambda: len(main(ca)) == 4 and locks(ca) == {0, 1, 2, 3})
             await send_n(p, "OrdSplit", 20, start=4)
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 24)
         finally:
             await ca.shutdown()
             await cb.shutdown()
+    assert {m.body for m in a.msgs + b.msgs} == {b"%d" % i for i in range(24)}
+    # everything sent after the takeover went to the survivor, once, in queue order
+    after = [m for m in a.msgs if int(m.body) >= 4]
+    assert sorted(m.body for m in after) == sorted(b"%d" % i for i in range(4, 24))
+    for q in range(4):
+        offs = [m.queue_offset for m in after if m.queue_id == q]
+        assert offs == sorted(offs)
 
 
 async def test_broker_restart_mid_stream_consumer_continues(broker_factory) -> None:  # type: ignore[no-untyped-def]

@@ -35,7 +35,10 @@ class BrokerProcess:
         cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(self.port),
                "--namesrv-port", str(self.namesrv_port), "--data-dir", str(self.data_dir),
                "--delay-levels", FAST_LEVELS, "--no-vip-channel", "--no-log-file",
-               "--log-format", "json", "--log-level", "warning", *self.extra]
+               "--log-format", "json", "--log-level", "warning",
+               # segments are allocated for real: keep the disk a test reserves small
+               # (options in ``extra`` come later and win)
+               "--segment-size-mb", "16", *self.extra]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     async def start(self, timeout: float = 20.0) -> None:

@@ -4,10 +4,12 @@ only its own connection, and the broker keeps serving everyone else."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
+from tests.helpers import wait_until
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 
@@ -59,6 +61,9 @@ async def test_unknown_request_code(broker) -> None:
     ("SCHEDULE_TOPIC_XXXX", ResponseCode.NO_PERMISSION, "system topic"),
     ("RMQ_SYS_TRANS_HALF_TOPIC", ResponseCode.NO_PERMISSION, "system topic"),
     ("TBW102", ResponseCode.NO_PERMISSION, "system topic"),
+    ("abc\n", ResponseCode.SYSTEM_ERROR, "outside"),          # fullmatch, not match + $
+    ("%RETRY%/../x", ResponseCode.SYSTEM_ERROR, "outside"),    # never a path
+    ("x\x00y", ResponseCode.SYSTEM_ERROR, "outside"),
 ])
 async def test_bad_topics_are_rejected(broker, topic, code, fragment) -> None:
     peer = await RawPeer.connect(broker.address)
@@ -131,8 +136,12 @@ async def test_pull_with_unsupported_filter(broker) -> None:
     await send(peer, "F", b"x")
     r = await peer.call(RequestCode.PULL_MESSAGE, {
         "consumerGroup": "G", "topic": "F", "queueId": 0, "queueOffset": 0,
-        "sysFlag": 4, "subscription": "a > 1", "expressionType": "SQL92", "subVersion": 0})
+        "sysFlag": 4, "subscription": "a > 1", "expressionType": "XPATH", "subVersion": 0})
     assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    r = await peer.call(RequestCode.PULL_MESSAGE, {  # SQL92 that does not parse
+        "consumerGroup": "G", "topic": "F", "queueId": 0, "queueOffset": 0,
+        "sysFlag": 4, "subscription": "a >", "expressionType": "SQL92", "subVersion": 0})
+    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "column 4" in r.remark
     r = await pull(peer, "F")
     assert r.code == ResponseCode.SUCCESS
     await peer.close()
@@ -157,8 +166,13 @@ async def test_a_peer_that_never_reads_its_answers_is_bounded(broker) -> None:
     writer.transport.set_write_buffer_limits(high=1 << 24)  # our side: never block
     for _ in range(3000):  # ~3000 answers of ~33 KiB = ~100 MB if the broker buffered them
         writer.write(pull_frame)
-    await asyncio.sleep(1.0)
-    hoarder = max(broker.server.connections, key=lambda c: c.transport.get_write_buffer_size())
+    def hoarder_of() -> Any:
+        return max(broker.server.connections, key=lambda c: c.transport.get_write_buffer_size())
+
+    # event-driven: wait until the broker has stopped both writing and reading that peer
+    await wait_until(lambda: hoarder_of()._write_paused and hoarder_of()._reading_paused,
+                     timeout=20, what="write backpressure on the hoarding connection")
+    hoarder = hoarder_of()
     buffered = hoarder.transport.get_write_buffer_size()
     assert buffered < 8 * 1024 * 1024, f"{buffered} bytes of unread answers held by the broker"
     assert hoarder._reading_paused

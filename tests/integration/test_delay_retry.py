@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.server.config import BrokerConfig
 
 from tests.conftest import FAST_LEVELS
+from tests.helpers import wait_until
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 
@@ -145,7 +145,9 @@ async def test_restart_neither_loses_nor_repeats_delayed_messages(broker_factory
     peer = await RawPeer.connect(b.address)
     for i in range(30):
         await send(peer, "R", f"{i}".encode(), {"DELAY": str(1 + i % 6), "UNIQ_KEY": f"R{i}"})
-    await asyncio.sleep(0.12)  # some are delivered, most are pending
+    # stop once some are delivered while most are pending (event, not a fixed sleep)
+    await wait_until(lambda: b.stats.delivered["R"] >= 1, 5.0, interval=0.002)
+    assert b.stats.delivered["R"] < 30
     await peer.close()
     await b.stop("restart")
     b2 = await broker_factory(data_dir=data)
@@ -158,8 +160,8 @@ async def test_restart_neither_loses_nor_repeats_delayed_messages(broker_factory
         if r.code == ResponseCode.SUCCESS:
             got += [m.msg_id for m in decode_records(r.body)]
             offset = int(r.ext_fields["nextBeginOffset"])
-    await asyncio.sleep(0.3)
-    r = await pull(peer, "R", offset=offset)
+    # nothing extra: a pull held for 0.6 s (longer than the longest level used) gets nothing
+    r = await pull(peer, "R", offset=offset, sys_flag=PULL_SUSPEND, suspend_ms=600)
     assert r.code == ResponseCode.PULL_NOT_FOUND, "a message was re-put twice"
     assert sorted(got) == sorted(f"R{i}" for i in range(30))
     await peer.close()

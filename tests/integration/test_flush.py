@@ -26,7 +26,11 @@ async def test_sync_flush_acks_after_fsync_and_shares_fsyncs(broker_factory) -> 
     await asyncio.gather(*(one(peers[i % 4], i) for i in range(400)))
     fsyncs = b.store.commitlog.fsyncs - before
     assert len(flushed_at_ack) == 400
-    assert all(flushed > phy for flushed, phy in flushed_at_ack)
+    # the whole record (not just its first byte) was fsynced before its ack
+    for flushed, phy in flushed_at_ack:
+        record = b.store.read_at(phy)
+        assert record is not None
+        assert flushed >= phy + len(record), (flushed, phy, len(record))
     assert 1 <= fsyncs < 400, f"{fsyncs} fsyncs for 400 concurrent sends: no group commit"
     assert b.store.commitlog.flushed_offset == b.store.commitlog.max_offset
     for p in peers:

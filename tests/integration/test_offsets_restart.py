@@ -27,7 +27,7 @@ async def test_messages_topics_and_offsets_survive_a_restart(broker_factory, tmp
     r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
                         {"consumerGroup": "G", "topic": "Keep", "queueId": 0})
     assert (r.code, r.ext_fields["offset"]) == (ResponseCode.SUCCESS, "6")
-    # a group with no offset on a queue whose first message is at 0 starts at 0 (J4 rule)
+    # a group with no offset on a queue whose first message is at 0 starts at 0 (RocketMQ rule)
     r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
                         {"consumerGroup": "New", "topic": "Keep", "queueId": 0})
     assert (r.code, r.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")

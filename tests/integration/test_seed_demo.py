@@ -101,4 +101,9 @@ async def test_real_time_one_second_level(broker_factory) -> None:
         received = time.time()
     m = collector.msgs[0]
     assert m.store_timestamp / 1000 >= t0 + 1.0 - 0.002
-    assert received - t0 < 1.5
+    # on time: the broker moved it within 0.5 s of its due instant (its own timestamps, so
+    # consumer scheduling on a loaded box does not count), and the consumer got it well
+    # before a second delay would have passed (generous: long-poll hand-off included)
+    due = int(m.properties["KAIROS_DELIVER_MS"])
+    assert 0 <= m.store_timestamp - due < 500
+    assert received - t0 < 1.0 + 1.5

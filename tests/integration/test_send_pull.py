@@ -2,12 +2,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from kairosmq.protocol.codes import PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 
+from tests.helpers import wait_until
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
+
+
+def _parked(broker: Any, topic: str, queue_id: int) -> bool:
+    """A pull is held on the queue (waiting on the broker's arrival notifier)."""
+    return bool(broker.notifier._waiters.get((topic, queue_id)))
 
 
 async def test_binary_and_json_headers_are_answered_in_kind(broker) -> None:
@@ -63,7 +70,7 @@ async def test_long_poll_wakes_on_arrival_and_others_proceed(broker) -> None:
     started = time.monotonic()
     held = asyncio.ensure_future(pull(consumer, "LP", offset=1, sys_flag=PULL_SUSPEND,
                                       suspend_ms=10_000))
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: _parked(broker, "LP", 0), 5.0, what="the pull parked")
     assert not held.done()
     # the held pull does not block other requests on the same connection
     r = await consumer.call(RequestCode.GET_MAX_OFFSET, {"topic": "LP", "queueId": 0})
@@ -93,7 +100,7 @@ async def test_held_pull_is_answered_when_the_broker_stops(broker_factory) -> No
     await send(peer, "ST", b"x")
     held = asyncio.ensure_future(pull(peer, "ST", offset=1, sys_flag=PULL_SUSPEND,
                                       suspend_ms=15_000))
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: _parked(b, "ST", 0), 5.0, what="the pull parked")
     await b.stop("test")
     r = await asyncio.wait_for(held, 3)
     assert r.code == ResponseCode.PULL_NOT_FOUND
@@ -128,4 +135,34 @@ async def test_view_message_and_search_by_time(broker) -> None:
                         {"topic": "VT", "queueId": 0,
                          "timestamp": int(time.time() * 1000) + 10_000})
     assert s.ext_fields["offset"] == "0"
+    await peer.close()
+
+
+async def test_search_by_timestamp_over_many_messages(broker) -> None:
+    """60 messages in bursts with gaps: every probe lands on the first offset stored at or
+    after the timestamp (the last offset past the end, the first before the start)."""
+    peer = await RawPeer.connect(broker.address)
+    for burst in range(12):
+        for i in range(5):
+            assert (await send(peer, "ST60", b"%d-%d" % (burst, i))).code == 0
+        await asyncio.sleep(0.004)  # distinct store milliseconds between bursts
+    stamps: list[int] = []
+    while len(stamps) < 60:
+        r = await pull(peer, "ST60", offset=len(stamps), max_n=32)
+        assert r.code == ResponseCode.SUCCESS
+        stamps += [m.store_timestamp for m in decode_records(r.body)]
+    assert stamps == sorted(stamps) and len(set(stamps)) >= 6
+
+    async def search(ts: int) -> int:
+        s = await peer.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                            {"topic": "ST60", "queueId": 0, "timestamp": ts})
+        assert s.code == ResponseCode.SUCCESS, s.remark
+        return int(s.ext_fields["offset"])
+
+    for ts in sorted(set(stamps)):
+        for probe in (ts - 1, ts, ts + 1):
+            expected = next((i for i, t in enumerate(stamps) if t >= probe), 59)
+            assert await search(probe) == expected, (probe, stamps)
+    assert await search(0) == 0
+    assert await search(stamps[-1] + 3_600_000) == 59
     await peer.close()

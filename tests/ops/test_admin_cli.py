@@ -8,6 +8,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 from kairosmq.server.cli import main as kairosmq_main
 
+from tests.conftest import FAST_LEVELS
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 
@@ -17,12 +18,14 @@ async def test_topic_create_list_delete(broker, admin) -> None:
     code, out, _ = await run("topic", "create", "Orders", "--queues", "3")
     assert code == 0 and "Orders" in out
     assert broker.topics.get("Orders").read_queue_nums == 3
-    code, out, _ = await run("topic", "list", json_out=True)
+    code, out, err = await run("topic", "list", json_out=True)
+    assert code == 0, err
     rows = {r["topic"]: r for r in json.loads(out)}
     assert rows["Orders"] == {"topic": "Orders", "kind": "normal", "readQueues": 3,
                               "writeQueues": 3, "perm": "rw", "order": False}
     assert rows["SCHEDULE_TOPIC_XXXX"]["kind"] == "system"
-    code, out, _ = await run("topic", "list")
+    code, out, err = await run("topic", "list")
+    assert code == 0, err
     header, *lines = out.splitlines()
     assert header.split()[:2] == ["TOPIC", "KIND"]
     assert any(line.split()[:4] == ["Orders", "normal", "3", "3"] for line in lines)
@@ -42,42 +45,51 @@ async def test_offsets_groups_and_lag(broker, admin) -> None:
     r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": "GL", "topic": "Lagging", "queueId": 0, "commitOffset": 1})
     assert r.code == ResponseCode.SUCCESS
-    code, out, _ = await run("offsets", "Lagging", json_out=True)
+    code, out, err = await run("offsets", "Lagging", json_out=True)
+    assert code == 0, err
     rows = json.loads(out)
     assert [(r["queueId"], r["minOffset"], r["maxOffset"]) for r in rows] == [
         (0, 0, 3), (1, 0, 2), (2, 0, 0), (3, 0, 0)]
-    code, out, _ = await run("groups", json_out=True)
+    code, out, err = await run("groups", json_out=True)
+    assert code == 0, err
     groups = {g["group"]: g for g in json.loads(out)}
     assert groups["GL"]["lag"] == 2 + 2 and groups["GL"]["online"] == 0
-    code, out, _ = await run("lag", "GL", json_out=True)
+    code, out, err = await run("lag", "GL", json_out=True)
+    assert code == 0, err
     lag = json.loads(out)
     q = {(r["topic"], r["queueId"]): r for r in lag["queues"]}
     assert q[("Lagging", 0)]["consumerOffset"] == 1 and q[("Lagging", 0)]["lag"] == 2
     assert q[("Lagging", 1)]["consumerOffset"] is None and q[("Lagging", 1)]["lag"] == 2
     assert lag["lag"] == 4
-    code, out, _ = await run("lag", "GL")
+    code, out, err = await run("lag", "GL")
+    assert code == 0, err
     assert "total lag of GL: 4" in out and "CONSUMER OFFSET" in out
     code, _, err = await run("lag", "NoSuchGroup")
     assert code == 1 and "NoSuchGroup" in err
-    code, out, _ = await run("offsets", "Lagging")
+    code, out, err = await run("offsets", "Lagging")
+    assert code == 0, err
     assert out.splitlines()[1].split() == ["Lagging", "0", "0", "3", "3"]
     code, _, err = await run("offsets", "Missing")
     assert code == 1 and "does not exist" in err
     await peer.close()
 
 
-async def test_schedule_backlog(broker, admin) -> None:
+async def test_schedule_backlog(broker_factory, admin) -> None:
+    # the last level is 10 min so the messages stay pending however slow the box is
+    broker = await broker_factory(delay_levels=FAST_LEVELS.rsplit(" ", 1)[0] + " 10m")
     run = admin(broker)
     peer = await RawPeer.connect(broker.address)
     for _ in range(3):
         assert (await send(peer, "Later", b"x", {"DELAY": "18"})).code == 0
-    code, out, _ = await run("schedule", json_out=True)
+    code, out, err = await run("schedule", json_out=True)
+    assert code == 0, err
     levels = {lv["level"]: lv for lv in json.loads(out)["levels"]}
-    assert len(levels) == 18 and levels[18]["pending"] == 3 and levels[18]["delayMs"] == 900
-    assert levels[18]["nextDueMs"] > json.loads(out)["nowMs"] - 1000
+    assert len(levels) == 18 and levels[18]["pending"] == 3 and levels[18]["delayMs"] == 600_000
+    assert levels[18]["nextDueMs"] > json.loads(out)["nowMs"]
     assert levels[1]["pending"] == 0 and levels[1]["nextDueMs"] is None
-    code, out, _ = await run("schedule")
-    assert "pending total: 3" in out and "900ms" in out
+    code, out, err = await run("schedule")
+    assert code == 0, err
+    assert "pending total: 3" in out and "10m" in out
     await peer.close()
 
 
@@ -89,19 +101,24 @@ async def test_msg_by_id_offset_id_and_key(broker, admin) -> None:
     offset_id = r.ext_fields["msgId"]
     for i in range(3):
         await send(peer, "Looked", f"other{i}".encode(), {"UNIQ_KEY": f"CD{i}", "KEYS": "x"})
-    code, out, _ = await run("msg", "--id", "AB01", json_out=True)
+    code, out, err = await run("msg", "--id", "AB01", json_out=True)
+    assert code == 0, err
     (m,) = json.loads(out)
     assert m["msgId"] == "AB01" and m["body"] == "hello" and m["tags"] == "TagA"
     assert m["offsetMsgId"] == offset_id
-    code, out, _ = await run("msg", "--offset-id", offset_id, json_out=True)
+    code, out, err = await run("msg", "--offset-id", offset_id, json_out=True)
+    assert code == 0, err
     assert [x["msgId"] for x in json.loads(out)] == ["AB01"]
-    code, out, _ = await run("msg", "--key", "cust-3", json_out=True)
+    code, out, err = await run("msg", "--key", "cust-3", json_out=True)
+    assert code == 0, err
     assert [x["body"] for x in json.loads(out)] == ["hello"]
-    code, out, _ = await run("msg", "--key", "x", "--max", "2", json_out=True)
+    code, out, err = await run("msg", "--key", "x", "--max", "2", json_out=True)
+    assert code == 0, err
     assert len(json.loads(out)) == 2
     code, out, _ = await run("msg", "--key", "order-7", "--topic", "Elsewhere")
     assert code == 1
-    code, out, _ = await run("msg", "--key", "order-7")
+    code, out, err = await run("msg", "--key", "order-7")
+    assert code == 0, err
     assert "msgId:          AB01" in out and "1 message(s)" in out
     code, _, err = await run("msg", "--id", "nope")
     assert code == 1 and "no message" in err
@@ -122,9 +139,11 @@ async def test_dlq_resend(broker, admin) -> None:
             "originMsgId": m.msg_id, "originTopic": m.topic})
         assert r.code == ResponseCode.SUCCESS
     assert broker.store.max_offset("%DLQ%GD", 0) == 3
-    code, out, _ = await run("groups", json_out=True)
+    code, out, err = await run("groups", json_out=True)
+    assert code == 0, err
     assert {g["group"]: g["dlq"] for g in json.loads(out)}["GD"] == 3
-    code, out, _ = await run("dlq", "resend", "GD", "--max", "2", json_out=True)
+    code, out, err = await run("dlq", "resend", "GD", "--max", "2", json_out=True)
+    assert code == 0, err
     res = json.loads(out)
     assert code == 0 and [x["msgId"] for x in res["resent"]] == ["W0", "W1"]
     assert res["remaining"] == 1 and all(x["topic"] == "Work" for x in res["resent"])
@@ -134,14 +153,16 @@ async def test_dlq_resend(broker, admin) -> None:
     for x in res["resent"]:
         page = await pull(peer, "Work", queue_id=x["queueId"], offset=x["queueOffset"], max_n=1)
         again += decode_records(page.body)
-    code, out, _ = await run("msg", "--id", "W2", "--topic", "Work", json_out=True)
+    code, out, err = await run("msg", "--id", "W2", "--topic", "Work", json_out=True)
+    assert code == 0, err
     history = json.loads(out)  # the original and the resent copy, oldest first
     assert [h["body"] for h in history] == ["w2", "w2"]
     assert history[1]["commitLogOffset"] > history[0]["commitLogOffset"]
     assert [m.msg_id for m in again] == ["W0", "W1"]
     assert all(m.reconsume_times == 0 and "RETRY_TOPIC" not in m.properties for m in again)
     assert "RETRY_TOPIC" not in history[1]["properties"]
-    code, out, _ = await run("dlq", "resend", "GD", json_out=True)
+    code, out, err = await run("dlq", "resend", "GD", json_out=True)
+    assert code == 0, err
     assert json.loads(out)["resent"] == []
     code, _, err = await run("dlq", "resend", "Nobody")
     assert code == 1 and "no dead letters" in err
@@ -150,7 +171,8 @@ async def test_dlq_resend(broker, admin) -> None:
 
 async def test_status_health_and_unreachable(broker, admin) -> None:
     run = admin(broker)
-    code, out, _ = await run("status", json_out=True)
+    code, out, err = await run("status", json_out=True)
+    assert code == 0, err
     st = json.loads(out)
     assert code == 0 and st["running"] and st["address"] == broker.address
     code, out, _ = await run("health", direct=True)
@@ -175,7 +197,8 @@ async def test_dlq_resend_to_retry_topic(broker, admin) -> None:
     await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
         "offset": m.commit_log_offset, "group": "GR", "delayLevel": -1,
         "originMsgId": m.msg_id, "originTopic": m.topic})
-    code, out, _ = await run("dlq", "resend", "GR", "--to-retry", json_out=True)
+    code, out, err = await run("dlq", "resend", "GR", "--to-retry", json_out=True)
+    assert code == 0, err
     (x,) = json.loads(out)["resent"]
     assert code == 0 and x["topic"] == "%RETRY%GR"
     (r,) = decode_records((await pull(peer, "%RETRY%GR", queue_id=x["queueId"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import urllib.request
 
@@ -10,6 +11,8 @@ from kairosmq.protocol.codes import PULL_SUSPEND, ResponseCode
 from kairosmq.server.metrics import start_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import FAST_LEVELS
+from tests.helpers import wait_until
 from tests.integration.helpers import pull, send
 from tests.wire import RawPeer
 
@@ -24,7 +27,9 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def test_metrics_endpoint_reads_live_state(broker) -> None:
+async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
+    # the last level is 60 s so the "far" message stays pending however slow the box is
+    broker = await broker_factory(delay_levels=FAST_LEVELS.rsplit(" ", 1)[0] + " 60s")
     server = start_metrics(broker, 0, addr="127.0.0.1")
     try:
         port = server.server_port
@@ -34,13 +39,16 @@ async def test_metrics_endpoint_reads_live_state(broker) -> None:
         assert (await send(peer, "Metered", b"d", {"DELAY": "1"})).code == 0
         assert (await send(peer, "Metered", b"far", {"DELAY": "18"})).code == 0
         assert (await pull(peer, "Metered")).code == ResponseCode.SUCCESS
-        deadline = time.monotonic() + 5
-        while broker.stats.delivered["Metered"] < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: broker.stats.delivered["Metered"] >= 1, 10,
+                         what="the level-1 message delivered")
         held = asyncio.ensure_future(pull(peer, "Metered", queue_id=3, sys_flag=PULL_SUSPEND,
-                                          suspend_ms=3000))
-        await asyncio.sleep(0.1)
+                                          suspend_ms=30_000, timeout=40))
+        # event-driven: scrape until the endpoint shows the held pull (generous deadline)
         m = await asyncio.to_thread(_scrape, port)
+        deadline = time.monotonic() + 10
+        while m.get(("kairosmq_pull_held", ())) != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            m = await asyncio.to_thread(_scrape, port)
         assert m[("kairosmq_up", ())] == 1
         assert m[("kairosmq_messages_stored_total", (("topic", "Metered"),))] == 3
         assert m[("kairosmq_messages_delivered_total", (("topic", "Metered"),))] == 1
@@ -48,7 +56,7 @@ async def test_metrics_endpoint_reads_live_state(broker) -> None:
         assert m[("kairosmq_messages_scheduled_total", (("level", "18"),))] == 1
         assert m[("kairosmq_delayed_pending", (("level", "18"),))] == 1
         assert m[("kairosmq_delayed_pending", (("level", "1"),))] == 0
-        assert 0 < m[("kairosmq_delayed_next_due_seconds", (("level", "18"),))] <= 0.9
+        assert 0 < m[("kairosmq_delayed_next_due_seconds", (("level", "18"),))] <= 60
         assert m[("kairosmq_delivery_lateness_seconds_count", (("level", "1"),))] == 1
         assert m[("kairosmq_delivery_lateness_seconds_bucket",
                   (("le", "+Inf"), ("level", "1")))] == 1
@@ -72,9 +80,10 @@ async def test_busy_loop_reports_down(broker_factory) -> None:
 
         old, metrics.SNAPSHOT_TIMEOUT = metrics.SNAPSHOT_TIMEOUT, 0.2
         try:
-            fut = asyncio.get_running_loop().run_in_executor(None, _scrape, server.server_port)
-            time.sleep(0.5)  # noqa: ASYNC251 - block the loop: the scrape must not read state
-            m = await fut
+            # block the loop for the whole scrape (no race with a fixed sleep): the scrape
+            # must time out on its snapshot instead of reading state from another thread
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                m = pool.submit(_scrape, server.server_port).result(timeout=30)
         finally:
             metrics.SNAPSHOT_TIMEOUT = old
         assert m[("kairosmq_up", ())] == 0

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install kairosmq[spark])")
 
-from kairosmq.server.logs import CATALOGUE, COMMON  # noqa: E402
+from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, record  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch ms
@@ -53,11 +53,22 @@ def iso(ts_ms: float) -> str:
     return dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def ev(event: str, ts_ms: float, **fields: Any) -> dict[str, Any]:
-    """One log record as the broker writes it; fields are checked against the catalogue."""
-    allowed = CATALOGUE.get(event, {})
-    extra = set(fields) - set(allowed)
+def _check(event: str, fields: dict[str, Any], extra_ok: set[str] = frozenset()) -> None:
+    allowed = set(CATALOGUE.get(event, {})) | extra_ok
+    extra = set(fields) - allowed
     assert not extra or event not in CATALOGUE, f"{event} has no fields {extra}"
+
+
+def ev(event: str, ts_ms: float, **fields: Any) -> dict[str, Any]:
+    """One log record as the broker writes it (format 2, through ``logs.record``); fields
+    are checked against the catalogue (format-1-only fields are accepted and dropped)."""
+    _check(event, fields, set(FORMAT_1_FIELDS))
+    return record(event, {"component": "test", **fields}, int(ts_ms))
+
+
+def ev_v1(event: str, ts_ms: float, **fields: Any) -> dict[str, Any]:
+    """The same record in log format 1 (ISO ``timestamp``, ``level``, ``component``)."""
+    _check(event, fields, set(FORMAT_1_FIELDS))
     return {"timestamp": iso(ts_ms), "level": "info", "event": event, "component": "test",
             **fields}
 
@@ -75,4 +86,4 @@ def write_jsonl(path: Path, records: list[dict[str, Any] | str]) -> Path:
     return path
 
 
-assert set(COMMON) == {"timestamp", "level", "event", "component"}
+assert set(COMMON) == {"ts", "v", "event", "level", "component"}

@@ -80,6 +80,8 @@ def records() -> list[dict[str, Any] | str]:
         '{"timestamp": "2026-01-01T00:00:00Z", "event": "message.delivered", "delay_level": "x"}',
         '{"level": "info"}',  # no event
         '{"timestamp": "yesterday", "event": "message.stored", "msg_id": "zz"}',  # malformed
+        # a line from a broker newer than this job (format 3): counted, no metric
+        '{"ts": 1767225600000, "v": 3, "event": "message.stored", "msg_id": "future"}',
     ]
     return r
 
@@ -107,15 +109,9 @@ def per_minute(recs: list) -> dict[int, Counter]:
         if isinstance(x, dict) and x["event"].startswith("message."):
             if x["event"] == "message.stored" and x["topic"].startswith("%DLQ%"):
                 continue  # counted as dead_lettered, not as a producer's store
-            ms = _ms(x["timestamp"])
+            ms = x["ts"]
             out[(ms - T0) // 60_000][x["event"]] += 1
     return out
-
-
-def _ms(iso: str) -> int:
-    import datetime as dt
-
-    return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 FUNNEL = {  # (group, attempts, outcome) -> messages
@@ -125,8 +121,9 @@ FUNNEL = {  # (group, attempts, outcome) -> messages
     ("g1", 1, "in_retry"): 1,  # m4
     ("g2", 1, "succeeded"): 1,  # m5
 }
-LIFECYCLE = {  # msg_id -> (topic, delay_level, e2e_ms, consumer_groups)
+LIFECYCLE = {  # msg_id -> (topic, delay_level, e2e_ms, first_pulls)
     "m1": ("A", 0, 25, 1), "m2": ("A", 2, 5000 + 3 + 7 + 5, 1), "m3": ("B", 1, 1000 + 1 + 1 + 1, 1),
     "m4": ("B", 0, 11, 1), "m5": ("A", 0, 20, 2), "c07": ("C", 5, None, 0),
 }
 MALFORMED_LINES = 3  # truncated, a string delay_level, a timestamp that is no time
+NEWER_FORMAT_LINES = 1  # "v": 3

@@ -10,17 +10,18 @@ scenario did, and lateness/latency within bounds.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from pathlib import Path
 
+import kairosmq.client as client
 import pytest
 import structlog
+from kairosmq.server import logs
+from kairosmq.server.broker import Broker
 from kairosmq.spark.job import main
 
-Broker = pytest.importorskip("kairosmq.server.broker", reason="needs the broker").Broker
-client = pytest.importorskip("kairosmq.client", reason="needs the client (Producer/PushConsumer)")
-logs = pytest.importorskip("kairosmq.server.logs")
-from tests.conftest import fast_config  # noqa: E402
+from tests.conftest import fast_config
 
 pytestmark = pytest.mark.spark
 GROUP = "CG-contract"
@@ -94,6 +95,11 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     logs.close_sinks()  # drain and close: every line is on disk
     assert len(sent["calls"]) == PLAIN + PER_LEVEL * len(LEVELS) + 4, "scenario incomplete"
     files = sorted(p.name for p in broker_logs.iterdir())
+    lines = [json.loads(line) for f in broker_logs.iterdir()
+             for line in (gzip.decompress(f.read_bytes()) if f.suffix == ".gz"
+                          else f.read_bytes()).decode().splitlines()]
+    assert lines and all(r["v"] == logs.LOG_FORMAT and isinstance(r["ts"], int) for r in lines)
+    assert all("component" not in r for r in lines if r["event"] in logs.LEAN_EVENTS)
     assert any(n.endswith(".jsonl.gz") for n in files), f"no rotated gzip file: {files}"
 
     out = tmp_path / "report"
@@ -112,16 +118,18 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
                            "in_retry": 0, "dead_lettered": 1}
     assert s["dead_lettered_by_group"] == {GROUP: 1}
     assert 0 <= s["lateness_ms"]["p50"] <= s["lateness_ms"]["max"] < LATENESS_BOUND_MS
-    levels = {r["delay_level"]: r for r in
-              spark.read.parquet(str(out / "lateness_by_level")).collect()}
+    levels = {r["delay_level"]: r for r in map(
+        json.loads, (out / "lateness_by_level.jsonl").read_text().splitlines())}
     assert {lv: r["count"] for lv, r in levels.items()} == {1: 5, 2: 5, 3: 5 + 2, 4: 5}
     messages = {r["msg_id"]: r for r in spark.read.parquet(str(out / "messages")).collect()}
     assert set(messages) == {*sent["plain"], sent["retry"], sent["dlq"], *sent["delayed"]}
     levels_ms = fast_config(tmp_path / "unused").delay_levels_ms
     for mid, level in sent["delayed"].items():
         m = messages[mid]
-        assert (m["topic"], m["delay_level"], m["consumer_groups"]) == ("CtDelay", level, 1)
+        assert (m["topic"], m["delay_level"], m["first_pulls"]) == ("CtDelay", level, 1)
         assert 0 <= m["lateness_ms"] < LATENESS_BOUND_MS
         assert levels_ms[level - 1] - 5 <= m["e2e_ms"] < levels_ms[level - 1] + 10_000
+        assert abs(m["nominal_ms"] - levels_ms[level - 1]) <= 5  # deliver_ts - store time
+        assert -5 <= m["added_ms"] < 10_000
     for mid in sent["plain"]:
         assert (messages[mid]["topic"], messages[mid]["delay_level"]) == ("CtNormal", 0)

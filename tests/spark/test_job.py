@@ -19,8 +19,8 @@ from tests.spark.conftest import NO_JAVA, java_available, write_jsonl
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
-          "retry_funnel", "dlq_counts", "throughput_per_minute", "top_late", "messages",
-          "e2e_latency"}
+          "retry_funnel", "dlq_counts", "throughput_per_minute", "top_late", "e2e_latency",
+          "added_delay", "added_delay_by_topic"}
 
 
 def _layout(tmp_path: Path) -> tuple[Path, Path, list]:
@@ -28,9 +28,9 @@ def _layout(tmp_path: Path) -> tuple[Path, Path, list]:
     recs = scenario.records()
     logs = tmp_path / "logs"
     write_jsonl(logs / "broker-20260101T000000-42-1.jsonl.gz", recs[:40])
-    write_jsonl(logs / "broker.jsonl", recs[40:-4])
+    write_jsonl(logs / "broker.jsonl", recs[40:-5])
     (logs / "notes.txt").write_text("not a log file\n")
-    extra = write_jsonl(tmp_path / "elsewhere" / "tail.jsonl", recs[-4:])
+    extra = write_jsonl(tmp_path / "elsewhere" / "tail.jsonl", recs[-5:])
     return logs, extra, recs
 
 
@@ -39,6 +39,7 @@ def _check_outputs(out: Path, recs: list) -> dict:
     assert summary["lines"] == len(recs)
     assert summary["malformed_lines"] == scenario.MALFORMED_LINES
     assert summary["lines_without_event"] == 1 and summary["uncatalogued_events"] == 1
+    assert summary["newer_format_lines"] == scenario.NEWER_FORMAT_LINES
     names = Counter(r["event"] for r in recs if isinstance(r, dict))
     assert summary["events"]["delivered"] == names["message.delivered"]
     assert summary["events"]["consumed"] == names["message.pulled"]
@@ -46,14 +47,17 @@ def _check_outputs(out: Path, recs: list) -> dict:
                                  "in_retry": 1, "dead_lettered": 1}
     assert summary["dead_lettered_by_group"] == {"g1": 1}
     assert summary["lateness_ms"]["max"] == 20.0
-    assert {p.name for p in out.iterdir() if p.is_dir()} == TABLES
+    assert {p.name for p in out.iterdir() if p.is_dir()} - {"parquet-cache"} == {"messages"}
+    assert {p.stem for p in out.glob("*.jsonl")} == TABLES
+    top = [json.loads(line) for line in (out / "top_late.jsonl").read_text().splitlines()]
+    assert top[0]["rank"] == 1 and top[0]["delivered_at"].startswith("2026-01-01T00:02:01")
     html = (out / "report.html").read_text(encoding="utf-8")
     svgs = [html[i:html.index("</svg>", i) + 6] for i in range(len(html))
             if html.startswith("<svg", i)]
-    assert len(svgs) == 3
+    assert len(svgs) == 4
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
-    assert "made.up.event" in html and "%RETRY%g1" in html
+    assert "made.up.event" in html and "%RETRY%g1" in html and "<details>" in html
     return summary
 
 
@@ -64,10 +68,30 @@ def test_main_reads_a_log_dir_with_rotated_gzip_plus_a_file(spark, tmp_path, cap
                "--shuffle-partitions", "2"])
     assert rc == 0
     _check_outputs(out, recs)
-    assert spark.read.parquet(str(out / "top_late")).count() == 5
+    assert len((out / "top_late.jsonl").read_text().splitlines()) == 5
     assert spark.read.parquet(str(out / "messages")).count() == 25
     printed = capsys.readouterr()
-    assert "dead-lettered 1" in printed.out and "[10/10] report" in printed.err
+    assert "dead-lettered 1" in printed.out and "[7/7] report" in printed.err
+
+
+def test_incremental_converts_closed_files_once_and_reports_the_same(spark, tmp_path, capsys):
+    logs, extra, recs = _layout(tmp_path)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    args = [str(logs), "-i", str(extra), "-o", str(out), "--shuffle-partitions", "2",
+            "--incremental", "--cache-dir", str(cache)]
+    assert main(args) == 0
+    first = _check_outputs(out, recs)
+    entries = sorted(p.name for p in cache.iterdir())
+    # the rotated gzip file and the stray tail.jsonl are closed; broker.jsonl is the open one
+    assert [e.split("-")[0] for e in entries] == ["broker", "tail.jsonl"], entries
+    assert "parquet cache (+2)" in capsys.readouterr().err
+    stamp = {e: (cache / e / "_SUCCESS").stat().st_mtime_ns for e in entries}
+    assert main(args) == 0
+    assert "parquet cache (+0)" in capsys.readouterr().err
+    second = _check_outputs(out, recs)
+    assert {e: (cache / e / "_SUCCESS").stat().st_mtime_ns for e in entries} == stamp
+    first.pop("meta", None), second.pop("meta", None)
+    assert first == second
 
 
 def test_failfast_stops_on_a_malformed_line_and_bad_inputs_exit_2(spark, tmp_path, capsys):

@@ -11,30 +11,40 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from kairosmq.server.logs import CATALOGUE, COMMON, all_fields
-from kairosmq.spark import report, svg
+from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, all_fields
+from kairosmq.spark import report, svg, tables
 from kairosmq.spark.job import InputError, parse_args, resolve_inputs
-from kairosmq.spark.schema import CORRUPT, LOG_EVENT_SCHEMA, SPARK_TYPES, build_schema
-from kairosmq.spark.transforms import MESSAGE_COLUMNS
-from pyspark.sql.types import IntegerType, StringType, TimestampType
+from kairosmq.spark.schema import (
+    CORRUPT,
+    LOG_EVENT_SCHEMA,
+    SPARK_TYPES,
+    build_schema,
+    contract_fields,
+)
+from kairosmq.spark.transforms import READ_COLUMNS
+from pyspark.sql.types import IntegerType, LongType, StringType, TimestampType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_schema_is_the_catalogue_plus_the_corrupt_column():
-    fields = all_fields()
+    fields = contract_fields()
     names = [f.name for f in LOG_EVENT_SCHEMA.fields]
     assert names == [*fields, CORRUPT]
+    assert list(fields)[:len(all_fields())] == list(all_fields())  # format 2 first
     for f in LOG_EVENT_SCHEMA.fields[:-1]:
         assert f.dataType == SPARK_TYPES[fields[f.name]] and f.nullable, f.name
     # spot checks written out by hand, so a wrong mapping table cannot pass unnoticed
     by_name = {f.name: f.dataType for f in LOG_EVENT_SCHEMA.fields}
     assert by_name["timestamp"] == TimestampType() and by_name["delay_level"] == IntegerType()
+    assert by_name["ts"] == LongType() and by_name["v"] == IntegerType()
     assert by_name["lateness_ms"].typeName() == "double"
     assert by_name["deliver_ts"].typeName() == "long" and by_name[CORRUPT] == StringType()
-    every = set(COMMON).union(*CATALOGUE.values())
+    every = set(COMMON).union(*CATALOGUE.values()) | set(FORMAT_1_FIELDS)
     assert set(names) == every | {CORRUPT}
-    assert set(MESSAGE_COLUMNS) <= set(names)  # the metrics read only catalogued fields
+    assert set(READ_COLUMNS) <= set(names)  # the metrics read only catalogued fields
+    for event, dropped in LEAN_EVENTS.items():  # format 2 dropped them: format 1 still types
+        assert set(dropped) <= set(FORMAT_1_FIELDS) and not set(dropped) & set(CATALOGUE[event])
 
 
 def test_schema_rejects_unknown_catalogue_types():
@@ -64,6 +74,12 @@ def test_charts_are_well_formed_and_escaped():
     root = ET.fromstring(chart)
     assert root.tag.endswith("svg") and "a <b>" in "".join(root.itertext())
     assert len([e for e in root.iter() if e.tag.endswith("rect")]) == 2 + 3  # legend + bars
+    ticks = [t.text for t in root.iter() if t.tag.endswith("text") and t.get("text-anchor") ==
+             "end"]
+    assert ticks == ["1", "10", "100", "1k", "10k", "100k", "1M"]  # a log axis: no 0 tick
+    band = svg.band_chart(["L1", "L2"], [{"p50": 2.0, "p90": 3.0, "p99": 9.0, "p999": 9.5,
+                                          "max": 12.0}, {"p50": None}], title="b")
+    assert len([e for e in ET.fromstring(band).iter() if e.tag.endswith("rect")]) == 4 + 3
     line = svg.line_chart(["00:00", "00:01", "00:02"], {"s": [1, None, 3]}, title="t")
     ET.fromstring(line)
     assert "no data" in svg.line_chart([], {}, title="empty")
@@ -96,7 +112,7 @@ def test_summary_console_and_html_from_plain_rows():
     text = report.console_summary(tables, s)
     assert "dead-lettered 1" in text and len(text.splitlines()) < 30
     html = report.render_html(tables, s, {"inputs": "x", "mode": "PERMISSIVE"})
-    assert "g&lt;script&gt;" in html and "<script>" not in html and html.count("<svg") == 3
+    assert "g&lt;script&gt;" in html and "<script>" not in html and html.count("<svg") == 4
     assert "00:01" in html  # the missing minute is drawn as zero
 
 
@@ -123,3 +139,31 @@ def test_job_file_runs_as_a_script_without_the_package_installed():
                           cwd="/", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "kairosmq report" in proc.stdout and "--mode" in proc.stdout
+
+
+def test_histogram_percentiles_are_nearest_rank_within_one_percent():
+    import math
+    import random
+
+    rng = random.Random(7)
+    values = [round(rng.lognormvariate(1, 1.2), 3) for _ in range(5000)] + [0.0, -1.5]
+    growth = 1.01
+    hist: dict[int, list[float]] = {}
+    for v in values:  # the same bucket rule as transforms.bucket
+        b = -10_000 if v <= 0.001 else math.ceil(math.log(v) / math.log(growth))
+        cell = hist.setdefault(b, [0, -math.inf, 0.0])
+        cell[0] += 1
+        cell[1] = max(cell[1], v)
+        cell[2] += v
+    rows = [{"k": "x", "bucket": b, "n": n, "hi": hi, "total": t}
+            for b, (n, hi, t) in hist.items()]
+    got = tables.summary_rows(rows, ["k"])[0]
+    exact = sorted(values)
+    assert got["count"] == len(values) and got["max"] == max(values)
+    assert got["mean"] == pytest.approx(sum(values) / len(values))
+    for name, p in tables.QUANTILES:
+        true = exact[math.ceil(p * len(exact)) - 1]
+        assert true <= got[name] <= true * growth + 1e-9, name
+    # merging across keys equals summarizing the union
+    half = [{**r, "k": "y" if i % 2 else "x"} for i, r in enumerate(rows)]
+    assert tables.summary_rows(half, [])[0] == tables.summary_rows(rows, [])[0]

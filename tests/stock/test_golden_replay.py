@@ -170,7 +170,7 @@ async def test_silent_route_lookups_on_a_fresh_broker(broker: Any, client: str) 
         check_reply_envelope(reply, e["header"])
         topic = e["header"]["extFields"]["topic"]
         if topic == TOPIC:
-            # Unknown topic: 17, so producers fall back to TBW102 (J4 name server).
+            # Unknown topic: 17, so producers fall back to TBW102 (RocketMQ name server).
             assert reply.code == ResponseCode.TOPIC_NOT_EXIST, reply.header
             assert reply.body == b"" and reply.header.get("remark")
         else:
@@ -272,7 +272,7 @@ class Flow:
                 json.loads(_mock("reply-consumer-list-to-38.hex")[1]))
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
             reply = await self._consumer_call(frame, h)
-            # Nothing stored yet and no committed offset: 22, as a J4 broker answers...
+            # Nothing stored yet and no committed offset: 22, as a RocketMQ broker answers...
             assert reply.code == ResponseCode.QUERY_NOT_FOUND, reply.header
             # ...and the client falls back to GET_MAX_OFFSET (its notfound-* capture).
             ne, nf = notfound[RequestCode.GET_MAX_OFFSET]
@@ -348,12 +348,14 @@ class Flow:
         first = e["file"].endswith("-first.hex")
         source = self.pulled[TOPIC if first else retry]
         frame = patch_ext(frame, "offset", source.commit_log_offset)
+        # Before the request: the delay runs from the broker's receipt, and taking the time
+        # after the reply would shorten the measured delay by the reply's latency.
+        t0 = asyncio.get_running_loop().time()
         reply = await self._consumer_call(frame, h)
         assert reply.code == ResponseCode.SUCCESS and not reply.ext, reply.header
         _same_ext_keys(reply, "reply-send-back-to-36.hex")
         expected_rt = source.reconsume_times + 1
         level = 3 + source.reconsume_times
-        t0 = asyncio.get_running_loop().time()
         if first:
             # The %RETRY% pull held since the start answers after level 3.
             fut, _ = self.held.pop(retry)

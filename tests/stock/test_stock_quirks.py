@@ -43,7 +43,8 @@ def _port_with_free_vip() -> int:
         except OSError:
             continue
         return port
-    pytest.skip("no free port pair P, P-2 found")
+    pytest.skip("VIP channel test not run: no free port pair P, P-2 (P > 1025) on 127.0.0.1 "
+                "in 100 tries")
 
 
 def _json_frame(header: bytes, body: bytes = b"") -> bytes:
@@ -150,11 +151,11 @@ async def test_pull_without_subscription_uses_the_heartbeat_one(broker: Any) -> 
 
 async def test_transactional_half_message_is_refused_not_delivered(broker: Any) -> None:
     """No transactions: a half message (TRAN_MSG=true, sysFlag PREPARED) is refused with
-    NO_PERMISSION (J4 with rejectTransactionMessage) instead of being delivered at once."""
+    NO_PERMISSION (RocketMQ with rejectTransactionMessage) instead of being delivered at once."""
     peer = await RawPeer.connect(broker.address)
     r = await send(peer, "TxTopic", b"half", {"TRAN_MSG": "true", "PGROUP": "PG"}, f=4)
     assert r.code == ResponseCode.NO_PERMISSION and "transaction" in (r.remark or "")
     assert broker.store.max_offset("TxTopic", 0) == 0
     r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=b"{}")
-    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED  # no SQL92 filters
+    assert r.code == ResponseCode.SUCCESS  # no subscriptionData: nothing to check (RocketMQ)
     await peer.close()

@@ -45,6 +45,12 @@ function poke() {
   }
 }
 
+// ali-ons errors carry the broker's response code (err.code) when a request was refused.
+const errorEvent = (who, err) => ({
+  event: 'error', who, name: err.name || null,
+  code: typeof err.code === 'number' ? err.code : null, message: err.message,
+});
+
 function describe(msg) {
   return {
     msgId: msg.msgId,
@@ -76,7 +82,7 @@ async function main() {
   };
 
   const producer = new Producer(Object.assign({ producerGroup: cfg.producerGroup }, common));
-  producer.on('error', err => out({ event: 'error', who: 'producer', message: err.message }));
+  producer.on('error', err => out(errorEvent('producer', err)));
   await producer.ready();
   out({ event: 'producer.ready' });
 
@@ -95,7 +101,7 @@ async function main() {
   await send(cfg.retryTopic, 'Warm', 'warm-retry', 'warm-retry', 0);
 
   const okConsumer = new Consumer(Object.assign({ consumerGroup: cfg.okGroup }, common));
-  okConsumer.on('error', err => out({ event: 'error', who: 'okConsumer', message: err.message }));
+  okConsumer.on('error', err => out(errorEvent('okConsumer', err)));
   okConsumer.subscribe(cfg.delayTopic, '*', async msg => {
     out(Object.assign({ event: 'consumed', group: cfg.okGroup }, describe(msg)));
     record(cfg.okGroup, msg.body.toString());
@@ -106,7 +112,7 @@ async function main() {
   }, common));
   failConsumer.on('error', err => {
     // The deliberate failures come back here as "process mq message failed" errors.
-    if (!/driver: failing/.test(err.message)) out({ event: 'error', who: 'failConsumer', message: err.message });
+    if (!/driver: failing/.test(err.message)) out(errorEvent('failConsumer', err));
   });
   failConsumer.subscribe(cfg.retryTopic, '*', async msg => {
     const body = msg.body.toString();

@@ -1,0 +1,143 @@
+"""StoreReads: the read path of the message store (pulls and lookups by offset).
+
+Owns: ``get`` (pull reads of a consume queue with tag filtering, bounded by count,
+bytes and units scanned), ``read_record``/``read_at`` (checked reads at a client-given
+physical offset), ``read`` (raw commit-log bytes) and ``store_time_at``. ``MessageStore``
+(message_store.py) inherits these; it owns ``queues``, ``commitlog`` and
+``max_record_size``, which the read path only reads.
+
+Invariants:
+* Reads never write: no consume queue, commit-log byte or store state changes, so
+  reads and pulls go on while puts are refused (write failure, disk watermark).
+* Reads at client-given offsets go through ``read_record``: the one record check plus
+  "a consume-queue unit points here", so a record hidden in a body is never served.
+* ``get`` never returns a unit below the commit log's minimum offset or a hole (they
+  make ``OFFSET_FOUND_NULL`` when nothing else matched); if retention removes a range
+  while it reads, the answer is cut before that unit and ``next_begin_offset`` follows
+  the last unit returned.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from kairosmq.protocol.errors import MessageDecodeError
+from kairosmq.protocol.message import STORE_TIMESTAMP_POS, decode_record
+
+from .commitlog import CommitLog, RecordProblem
+from .consumequeue import ConsumeQueue
+from .types import GetResult, GetStatus
+
+__all__ = ["StoreReads"]
+
+_I64 = struct.Struct(">q")
+
+
+class StoreReads:
+    """Read methods of ``MessageStore`` (a mixin over the attributes below)."""
+
+    queues: dict[tuple[str, int], ConsumeQueue]
+    commitlog: CommitLog
+    max_record_size: int
+
+    def read(self, phy_offset: int, size: int) -> bytes | None:
+        return self.commitlog.read(phy_offset, size)
+
+    def read_at(self, phy_offset: int) -> bytes | None:
+        """The checked record at ``phy_offset`` (``read_record``), or None."""
+        rec = self.read_record(phy_offset)
+        return None if isinstance(rec, RecordProblem) else rec
+
+    def read_record(self, phy_offset: int) -> bytes | RecordProblem:
+        """The stored message record at a client-given ``phy_offset``, or why there is none.
+
+        Checks (one rule, ``commitlog.check_record``): inside the log, magic, size within
+        ``max_record_size``, lengths, body CRC, the record's own PHYSICALOFFSET field;
+        then that it decodes and that its consume-queue unit points back at it, so a
+        record crafted inside a message body is never taken for a stored one.
+        """
+        rec = self.commitlog.read_record(phy_offset, self.max_record_size)
+        if isinstance(rec, RecordProblem):
+            return rec
+        try:
+            m = decode_record(rec)
+        except MessageDecodeError:
+            return RecordProblem.UNREADABLE
+        cq = self.queues.get((m.topic, m.queue_id))
+        unit = cq.get(m.queue_offset) if cq is not None else None
+        if unit is None or unit[0] != phy_offset or unit[1] != len(rec):
+            return RecordProblem.NOT_RECORD_START
+        return rec
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 << 20,
+        match: Callable[[int], bool] | None = None,
+        max_scan: int = 16_000,
+    ) -> GetResult:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None or cq.max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        log_min = self.commitlog.min_offset
+        total = scanned = 0
+        pos = offset
+        missing = False
+        while pos < hi and len(res.units) < max_count and scanned < max_scan:
+            # a chunk at a time: a filter may skip units, but most pulls need max_count
+            units = cq.units(pos, min(max_scan - scanned, hi - pos, max(64, 2 * max_count)))
+            if not units:
+                break
+            for unit in units:
+                phy, size, code = unit
+                scanned += 1
+                if phy < log_min or size <= 0:  # removed by retention, a hole, lost
+                    missing = True
+                elif match is None or match(code):
+                    if res.units and total + size > max_bytes:
+                        scanned -= 1
+                        break
+                    total += size
+                    res.units.append(unit)
+                    res.queue_offsets.append(offset + scanned - 1)
+                    if len(res.units) >= max_count:
+                        break
+            else:
+                pos += len(units)
+                continue
+            break
+        if res.units:
+            res.chunks, read = self.commitlog.read_concat([(u[0], u[1]) for u in res.units])
+            if read < len(res.units):  # a range fell outside the log (retention raced us)
+                del res.units[read:]
+                del res.queue_offsets[read:]
+                if res.queue_offsets:
+                    scanned = res.queue_offsets[-1] - offset + 1
+        res.next_begin_offset = offset + scanned
+        if res.units:
+            res.status = GetStatus.FOUND
+        elif missing:
+            res.status = GetStatus.OFFSET_FOUND_NULL
+        return res
+
+    def store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:
+        cq = self.queues.get((topic, queue_id))
+        unit = cq.get(index) if cq else None
+        if unit is None or unit[0] < self.commitlog.min_offset:
+            return None
+        data = self.commitlog.read(unit[0] + STORE_TIMESTAMP_POS, 8)
+        return _I64.unpack(data)[0] if data else None
+
