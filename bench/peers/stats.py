@@ -1,0 +1,135 @@
+"""Process accounting from /proc and the figures of one run.
+
+Owns: ``ProcTree`` (CPU seconds and RSS of a server's process tree), ``percentile`` and
+``summarize`` (one result row from the producer's and consumer's reports and the records).
+
+Invariants: CPU = utime + stime from ``/proc/<pid>/stat`` of every process in the tree,
+measured as a delta over the run (a process that appears during the run counts from 0);
+RSS = the sum over the tree of ``VmRSS`` sampled during the run (peak) and of ``VmHWM``;
+percentiles are nearest-rank on the sorted lateness, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+REC = struct.Struct("<Qdd")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def status_kib(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    k, v = line.split(":")
+                    out[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class ProcTree:
+    """The process tree under the given root pids, for CPU and RSS accounting."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+        self.cpu0: dict[int, float] = {}
+        self.rss_peak_kib = 0
+        self.hwm_kib = 0
+
+    def pids(self) -> list[int]:
+        kids = _children()
+        out, todo = [], list(self.roots)
+        while todo:
+            p = todo.pop()
+            if os.path.exists(f"/proc/{p}"):
+                out.append(p)
+            todo.extend(kids.get(p, []))
+        return out
+
+    def begin(self) -> None:
+        self.cpu0 = {p: cpu_seconds(p) for p in self.pids()}
+        self.rss_peak_kib = self.hwm_kib = 0
+        self.sample()
+
+    def sample(self) -> None:
+        rss = hwm = 0
+        for p in self.pids():
+            s = status_kib(p)
+            rss += s.get("VmRSS", 0)
+            hwm += s.get("VmHWM", 0)
+        self.rss_peak_kib = max(self.rss_peak_kib, rss)
+        self.hwm_kib = max(self.hwm_kib, hwm)
+
+    def cpu_used(self) -> float:
+        return sum(cpu_seconds(p) - self.cpu0.get(p, 0.0) for p in self.pids())
+
+
+def percentile(sorted_vals: list[float], p: float) -> float | None:
+    if not sorted_vals:
+        return None
+    k = max(0, min(len(sorted_vals) - 1, -(-len(sorted_vals) * p // 100) - 1))
+    return sorted_vals[int(k)]
+
+
+def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, Any],
+              records: bytes, delay_ms: int, cpu_s: float, tree: ProcTree) -> dict[str, Any]:
+    d = delay_ms / 1000.0
+    recs = list(REC.iter_unpack(records))
+    late = sorted((r - (s + d)) * 1000.0 for _, s, r in recs)
+    # lateness by second of send time, [second, count, p50, max]: a growing backlog shows here
+    by_sec: dict[int, list[float]] = {}
+    for _, s, r in recs:
+        by_sec.setdefault(int(s - prod["first_send"]), []).append((r - (s + d)) * 1000.0)
+    timeline = [[sec, len(v), round(percentile(sorted(v), 50) or 0.0, 2), round(max(v), 2)]
+                for sec, v in sorted(by_sec.items())]
+    acked, received = prod["acked"], cons["received"]
+    span = prod["last_ack"] - prod["first_send"]
+    dspan = cons["last_recv"] - cons["first_recv"]
+    return {
+        "system": system, "rate": int(rate) if rate else "max",
+        "sent": prod["sent"], "acked": acked, "send_errors": prod["errors"],
+        "last_send_error": prod["last_error"],
+        "send_rate": acked / span if acked > 1 and span > 0 else 0.0,
+        "delivery_rate": received / dspan if received > 1 and dspan > 0 else 0.0,
+        "received": received, "lost": max(0, acked - received),
+        "duplicates": cons["duplicates"],
+        "early": sum(1 for x in late if x < 0),
+        "early_over_1ms": sum(1 for x in late if x < -1.0),
+        "lateness_ms": {k: percentile(late, p) for k, p in
+                        (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9))}
+        | {"max": late[-1] if late else None, "min": late[0] if late else None},
+        "broker_rss_mb": round(tree.rss_peak_kib / 1024, 1),
+        "broker_vmhwm_mb": round(tree.hwm_kib / 1024, 1),
+        "broker_cpu_s": round(cpu_s, 3),
+        "broker_cpu_us_per_msg": round(cpu_s * 1e6 / received, 1) if received else None,
+        "consumer_errors": cons.get("errors", []),
+        "timeline_by_send_second": timeline,
+    }
