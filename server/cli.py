@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "report":
         return cmd_report(argv[1:])
     if argv and argv[0] == "admin":
-        from .admin_cli import main as admin_main
+        from kairosmq.client.admin import main as admin_main
 
         return int(admin_main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="kairosmq", description=__doc__)

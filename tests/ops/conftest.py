@@ -7,7 +7,7 @@ import io
 from collections.abc import Awaitable, Callable
 
 import pytest
-from kairosmq.server import admin_cli
+from kairosmq.client import admin as admin_cli
 from kairosmq.server.broker import Broker
 
 AdminRunner = Callable[..., Awaitable[tuple[int, str, str]]]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kairosmq.server import admin_cli
+from kairosmq.client import admin as admin_cli
 from kairosmq.server.cli import _broker_parser
 from kairosmq.server.config import BrokerConfig
 

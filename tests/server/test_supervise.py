@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import structlog
+from kairosmq.client import admin as admin_cli
 from kairosmq.protocol.codes import RequestCode
-from kairosmq.server import admin_cli
 from kairosmq.server.logsink import StreamSink
 from kairosmq.server.supervise import ServiceState, Supervisor
 

@@ -1,13 +1,16 @@
 """``kairosmq admin``: operate a running broker over the remoting protocol (mqadmin-style).
 
 Owns: argument parsing, broker address resolution (``--broker``, else the name server's
-cluster info), one request per step through ``kairosmq.client.remoting.RemotingPool``, and
-output: aligned tables by default, ``--json`` for scripts. See docs/admin.md.
+cluster info), one request per step through the client's remoting layer (``RemotingPool``),
+and output: aligned tables by default, ``--json`` for scripts. See docs/admin.md. It lives in
+kairosmq.client because it is a protocol client; ``kairosmq admin`` (server/cli.py) calls
+``main``.
 
 Invariants: talks only the wire protocol (works against any reachable broker, no file
-access); exit status 0 on success, 1 when the broker answered an error or a lookup found
-nothing, 2 when the broker or name server cannot be reached. ``main(argv)`` runs its own
-event loop, so call it from a thread when a loop is already running.
+access, nothing imported from kairosmq.server); exit status 0 on success, 1 when the broker
+answered an error or a lookup found nothing, 2 when the broker or name server cannot be
+reached. ``main(argv)`` runs its own event loop, so call it from a thread when a loop is
+already running.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ import sys
 from typing import Any, TextIO
 
 import orjson
-from kairosmq.client.errors import ClientError
-from kairosmq.client.remoting import RemotingPool
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
@@ -29,6 +30,8 @@ from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_records
 
 from . import admin_view as view
+from .errors import ClientError
+from .remoting import RemotingPool
 
 
 class AdminError(Exception):
