@@ -313,7 +313,7 @@ class Broker:
             level = int(level_s)
             if level > 0:
                 level = transform_delayed(msg, level, self.config.delay_levels_ms,
-                                          self.store.clock_ms())
+                                          self.store.clock_ms(), round_up_ms=1)
             else:
                 props.pop(DELAY, None)
         result = self.store.put(msg)
@@ -434,10 +434,11 @@ class Broker:
             self.locks.expire()
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
-                segs, files = self.store.delete_expired(self.config.file_reserved_hours * 3600)
-                if segs:
-                    self.log.info("store.files_deleted", kind="commitlog", count=segs, bytes=0)
-                if files:
-                    self.log.info("store.files_deleted", kind="consumequeue", count=files,
-                                  bytes=0)
+                gone = self.store.delete_expired(self.config.file_reserved_hours * 3600)
+                if gone.segments:
+                    self.log.info("store.files_deleted", kind="commitlog", count=gone.segments,
+                                  bytes=gone.segment_bytes)
+                if gone.queue_files:
+                    self.log.info("store.files_deleted", kind="consumequeue",
+                                  count=gone.queue_files, bytes=gone.queue_file_bytes)
             st.ok()

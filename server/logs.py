@@ -6,7 +6,10 @@ renderer on a TTY) and ``CATALOGUE``: every event name the broker emits, with it
 Invariants:
 * Event names are stable dotted names; fields are added, never renamed or retyped, and
   ``spark/schema.py`` is changed in the same commit as this table (a contract test reads
-  real broker logs with the Spark schema in FAILFAST mode).
+  real broker logs with the Spark schema in FAILFAST mode). The table is exact both ways:
+  ``tests/server/test_log_catalogue.py`` checks every log call in ``server/`` (event
+  catalogued, keywords catalogued, every catalogued field passed) and every line a live
+  broker writes (event catalogued, keys within its fields and ``COMMON``).
 * Line format ``LOG_FORMAT`` (2): every JSON line starts with ``ts`` (epoch ms of the log
   call), ``v`` (the format, 2) and ``event``; other events add ``level`` and ``component``.
   The per-message events of ``LEAN_EVENTS`` (the hot path, most of the volume) carry no
@@ -36,6 +39,8 @@ import structlog
 
 from .logsink import BufferedSink, RotatingJsonSink, StreamSink
 
+_format_exc_info = structlog.processors.format_exc_info
+
 LOG_FORMAT = 2  # the ``v`` of every JSON line; format 1 lines have no ``v``
 
 # field name -> type name (Spark: string, long, int, double, boolean)
@@ -51,6 +56,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # ---- lifecycle
     "broker.started": {"host": "string", "port": "int", "namesrv_port": "int",
                        "data_dir": "string", "delay_levels": "string", "flush_mode": "string"},
+    # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
+    "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},
     "broker.stopped": {"uptime_ms": "double"},
     # error level: a stop step failed or timed out; stop goes on and closes the files
@@ -106,7 +113,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "conn.refused": {"peer": "string", "listener": "string", "connections": "int",
                      "reason": "string"},
     "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
-    "request.failed": {"peer": "string", "request_code": "int", "error": "string"},
+    # error level, from ``log.exception``: ``exception`` is the formatted traceback (an
+    # event logged that way must list it)
+    "request.failed": {"peer": "string", "request_code": "int", "error": "string",
+                       "exception": "string"},
     # a request refused by server/ingress.py (bad name, integer, size, property)
     "request.rejected": {"peer": "string", "request_code": "int", "code": "int",
                          "remark": "string"},
@@ -204,7 +214,10 @@ def record(event: str, fields: dict[str, Any], ts_ms: int, level: str = "info") 
 
 
 def _stamp(_logger: Any, name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """structlog processor: the format-2 record (see ``record``) stamped now."""
+    """structlog processor: the format-2 record (see ``record``) stamped now; a
+    ``log.exception`` call's ``exc_info`` becomes the ``exception`` traceback text."""
+    if "exc_info" in event_dict:
+        event_dict = _format_exc_info(_logger, name, event_dict)
     return record(event_dict.get("event", ""), event_dict, int(time.time() * 1000),
                   "warning" if name == "warn" else name)
 

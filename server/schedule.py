@@ -65,14 +65,21 @@ def _wall_ms() -> int:
 
 
 def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
-                      now_ms: int) -> int:
-    """Divert ``msg`` into the schedule topic in place; return the (clamped) level."""
+                      now_ms: int, *, round_up_ms: int = 0) -> int:
+    """Divert ``msg`` into the schedule topic in place; return the (clamped) level.
+
+    The due time is ``now_ms + delay + round_up_ms``. The broker passes ``round_up_ms=1``
+    because its ``now_ms`` is a truncated wall-clock reading (the real instant of the put
+    lies in ``[now_ms, now_ms + 1)``): so the due time never precedes the real put instant
+    plus the delay, and no message is delivered early as seen by a sender's
+    sub-millisecond clock. Exact clocks (tests) pass 0.
+    """
     level = min(level, len(levels_ms))
     props = msg.properties
     props[REAL_TOPIC] = msg.topic
     props[REAL_QID] = str(msg.queue_id)
     props[DELAY] = str(level)
-    props[DELIVER_TIME] = str(now_ms + levels_ms[level - 1])
+    props[DELIVER_TIME] = str(now_ms + levels_ms[level - 1] + round_up_ms)
     msg.topic = SCHEDULE_TOPIC
     msg.queue_id = level - 1
     msg.store_timestamp = now_ms

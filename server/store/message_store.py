@@ -40,7 +40,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,
@@ -97,6 +97,15 @@ def compute_tags_code(topic: str, props: dict[str, str]) -> int:
             return int(raw)
         return 0
     return tags_code(props.get(TAGS))
+
+
+class Expired(NamedTuple):
+    """What one retention pass deleted (files are fixed-size: the bytes are their sizes)."""
+
+    segments: int
+    queue_files: int
+    segment_bytes: int
+    queue_file_bytes: int
 
 
 class MessageStore(StoreReads):
@@ -418,13 +427,15 @@ class MessageStore(StoreReads):
             cq.close()
         self.commitlog.close()
 
-    def delete_expired(self, reserved_seconds: float) -> tuple[int, int]:
+    def delete_expired(self, reserved_seconds: float) -> Expired:
         """Retention: drop expired commit-log segments and the queue files they orphan."""
         segs = self.commitlog.delete_expired(reserved_seconds)
-        files = 0
+        files = queue_bytes = 0
         if segs:
             floor = self.commitlog.min_offset
             for cq in self.queues.values():
-                files += cq.delete_below_phy(floor)
-        return len(segs), files
+                n = cq.delete_below_phy(floor)
+                files += n
+                queue_bytes += n * cq.file_bytes
+        return Expired(len(segs), files, len(segs) * self.commitlog.segment_size, queue_bytes)
 

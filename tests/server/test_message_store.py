@@ -367,14 +367,16 @@ async def test_delete_expired_segments_and_queue_files(root: Path) -> None:
     old = time.time() - 10 * 3600
     for p in (root / "commitlog").iterdir():
         os.utime(p, (old, old))
-    segs, files = s.delete_expired(3600)
-    assert segs == 2
+    gone = s.delete_expired(3600)
+    segs, files = gone.segments, gone.queue_files
+    assert segs == 2 and gone.segment_bytes == 2 * SEG
     floor = 2 * SEG
     first_kept = next(i for i, r in enumerate(rs) if r.phy_offset >= floor)
     # CQ files of 10 units whose last unit points below the floor are deleted
     assert files == first_kept // 10
     cq = s.find_queue("T", 0)
     assert cq.min_offset == (first_kept // 10) * 10
+    assert gone.queue_file_bytes == files * cq.file_bytes > 0
     too_small = s.get("T", 0, 0, 32)
     assert (too_small.status, too_small.next_begin_offset) == (
         GetStatus.OFFSET_TOO_SMALL, cq.min_offset)
@@ -393,7 +395,7 @@ async def test_delete_expired_segments_and_queue_files(root: Path) -> None:
 async def test_delete_expired_keeps_recent(store: MessageStore) -> None:
     _put_n(store, 70, size=1000)
     store.write_out()
-    assert store.delete_expired(3600) == (0, 0)
+    assert store.delete_expired(3600) == (0, 0, 0, 0)
 
 
 # ---------------------------------------------------------------- files

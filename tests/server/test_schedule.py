@@ -334,7 +334,7 @@ def test_retention_skips_units_whose_records_were_deleted(tmp_path: Path) -> Non
             old = time.time() - 10 * 3600
             for p in (rig.store.data_dir / "commitlog").iterdir():
                 os.utime(p, (old, old))
-            segs, files = rig.store.delete_expired(3600)
+            segs, files, _, _ = rig.store.delete_expired(3600)
             floor = rig.store.commitlog.min_offset
             survivors = [i for i, p in enumerate(phys) if p >= floor]
             assert segs == 2 and files > 0
