@@ -9,8 +9,9 @@ table, ``report.html``, ``summary.json``, a console summary).
 Invariants:
 * Runs unchanged as ``kairosmq report ...`` (``main(argv)``), as ``python spark/job.py`` and as
   ``spark-submit spark/job.py``: when run as a script from a checkout where the package is not
-  installed, ``_bootstrap`` maps ``kairosmq.server``/``kairosmq.spark`` onto the folders next to
-  this file (the same mapping as ``pyproject.toml``).
+  installed, ``_bootstrap`` maps ``kairosmq.protocol``/``kairosmq.spark`` onto the folders next to
+  this file (the same mapping as ``pyproject.toml``; protocol as a bare package, so the
+  driver needs nothing but pyspark). spark/ never imports ``kairosmq.server`` (a test checks).
 * Built-in Spark SQL only (no UDFs): executors never start Python. The small tables travel
   from the driver to the JVM as local rows (unpickled by the JVM) to be written as parquet.
 * The input is parsed once into a narrow cache; every aggregate reads the cache. Under
@@ -48,7 +49,13 @@ def _bootstrap() -> None:
     pkg = types.ModuleType("kairosmq")
     pkg.__path__ = []
     sys.modules["kairosmq"] = pkg
-    for sub in ("server", "spark"):
+    # kairosmq.protocol as a bare package: only its stdlib-only ``events`` module is needed
+    # here, and its __init__ would import the codecs (and their third-party dependencies).
+    protocol = types.ModuleType("kairosmq.protocol")
+    protocol.__path__ = [str(here.parent / "protocol")]
+    sys.modules["kairosmq.protocol"] = protocol
+    pkg.protocol = protocol  # type: ignore[attr-defined]
+    for sub in ("spark",):
         spec = importlib.util.spec_from_file_location(
             f"kairosmq.{sub}", here.parent / sub / "__init__.py",
             submodule_search_locations=[str(here.parent / sub)])
@@ -58,10 +65,10 @@ def _bootstrap() -> None:
         spec.loader.exec_module(module)
         setattr(pkg, sub, module)
     try:
-        importlib.import_module("kairosmq.server.logs")
+        importlib.import_module("kairosmq.protocol.events")
     except ImportError as exc:
         raise SystemExit(
-            f"spark/job.py: cannot import the log catalogue kairosmq.server.logs ({exc}); "
+            f"spark/job.py: cannot import the log catalogue kairosmq.protocol.events ({exc}); "
             "install kairosmq on the driver (pip install 'kairosmq[spark]') or point "
             "PYSPARK_PYTHON at an environment that has it") from exc
 
@@ -69,7 +76,7 @@ def _bootstrap() -> None:
 if __package__ in (None, ""):
     _bootstrap()
 
-from kairosmq.server.logs import CATALOGUE  # noqa: E402
+from kairosmq.protocol.events import CATALOGUE  # noqa: E402
 from kairosmq.spark import incremental, preflight, report, tables  # noqa: E402
 from kairosmq.spark import transforms as T  # noqa: E402
 from kairosmq.spark.options import parse_args  # noqa: E402

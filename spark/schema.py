@@ -6,7 +6,7 @@ Owns: ``LOG_EVENT_SCHEMA`` (the ``StructType`` every read uses; the job never in
 and ``event_time()`` (one epoch-ms time column for both line formats).
 
 Invariants:
-* One nullable column per field of ``kairosmq.server.logs.all_fields()`` (format 2), then
+* One nullable column per field of ``kairosmq.protocol.events.all_fields()`` (format 2), then
   the format-1-only fields of ``FORMAT_1_FIELDS`` (so old logs still read), with the type the
   catalogue names (``SPARK_TYPES``); every event carries only its own fields, so every column
   is nullable. ``CORRUPT`` (string) comes last. A field added to the catalogue appears here
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kairosmq.server.logs import FORMAT_1_FIELDS, all_fields
+from kairosmq.protocol.events import FORMAT_1_FIELDS, all_fields
 from kairosmq.spark.options import MODES
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from kairosmq.server.logs import LOG_FORMAT
+from kairosmq.protocol.events import LOG_FORMAT
 from kairosmq.spark.schema import CORRUPT
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F

@@ -1,0 +1,194 @@
+"""THE catalogue of broker log events: the line format, every event and its typed fields.
+
+Owns: ``LOG_FORMAT``, ``COMMON`` (the fields every line may carry), ``CATALOGUE`` (event name ->
+field name -> type name), ``LEAN_EVENTS``, ``FORMAT_1_FIELDS``, ``all_fields()`` and
+``record()`` (the format-2 dict of one log call). This is the input contract of the Spark job:
+``server/logs.py`` (the logging machinery) and ``spark/`` both import it from here, so neither
+package imports the other (``server -> spark -> protocol`` is one-way; a test checks it).
+
+Invariants:
+* Sans-IO data and pure functions only: no structlog, no files (``tests/protocol/
+  test_sans_io.py``).
+* Event names are stable dotted names; fields are added, never renamed or retyped, and
+  ``spark/schema.py`` follows this table without an edit (a contract test reads real broker
+  logs with the Spark schema in FAILFAST mode). The table is exact both ways:
+  ``tests/server/test_log_catalogue.py`` checks every log call in ``server/`` and every line a
+  live broker writes. Type names are Spark's: string, long, int, double, boolean (format 1's
+  ``timestamp`` is ``timestamp``).
+* Line format ``LOG_FORMAT`` (2): see ``server/logs.py`` and ``record``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LOG_FORMAT = 2  # the ``v`` of every JSON line; format 1 lines have no ``v``
+
+# field name -> type name (Spark: string, long, int, double, boolean)
+COMMON: dict[str, str] = {
+    "ts": "long",
+    "v": "int",
+    "event": "string",
+    "level": "string",
+    "component": "string",
+}
+
+CATALOGUE: dict[str, dict[str, str]] = {
+    # ---- lifecycle
+    "broker.started": {"host": "string", "port": "int", "namesrv_port": "int",
+                       "data_dir": "string", "delay_levels": "string", "flush_mode": "string"},
+    # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
+    "broker.vip_unavailable": {"port": "int", "error": "string"},
+    "broker.stopping": {"reason": "string"},
+    "broker.stopped": {"uptime_ms": "double"},
+    # error level: a stop step failed or timed out; stop goes on and closes the files
+    "broker.stop_failed": {"step": "string", "error": "string"},
+    # error level: a supervised background service raised; restarted after retry_in_ms
+    "service.failed": {"service": "string", "error": "string", "failures": "int",
+                       "retry_in_ms": "double"},
+    "service.recovered": {"service": "string", "failures": "int", "down_ms": "double"},
+    "store.recovered": {"commitlog_max_offset": "long", "truncated_bytes": "long",
+                        "records_replayed": "long", "records_skipped": "long",
+                        "duration_ms": "double"},
+    "store.files_deleted": {"kind": "string", "count": "int", "bytes": "long"},
+    # ---- store faults (error level unless noted; docs/reliability.md)
+    # replay passed over a record it could not decode or dispatch (counted in the summary)
+    "store.replay_skipped": {"phy_offset": "long", "reason": "string"},
+    # a dispatch listener raised after an append (the message is stored)
+    "store.dispatch_failed": {"phy_offset": "long", "dispatcher": "string", "error": "string"},
+    # a commit-log write failed: the records after phy_offset were rolled back
+    "store.write_failed": {"phy_offset": "long", "rolled_back_bytes": "long", "records": "int",
+                           "errno": "int", "error": "string", "retry_in_ms": "double"},
+    "store.write_recovered": {"failures": "int"},  # info: a write succeeded again
+    # sends refused above the free-space watermark / accepted again (info)
+    "store.disk_full": {"used_ratio": "double", "max_used_ratio": "double", "path": "string"},
+    "store.disk_ok": {"used_ratio": "double", "max_used_ratio": "double", "path": "string"},
+    # warning: a file could not be allocated where a failure is survivable
+    "store.allocation_failed": {"kind": "string", "path": "string", "error": "string"},
+    "store.checkpoint_unreadable": {"path": "string", "error": "string"},  # full replay
+    # the scheduler passed over a schedule record it cannot deliver
+    "schedule.record_skipped": {"delay_level": "int", "queue_offset": "long",
+                                "phy_offset": "long", "reason": "string"},
+    # a KAIROS_SCHEDULE_ORIGIN value that is not a known level:offset was ignored (warning)
+    "schedule.origin_ignored": {"phy_offset": "long", "origin": "string", "reason": "string"},
+    # warning: the wall clock stepped back; a head's due time was capped (RocketMQ
+    # correctDeliverTimestamp)
+    "schedule.due_capped": {"delay_level": "int", "queue_offset": "long", "deliver_ts": "long",
+                            "capped_ts": "long"},
+    # warning: a commit outside 0..2^63-1 was refused
+    "offset.commit_refused": {"group": "string", "topic": "string", "queue_id": "int",
+                              "value": "string"},
+    "offset.persist_failed": {"path": "string", "error": "string"},  # retried next checkpoint
+    "offset.file_unreadable": {"path": "string", "error": "string"},
+    # warning: DLQ resend passed over a dead letter it must not resend
+    "message.resend_skipped": {"group": "string", "msg_id": "string", "reason": "string"},
+    "topic.created": {"topic": "string", "queue_nums": "int", "auto": "boolean"},
+    "topic.deleted": {"topic": "string"},
+    # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
+    "kvconfig.updated": {"namespace": "string", "key": "string"},
+    "kvconfig.deleted": {"namespace": "string", "key": "string"},
+    # ---- connections and clients
+    "conn.opened": {"peer": "string", "conn_id": "long", "listener": "string"},
+    "conn.closed": {"peer": "string", "conn_id": "long", "reason": "string"},
+    # warning level: max_connections reached, the new connection is closed at once
+    "conn.refused": {"peer": "string", "listener": "string", "connections": "int",
+                     "reason": "string"},
+    "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
+    # error level, from ``log.exception``: ``exception`` is the formatted traceback (an
+    # event logged that way must list it)
+    "request.failed": {"peer": "string", "request_code": "int", "error": "string",
+                       "exception": "string"},
+    # a request refused by server/ingress.py (bad name, integer, size, property)
+    "request.rejected": {"peer": "string", "request_code": "int", "code": "int",
+                         "remark": "string"},
+    "client.registered": {"client_id": "string", "group": "string", "role": "string"},
+    "client.unregistered": {"client_id": "string", "group": "string", "role": "string"},
+    # warn: a heartbeat registered an SQL92 subscription that does not compile
+    "filter.compile_failed": {"group": "string", "topic": "string", "expression": "string",
+                              "remark": "string"},
+    # ---- the message lifecycle (one event per step)
+    # (the time of the line is the store time; offset_msg_id = store host + phy_offset)
+    "message.stored": {"msg_id": "string", "topic": "string", "queue_id": "int",
+                       "queue_offset": "long", "phy_offset": "long", "size": "int",
+                       "born_ts": "long", "reconsume_times": "int"},
+    "message.rejected": {"topic": "string", "producer_group": "string", "code": "int",
+                         "remark": "string", "peer": "string"},
+    "message.scheduled": {"msg_id": "string", "real_topic": "string", "real_queue_id": "int",
+                          "delay_level": "int", "queue_offset": "long", "phy_offset": "long",
+                          "deliver_ts": "long", "reconsume_times": "int"},
+    # debug level: the scheduler found it due (message.delivered carries the lateness)
+    "message.due": {"msg_id": "string", "delay_level": "int", "queue_offset": "long",
+                    "deliver_ts": "long", "wake_lag_ms": "double"},
+    # (deliver_ts = ts - lateness_ms; the planned time is on message.scheduled)
+    "message.delivered": {"msg_id": "string", "topic": "string", "queue_id": "int",
+                          "queue_offset": "long", "phy_offset": "long", "delay_level": "int",
+                          "lateness_ms": "double", "reconsume_times": "int"},
+    "message.pulled": {"msg_id": "string", "group": "string", "topic": "string",
+                       "queue_id": "int", "queue_offset": "long", "born_ts": "long",
+                       "reconsume_times": "int"},
+    "message.redelivered": {"msg_id": "string", "group": "string", "topic": "string",
+                            "origin_topic": "string", "origin_msg_id": "string",
+                            "reconsume_times": "int", "delay_level": "int"},
+    "message.dead_lettered": {"msg_id": "string", "group": "string", "topic": "string",
+                              "origin_topic": "string", "origin_msg_id": "string",
+                              "reconsume_times": "int"},
+    # ---- pulls and offsets
+    "pull.held": {"group": "string", "topic": "string", "queue_id": "int",
+                  "queue_offset": "long", "timeout_ms": "long"},
+    "offset.committed": {"group": "string", "topic": "string", "queue_id": "int",
+                         "offset": "long"},
+}
+
+
+# The per-message events written through ``MessageLog`` -> the fields format 1 had that
+# format 2 drops (callers may still pass them; the line leaves them out).
+LEAN_EVENTS: dict[str, tuple[str, ...]] = {
+    "message.stored": ("offset_msg_id", "store_ts", "tags", "keys", "producer_group"),
+    "message.scheduled": ("offset_msg_id", "store_ts", "tags"),
+    "message.due": (),
+    "message.delivered": ("deliver_ts",),
+    "message.pulled": ("store_ts",),
+}
+# Format 1 fields that format 2 no longer writes (old logs still read with these types).
+FORMAT_1_FIELDS: dict[str, str] = {
+    "timestamp": "timestamp", "offset_msg_id": "string", "store_ts": "long",
+    "tags": "string", "keys": "string", "deliver_ts": "long", "producer_group": "string",
+}
+
+
+def all_fields() -> dict[str, str]:
+    """Union of every event's fields with their types (the Spark schema's columns)."""
+    out = dict(COMMON)
+    for fields in CATALOGUE.values():
+        for name, kind in fields.items():
+            prev = out.setdefault(name, kind)
+            if prev != kind:
+                raise ValueError(f"field {name!r} has two types: {prev} and {kind}")
+    return out
+
+
+def record(event: str, fields: dict[str, Any], ts_ms: int, level: str = "info") -> dict[str, Any]:
+    """The format-2 JSON record of one log call (``fields`` may be consumed).
+
+    ``ts, v, event`` first; a ``LEAN_EVENTS`` event drops ``component``, its format-1-only
+    fields, ``reconsume_times`` 0 and ``level`` info; other events keep ``level`` and get
+    ``uncatalogued`` when the catalogue does not know them (they would fall outside the
+    Spark schema). The bench generator writes its lines with this function too.
+    """
+    drop = LEAN_EVENTS.get(event)
+    if drop is None:
+        rec: dict[str, Any] = {"ts": ts_ms, "v": LOG_FORMAT, "event": event, "level": level}
+        if event not in CATALOGUE:
+            rec["uncatalogued"] = True
+    else:
+        rec = {"ts": ts_ms, "v": LOG_FORMAT, "event": event}
+        if level != "info":
+            rec["level"] = level
+        fields.pop("component", None)
+        for key in drop:
+            fields.pop(key, None)
+        if not fields.get("reconsume_times"):
+            fields.pop("reconsume_times", None)
+    fields.pop("event", None)
+    rec.update(fields)
+    return rec
