@@ -11,26 +11,12 @@ import pytest
 import pytest_asyncio
 import uvloop
 from kairosmq.server.broker import Broker
-from kairosmq.server.config import BrokerConfig
 
-FIXTURES = Path(__file__).parent / "fixtures" / "real-client-frames"
-FAST_LEVELS = "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 600ms " \
-              "650ms 700ms 750ms 800ms 850ms 900ms"
+from tests.helpers import FIXTURES, fast_config
 
 
 def pytest_asyncio_loop_factories(config, item):  # noqa: ARG001 - pytest-asyncio hook
     return {"uvloop": uvloop.new_event_loop}
-
-
-def fast_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
-    opts: dict[str, Any] = {
-        "data_dir": data_dir, "port": 0, "namesrv_port": 0, "vip_channel": False,
-        "delay_levels": FAST_LEVELS, "commitlog_segment_size": 4 * 1024 * 1024 + 65536,
-        "max_message_size": 4 * 1024 * 1024, "consumequeue_units_per_file": 1000,
-        "checkpoint_interval": 0.5, "flush_interval": 0.05,
-    }
-    opts.update(overrides)
-    return BrokerConfig(**opts)
 
 
 @pytest_asyncio.fixture

@@ -1,7 +1,13 @@
-"""Shared test helpers: event waits with deadlines and a virtual-time event loop.
+"""Shared test helpers: broker config, raw send/pull requests, a collecting listener, event
+waits with deadlines and a virtual-time event loop. Every test module and conftest imports
+shared non-fixture helpers from here (fixtures stay in conftest files; raw-frame peers in
+``tests/wire.py``).
 
-Owns: ``wait_until`` (poll a predicate with a generous deadline instead of a fixed sleep),
-``wait_for_event`` and ``VirtualLoop`` (an asyncio loop whose clock only moves when every
+Owns: ``FIXTURES``/``FAST_LEVELS``/``fast_config`` (an in-process broker on port 0 with tiny
+delay levels), ``send_ext``/``send``/``pull`` (raw-protocol request builders, no client),
+``Collector`` (an async push-consumer listener that records messages), ``wait_until``
+(poll a predicate with a generous deadline instead of a fixed sleep), ``stays_false``,
+and ``VirtualLoop`` (an asyncio loop whose clock only moves when every
 task is idle: it jumps straight to the next timer, so a test can assert *when* code wakes
 and for how long it asked to sleep, without real waiting).
 
@@ -21,12 +27,87 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt
+from kairosmq.protocol.codes import RequestCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.properties import encode_properties
+from kairosmq.server.config import BrokerConfig
+
+from tests.wire import RawPeer
+
 T = TypeVar("T")
 
 # Apache RocketMQ 4.9.8 (jars, mqadmin.sh) for interop tests: $KAIROS_ROCKETMQ_HOME, else
 # ``shared/apache-rocketmq`` beside the repository; tests that need it skip when absent.
 ROCKETMQ_HOME = Path(os.environ.get("KAIROS_ROCKETMQ_HOME")
                      or Path(__file__).resolve().parents[2] / "shared" / "apache-rocketmq")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real-client-frames"
+FAST_LEVELS = "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 600ms " \
+              "650ms 700ms 750ms 800ms 850ms 900ms"
+
+
+def fast_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
+    opts: dict[str, Any] = {
+        "data_dir": data_dir, "port": 0, "namesrv_port": 0, "vip_channel": False,
+        "delay_levels": FAST_LEVELS, "commitlog_segment_size": 4 * 1024 * 1024 + 65536,
+        "max_message_size": 4 * 1024 * 1024, "consumequeue_units_per_file": 1000,
+        "checkpoint_interval": 0.5, "flush_interval": 0.05,
+    }
+    opts.update(overrides)
+    return BrokerConfig(**opts)
+
+
+def send_ext(topic: str, props: dict[str, str] | None = None, queue_id: int = 0,
+             **extra: Any) -> dict[str, Any]:
+    ext: dict[str, Any] = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": queue_id,
+                           "f": 0, "g": 1700000000000, "h": 0,
+                           "i": encode_properties(props or {})}
+    ext.update(extra)
+    return ext
+
+
+async def send(peer: RawPeer, topic: str, body: bytes = b"x", props: dict[str, str] | None = None,
+               queue_id: int = 0, **extra: Any) -> RemotingCommand:
+    return await peer.call(RequestCode.SEND_MESSAGE_V2, send_ext(topic, props, queue_id, **extra),
+                           body)
+
+
+async def pull(peer: RawPeer, topic: str, queue_id: int = 0, offset: int = 0, *,
+               group: str = "G", sys_flag: int = 0, suspend_ms: int = 1000, max_n: int = 32,
+               subscription: str | None = None, timeout: float = 5.0) -> RemotingCommand:
+    ext: dict[str, Any] = {"consumerGroup": group, "topic": topic, "queueId": queue_id,
+                           "queueOffset": offset, "maxMsgNums": max_n, "sysFlag": sys_flag,
+                           "commitOffset": 0, "suspendTimeoutMillis": suspend_ms,
+                           "subVersion": 0}
+    if subscription is not None:
+        ext["subscription"] = subscription
+    return await peer.call(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
+
+
+class Collector:
+    """An async listener that records messages; ``status`` decides the answer."""
+
+    def __init__(self, status: Callable[[MessageExt], ConsumeStatus] | None = None) -> None:
+        self.msgs: list[MessageExt] = []
+        self.contexts: list[ConsumeContext] = []
+        self._status = status
+        self._changed = asyncio.Event()
+
+    async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        self.msgs.extend(msgs)
+        self.contexts.append(ctx)
+        self._changed.set()
+        if self._status is not None:
+            return self._status(msgs[0])
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [m.body for m in self.msgs]
+
+    async def wait_for(self, n: int, timeout: float = 5.0) -> None:
+        await wait_until(lambda: len(self.msgs) >= n, timeout)
 
 
 async def wait_until(pred: Callable[[], Any], timeout: float = 5.0, *,

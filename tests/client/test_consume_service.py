@@ -8,7 +8,7 @@ from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt, MessageQu
 from kairosmq.client.consume import ConcurrentConsumeService, ListenerRunner
 from kairosmq.client.process_queue import ProcessQueue
 
-from .conftest import wait_until
+from tests.helpers import wait_until
 
 
 class RefusingSendBack:

@@ -20,9 +20,7 @@ from kairosmq.client import (
 )
 from kairosmq.server.broker import Broker
 
-from tests.helpers import stays_false
-
-from .conftest import Collector, wait_until
+from tests.helpers import Collector, stays_false, wait_until
 
 FAST = dict(rebalance_interval=0.5, pull_time_delay_millis_when_exception=50,
             persist_consumer_offset_interval=0.2)

@@ -23,7 +23,7 @@ from kairosmq.client.errors import MessageIllegal
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.server.broker import Broker
 
-from .conftest import Collector
+from tests.helpers import Collector
 
 
 def consumer_for(broker: Broker, group: str, topic: str, listener: Collector,

@@ -20,8 +20,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.server.broker import Broker
 
-from tests.client.conftest import Collector
-from tests.helpers import wait_until
+from tests.helpers import Collector, wait_until
 from tests.wire import RawPeer
 
 SLOW = dict(rebalance_interval=60.0, pull_time_delay_millis_when_exception=50,

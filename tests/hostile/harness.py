@@ -31,8 +31,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.server.config import parse_delay_levels
 
-from tests.conftest import FAST_LEVELS
-from tests.integration.helpers import pull, send
+from tests.helpers import FAST_LEVELS, pull, send
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
 

@@ -31,8 +31,8 @@ from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.properties import encode_properties
 
+from tests.helpers import send
 from tests.hostile.harness import Acked, describe, is_error, now_ms, verify_after_kill9
-from tests.integration.helpers import send
 from tests.wire import RawPeer
 
 pytestmark = pytest.mark.slow

@@ -30,8 +30,8 @@ import pytest
 from kairosmq.protocol.codec import FrameReader
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
+from tests.helpers import pull
 from tests.hostile.harness import HostileBroker, check_served, drain, verify_after_kill9
-from tests.integration.helpers import pull
 from tests.protocol.captures import frame_bytes, request_entries
 
 pytestmark = pytest.mark.slow

@@ -27,6 +27,7 @@ import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.ids import decode_offset_msg_id
 
+from tests.helpers import send
 from tests.hostile.harness import (
     BYSTANDER_TOPIC,
     LEVEL_MS,
@@ -36,7 +37,6 @@ from tests.hostile.harness import (
     now_ms,
     verify_after_kill9,
 )
-from tests.integration.helpers import send
 
 pytestmark = pytest.mark.slow
 

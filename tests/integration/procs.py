@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import FAST_LEVELS
+from tests.helpers import FAST_LEVELS
 
 
 def free_port() -> int:

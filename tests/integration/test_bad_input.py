@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
-from tests.helpers import wait_until
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send, wait_until
 from tests.wire import RawPeer
 
 

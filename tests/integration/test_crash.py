@@ -13,7 +13,7 @@ import pytest
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.message import decode_record, decode_records
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
 

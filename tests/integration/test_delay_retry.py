@@ -9,9 +9,7 @@ from kairosmq.protocol.codes import PULL_SUSPEND, RequestCode, ResponseCode
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.server.config import BrokerConfig
 
-from tests.conftest import FAST_LEVELS
-from tests.helpers import wait_until
-from tests.integration.helpers import pull, send
+from tests.helpers import FAST_LEVELS, pull, send, wait_until
 from tests.wire import RawPeer
 
 LEVELS_MS = BrokerConfig(delay_levels=FAST_LEVELS).delay_levels_ms

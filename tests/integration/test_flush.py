@@ -6,7 +6,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.server.config import FlushMode
 
-from tests.integration.helpers import send
+from tests.helpers import send
 from tests.wire import RawPeer
 
 

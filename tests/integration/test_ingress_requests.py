@@ -26,7 +26,7 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.message import BatchItem, decode_records, encode_batch
 
-from tests.integration.helpers import pull, send, send_ext
+from tests.helpers import pull, send, send_ext
 from tests.wire import RawPeer
 
 R = RequestCode

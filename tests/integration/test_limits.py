@@ -30,7 +30,7 @@ from kairosmq.protocol.commands import request
 from kairosmq.protocol.message import decode_records
 from kairosmq.server.cli import _broker_parser, build_config
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.wire import RawPeer
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.wire import RawPeer
 
 

@@ -17,7 +17,7 @@ from kairosmq.protocol.codes import PULL_SUSPEND, ResponseCode
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.server.broker import Broker
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.wire import RawPeer
 
 N = 60

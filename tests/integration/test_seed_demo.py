@@ -8,8 +8,7 @@ import pytest
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from kairosmq.server.config import BrokerConfig
 
-from tests.client.conftest import Collector, wait_until
-from tests.conftest import FAST_LEVELS
+from tests.helpers import FAST_LEVELS, Collector, wait_until
 
 LEVELS_MS = BrokerConfig(delay_levels=FAST_LEVELS).delay_levels_ms
 

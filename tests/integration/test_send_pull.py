@@ -7,8 +7,7 @@ from typing import Any
 from kairosmq.protocol.codes import PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 
-from tests.helpers import wait_until
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send, wait_until
 from tests.wire import RawPeer
 
 

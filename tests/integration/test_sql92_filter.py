@@ -17,9 +17,8 @@ from kairosmq.server import property_filter
 from kairosmq.server.broker import Broker
 from kairosmq.server.cli import _broker_parser, build_config
 
+from tests.helpers import send
 from tests.wire import RawPeer
-
-from .helpers import send
 
 
 def check_body(expression: str, expression_type: str = "SQL92") -> bytes:

@@ -25,8 +25,7 @@ from kairosmq.client.errors import BrokerSystemError, SubscriptionError
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.server.broker import Broker
 
-from tests.client.conftest import Collector, wait_until
-from tests.helpers import ROCKETMQ_HOME, stays_false
+from tests.helpers import ROCKETMQ_HOME, Collector, stays_false, wait_until
 from tests.stock.alions_install import ensure_alions
 from tests.wire import RawPeer
 

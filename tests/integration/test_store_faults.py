@@ -28,7 +28,7 @@ from kairosmq.protocol.message import decode_records, encode_record
 from kairosmq.protocol.schema import MESSAGE_MAGIC_CODE
 from kairosmq.server.store import commitlog as commitlog_mod
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
 

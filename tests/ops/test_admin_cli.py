@@ -8,8 +8,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 from kairosmq.server.cli import main as kairosmq_main
 
-from tests.conftest import FAST_LEVELS
-from tests.integration.helpers import pull, send
+from tests.helpers import FAST_LEVELS, pull, send
 from tests.wire import RawPeer
 
 

@@ -9,7 +9,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_record, decode_records
 from kairosmq.server.store.index import KIND_KEY, KIND_UNIQ, KeyIndex, key_hash
 
-from tests.integration.helpers import send
+from tests.helpers import send
 from tests.wire import RawPeer
 
 

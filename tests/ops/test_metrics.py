@@ -11,9 +11,7 @@ from kairosmq.protocol.codes import PULL_SUSPEND, ResponseCode
 from kairosmq.server.metrics import start_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import FAST_LEVELS
-from tests.helpers import wait_until
-from tests.integration.helpers import pull, send
+from tests.helpers import FAST_LEVELS, pull, send, wait_until
 from tests.wire import RawPeer
 
 

@@ -31,8 +31,7 @@ from kairosmq.client.message import SendResult
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.server.broker import Broker
 
-from tests.conftest import fast_config
-from tests.helpers import ROCKETMQ_HOME
+from tests.helpers import ROCKETMQ_HOME, fast_config
 from tests.wire import RawPeer
 
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")

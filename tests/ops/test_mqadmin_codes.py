@@ -21,7 +21,7 @@ from kairosmq.protocol.bodies import (
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 
-from tests.integration.helpers import send
+from tests.helpers import send
 from tests.wire import RawPeer
 
 

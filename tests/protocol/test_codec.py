@@ -30,32 +30,19 @@ from kairosmq.protocol.errors import (
 )
 from kairosmq.protocol.headers import PullMessageResponseHeader, SendMessageResponseHeader
 
-from .captures import MOCK_REPLIES, expected_ext, frame_bytes, index, request_entries
+from .captures import (
+    BINARY_ARGS,
+    BINARY_CASES,
+    MOCK_REPLIES,
+    MOCKS,
+    REQUESTS,
+    assert_matches_index,
+    bin_cmd,
+    frame_bytes,
+    hand_frame,
+)
 
-REQUESTS = request_entries()
 REQUEST_IDS = [f"{c}/{e['file']}" for c, e in REQUESTS]
-MOCKS = list(index(MOCK_REPLIES))
-
-
-def _frame(word_type: int, header: bytes, body: bytes = b"") -> bytes:
-    """A frame built by hand: length, (type << 24 | header length), header, body."""
-    return struct.pack(">II", 4 + len(header) + len(body), (word_type << 24) | len(header)) + (
-        header + body
-    )
-
-
-def _assert_matches_index(cmd: RemotingCommand, e: dict[str, Any]) -> None:
-    h = e["header"]
-    assert cmd.code == h["code"]
-    assert cmd.opaque == h["opaque"]
-    assert cmd.flag == h["flag"]
-    assert cmd.language is LanguageCode[h["language"]]
-    assert cmd.version == h["version"]
-    assert cmd.remark == h.get("remark")
-    assert cmd.ext_fields == expected_ext(h)
-    assert all(type(v) is str for v in cmd.ext_fields.values())
-    assert cmd.serialize_type is SerializeType.JSON
-    assert len(cmd.body) == e["body_length"]
 
 
 # ---------------------------------------------------------------- captured requests
@@ -66,7 +53,7 @@ def test_captured_request_decodes_to_indexed_header(client: str, e: dict[str, An
     raw = frame_bytes(client, e["file"])
     assert len(raw) == e["total_length"] + 4
     cmd = decode_frame(raw)
-    _assert_matches_index(cmd, e)
+    assert_matches_index(cmd, e)
     # construct's Frame declaration splits the same bytes independently
     parsed = schema.Frame.parse(raw)
     assert parsed.serialize_type == 0
@@ -98,7 +85,7 @@ def test_captures_cover_numbers_and_booleans_in_ext_fields() -> None:
 def test_mock_replies_accepted_by_clients_decode(e: dict[str, Any]) -> None:
     raw = frame_bytes(MOCK_REPLIES, e["file"])
     cmd = decode_frame(raw)
-    _assert_matches_index(cmd, e)
+    assert_matches_index(cmd, e)
     assert cmd.is_response
     assert decode_frame(encode_command(cmd)) == cmd
 
@@ -155,7 +142,7 @@ def test_json_response_golden_bytes_both_directions() -> None:
         b'"queueOffset":"0"},"flag":1,"language":"JAVA","opaque":2,'
         b'"serializeTypeCurrentRPC":"JSON","version":409}'
     )
-    golden = _frame(0, header)
+    golden = hand_frame(0, header)
     cmd = RemotingCommand(
         code=0, opaque=2, flag=1, version=409,
         ext_fields={"msgId": "7F00000100002A9F0000000000000000", "queueId": "0",
@@ -175,33 +162,12 @@ def test_response_echoes_opaque_and_serialize_type() -> None:
 
 # ---------------------------------------------------------------- binary (ROCKETMQ) header
 
-BINARY_CASES = [
-    pytest.param(RequestCode.SEND_MESSAGE_V2, LanguageCode.JAVA, 409, 1, 0, None,
-                 {"a": "PG", "b": "TopicTest", "e": "0"}, b"hello", id="send"),
-    pytest.param(0, LanguageCode.CPP, 333, 2**31 - 1, 1, "ok", {}, b"", id="empty-ext"),
-    pytest.param(ResponseCode.SYSTEM_ERROR, LanguageCode.PYTHON, -1, -5, 3,
-                 "h\u00e9llo \u2713 \u4e2d", {"\u952e": "\u503c\U0001f600", "k": ""},
-                 b"\x00\xff", id="unicode-negative"),
-    pytest.param(RequestCode.HEART_BEAT, LanguageCode.RUST, 121, 0, 2, None, {}, b"{}",
-                 id="oneway-no-remark"),
-    pytest.param(32767, LanguageCode.NODE_JS, 32767, -(2**31), 0, "x" * 300,
-                 {f"k{i}": "v" * i for i in range(20)}, b"b" * 1000, id="limits-many-fields"),
-]
-BINARY_ARGS = ("code", "lang", "version", "opaque", "flag", "remark", "ext", "body")
-
-
-def _bin_cmd(code: int, lang: LanguageCode, version: int, opaque: int, flag: int,
-             remark: str | None, ext: dict[str, str], body: bytes) -> RemotingCommand:
-    return RemotingCommand(code=int(code), opaque=opaque, flag=flag, language=lang,
-                           version=version, remark=remark, ext_fields=dict(ext), body=body,
-                           serialize_type=SerializeType.ROCKETMQ)
-
 
 @pytest.mark.parametrize(BINARY_ARGS, BINARY_CASES)
 def test_binary_header_round_trip(code: int, lang: LanguageCode, version: int, opaque: int,
                                   flag: int, remark: str | None, ext: dict[str, str],
                                   body: bytes) -> None:
-    cmd = _bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
+    cmd = bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
     raw = encode_command(cmd)
     assert raw[4] == 1
     assert decode_frame(raw) == cmd
@@ -211,7 +177,7 @@ def test_binary_header_round_trip(code: int, lang: LanguageCode, version: int, o
 def test_binary_encoder_agrees_with_schema(code: int, lang: LanguageCode, version: int,
                                            opaque: int, flag: int, remark: str | None,
                                            ext: dict[str, str], body: bytes) -> None:
-    cmd = _bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
+    cmd = bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
     raw = encode_command(cmd)
     frame = schema.Frame.parse(raw)
     assert frame.serialize_type == SerializeType.ROCKETMQ
@@ -246,7 +212,7 @@ def test_binary_decoder_agrees_with_schema(code: int, lang: LanguageCode, versio
 
 
 def test_binary_empty_remark_encodes_as_length_zero_and_decodes_as_none() -> None:
-    cmd = _bin_cmd(10, LanguageCode.JAVA, 409, 1, 0, "", {}, b"")
+    cmd = bin_cmd(10, LanguageCode.JAVA, 409, 1, 0, "", {}, b"")
     raw = encode_command(cmd)
     assert schema.BinaryHeader.parse(schema.Frame.parse(raw).header).remark == ""
     assert decode_frame(raw).remark is None
@@ -282,18 +248,18 @@ _NO_REMARK = "00000000"
 
 
 def _bin(*hex_parts: str) -> bytes:
-    return _frame(1, bytes.fromhex(_FIXED + "".join(hex_parts)))
+    return hand_frame(1, bytes.fromhex(_FIXED + "".join(hex_parts)))
 
 
 def _json(header: bytes) -> bytes:
-    return _frame(0, header)
+    return hand_frame(0, header)
 
 
 MALFORMED = [
     _bad(struct.pack(">II", 4 + 10, 100) + b"x" * 10, "exceeds the frame",
          id="header-length-beyond-frame"),
-    _bad(_frame(2, b'{"code":1}'), "serialize type 2", id="unknown-serialize-type-2"),
-    _bad(_frame(0x7F, b'{"code":1}'), "serialize type 127", id="unknown-serialize-type-127"),
+    _bad(hand_frame(2, b'{"code":1}'), "serialize type 2", id="unknown-serialize-type-2"),
+    _bad(hand_frame(0x7F, b'{"code":1}'), "serialize type 127", id="unknown-serialize-type-127"),
     _bad(_json(b"{not json"), "does not parse", id="non-json-header"),
     _bad(_json(b"\xff\xfe{}"), "does not parse", id="non-utf8-header"),
     _bad(_json(b"[1,2,3]"), "not an object", id="json-array-header"),
@@ -318,7 +284,7 @@ MALFORMED = [
     _bad(_bin(_NO_REMARK, "00000009", "0001" "61" "00000001" "62"), "does not match",
          id="binary-ext-block-longer-than-header"),
     _bad(_bin("00000010", "6869", "00000000"), "remark length", id="binary-remark-beyond-header"),
-    _bad(_frame(1, bytes.fromhex("000a000199000000010000")), "shorter than its fixed part",
+    _bad(hand_frame(1, bytes.fromhex("000a000199000000010000")), "shorter than its fixed part",
          id="binary-too-short"),
     _bad(_bin(_NO_REMARK, "00000008", "0001" "ff" "00000001" "62"), "not UTF-8",
          id="binary-key-not-utf8"),
@@ -359,19 +325,19 @@ def test_decode_payload_without_header_word(payload: bytes) -> None:
 def test_json_header_lenient_details() -> None:
     # null ext values are skipped; missing optional fields get defaults; floats stringify;
     # an unknown language name maps to OTHER; numeric strings are accepted for ints
-    raw = _frame(0, b'{"code":"11","language":"COBOL","extFields":{"a":null,"b":1.5,"c":-7}}')
+    raw = hand_frame(0, b'{"code":"11","language":"COBOL","extFields":{"a":null,"b":1.5,"c":-7}}')
     cmd = decode_frame(raw)
     assert cmd.code == 11
     assert (cmd.opaque, cmd.flag, cmd.version, cmd.remark) == (0, 0, 0, None)
     assert cmd.language is LanguageCode.OTHER
     assert cmd.ext_fields == {"b": "1.5", "c": "-7"}
-    ordinal = decode_frame(_frame(0, b'{"code":1,"language":1}'))
+    ordinal = decode_frame(hand_frame(0, b'{"code":1,"language":1}'))
     assert ordinal.language is LanguageCode.CPP
 
 
 def test_header_and_body_split_uses_header_length() -> None:
     header = b'{"code":34,"opaque":3}\n'  # C++ clients end the header with a newline
-    cmd = decode_frame(_frame(0, header, b"BODY\n"))
+    cmd = decode_frame(hand_frame(0, header, b"BODY\n"))
     assert (cmd.code, cmd.opaque, cmd.body) == (34, 3, b"BODY\n")
 
 

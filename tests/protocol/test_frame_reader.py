@@ -23,10 +23,18 @@ from kairosmq.protocol.errors import (
     MalformedFrame,
 )
 
-from tests.conftest import FIXTURES
+from tests.helpers import FIXTURES
 
-from .captures import MOCK_REPLIES, frame_bytes
-from .test_codec import BINARY_CASES, MOCKS, REQUESTS, _assert_matches_index, _bin_cmd, _frame
+from .captures import (
+    BINARY_CASES,
+    MOCK_REPLIES,
+    MOCKS,
+    REQUESTS,
+    assert_matches_index,
+    bin_cmd,
+    frame_bytes,
+    hand_frame,
+)
 
 # ---------------------------------------------------------------- FrameReader
 
@@ -53,7 +61,7 @@ def test_frame_reader_byte_by_byte_over_all_captures() -> None:
     assert reader.buffered == 0
     entries = [e for _, e in REQUESTS] + MOCKS
     for cmd, e in zip(got, entries, strict=True):
-        _assert_matches_index(cmd, e)
+        assert_matches_index(cmd, e)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 2024, 99991])
@@ -61,8 +69,8 @@ def test_frame_reader_random_multi_frame_chunks(seed: int) -> None:
     rng = random.Random(seed)
     frames = _all_captured_frames()
     # binary frames interleaved with the JSON captures
-    frames.insert(3, encode_command(_bin_cmd(*BINARY_CASES[2].values)))
-    frames.append(encode_command(_bin_cmd(*BINARY_CASES[4].values)))
+    frames.insert(3, encode_command(bin_cmd(*BINARY_CASES[2].values)))
+    frames.append(encode_command(bin_cmd(*BINARY_CASES[4].values)))
     expected = [decode_frame(f) for f in frames]
     stream = b"".join(frames)
     reader = FrameReader()
@@ -146,7 +154,7 @@ def test_frame_reader_length_below_four_is_malformed(length: int) -> None:
 
 def test_frame_reader_propagates_malformed_payload() -> None:
     reader = FrameReader()
-    reader.feed(_frame(0, b"{not json"))
+    reader.feed(hand_frame(0, b"{not json"))
     with pytest.raises(MalformedFrame):
         list(reader)
 

@@ -23,7 +23,7 @@ from kairosmq.protocol.codes import RequestCode
 from kairosmq.server.logsink import StreamSink
 from kairosmq.server.supervise import ServiceState, Supervisor
 
-from tests.integration.helpers import send
+from tests.helpers import send
 from tests.wire import RawPeer
 
 FAST_RETRY = {"checkpoint_interval": 0.05, "service_retry_base": 0.05,

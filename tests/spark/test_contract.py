@@ -21,7 +21,7 @@ from kairosmq.server import logs
 from kairosmq.server.broker import Broker
 from kairosmq.spark.job import main
 
-from tests.conftest import fast_config
+from tests.helpers import fast_config
 
 pytestmark = pytest.mark.spark
 GROUP = "CG-contract"

@@ -23,7 +23,7 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.message import BatchItem, encode_batch
 
-from tests.integration.helpers import pull, send
+from tests.helpers import pull, send
 from tests.wire import RawPeer
 
 from .golden import RawConn, check_reply_envelope, parse_ipv4_records
