@@ -219,3 +219,22 @@ def run_virtual(main: Callable[[VirtualLoop], Coroutine[Any, Any, T]],
         return loop.run_until_complete(main(loop))
     finally:
         loop.close()
+
+
+def assert_reput_not_early(broker: Any, commit_log_offset: int, topic: str, body: str,
+                           level: int, delay_ms: int) -> None:
+    """Broker side of "never early": the record at ``commit_log_offset`` (what a consumer got)
+    was re-put from the schedule topic's level ``level`` no earlier than that schedule
+    record's store time + ``delay_ms``, and not before its due time."""
+    from kairosmq.protocol.message import decode_record
+    from kairosmq.protocol.naming import SCHEDULE_TOPIC
+    from kairosmq.protocol.properties import DELIVER_TIME, SCHEDULE_ORIGIN
+
+    rec = decode_record(broker.store.read_at(commit_log_offset))
+    assert rec.topic == topic and rec.body.decode() == body
+    origin_level, sched_offset = map(int, rec.properties[SCHEDULE_ORIGIN].split(":"))
+    assert origin_level == level
+    sched_ts = broker.store.store_time_at(SCHEDULE_TOPIC, level - 1, sched_offset)
+    assert sched_ts is not None
+    assert rec.store_timestamp - sched_ts >= delay_ms
+    assert rec.store_timestamp >= int(rec.properties[DELIVER_TIME])

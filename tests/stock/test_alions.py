@@ -24,15 +24,13 @@ from typing import Any
 
 import pytest
 from kairosmq.protocol.codes import PULL_SUBSCRIPTION, RequestCode, ResponseCode
-from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.message import decode_records
 from kairosmq.protocol.properties import (
-    DELIVER_TIME,
     ORIGIN_MESSAGE_ID,
     RETRY_TOPIC,
-    SCHEDULE_ORIGIN,
 )
-from kairosmq.server.store import SCHEDULE_TOPIC
 
+from tests.helpers import assert_reput_not_early
 from tests.wire import RawPeer
 
 from .alions_install import ALIONS_DIR, ensure_alions, node
@@ -144,16 +142,7 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
         assert got["topic"] == DELAY_TOPIC and got["reconsumeTimes"] == 0
         assert got["at"] - snt["sentAt"] >= delay, (body, got, snt)
         assert got["storeTimestamp"] - got["bornTimestamp"] >= delay, (body, got)
-        # Broker side: the record the consumer got (by its commit-log offset) was re-put
-        # from the schedule topic no earlier than the schedule record's store time + delay.
-        rec = decode_record(broker.store.read_at(got["commitLogOffset"]))
-        assert rec.topic == DELAY_TOPIC and rec.body.decode() == body
-        level, sched_offset = map(int, rec.properties[SCHEDULE_ORIGIN].split(":"))
-        assert level == n
-        sched_ts = broker.store.store_time_at(SCHEDULE_TOPIC, n - 1, sched_offset)
-        assert sched_ts is not None
-        assert rec.store_timestamp - sched_ts >= delay
-        assert rec.store_timestamp >= int(rec.properties[DELIVER_TIME])
+        assert_reput_not_early(broker, got["commitLogOffset"], DELAY_TOPIC, body, n, delay)
     for i in range(PLAIN_COUNT):
         assert ok[f"plain-{i}"]["keys"] == f"key-plain-{i}"
 

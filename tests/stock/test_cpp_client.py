@@ -33,10 +33,9 @@ from typing import Any
 import pytest
 from kairosmq.protocol.codes import PULL_SUBSCRIPTION, RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_record, decode_records
-from kairosmq.protocol.properties import DELIVER_TIME, RETRY_TOPIC, SCHEDULE_ORIGIN
-from kairosmq.server.store import SCHEDULE_TOPIC
+from kairosmq.protocol.properties import RETRY_TOPIC
 
-from tests.helpers import wait_until
+from tests.helpers import assert_reput_not_early, wait_until
 from tests.wire import RawPeer
 
 DRIVER = Path(__file__).parent / "cpp_driver.py"
@@ -241,14 +240,7 @@ async def test_cpp_client_delay_push_retry_and_dlq(cpp_client: None, broker_fact
         assert got["msgId"] == snt["msgId"]
         assert got["at"] - snt["sentAt"] >= delay, (body, got, snt)
         assert got["storeTimestamp"] - got["bornTimestamp"] >= delay, (body, got)
-        rec = decode_record(broker.store.read_at(got["commitLogOffset"]))
-        assert rec.topic == DELAY_TOPIC and rec.body.decode() == body
-        level, sched_offset = map(int, rec.properties[SCHEDULE_ORIGIN].split(":"))
-        assert level == n
-        sched_ts = broker.store.store_time_at(SCHEDULE_TOPIC, n - 1, sched_offset)
-        assert sched_ts is not None
-        assert rec.store_timestamp - sched_ts >= delay
-        assert rec.store_timestamp >= int(rec.properties[DELIVER_TIME])
+        assert_reput_not_early(broker, got["commitLogOffset"], DELAY_TOPIC, body, n, delay)
 
     # --- send-back: reconsumeTimes 0, 1, 2, ... through %RETRY%<group>, after the level delay
     fail = by_group[FAIL_GROUP]
