@@ -261,11 +261,13 @@ class LockManager:
             if cur is not None and cur[0] == client_id:
                 del self._locks[key]
 
-    def release_clients(self, client_ids: set[str]) -> int:
-        """Release every lock held by these client ids (they left); return how many."""
+    def release_clients(self, client_ids: set[str], group: str | None = None) -> int:
+        """Release every lock held by these client ids (they left), in every group or only
+        in ``group``; return how many."""
         if not client_ids:
             return 0
-        gone = [k for k, (cid, _t) in self._locks.items() if cid in client_ids]
+        gone = [k for k, (cid, _t) in self._locks.items()
+                if cid in client_ids and (group is None or k[0] == group)]
         for k in gone:
             del self._locks[k]
         return len(gone)

@@ -64,6 +64,8 @@ def handle_unregister(broker: Broker, conn: Connection, cmd: RemotingCommand) ->
     ingress.check_optional_group(h.producer_group, "producerGroup")
     ingress.check_optional_group(h.consumer_group, "consumerGroup")
     broker.clients.unregister(h.client_id, h.producer_group, h.consumer_group)
+    if h.consumer_group:  # a consumer that leaves frees its queues at once, not after 60 s
+        broker.locks.release_clients({h.client_id}, h.consumer_group)
     return cmd.response()
 
 

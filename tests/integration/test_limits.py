@@ -258,6 +258,27 @@ async def test_tables_cleaned_when_a_connection_drops(broker_factory) -> None:
     assert broker.clients.registrations == 0 and len(broker.locks) == 0
 
 
+async def test_unregister_client_releases_the_consumers_locks(broker_factory) -> None:
+    """UNREGISTER_CLIENT frees the leaving consumer's queue locks in that group at once
+    (another member takes them without waiting for the 60 s lock expiry), and only there."""
+    broker = await broker_factory()
+    a = await RawPeer.connect(broker.address)
+    assert (await send(a, "T", b"creates the topic")).code == 0
+    for group in ("CG", "OTHER"):
+        assert (await a.call(RequestCode.HEART_BEAT, body=_heartbeat("cid-a", group))).code == 0
+        r = await a.call(RequestCode.LOCK_BATCH_MQ, body=_lock_body("cid-a", [0, 1], group))
+        assert [m.queue_id for m in decode_lock_response(r.body)] == [0, 1]
+    r = await a.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "cid-a", "consumerGroup": "CG"})
+    assert r.code == 0
+    b = await RawPeer.connect(broker.address)
+    r = await b.call(RequestCode.LOCK_BATCH_MQ, body=_lock_body("cid-b", [0, 1]))
+    assert [m.queue_id for m in decode_lock_response(r.body)] == [0, 1]  # freed in CG
+    r = await b.call(RequestCode.LOCK_BATCH_MQ, body=_lock_body("cid-b", [0, 1], "OTHER"))
+    assert decode_lock_response(r.body) == []  # still held by cid-a in OTHER
+    await a.close()
+    await b.close()
+
+
 async def test_client_table_is_bounded_by_max_clients(broker_factory) -> None:
     broker = await broker_factory(max_clients=2)
     peer = await RawPeer.connect(broker.address)
