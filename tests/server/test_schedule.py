@@ -15,99 +15,21 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from kairosmq.protocol.message import decode_records
-from kairosmq.protocol.properties import DELIVER_TIME, SCHEDULE_ORIGIN
+from kairosmq.protocol.properties import SCHEDULE_ORIGIN
 from kairosmq.server.longpoll import ArrivalNotifier
-from kairosmq.server.schedule import ScheduleService, transform_delayed
+from kairosmq.server.schedule import ScheduleService
 from kairosmq.server.store import (
     SCHEDULE_TOPIC,
-    DispatchRequest,
-    MessageInner,
-    MessageStore,
-    PutResult,
-    PutStatus,
 )
 
 from tests.helpers import VirtualDeadlock, VirtualLoop, run_virtual
+from tests.server.schedule_rig import BASE_MS, Rig
 
-BASE_MS = 1_700_000_000_000
 LEVELS = (1000, 3000, 10_000)
-HOST = (b"\x7f\x00\x00\x01", 10911)
-SEG = 64 * 1024
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One call of the scheduler's ``put``: the clock then, the body, and the outcome."""
-
-    at_ms: int
-    body: bytes
-    deliver_ms: int
-    ok: bool
-
-
-class Rig:
-    """A store + notifier + scheduler wired like the broker wires them, on ``clock_ms``."""
-
-    def __init__(self, root: Path, loop: VirtualLoop, *, levels: tuple[int, ...] = LEVELS,
-                 clock_ms: Callable[[], int] | None = None, batch: int = 256,
-                 upf: int = 1000) -> None:
-        self.loop = loop
-        self.levels = levels
-        self.clock_ms = clock_ms or (lambda: BASE_MS + round(loop.time() * 1000))
-        self.store = MessageStore(root, store_host=HOST, segment_size=SEG,
-                                  units_per_file=upf, clock_ms=self.clock_ms)
-        self.store.open()
-        self.notifier = ArrivalNotifier()
-        self.sched = ScheduleService(self.store, self.notifier, levels, put=self.put,
-                                     batch=batch, clock_ms=self.clock_ms)
-        self.store.providers.append(self.sched)
-        self.store.dispatchers.append(self._notify)
-        self.store.dispatchers.append(self.sched.on_dispatch)
-        self.attempts: list[Attempt] = []
-        self.fail_next = 0
-
-    def _notify(self, req: DispatchRequest) -> None:
-        if not req.replay:
-            self.notifier.notify(req.topic, req.queue_id)
-
-    def put(self, msg: MessageInner) -> PutResult:
-        """The scheduler's re-put: the real store, failing ``fail_next`` times first."""
-        deliver = int(msg.properties[DELIVER_TIME])
-        if self.fail_next > 0:
-            self.fail_next -= 1
-            self.attempts.append(Attempt(self.clock_ms(), msg.body, deliver, False))
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected failure")
-        result = self.store.put(msg)
-        self.attempts.append(Attempt(self.clock_ms(), msg.body, deliver,
-                                     result.status is PutStatus.PUT_OK))
-        return result
-
-    def schedule(self, body: bytes, level: int) -> int:
-        """Store a delayed message the way the broker's put path does; return its due ms."""
-        msg = MessageInner(topic="Real", queue_id=0, body=body, born_timestamp=BASE_MS)
-        transform_delayed(msg, level, self.levels, self.clock_ms())
-        assert self.store.put(msg).status is PutStatus.PUT_OK
-        return int(msg.properties[DELIVER_TIME])
-
-    @property
-    def delivered(self) -> list[Attempt]:
-        return [a for a in self.attempts if a.ok]
-
-    def real_bodies(self) -> list[bytes]:
-        """Bodies in the real topic's queue, in queue order (what a consumer would pull)."""
-        res = self.store.get("Real", 0, 0, 10_000, max_bytes=1 << 30)
-        return [m.body for m in decode_records(b"".join(res.chunks))]
-
-    def close(self) -> None:
-        self.store.close()
-
-
 def _ms(loop: VirtualLoop) -> int:
     return round(loop.time() * 1000)
 
@@ -127,7 +49,7 @@ def test_wakes_at_each_head_due_instant_not_on_a_period(tmp_path: Path) -> None:
     dues: list[int] = []
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             for t_ms, body in ((100, b"a"), (500, b"b"), (2600, b"c")):
@@ -163,7 +85,7 @@ def test_many_messages_are_each_reput_exactly_when_due_in_fifo_order(tmp_path: P
     sent: dict[bytes, tuple[int, int]] = {}
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             t = 0
@@ -197,7 +119,8 @@ def test_never_early_when_a_timer_fires_before_the_clock_says_due(tmp_path: Path
     that trusts its timer re-puts at about half the delay (early)."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop, clock_ms=lambda: BASE_MS + round(loop.time() * 500))
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS,
+                  clock_ms=lambda: BASE_MS + round(loop.time() * 500))
         rig.sched.start()
         try:
             dues = [rig.schedule(b"x%d" % i, 1 + i % 2) for i in range(4)]
@@ -221,7 +144,7 @@ def test_due_backlog_drains_in_batches_without_a_sleep_per_message(tmp_path: Pat
     """600 messages due at the same instant are all re-put at that instant, in order."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop, batch=64)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS, batch=64)
         rig.sched.start()
         try:
             dues = {rig.schedule(b"%04d" % i, 1) for i in range(600)}
@@ -247,7 +170,7 @@ def test_failed_reput_is_retried_and_nothing_overtakes_it(tmp_path: Path) -> Non
     once the store accepts again every message arrives once, in order."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             a_due = rig.schedule(b"a", 1)
@@ -281,7 +204,7 @@ def test_failed_reput_does_not_advance_progress_across_a_restart(tmp_path: Path)
     failed message, so a restarted scheduler re-puts it rather than skipping it."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             rig.schedule(b"a", 1)
@@ -320,7 +243,7 @@ def test_retention_skips_units_whose_records_were_deleted(tmp_path: Path) -> Non
     re-puts exactly the survivors, in order; it neither stalls nor spins."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop, upf=7)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS, upf=7)
         rig.sched.start()
         try:
             phys = []
@@ -359,7 +282,7 @@ def test_reput_carries_its_origin_and_progress_follows_dispatch(tmp_path: Path) 
     """The re-put record names ``level:offset`` and dispatching it is what moves progress."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             rig.schedule(b"a", 2)

@@ -15,69 +15,21 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kairosmq.protocol.message import decode_records
 from kairosmq.protocol.properties import DELIVER_TIME
-from kairosmq.server.longpoll import ArrivalNotifier
 from kairosmq.server.requeue import resend_target, restore_delayed
-from kairosmq.server.schedule import ScheduleService, transform_delayed
+from kairosmq.server.schedule import transform_delayed
 from kairosmq.server.store import (
     SCHEDULE_TOPIC,
-    DispatchRequest,
     MessageInner,
     MessageStore,
     PutResult,
-    PutStatus,
 )
 
 from tests.helpers import VirtualLoop, run_virtual
+from tests.server.schedule_rig import HOST, Rig
 
-BASE_MS = 1_700_000_000_000
 LEVELS = (1000, 5000)
-HOST = (b"\x7f\x00\x00\x01", 10911)
 HOUR = 3_600_000
-
-
-class Rig:
-    """Store + notifier + scheduler on a wall clock the test can step (``step_ms``)."""
-
-    def __init__(self, root: Path, loop: VirtualLoop) -> None:
-        self.loop = loop
-        self.step_ms = 0
-        self.store = MessageStore(root, store_host=HOST, segment_size=64 * 1024,
-                                  units_per_file=1000, clock_ms=self.wall_ms)
-        self.store.open()
-        self.notifier = ArrivalNotifier()
-        self.sched = ScheduleService(self.store, self.notifier, LEVELS, put=self.put,
-                                     clock_ms=self.wall_ms)
-        self.store.dispatchers.append(self._notify)
-        self.store.dispatchers.append(self.sched.on_dispatch)
-        self.reputs: list[tuple[bytes, int]] = []  # (body, loop ms) of each re-put
-
-    def wall_ms(self) -> int:
-        return BASE_MS + round(self.loop.time() * 1000) + self.step_ms
-
-    def loop_ms(self) -> int:
-        return round(self.loop.time() * 1000)
-
-    def _notify(self, req: DispatchRequest) -> None:
-        if not req.replay:
-            self.notifier.notify(req.topic, req.queue_id)
-
-    def put(self, msg: MessageInner) -> PutResult:
-        result = self.store.put(msg)
-        if result.status is PutStatus.PUT_OK:
-            self.reputs.append((msg.body, self.loop_ms()))
-        return result
-
-    def schedule(self, body: bytes, level: int, **props: str) -> None:
-        msg = MessageInner(topic="Real", queue_id=0, body=body, properties=dict(props))
-        transform_delayed(msg, level, LEVELS, self.wall_ms())
-        msg.properties.update(props)
-        assert self.store.put(msg).status is PutStatus.PUT_OK
-
-    def real_bodies(self) -> list[bytes]:
-        res = self.store.get("Real", 0, 0, 1000, max_bytes=1 << 30)
-        return [m.body for m in decode_records(b"".join(res.chunks))]
 
 
 async def _until(loop: VirtualLoop, t_ms: int) -> None:
@@ -92,7 +44,7 @@ def test_clock_step_back_caps_the_head_due_time(tmp_path: Path) -> None:
     early: the cap applies only to heads beyond now + delay)."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             rig.schedule(b"before-step", 1)
@@ -115,7 +67,7 @@ def test_clock_step_back_caps_the_head_due_time(tmp_path: Path) -> None:
 
 def test_without_a_step_nothing_is_capped(tmp_path: Path) -> None:
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             rig.schedule(b"a", 2)  # 5 s
@@ -135,7 +87,7 @@ def test_a_record_that_cannot_be_restored_is_skipped_not_fatal(tmp_path: Path) -
     first two and delivers the third; it neither stalls nor dies."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop)
+        rig = Rig(tmp_path / "s", loop, levels=LEVELS)
         rig.sched.start()
         try:
             rig.schedule(b"bad-qid", 1, REAL_QID="1e9")
