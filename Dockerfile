@@ -18,7 +18,7 @@ COPY protocol/ protocol/
 COPY server/ server/
 COPY client/ client/
 COPY spark/ spark/
-RUN /opt/kairosmq/bin/pip install ".[metrics]"
+RUN /opt/kairosmq/bin/pip install ".[metrics,acl]"
 
 FROM build AS build-spark
 RUN /opt/kairosmq/bin/pip install ".[spark]"

@@ -5,7 +5,8 @@ Works against kairosmq brokers and Apache RocketMQ 4.x alike::
     async with Producer("PG", namesrv="127.0.0.1:9876") as producer:
         result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
 
-    consumer = PushConsumer("CG", namesrv="127.0.0.1:9876")
+    consumer = PushConsumer("CG", namesrv="127.0.0.1:9876", pull_batch_size=16)
+    # or PushConsumer(options=PushConsumerOptions(consumer_group="CG", ...)); docs/client.md
     consumer.subscribe("TopicTest", "TagA || TagB")   # or MessageSelector.sql("a > 5")
     consumer.register_listener(on_messages)   # async or sync fn(msgs, context)
     await consumer.start()
@@ -14,7 +15,7 @@ Works against kairosmq brokers and Apache RocketMQ 4.x alike::
 from __future__ import annotations
 
 from .consume import ConsumeContext
-from .consumer import MessageModel, PushConsumer
+from .consumer import PushConsumer
 from .errors import (
     BrokerError,
     ClientError,
@@ -24,8 +25,10 @@ from .errors import (
     MessageError,
     MessageTooLarge,
     NoRouteError,
+    RecallFailed,
     RequestTimeout,
 )
+from .lifecycle import ServiceState
 from .message import (
     ConsumeStatus,
     Message,
@@ -35,12 +38,20 @@ from .message import (
     SendStatus,
     format_host,
 )
-from .offset_store import ConsumeFromWhere
-from .producer import Producer, hash_selector
+from .options import (
+    ClientConfig,
+    ConsumeFromWhere,
+    MessageModel,
+    ProducerOptions,
+    PushConsumerOptions,
+)
+from .producer import Producer, SendRequest, hash_selector
+from .request import ReplyTimeout, create_reply, get_reply_to_client
 from .selector import MessageSelector
 
 __all__ = [
     "BrokerError",
+    "ClientConfig",
     "ClientError",
     "ClientStateError",
     "ConnectionClosed",
@@ -57,10 +68,18 @@ __all__ = [
     "MessageTooLarge",
     "NoRouteError",
     "Producer",
+    "ProducerOptions",
     "PushConsumer",
+    "PushConsumerOptions",
+    "RecallFailed",
+    "ReplyTimeout",
     "RequestTimeout",
+    "SendRequest",
     "SendResult",
     "SendStatus",
+    "ServiceState",
     "format_host",
+    "get_reply_to_client",
+    "create_reply",
     "hash_selector",
 ]

@@ -25,13 +25,30 @@ import orjson
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.headers import CreateTopicRequestHeader
+from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.headers import (
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    Header,
+    OffsetResponseHeader,
+    QueryMessageRequestHeader,
+    QueueRequestHeader,
+    RecallMessageRequestHeader,
+    ResendDlqRequestHeader,
+    TopicRequestHeader,
+    TransactionStatusRequestHeader,
+    ViewMessageRequestHeader,
+)
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_records
+from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
 from . import admin_view as view
+from .acl import client_ssl_context, credentials_from, rpc_hook_for
 from .errors import ClientError
 from .remoting import RemotingPool
+
+ADMIN_GROUP = "KAIROS_ADMIN"  # the producerGroup of the admin's RECALL_MESSAGE
 
 
 class AdminError(Exception):
@@ -41,12 +58,13 @@ class AdminError(Exception):
 class Admin:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.pool = RemotingPool()
+        self.pool = RemotingPool(**security_options(args))
         self._broker: str | None = args.broker
 
-    async def call(self, addr: str, code: int, ext: dict[str, Any] | None = None,
-                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        fields = {k: str(v) for k, v in (ext or {}).items()}
+    async def call(self, addr: str, code: int, header: Header | None = None,
+                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+                   extra: dict[str, str] | None = None) -> RemotingCommand:
+        fields = {**(header.to_ext_fields() if header is not None else {}), **(extra or {})}
         resp = await self.pool.invoke(addr, code, fields, timeout=self.args.timeout)
         if resp.code not in ok:
             raise AdminError(resp.remark or f"request {code} failed with code {resp.code}")
@@ -62,8 +80,8 @@ class Admin:
             self._broker = str(next(a for a in addrs if a))
         return self._broker
 
-    async def json(self, code: int, ext: dict[str, Any] | None = None) -> Any:
-        return orjson.loads((await self.call(await self.broker(), code, ext)).body)
+    async def json(self, code: int, header: Header | None = None) -> Any:
+        return orjson.loads((await self.call(await self.broker(), code, header)).body)
 
     async def topics(self) -> dict[str, Any]:
         table: dict[str, Any] = (await self.json(R.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
@@ -82,9 +100,9 @@ async def cmd_topic(a: Admin, args: argparse.Namespace) -> Any:
         perm = (PERM_READ if "r" in args.perm else 0) | (PERM_WRITE if "w" in args.perm else 0)
         h = CreateTopicRequestHeader(topic=args.topic, read_queue_nums=args.queues,
                                      write_queue_nums=args.queues, perm=perm, order=args.order)
-        await a.call(broker, R.UPDATE_AND_CREATE_TOPIC, h.to_ext_fields())
+        await a.call(broker, R.UPDATE_AND_CREATE_TOPIC, h)
         return {"topic": args.topic, "created": True, "queues": args.queues}
-    await a.call(broker, R.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
+    await a.call(broker, R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(args.topic))
     return {"topic": args.topic, "deleted": True}
 
 
@@ -94,48 +112,88 @@ async def cmd_offsets(a: Admin, args: argparse.Namespace) -> Any:
         raise AdminError(f"topic {args.topic} does not exist")
     broker, rows = await a.broker(), []
     for qid in range(max(cfg["read_queue_nums"], cfg["write_queue_nums"])):
-        ext = {"topic": args.topic, "queueId": qid}
-        lo = int((await a.call(broker, R.GET_MIN_OFFSET, ext)).ext_fields["offset"])
-        hi = int((await a.call(broker, R.GET_MAX_OFFSET, ext)).ext_fields["offset"])
+        q = QueueRequestHeader(args.topic, qid)
+        lo = _offset(await a.call(broker, R.GET_MIN_OFFSET, q))
+        hi = _offset(await a.call(broker, R.GET_MAX_OFFSET, q))
         rows.append({"topic": args.topic, "queueId": qid, "minOffset": lo, "maxOffset": hi,
                      "messages": hi - lo})
     return rows
 
 
+def _offset(resp: RemotingCommand) -> int:
+    try:
+        return OffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+    except HeaderError as err:
+        raise AdminError(f"offset answer unreadable: {err}") from None
+
+
 async def cmd_groups(a: Admin, args: argparse.Namespace) -> Any:
-    return (await a.json(R.KAIROS_GET_CONSUMER_GROUPS))["groups"]
+    """Groups (900) with their subscription-group config (201: consumeEnable, retries...);
+    a group only in the subscription-group table is listed too."""
+    groups = {g["group"]: g for g in (await a.json(R.KAIROS_GET_CONSUMER_GROUPS))["groups"]}
+    table = (await a.json(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).get("subscriptionGroupTable", {})
+    for name, cfg in table.items():
+        row = groups.setdefault(name, {"group": name, "online": 0, "messageModel": None,
+                                       "subscriptions": [], "lag": 0, "dlq": 0})
+        row["subscriptionGroup"] = cfg
+    return [groups[g] for g in sorted(groups)]
 
 
 async def cmd_lag(a: Admin, args: argparse.Namespace) -> Any:
-    return await a.json(R.KAIROS_GET_CONSUMER_LAG, {"consumerGroup": args.group})
+    return await a.json(R.KAIROS_GET_CONSUMER_LAG, ConsumerGroupRequestHeader(args.group))
 
 
 async def cmd_schedule(a: Admin, args: argparse.Namespace) -> Any:
     return await a.json(R.KAIROS_GET_SCHEDULE_BACKLOG)
 
 
+async def cmd_timers(a: Admin, args: argparse.Namespace) -> Any:
+    return await a.json(R.KAIROS_GET_TIMER_STATUS)
+
+
+async def cmd_transactions(a: Admin, args: argparse.Namespace) -> Any:
+    """Pending half messages per producer group (906), counters, check settings."""
+    return await a.json(R.KAIROS_GET_TRANSACTION_STATUS,
+                        TransactionStatusRequestHeader(producer_group=args.group))
+
+
+async def _recall(a: Admin, handle: str) -> dict[str, Any]:
+    """RECALL_MESSAGE (370) for a recall handle (RocketMQ 5.3's, from a send answer)."""
+    try:
+        h = decode_recall_handle(handle)
+    except RecallHandleInvalid as err:
+        raise AdminError(str(err)) from None
+    resp = await a.call(await a.broker(), R.RECALL_MESSAGE, RecallMessageRequestHeader(
+        producer_group=ADMIN_GROUP, topic=h.topic, recall_handle=handle))
+    return {"msgId": resp.ext_fields.get("msgId"), "topic": h.topic,
+            "dueMs": h.deliver_ms, "recalled": True, "remark": resp.remark or ""}
+
+
 async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
+    if args.recall:
+        if not args.handle:
+            raise AdminError("usage: kairosmq admin msg recall <recallHandle>")
+        return await _recall(a, args.handle)
+    if not (args.id or args.offset_id or args.key):
+        raise AdminError("give --id, --offset-id or --key (or: msg recall <recallHandle>)")
     broker = await a.broker()
     if args.offset_id:
         try:
             _ip, _port, phy = decode_offset_msg_id(args.offset_id)
         except ValueError as err:
             raise AdminError(f"not an offsetMsgId: {err}") from None
-        resp = await a.call(broker, R.VIEW_MESSAGE_BY_ID, {"offset": phy})
+        resp = await a.call(broker, R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phy))
     else:
-        ext: dict[str, Any] = {"key": args.id or args.key, "topic": args.topic or "",
-                               "maxNum": args.max, "beginTimestamp": 0, "endTimestamp": 0}
-        if args.id:
-            ext["_UNIQUE_KEY_QUERY"] = "true"
-        resp = await a.call(broker, R.QUERY_MESSAGE, ext)
+        query = QueryMessageRequestHeader(args.id or args.key, args.topic or "", args.max)
+        unique = {"_UNIQUE_KEY_QUERY": "true"} if args.id else None
+        resp = await a.call(broker, R.QUERY_MESSAGE, query, extra=unique)
     msgs: list[MessageExt] = decode_records(resp.body)
     return [view.message_dict(m, args.body) for m in sorted(msgs, key=view.message_order)]
 
 
 async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
-    ext = {"consumerGroup": args.group, "maxNum": args.max,
-           "toRetryTopic": "true" if args.to_retry else "false"}
-    out = await a.json(R.KAIROS_RESEND_DLQ, ext)
+    out = await a.json(R.KAIROS_RESEND_DLQ,
+                       ResendDlqRequestHeader(args.group, args.max, args.to_retry))
     if out.get("error"):
         raise AdminError(f"resent {len(out['resent'])}, then stopped: {out['error']}")
     return out
@@ -160,7 +218,8 @@ async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
 
 
 COMMANDS = {"topic": cmd_topic, "offsets": cmd_offsets, "groups": cmd_groups, "lag": cmd_lag,
-            "schedule": cmd_schedule, "msg": cmd_msg, "dlq": cmd_dlq, "status": cmd_status,
+            "schedule": cmd_schedule, "timers": cmd_timers, "msg": cmd_msg, "dlq": cmd_dlq,
+            "status": cmd_status, "transactions": cmd_transactions,
             "health": cmd_status}
 
 
@@ -174,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="broker host:port (default: ask the name server)")
         p.add_argument("--json", action="store_true", default=d(False), help="JSON output")
         p.add_argument("--timeout", type=float, default=d(5.0), help="per-request seconds")
+        p.add_argument("--access-key", default=d(None),
+                       help="ACL account: sign every request (default $KAIROS_ACCESS_KEY)")
+        p.add_argument("--secret-key", default=d(None),
+                       help="its secret (prefer $KAIROS_SECRET_KEY: arguments show in ps)")
+        p.add_argument("--tls", action="store_true", default=d(False),
+                       help="connect with TLS (broker verified against the system CAs)")
+        p.add_argument("--tls-ca", default=d(None), metavar="FILE",
+                       help="connect with TLS, verifying the broker against this CA (PEM)")
         return p
 
     sub_common = [common(True)]
@@ -195,8 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lag", parents=sub_common, help="per-queue lag of a consumer group")
     p.add_argument("group")
     sub.add_parser("schedule", parents=sub_common, help="delayed backlog per delay level")
-    p = sub.add_parser("msg", parents=sub_common, help="look up a message")
-    g = p.add_mutually_exclusive_group(required=True)
+    sub.add_parser("timers", parents=sub_common,
+                   help="timer messages: pending per hour, next due, fired")
+    p = sub.add_parser("transactions", parents=sub_common,
+                       help="pending transaction half messages per producer group")
+    p.add_argument("--group", default=None, help="only this producer group")
+    p = sub.add_parser("msg", parents=sub_common,
+                       help="look up a message, or recall a timer/delayed one")
+    p.add_argument("recall", nargs="?", choices=["recall"],
+                   help="recall (cancel) the message a send's recallHandle names")
+    p.add_argument("handle", nargs="?", help="the recallHandle (with `recall`)")
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--id", help="msgId (the producer's UNIQ_KEY)")
     g.add_argument("--offset-id", help="offsetMsgId (store host + commit-log offset)")
     g.add_argument("--key", help="a message key (KEYS)")
@@ -217,10 +293,28 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """RemotingPool keywords from --access-key/--secret-key (or the environment) and
+    --tls/--tls-ca (client/acl.py)."""
+    import ssl
+
+    creds = credentials_from(getattr(args, "access_key", None),
+                             getattr(args, "secret_key", None))
+    ca = getattr(args, "tls_ca", None)
+    tls: bool | ssl.SSLContext = bool(getattr(args, "tls", False))
+    if ca is not None:
+        tls = ssl.create_default_context(cafile=ca)
+    return {"rpc_hook": rpc_hook_for(creds), "ssl": client_ssl_context(tls)}
+
+
 async def run(args: argparse.Namespace, out: TextIO | None = None,
               err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    a = Admin(args)
+    try:
+        a = Admin(args)
+    except (ValueError, OSError) as e:  # half a key pair, an unreadable --tls-ca
+        print(f"kairosmq admin {args.command}: {e}", file=err)
+        return 2
     try:
         result = await COMMANDS[args.command](a, args)
     except AdminError as e:

@@ -95,6 +95,21 @@ def _schedule(result: dict[str, Any]) -> str:
     return table(rows, cols) + f"\npending total: {sum(r['pending'] for r in rows)}"
 
 
+def _timers(result: dict[str, Any]) -> str:
+    now, due = result["nowMs"], result["nextDueMs"]
+    rows = [{"hour": fmt_time(h["hourMs"]), "entries": h["entries"]}
+            for h in result["entriesPerHour"]]
+    lines = [table(rows, [("HOUR", "hour"), ("ENTRIES", "entries")]) if rows
+             else "no pending timer messages",
+             f"next due: {fmt_time(due)}" + ("" if due is None
+                                              else f" (in {fmt_ms(max(0, due - now))})"),
+             f"scheduled: {result['scheduled']}  fired: {result['fired']}  mean lateness: "
+             + ("-" if result["meanLatenessMs"] is None
+                else f"{result['meanLatenessMs']} ms"),
+             f"max delay: {fmt_ms(result['maxDelayMs'])}"]
+    return "\n".join(lines)
+
+
 def _status(result: dict[str, Any]) -> str:
     """Broker status: one ``key: value`` line per field, then the services table and
     a ``degraded:`` line naming each failing service with its last error."""
@@ -130,6 +145,18 @@ def _messages(result: list[dict[str, Any]]) -> str:
     return "\n\n".join(cards) + f"\n\n{len(result)} message(s)"
 
 
+def _subgroup(group: dict[str, Any]) -> dict[str, Any]:
+    """A group's subscription-group columns (``-`` when the broker has no config for it)."""
+    cfg = group.get("subscriptionGroup")
+    if not cfg:
+        return {}
+    consume = "on" if cfg.get("consumeEnable") else "off"
+    if cfg.get("consumeEnable") and not cfg.get("consumeBroadcastEnable"):
+        consume = "on (no broadcast)"
+    return {"consume": consume, "retryMaxTimes": cfg.get("retryMaxTimes"),
+            "retryQueueNums": cfg.get("retryQueueNums")}
+
+
 def render(args: argparse.Namespace, result: Any) -> str:
     cmd = args.command
     if cmd == "topic" and args.action == "list":
@@ -139,9 +166,12 @@ def render(args: argparse.Namespace, result: Any) -> str:
         return table(result, [("TOPIC", "topic"), ("QUEUE", "queueId"), ("MIN", "minOffset"),
                               ("MAX", "maxOffset"), ("MESSAGES", "messages")])
     if cmd == "groups":
-        rows = [{**g, "subs": ",".join(g["subscriptions"]) or "-"} for g in result]
+        rows = [{**g, "subs": ",".join(g["subscriptions"]) or "-", **_subgroup(g)}
+                for g in result]
         return table(rows, [("GROUP", "group"), ("ONLINE", "online"), ("MODEL", "messageModel"),
-                            ("SUBSCRIPTIONS", "subs"), ("LAG", "lag"), ("DLQ", "dlq")])
+                            ("SUBSCRIPTIONS", "subs"), ("LAG", "lag"), ("DLQ", "dlq"),
+                            ("CONSUME", "consume"), ("RETRY MAX", "retryMaxTimes"),
+                            ("RETRY Q", "retryQueueNums")])
     if cmd == "lag":
         return table(result["queues"], [
             ("TOPIC", "topic"), ("QUEUE", "queueId"), ("BROKER OFFSET", "brokerOffset"),
@@ -149,6 +179,20 @@ def render(args: argparse.Namespace, result: Any) -> str:
             f"\ntotal lag of {result['group']}: {result['lag']}")
     if cmd == "schedule":
         return _schedule(result)
+    if cmd == "timers":
+        return _timers(result)
+    if cmd == "transactions":
+        rows = [{"group": g, **m} for g, info in sorted(result["groups"].items())
+                for m in info["messages"]]
+        counters = ", ".join(f"{k} {v}" for k, v in sorted(result["counters"].items()))
+        return table(rows, [("GROUP", "group"), ("MSG ID", "msgId"), ("TOPIC", "topic"),
+                            ("AGE MS", "ageMs"), ("CHECKS", "checks"),
+                            ("NEXT CHECK MS", "nextCheckInMs")]) + (
+            f"\npending {result['pending']}" + (f"; {counters}" if counters else ""))
+    if cmd == "msg" and isinstance(result, dict):  # msg recall
+        return (f"recalled {result['msgId']} of {result['topic']} (was due "
+                f"{fmt_time(result['dueMs'])})" + (f": {result['remark']}"
+                                                   if result["remark"] else ""))
     if cmd == "msg":
         return _messages(result)
     if cmd == "dlq":

@@ -18,8 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from kairosmq.protocol.naming import retry_topic, validate_group, validate_topic
 
@@ -39,7 +38,7 @@ def make_client_id(ip: str, instance_name: str | None = None) -> str:
 
 
 __all__ = ["CLIENT_INNER_PRODUCER", "Periodic", "check_group", "check_topic", "make_client_id",
-           "retry_topic", "unregister_client"]
+           "retry_topic"]
 
 
 def check_topic(topic: str) -> None:
@@ -108,18 +107,3 @@ class Periodic:
                 await task
             except asyncio.CancelledError:
                 pass
-
-
-async def unregister_client(pool: Any, addrs: Iterable[str], ext: dict[str, str]) -> None:
-    """UNREGISTER_CLIENT to every broker (best effort, 1 s each): the shutdown step that
-    producers and consumers share."""
-    from kairosmq.protocol.codes import RequestCode
-
-    from .errors import ClientError
-
-    for addr in addrs:
-        try:
-            await pool.invoke(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
-        except ClientError as err:
-            log.info("unregister from %s failed: %s", addr, err)
-

@@ -29,6 +29,7 @@ from typing import Any
 
 from kairosmq.protocol.bodies import decode_consumer_list
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.headers import ConsumerGroupRequestHeader
 
 from .common import Periodic
 from .consume import ConcurrentConsumeService, OrderlyConsumeService
@@ -57,7 +58,7 @@ class QueueOwnership:
     consume_from_where: ConsumeFromWhere
     consume_timestamp: int | None
     pull_threshold_for_queue: int
-    _state: str
+    running: bool
     _clustering: bool
     _orderly: bool
     _subs: dict[str, Subscription]
@@ -101,14 +102,15 @@ class QueueOwnership:
             lock_failed |= await self._update_queues(topic, mine)
         for mq in [mq for mq in self._pqs if mq.topic not in self._subs]:
             await self._remove_queue(mq)
-        if lock_failed and self._state == "running":  # a lock or a route is missing
+        if lock_failed and self.running:  # a lock or a route is missing
             asyncio.get_running_loop().call_later(1.0, self._rebalance_timer.wake)
 
     async def _consumer_ids(self, addrs: Any) -> list[str] | None:
         for addr in addrs:
             try:
                 resp = await self._pool.invoke(
-                    addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},
+                    addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                    ConsumerGroupRequestHeader(self.group).to_ext_fields(),
                     timeout=self.request_timeout,
                 )
             except ClientError as err:
@@ -127,7 +129,7 @@ class QueueOwnership:
             await self._remove_queue(mq)
         lock_failed = False
         for mq in sorted(mine - self._pqs.keys()):
-            if self._state != "running":
+            if not self.running:
                 break
             if self._orderly and self._clustering and not await self._locker.lock([mq], self._pqs):
                 lock_failed = True

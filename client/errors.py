@@ -145,6 +145,11 @@ class FlowControl(BrokerError):
     retriable = True
 
 
+class RecallFailed(BrokerError):
+    """ILLEGAL_OPERATION (604) from RECALL_MESSAGE: the message was already delivered, is
+    unknown to the broker, or the handle is invalid (``remark`` says which)."""
+
+
 _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.SYSTEM_ERROR: BrokerSystemError,
     ResponseCode.SYSTEM_BUSY: SystemBusy,
@@ -158,6 +163,7 @@ _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.SUBSCRIPTION_NOT_LATEST: SubscriptionError,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: SubscriptionError,
     ResponseCode.FLOW_CONTROL: FlowControl,
+    ResponseCode.ILLEGAL_OPERATION: RecallFailed,
     204: NoBuyerId,
     205: NotInCurrentUnit,
 }

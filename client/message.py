@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
 
 from kairosmq.protocol.message import MessageExt
@@ -26,6 +27,8 @@ from kairosmq.protocol.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     TAGS,
+    TIMER_DELAY_MS,
+    TIMER_DELIVER_MS,
     UNIQ_KEY,
     WAIT,
 )
@@ -53,6 +56,11 @@ class Message:
         delay_level: 0 for immediate delivery, else the broker's delay level (1-based).
         properties: extra user properties (string to string).
         flag: the user flag stored with the message.
+        deliver_at: a timer message: deliver at this instant (an aware ``datetime`` or
+            epoch milliseconds; RocketMQ 5's ``TIMER_DELIVER_MS``), to the millisecond.
+        delay: a timer message: deliver this long after the broker stores it (a
+            ``timedelta``; RocketMQ 5's ``TIMER_DELAY_MS``). At most one of
+            ``delay_level``, ``deliver_at`` and ``delay``.
     """
 
     topic: str
@@ -62,10 +70,32 @@ class Message:
     delay_level: int = 0
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    deliver_at: datetime | int | None = None
+    delay: timedelta | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.body, str):
             self.body = self.body.encode()
+        timing = [n for n, v in (("delay_level", self.delay_level), ("deliver_at",
+                  self.deliver_at), ("delay", self.delay)) if v]
+        if len(timing) > 1:
+            raise ValueError(f"a message takes one of delay_level, deliver_at and delay, "
+                             f"not {' and '.join(timing)}")
+        if isinstance(self.deliver_at, datetime) and self.deliver_at.tzinfo is None:
+            raise ValueError("deliver_at must be timezone-aware (or epoch milliseconds)")
+        if self.delay is not None and self.delay < timedelta(0):
+            raise ValueError("delay must not be negative")
+
+    @property
+    def timer_property(self) -> tuple[str, str] | None:
+        """The RocketMQ 5 timer property this message sends, if any."""
+        if self.deliver_at is not None:
+            at = self.deliver_at
+            ms = round(at.timestamp() * 1000) if isinstance(at, datetime) else int(at)
+            return TIMER_DELIVER_MS, str(ms)
+        if self.delay is not None:
+            return TIMER_DELAY_MS, str(self.delay // timedelta(milliseconds=1))
+        return None
 
     @property
     def keys_str(self) -> str | None:
@@ -86,6 +116,9 @@ def wire_properties(msg: Message, uniq_id: str | None, *, wait: bool = True) -> 
         parts.append(f"{KEYS}{NAME_VALUE_SEPARATOR}{keys}")
     if msg.delay_level > 0:
         parts.append(f"{DELAY}{NAME_VALUE_SEPARATOR}{msg.delay_level}")
+    timer = msg.timer_property
+    if timer is not None:
+        parts.append(f"{timer[0]}{NAME_VALUE_SEPARATOR}{timer[1]}")
     if uniq_id:
         parts.append(f"{UNIQ_KEY}{NAME_VALUE_SEPARATOR}{uniq_id}")
     if wait:
@@ -124,6 +157,8 @@ class SendResult:
     offset_msg_id: str
     message_queue: MessageQueue
     queue_offset: int
+    # a timer or delayed message's RocketMQ 5.3 recall handle (``Producer.recall``)
+    recall_handle: str | None = None
 
 
 class ConsumeStatus(Enum):

@@ -25,23 +25,27 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.headers import (
+    Header,
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueueRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from kairosmq.protocol.naming import is_retry_topic
 
 from .errors import ClientError
 from .message import MessageQueue
+from .options import ConsumeFromWhere
 from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.offsets")
-
-
-class ConsumeFromWhere(Enum):
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 class OffsetStore:
@@ -85,9 +89,6 @@ class RemoteOffsetStore(OffsetStore):
         self._addr_of = addr_of
         self._timeout = timeout
 
-    def _ext(self, mq: MessageQueue) -> dict[str, str]:
-        return {"consumerGroup": self._group, "topic": mq.topic, "queueId": str(mq.queue_id)}
-
     async def read_from_store(self, mq: MessageQueue) -> int:
         """The broker's offset for ``mq``, or -1 if it has none (any error code means none).
 
@@ -97,12 +98,13 @@ class RemoteOffsetStore(OffsetStore):
         addr = self._addr_of(mq.broker_name)
         if addr is None:
             raise ClientError(f"no address for broker {mq.broker_name}")
+        ext = QueryConsumerOffsetRequestHeader(self._group, mq.topic, mq.queue_id).to_ext_fields()
         resp = await self._pool.invoke(
-            addr, RequestCode.QUERY_CONSUMER_OFFSET, self._ext(mq), timeout=self._timeout
+            addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout=self._timeout
         )
         if resp.code != ResponseCode.SUCCESS:
             return -1
-        offset = int(resp.ext_fields.get("offset", "-1"))
+        offset = _offset(resp, -1)
         if offset >= 0:
             self.update(mq, offset, increase_only=False)
             self._dirty.discard(mq)
@@ -117,8 +119,8 @@ class RemoteOffsetStore(OffsetStore):
             addr = self._addr_of(mq.broker_name)
             if addr is None:
                 continue
-            ext = self._ext(mq)
-            ext["commitOffset"] = str(offset)
+            ext = UpdateConsumerOffsetRequestHeader(
+                self._group, mq.topic, mq.queue_id, offset).to_ext_fields()
             try:
                 if final:
                     await self._pool.invoke(
@@ -196,29 +198,38 @@ async def compute_start_offset(
         return offset
     is_retry = is_retry_topic(mq.topic)
 
-    async def ask(code: int, extra: dict[str, str]) -> int:
-        return await _queue_offset(pool, addr_of, mq, code, extra, timeout)
+    async def ask(code: int, header: Header) -> int:
+        return await _queue_offset(pool, addr_of, mq, code, header, timeout)
 
+    max_offset = QueueRequestHeader(mq.topic, mq.queue_id)
     if where is ConsumeFromWhere.FIRST_OFFSET:
         return 0
     if where is ConsumeFromWhere.LAST_OFFSET:
-        return 0 if is_retry else await ask(RequestCode.GET_MAX_OFFSET, {})
+        return 0 if is_retry else await ask(RequestCode.GET_MAX_OFFSET, max_offset)
     if is_retry:
-        return await ask(RequestCode.GET_MAX_OFFSET, {})
+        return await ask(RequestCode.GET_MAX_OFFSET, max_offset)
     ts = timestamp or int(time.time() * 1000) - 30 * 60 * 1000
-    return await ask(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(ts)})
+    return await ask(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                     SearchOffsetRequestHeader(mq.topic, mq.queue_id, ts))
 
 
 async def _queue_offset(
     pool: RemotingPool, addr_of: Callable[[str], str | None], mq: MessageQueue, code: int,
-    extra: dict[str, str], timeout: float,
+    header: Header, timeout: float,
 ) -> int:
     addr = addr_of(mq.broker_name)
     if addr is None:
         raise ClientError(f"no address for broker {mq.broker_name}")
-    ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
-    resp = await pool.invoke(addr, code, ext, timeout=timeout)
+    resp = await pool.invoke(addr, code, header.to_ext_fields(), timeout=timeout)
     if resp.code != ResponseCode.SUCCESS:
         name = RequestCode(code).name
         raise ClientError(f"{name} for {mq} answered {resp.code} {resp.remark}")
-    return int(resp.ext_fields.get("offset", "0"))
+    return _offset(resp, 0)
+
+
+def _offset(resp: RemotingCommand, missing: int) -> int:
+    """The ``offset`` of an ``OffsetResponseHeader`` answer; ``missing`` when it has none."""
+    try:
+        return OffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+    except HeaderError:
+        return missing

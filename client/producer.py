@@ -1,15 +1,19 @@
 """Producer: route lookup, queue choice, retries and every RocketMQ send mode.
 
-Owns: ``Producer`` (start/shutdown/``async with``; ``send``, ``send_async``, ``send_oneway``,
-``send_batch``; ordered sends through a queue selector), ``hash_selector`` and the
-SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request building.
+Owns: ``Producer`` (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered sends
+through a queue selector; ``request``, whose work is in client/request.py; requests a broker
+sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
+``SendRequest`` (one send: what goes on the wire and where it may go) and
+``hash_selector``. Request headers are ``SendMessageRequestHeader`` values written with the
+V2 short names.
 
 Invariants:
 * Client-side checks (topic, body size against ``max_message_size``, batch rules) run
   before anything is sent and raise ``MessageError`` subclasses.
 * Every message gets a UNIQ_KEY (``UniqIdGenerator``, RocketMQ's layout) before the
   first attempt, so retries of one ``send`` carry the same msgId.
-* A send makes at most ``1 + retry_times_when_send_failed`` attempts, all inside one
+* A send makes at most ``1 + retry_times_when_send_failed`` attempts
+  (``retry_times_when_send_async_failed`` for ``send_async``), all inside one
   ``send_msg_timeout`` budget; only ``retriable`` errors are retried, each time on the
   next queue of another broker when there is one (RocketMQ's ``selectOneMessageQueue``).
   Sends through a selector or to an explicit queue are not retried (order matters more).
@@ -26,31 +30,32 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kairosmq.protocol.bodies import HeartbeatData
-from kairosmq.protocol.codes import (
-    SYSFLAG_COMPRESSED,
-    RequestCode,
-    ResponseCode,
-    SerializeType,
+from kairosmq.protocol.codes import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.headers import (
+    RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    UnregisterClientRequestHeader,
 )
 from kairosmq.protocol.ids import UniqIdGenerator
 from kairosmq.protocol.message import BatchItem, encode_batch, java_string_hash
 from kairosmq.protocol.naming import is_retry_topic
+from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
-from .common import (
-    CLIENT_INNER_PRODUCER,
-    Periodic,
-    check_group,
-    check_topic,
-    make_client_id,
-    unregister_client,
-)
-from .errors import BrokerError, ClientError, ClientStateError, MessageError, MessageTooLarge
-from .message import Message, MessageQueue, SendResult, SendStatus, wire_properties
-from .remoting import RemotingPool, local_ip
-from .route import DEFAULT_TOPIC, RouteCache, TopicRouteInfo
+from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
+from .errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from .lifecycle import ClientLifecycle
+from .message import Message, MessageExt, MessageQueue, SendResult, SendStatus, wire_properties
+from .options import ProducerOptions, build_options
+from .request import ReplyWaiters, is_reply, send_request
+from .route import TopicRouteInfo
 
 log = logging.getLogger("kairosmq.client.producer")
 
@@ -65,121 +70,121 @@ _STORED = {
 }
 
 
+@dataclass(slots=True)
+class SendRequest:
+    """One send: the encoded payload and where it may go.
+
+    ``body``/``sys_flag``/``flag``/``properties`` go on the wire as they are; ``uniq`` is the
+    msgId reported back (comma-joined for a batch). ``queue`` pins the queue, ``selector``
+    picks one from ``(queues, msg, arg)``; either means one attempt. Otherwise up to
+    ``1 + retries`` attempts within ``timeout`` seconds (None: ``send_msg_timeout``).
+    """
+
+    topic: str
+    body: bytes
+    uniq: str
+    properties: str
+    sys_flag: int = 0
+    flag: int = 0
+    batch: bool = False
+    queue: MessageQueue | None = None
+    selector: QueueSelector | None = None
+    arg: Any = None
+    msg: Message | None = None
+    timeout: float | None = None
+    retries: int = 0
+
+    @property
+    def code(self) -> int:
+        if self.msg is not None and is_reply(self.msg):  # REPLY: create_reply's message
+            return RequestCode.SEND_REPLY_MESSAGE_V2
+        return RequestCode.SEND_BATCH_MESSAGE if self.batch else RequestCode.SEND_MESSAGE_V2
+
+    @property
+    def pinned(self) -> bool:
+        """True when the queue is fixed (explicit queue or selector): no retries."""
+        return self.queue is not None or self.selector is not None
+
+
 def hash_selector(queues: list[MessageQueue], _msg: Message, arg: Any) -> MessageQueue:
     """RocketMQ's SelectMessageQueueByHash, stable across processes (Java hash of str)."""
     key = java_string_hash(arg) if isinstance(arg, str) else int(arg)
     return queues[abs(key) % len(queues)]
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """An asyncio RocketMQ producer.
 
-    Args:
-        group: producer group name (``InvalidName`` if it breaks the naming rules).
-        namesrv: name server address(es), ``"host:port"`` or ``"a:9876;b:9876"``.
-        send_msg_timeout: seconds for one send, retries included (RocketMQ 3 s).
-        retry_times_when_send_failed: extra attempts on retriable errors (RocketMQ 2).
-        max_message_size: largest body (or batch body) accepted, bytes (4 MiB).
-        compress_msg_body_over_howmuch: zlib-compress bodies from this size (4 KiB).
-        poll_name_server_interval / heartbeat_broker_interval: seconds (30 / 30).
-        instance_name: overrides the ``<pid>#<n>`` part of the client id.
-        serialize_type: remoting header encoding (JSON, as stock Java clients).
+    ``Producer(group, namesrv, options=ProducerOptions(...), **overrides)``: the options
+    (docs/client.md lists every field), with ``group``/``namesrv`` and any keyword named
+    like a field (``send_msg_timeout=1.0``) applied on top. ``InvalidName`` if the group
+    breaks the naming rules.
     """
+
+    kind = "producer"
 
     def __init__(
         self,
-        group: str,
-        namesrv: str | list[str] = "127.0.0.1:9876",
+        group: str | None = None,
+        namesrv: str | list[str] | None = None,
         *,
-        send_msg_timeout: float = 3.0,
-        retry_times_when_send_failed: int = 2,
-        max_message_size: int = 4 * 1024 * 1024,
-        compress_msg_body_over_howmuch: int = 4096,
-        default_topic_queue_nums: int = 4,
-        poll_name_server_interval: float = 30.0,
-        heartbeat_broker_interval: float = 30.0,
-        instance_name: str | None = None,
-        serialize_type: SerializeType = SerializeType.JSON,
+        options: ProducerOptions | None = None,
+        **overrides: Any,
     ) -> None:
-        check_group(group)
-        self.group = group
-        self.send_msg_timeout = send_msg_timeout
-        self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.max_message_size = max_message_size
-        self.compress_over = compress_msg_body_over_howmuch
-        self.default_topic_queue_nums = str(default_topic_queue_nums)
-        ip = local_ip()
-        self.client_id = make_client_id(ip, instance_name)
-        self._ids = UniqIdGenerator(bytes(int(p) for p in ip.split(".")))
-        self._pool = RemotingPool(serialize_type=serialize_type)
-        self._routes = RouteCache(self._pool, namesrv, send_msg_timeout)
+        opts = build_options(ProducerOptions, options, producer_group=group,
+                             namesrv_addr=namesrv, **overrides)
+        check_group(opts.producer_group)
+        super().__init__(opts, on_request=self._on_broker_request,
+                         route_timeout=opts.send_msg_timeout)  # a lookup is in a send
+        # requests a broker sends this producer, by code (REPLY: pushed replies, 326)
+        self._replies = ReplyWaiters()
+        self._reply_registered: set[str] = set()
+        self._broker_requests: dict[int, Callable[[RemotingCommand], Any]] = {
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._replies.on_push}
+        self.options = opts
+        self.group = opts.producer_group
+        self._routes.default_topic = opts.create_topic_key
+        self._ids = UniqIdGenerator(bytes(int(p) for p in self.client_ip.split(".")))
         self._counter = itertools.count()
-        self._heartbeat_sent: set[str] = set()
         self._timers = [
-            Periodic("producer-route", poll_name_server_interval, self._routes.refresh_all),
-            Periodic("producer-heartbeat", heartbeat_broker_interval, self._heartbeat_all),
+            Periodic("producer-route", opts.poll_name_server_interval, self._routes.refresh_all),
+            Periodic("producer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
         ]
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._state = "created"
 
-    # ------------------------------------------------------------ lifecycle
+    @property
+    def send_msg_timeout(self) -> float:
+        return self.options.send_msg_timeout
 
-    async def start(self) -> None:
-        if self._state != "created":
-            raise ClientStateError(f"producer is {self._state}; start() runs once")
-        self._state = "running"
-        for t in self._timers:
-            t.start()
+    @property
+    def max_message_size(self) -> int:
+        return self.options.max_message_size
 
-    async def shutdown(self) -> None:
-        """Finish in-flight async sends, unregister from brokers and close connections."""
-        if self._state != "running":
-            self._state = "shutdown"
-            return
-        self._state = "stopping"
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=self.send_msg_timeout)
-        for t in self._timers:
-            await t.stop()
-        await unregister_client(self._pool, self._routes.broker_addrs(),
-                                {"clientID": self.client_id, "producerGroup": self.group})
-        self._pool.close()
-        self._state = "shutdown"
+    # ------------------------------------------------------------ lifecycle hooks
 
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
+    def _on_broker_request(self, _client: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self._broker_requests.get(cmd.code)
+        return None if handler is None else handler(cmd)
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+    def _heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(self.client_id, [self.group, CLIENT_INNER_PRODUCER])
 
-    async def _heartbeat_all(self) -> None:
-        body = HeartbeatData(self.client_id, [self.group, CLIENT_INNER_PRODUCER]).to_json()
-        for addr in self._routes.broker_addrs():
-            await self._heartbeat(addr, body)
+    def _unregister_header(self) -> UnregisterClientRequestHeader:
+        return UnregisterClientRequestHeader(self.client_id, producer_group=self.group)
 
-    async def _heartbeat(self, addr: str, body: bytes) -> None:
-        self._heartbeat_sent.add(addr)
-        try:
-            resp = await self._pool.invoke(addr, RequestCode.HEART_BEAT, None, body, timeout=3.0)
-            if resp.code != ResponseCode.SUCCESS:
-                log.warning("heartbeat to %s answered %d %s", addr, resp.code, resp.remark)
-        except ClientError as err:
-            log.warning("heartbeat to %s failed: %s", addr, err)
+    async def _shutdown(self) -> None:
+        """Finish in-flight async sends (bounded by ``send_msg_timeout``)."""
+        if self._bg:
+            await asyncio.wait(list(self._bg), timeout=self.options.send_msg_timeout)
 
     # ------------------------------------------------------------ routing
 
     async def _route(self, topic: str) -> TopicRouteInfo:
-        if self._state != "running":
-            raise ClientStateError(f"producer is {self._state}; call start() first")
+        self._check_running()
         info = self._routes.cached(topic)
         if info is None:
             info = await self._routes.get(topic, allow_default=True)
-            new = set(info.broker_addrs.values()) - self._heartbeat_sent
-            if new:
-                body = HeartbeatData(self.client_id, [self.group, CLIENT_INNER_PRODUCER]).to_json()
-                for addr in new:
-                    self._spawn(self._heartbeat(addr, body))
+            if not set(info.broker_addrs.values()) <= self._heartbeated:
+                self._spawn(self._heartbeat_new(info.broker_addrs.values()))
         if not info.publish_queues:
             raise BrokerError.for_code(
                 ResponseCode.TOPIC_NOT_EXIST, f"no writable queue for {topic}"
@@ -196,93 +201,81 @@ class Producer:
                     return mq
         return queues[start % n]
 
-    def _refresh_later(self, topic: str) -> None:
-        self._spawn(self._routes.refresh(topic, allow_default=True))
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(_reap(self._tasks))
-        return task
-
     # ------------------------------------------------------------ sending
 
-    def _encode(self, msg: Message) -> tuple[bytes, int, str, str]:
-        """Check ``msg``; return (body, sysFlag, uniq id, properties string)."""
+    def _request(self, msg: Message, **where: Any) -> SendRequest:
+        """Check ``msg`` and encode it (compressed from ``compress_msg_body_over_howmuch``)."""
         check_topic(msg.topic)
         body = msg.body
-        if len(body) > self.max_message_size:
-            raise MessageTooLarge(len(body), self.max_message_size)
+        if len(body) > self.options.max_message_size:
+            raise MessageTooLarge(len(body), self.options.max_message_size)
         if not body:
             raise MessageError("message body is empty")
         sys_flag = 0
-        if len(body) >= self.compress_over:
+        if len(body) >= self.options.compress_msg_body_over_howmuch:
             body = zlib.compress(body, 5)
             sys_flag = SYSFLAG_COMPRESSED
         uniq = self._ids.next_id()
-        return body, sys_flag, uniq, wire_properties(msg, uniq)
+        return SendRequest(msg.topic, body, uniq, wire_properties(msg, uniq), sys_flag,
+                           msg.flag, msg=msg, **where)
 
-    def _header(
-        self, mq: MessageQueue, topic: str, sys_flag: int, flag: int, props: str, batch: bool
-    ) -> dict[str, str]:
-        return {
-            "a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": self.default_topic_queue_nums,
-            "e": str(mq.queue_id), "f": str(sys_flag), "g": str(int(time.time() * 1000)),
-            "h": str(flag), "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
-            "n": mq.broker_name,
-        }
+    def _header(self, req: SendRequest, mq: MessageQueue) -> dict[str, str]:
+        """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header of ``req`` for ``mq``."""
+        opts = self.options
+        return SendMessageRequestHeader(
+            producer_group=self.group, topic=req.topic, default_topic=opts.create_topic_key,
+            default_topic_queue_nums=opts.default_topic_queue_nums, queue_id=mq.queue_id,
+            sys_flag=req.sys_flag, born_timestamp=int(time.time() * 1000), flag=req.flag,
+            properties=req.properties, reconsume_times=0, unit_mode=False, batch=req.batch,
+            broker_name=mq.broker_name,
+        ).to_ext_fields(v2=True)
 
     async def _send_once(
-        self, info: TopicRouteInfo, mq: MessageQueue, code: int, ext: dict[str, str],
-        body: bytes, uniq: str, timeout: float,
+        self, info: TopicRouteInfo, mq: MessageQueue, req: SendRequest, timeout: float,
     ) -> SendResult:
-        addr = info.broker_addrs.get(mq.broker_name)
-        if addr is None:
-            raise BrokerError.for_code(
-                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for {mq.broker_name}"
-            )
-        resp = await self._pool.invoke(addr, code, ext, body, timeout=timeout)
+        addr = _master(info, mq)
+        resp = await self._pool.invoke(addr, req.code, self._header(req, mq), req.body,
+                                       timeout=timeout)
         status = _STORED.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError.for_code(resp.code, resp.remark, addr)
-        f = resp.ext_fields
         try:
-            queue = MessageQueue(mq.topic, mq.broker_name, int(f["queueId"]))
-            return SendResult(status, uniq, f["msgId"], queue, int(f["queueOffset"]))
-        except (KeyError, ValueError) as err:
+            h = SendMessageResponseHeader.from_ext_fields(resp.ext_fields)
+        except HeaderError as err:
             raise BrokerError(resp.code, f"send response lacks {err}", addr) from None
+        queue = MessageQueue(mq.topic, mq.broker_name, h.queue_id)
+        return SendResult(status, req.uniq, h.msg_id, queue, h.queue_offset,
+                          h.recall_handle)
 
-    async def _send(
-        self, topic: str, code: int, body: bytes, sys_flag: int, flag: int, props: str,
-        uniq: str, batch: bool, selector: QueueSelector | None, arg: Any,
-        queue: MessageQueue | None, timeout: float | None, msg: Message | None,
-    ) -> SendResult:
+    async def _send(self, req: SendRequest) -> SendResult:
         loop = asyncio.get_running_loop()
-        budget = self.send_msg_timeout if timeout is None else timeout
+        budget = self.options.send_msg_timeout if req.timeout is None else req.timeout
         deadline = loop.time() + budget
-        info = await self._route(topic)
-        if queue is not None or selector is not None:
-            mq = queue if queue is not None else selector(info.publish_queues, msg, arg)  # type: ignore[misc,arg-type]
-            ext = self._header(mq, topic, sys_flag, flag, props, batch)
-            return await self._send_once(info, mq, code, ext, body, uniq, budget)
+        info = await self._route(req.topic)
+        if req.pinned:
+            mq = req.queue
+            if mq is None:
+                assert req.selector is not None
+                mq = req.selector(info.publish_queues, req.msg, req.arg)  # type: ignore[arg-type]
+            return await self._send_once(info, mq, req, budget)
         avoid: str | None = None
         last: ClientError | None = None
-        for _ in range(1 + self.retry_times_when_send_failed):
+        for _ in range(1 + req.retries):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
             mq = self._pick(info.publish_queues, avoid)
-            ext = self._header(mq, topic, sys_flag, flag, props, batch)
             try:
-                return await self._send_once(info, mq, code, ext, body, uniq, remaining)
+                return await self._send_once(info, mq, req, remaining)
             except ClientError as err:
                 if not err.retriable:
                     raise
                 last, avoid = err, mq.broker_name
                 log.debug("send to %s failed (%s); retrying", mq, err)
-                self._refresh_later(topic)
+                self._spawn(self._routes.refresh(req.topic, allow_default=True))
         if last is None:
-            raise ClientError(f"send to {topic} timed out after {budget:.3f}s before an attempt")
+            raise ClientError(
+                f"send to {req.topic} timed out after {budget:.3f}s before an attempt")
         raise last
 
     async def send(
@@ -308,11 +301,9 @@ class Producer:
             MessageError: the message failed a client-side check.
             BrokerError, ConnectionClosed, RequestTimeout: the last attempt's failure.
         """
-        body, sys_flag, uniq, props = self._encode(msg)
-        return await self._send(
-            msg.topic, RequestCode.SEND_MESSAGE_V2, body, sys_flag, msg.flag, props, uniq,
-            False, selector, arg, queue, timeout, msg,
-        )
+        return await self._send(self._request(
+            msg, selector=selector, arg=arg, queue=queue, timeout=timeout,
+            retries=self.options.retry_times_when_send_failed))
 
     def send_async(
         self,
@@ -327,9 +318,9 @@ class Producer:
 
         ``on_success(result)`` or ``on_exception(exc)`` is called; the returned task can
         also be awaited (it yields the SendResult, or None after ``on_exception``).
+        Retriable failures are retried ``retry_times_when_send_async_failed`` times.
         """
-        if self._state != "running":
-            raise ClientStateError(f"producer is {self._state}; call start() first")
+        self._check_running()
         return self._spawn(self._send_with_callbacks(msg, on_success, on_exception, selector, arg))
 
     async def _send_with_callbacks(
@@ -337,7 +328,9 @@ class Producer:
         selector: QueueSelector | None, arg: Any,
     ) -> SendResult | None:
         try:
-            result = await self.send(msg, selector=selector, arg=arg)
+            result = await self._send(self._request(
+                msg, selector=selector, arg=arg,
+                retries=self.options.retry_times_when_send_async_failed))
         except ClientError as err:
             if on_exception is None:
                 raise
@@ -347,18 +340,49 @@ class Producer:
             await _call(on_success, result)
         return result
 
+    async def recall(self, topic: str, handle: str, *, timeout: float | None = None) -> str:
+        """Recall (cancel) a timer or delayed message before it fires, by the
+        ``SendResult.recall_handle`` its send returned (RocketMQ 5.3's RECALL_MESSAGE).
+        Returns the message id. Recalling twice succeeds; a message already delivered or
+        unknown raises ``RecallFailed`` (ILLEGAL_OPERATION, the remark says which)."""
+        try:
+            h = decode_recall_handle(handle)
+        except RecallHandleInvalid as err:
+            raise MessageError(f"{err}: {handle[:80]!r}") from None
+        if h.topic != topic:
+            raise MessageError(f"the recall handle is for topic {h.topic}, not {topic}")
+        info = await self._route(topic)
+        addr = info.broker_addrs.get(h.broker_name)
+        if addr is None:
+            raise BrokerError.for_code(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                       f"no master address for {h.broker_name}")
+        header = RecallMessageRequestHeader(producer_group=self.group, topic=topic,
+                                            recall_handle=handle).to_ext_fields()
+        resp = await self._pool.invoke(addr, RequestCode.RECALL_MESSAGE, header, b"",
+                                       timeout=timeout or self.options.send_msg_timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError.for_code(resp.code, resp.remark, addr)
+        return RecallMessageResponseHeader.from_ext_fields(resp.ext_fields).msg_id
+
+    async def request(
+        self, msg: Message, timeout: float | None = None, *,
+        selector: QueueSelector | None = None, arg: Any = None,
+        queue: MessageQueue | None = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and await its reply (RocketMQ 4.6+ request-reply):
+        ``timeout`` (default ``send_msg_timeout``) bounds the send and the wait. A
+        responder answers with ``producer.send(create_reply(msg, body))``
+        (``kairosmq.client.request``). Raises ``ReplyTimeout`` or the send's errors."""
+        return await send_request(self, msg, timeout, selector=selector, arg=arg,
+                                  queue=queue)
+
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an acknowledgement (one attempt, no result)."""
-        body, sys_flag, uniq, props = self._encode(msg)
+        req = self._request(msg, queue=queue)
         info = await self._route(msg.topic)
         mq = queue if queue is not None else self._pick(info.publish_queues, None)
-        addr = info.broker_addrs.get(mq.broker_name)
-        if addr is None:
-            raise BrokerError.for_code(ResponseCode.SERVICE_NOT_AVAILABLE, f"no master for {mq}")
-        ext = self._header(mq, msg.topic, sys_flag, msg.flag, props, False)
-        await self._pool.invoke_oneway(
-            addr, RequestCode.SEND_MESSAGE_V2, ext, body, timeout=self.send_msg_timeout
-        )
+        await self._pool.invoke_oneway(_master(info, mq), req.code, self._header(req, mq),
+                                       req.body, timeout=self.options.send_msg_timeout)
 
     async def send_batch(
         self, msgs: list[Message], *, queue: MessageQueue | None = None,
@@ -389,12 +413,21 @@ class Producer:
             ids.append(uniq)
             items.append(BatchItem(m.body, m.flag, wire_properties(m, uniq)))
         body = encode_batch(items)
-        if len(body) > self.max_message_size:
-            raise MessageTooLarge(len(body), self.max_message_size)
-        return await self._send(
-            topic, RequestCode.SEND_BATCH_MESSAGE, body, 0, 0, "WAIT\x01true", ",".join(ids),
-            True, None, None, queue, timeout, None,
-        )
+        limit = self.options.max_message_size
+        if len(body) > limit:
+            raise MessageTooLarge(len(body), limit)
+        return await self._send(SendRequest(
+            topic, body, ",".join(ids), "WAIT\x01true", batch=True, queue=queue,
+            timeout=timeout, retries=self.options.retry_times_when_send_failed))
+
+
+def _master(info: TopicRouteInfo, mq: MessageQueue) -> str:
+    """The master address of ``mq``'s broker (SERVICE_NOT_AVAILABLE when the route has none)."""
+    addr = info.broker_addrs.get(mq.broker_name)
+    if addr is None:
+        raise BrokerError.for_code(
+            ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for {mq.broker_name}")
+    return addr
 
 
 async def _call(fn: SendCallback, value: Any) -> None:
@@ -404,15 +437,3 @@ async def _call(fn: SendCallback, value: Any) -> None:
             await out
     except Exception:  # a user callback must not break the producer
         log.exception("send callback %r failed", fn)
-
-
-def _reap(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
-    def done(task: asyncio.Task[Any]) -> None:
-        tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            if isinstance(exc, ClientError):
-                log.warning("background send failed: %s", exc)
-            else:
-                log.error("background task failed", exc_info=exc)
-    return done

@@ -1,8 +1,9 @@
 """The long-poll pull loop of one assigned queue (RocketMQ's push consumer = pull).
 
-Owns: building PULL_MESSAGE requests, interpreting pull results (found / no new /
-no matched / offset moved / errors), post-processing records (decompress, restore the
-topic of retried messages, client-side tag check) and flow control.
+Owns: building PULL_MESSAGE requests (``PullMessageRequestHeader``), interpreting pull
+results (found / no new / no matched / offset moved / errors), post-processing records
+(decompress, restore the topic of retried messages, client-side tag check) and flow
+control.
 
 Invariants:
 * Pulls of one queue are strictly sequential, so records enter the ProcessQueue in
@@ -12,6 +13,8 @@ Invariants:
   are in flight, and (orderly CLUSTERING) only while the queue's broker lock is held.
 * sysFlag is SUSPEND|SUBSCRIPTION, plus COMMIT_OFFSET when a committed offset > 0 is
   known; the request timeout (30 s) is longer than the broker's suspend (15 s).
+* After a pull that found messages the loop waits ``pull_interval`` ms (RocketMQ's
+  pullInterval, 0 by default) before the next one.
 * Errors never kill the loop: it waits ``pull_time_delay_millis_when_exception`` and pulls
   again, until the queue is dropped.
 """
@@ -32,6 +35,8 @@ from kairosmq.protocol.codes import (
     RequestCode,
     ResponseCode,
 )
+from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.protocol.properties import RETRY_TOPIC
 
@@ -60,6 +65,7 @@ class PullSettings:
     broker_suspend_max_time_millis: int = 15000
     consumer_timeout_millis_when_suspend: int = 30000
     pull_time_delay_millis_when_exception: int = 3000
+    pull_interval: int = 0  # ms between two pulls of a queue that found messages
     orderly: bool = False
     needs_lock: bool = False  # orderly and CLUSTERING
     commit_offset_on_pull: bool = True
@@ -94,13 +100,7 @@ async def pull_loop(
     mq = pq.mq
     delay = cfg.pull_time_delay_millis_when_exception / 1000
     timeout = cfg.consumer_timeout_millis_when_suspend / 1000
-    ext = {
-        "consumerGroup": cfg.group, "topic": mq.topic, "queueId": str(mq.queue_id),
-        "maxMsgNums": str(cfg.pull_batch_size),
-        "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
-        "subscription": sub.expression, "subVersion": str(sub.sub_version),
-        "expressionType": sub.expression_type,
-    }
+    interval = cfg.pull_interval / 1000
     while not pq.dropped:
         await pq.wait_for_space()
         if pq.dropped:
@@ -114,11 +114,17 @@ async def pull_loop(
             continue
         commit = committed(pq) if cfg.commit_offset_on_pull else -1
         flag = PULL_SUSPEND | PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit > 0 else 0)
-        ext["queueOffset"] = str(pq.next_offset)
-        ext["sysFlag"] = str(flag)
-        ext["commitOffset"] = str(max(commit, 0))
+        req = PullMessageRequestHeader(
+            consumer_group=cfg.group, topic=mq.topic, queue_id=mq.queue_id,
+            queue_offset=pq.next_offset, max_msg_nums=cfg.pull_batch_size, sys_flag=flag,
+            commit_offset=max(commit, 0),
+            suspend_timeout_millis=cfg.broker_suspend_max_time_millis,
+            subscription=sub.expression, sub_version=sub.sub_version,
+            expression_type=sub.expression_type,
+        )
         try:
-            resp = await pool.invoke(addr, RequestCode.PULL_MESSAGE, dict(ext), timeout=timeout)
+            resp = await pool.invoke(addr, RequestCode.PULL_MESSAGE, req.to_ext_fields(),
+                                     timeout=timeout)
         except ClientError as err:
             if pq.dropped:
                 return
@@ -129,14 +135,17 @@ async def pull_loop(
             return
         code = resp.code
         try:
-            next_offset = int(resp.ext_fields["nextBeginOffset"])
-        except (KeyError, ValueError):
+            next_offset = PullMessageResponseHeader.from_ext_fields(
+                resp.ext_fields).next_begin_offset
+        except HeaderError:  # an error answer need not carry the offsets
             next_offset = -1
         if code == ResponseCode.SUCCESS and next_offset >= 0:
             found = postprocess(decode_records(resp.body), cfg.retry_topic, sub.keep)
             pq.put(found, next_offset, orderly=cfg.orderly)
             if found:
                 on_found(pq, found)
+                if interval:
+                    await asyncio.sleep(interval)
             else:
                 on_offset(pq, pq.commit_offset)
         elif code in _NO_MESSAGES and next_offset >= 0:

@@ -16,6 +16,10 @@ Invariants:
   ``on_request`` callback; a two-way one it does not answer gets REQUEST_CODE_NOT_SUPPORTED.
 * Frames are queued whole and flushed together once per loop iteration (one writev),
   so frames never interleave and a burst of sends costs one syscall.
+* Every request passes ``rpc_hook`` (ACL signing, client/acl.py) right before it is
+  encoded, so the signature covers the exact extFields and body sent; answers to the
+  peer's requests are not signed. With ``ssl`` the connection is TLS (server name checked
+  as the context says).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import itertools
 import logging
 import random
 import socket
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Mapping
 
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import (
@@ -43,6 +48,8 @@ from .errors import ConnectionClosed, RequestTimeout
 log = logging.getLogger("kairosmq.client.remoting")
 
 RequestHandler = Callable[["RemotingClient", RemotingCommand], "RemotingCommand | None"]
+# client/acl.py AclRpcHook: (code, extFields, body) -> the extFields to send (signed)
+RpcHook = Callable[[int, Mapping[str, str], bytes], dict[str, str]]
 
 
 def local_ip() -> str:
@@ -128,6 +135,8 @@ class RemotingClient:
         on_request: callback for requests the peer sends us.
         serialize_type: header encoding for our requests (JSON is what stock Java uses).
         backoff_base / backoff_max: reconnect backoff, seconds.
+        rpc_hook: applied to every request's extFields just before encoding (signing).
+        ssl: connect with TLS using this context (client/acl.py ``client_ssl_context``).
     """
 
     def __init__(
@@ -138,8 +147,12 @@ class RemotingClient:
         serialize_type: SerializeType = SerializeType.JSON,
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
+        rpc_hook: RpcHook | None = None,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self._rpc_hook = rpc_hook
+        self._ssl = ssl
         self._host, self._port = split_address(address)
         self._on_request = on_request
         self._serialize_type = serialize_type
@@ -183,7 +196,8 @@ class RemotingClient:
             try:
                 async with asyncio.timeout(remaining):
                     _, proto = await loop.create_connection(
-                        lambda: _Connection(self), self._host, self._port
+                        lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
+                        server_hostname=self._host if self._ssl is not None else None,
                     )
             except TimeoutError:
                 self._note_failure(loop, "connect timed out")
@@ -208,11 +222,16 @@ class RemotingClient:
         delay = min(self._backoff_max, self._backoff_base * 2 ** (self._failures - 1))
         self._retry_at = loop.time() + delay * (1 + random.random())
 
-    def _command(self, code: int, ext: dict[str, str] | None, body: bytes, flag: int) -> bytes:
+    def _command(self, code: int, ext: dict[str, str] | None, body: bytes, flag: int,
+                 opaque: int | None = None) -> bytes:
+        """One request frame (the rpc hook applied); a new opaque unless one is given."""
+        if self._rpc_hook is not None:
+            ext = self._rpc_hook(int(code), ext or {}, body)
         return encode_command(
             RemotingCommand(
-                int(code), next(self._opaque), flag, LanguageCode.PYTHON, BROKER_VERSION,
-                None, ext or {}, body, self._serialize_type,
+                int(code), next(self._opaque) if opaque is None else opaque, flag,
+                LanguageCode.PYTHON, BROKER_VERSION, None, ext or {}, body,
+                self._serialize_type,
             )
         )
 
@@ -234,13 +253,10 @@ class RemotingClient:
         deadline = loop.time() + timeout
         conn = await self._connection(deadline)
         opaque = next(self._opaque)
-        cmd = RemotingCommand(
-            int(code), opaque, 0, LanguageCode.PYTHON, BROKER_VERSION,
-            None, ext_fields or {}, body, self._serialize_type,
-        )
+        frame = self._command(code, ext_fields, body, 0, opaque)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         conn.pending[opaque] = fut
-        conn.write(encode_command(cmd))
+        conn.write(frame)
         handle = loop.call_at(deadline, _expire, fut, self.address, code, timeout)
         try:
             return await fut
@@ -302,11 +318,13 @@ class RemotingPool:
         serialize_type: SerializeType = SerializeType.JSON,
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
+        rpc_hook: RpcHook | None = None,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
         self._clients: dict[str, RemotingClient] = {}
         self._kw = dict(
             on_request=on_request, serialize_type=serialize_type,
-            backoff_base=backoff_base, backoff_max=backoff_max,
+            backoff_base=backoff_base, backoff_max=backoff_max, rpc_hook=rpc_hook, ssl=ssl,
         )
         self._closed = False
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from kairosmq.protocol.bodies import TopicRouteData
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from kairosmq.protocol.headers import GetRouteInfoRequestHeader
+from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY
 
 from .errors import BrokerError, ClientError, NoRouteError
 from .message import MessageQueue
@@ -28,7 +30,7 @@ from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.route")
 
-DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
@@ -75,6 +77,7 @@ class RouteCache:
         self._routes: dict[str, TopicRouteInfo] = {}
         self._allow_default: dict[str, bool] = {}
         self._inflight: dict[str, asyncio.Future[TopicRouteInfo]] = {}
+        self.default_topic = DEFAULT_TOPIC  # a producer's create_topic_key
 
     def cached(self, topic: str) -> TopicRouteInfo | None:
         return self._routes.get(topic)
@@ -139,7 +142,7 @@ class RouteCache:
         if route is not None:
             return TopicRouteInfo.build(topic, route)
         if allow_default:
-            default = await self._ask(DEFAULT_TOPIC)
+            default = await self._ask(self.default_topic)
             if default is not None:
                 return TopicRouteInfo.build(topic, default, from_default=True)
         raise NoRouteError(f"no route for topic {topic!r} on name server {self._namesrv}")
@@ -151,7 +154,8 @@ class RouteCache:
             addr = self._namesrv[0]
             try:
                 resp = await self._pool.invoke(
-                    addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                    addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                    GetRouteInfoRequestHeader(topic).to_ext_fields(),
                     timeout=self._timeout,
                 )
             except ClientError as err:

@@ -49,28 +49,40 @@ class RequestCode(IntEnum):
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
     GET_PRODUCER_CONNECTION_LIST = 204
+    DELETE_SUBSCRIPTIONGROUP = 207
     GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_KVLIST_BY_NAMESPACE = 219
+    RESET_CONSUMER_CLIENT_OFFSET = 220  # broker -> consumer (one-way)
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_CONSUMER_RUNNING_INFO = 307  # admin -> broker -> consumer, answered
     SEND_MESSAGE_V2 = 310
+    VIEW_BROKER_STATS_DATA = 315
     GET_BROKER_CONSUME_STATS = 317
     GET_NAMESRV_CONFIG = 319
     QUERY_CONSUME_QUEUE = 321
     SEND_BATCH_MESSAGE = 320
+    # request-reply (RocketMQ 4.6+, server/handlers/reply.py)
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326  # broker -> requesting client, answered
+    RECALL_MESSAGE = 370  # RocketMQ 5.3: cancel a timer / delayed message by its handle
     # ---- kairosmq admin requests (no RocketMQ equivalent): the 900-range, JSON bodies ----
     KAIROS_GET_CONSUMER_GROUPS = 900  # every group: online clients, subscriptions, total lag
     KAIROS_GET_CONSUMER_LAG = 901  # one group: per-queue broker offset, group offset, lag
     KAIROS_GET_SCHEDULE_BACKLOG = 902  # per delay level: pending count, next due time
     KAIROS_RESEND_DLQ = 903  # move %DLQ%<group> messages back to their original topic
     KAIROS_GET_BROKER_STATUS = 904  # liveness/health: uptime, connections, commit-log range
+    KAIROS_GET_TIMER_STATUS = 905  # timer messages: pending per hour, next due, counters
+    KAIROS_GET_TRANSACTION_STATUS = 906  # pending half messages per producer group
 
 
 class ResponseCode(IntEnum):
@@ -97,8 +109,10 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # RocketMQ 5 (recall: bad handle, already delivered, unknown)
 
 
 class LanguageCode(IntEnum):

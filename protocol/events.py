@@ -75,6 +75,47 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # correctDeliverTimestamp)
     "schedule.due_capped": {"delay_level": "int", "queue_offset": "long", "deliver_ts": "long",
                             "capped_ts": "long"},
+    # ---- timer messages (server/timer/): any due millisecond, recall
+    "timer.scheduled": {"msg_id": "string", "real_topic": "string", "real_queue_id": "int",
+                        "queue_offset": "long", "phy_offset": "long", "deliver_ts": "long"},
+    "timer.fired": {"msg_id": "string", "topic": "string", "queue_id": "int",
+                    "queue_offset": "long", "phy_offset": "long", "deliver_ts": "long",
+                    "lateness_ms": "double"},
+    "timer.recalled": {"msg_id": "string", "topic": "string", "deliver_ts": "long",
+                       "phy_offset": "long", "kind": "string"},
+    "timer.record_skipped": {"phy_offset": "long", "reason": "string"},
+    "timer.origin_ignored": {"phy_offset": "long", "origin": "string"},
+    "timer.buckets_deleted": {"count": "int", "before_ts": "long"},
+    # ---- transactional messages (server/transaction/): half, end, check-back
+    "transaction.prepared": {"msg_id": "string", "producer_group": "string",
+                             "real_topic": "string", "real_queue_id": "int",
+                             "queue_offset": "long", "phy_offset": "long"},
+    "transaction.committed": {"msg_id": "string", "producer_group": "string", "topic": "string",
+                              "half_offset": "long", "checks": "int",
+                              "from_check": "boolean", "peer": "string"},
+    "transaction.rolled_back": {"msg_id": "string", "producer_group": "string",
+                                "topic": "string", "half_offset": "long", "checks": "int",
+                                "from_check": "boolean", "peer": "string"},
+    # CHECK_TRANSACTION_STATE sent to a live producer of the group (checks: before this one)
+    "transaction.checked": {"msg_id": "string", "producer_group": "string", "topic": "string",
+                            "half_offset": "long", "checks": "int", "peer": "string"},
+    # warning: transactionCheckMax checks without an end (or its record is gone: retention);
+    # the half message is dropped
+    "transaction.discarded": {"msg_id": "string", "producer_group": "string",
+                              "topic": "string", "half_offset": "long", "checks": "int",
+                              "reason": "string"},
+    # debug: a check found no live producer of the group; tried again next interval
+    "transaction.check_deferred": {"msg_id": "string", "producer_group": "string",
+                                   "reason": "string"},
+    # warning: an END_TRANSACTION that could not be applied (wrong group/offset, no half)
+    "transaction.end_failed": {"producer_group": "string", "msg_id": "string",
+                               "half_offset": "long", "code": "int", "remark": "string",
+                               "peer": "string"},
+    # an END_TRANSACTION for a half message that already ended (ignored)
+    "transaction.end_ignored": {"producer_group": "string", "msg_id": "string",
+                                "half_offset": "long", "remark": "string"},
+    # warning: a KAIROS_TX_HALF outside the commit in progress was ignored
+    "transaction.origin_ignored": {"phy_offset": "long", "origin": "string"},
     # warning: a commit outside 0..2^63-1 was refused
     "offset.commit_refused": {"group": "string", "topic": "string", "queue_id": "int",
                               "value": "string"},
@@ -87,6 +128,21 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
     "kvconfig.updated": {"namespace": "string", "key": "string"},
     "kvconfig.deleted": {"namespace": "string", "key": "string"},
+    # subscription groups (server/subscriptions.py; auto: created by a heartbeat or pull)
+    "subgroup.created": {"group": "string", "auto": "boolean"},
+    "subgroup.updated": {"group": "string", "auto": "boolean"},
+    "subgroup.deleted": {"group": "string"},
+    "subgroup.persist_failed": {"path": "string", "error": "string"},  # written again later
+    # UPDATE_BROKER_CONFIG (25): the settings changed, as RocketMQ names them
+    "broker.config_updated": {"keys": "string", "peer": "string"},
+    # at start: the persisted UPDATE_BROKER_CONFIG values applied (skipped: unreadable ones)
+    "broker.config_loaded": {"path": "string", "keys": "string", "skipped": "string"},
+    # GET_CONSUMER_RUNNING_INFO / RESET_CONSUMER_CLIENT_OFFSET sent to a client that failed
+    # INVOKE_BROKER_TO_RESET_OFFSET sent RESET_CONSUMER_CLIENT_OFFSET to the group's clients
+    "offset.reset": {"group": "string", "topic": "string", "reset_ts": "long",
+                     "clients": "int"},
+    "client.call_failed": {"client_id": "string", "group": "string", "request_code": "int",
+                           "error": "string"},
     # ---- connections and clients
     "conn.opened": {"peer": "string", "conn_id": "long", "listener": "string"},
     "conn.closed": {"peer": "string", "conn_id": "long", "reason": "string"},
@@ -94,6 +150,23 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "conn.refused": {"peer": "string", "listener": "string", "connections": "int",
                      "reason": "string"},
     "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
+    # ---- security (server/acl.py, server/security.py, server/tls.py; docs/security.md)
+    # warning: a request refused by the ACL: who (access_key), what (request_code, resource,
+    # perm needed), from where (peer, listener); reason: no_access_key, unknown_access_key,
+    # signature, unreadable, admin, permission
+    "acl.denied": {"peer": "string", "listener": "string", "access_key": "string",
+                   "request_code": "int", "reason": "string", "resource": "string",
+                   "perm": "string", "code": "int", "remark": "string"},
+    "acl.loaded": {"path": "string", "accounts": "int", "global_white": "int"},
+    "acl.reloaded": {"path": "string", "accounts": "int", "global_white": "int"},
+    # error: the changed ACL file cannot be used; the rules in force stay
+    "acl.reload_failed": {"path": "string", "error": "string"},
+    # warning at start: bound beyond loopback without --acl
+    "acl.disabled": {"host": "string", "reason": "string"},
+    # warning: plain remoting on a TLS-enforcing port (closed)
+    "tls.refused": {"peer": "string", "reason": "string"},
+    # warning: a TLS handshake or record failed (that connection is closed)
+    "tls.failed": {"peer": "string", "stage": "string", "error": "string"},
     # error level, from ``log.exception``: ``exception`` is the formatted traceback (an
     # event logged that way must list it)
     "request.failed": {"peer": "string", "request_code": "int", "error": "string",
@@ -101,6 +174,13 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # a request refused by server/ingress.py (bad name, integer, size, property)
     "request.rejected": {"peer": "string", "request_code": "int", "code": "int",
                          "remark": "string"},
+    # ---- request-reply (server/handlers/reply.py); warning: the reply did not reach its
+    # requester (the sender gets SYSTEM_ERROR with the same remark)
+    "reply.push_failed": {"client_id": "string", "topic": "string", "remark": "string",
+                          "peer": "string"},
+    "reply.store_failed": {"topic": "string", "status": "string", "remark": "string"},
+    # at start: the reply topic and (trace_topic_enable) RMQ_SYS_TRACE_TOPIC created
+    "topic.system_created": {"topics": "string"},
     "client.registered": {"client_id": "string", "group": "string", "role": "string"},
     "client.unregistered": {"client_id": "string", "group": "string", "role": "string"},
     # warn: a heartbeat registered an SQL92 subscription that does not compile

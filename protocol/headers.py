@@ -131,6 +131,7 @@ class SendMessageResponseHeader(Header):
     queue_id: int = wire("queueId")
     queue_offset: int = wire("queueOffset")
     transaction_id: str | None = wire("transactionId", default=None)
+    recall_handle: str | None = wire("recallHandle", default=None)  # RocketMQ 5.3
 
 
 @dataclass(slots=True)
@@ -326,3 +327,94 @@ class KvNamespaceRequestHeader(Header):
     """GET_KVLIST_BY_NAMESPACE (219)."""
 
     namespace: str = wire("namespace")
+
+
+@dataclass(slots=True)
+class DeleteSubscriptionGroupRequestHeader(Header):
+    """DELETE_SUBSCRIPTIONGROUP (207): drop a group's config (and, asked, its offsets)."""
+
+    group_name: str = wire("groupName")
+    remove_offset: bool = wire("removeOffset", default=False)
+
+
+@dataclass(slots=True)
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (307): admin -> broker, relayed as is to the client."""
+
+    consumer_group: str = wire("consumerGroup")
+    client_id: str = wire("clientId")
+    jstack_enable: bool = wire("jstackEnable", default=False)
+
+
+@dataclass(slots=True)
+class ViewBrokerStatsDataRequestHeader(Header):
+    """VIEW_BROKER_STATS_DATA (315): one stats item (``TOPIC_PUT_NUMS`` / ``topic``, ...)."""
+
+    stats_name: str = wire("statsName")
+    stats_key: str = wire("statsKey")
+
+
+@dataclass(slots=True)
+class RecallMessageRequestHeader(Header):
+    """RECALL_MESSAGE (370): cancel the delayed/timer message a send's recallHandle names."""
+
+    producer_group: str = wire("producerGroup")
+    topic: str = wire("topic")
+    recall_handle: str = wire("recallHandle")
+
+
+@dataclass(slots=True)
+class RecallMessageResponseHeader(Header):
+    msg_id: str = wire("msgId")
+
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION (37): a producer commits or rolls back a half message."""
+
+    producer_group: str = wire("producerGroup")
+    tran_state_table_offset: int = wire("tranStateTableOffset")  # the half's queue offset
+    commit_log_offset: int = wire("commitLogOffset")  # the half's commit-log offset
+    commit_or_rollback: int = wire("commitOrRollback")  # 0 unknown, 8 commit, 12 rollback
+    msg_id: str = wire("msgId")
+    from_transaction_check: bool | None = wire("fromTransactionCheck", default=None)
+    transaction_id: str | None = wire("transactionId", default=None)
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE (39, broker -> producer, one-way)."""
+
+    tran_state_table_offset: int = wire("tranStateTableOffset")
+    commit_log_offset: int = wire("commitLogOffset")
+    msg_id: str | None = wire("msgId", default=None)
+    transaction_id: str | None = wire("transactionId", default=None)
+    offset_msg_id: str | None = wire("offsetMsgId", default=None)
+
+
+@dataclass(slots=True)
+class ReplyMessageRequestHeader(Header):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326, broker -> requesting client): the reply's send
+    header plus where it was born and stored (RocketMQ's ReplyMessageRequestHeader)."""
+
+    producer_group: str = wire("producerGroup")
+    topic: str = wire("topic")
+    default_topic: str = wire("defaultTopic", default="TBW102")
+    default_topic_queue_nums: int = wire("defaultTopicQueueNums", default=4)
+    queue_id: int = wire("queueId", default=-1)
+    sys_flag: int = wire("sysFlag", default=0)
+    born_timestamp: int = wire("bornTimestamp", default=0)
+    flag: int = wire("flag", default=0)
+    properties: str | None = wire("properties", default=None)
+    reconsume_times: int | None = wire("reconsumeTimes", default=None)
+    unit_mode: bool | None = wire("unitMode", default=None)
+    born_host: str | None = wire("bornHost", default=None)
+    store_host: str | None = wire("storeHost", default=None)
+    store_timestamp: int = wire("storeTimestamp", default=0)
+
+
+@dataclass(slots=True)
+class TransactionStatusRequestHeader(Header):
+    """KAIROS_GET_TRANSACTION_STATUS (906): optionally one producer group."""
+
+    producer_group: str | None = wire("producerGroup", default=None)

@@ -11,6 +11,8 @@ Invariants:
   to it by a parity test.
 * ``decode_records`` stops at the first record whose size, magic or lengths do not fit
   the buffer, like the Java client; ``decode_record`` with ``check_crc`` raises instead.
+* ``view_record``/``patch_record`` re-address a stored record (the scheduler's re-put)
+  without a decode/encode round trip; a parity test holds them to ``encode_record``.
 * A record is self-consistent: ``encode_record`` derives the BORNHOST_V6/STOREHOST_V6
   sys-flag bits from the lengths of the addresses it writes (4 or 16 bytes), whatever
   bits the caller passed, so the decoder and recovery always find the body where it is.
@@ -22,6 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from .codes import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from .errors import MessageDecodeError
@@ -31,9 +34,11 @@ from .schema import MESSAGE_MAGIC_CODE
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYOFFSET SYSFLAG BORNTS
 _HEAD = struct.Struct(">iIiiiqqiq")
+_PHY_POS = 28  # PHYSICALOFFSET: after TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">H")
+_ZERO64 = bytes(8)
 _HOST_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 RECORD_OVERHEAD_V4 = 91  # record size = 91 + body + topic + properties with IPv4 hosts
 
@@ -227,6 +232,96 @@ def decode_records(buf: bytes | memoryview) -> list[MessageExt]:
     return out
 
 
+class RecordView(NamedTuple):
+    """Where the parts of one stored record are (``view_record``), for ``patch_record``."""
+
+    total: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_end: int  # end of BORNHOST + port (STORETIMESTAMP follows)
+    reconsume_pos: int  # RECONSUMETIMES
+    reconsume_times: int
+    body_start: int  # BODYLEN is the 4 bytes before it
+    body_end: int
+    topic: str
+    props_start: int
+    props_end: int
+
+
+def view_record(buf: bytes) -> RecordView:
+    """The layout of the one record filling ``buf``, checked as ``decode_record`` checks
+    it (magic, lengths adding up, UTF-8 topic), without building a message or copying
+    the body; raises ``MessageDecodeError``."""
+    n = len(buf)
+    if n < _HEAD.size:
+        raise MessageDecodeError(f"record: {n} bytes, header needs {_HEAD.size}")
+    total, magic, _crc, _qid, flag, _qoff, _phy, sysflag, born_ts = _HEAD.unpack_from(buf)
+    if magic != MESSAGE_MAGIC_CODE:
+        raise MessageDecodeError(f"record: bad magic {magic:#x}")
+    if total < RECORD_OVERHEAD_V4 or total > n:
+        raise MessageDecodeError(f"record: size {total} does not fit")
+    try:
+        born_end = _HEAD.size + (20 if sysflag & SYSFLAG_BORNHOST_V6 else 8)
+        rpos = born_end + 8 + (20 if sysflag & SYSFLAG_STOREHOST_V6 else 8)
+        (reconsume,) = _I32.unpack_from(buf, rpos)
+        (body_len,) = _I32.unpack_from(buf, rpos + 12)
+        body_start = rpos + 16
+        body_end = body_start + body_len
+        if body_len < 0 or body_end > total:
+            raise MessageDecodeError(f"record: body length {body_len} does not fit")
+        tlen = buf[body_end]
+        topic = buf[body_end + 1 : body_end + 1 + tlen].decode()
+        ppos = body_end + 1 + tlen
+        (plen,) = _I16.unpack_from(buf, ppos)
+        ppos += 2
+        if ppos + plen != total:
+            raise MessageDecodeError(f"record: lengths do not add up to size {total}")
+    except (IndexError, struct.error, UnicodeDecodeError) as err:
+        raise MessageDecodeError(f"record: truncated or corrupt ({err})") from err
+    return RecordView(total, flag, sysflag, born_ts, born_end, rpos, reconsume, body_start,
+                      body_end, topic, ppos, ppos + plen)
+
+
+def patched_size(view: RecordView, topic: bytes, properties: bytes,
+                 store_host: tuple[bytes, int]) -> int:
+    """The size of ``patch_record``'s result."""
+    return (RECORD_OVERHEAD_V4 + (view.body_end - view.body_start) + len(topic)
+            + len(properties) + (view.born_end - _HEAD.size - 8) + len(store_host[0]) - 4)
+
+
+def patch_record(buf: bytes, view: RecordView, *, topic: bytes, properties: bytes,
+                 queue_id: int, queue_offset: int, physical_offset: int,
+                 store_timestamp: int, store_host: tuple[bytes, int]) -> bytes:
+    """A new record from the one in ``buf``: the same body, flag, born time and host and
+    reconsume count, with a new topic, queue, properties, offsets, store time and host,
+    the body CRC computed again and no prepared-transaction offset. Byte for byte what
+    ``encode_record`` writes for those fields (a parity test holds it)."""
+    sh_ip, sh_port = store_host
+    if len(sh_ip) not in (4, 16):
+        raise ValueError(f"host addresses must be 4 or 16 bytes, got {len(sh_ip)}")
+    mv = memoryview(buf)
+    body = mv[view.body_start : view.body_end]
+    sys_flag = (view.sys_flag & ~SYSFLAG_STOREHOST_V6) | (
+        SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0)
+    return b"".join((
+        _HEAD.pack(patched_size(view, topic, properties, store_host), MESSAGE_MAGIC_CODE,
+                   zlib.crc32(body) & 0x7FFFFFFF, queue_id, view.flag, queue_offset,
+                   physical_offset, sys_flag, view.born_timestamp),
+        mv[_HEAD.size : view.born_end],
+        _I64.pack(store_timestamp),
+        sh_ip,
+        _I32.pack(sh_port),
+        mv[view.reconsume_pos : view.reconsume_pos + 4],
+        _ZERO64,
+        mv[view.body_start - 4 : view.body_end],
+        bytes((len(topic),)),
+        topic,
+        _I16.pack(len(properties)),
+        properties,
+    ))
+
+
 # ------------------------------------------------------------------ batch bodies
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, body len
@@ -349,3 +444,11 @@ def record_properties(buf: bytes | memoryview, pos: int = 0) -> dict[str, str]:
         return decode_properties(bytes(buf[ppos + 2 : ppos + 2 + plen]).decode())
     except (IndexError, struct.error, UnicodeDecodeError):
         return {}
+
+
+def stored_physical_offset(buf: bytes) -> int | None:
+    """The PHYSICALOFFSET field of the record at the start of ``buf`` (None if too short):
+    a cheap check that bytes read at an offset are the record stored there."""
+    if len(buf) < _PHY_POS + 8:
+        return None
+    return int(_I64.unpack_from(buf, _PHY_POS)[0])

@@ -3,7 +3,8 @@
 Owns: the topic and group character rules (RocketMQ 4.9 ``TopicValidator`` and
 ``Validators.checkGroup``: ``[%|a-zA-Z0-9_-]``, topic 1..127 characters, group 1..255),
 the derived topic names (``%RETRY%<group>``, ``%DLQ%<group>``), the system topic names
-(``TBW102``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``) and their predicates.
+(``TBW102``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, the trace topic) and their predicates,
+the request-reply topic ``<cluster>_REPLY_TOPIC``.
 
 Invariants:
 * ``validate_topic``/``validate_group`` return ``None`` for a valid name, else a reason fit
@@ -27,6 +28,11 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC
+# message trace (RocketMQ TopicValidator.RMQ_SYS_TRACE_TOPIC): a system topic clients may
+# send to when the broker's trace_topic_enable is on (it is then in the topic table)
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # MixAll.REPLY_TOPIC_POSTFIX
 
 MAX_TOPIC_LENGTH = 127
 MAX_GROUP_LENGTH = 255
@@ -116,10 +122,16 @@ def group_of_dlq_topic(topic: str) -> str | None:
     return topic[len(DLQ_GROUP_TOPIC_PREFIX):]
 
 
+def reply_topic(cluster: str) -> str:
+    """The topic replies of ``cluster`` are sent to (MixAll.getReplyTopic)."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
+
+
 def is_system_topic(topic: str) -> bool:
     """Topics clients may neither send to nor create, change or delete."""
     return (
         topic == SCHEDULE_TOPIC
         or topic == AUTO_CREATE_TOPIC_KEY
         or topic.startswith(SYSTEM_TOPIC_PREFIX)
+        or topic == TIMER_TOPIC
     )

@@ -32,11 +32,24 @@ MIN_OFFSET = "MIN_OFFSET"
 MAX_OFFSET = "MAX_OFFSET"
 CONSUME_START_TIME = "CONSUME_START_TIME"
 CLUSTER = "CLUSTER"
+# request-reply (RocketMQ MessageConst; client/request.py, server/handlers/reply.py)
+CORRELATION_ID = "CORRELATION_ID"
+REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+MESSAGE_TTL = "TTL"
+MESSAGE_TYPE = "MSG_TYPE"
+REPLY_MESSAGE_FLAG = "reply"  # MESSAGE_TYPE of a reply (MixAll.REPLY_MESSAGE_FLAG)
+PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
 # kairosmq: where a re-put record came from (level and schedule-queue offset), so the
 # scheduler's progress is derived from the commit log (exactly-once transfer).
 SCHEDULE_ORIGIN = "KAIROS_SCHEDULE_ORIGIN"
 # kairosmq: the due time (ms) a delayed message was scheduled for, carried on re-put.
 DELIVER_TIME = "KAIROS_DELIVER_MS"
+# kairosmq timers (server/timer/): a fired copy names its timer record (``due:phy``), so the
+# fired cursor is derived from the commit log; a recall record names its target and kind.
+TIMER_ORIGIN = "KAIROS_TIMER_ORIGIN"
+RECALL_TARGET = "KAIROS_RECALL_TARGET"
+RECALL_KIND = "KAIROS_RECALL_KIND"  # "timer" (default) or "level"
 # RocketMQ 5 timer messages (and the ONS/aliyun ``__STARTDELIVERTIME``): not supported
 # yet, so a send carrying one is refused rather than delivered at once (early).
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"

@@ -6,15 +6,21 @@ record (which is also the VIEW_MESSAGE and pull-body encoding), the batch item a
 
 Invariants:
 * All integers are big-endian, as RocketMQ writes them.
-* These parsers are never ``.compile()``d: they read untrusted bytes, and the compiled
-  form accepted a truncated frame. Callers check lengths before parsing.
-* Hot paths (per message) use precompiled ``struct.Struct`` twins in ``message.py``;
-  a parity test holds each twin to its declaration here.
+* Every inbound frame is parsed at runtime by two of these declarations (``codec``):
+  ``FramePayload`` (the envelope: type, header, body) and, for ROCKETMQ-serialized
+  headers, ``BinaryHeaderCounted``, both ``.compile()``d. The compiled form does not
+  detect truncation (a short ``GreedyRange`` item is silently dropped), so ``codec``
+  validates every length first and only then parses; ``BinaryHeaderCounted`` reads the
+  number of extFields the validation counted (``ext_count``) instead of ``GreedyRange``
+  and is held to ``BinaryHeader`` by a parity test.
+* The message record is the one format with ``struct.Struct`` fast paths (per message,
+  in ``message.py``); a parity test holds each twin to ``MessageRecord`` here.
 """
 
 from __future__ import annotations
 
 from construct import (
+    Array,
     Bytes,
     Const,
     GreedyBytes,
@@ -29,6 +35,7 @@ from construct import (
     Int64sb,
     PascalString,
     Prefixed,
+    Sequence,
     Struct,
     this,
 )
@@ -60,15 +67,30 @@ BinaryHeader = Struct(
     "ext_fields" / Prefixed(Int32ub, GreedyRange(ExtField)),
 )
 
-# A whole frame: the outer length counts the type/length word, header and body.
-Frame = Prefixed(
-    Int32ub,
-    Struct(
-        "serialize_type" / Int8ub,
-        "header" / Prefixed(Int24ub, GreedyBytes),
-        "body" / GreedyBytes,
-    ),
+# What the runtime parses: the fixed part, then exactly ``ext_count`` (key, value) pairs
+# (a Sequence, not a Struct: a third of the objects per field). Only for a header whose
+# lengths were validated and counted first (codec).
+BinaryHeaderCounted = Struct(
+    "code" / Int16sb,
+    "language" / Int8ub,
+    "version" / Int16sb,
+    "opaque" / Int32sb,
+    "flag" / Int32sb,
+    "remark" / PascalString(Int32ub, "utf8"),
+    "ext_length" / Int32ub,
+    "ext_fields" / Array(this._params.ext_count,
+                         Sequence(PascalString(Int16ub, "utf8"), PascalString(Int32ub, "utf8"))),
 )
+
+# A frame after its 4-byte length prefix: the type/length word, header and body.
+FramePayload = Struct(
+    "serialize_type" / Int8ub,
+    "header" / Prefixed(Int24ub, GreedyBytes),
+    "body" / GreedyBytes,
+)
+
+# A whole frame: the outer length counts the type/length word, header and body.
+Frame = Prefixed(Int32ub, FramePayload)
 
 
 def _host(v6_bit: int) -> Struct:

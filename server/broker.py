@@ -2,9 +2,10 @@
 
 Owns: construction and wiring of ``MessageStore``, ``ScheduleService``,
 ``TopicConfigManager``, ``ConsumerOffsetManager``, ``ClientRegistry``, ``LockManager``,
-``ArrivalNotifier`` and the ``RemotingServer`` (broker port, optional VIP port - 2, and
-the embedded name-server port); ``put_message`` (the one path every message takes into
-the store, applying the delay transform and logging); background services (flush,
+``ArrivalNotifier``, ``PutPath`` (put.py: the one path every message takes into the
+store), ``Endpoints`` (the bound ports) and the ``RemotingServer`` (broker port, optional
+VIP port - 2, and the embedded name-server port, with the handler tables that
+handlers/__init__.py builds from these services); background services (flush,
 checkpoint, housekeeping, connection sweep, each delay level, metrics), each run by the
 ``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``.
 
@@ -29,30 +30,30 @@ import threading
 import time
 from typing import Any
 
-from kairosmq.protocol.ids import create_offset_msg_id
-from kairosmq.protocol.properties import (
-    DELAY,
-    DELIVER_TIME,
-    KEYS,
-    REAL_QID,
-    REAL_TOPIC,
-    TAGS,
-    UNIQ_KEY,
-)
-
+from .broker_settings import BrokerSettings
 from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
-from .handlers import BROKER_HANDLERS, NAMESRV_HANDLERS
+from .endpoints import Endpoints
+from .handlers import broker_table, namesrv_table
+from .handlers.reply import ensure_system_topics
+from .handlers.rocketmq_kv import KvConfig
 from .logs import MessageLog, get_logger
 from .logsink import add_health_listener, remove_health_listener
 from .longpoll import ArrivalNotifier, PullHolds
+from .metrics import MetricsEndpoint
 from .offsets import ConsumerOffsetManager
-from .schedule import ScheduleService, transform_delayed
+from .put import MessageKind, PutPath
+from .schedule import ScheduleService
+from .security import install_security
 from .stats import BrokerStats
-from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
+from .stats_items import BrokerStatsManager, counter_sources
+from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
+from .subscriptions import SubscriptionGroupManager
 from .supervise import ServiceState, Supervisor
+from .timer import TimerBuckets, TimerService
 from .topics import TopicConfigManager
+from .transaction.service import TransactionService
 from .transport import Connection, ConnectionLimits, RemotingServer
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
@@ -71,14 +72,12 @@ class Broker:
         cfg = self.config
         self.log = get_logger("broker")
         self.msglog = MessageLog("broker")
-        self.port = cfg.port
-        self.namesrv_port = cfg.namesrv_port
-        self.advertised_host = cfg.advertised_host or (
-            "127.0.0.1" if cfg.host in ("0.0.0.0", "", "::") else cfg.host
-        )
+        self.endpoints = Endpoints(
+            cfg.advertised_host or ("127.0.0.1" if cfg.host in ("0.0.0.0", "", "::")
+                                    else cfg.host), cfg.port, cfg.namesrv_port)
         self.store = MessageStore(
             cfg.data_dir / "store",
-            store_host=(_ipv4(self.advertised_host), cfg.port),
+            store_host=(_ipv4(self.endpoints.advertised_host), cfg.port),
             segment_size=cfg.commitlog_segment_size,
             units_per_file=cfg.consumequeue_units_per_file,
             max_message_size=cfg.max_message_size,
@@ -98,25 +97,49 @@ class Broker:
         self.supervisor = Supervisor(get_logger("supervisor"), self.stats.service_failures,
                                      base_delay=cfg.service_retry_base,
                                      max_delay=cfg.service_retry_max)
+        self.put_path = PutPath(self.store, self.stats, self.msglog, cfg)
         self.schedule = ScheduleService(
-            self.store, self.notifier, cfg.delay_levels_ms, put=self.put_message,
-            on_delivered=self._log_delivered, batch=cfg.schedule_batch,
+            self.store, self.notifier, cfg.delay_levels_ms, put=self._reput_object,
+            reput=self.put_path.reput, on_delivered=self.put_path.delivered,
+            batch=cfg.schedule_batch, clock_ms=self.store.clock_ms,  # one clock
         )
         self.store.providers.append(self.schedule)
         self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
+        # timer messages (server/timer/): any due ms, pending ones on disk; recall
+        self.timer_buckets = TimerBuckets(self.store.data_dir / "timer")
+        self.timer = TimerService(self.store, self.timer_buckets,
+                                  reput=self.put_path.reput_timer,
+                                  on_fired=self.put_path.timer_fired,
+                                  batch=cfg.schedule_batch, clock_ms=self.store.clock_ms)
+        self.put_path.timer = self.timer
+        self.schedule.recalled = self.timer.pass_level_record
+        self.store.providers.append(self.timer)
+        self.store.dispatchers.append(self.timer.on_dispatch)
+        # transactional messages (server/transaction/): pending half messages, check-back
+        self.transactions = TransactionService(self.store, cfg, self.clients,
+                                               self.put_path.put, clock_ms=self.store.clock_ms)
+        self.store.providers.append(self.transactions)
+        self.store.dispatchers.append(self.transactions.on_dispatch)
         # msgId/key index for admin lookups (store/index.py); opened after the store
         self.index = KeyIndex(self.store.data_dir / "index", self.store)
         self.store.dispatchers.append(self.index.dispatch)
+        self.kv_config = KvConfig(cfg.data_dir / "config" / "kvConfig.json")
+        # MQADMIN: subscription groups, UPDATE_BROKER_CONFIG's overrides, per-minute stats
+        self.subscriptions = SubscriptionGroupManager(cfg.data_dir / "config", cfg,
+                                                      log=get_logger("subscriptions"))
+        self.settings = BrokerSettings(cfg, cfg.data_dir / "config")
+        self.settings.on_change.append(self._setting_changed)
+        self.stats_manager = BrokerStatsManager(counter_sources(self.stats, cfg.cluster_name))
         self.server = RemotingServer(
-            self, log=get_logger("transport"), before_write=self.store.write_out,
+            log=get_logger("transport"), before_write=self.store.write_out,
             ack_guard=self.store,
             on_connection_lost=self._connection_lost, max_frame=cfg.max_frame_length,
             limits=ConnectionLimits(cfg.max_connections, cfg.idle_timeout,
                                     cfg.partial_frame_timeout, cfg.max_header_bytes),
         )
-        self.metrics_server: Any = None
-        self.metrics_port: int | None = None
+        self.acl: Any = None  # server/acl.py AclGuard with --acl (server/security.py)
+        self.metrics = MetricsEndpoint(self, cfg.metrics_host or cfg.host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None
@@ -125,16 +148,47 @@ class Broker:
         self._started_at = 0.0
         self.running = False
         self.recovery: dict[str, Any] = {}
+        # request code -> handler (handlers/__init__.py: the one place that reads the
+        # broker's services to build the processors)
+        self.broker_handlers = broker_table(self)
+        self.namesrv_handlers = namesrv_table(self)
 
     # ------------------------------------------------------------------ addresses
 
     @property
+    def port(self) -> int:
+        """The broker port as bound (``endpoints``: the one place it lives)."""
+        return self.endpoints.port
+
+    @property
+    def namesrv_port(self) -> int:
+        return self.endpoints.namesrv_port
+
+    @property
+    def advertised_host(self) -> str:
+        return self.endpoints.advertised_host
+
+    @property
     def address(self) -> str:
-        return f"{self.advertised_host}:{self.port}"
+        return self.endpoints.address
 
     @property
     def namesrv_address(self) -> str:
-        return f"{self.advertised_host}:{self.namesrv_port}"
+        return self.endpoints.namesrv_address
+
+    def status(self) -> dict[str, Any]:
+        """What KAIROS_GET_BROKER_STATUS answers (``kairosmq admin status``)."""
+        log_min, log_max = self.store.phy_range()
+        return {
+            "running": self.running, "address": self.address,
+            "namesrvAddress": self.namesrv_address, "brokerName": self.config.broker_name,
+            "uptimeMs": round(self.uptime_ms),
+            "connections": len(self.server.connections), "heldPulls": self.pull_holds.held,
+            "commitLogMinOffset": log_min, "commitLogMaxOffset": log_max,
+            "topics": len(self.topics.topics), "indexEndOffset": self.index.end_phy,
+            # supervised services (server/supervise.py): state, failures, last error
+            "services": self.supervisor.status(), "degraded": self.supervisor.degraded,
+        }
 
     @property
     def uptime_ms(self) -> float:
@@ -145,7 +199,16 @@ class Broker:
     async def start(self) -> None:
         self._started_at = time.monotonic()
         self.topics.load()
+        created = ensure_system_topics(self.topics, self.config)  # REPLY: reply/trace topics
+        if created:
+            self.log.info("topic.system_created", topics=",".join(created))
         self.offsets.load()
+        self.subscriptions.load(seed=self.offsets.groups)
+        skipped = self.settings.load()  # UPDATE_BROKER_CONFIG's values win over the CLI's
+        if self.settings.overrides or skipped:
+            self.log.info("broker.config_loaded", path=str(self.settings.path),
+                          keys=",".join(sorted(self.settings.overrides)),
+                          skipped=",".join(skipped))
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
         try:
@@ -158,17 +221,21 @@ class Broker:
     async def _start_serving(self) -> None:
         cfg = self.config
         await asyncio.to_thread(self.index.open)
-        self.port = await self.server.listen(cfg.host, cfg.port, BROKER_HANDLERS, "broker")
+        self.acl = install_security(self)  # ACL hook + TLS wrapper before any listener
+        self.endpoints.port = await self.server.listen(cfg.host, cfg.port,
+                                                       self.broker_handlers, "broker")
         self.store.store_host = (self.store.store_host[0], self.port)
         if cfg.vip_channel and self.port > 2:
             try:
-                await self.server.listen(cfg.host, self.port - 2, BROKER_HANDLERS, "vip")
+                await self.server.listen(cfg.host, self.port - 2, self.broker_handlers, "vip")
             except OSError as err:
                 self.log.warning("broker.vip_unavailable", port=self.port - 2, error=str(err))
-        self.namesrv_port = await self.server.listen(cfg.host, cfg.namesrv_port,
-                                                     NAMESRV_HANDLERS, "namesrv")
+        self.endpoints.namesrv_port = await self.server.listen(
+            cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv")
         sup = self.supervisor
         self.schedule.start(sup.spawn)
+        self.timer.start(sup.spawn)
+        sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
         loop = asyncio.get_running_loop()
         self._flush_event = asyncio.Event()
         sup.spawn("flush", self._flush_service, reports_progress=True)
@@ -176,8 +243,8 @@ class Broker:
         sup.spawn("housekeeping", self._housekeeping_service, reports_progress=True)
         sup.spawn("connections", self._sweep_service, reports_progress=True)
         if cfg.metrics_port is not None:
-            self._start_metrics()  # the first bind fails start (the operator asked for it)
-            sup.spawn("metrics", self._metrics_service, reports_progress=True)
+            self.metrics.start()  # the first bind fails start (the operator asked for it)
+            sup.spawn("metrics", self.metrics.watch, reports_progress=True)
 
         def sink_health(name: str, error: str | None, retry_in: float) -> None:  # a thread
             with contextlib.suppress(RuntimeError):  # loop closed
@@ -201,16 +268,19 @@ class Broker:
         try:
             self.notifier.close()
             await self._stop_step("schedule", self.schedule.stop())
+            await self._stop_step("timer", self.timer.stop())
             await self._stop_step("listeners", self.server.close())
             await self._stop_step("services", self.supervisor.stop())
-            self._stop_metrics()
+            self.metrics.stop()
             if self._persisting is not None:  # an in-flight checkpoint finishes first
                 await self._stop_step("checkpoint", asyncio.gather(self._persisting,
                                                                    return_exceptions=True))
             await self._stop_step("flush", self._final_flush())
             snap = self.store.checkpoint_snapshot()
             offsets = self.offsets.snapshot()
-            await self._stop_step("persist", asyncio.to_thread(self._persist, snap, offsets))
+            timers = self.timer_buckets.take_dirty()
+            await self._stop_step("persist", asyncio.to_thread(self._persist, snap, offsets,
+                                                               timers))
         except Exception as err:  # noqa: BLE001 - never skip closing the files
             self.log.error("broker.stop_failed", step="stop", error=f"{type(err).__name__}: "
                            f"{err}")
@@ -235,14 +305,14 @@ class Broker:
     async def _final_flush(self) -> None:
         self._resolve_flush_waiters(await asyncio.to_thread(self.store.fsync))
 
-    def _persist(self, snap: dict[str, Any], offsets: Any) -> None:
+    def _persist(self, snap: dict[str, Any], offsets: Any, timers: dict[int, bytes]) -> None:
         # One writer at a time: stop() cancels the checkpoint task, but a persist already
         # running in its thread goes on and would race stop()'s on the same temp files.
         # Each part is tried even if one before it fails (a broken checkpoint file must
         # not stop consumer offsets from being saved); the first error is raised after.
         first: Exception | None = None
         with self._persist_lock:
-            for part in (self.index.flush, lambda: self.store.persist_checkpoint(snap),
+            for part in (self.index.flush, lambda: self._persist_checkpoint(snap, timers),
                          lambda: self.offsets.persist(offsets)):
                 try:
                     part()
@@ -250,6 +320,17 @@ class Broker:
                     first = first or err
         if first is not None:
             raise first
+
+    def _persist_checkpoint(self, snap: dict[str, Any], timers: dict[int, bytes]) -> None:
+        """Timer bucket entries of records below the checkpoint first, then the checkpoint
+        (if the buckets cannot be written, the checkpoint is not moved)."""
+        self.timer_buckets.flush(timers)
+        self.store.persist_checkpoint(snap)
+
+    def _setting_changed(self, field: str, value: Any) -> None:
+        """UPDATE_BROKER_CONFIG: carry a new value to a service that copied it at start."""
+        if field == "disk_max_used_ratio":
+            self.store.guard.max_used_ratio = value
 
     # ------------------------------------------------------------------ connections
 
@@ -265,113 +346,17 @@ class Broker:
             self.server.sweep()
             st.ok()
 
-    # ------------------------------------------------------------------ metrics
-
-    def _start_metrics(self) -> None:
-        from .metrics import serve_metrics
-
-        cfg = self.config
-        host = cfg.metrics_host or cfg.host
-        port = self.metrics_port if self.metrics_port is not None else cfg.metrics_port
-        assert port is not None
-        self.metrics_server = serve_metrics(self, port, host)
-        self.metrics_port = int(self.metrics_server[0].server_address[1])
-
-    def _stop_metrics(self) -> None:
-        if self.metrics_server is not None:
-            httpd, _thread = self.metrics_server
-            self.metrics_server = None
-            httpd.shutdown()
-            httpd.server_close()
-
     @property
     def metrics_address(self) -> str | None:
-        if self.metrics_server is None:
-            return None
-        host, port = self.metrics_server[0].server_address[:2]
-        return f"{host}:{port}"
+        return self.metrics.address
 
-    async def _metrics_service(self, st: ServiceState) -> None:
-        """Watch the metrics HTTP thread; restart the endpoint if it died."""
-        while True:
-            if self.metrics_server is None:
-                self._start_metrics()
-            st.ok()
-            await asyncio.sleep(1.0)
-            if not self.metrics_server[1].is_alive():
-                self._stop_metrics()
-                raise RuntimeError("the metrics HTTP thread stopped")
-
-    # ------------------------------------------------------------------ put path
-
-    def put_message(self, msg: MessageInner) -> PutResult:
-        """Store a message (diverting delayed ones into the schedule) and log it."""
-        props = msg.properties
-        level_s = props.get(DELAY)
-        level = 0
-        if level_s is not None and msg.topic != SCHEDULE_TOPIC:
-            level = int(level_s)
-            if level > 0:
-                level = transform_delayed(msg, level, self.config.delay_levels_ms,
-                                          self.store.clock_ms(), round_up_ms=1)
-            else:
-                props.pop(DELAY, None)
-        result = self.store.put(msg)
-        if result.status is not PutStatus.PUT_OK:
-            return result
-        if level > 0:
-            self.stats.scheduled[level] += 1
-        elif DELIVER_TIME not in props:
-            self.stats.stored[msg.topic] += 1
-        if self.config.log_messages:
-            offset_id = result.offset_msg_id = self.store_offset_msg_id(result.phy_offset)
-            if level > 0:
-                self.msglog.info(
-                    "message.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id, real_topic=props[REAL_TOPIC],
-                    real_queue_id=int(props[REAL_QID]), delay_level=level,
-                    queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                    store_ts=result.store_timestamp, deliver_ts=int(props[DELIVER_TIME]),
-                    reconsume_times=msg.reconsume_times, tags=props.get(TAGS),
-                )
-            elif DELIVER_TIME not in props:
-                self.msglog.info(
-                    "message.stored", msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id, topic=msg.topic, queue_id=msg.queue_id,
-                    queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                    size=result.size, store_ts=result.store_timestamp,
-                    born_ts=msg.born_timestamp, tags=props.get(TAGS), keys=props.get(KEYS),
-                    reconsume_times=msg.reconsume_times,
-                )
-        return result
-
-    def store_offset_msg_id(self, phy_offset: int) -> str:
-        ip, port = self.store.store_host
-        return create_offset_msg_id(ip, port, phy_offset)
+    def _reput_object(self, msg: MessageInner) -> PutResult:
+        """The scheduler's object-path re-put (its byte-patching ``reput`` is the default)."""
+        return self.put_path.put(msg, MessageKind.REPUT)
 
     def _on_dispatch(self, req: DispatchRequest) -> None:
         if not req.replay:
             self.notifier.notify(req.topic, req.queue_id)
-
-    def _log_delivered(self, msg: MessageInner, result: PutResult, level: int,
-                       deliver_ts: int, woke_ms: int) -> None:
-        # sub-millisecond lateness from the wall clock right after the re-put (store
-        # timestamps are whole milliseconds)
-        lateness = round(time.time() * 1000 - deliver_ts, 3)
-        self.stats.delivered[msg.topic] += 1
-        self.stats.lateness[level].observe(lateness)
-        if not self.config.log_messages:
-            return
-        msg_id = msg.properties.get(UNIQ_KEY) or self.store_offset_msg_id(result.phy_offset)
-        self.msglog.debug("message.due", msg_id=msg_id, delay_level=level,
-                      queue_offset=int(msg.properties.get("KAIROS_SCHEDULE_ORIGIN", "0:0")
-                                       .split(":")[1]),
-                      deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))
-        self.msglog.info("message.delivered", msg_id=msg_id, topic=msg.topic,
-                      queue_id=msg.queue_id, queue_offset=result.queue_offset,
-                      phy_offset=result.phy_offset, delay_level=level, deliver_ts=deliver_ts,
-                      lateness_ms=lateness,
-                      reconsume_times=msg.reconsume_times)
 
     # ------------------------------------------------------------------ flushing
 
@@ -418,10 +403,11 @@ class Broker:
             await asyncio.sleep(self.config.checkpoint_interval)
             snap = self.store.checkpoint_snapshot()
             offsets = self.offsets.snapshot()
+            timers = self.timer_buckets.take_dirty()
             # Shielded: cancelling this service must not abandon a write in its thread;
             # stop() waits for it before writing the final (newer) checkpoint.
             self._persisting = asyncio.ensure_future(
-                asyncio.to_thread(self._persist, snap, offsets))
+                asyncio.to_thread(self._persist, snap, offsets, timers))
             await asyncio.shield(self._persisting)
             st.ok()
 
@@ -432,13 +418,16 @@ class Broker:
             await asyncio.sleep(interval)
             self.locks.release_clients(self.clients.expire())
             self.locks.expire()
+            self.stats_manager.sample()  # VIEW_BROKER_STATS_DATA's minute/hour/day windows
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
-                gone = self.store.delete_expired(self.config.file_reserved_hours * 3600)
+                gone = self.store.delete_expired(self.config.file_reserved_hours * 3600,
+                                                 keep_from=self.timer.retention_floor())
                 if gone.segments:
                     self.log.info("store.files_deleted", kind="commitlog", count=gone.segments,
                                   bytes=gone.segment_bytes)
                 if gone.queue_files:
                     self.log.info("store.files_deleted", kind="consumequeue",
                                   count=gone.queue_files, bytes=gone.queue_file_bytes)
+            await self.timer.delete_fired_buckets()
             st.ok()

@@ -51,17 +51,50 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--checkpoint-interval", type=float, default=5.0,
                    help="seconds between checkpoints (queue msync, offsets; default 5)")
     p.add_argument("--max-reconsume-times", type=int, default=16)
+    p.add_argument("--timer-max-delay-sec", type=int, default=40 * 86_400,
+                   help="the farthest a timer message may be scheduled (RocketMQ 5's "
+                        "timerMaxDelaySec; default 40 days)")
+    p.add_argument("--transaction-timeout", type=float, default=6.0,
+                   help="seconds before a half message without an end is first checked "
+                        "(RocketMQ transactionTimeOut; default 6)")
+    p.add_argument("--transaction-check-interval", type=float, default=60.0,
+                   help="seconds between check-backs of a half message (RocketMQ "
+                        "transactionCheckInterval; default 60)")
+    p.add_argument("--transaction-check-max", type=int, default=15,
+                   help="check-backs before a half message is discarded (default 15)")
     p.add_argument("--no-auto-create-topic", action="store_true")
     p.add_argument("--no-vip-channel", action="store_true",
                    help="do not also listen on port-2 (Java 4.0-4.5 clients' VIP channel)")
     p.add_argument("--enable-property-filter", action=argparse.BooleanOptionalAction,
                    default=True, help="SQL92 subscriptions (RocketMQ enablePropertyFilter; "
                    "default on)")
+    # REPLY: request-reply and message trace (docs/request-reply.md)
+    p.add_argument("--trace-topic-enable", action=argparse.BooleanOptionalAction,
+                   default=True, help="create RMQ_SYS_TRACE_TOPIC and accept clients' trace "
+                   "records (RocketMQ traceTopicEnable; default on)")
+    p.add_argument("--store-reply-message-enable", action=argparse.BooleanOptionalAction,
+                   default=True, help="also store replies in <cluster>_REPLY_TOPIC (RocketMQ "
+                   "storeReplyMessageEnable; default on)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus metrics on this port (off by default)")
     p.add_argument("--metrics-host", default=None,
                    help="address the metrics endpoint binds (default: --host)")
+    _security_options(p)
     _limit_options(p)
+
+
+def _security_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("security (docs/security.md)")
+    g.add_argument("--acl", type=Path, default=None, metavar="FILE",
+                   help="RocketMQ plain_acl.yml: signed requests and per-account "
+                   "permissions on every port, reloaded when the file changes (off when absent)")
+    g.add_argument("--tls-mode", choices=("disabled", "permissive", "enforcing"),
+                   default="disabled", help="TLS on the broker and name-server ports: "
+                   "permissive also accepts plain clients on the same port (default disabled)")
+    g.add_argument("--tls-cert", type=Path, default=None, help="server certificate (PEM)")
+    g.add_argument("--tls-key", type=Path, default=None, help="its private key (PEM)")
+    g.add_argument("--tls-ca", type=Path, default=None,
+                   help="require client certificates signed by this CA (PEM)")
 
 
 # (option, BrokerConfig field, type, help); the default shown is the field's default
@@ -118,12 +151,42 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         file_reserved_hours=args.file_reserved_hours, max_message_size=args.max_message_size,
         checkpoint_interval=args.checkpoint_interval,
         max_reconsume_times=args.max_reconsume_times,
+        timer_max_delay_sec=args.timer_max_delay_sec,
+        transaction_timeout=args.transaction_timeout,
+        transaction_check_interval=args.transaction_check_interval,
+        transaction_check_max=args.transaction_check_max,
         auto_create_topic=not args.no_auto_create_topic, vip_channel=not args.no_vip_channel,
         log_dir=log_dir, log_messages=not args.no_message_logs,
         enable_property_filter=args.enable_property_filter,
+        trace_topic_enable=args.trace_topic_enable,
+        store_reply_message_enable=args.store_reply_message_enable,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+        acl_file=args.acl, tls_mode=args.tls_mode, tls_cert=args.tls_cert,
+        tls_key=args.tls_key, tls_ca=args.tls_ca,
         **_limit_values(args),
     )
+
+
+def _security_problem(config: BrokerConfig) -> str | None:
+    """Check the ACL file and TLS files before starting (one clear line, exit code 2)."""
+    import ssl
+
+    from .acl_rules import AclConfigError, load_rules
+    from .tls import TlsMode, TlsSettings, server_context
+
+    if config.acl_file is not None:
+        try:
+            load_rules(config.acl_file)
+        except (OSError, AclConfigError) as err:
+            return f"--acl {config.acl_file}: {err}"
+    if config.tls_mode != "disabled":
+        settings = TlsSettings(TlsMode(config.tls_mode), config.tls_cert, config.tls_key,
+                               config.tls_ca)
+        try:
+            server_context(settings)
+        except (OSError, ssl.SSLError) as err:
+            return f"--tls-cert/--tls-key/--tls-ca: {err}"
+    return None
 
 
 async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> None:
@@ -160,6 +223,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
         config = build_config(args)
     except ValueError as err:
         print(f"kairosmq broker: bad configuration: {err}", file=sys.stderr)
+        return 2
+    if (problem := _security_problem(config)) is not None:
+        print(f"kairosmq broker: {problem}", file=sys.stderr)
         return 2
     if args.metrics_port is not None:
         from .metrics import check_available

@@ -43,6 +43,7 @@ class ClientInfo:
     conn: ClientConnection
     last_seen: float
     version: int = 0
+    language: str = "OTHER"  # the LanguageCode name of its heartbeat (JAVA, CPP, PYTHON, ...)
 
 
 @dataclass(slots=True)
@@ -107,7 +108,8 @@ class ClientRegistry:
     # ---------------------------------------------------------------- heartbeat
 
     def register_consumer(
-        self, data: ConsumerData, client_id: str, conn: ClientConnection, version: int = 0
+        self, data: ConsumerData, client_id: str, conn: ClientConnection, version: int = 0,
+        language: str = "OTHER",
     ) -> bool:
         """Register or refresh a consumer; return True if the group's members changed."""
         info = self.consumers.get(data.group_name)
@@ -127,7 +129,7 @@ class ClientRegistry:
         if existing is not None and existing.conn is conn:
             existing.last_seen = now
             return False
-        info.clients[client_id] = ClientInfo(client_id, conn, now, version)
+        info.clients[client_id] = ClientInfo(client_id, conn, now, version, language)
         self._added(conn, True, data.group_name, client_id, existing is None,
                     None if existing is None else existing.conn)
         if self.log is not None:
@@ -136,7 +138,8 @@ class ClientRegistry:
         self._notify_group(info)
         return True
 
-    def register_producer(self, group: str, client_id: str, conn: ClientConnection) -> None:
+    def register_producer(self, group: str, client_id: str, conn: ClientConnection,
+                          version: int = 0, language: str = "OTHER") -> None:
         existing = self.producers.get(group, {}).get(client_id)
         if existing is not None and existing.conn is conn:
             existing.last_seen = time.monotonic()
@@ -144,7 +147,7 @@ class ClientRegistry:
         if existing is None:
             self._admit(group, client_id)
         members = self.producers.setdefault(group, {})
-        members[client_id] = ClientInfo(client_id, conn, time.monotonic())
+        members[client_id] = ClientInfo(client_id, conn, time.monotonic(), version, language)
         self._added(conn, False, group, client_id, existing is None,
                     None if existing is None else existing.conn)
         if self.log is not None:

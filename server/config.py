@@ -72,7 +72,17 @@ class BrokerConfig:
     # delay / retry
     delay_levels: str = DEFAULT_DELAY_LEVELS
     max_reconsume_times: int = 16
+    # timer messages (RocketMQ 5's timerMaxDelaySec; RocketMQ: 3 days, kairosmq: 40 days)
+    timer_max_delay_sec: int = 40 * 86_400
+    # transactional messages (RocketMQ transactionTimeOut 6 s, transactionCheckInterval
+    # 60 s, transactionCheckMax 15): first check-back after the timeout, then every interval
+    transaction_timeout: float = 6.0
+    transaction_check_interval: float = 60.0
+    transaction_check_max: int = 15
     retry_queue_nums: int = 1
+    # RocketMQ autoCreateSubscriptionGroup: a heartbeat or pull of an unknown consumer group
+    # creates its subscription group (server/subscriptions.py); off: such pulls are refused
+    auto_create_subscription_group: bool = True
     schedule_batch: int = 256
     # pull
     long_polling: bool = True
@@ -81,6 +91,13 @@ class BrokerConfig:
     # RocketMQ enablePropertyFilter (SQL92 subscriptions); on here, off in RocketMQ 4.9:
     # why in server/property_filter.py
     enable_property_filter: bool = True
+    # request-reply and message trace (server/handlers/reply.py, docs/request-reply.md):
+    # store replies too (RocketMQ storeReplyMessageEnable, default true); RocketMQ's
+    # traceTopicEnable (default false there) creates RMQ_SYS_TRACE_TOPIC and accepts sends
+    # to it. On here: a client with enableMsgTrace otherwise loses its traces silently
+    # (a stock RocketMQ broker lets them auto-create the topic instead).
+    store_reply_message_enable: bool = True
+    trace_topic_enable: bool = True
     # clients
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
@@ -108,6 +125,14 @@ class BrokerConfig:
     # logging
     log_dir: Path | None = None
     log_messages: bool = True
+    # security (docs/security.md): plain ACL file (RocketMQ plain_acl.yml; None: off),
+    # polled for changes every acl_reload_interval seconds; TLS on every port
+    acl_file: Path | None = None
+    acl_reload_interval: float = 1.0
+    tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/tls.py)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None  # client certificates must be signed by this CA
     delay_levels_ms: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -115,6 +140,14 @@ class BrokerConfig:
         if self.log_dir is not None:
             object.__setattr__(self, "log_dir", Path(self.log_dir))
         object.__setattr__(self, "flush_mode", FlushMode(self.flush_mode))
+        for name in ("acl_file", "tls_cert", "tls_key", "tls_ca"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.tls_mode not in ("disabled", "permissive", "enforcing"):
+            raise ValueError(f"tls_mode {self.tls_mode!r} must be disabled, permissive "
+                             f"or enforcing")
+        if self.tls_mode != "disabled" and self.tls_cert is None:
+            raise ValueError(f"tls_mode {self.tls_mode} needs tls_cert (and tls_key)")
         object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.delay_levels))
         if self.commitlog_segment_size < 4096:
             raise ValueError("commitlog_segment_size must be at least 4096 bytes")

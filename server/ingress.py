@@ -8,7 +8,7 @@ answers a refusal, counts it (``stats.rejected``) and logs ``request.rejected``.
 
 Invariants:
 * Nothing is appended, created or committed for a request that fails a check. Internal
-  put paths (scheduler re-put, send-back, DLQ resend) call ``Broker.put_message`` and do
+  put paths (scheduler re-put, send-back, DLQ resend) call ``put.PutPath`` directly and do
   not pass through here: their broker-written properties are kept.
 * Names: every topic and group a request carries is checked with ``protocol.naming``
   (1..127 / 1..255 characters of ``[%|a-zA-Z0-9_-]``, fullmatch), so no name reaching
@@ -32,18 +32,19 @@ Invariants:
   - 0x1 COMPRESSED, 0x2 MULTI_TAGS: kept (the producer's to set);
   - 0x700 compression type (RocketMQ 5 clients: LZ4/ZSTD/ZLIB): kept with 0x1, else
     dropped, so a 5.x consumer can still inflate the body;
-  - transaction type 0x4 PREPARED, 0xC ROLLBACK: refused with NO_PERMISSION (half
-    messages are not supported; the same answer as ``TRAN_MSG=true``); 0x8 COMMIT: kept
-    (a committed message is an ordinary one);
+  - transaction type 0x4 PREPARED: cleared (a half message is told by ``TRAN_MSG=true``,
+    as RocketMQ's SendMessageProcessor does; the send path refuses PREPARED without it),
+    0xC ROLLBACK: refused with NO_PERMISSION; 0x8 COMMIT: kept (a committed message is an
+    ordinary one);
   - 0x10 BORNHOST_V6, 0x20 STOREHOST_V6 and every other bit: masked (silently cleared).
     Host-format bits describe the record layout; the store sets them from the real
     addresses. Masking, not refusing, because Java clients on IPv6 hosts set 0x10.
 * Properties of a client send (``message_properties``): ``KAIROS_*`` (the scheduler's
   ``KAIROS_SCHEDULE_ORIGIN``/``KAIROS_DELIVER_MS``), ``REAL_TOPIC`` and ``REAL_QID`` are
-  broker-internal and stripped; timer properties (``TIMER_DELIVER_MS``,
-  ``TIMER_DELAY_SEC``, ``TIMER_DELAY_MS``, ``__STARTDELIVERTIME``) are refused with
-  MESSAGE_ILLEGAL (never delivered early); ``DELAY`` must be a non-negative integer;
-  ``TRAN_MSG=true`` is refused with NO_PERMISSION.
+  broker-internal and stripped; ``DELAY`` must be a non-negative integer;
+  ``TRAN_MSG=true`` makes a single send a half message (``server/transaction/``); a
+  batch carrying it is refused (MESSAGE_ILLEGAL). Timer properties are checked on the
+  send path (``server/timer/admission.py``: a bad value is MESSAGE_ILLEGAL).
 * Work per request is bounded by ``BrokerConfig``: ``max_batch_items`` per batch,
   ``max_groups_per_heartbeat`` (producer and consumer groups, each) and
   ``max_subscriptions_per_heartbeat`` per heartbeat; ``MAX_LOCK_BATCH`` queues per lock.
@@ -71,6 +72,7 @@ from kairosmq.protocol.codes import (
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError
 from kairosmq.protocol.naming import (
+    TRACE_TOPIC,
     is_system_topic,
     shown,
     validate_group,
@@ -81,15 +83,14 @@ from kairosmq.protocol.properties import (
     BROKER_INTERNAL_PROPERTIES,
     BROKER_PROPERTY_PREFIX,
     DELAY,
-    TIMER_PROPERTIES,
-    TRAN_MSG,
     decode_properties,
 )
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .topics import TopicConfig
-    from .transport import Connection
+    from .config import BrokerConfig
+    from .stats import BrokerStats
+    from .topics import TopicConfig, TopicConfigManager
+    from .transport import Connection, Handler
 
 SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -114,28 +115,25 @@ class Rejected(HeaderError):
         self.remark = remark
 
 
-Handler = Callable[["Broker", "Connection", RemotingCommand], Any]
-
-
-def guarded(handler: Handler) -> Handler:
+def guarded(handler: Handler, stats: BrokerStats, log: Any) -> Handler:
     """Wrap a handler: a refusal (or a header it cannot decode) becomes the error answer,
     counted in ``stats.rejected`` and logged as ``request.rejected``."""
 
     @functools.wraps(handler)
-    def run(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
+    def run(conn: Connection, cmd: RemotingCommand) -> Any:
         try:
-            return handler(broker, conn, cmd)
+            return handler(conn, cmd)
         except HeaderError as err:
-            return refuse(broker, conn, cmd, err.response_code, str(err))
+            return refuse(stats, log, conn, cmd, err.response_code, str(err))
 
     return run
 
 
-def refuse(broker: Broker, conn: Connection, cmd: RemotingCommand, code: int,
+def refuse(stats: BrokerStats, log: Any, conn: Connection, cmd: RemotingCommand, code: int,
            remark: str) -> RemotingCommand:
-    broker.stats.rejected += 1
-    broker.log.warning("request.rejected", peer=conn.peer, request_code=cmd.code,
-                       code=int(code), remark=remark)
+    stats.rejected += 1
+    log.warning("request.rejected", peer=conn.peer, request_code=cmd.code,
+                code=int(code), remark=remark)
     return cmd.error(code, remark)
 
 
@@ -170,11 +168,12 @@ def check_topic(topic: str, field: str = "topic") -> None:
         raise Rejected(SYSTEM_ERROR, f"{field}: {bad}")
 
 
-def check_known_topic(broker: Broker, topic: str, field: str = "topic") -> TopicConfig | None:
+def check_known_topic(topics: TopicConfigManager, topic: str,
+                      field: str = "topic") -> TopicConfig | None:
     """The topic's config if it exists (valid by construction), else check the name as a
     queue topic (``naming.validate_queue_topic``: a retry/DLQ topic of a valid group may
     be longer than 127 characters)."""
-    cfg = broker.topics.get(topic)
+    cfg = topics.get(topic)
     if cfg is None:
         bad = validate_queue_topic(topic)
         if bad is not None:
@@ -215,9 +214,9 @@ def check_queue_id(cfg: TopicConfig | None, topic: str, queue_id: int,
                        f"{field} {shown(queue_id)} is out of range 0..{MAX_QUEUE_NUMS - 1}")
 
 
-def check_queue(broker: Broker, topic: str, queue_id: int) -> TopicConfig | None:
+def check_queue(topics: TopicConfigManager, topic: str, queue_id: int) -> TopicConfig | None:
     """Name and queue id of a (topic, queueId) request; the topic's config if it exists."""
-    cfg = check_known_topic(broker, topic)
+    cfg = check_known_topic(topics, topic)
     check_queue_id(cfg, topic, queue_id)
     return cfg
 
@@ -228,23 +227,25 @@ def check_queue(broker: Broker, topic: str, queue_id: int) -> TopicConfig | None
 def producer_sys_flag(flag: int) -> int:
     """The send's sysFlag with only the bits a producer may set (see the module doc)."""
     tx = flag & _TRANSACTION_TYPE
-    if tx == SYSFLAG_TRANSACTION_PREPARED or tx == SYSFLAG_TRANSACTION_ROLLBACK:
+    if tx == SYSFLAG_TRANSACTION_ROLLBACK:
         raise Rejected(ResponseCode.NO_PERMISSION,
-                       f"sysFlag {flag:#x} marks a transaction half message; transaction "
-                       f"messages are not supported (rejectTransactionMessage)")
+                       f"sysFlag {flag:#x} marks a rolled-back transaction message; a "
+                       f"rollback is an END_TRANSACTION, not a send")
     kept = flag & _KEPT_SYS_FLAGS
     if flag & SYSFLAG_COMPRESSED and flag & SYSFLAG_COMPRESSION_TYPE:
         kept |= flag & SYSFLAG_COMPRESSION_TYPE
     return kept
 
 
-def check_send_header(broker: Broker, h: Any) -> TopicConfig | None:
+def check_send_header(topics: TopicConfigManager, h: Any) -> TopicConfig | None:
     """Names and integers of a SEND_MESSAGE(_V2)/SEND_BATCH_MESSAGE header; the topic's
-    config if it exists. System topics are refused with NO_PERMISSION."""
-    cfg = broker.topics.get(h.topic)
+    config if it exists. System topics are refused with NO_PERMISSION, except the trace
+    topic while it exists (RocketMQ's ``traceTopicEnable``)."""
+    cfg = topics.get(h.topic)
     if cfg is None or is_system_topic(h.topic):  # known user topics were validated
         check_topic(h.topic)
-        if is_system_topic(h.topic):
+        # the trace topic is in the table only with trace_topic_enable (server/handlers/reply.py)
+        if is_system_topic(h.topic) and not (cfg is not None and h.topic == TRACE_TOPIC):
             raise Rejected(ResponseCode.NO_PERMISSION,
                            f"the topic {h.topic} is a system topic; clients cannot send to it")
     if h.producer_group not in _groups.ok:
@@ -265,15 +266,9 @@ def check_send_header(broker: Broker, h: Any) -> TopicConfig | None:
 
 def message_properties(raw: str | None) -> dict[str, str]:
     """Decode a client's properties, strip broker-internal ones, refuse what must not be
-    stored (timers, half messages, a malformed DELAY)."""
+    stored (a malformed DELAY)."""
     props = decode_properties(raw or "")
-    if raw and (BROKER_PROPERTY_PREFIX in raw or "REAL_" in raw or "TIMER_" in raw
-                or "__STARTDELIVERTIME" in raw):
-        for key in TIMER_PROPERTIES:
-            if key in props:
-                raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                               f"property {key}={shown(props[key])}: timer messages are not "
-                               f"supported yet; use delay levels (DELAY)")
+    if raw and (BROKER_PROPERTY_PREFIX in raw or "REAL_" in raw):
         for key in [k for k in props if k.startswith(BROKER_PROPERTY_PREFIX)]:
             del props[key]
         for key in BROKER_INTERNAL_PROPERTIES:
@@ -287,15 +282,11 @@ def message_properties(raw: str | None) -> dict[str, str]:
                            f"DELAY must be an integer level, got {shown(level)}") from None
         if n < 0:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"delay level {n} is negative")
-    if props.get(TRAN_MSG, "").lower() == "true":
-        raise Rejected(ResponseCode.NO_PERMISSION,
-                       "transaction messages are not supported: this broker rejects half "
-                       "messages (TRAN_MSG=true) like RocketMQ with rejectTransactionMessage")
     return props
 
 
-def check_batch_size(broker: Broker, items: int) -> None:
-    limit = broker.config.max_batch_items
+def check_batch_size(limit: int, items: int) -> None:
+    """A batch of ``items`` messages within 1..``limit`` (``max_batch_items``)."""
     if items > limit:
         raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
                        f"the batch has {items} messages, the limit is {limit} "
@@ -307,7 +298,7 @@ def check_batch_size(broker: Broker, items: int) -> None:
 # ------------------------------------------------------------------ consumers
 
 
-def check_send_back(broker: Broker, h: Any) -> None:
+def check_send_back(h: Any) -> None:
     """CONSUMER_SEND_MSG_BACK: group (it names %RETRY%/%DLQ% topics), originTopic, offset."""
     _groups.check(h.group, "group")
     if h.origin_topic:
@@ -318,8 +309,7 @@ def check_send_back(broker: Broker, h: Any) -> None:
         check_int32(h.max_reconsume_times, "maxReconsumeTimes")
 
 
-def check_heartbeat(broker: Broker, data: HeartbeatData) -> None:
-    cfg = broker.config
+def check_heartbeat(topics: TopicConfigManager, cfg: BrokerConfig, data: HeartbeatData) -> None:
     if len(data.producer_groups) > cfg.max_groups_per_heartbeat:
         raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.producer_groups)} "
                        f"producer groups, the limit is {cfg.max_groups_per_heartbeat} "
@@ -338,10 +328,11 @@ def check_heartbeat(broker: Broker, data: HeartbeatData) -> None:
     for consumer in data.consumers:
         _groups.check(consumer.group_name, "consumerDataSet.groupName")
         for sub in consumer.subscriptions:
-            check_known_topic(broker, sub.topic, "subscriptionDataSet.topic")
+            check_known_topic(topics, sub.topic, "subscriptionDataSet.topic")
 
 
-def check_lock_batch(broker: Broker, req: LockBatchRequest) -> list[MessageQueueData]:
+def check_lock_batch(topics: TopicConfigManager,
+                     req: LockBatchRequest) -> list[MessageQueueData]:
     """Names of a LOCK/UNLOCK_BATCH_MQ body; the queues that exist (others are not locked)."""
     _groups.check(req.consumer_group, "consumerGroup")
     if len(req.mq_set) > MAX_LOCK_BATCH:
@@ -349,28 +340,28 @@ def check_lock_batch(broker: Broker, req: LockBatchRequest) -> list[MessageQueue
                        f"is {MAX_LOCK_BATCH}")
     wanted = []
     for mq in req.mq_set:
-        cfg = check_known_topic(broker, mq.topic, "mqSet.topic")
+        cfg = check_known_topic(topics, mq.topic, "mqSet.topic")
         if cfg is not None and 0 <= mq.queue_id < cfg.queue_nums:
             wanted.append(mq)
     return wanted
 
 
-def check_pull(broker: Broker, h: Any) -> TopicConfig | None:
+def check_pull(topics: TopicConfigManager, h: Any) -> TopicConfig | None:
     """PULL_MESSAGE: group, topic, queue id, queueOffset >= 0; the topic's config or None
     (the caller answers TOPIC_NOT_EXIST for a valid name that is not a topic)."""
     _groups.check(h.consumer_group, "consumerGroup")
-    cfg = check_known_topic(broker, h.topic)
+    cfg = check_known_topic(topics, h.topic)
     if cfg is not None:
         check_queue_id(cfg, h.topic, h.queue_id)
     check_offset(h.queue_offset, "queueOffset")
     return cfg
 
 
-def check_consumer_queue(broker: Broker, group: str, topic: str,
+def check_consumer_queue(topics: TopicConfigManager, group: str, topic: str,
                          queue_id: int) -> TopicConfig | None:
     """QUERY/UPDATE_CONSUMER_OFFSET: group, topic and queue id."""
     _groups.check(group, "consumerGroup")
-    return check_queue(broker, topic, queue_id)
+    return check_queue(topics, topic, queue_id)
 
 
 def check_create_topic(h: Any) -> int:

@@ -193,6 +193,12 @@ class MessageLog:
             return
         emit(event, fields)
 
+    @property
+    def debug_enabled(self) -> bool:
+        """False when ``debug`` would write nothing (the fast emitter at info level):
+        callers skip building that event's fields."""
+        return _fast_emit is None or _fast_debug
+
     def debug(self, event: str, **fields: Any) -> None:
         emit = _fast_emit
         if emit is None:

@@ -4,7 +4,8 @@ Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker
 and live broker state at scrape time; the hot paths only bump plain counters, no
 prometheus calls per message), ``take_snapshot``, ``serve_metrics`` (the endpoint and
 its thread, bound to the given host: the broker passes ``--metrics-host``, else its
-``--host``) and ``start_metrics(broker, port)``.
+``--host``), ``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
+stop) and ``start_metrics(broker, port)``.
 
 Invariants:
 * The HTTP server runs in prometheus-client's daemon thread, but broker state is only
@@ -38,13 +39,17 @@ _INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
 def take_snapshot(broker: Broker) -> dict[str, Any]:
     """Copy everything a scrape exports (call on the broker's event loop)."""
     st = broker.stats
-    log = broker.store.commitlog
+    log_min, log_max = broker.store.phy_range()
     return {
         "stored": dict(st.stored), "scheduled": dict(st.scheduled),
         "delivered": dict(st.delivered), "pulled": dict(st.pulled),
         "retried": dict(st.redelivered), "dead": dict(st.dead_lettered),
         "rejected": st.rejected,
+        "acl_denied": dict(broker.acl.denied) if broker.acl is not None else {},
         "lateness": {lv: (list(h.counts), h.total, h.sum_ms) for lv, h in st.lateness.items()},
+        "timer_lateness": (list(st.timer_lateness.counts), st.timer_lateness.sum_ms),
+        "timers_scheduled": st.timers_scheduled, "timers_fired": st.timers_fired,
+        "timer_next_due": broker.timer.next_due(),
         "backlog": broker.schedule.backlog(), "now_ms": broker.store.clock_ms(),
         "held": broker.pull_holds.held, "pulls_not_held": broker.pull_holds.refused,
         "connections": len(broker.server.connections),
@@ -52,7 +57,7 @@ def take_snapshot(broker: Broker) -> dict[str, Any]:
         "service_failures": dict(st.service_failures),
         "services_degraded": {s["name"]: s["state"] == "degraded"
                               for s in broker.supervisor.status()},
-        "log_min": log.min_offset, "log_max": log.max_offset,
+        "log_min": log_min, "log_max": log_max,
         "uptime_s": broker.uptime_ms / 1000,
     }
 
@@ -117,6 +122,12 @@ class BrokerCollector:
         yield c
         yield CounterMetricFamily("kairosmq_messages_rejected", "Sends refused",
                                   value=snap["rejected"])
+        c = CounterMetricFamily("kairosmq_acl_denied",
+                                "Requests refused by the ACL (--acl), by reason",
+                                labels=["reason"])
+        for reason, n in sorted(snap["acl_denied"].items()):
+            c.add_metric([reason], n)
+        yield c
         c = CounterMetricFamily("kairosmq_service_failures",
                                 "Failures of a supervised background service (each is "
                                 "restarted with backoff)", labels=["service"])
@@ -154,12 +165,23 @@ class BrokerCollector:
             "Store time of a delivered delayed message minus its due time", labels=["level"])
         bounds = [f"{b / 1000:g}" for b in LATENESS_BUCKETS_MS] + ["+Inf"]
         for level, (counts, _total, sum_ms) in sorted(snap["lateness"].items()):
-            acc, buckets = 0, []
-            for bound, n in zip(bounds, counts, strict=True):
-                acc += n
-                buckets.append((bound, acc))
-            hist.add_metric([str(level)], buckets, sum_ms / 1000)
+            hist.add_metric([str(level)], _cumulative(bounds, counts), sum_ms / 1000)
         yield hist
+        timer_hist = HistogramMetricFamily(
+            "kairosmq_timer_lateness_seconds",
+            "Store time of a fired timer message minus its due time")
+        counts, sum_ms = snap["timer_lateness"]
+        timer_hist.add_metric([], _cumulative(bounds, counts), sum_ms / 1000)
+        yield timer_hist
+        for name, doc, value in (
+            ("kairosmq_timers_scheduled_total", "Timer messages stored", snap["timers_scheduled"]),
+            ("kairosmq_timers_fired_total", "Timer messages fired", snap["timers_fired"]),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+        if snap["timer_next_due"] is not None:
+            yield GaugeMetricFamily("kairosmq_timer_next_due_seconds",
+                                    "Seconds until the next timer message is due (<0: late)",
+                                    value=(snap["timer_next_due"] - snap["now_ms"]) / 1000)
         for name, doc, value in (
             ("kairosmq_pull_held", "PULL requests held by long polling", snap["held"]),
             ("kairosmq_connections", "Open client connections", snap["connections"]),
@@ -203,6 +225,49 @@ def start_metrics(broker: Broker, port: int, addr: str = "127.0.0.1") -> Any:
     return serve_metrics(broker, port, addr)[0]
 
 
+class MetricsEndpoint:
+    """The broker's ``/metrics`` HTTP endpoint: started with the broker (a bind failure
+    fails the start), watched by a supervised service that restarts it if its thread
+    died, stopped with the broker. ``port`` 0 binds any free port (``address`` says which);
+    a restart binds the same port again."""
+
+    def __init__(self, broker: Broker, host: str, port: int | None) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._served: tuple[Any, threading.Thread] | None = None
+
+    def start(self) -> None:
+        assert self.port is not None
+        self._served = serve_metrics(self.broker, self.port, self.host)
+        self.port = int(self._served[0].server_address[1])
+
+    def stop(self) -> None:
+        if self._served is not None:
+            httpd, _thread = self._served
+            self._served = None
+            httpd.shutdown()
+            httpd.server_close()
+
+    @property
+    def address(self) -> str | None:
+        if self._served is None:
+            return None
+        host, port = self._served[0].server_address[:2]
+        return f"{host}:{port}"
+
+    async def watch(self, st: Any) -> None:
+        """Supervised: restart the endpoint if its HTTP thread died."""
+        while True:
+            if self._served is None:
+                self.start()
+            st.ok()
+            await asyncio.sleep(1.0)
+            if self._served is not None and not self._served[1].is_alive():
+                self.stop()
+                raise RuntimeError("the metrics HTTP thread stopped")
+
+
 def check_available() -> str | None:
     """None if prometheus-client is importable, else the message to show the operator."""
     try:
@@ -210,3 +275,12 @@ def check_available() -> str | None:
     except ImportError:
         return _INSTALL_HINT
     return None
+
+
+def _cumulative(bounds: list[str], counts: list[int]) -> list[tuple[str, int]]:
+    """Prometheus histogram buckets: (upper bound, count at or below it)."""
+    acc, out = 0, []
+    for bound, n in zip(bounds, counts, strict=True):
+        acc += n
+        out.append((bound, acc))
+    return out

@@ -139,6 +139,13 @@ class ConsumerOffsetManager:
             if topics.pop(topic, None) is not None:
                 self._version += 1
 
+    def remove_group(self, group: str) -> bool:
+        """Drop every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with removeOffset)."""
+        if self.table.pop(group, None) is None:
+            return False
+        self._version += 1
+        return True
+
     @property
     def dirty(self) -> bool:
         return self._version != self._persisted

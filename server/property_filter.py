@@ -39,7 +39,6 @@ from .ingress import Rejected
 from .store import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .store.message_store import MessageStore
 
 TAG = "TAG"
@@ -60,10 +59,11 @@ def sql_subscription(topic: str, expression: str, sub_version: int,
     return SubscriptionData(topic, expression, [], [], sub_version, expression_type)
 
 
-def compile_for(broker: Broker, expression_type: str, expression: str) -> Selector:
+def compile_for(enabled: bool, expression_type: str, expression: str) -> Selector:
     """The compiled selector, or ``Rejected``: SYSTEM_ERROR when property filtering is
-    off (RocketMQ's answer), SUBSCRIPTION_PARSE_FAILED with the position otherwise."""
-    if not broker.config.enable_property_filter:
+    off (``enabled``: ``enable_property_filter``; RocketMQ's answer),
+    SUBSCRIPTION_PARSE_FAILED with the position otherwise."""
+    if not enabled:
         raise Rejected(ResponseCode.SYSTEM_ERROR,
                        f"The broker does not support consumer to filter message by "
                        f"{expression_type} (enable_property_filter is off)")
@@ -76,26 +76,26 @@ def compile_for(broker: Broker, expression_type: str, expression: str) -> Select
         raise Rejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, err.remark) from None
 
 
-def selector_for(broker: Broker, sub: SubscriptionData | None) -> Selector | None:
+def selector_for(enabled: bool, sub: SubscriptionData | None) -> Selector | None:
     """None for no subscription or a TAG one; else the SQL92 selector (or ``Rejected``)."""
     if sub is None or is_tag_type(sub.expression_type):
         return None
-    return compile_for(broker, sub.expression_type, sub.sub_string)
+    return compile_for(enabled, sub.expression_type, sub.sub_string)
 
 
-def try_compile(broker: Broker, group: str, sub: SubscriptionData) -> None:
+def try_compile(enabled: bool, log: Any, group: str, sub: SubscriptionData) -> None:
     """At heartbeat: warm the cache; log a subscription that will not compile (the
     heartbeat still registers it, as RocketMQ's ConsumerFilterManager does)."""
-    if is_tag_type(sub.expression_type) or not broker.config.enable_property_filter:
+    if is_tag_type(sub.expression_type) or not enabled:
         return
     try:
-        compile_for(broker, sub.expression_type, sub.sub_string)
+        compile_for(enabled, sub.expression_type, sub.sub_string)
     except Rejected as err:
-        broker.log.warning("filter.compile_failed", group=group, topic=sub.topic,
+        log.warning("filter.compile_failed", group=group, topic=sub.topic,
                            expression=sub.sub_string[:512], remark=err.remark)
 
 
-def check_client_config(broker: Broker, body: bytes | None) -> None:
+def check_client_config(enabled: bool, body: bytes | None) -> None:
     """CHECK_CLIENT_CONFIG (46): TAG subscriptions pass; SQL92 ones must compile.
     Raises ``Rejected`` (or ``ValueError`` for a malformed body)."""
     if not body:
@@ -115,7 +115,7 @@ def check_client_config(broker: Broker, body: bytes | None) -> None:
     if is_tag_type(None if expression_type is None else str(expression_type)):
         return
     expression = raw.get("subString")
-    compile_for(broker, str(expression_type),
+    compile_for(enabled, str(expression_type),
                 expression if isinstance(expression, str) else "")
 
 

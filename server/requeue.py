@@ -3,8 +3,10 @@
 Owns: ``INTERNAL_PROPERTIES`` (the broker-internal properties a re-put never inherits
 from the record it copies), ``requeue`` (the copy, used by the scheduler's
 ``restore_delayed``, CONSUMER_SEND_MSG_BACK and DLQ resend), ``restore_delayed`` (a due
-schedule record back to its real topic) and ``resend_target`` (where a dead letter may
-be resent).
+schedule record back to its real topic; ``restore_delayed_view``: the same without
+decoding the record, for the scheduler's byte-patching re-put), ``restore_timer`` /
+``restore_timer_view`` (the same for a due timer record) and ``resend_target`` (where a
+dead letter may be resent).
 
 Invariants:
 * A re-put keeps body, flag, sys flag, born time and host and every client property
@@ -20,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 from kairosmq.protocol.errors import MessageDecodeError
-from kairosmq.protocol.message import MessageExt, decode_record
+from kairosmq.protocol.message import MessageExt, RecordView, decode_record, view_record
 from kairosmq.protocol.naming import (
     is_dlq_topic,
     is_system_topic,
@@ -32,15 +34,23 @@ from kairosmq.protocol.properties import (
     DELIVER_TIME,
     REAL_QID,
     REAL_TOPIC,
+    RECALL_KIND,
+    RECALL_TARGET,
     SCHEDULE_ORIGIN,
+    TIMER_ORIGIN,
+    TIMER_PROPERTIES,
+    decode_properties,
 )
+from kairosmq.protocol.timer import TIMER_OUT_MS
 
 from .store import MessageInner
 
 # Set by the broker on its way through the store; never copied from a stored record.
 INTERNAL_PROPERTIES: tuple[str, ...] = (DELAY, DELIVER_TIME, SCHEDULE_ORIGIN, REAL_TOPIC,
-                                        REAL_QID)
+                                        REAL_QID, TIMER_ORIGIN, RECALL_TARGET, RECALL_KIND)
+_TIMER_STRIP = INTERNAL_PROPERTIES + TIMER_PROPERTIES
 _MAX_QID_DIGITS = 9
+_KEEP_ON_REPUT = (REAL_TOPIC, REAL_QID, DELIVER_TIME)  # a re-put keeps these, in this order
 
 
 class RequeueError(ValueError):
@@ -83,9 +93,76 @@ def restore_delayed(record: bytes, level: int, schedule_offset: int) -> MessageI
     raw_qid = props.get(REAL_QID, "0")
     if not (raw_qid.isascii() and raw_qid.isdigit() and len(raw_qid) <= _MAX_QID_DIGITS):
         raise RequeueError(f"REAL_QID {raw_qid[:32]!r} is not a queue id")
-    keep = {k: props[k] for k in (REAL_TOPIC, REAL_QID, DELIVER_TIME) if k in props}
+    keep = {k: props[k] for k in _KEEP_ON_REPUT if k in props}
     keep[SCHEDULE_ORIGIN] = f"{level}:{schedule_offset}"
     return requeue(m, topic, int(raw_qid), properties=keep)
+
+
+def restore_delayed_view(record: bytes, level: int, schedule_offset: int
+                         ) -> tuple[RecordView, str, int, dict[str, str]]:
+    """``restore_delayed`` without building a message: the record's layout, the real
+    topic and queue, and the properties to store, for ``MessageStore.put_patched`` (the
+    scheduler's re-put). The same checks, the same ``RequeueError``s, the same properties
+    in the same order (a parity test holds the two together)."""
+    try:
+        view = view_record(record)
+        props = decode_properties(record[view.props_start:view.props_end].decode())
+    except (MessageDecodeError, UnicodeDecodeError) as err:
+        raise RequeueError(str(err)) from err
+    topic = props.get(REAL_TOPIC, view.topic)
+    raw_qid = props.get(REAL_QID, "0")
+    if not (raw_qid.isascii() and raw_qid.isdigit() and len(raw_qid) <= _MAX_QID_DIGITS):
+        raise RequeueError(f"REAL_QID {raw_qid[:32]!r} is not a queue id")
+    new = {k: v for k, v in props.items() if k not in INTERNAL_PROPERTIES}
+    for k in _KEEP_ON_REPUT:
+        if k in props:
+            new[k] = props[k]
+    new[SCHEDULE_ORIGIN] = f"{level}:{schedule_offset}"
+    return view, topic, int(raw_qid), new
+
+
+def _timer_target(props: dict[str, str]) -> tuple[str, int]:
+    topic = props.get(REAL_TOPIC, "")
+    raw_qid = props.get(REAL_QID, "0")
+    if not topic or not (raw_qid.isascii() and raw_qid.isdigit()
+                         and len(raw_qid) <= _MAX_QID_DIGITS):
+        raise RequeueError(f"REAL_TOPIC {topic[:64]!r} / REAL_QID {raw_qid[:32]!r} do not "
+                           f"name a queue")
+    return topic, int(raw_qid)
+
+
+def _timer_properties(props: dict[str, str], due: int, phy: int) -> dict[str, str]:
+    new = {k: v for k, v in props.items() if k not in _TIMER_STRIP}
+    new[TIMER_OUT_MS] = str(due)
+    new[TIMER_ORIGIN] = f"{due}:{phy}"
+    return new
+
+
+def restore_timer(record: bytes, due: int, phy: int) -> MessageInner:
+    """The message to re-put for a due timer record (server/timer/): its real topic and
+    queue, the timer properties gone except ``TIMER_OUT_MS`` (when it was due), and
+    ``KAIROS_TIMER_ORIGIN=due:phy``. Raises ``RequeueError`` for a record that cannot be
+    decoded or whose REAL_TOPIC/REAL_QID do not name a queue."""
+    try:
+        m = decode_record(record)
+    except MessageDecodeError as err:
+        raise RequeueError(str(err)) from err
+    topic, qid = _timer_target(m.properties)
+    return requeue(m, topic, qid, drop=TIMER_PROPERTIES,
+                   properties=_timer_properties(m.properties, due, phy))
+
+
+def restore_timer_view(record: bytes, due: int, phy: int
+                       ) -> tuple[RecordView, str, int, dict[str, str]]:
+    """``restore_timer`` without building a message, for ``MessageStore.put_patched`` (the
+    timer service's re-put); the same checks and properties (a parity test)."""
+    try:
+        view = view_record(record)
+        props = decode_properties(record[view.props_start:view.props_end].decode())
+    except (MessageDecodeError, UnicodeDecodeError) as err:
+        raise RequeueError(str(err)) from err
+    topic, qid = _timer_target(props)
+    return view, topic, qid, _timer_properties(props, due, phy)
 
 
 def resend_target(group: str, origin: str | None, to_retry: bool) -> tuple[str | None, str]:

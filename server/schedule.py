@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +45,7 @@ from kairosmq.protocol.properties import (
     SCHEDULE_ORIGIN,
 )
 
+from .clock import sub_ms, wall_ms
 from .logs import get_logger
 from .longpoll import ArrivalNotifier
 from .requeue import RequeueError, restore_delayed
@@ -58,10 +58,7 @@ RETRY_PAUSE = 0.2
 _ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 _UNDO_TRIM = 1024
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+_FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
 
 
 def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
@@ -98,6 +95,7 @@ class ScheduleService:
         levels_ms: tuple[int, ...],
         *,
         put: Callable[[MessageInner], Any],
+        reput: Callable[[bytes, int, int], tuple[Any, Any]] | None = None,
         on_delivered: Callable[[MessageInner, Any, int, int, int], None] | None = None,
         batch: int = 256,
         clock_ms: Callable[[], int] | None = None,
@@ -106,18 +104,19 @@ class ScheduleService:
         self.notifier = notifier
         self.levels_ms = levels_ms
         self.put = put
+        self.reput = reput  # PutPath.reput: the re-put without decoding the record
         self.on_delivered = on_delivered
         self.batch = batch
-        self.clock_ms = clock_ms or _wall_ms
+        self.clock_ms = clock_ms or wall_ms  # the broker passes the store's clock
         self.progress: dict[int, int] = {lvl: 0 for lvl in range(1, len(levels_ms) + 1)}
         self.tasks: list[asyncio.Task[None]] = []
-        self.delivered = 0
-        self.put_failures = 0
         self.skipped = 0
         self.log = get_logger("schedule")
         self._putting: tuple[int, int] | None = None  # (level, offset) of the re-put in flight
         self._undo: list[tuple[int, int, int]] = []  # (phy, level, previous progress)
         self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
+        # TimerService.pass_level_record: a recalled schedule record is passed over
+        self.recalled: Callable[[int], bool] | None = None
         store.rollback_listeners.append(self.rollback)
 
     # ------------------------------------------------------------- StateProvider
@@ -238,8 +237,7 @@ class ScheduleService:
             if wait_ms > 0:
                 # Sleep to the due instant on the sub-millisecond clock (clock_ms truncates);
                 # the loop re-checks, so an early timer wake-up never delivers early.
-                frac = time.time() * 1000 % 1 if self.clock_ms is _wall_ms else 0.0
-                await asyncio.sleep(max(0.0, wait_ms - frac) / 1000)
+                await asyncio.sleep(max(0.0, wait_ms - sub_ms(self.clock_ms)) / 1000)
                 continue
             if not self._drain(level, cq):
                 await asyncio.sleep(RETRY_PAUSE)
@@ -276,18 +274,31 @@ class ScheduleService:
         log_min = self.store.commitlog.min_offset
         cap = self._cap.get(level)
         stepped = now + self.levels_ms[level - 1]
-        due = []
-        for unit in cq.units(start, self.batch):
-            due_ts = unit[2]
-            if cap is not None and due_ts > stepped:
-                due_ts = min(due_ts, cap)
-            if due_ts > now:
+        due: list[tuple[int, int, int]] = []
+        # Read the head in growing chunks (8, 32, 128, ...): under steady load only a few
+        # units are due per wake-up, and unpacking a whole batch of not-yet-due units
+        # each time cost more than the re-puts (py-spy, docs/performance.md).
+        pos, want, chunk = start, self.batch, _FIRST_CHUNK
+        while want > 0:
+            units = cq.units(pos, min(chunk, want))
+            if not units:
                 break
-            if unit[0] < log_min and not due:  # removed by retention: nothing to deliver
-                start += 1
-                self.progress[level] = start
-                continue
-            due.append(unit)
+            for unit in units:
+                due_ts = unit[2]
+                if cap is not None and due_ts > stepped:
+                    due_ts = min(due_ts, cap)
+                if due_ts > now:
+                    want = 0
+                    break
+                if unit[0] < log_min and not due:  # removed by retention: nothing to deliver
+                    start += 1
+                    self.progress[level] = start
+                    continue
+                due.append(unit)
+            else:
+                pos += len(units)
+                want -= len(units)
+                chunk *= 4
         if not due:
             return True
         records = self.store.commitlog.read_many([(u[0], u[1]) for u in due])
@@ -295,14 +306,20 @@ class ScheduleService:
             due = due[: len(records)]  # a read failed: retry the rest on the next round
         for i, (phy, _size, deliver_ts) in enumerate(due):
             off = start + i
-            try:
-                msg = restore_delayed(records[i], level, off)
-            except RequeueError as err:
-                self._skip(level, off, phy, f"cannot restore the message: {err}")
+            if self.recalled is not None and self.recalled(phy):  # RECALL_MESSAGE won
+                if self.progress[level] <= off:
+                    self.progress[level] = off + 1
                 continue
             self._putting = (level, off)
             try:
-                result = self.put(msg)
+                if self.reput is not None:
+                    result, msg = self.reput(records[i], level, off)
+                else:
+                    msg = restore_delayed(records[i], level, off)
+                    result = self.put(msg)
+            except RequeueError as err:
+                self._skip(level, off, phy, f"cannot restore the message: {err}")
+                continue
             finally:
                 self._putting = None
             if result.status in _PERMANENT:
@@ -310,11 +327,9 @@ class ScheduleService:
                            f"{result.remark or result.status.value}")
                 continue
             if result.status is not PutStatus.PUT_OK:
-                self.put_failures += 1
                 return False
             if self.progress[level] <= off:  # dispatch did not see the origin: never loop
                 self.progress[level] = off + 1
-            self.delivered += 1
             if self.on_delivered is not None:
                 self.on_delivered(msg, result, level, deliver_ts, now)
         return True

@@ -38,9 +38,15 @@ class BrokerStats:
         self.scheduled: defaultdict[int, int] = defaultdict(int)
         self.delivered: defaultdict[str, int] = defaultdict(int)
         self.pulled: defaultdict[str, int] = defaultdict(int)
+        # (topic, group) -> messages pulled: GROUP_GET_NUMS (stats_items.py, consumeTps)
+        self.group_pulled: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.redelivered: defaultdict[str, int] = defaultdict(int)
         self.dead_lettered: defaultdict[str, int] = defaultdict(int)
         self.rejected = 0
         # background service name -> failures (server/supervise.py)
         self.service_failures: dict[str, int] = {}
         self.lateness: defaultdict[int, LatenessHistogram] = defaultdict(LatenessHistogram)
+        # timer messages (server/timer/): scheduled, fired, lateness of the fire
+        self.timers_scheduled = 0
+        self.timers_fired = 0
+        self.timer_lateness = LatenessHistogram()

@@ -23,7 +23,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from kairosmq.protocol.naming import (
     validate_topic,
 )
 
-from .store.files import read_json, write_json_atomic
+from .store.files import OrderedJsonFile, read_json
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY", "DLQ_GROUP_TOPIC_PREFIX", "MAX_TOPIC_LENGTH",
@@ -77,9 +76,7 @@ class TopicConfigManager:
         self.topics[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels)
         self.skipped_on_load: list[str] = []
         self.dirty = False
-        self._generation = 0
-        self._written = 0
-        self._write_lock = threading.Lock()
+        self._file = OrderedJsonFile(self.path)
 
     def load(self) -> None:
         for d in read_json(self.path, []) or []:
@@ -94,25 +91,17 @@ class TopicConfigManager:
     # ------------------------------------------------------------ persistence
 
     def _snapshot(self) -> tuple[int, list[dict[str, Any]]]:
-        self._generation += 1
         self.dirty = False
-        return self._generation, [asdict(t) for t in self.topics.values()]
-
-    def _write(self, generation: int, data: list[dict[str, Any]]) -> None:
-        with self._write_lock:
-            if generation <= self._written:
-                return  # a newer snapshot is already on disk
-            write_json_atomic(self.path, data)
-            self._written = generation
+        return self._file.snapshot_id(), [asdict(t) for t in self.topics.values()]
 
     def persist(self) -> None:
         """Write the table now (on the calling thread)."""
-        self._write(*self._snapshot())
+        self._file.write(*self._snapshot())
 
     async def persist_async(self) -> None:
         """Write the table in a thread; the snapshot is taken on the loop, before awaiting."""
         generation, data = self._snapshot()
-        await asyncio.to_thread(self._write, generation, data)
+        await asyncio.to_thread(self._file.write, generation, data)
 
     # ------------------------------------------------------------ table
 

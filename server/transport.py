@@ -14,6 +14,9 @@ Invariants:
 * Handlers return a ``RemotingCommand`` (answered in this tick), ``None`` (no answer), or
   an awaitable (run as a tracked task: long polls, sync flush); so many requests can be
   in flight per connection and answers go out in completion order, matched by opaque.
+* A response frame from a client completes the broker -> client call waiting on its
+  opaque (``client_calls.py``: GET_CONSUMER_RUNNING_INFO); any other is dropped, and a
+  closing connection fails the calls still waiting on it.
 * One-way requests are never answered. A malformed or oversized frame (or a header above
   ``max_header``) closes only that connection; an unknown code answers
   REQUEST_CODE_NOT_SUPPORTED; an exception in a handler answers SYSTEM_ERROR with a
@@ -39,8 +42,11 @@ from kairosmq.protocol.codes import FLAG_ONEWAY, LanguageCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError, ProtocolError
 
+from . import client_calls
+
 Result = RemotingCommand | Awaitable[RemotingCommand | None] | None
-Handler = Callable[[Any, "Connection", RemotingCommand], Result]
+# a processor's bound ``handle_x`` (server/handlers/__init__.py builds the tables)
+Handler = Callable[["Connection", RemotingCommand], Result]
 
 _conn_ids = itertools.count(1)
 FRAMES_PER_TURN = 16
@@ -90,6 +96,8 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self.closed = False
         self.held_pulls = 0  # admitted long polls (longpoll.PullHolds)
+        # broker -> client requests awaiting their answer, by opaque (client_calls.py)
+        self.calls: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.active = True  # traffic since the last sweep (either direction)
         self.frames_in = 0
         self.idle_since = 0.0
@@ -232,7 +240,6 @@ class Connection(asyncio.Protocol):
 class RemotingServer:
     def __init__(
         self,
-        context: Any,
         *,
         log: Any,
         before_write: Callable[[], None],
@@ -241,7 +248,6 @@ class RemotingServer:
         limits: ConnectionLimits | None = None,
         ack_guard: Any = None,
     ) -> None:
-        self.context = context
         self.log = log
         self.before_write = before_write
         self.on_connection_lost = on_connection_lost
@@ -257,19 +263,32 @@ class RemotingServer:
         self.tasks: set[asyncio.Task[None]] = set()
         self._dirty: list[Connection] = []
         self._tick_scheduled = False
+        # server/security.py: the ACL check of every request (None: let it through, else
+        # the error answer) and the TLS layer each new Connection is wrapped in
+        self.auth: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
+        self.wrap_protocol: Callable[[Connection], asyncio.Protocol] | None = None
 
     async def listen(self, host: str, port: int, handlers: dict[int, Handler], name: str) -> int:
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: Connection(self, handlers, name), host, port,
-                                       reuse_address=True)
+        wrap = self.wrap_protocol
+        factory: Callable[[], asyncio.Protocol] = (
+            (lambda: Connection(self, handlers, name)) if wrap is None
+            else (lambda: wrap(Connection(self, handlers, name))))
+        srv = await loop.create_server(factory, host, port, reuse_address=True)
         self.servers.append(srv)
         return int(srv.sockets[0].getsockname()[1])
 
     # ------------------------------------------------------------ dispatch
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
-            return  # replies to our one-way notifications: nothing to match
+        if cmd.is_response:  # answers to broker -> client calls; others are dropped
+            if conn.calls:
+                client_calls.answered(conn, cmd)
+            return
+        if self.auth is not None and (denied := self.auth(conn, cmd)) is not None:
+            if not cmd.is_oneway:  # ACL first, as RocketMQ's RPC hook: unknown codes too
+                conn.send(denied)
+            return
         handler = conn.handlers.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
@@ -279,7 +298,7 @@ class RemotingServer:
         guard = self.ack_guard
         appends = guard.appends if guard is not None else 0
         try:
-            result = handler(self.context, conn, cmd)
+            result = handler(conn, cmd)
         except Exception as err:  # noqa: BLE001 - every failure becomes an answer
             result = self._failure(conn, cmd, err)
         if result is None:
@@ -332,6 +351,8 @@ class RemotingServer:
         if conn in self.connections:
             self.connections.discard(conn)
             self.log.info("conn.closed", peer=conn.peer, conn_id=conn.conn_id, reason=reason)
+            if conn.calls:
+                client_calls.connection_closed(conn, reason)
             self.on_connection_lost(conn)
 
     # ------------------------------------------------------------ limits

@@ -85,6 +85,24 @@ async def pull(peer: RawPeer, topic: str, queue_id: int = 0, offset: int = 0, *,
     return await peer.call(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
 
 
+async def pull_all(peer: RawPeer, topic: str, queues: int = 4) -> list[Any]:
+    """Every message stored in ``topic``'s first ``queues`` queues, pulled from offset 0
+    (no long poll), as decoded records in queue order."""
+    from kairosmq.protocol.codes import ResponseCode
+    from kairosmq.protocol.message import decode_records
+
+    got: list[Any] = []
+    for q in range(queues):
+        offset = 0
+        while True:
+            r = await pull(peer, topic, queue_id=q, offset=offset, max_n=256, suspend_ms=0)
+            if r.code != ResponseCode.SUCCESS:
+                break
+            got += decode_records(r.body)
+            offset = int(r.ext_fields["nextBeginOffset"])
+    return got
+
+
 class Collector:
     """An async listener that records messages; ``status`` decides the answer."""
 

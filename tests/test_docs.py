@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("protocol", "server", "server/store", "server/handlers", "client", "spark")
+PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
+            "spark")
 
 
 def _layout_block() -> str:

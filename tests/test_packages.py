@@ -82,3 +82,19 @@ def test_checker_catches_server_imports(src: str) -> None:
 ])
 def test_checker_allows_other_imports(src: str) -> None:
     assert _server_imports(src, "kairosmq.spark") == []
+
+
+def test_every_package_is_in_pyproject() -> None:
+    """A package folder missing from pyproject's ``packages``/``package-dir`` works in the
+    editable install but is left out of a wheel (the Docker image)."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    mapped = {name: path for name, path in tool["package-dir"].items()}
+    for top in ("protocol", "server", "client", "spark"):
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            folder = init.parent.relative_to(ROOT).as_posix()
+            name = "kairosmq." + folder.replace("/", ".")
+            assert name in listed, f"{folder}/ is not in pyproject's packages"
+            assert mapped.get(name) == folder, f"{folder}/ is not in pyproject's package-dir"

@@ -1,4 +1,5 @@
-"""A minimal raw remoting peer for server tests: sends commands, matches answers by opaque.
+"""A minimal raw remoting peer for server tests: sends commands, matches answers by opaque;
+and ``ServerPeer``, a tiny remoting server that client tests talk to.
 
 Deliberately tiny (the real client is ``kairosmq.client``): server tests should depend on
 the protocol package and a socket, nothing else.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from typing import Any, Self
 
 from kairosmq.protocol.codec import FrameReader, encode_command
@@ -88,3 +90,41 @@ class RawPeer(StreamPeer):
 
     def send_raw(self, data: bytes) -> None:
         self.writer.write(data)
+
+
+class ServerPeer:
+    """A tiny remoting server for client tests; ``on_cmd(cmd, writer)`` decides what to
+    answer (default: echo the request code), ``received`` records every request."""
+
+    def __init__(self) -> None:
+        self.received: list[RemotingCommand] = []
+        self.writers: list[asyncio.StreamWriter] = []
+        self.on_cmd: Callable[[RemotingCommand, asyncio.StreamWriter], None] = self.echo
+        self.server: asyncio.Server | None = None
+        self.address = ""
+
+    @staticmethod
+    def echo(cmd: RemotingCommand, w: asyncio.StreamWriter) -> None:
+        if not cmd.is_oneway:
+            w.write(encode_command(cmd.response(ext_fields={"echo": str(cmd.code)})))
+
+    async def start(self, port: int = 0) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", port)
+        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.writers.append(w)
+        reader = FrameReader()
+        while data := await r.read(65536):
+            reader.feed(data)
+            for cmd in reader:
+                self.received.append(cmd)
+                self.on_cmd(cmd, w)
+        w.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in self.writers:
+            w.close()
+        await self.server.wait_closed()

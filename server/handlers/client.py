@@ -2,7 +2,9 @@
 GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
 CHECK_CLIENT_CONFIG (46).
 
-Owns: turning those bodies into ``ClientRegistry``/``LockManager`` calls, and creating
+Owns: ``ClientManageProcessor`` (services: the client registry, the lock manager, the
+topic table, log and config values): turning those bodies into
+``ClientRegistry``/``LockManager`` calls, and creating
 ``%RETRY%<group>`` for clustering consumer groups (as RocketMQ ClientManageProcessor does), so
 the retry topic is routable before the first send-back.
 
@@ -15,7 +17,7 @@ requests lock only queues that exist.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.bodies import (
     HeartbeatData,
@@ -23,7 +25,7 @@ from kairosmq.protocol.bodies import (
     encode_consumer_list,
     encode_lock_response,
 )
-from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.codes import LanguageCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import ConsumerGroupRequestHeader, UnregisterClientRequestHeader
 from kairosmq.protocol.naming import retry_topic
@@ -31,74 +33,99 @@ from kairosmq.protocol.naming import retry_topic
 from .. import ingress, property_filter
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..clients import ClientRegistry, LockManager
+    from ..config import BrokerConfig
+    from ..subscriptions import SubscriptionGroupManager
+    from ..topics import TopicConfigManager
     from ..transport import Connection
 
 
-def handle_heartbeat(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    data = HeartbeatData.from_json(cmd.body)
-    ingress.check_heartbeat(broker, data)
-    for group in data.producer_groups:
-        broker.clients.register_producer(group, data.client_id, conn)
-    created = False
+def _language(cmd: RemotingCommand) -> str:
+    """The client's language as RocketMQ shows it (``LanguageCode`` name; MQADMIN)."""
     try:
-        for consumer in data.consumers:
-            broker.clients.register_consumer(consumer, data.client_id, conn, cmd.version)
-            for sub in consumer.subscriptions:  # SQL92: compile now, log a bad one
-                property_filter.try_compile(broker, consumer.group_name, sub)
-            if consumer.message_model == "CLUSTERING":
-                _, new = broker.topics.ensure(retry_topic(consumer.group_name),
-                                              broker.config.retry_queue_nums, persist=False)
-                created |= new
-    except Exception:
-        if created:  # a limit stopped the heartbeat half way: keep what was created
-            broker.topics.persist()
-        raise
-    if created:  # one topics.json write per heartbeat (not one per topic), before the answer
-        broker.topics.persist()
-    return cmd.response()
+        return LanguageCode(cmd.language).name
+    except ValueError:
+        return "OTHER"
 
 
-def handle_unregister(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    h = UnregisterClientRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_optional_group(h.producer_group, "producerGroup")
-    ingress.check_optional_group(h.consumer_group, "consumerGroup")
-    broker.clients.unregister(h.client_id, h.producer_group, h.consumer_group)
-    if h.consumer_group:  # a consumer that leaves frees its queues at once, not after 60 s
-        broker.locks.release_clients({h.client_id}, h.consumer_group)
-    return cmd.response()
+class ClientManageProcessor:
+    """HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, LOCK_BATCH_MQ,
+    UNLOCK_BATCH_MQ and CHECK_CLIENT_CONFIG."""
 
+    def __init__(self, *, clients: ClientRegistry, locks: LockManager,
+                 topics: TopicConfigManager, config: BrokerConfig, log: Any,
+                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+        self.subscriptions = subscriptions  # MQADMIN: auto-created on heartbeat, as RocketMQ
+        self.clients = clients
+        self.locks = locks
+        self.topics = topics
+        self.config = config
+        self.log = log
 
-def handle_consumer_list(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_group(h.consumer_group, "consumerGroup")
-    ids = broker.clients.consumer_ids(h.consumer_group)
-    if not ids:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, f"no consumer in group {h.consumer_group}")
-    return cmd.response(body=encode_consumer_list(ids))
+    def handle_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = HeartbeatData.from_json(cmd.body)
+        config = self.config
+        ingress.check_heartbeat(self.topics, config, data)
+        for group in data.producer_groups:
+            self.clients.register_producer(group, data.client_id, conn, cmd.version,
+                                           _language(cmd))
+        created = False
+        try:
+            for consumer in data.consumers:
+                self.clients.register_consumer(consumer, data.client_id, conn, cmd.version,
+                                               _language(cmd))
+                if self.subscriptions is not None:
+                    self.subscriptions.find(consumer.group_name)
+                for sub in consumer.subscriptions:  # SQL92: compile now, log a bad one
+                    property_filter.try_compile(config.enable_property_filter, self.log,
+                                                consumer.group_name, sub)
+                if consumer.message_model == "CLUSTERING":
+                    _, new = self.topics.ensure(retry_topic(consumer.group_name),
+                                                config.retry_queue_nums, persist=False)
+                    created |= new
+        except Exception:
+            if created:  # a limit stopped the heartbeat half way: keep what was created
+                self.topics.persist()
+            raise
+        if created:  # one topics.json write per heartbeat (not one per topic), before the answer
+            self.topics.persist()
+        return cmd.response()
 
+    def handle_unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = UnregisterClientRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_optional_group(h.producer_group, "producerGroup")
+        ingress.check_optional_group(h.consumer_group, "consumerGroup")
+        self.clients.unregister(h.client_id, h.producer_group, h.consumer_group)
+        if h.consumer_group:  # a consumer that leaves frees its queues at once, not after 60 s
+            self.locks.release_clients({h.client_id}, h.consumer_group)
+        return cmd.response()
 
-def handle_lock(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    req = LockBatchRequest.from_json(cmd.body)
-    mqs = ingress.check_lock_batch(broker, req)
-    wanted = [(mq.topic, mq.queue_id) for mq in mqs]
-    held = set(broker.locks.try_lock(req.consumer_group, req.client_id, wanted))
-    locked = [mq for mq in mqs if (mq.topic, mq.queue_id) in held]
-    return cmd.response(body=encode_lock_response(locked))
+    def handle_consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_group(h.consumer_group, "consumerGroup")
+        ids = self.clients.consumer_ids(h.consumer_group)
+        if not ids:
+            return cmd.error(ResponseCode.SYSTEM_ERROR,
+                             f"no consumer in group {h.consumer_group}")
+        return cmd.response(body=encode_consumer_list(ids))
 
+    def handle_lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        req = LockBatchRequest.from_json(cmd.body)
+        mqs = ingress.check_lock_batch(self.topics, req)
+        wanted = [(mq.topic, mq.queue_id) for mq in mqs]
+        held = set(self.locks.try_lock(req.consumer_group, req.client_id, wanted))
+        locked = [mq for mq in mqs if (mq.topic, mq.queue_id) in held]
+        return cmd.response(body=encode_lock_response(locked))
 
-def handle_unlock(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    req = LockBatchRequest.from_json(cmd.body)
-    mqs = ingress.check_lock_batch(broker, req)
-    broker.locks.unlock(req.consumer_group, req.client_id,
-                        [(mq.topic, mq.queue_id) for mq in mqs])
-    return cmd.response()
+    def handle_unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        req = LockBatchRequest.from_json(cmd.body)
+        mqs = ingress.check_lock_batch(self.topics, req)
+        self.locks.unlock(req.consumer_group, req.client_id,
+                          [(mq.topic, mq.queue_id) for mq in mqs])
+        return cmd.response()
 
-
-def handle_check_client_config(broker: Broker, conn: Connection,
-                               cmd: RemotingCommand) -> RemotingCommand:
-    # TAG passes; SQL92 must compile (SUBSCRIPTION_PARSE_FAILED with the position)
-    property_filter.check_client_config(broker, cmd.body)
-    return cmd.response()
-
-
+    def handle_check_client_config(self, conn: Connection,
+                                   cmd: RemotingCommand) -> RemotingCommand:
+        # TAG passes; SQL92 must compile (SUBSCRIPTION_PARSE_FAILED with the position)
+        property_filter.check_client_config(self.config.enable_property_filter, cmd.body)
+        return cmd.response()

@@ -1,69 +1,105 @@
 """The embedded name server: GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106),
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206).
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), GET_NAMESRV_CONFIG (319) and
+DELETE_TOPIC_IN_NAMESRV (216, second half of ``mqadmin deleteTopic``).
 
-Owns: route data for this single master broker (brokerId 0), in standard JSON with
-quoted map keys (every stock client accepts it).
+Owns: ``DefaultRequestProcessor`` (RocketMQ's name-server processor; services: the topic
+table, the endpoints and config values): route data for this single master broker
+(brokerId 0), in standard JSON with quoted map keys (every stock client accepts it), and
+the name server's settings under NamesrvConfig/NettyServerConfig names.
 
 Invariants: an unknown topic answers TOPIC_NOT_EXIST (17) so producers fall back to the
 ``TBW102`` route and the broker auto-creates on first send; ``%RETRY%<group>`` exists
-as soon as a clustering consumer of the group sent a heartbeat, so it is routable.
+as soon as a clustering consumer of the group sent a heartbeat, so it is routable. The
+routes are the broker's own topic table, so a topic deleted in the broker
+(DELETE_TOPIC_IN_BROKER, 215) has no route any more; DELETE_TOPIC_IN_NAMESRV therefore
+answers SUCCESS when the broker no longer has the topic and SYSTEM_ERROR, naming the
+broker request to send, while it still has it (the name server cannot drop a route the
+broker keeps).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.headers import GetRouteInfoRequestHeader
+from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHeader
 from kairosmq.protocol.naming import is_retry_topic
 
 from .. import ingress
+from .rocketmq_admin import properties_text
 
 if TYPE_CHECKING:
-    from ..broker import Broker
-    from ..topics import TopicConfig
+    from ..config import BrokerConfig
+    from ..endpoints import Endpoints
+    from ..topics import TopicConfig, TopicConfigManager
     from ..transport import Connection
 
 
-def _broker_data(broker: Broker) -> BrokerData:
-    return BrokerData(broker.config.broker_name, {0: broker.address}, broker.config.cluster_name)
+class DefaultRequestProcessor:
+    """The name-server port's route, cluster, topic-list and config requests."""
 
+    def __init__(self, *, topics: TopicConfigManager, endpoints: Endpoints,
+                 config: BrokerConfig) -> None:
+        self.topics = topics
+        self.endpoints = endpoints
+        self.config = config
 
-def handle_route(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
-    cfg = ingress.check_known_topic(broker, h.topic)
-    if cfg is None and is_retry_topic(h.topic):
-        # The C++ client asks for its retry route before its first heartbeat (which is
-        # what creates the topic in RocketMQ); answering 17 would stall its retries until
-        # the next 30 s route poll, so the route lookup creates it too (the name was
-        # checked above: %RETRY% and a valid group).
-        cfg, _ = broker.topics.ensure(h.topic, broker.config.retry_queue_nums)
-    if cfg is None:
-        return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
-                         f"no route for topic {h.topic}: it does not exist yet")
-    return cmd.response(body=_route(broker, cfg))
+    def _broker_data(self) -> BrokerData:
+        cfg = self.config
+        return BrokerData(cfg.broker_name, {0: self.endpoints.address}, cfg.cluster_name)
 
+    def handle_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
+        cfg = ingress.check_known_topic(self.topics, h.topic)
+        if cfg is None and is_retry_topic(h.topic):
+            # The C++ client asks for its retry route before its first heartbeat (which is
+            # what creates the topic in RocketMQ); answering 17 would stall its retries
+            # until the next 30 s route poll, so the route lookup creates it too (the name
+            # was checked above: %RETRY% and a valid group).
+            cfg, _ = self.topics.ensure(h.topic, self.config.retry_queue_nums)
+        if cfg is None:
+            return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
+                             f"no route for topic {h.topic}: it does not exist yet")
+        return cmd.response(body=self._route(cfg))
 
-def _route(broker: Broker, cfg: TopicConfig) -> bytes:
-    route = TopicRouteData(
-        queue_datas=[QueueData(broker.config.broker_name, cfg.read_queue_nums,
-                               cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag)],
-        broker_datas=[_broker_data(broker)],
-    )
-    return route.to_json()
+    def _route(self, cfg: TopicConfig) -> bytes:
+        route = TopicRouteData(
+            queue_datas=[QueueData(self.config.broker_name, cfg.read_queue_nums,
+                                   cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag)],
+            broker_datas=[self._broker_data()],
+        )
+        return route.to_json()
 
+    def handle_cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        name = self.config.broker_name
+        body = {
+            "brokerAddrTable": {name: self._broker_data().to_dict()},
+            "clusterAddrTable": {self.config.cluster_name: [name]},
+        }
+        return cmd.response(body=orjson.dumps(body))
 
-def handle_cluster_info(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    name = broker.config.broker_name
-    body = {
-        "brokerAddrTable": {name: _broker_data(broker).to_dict()},
-        "clusterAddrTable": {broker.config.cluster_name: [name]},
-    }
-    return cmd.response(body=orjson.dumps(body))
+    def handle_topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=orjson.dumps({"topicList": sorted(self.topics.topics)}))
 
+    def handle_namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """The embedded name server's settings under NamesrvConfig/NettyServerConfig names."""
+        props = {"listenPort": str(self.endpoints.namesrv_port), "clusterTest": "false",
+                 "orderMessageEnable": "false", "productEnvName": "center",
+                 "rocketmqHome": str(Path(self.config.data_dir).resolve()),
+                 "serverChannelMaxIdleTimeSeconds": f"{self.config.idle_timeout:g}"}
+        return cmd.response(body=properties_text(props))
 
-def handle_topic_list(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    return cmd.response(body=orjson.dumps({"topicList": sorted(broker.topics.topics)}))
+    def handle_delete_topic_in_namesrv(self, conn: Connection,
+                                       cmd: RemotingCommand) -> RemotingCommand:
+        h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_topic(h.topic)
+        if self.topics.get(h.topic) is not None:
+            return cmd.error(ResponseCode.SYSTEM_ERROR,
+                             f"topic {h.topic} still exists in broker {self.config.broker_name}"
+                             ": delete it there first (DELETE_TOPIC_IN_BROKER); the embedded "
+                             "name server routes the broker's topics")
+        return cmd.response()

@@ -1,6 +1,8 @@
 """Offset requests: consumer offsets (14, 15) and queue offsets (29, 30, 31, 32).
 
-Owns: QUERY_CONSUMER_OFFSET (QUERY_NOT_FOUND when the group has none, except on a fresh
+Owns: ``ConsumerManageProcessor`` (consumer offsets; services: store reads, topic
+table, offset table, log) and ``QueueOffsetProcessor`` (queue offsets; store reads and
+topic table). QUERY_CONSUMER_OFFSET (QUERY_NOT_FOUND when the group has none, except on a fresh
 queue whose first message is still at offset 0 - the RocketMQ rule that lets new groups start
 at 0), UPDATE_CONSUMER_OFFSET, GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME
 and SEARCH_OFFSET_BY_TIMESTAMP.
@@ -14,7 +16,7 @@ written). A negative commitOffset is answered SUCCESS and not stored: stock clie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -30,7 +32,9 @@ from kairosmq.protocol.headers import (
 from .. import ingress
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..offsets import ConsumerOffsetManager
+    from ..store.message_store import MessageStore
+    from ..topics import TopicConfigManager
     from ..transport import Connection
 
 
@@ -38,64 +42,77 @@ def _offset(cmd: RemotingCommand, value: int) -> RemotingCommand:
     return cmd.response(ext_fields=OffsetResponseHeader(offset=value).to_ext_fields())
 
 
-def handle_query_consumer_offset(broker: Broker, conn: Connection,
-                                 cmd: RemotingCommand) -> RemotingCommand:
-    h = QueryConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_consumer_queue(broker, h.consumer_group, h.topic, h.queue_id)
-    off = broker.offsets.query(h.consumer_group, h.topic, h.queue_id)
-    if off is not None and off >= 0:
+class ConsumerManageProcessor:
+    """QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET."""
+
+    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, log: Any) -> None:
+        self.reads = reads
+        self.topics = topics
+        self.offsets = offsets
+        self.log = log
+
+    def handle_query_consumer_offset(self, conn: Connection,
+                                     cmd: RemotingCommand) -> RemotingCommand:
+        h = QueryConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
+        off = self.offsets.query(h.consumer_group, h.topic, h.queue_id)
+        if off is not None and off >= 0:
+            return _offset(cmd, off)
+        if self.reads.min_offset(h.topic, h.queue_id) == 0 and self.reads.max_offset(
+            h.topic, h.queue_id
+        ) > 0:
+            return _offset(cmd, 0)
+        return cmd.error(ResponseCode.QUERY_NOT_FOUND,
+                         f"no offset for group {h.consumer_group} on {h.topic}:{h.queue_id}")
+
+    def handle_update_consumer_offset(self, conn: Connection,
+                                      cmd: RemotingCommand) -> RemotingCommand:
+        h = UpdateConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
+        if h.commit_offset >= 0:  # -1 means "none" (ali-ons sends it): answered, not stored
+            self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+            self.log.debug("offset.committed", group=h.consumer_group, topic=h.topic,
+                           queue_id=h.queue_id, offset=h.commit_offset)
+        return cmd.response()
+
+
+class QueueOffsetProcessor:
+    """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME and
+    SEARCH_OFFSET_BY_TIMESTAMP."""
+
+    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager) -> None:
+        self.reads = reads
+        self.topics = topics
+
+    def _queue(self, cmd: RemotingCommand) -> QueueRequestHeader:
+        h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_queue(self.topics, h.topic, h.queue_id)
+        return h
+
+    def handle_get_max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = self._queue(cmd)
+        return _offset(cmd, self.reads.max_offset(h.topic, h.queue_id))
+
+    def handle_get_min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = self._queue(cmd)
+        return _offset(cmd, self.reads.min_offset(h.topic, h.queue_id))
+
+    def handle_earliest_msg_storetime(self, conn: Connection,
+                                      cmd: RemotingCommand) -> RemotingCommand:
+        h = self._queue(cmd)
+        first = self.reads.min_offset(h.topic, h.queue_id)
+        ts = self.reads.store_time_at(h.topic, h.queue_id, first)
+        return cmd.response(ext_fields=EarliestMsgStoretimeResponseHeader(
+            timestamp=ts if ts is not None else -1).to_ext_fields())
+
+    def handle_search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = SearchOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_queue(self.topics, h.topic, h.queue_id)
+        cq = self.reads.find_queue(h.topic, h.queue_id)
+        if cq is None:
+            return _offset(cmd, 0)
+        off = cq.offset_by_time(
+            h.timestamp, lambda i: self.reads.store_time_at(h.topic, h.queue_id, i)
+        )
         return _offset(cmd, off)
-    if broker.store.min_offset(h.topic, h.queue_id) == 0 and broker.store.max_offset(
-        h.topic, h.queue_id
-    ) > 0:
-        return _offset(cmd, 0)
-    return cmd.error(ResponseCode.QUERY_NOT_FOUND,
-                     f"no offset for group {h.consumer_group} on {h.topic}:{h.queue_id}")
-
-
-def handle_update_consumer_offset(broker: Broker, conn: Connection,
-                                  cmd: RemotingCommand) -> RemotingCommand:
-    h = UpdateConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_consumer_queue(broker, h.consumer_group, h.topic, h.queue_id)
-    if h.commit_offset >= 0:  # -1 means "none" (ali-ons sends it): answered, not stored
-        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        broker.log.debug("offset.committed", group=h.consumer_group, topic=h.topic,
-                         queue_id=h.queue_id, offset=h.commit_offset)
-    return cmd.response()
-
-
-def handle_get_max_offset(broker: Broker, conn: Connection,
-                          cmd: RemotingCommand) -> RemotingCommand:
-    h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_queue(broker, h.topic, h.queue_id)
-    return _offset(cmd, broker.store.max_offset(h.topic, h.queue_id))
-
-
-def handle_get_min_offset(broker: Broker, conn: Connection,
-                          cmd: RemotingCommand) -> RemotingCommand:
-    h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_queue(broker, h.topic, h.queue_id)
-    return _offset(cmd, broker.store.min_offset(h.topic, h.queue_id))
-
-
-def handle_earliest_msg_storetime(broker: Broker, conn: Connection,
-                                  cmd: RemotingCommand) -> RemotingCommand:
-    h = QueueRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_queue(broker, h.topic, h.queue_id)
-    first = broker.store.min_offset(h.topic, h.queue_id)
-    ts = broker.store.store_time_at(h.topic, h.queue_id, first)
-    return cmd.response(ext_fields=EarliestMsgStoretimeResponseHeader(
-        timestamp=ts if ts is not None else -1).to_ext_fields())
-
-
-def handle_search_offset(broker: Broker, conn: Connection,
-                         cmd: RemotingCommand) -> RemotingCommand:
-    h = SearchOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_queue(broker, h.topic, h.queue_id)
-    cq = broker.store.find_queue(h.topic, h.queue_id)
-    if cq is None:
-        return _offset(cmd, 0)
-    off = cq.offset_by_time(
-        h.timestamp, lambda i: broker.store.store_time_at(h.topic, h.queue_id, i)
-    )
-    return _offset(cmd, off)

@@ -1,6 +1,9 @@
 """PULL_MESSAGE (11): serve a queue's messages, holding the request while none are new.
 
-Owns: subscription resolution (the request's own, else the group's from heartbeats),
+Owns: ``PullMessageProcessor`` (services: store reads, topic table, consumer offsets,
+the client registry's subscriptions, the arrival notifier and pull holds, stats, logs,
+config values, and whether the broker is running): subscription resolution (the
+request's own, else the group's from heartbeats),
 the server-side tag-hash filter (SQL92 subscriptions: ``property_filter``), the
 COMMIT_OFFSET side effect, the store-status to response-code table of the reference
 (§9.2), long polling, and ``message.pulled`` logs.
@@ -16,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.bodies import SUB_ALL, SubscriptionData
@@ -35,7 +39,14 @@ from .. import ingress, property_filter
 from ..store import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..clients import ClientRegistry
+    from ..config import BrokerConfig
+    from ..longpoll import ArrivalNotifier, PullHolds
+    from ..offsets import ConsumerOffsetManager
+    from ..stats import BrokerStats
+    from ..store.message_store import MessageStore
+    from ..subscriptions import SubscriptionGroupManager
+    from ..topics import TopicConfigManager
     from ..transport import Connection
 
 _CODES = {
@@ -47,89 +58,116 @@ _CODES = {
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
 
-
-def _subscription(broker: Broker, h: PullMessageRequestHeader) -> SubscriptionData | None:
-    if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
-        if not property_filter.is_tag_type(h.expression_type):
-            return property_filter.sql_subscription(h.topic, h.subscription, h.sub_version,
-                                                    h.expression_type)
-        return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
-    return broker.clients.subscription(h.consumer_group, h.topic)
+Filter = frozenset[int] | Selector | None
 
 
-def handle_pull(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
-    h = PullMessageRequestHeader.from_ext_fields(cmd.ext_fields)
-    cfg = ingress.check_pull(broker, h)
-    if cfg is None:
-        return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
-    if not cfg.perm & PERM_READ:
-        return cmd.error(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
-    sub = _subscription(broker, h)
-    # SQL92: a compiled selector over record properties (Rejected if it does not compile)
-    codes: frozenset[int] | Selector | None = property_filter.selector_for(broker, sub)
-    if codes is None and sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
-        codes = frozenset(sub.code_set)
-    if h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
-        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-    result = _get(broker, h, codes)
-    if (
-        result.status is GetStatus.OFFSET_OVERFLOW_ONE
-        or (result.status is GetStatus.NO_MESSAGE_IN_QUEUE and h.queue_offset == 0)
-    ) and h.sys_flag & PULL_SUSPEND and broker.config.long_polling and broker.running:
-        # held-pull limits (longpoll.PullHolds): beyond them, answered now, not held
-        if broker.pull_holds.acquire(conn):
-            return broker.pull_holds.run(conn, _hold(broker, conn, cmd, h, codes))
-    return _answer(broker, cmd, h, result)
+class PullMessageProcessor:
+    """PULL_MESSAGE."""
 
+    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
+                 notifier: ArrivalNotifier, holds: PullHolds, stats: BrokerStats,
+                 config: BrokerConfig, log: Any, msglog: Any,
+                 running: Callable[[], bool],
+                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+        self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (subscriptions.py)
+        self.reads = reads
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.notifier = notifier
+        self.holds = holds
+        self.stats = stats
+        self.config = config
+        self.log = log
+        self.msglog = msglog
+        self.running = running
 
-def _get(broker: Broker, h: PullMessageRequestHeader,
-         codes: frozenset[int] | Selector | None) -> GetResult:
-    if isinstance(codes, Selector):
-        return property_filter.get_filtered(
-            broker.store, h.topic, h.queue_id, h.queue_offset, max(1, min(h.max_msg_nums, 512)),
-            broker.config.pull_max_bytes, codes)
-    return broker.store.get(
-        h.topic, h.queue_id, h.queue_offset, max(1, min(h.max_msg_nums, 512)),
-        max_bytes=broker.config.pull_max_bytes,
-        match=None if codes is None else codes.__contains__,
-    )
+    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData | None:
+        if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
+            if not property_filter.is_tag_type(h.expression_type):
+                return property_filter.sql_subscription(h.topic, h.subscription,
+                                                        h.sub_version, h.expression_type)
+            return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
+        return self.clients.subscription(h.consumer_group, h.topic)
 
+    def handle_pull(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        h = PullMessageRequestHeader.from_ext_fields(cmd.ext_fields)
+        cfg = ingress.check_pull(self.topics, h)
+        if self.subscriptions is not None:  # the group's config first, as RocketMQ does
+            info = self.clients.group_info(h.consumer_group)
+            refused = self.subscriptions.pull_refusal(
+                h.consumer_group, info.message_model if info is not None else None)
+            if refused is not None:
+                return cmd.error(*refused)
+        if cfg is None:
+            return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
+        if not cfg.perm & PERM_READ:
+            return cmd.error(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
+        sub = self._subscription(h)
+        # SQL92: a compiled selector over record properties (Rejected if it does not compile)
+        codes: Filter = property_filter.selector_for(self.config.enable_property_filter, sub)
+        if codes is None and sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
+            codes = frozenset(sub.code_set)
+        if h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
+            self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        result = self._get(h, codes)
+        if (
+            result.status is GetStatus.OFFSET_OVERFLOW_ONE
+            or (result.status is GetStatus.NO_MESSAGE_IN_QUEUE and h.queue_offset == 0)
+        ) and h.sys_flag & PULL_SUSPEND and self.config.long_polling and self.running():
+            # held-pull limits (longpoll.PullHolds): beyond them, answered now, not held
+            if self.holds.acquire(conn):
+                return self.holds.run(conn, self._hold(cmd, h, codes))
+        return self._answer(cmd, h, result)
 
-async def _hold(broker: Broker, conn: Connection, cmd: RemotingCommand,
-                h: PullMessageRequestHeader,
-                codes: frozenset[int] | Selector | None) -> RemotingCommand:
-    timeout_ms = max(0, min(h.suspend_timeout_millis, broker.config.max_pull_hold_ms))
-    broker.log.debug("pull.held", group=h.consumer_group, topic=h.topic, queue_id=h.queue_id,
-                     queue_offset=h.queue_offset, timeout_ms=timeout_ms)
-    # The task starts a loop iteration after the handler ran: look again before waiting
-    # (the check and the waiter's registration happen in one synchronous step).
-    result = _get(broker, h, codes)
-    if result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE):
-        await broker.notifier.wait(h.topic, h.queue_id, timeout_ms / 1000)
-        result = _get(broker, h, codes)
-    return _answer(broker, cmd, h, result)
+    def _get(self, h: PullMessageRequestHeader, codes: Filter) -> GetResult:
+        max_count = max(1, min(h.max_msg_nums, 512))
+        if isinstance(codes, Selector):
+            return property_filter.get_filtered(
+                self.reads, h.topic, h.queue_id, h.queue_offset, max_count,
+                self.config.pull_max_bytes, codes)
+        return self.reads.get(
+            h.topic, h.queue_id, h.queue_offset, max_count,
+            max_bytes=self.config.pull_max_bytes,
+            match=None if codes is None else codes.__contains__,
+        )
 
+    async def _hold(self, cmd: RemotingCommand, h: PullMessageRequestHeader,
+                    codes: Filter) -> RemotingCommand:
+        timeout_ms = max(0, min(h.suspend_timeout_millis, self.config.max_pull_hold_ms))
+        self.log.debug("pull.held", group=h.consumer_group, topic=h.topic,
+                       queue_id=h.queue_id, queue_offset=h.queue_offset, timeout_ms=timeout_ms)
+        # The task starts a loop iteration after the handler ran: look again before waiting
+        # (the check and the waiter's registration happen in one synchronous step).
+        result = self._get(h, codes)
+        if result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            await self.notifier.wait(h.topic, h.queue_id, timeout_ms / 1000)
+            result = self._get(h, codes)
+        return self._answer(cmd, h, result)
 
-def _answer(broker: Broker, cmd: RemotingCommand, h: PullMessageRequestHeader,
-            result: GetResult) -> RemotingCommand:
-    status = result.status
-    if status is GetStatus.NO_MESSAGE_IN_QUEUE:
-        code = (ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0
-                else ResponseCode.PULL_OFFSET_MOVED)
-    else:
-        code = _CODES[status]
-    ext = PullMessageResponseHeader(
-        suggest_which_broker_id=0, next_begin_offset=result.next_begin_offset,
-        min_offset=result.min_offset, max_offset=result.max_offset,
-    ).to_ext_fields()
-    body = b""
-    if status is GetStatus.FOUND:
-        body = result.chunks[0] if len(result.chunks) == 1 else b"".join(result.chunks)
-        broker.stats.pulled[h.topic] += len(result.units)
-        if broker.config.log_messages:
-            info = broker.msglog.info
-            for s in summarize_records(body):
-                info("message.pulled", msg_id=s.msg_id, group=h.consumer_group, topic=h.topic,
-                     queue_id=h.queue_id, queue_offset=s.queue_offset, store_ts=s.store_timestamp,
-                     born_ts=s.born_timestamp, reconsume_times=s.reconsume_times)
-    return cmd.response(code, ext_fields=ext, body=body)
+    def _answer(self, cmd: RemotingCommand, h: PullMessageRequestHeader,
+                result: GetResult) -> RemotingCommand:
+        status = result.status
+        if status is GetStatus.NO_MESSAGE_IN_QUEUE:
+            code = (ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0
+                    else ResponseCode.PULL_OFFSET_MOVED)
+        else:
+            code = _CODES[status]
+        ext = PullMessageResponseHeader(
+            suggest_which_broker_id=0, next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset, max_offset=result.max_offset,
+        ).to_ext_fields()
+        body = b""
+        if status is GetStatus.FOUND:
+            body = result.chunks[0] if len(result.chunks) == 1 else b"".join(result.chunks)
+            self.stats.pulled[h.topic] += len(result.units)
+            self.stats.group_pulled[(h.topic, h.consumer_group)] += len(result.units)
+            if self.config.log_messages:
+                info = self.msglog.info
+                for s in summarize_records(body):
+                    info("message.pulled", msg_id=s.msg_id, group=h.consumer_group,
+                         topic=h.topic, queue_id=h.queue_id, queue_offset=s.queue_offset,
+                         store_ts=s.store_timestamp, born_ts=s.born_timestamp,
+                         reconsume_times=s.reconsume_times)
+        return cmd.response(code, ext_fields=ext, body=body)

@@ -1,16 +1,19 @@
 """RocketMQ's own admin requests, as ``mqadmin`` and rocketmq-dashboard send them:
 GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), GET_TOPIC_STATS_INFO (202),
 GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
-GET_CONSUME_STATS (208), QUERY_TOPIC_CONSUME_BY_WHO (300), and the name server's
-GET_NAMESRV_CONFIG (319).
+GET_CONSUME_STATS (208) and QUERY_TOPIC_CONSUME_BY_WHO (300).
 
-Owns: the broker side of those codes, answered with RocketMQ's bodies and field names
+Owns: ``AdminBrokerProcessor`` (RocketMQ's name; services: store reads, the disk guard,
+topic table, offset table, client registry, the scheduler's progress, stats, endpoints,
+uptime and config values), the broker side of those codes, answered with RocketMQ's
+bodies and field names
 (``KVTable``, ``TopicStatsTable``, ``ConsumeStats``, ``ConsumerConnection``,
 ``ProducerConnection``, ``GroupList``; properties text for configs). Maps keyed by
 ``MessageQueue`` are written as fastjson writes them (``bodies.encode_mq_map``).
 
 Invariants:
-* Read-only: nothing here changes broker state except the TPS sampler below.
+* Read-only: nothing here changes broker state except the TPS sampler below (one per
+  processor, so per broker).
 * Runtime stats reuse ``BrokerStats`` counters (server/stats.py); put/get TPS are rates of
   those counters over 10 s / 1 min / 10 min windows, from samples taken when runtime info
   is asked for (the first answer is the average since boot). Keys RocketMQ has with no
@@ -23,8 +26,8 @@ Invariants:
 from __future__ import annotations
 
 import time
-import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,14 +51,22 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_retry_topic
 
 from .. import ingress
+from ..store import SCHEDULE_TOPIC
 from ..store.consumequeue import UNIT_SIZE
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..clients import ClientRegistry
+    from ..config import BrokerConfig
+    from ..endpoints import Endpoints
+    from ..offsets import ConsumerOffsetManager
+    from ..stats import BrokerStats
+    from ..store.guard import WriteGuard
+    from ..store.message_store import MessageStore
+    from ..topics import TopicConfigManager
     from ..transport import Connection
 
 VERSION_DESC = "V4_9_8"  # MQVersion.getVersionDesc(BROKER_VERSION)
-CLIENT_LANGUAGE = "OTHER"  # the registry does not keep a client's language
+CLIENT_LANGUAGE = "OTHER"  # a client registered without a language (ClientInfo.language)
 _WINDOWS_S = (10.0, 60.0, 600.0)
 
 
@@ -86,65 +97,11 @@ class _Rates:
         return " ".join(puts), " ".join(gets)
 
 
-_rates: weakref.WeakKeyDictionary[Broker, _Rates] = weakref.WeakKeyDictionary()
-
-
 def _runtime(seconds: float) -> str:
     """StoreStatsService.getFormatRuntime."""
     s = int(seconds)
     return (f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, "
             f"{s % 60} seconds ]")
-
-
-def runtime_info(broker: Broker) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table (also what ``brokerStatus`` prints)."""
-    st = broker.stats
-    now = time.monotonic()
-    uptime_s = broker.uptime_ms / 1000
-    put_total = sum(st.stored.values()) + sum(st.scheduled.values())
-    get_total = sum(st.pulled.values())
-    rates = _rates.get(broker)
-    if rates is None:
-        rates = _rates[broker] = _Rates(now - uptime_s)
-    put_tps, get_tps = rates.tps(now, put_total, get_total)
-    log = broker.store.commitlog
-    now_ms = int(time.time() * 1000)
-    data_dir = str(Path(broker.config.data_dir).resolve())
-    ratio = f"{broker.store.guard.used_ratio}"
-    earliest = 0
-    if log.max_offset > log.min_offset:
-        rec = broker.store.read_at(log.min_offset)
-        if rec is not None:
-            try:
-                earliest = decode_record(rec).store_timestamp
-            except MessageDecodeError:
-                earliest = 0
-    info: dict[str, Any] = {
-        "brokerVersionDesc": VERSION_DESC, "brokerVersion": BROKER_VERSION,
-        "bootTimestamp": now_ms - int(uptime_s * 1000), "runtime": _runtime(uptime_s),
-        "putTps": put_tps, "getTransferedTps": get_tps, "getFoundTps": get_tps,
-        "getTotalTps": get_tps, "getMissTps": "0.00 0.00 0.00",
-        "putMessageTimesTotal": max(put_total, 1), "putMessageFailedTimes": 0,
-        "msgPutTotalTodayNow": put_total, "msgGetTotalTodayNow": get_total,
-        "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
-        "msgPutTotalYesterdayMorning": 0, "msgGetTotalYesterdayMorning": 0,
-        "commitLogMinOffset": log.min_offset, "commitLogMaxOffset": log.max_offset,
-        "commitLogDiskRatio": ratio, f"commitLogDiskRatio_{data_dir}": ratio,
-        "consumeQueueDiskRatio": ratio, "earliestMessageTimeStamp": earliest,
-        "dispatchBehindBytes": 0, "pageCacheLockTimeMills": 0,
-        "startAcceptSendRequestTimeStamp": 0, "remainTransientStoreBufferNumbs": 0,
-    }
-    for pool in ("send", "pull", "query"):
-        info[f"{pool}ThreadPoolQueueSize"] = 0
-        info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
-    for level, progress in sorted(broker.schedule.progress.items()):
-        hi = broker.store.max_offset("SCHEDULE_TOPIC_XXXX", level - 1)
-        info[f"scheduleMessageOffset_{level}"] = f"{progress},{hi}"
-    return {k: str(v) for k, v in info.items()}
-
-
-def handle_runtime_info(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    return cmd.response(body=encode_kv_table(runtime_info(broker)))
 
 
 # BrokerConfig field -> RocketMQ's name for the same setting (value converted)
@@ -166,6 +123,7 @@ _RMQ_NAMES: dict[str, tuple[str, Any]] = {
     "disk_max_used_ratio": ("diskMaxUsedSpaceRatio", lambda r: str(round(r * 100))),
     "idle_timeout": ("serverChannelMaxIdleTimeSeconds", lambda s: f"{s:g}"),
     "vip_channel": ("vipChannelEnabled", lambda b: str(b).lower()),
+    "flush_interval": ("flushIntervalCommitLog", lambda s: str(round(s * 1000))),  # ms
 }
 
 
@@ -174,24 +132,9 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def broker_config(broker: Broker) -> dict[str, str]:
-    """GET_BROKER_CONFIG's properties: RocketMQ names where the setting is RocketMQ's,
-    kairosmq's own settings in camelCase (``maxPullHoldMs``, ``scheduleBatch``, ...)."""
-    cfg = broker.config
-    out = {"brokerId": "0", "brokerRole": "ASYNC_MASTER", "brokerIP1": broker.address.rsplit(
-        ":", 1)[0], "namesrvAddr": broker.namesrv_address,
-           "listenPort": str(broker.port), "namesrvPort": str(broker.namesrv_port)}
-    for f in fields(cfg):
-        if not f.init or f.name in ("port", "namesrv_port"):
-            continue
-        value = getattr(cfg, f.name)
-        if f.name in _RMQ_NAMES:
-            key, conv = _RMQ_NAMES[f.name]
-            out[key] = conv(value)
-        else:
-            out[_camel(f.name)] = "" if value is None else (
-                str(value).lower() if isinstance(value, bool) else str(value))
-    return out
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
 
 
 def properties_text(props: dict[str, str]) -> bytes:
@@ -199,114 +142,201 @@ def properties_text(props: dict[str, str]) -> bytes:
     return "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
 
 
-def handle_broker_config(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    return cmd.response(body=properties_text(broker_config(broker)))
-
-
-def handle_topic_stats(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
-    cfg = ingress.check_known_topic(broker, h.topic)
-    if cfg is None:
-        return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
-    name = broker.config.broker_name
-    entries = []
-    for qid in range(cfg.write_queue_nums):
-        lo = max(0, broker.store.min_offset(h.topic, qid))
-        hi = max(0, broker.store.max_offset(h.topic, qid))
-        ts = (broker.store.store_time_at(h.topic, qid, hi - 1) or 0) if hi > 0 else 0
-        entries.append((MessageQueueData(h.topic, name, qid),
-                        {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo}))
-    return cmd.response(body=encode_mq_table("offsetTable", entries))
-
-
-def consume_stats_entries(broker: Broker, group: str, topic: str | None) -> list[
+def consume_stats_entries(reads: MessageStore, topics: TopicConfigManager,
+                          offsets: ConsumerOffsetManager, clients: ClientRegistry,
+                          broker_name: str, group: str, topic: str | None) -> list[
         tuple[MessageQueueData, dict[str, Any]]]:
     """Per queue of each topic the group has offsets on (or ``topic``): the queue's max
     offset, the group's committed offset (0 when none) and the store time of the last
     consumed message (0 when none)."""
-    info = broker.clients.consumers.get(group)
+    info = clients.consumers.get(group)
     if topic:
-        topics = {topic}
+        wanted = {topic}
     else:
-        topics = set(broker.offsets.table.get(group, {}))
+        wanted = set(offsets.table.get(group, {}))
         if info is not None:
-            topics.update(info.subscriptions)
-    name = broker.config.broker_name
+            wanted.update(info.subscriptions)
     entries = []
-    for t in sorted(topics):
-        cfg = broker.topics.get(t)
+    for t in sorted(wanted):
+        cfg = topics.get(t)
         if cfg is None:
             continue
         if info is not None and info.subscriptions and t not in info.subscriptions:
             continue
         for qid in range(cfg.read_queue_nums):
-            hi = max(0, broker.store.max_offset(t, qid))
-            committed = broker.offsets.query(group, t, qid)
+            hi = max(0, reads.max_offset(t, qid))
+            committed = offsets.query(group, t, qid)
             off = committed if committed is not None and committed > 0 else 0
-            ts = (broker.store.store_time_at(t, qid, off - 1) or 0) if off > 0 else 0
-            entries.append((MessageQueueData(t, name, qid),
+            ts = (reads.store_time_at(t, qid, off - 1) or 0) if off > 0 else 0
+            entries.append((MessageQueueData(t, broker_name, qid),
                             {"brokerOffset": hi, "consumerOffset": off, "lastTimestamp": ts}))
     return entries
 
 
-def handle_consume_stats(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    h = GetConsumeStatsRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_group(h.consumer_group, "consumerGroup")
-    if h.topic:
-        ingress.check_known_topic(broker, h.topic)
-    entries = consume_stats_entries(broker, h.consumer_group, h.topic)
-    return cmd.response(body=encode_mq_table("offsetTable", entries, {"consumeTps": 0.0}))
-
-
-def _connection(client_id: str, peer: str, version: int) -> dict[str, Any]:
-    return {"clientAddr": peer, "clientId": client_id, "language": CLIENT_LANGUAGE,
+def _connection(client_id: str, peer: str, version: int,
+                language: str = CLIENT_LANGUAGE) -> dict[str, Any]:
+    return {"clientAddr": peer, "clientId": client_id, "language": language,
             "version": version}
 
 
-def handle_consumer_connections(broker: Broker, conn: Connection,
-                                cmd: RemotingCommand) -> RemotingCommand:
-    h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_group(h.consumer_group, "consumerGroup")
-    info = broker.clients.consumers.get(h.consumer_group)
-    if info is None or not info.clients:
-        return cmd.error(ResponseCode.CONSUMER_NOT_ONLINE,
-                         f"the consumer group[{h.consumer_group}] not online")
-    conns = [_connection(c.client_id, c.conn.peer, c.version) for c in info.clients.values()]
-    body = encode_consumer_connection(conns, list(info.subscriptions.values()),
-                                      info.consume_type, info.message_model,
-                                      info.consume_from_where)
-    return cmd.response(body=body)
+class AdminBrokerProcessor:
+    """GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, GET_TOPIC_STATS_INFO,
+    GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST, GET_CONSUME_STATS and
+    QUERY_TOPIC_CONSUME_BY_WHO."""
 
+    def __init__(self, *, reads: MessageStore, guard: WriteGuard, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
+                 schedule_progress: Callable[[], dict[int, int]], stats: BrokerStats,
+                 endpoints: Endpoints, uptime_ms: Callable[[], float],
+                 config: BrokerConfig,
+                 consume_tps: Callable[[str, str], float] | None = None) -> None:
+        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (stats_items.py)
+        self.reads = reads
+        self.guard = guard
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.schedule_progress = schedule_progress
+        self.stats = stats
+        self.endpoints = endpoints
+        self.uptime_ms = uptime_ms
+        self.config = config
+        self._rates: _Rates | None = None
 
-def handle_producer_connections(broker: Broker, conn: Connection,
-                                cmd: RemotingCommand) -> RemotingCommand:
-    group = cmd.ext_fields.get("producerGroup") or ""
-    ingress.check_group(group, "producerGroup")
-    clients = broker.clients.producers.get(group) or {}
-    if not clients:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-    conns = [_connection(c.client_id, c.conn.peer, c.version) for c in clients.values()]
-    return cmd.response(body=orjson.dumps({"connectionSet": conns}))
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's table (also what ``brokerStatus`` prints)."""
+        st = self.stats
+        now = time.monotonic()
+        uptime_s = self.uptime_ms() / 1000
+        put_total = sum(st.stored.values()) + sum(st.scheduled.values())
+        get_total = sum(st.pulled.values())
+        if self._rates is None:
+            self._rates = _Rates(now - uptime_s)
+        put_tps, get_tps = self._rates.tps(now, put_total, get_total)
+        log_min, log_max = self.reads.phy_range()
+        now_ms = int(time.time() * 1000)
+        data_dir = str(Path(self.config.data_dir).resolve())
+        ratio = f"{self.guard.used_ratio}"
+        earliest = 0
+        if log_max > log_min:
+            rec = self.reads.read_at(log_min)
+            if rec is not None:
+                try:
+                    earliest = decode_record(rec).store_timestamp
+                except MessageDecodeError:
+                    earliest = 0
+        info: dict[str, Any] = {
+            "brokerVersionDesc": VERSION_DESC, "brokerVersion": BROKER_VERSION,
+            "bootTimestamp": now_ms - int(uptime_s * 1000), "runtime": _runtime(uptime_s),
+            "putTps": put_tps, "getTransferedTps": get_tps, "getFoundTps": get_tps,
+            "getTotalTps": get_tps, "getMissTps": "0.00 0.00 0.00",
+            "putMessageTimesTotal": max(put_total, 1), "putMessageFailedTimes": 0,
+            "msgPutTotalTodayNow": put_total, "msgGetTotalTodayNow": get_total,
+            "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
+            "msgPutTotalYesterdayMorning": 0, "msgGetTotalYesterdayMorning": 0,
+            "commitLogMinOffset": log_min, "commitLogMaxOffset": log_max,
+            "commitLogDiskRatio": ratio, f"commitLogDiskRatio_{data_dir}": ratio,
+            "consumeQueueDiskRatio": ratio, "earliestMessageTimeStamp": earliest,
+            "dispatchBehindBytes": 0, "pageCacheLockTimeMills": 0,
+            "startAcceptSendRequestTimeStamp": 0, "remainTransientStoreBufferNumbs": 0,
+        }
+        for pool in ("send", "pull", "query"):
+            info[f"{pool}ThreadPoolQueueSize"] = 0
+            info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
+        for level, progress in sorted(self.schedule_progress().items()):
+            hi = self.reads.max_offset(SCHEDULE_TOPIC, level - 1)
+            info[f"scheduleMessageOffset_{level}"] = f"{progress},{hi}"
+        return {k: str(v) for k, v in info.items()}
 
+    def handle_runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=encode_kv_table(self.runtime_info()))
 
-def handle_consume_by_who(broker: Broker, conn: Connection,
-                          cmd: RemotingCommand) -> RemotingCommand:
-    """Groups subscribed to the topic or holding offsets on it (RocketMQ GroupList)."""
-    h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
-    ingress.check_known_topic(broker, h.topic)
-    groups = {g for g, info in broker.clients.consumers.items() if h.topic in info.subscriptions}
-    groups.update(g for g, table in broker.offsets.table.items() if h.topic in table)
-    retry_group = group_of_retry_topic(h.topic)
-    if retry_group:
-        groups.add(retry_group)
-    return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
+    def broker_config(self) -> dict[str, str]:
+        """GET_BROKER_CONFIG's properties: RocketMQ names where the setting is RocketMQ's,
+        kairosmq's own settings in camelCase (``maxPullHoldMs``, ``scheduleBatch``, ...)."""
+        cfg, ep = self.config, self.endpoints
+        out = {"brokerId": "0", "brokerRole": "ASYNC_MASTER",
+               "brokerIP1": ep.advertised_host, "namesrvAddr": ep.namesrv_address,
+               "listenPort": str(ep.port), "namesrvPort": str(ep.namesrv_port)}
+        for f in fields(cfg):
+            if not f.init or f.name in ("port", "namesrv_port"):
+                continue
+            value = getattr(cfg, f.name)
+            if f.name in _RMQ_NAMES:
+                key, conv = _RMQ_NAMES[f.name]
+                out[key] = conv(value)
+            else:
+                out[_camel(f.name)] = "" if value is None else (
+                    str(value).lower() if isinstance(value, bool) else str(value))
+        return out
 
+    def handle_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=properties_text(self.broker_config()))
 
-def handle_namesrv_config(broker: Broker, conn: Connection,
-                          cmd: RemotingCommand) -> RemotingCommand:
-    """The embedded name server's settings under NamesrvConfig/NettyServerConfig names."""
-    props = {"listenPort": str(broker.namesrv_port), "clusterTest": "false",
-             "orderMessageEnable": "false", "productEnvName": "center",
-             "rocketmqHome": str(Path(broker.config.data_dir).resolve()),
-             "serverChannelMaxIdleTimeSeconds": f"{broker.config.idle_timeout:g}"}
-    return cmd.response(body=properties_text(props))
+    def handle_topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
+        cfg = ingress.check_known_topic(self.topics, h.topic)
+        if cfg is None:
+            return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        name = self.config.broker_name
+        entries = []
+        for qid in range(cfg.write_queue_nums):
+            lo = max(0, self.reads.min_offset(h.topic, qid))
+            hi = max(0, self.reads.max_offset(h.topic, qid))
+            ts = (self.reads.store_time_at(h.topic, qid, hi - 1) or 0) if hi > 0 else 0
+            entries.append((MessageQueueData(h.topic, name, qid),
+                            {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo}))
+        return cmd.response(body=encode_mq_table("offsetTable", entries))
+
+    def consume_stats_entries(self, group: str, topic: str | None) -> list[
+            tuple[MessageQueueData, dict[str, Any]]]:
+        return consume_stats_entries(self.reads, self.topics, self.offsets, self.clients,
+                                     self.config.broker_name, group, topic)
+
+    def handle_consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetConsumeStatsRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_group(h.consumer_group, "consumerGroup")
+        if h.topic:
+            ingress.check_known_topic(self.topics, h.topic)
+        entries = self.consume_stats_entries(h.consumer_group, h.topic)
+        tps = 0.0 if self.consume_tps is None else sum(
+            self.consume_tps(h.consumer_group, t) for t in {mq.topic for mq, _ in entries})
+        return cmd.response(body=encode_mq_table("offsetTable", entries, {"consumeTps": tps}))
+
+    def handle_consumer_connections(self, conn: Connection,
+                                    cmd: RemotingCommand) -> RemotingCommand:
+        h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_group(h.consumer_group, "consumerGroup")
+        info = self.clients.consumers.get(h.consumer_group)
+        if info is None or not info.clients:
+            return cmd.error(ResponseCode.CONSUMER_NOT_ONLINE,
+                             f"the consumer group[{h.consumer_group}] not online")
+        conns = [_connection(c.client_id, c.conn.peer, c.version, c.language)
+                 for c in info.clients.values()]
+        body = encode_consumer_connection(conns, list(info.subscriptions.values()),
+                                          info.consume_type, info.message_model,
+                                          info.consume_from_where)
+        return cmd.response(body=body)
+
+    def handle_producer_connections(self, conn: Connection,
+                                    cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields.get("producerGroup") or ""
+        ingress.check_group(group, "producerGroup")
+        clients = self.clients.producers.get(group) or {}
+        if not clients:
+            return cmd.error(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        conns = [_connection(c.client_id, c.conn.peer, c.version, c.language)
+                 for c in clients.values()]
+        return cmd.response(body=orjson.dumps({"connectionSet": conns}))
+
+    def handle_consume_by_who(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """Groups subscribed to the topic or holding offsets on it (RocketMQ GroupList)."""
+        h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_known_topic(self.topics, h.topic)
+        groups = {g for g, info in self.clients.consumers.items()
+                  if h.topic in info.subscriptions}
+        groups.update(g for g, table in self.offsets.table.items() if h.topic in table)
+        retry_group = group_of_retry_topic(h.topic)
+        if retry_group:
+            groups.add(retry_group)
+        return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))

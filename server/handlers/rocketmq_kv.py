@@ -3,8 +3,9 @@ GET_KV_CONFIG (101), DELETE_KV_CONFIG (102), GET_KVLIST_BY_NAMESPACE (219), as
 ``mqadmin updateKvConfig`` / ``deleteKvConfig`` and rocketmq-dashboard use them.
 
 Owns: ``KvConfig`` (namespace -> key -> value), persisted to ``config/kvConfig.json`` as
-``{"configTable": {...}}`` like RocketMQ's ``kvConfig.json``; one per broker, loaded on
-first use.
+``{"configTable": {...}}`` like RocketMQ's ``kvConfig.json``; one per broker (its
+``KvConfigProcessor``, the KV half of RocketMQ's name-server DefaultRequestProcessor),
+loaded on first use.
 
 Invariants:
 * Loading and writing run in a thread (never file I/O on the event loop); a change is
@@ -18,8 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +27,9 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import KvConfigRequestHeader, KvNamespaceRequestHeader
 
-from ..store.files import read_json, write_json_atomic
+from ..store.files import OrderedJsonFile, read_json
 
 if TYPE_CHECKING:
-    from ..broker import Broker
     from ..transport import Connection
 
 MAX_NAME = 255
@@ -44,9 +42,7 @@ class KvConfig:
         self.path = path
         self.table: dict[str, dict[str, str]] = {}
         self._loaded: asyncio.Future[None] | None = None
-        self._generation = 0
-        self._written = 0
-        self._lock = threading.Lock()
+        self._file = OrderedJsonFile(path)
 
     async def ready(self) -> None:
         if self._loaded is None:
@@ -69,28 +65,9 @@ class KvConfig:
         return sum(len(kv) for kv in self.table.values())
 
     async def persist(self) -> None:
-        self._generation += 1
-        generation = self._generation
+        generation = self._file.snapshot_id()
         data = {"configTable": {ns: dict(kv) for ns, kv in self.table.items()}}
-        await asyncio.to_thread(self._write, generation, data)
-
-    def _write(self, generation: int, data: dict[str, Any]) -> None:
-        with self._lock:
-            if generation <= self._written:
-                return
-            write_json_atomic(self.path, data)
-            self._written = generation
-
-
-_configs: weakref.WeakKeyDictionary[Broker, KvConfig] = weakref.WeakKeyDictionary()
-
-
-def kv_config(broker: Broker) -> KvConfig:
-    kv = _configs.get(broker)
-    if kv is None:
-        kv = _configs[broker] = KvConfig(Path(broker.config.data_dir) / "config"
-                                         / "kvConfig.json")
-    return kv
+        await asyncio.to_thread(self._file.write, generation, data)
 
 
 def _bad_name(value: str, field: str) -> str | None:
@@ -101,60 +78,64 @@ def _bad_name(value: str, field: str) -> str | None:
     return None
 
 
-def handle_kv(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
-    """PUT_KV_CONFIG, GET_KV_CONFIG and DELETE_KV_CONFIG."""
-    h = KvConfigRequestHeader.from_ext_fields(cmd.ext_fields)
-    bad = _bad_name(h.namespace, "namespace") or _bad_name(h.key, "key")
-    if cmd.code == RequestCode.PUT_KV_CONFIG:
-        if h.value is None:
-            bad = bad or "missing required header field 'value'"
-        elif len(h.value) > MAX_VALUE:
-            bad = bad or f"value is {len(h.value)} characters long, more than {MAX_VALUE}"
-    if bad:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
-    return _kv(broker, cmd, h)
+class KvConfigProcessor:
+    """PUT_KV_CONFIG, GET_KV_CONFIG, DELETE_KV_CONFIG and GET_KVLIST_BY_NAMESPACE."""
 
+    def __init__(self, *, kv: KvConfig, log: Any) -> None:
+        self.kv = kv
+        self.log = log
 
-async def _kv(broker: Broker, cmd: RemotingCommand, h: KvConfigRequestHeader) -> RemotingCommand:
-    kv = kv_config(broker)
-    await kv.ready()
-    space = kv.table.get(h.namespace, {})
-    if cmd.code == RequestCode.GET_KV_CONFIG:
-        value = space.get(h.key)
-        if value is None:
-            return cmd.error(ResponseCode.QUERY_NOT_FOUND,
-                             f"No config item, Namespace: {h.namespace} Key: {h.key}")
-        return cmd.response(ext_fields={"value": value})
-    if cmd.code == RequestCode.PUT_KV_CONFIG:
-        assert h.value is not None
-        if h.key not in space and kv.entries() >= MAX_ENTRIES:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"the KV config holds {MAX_ENTRIES} entries already")
-        kv.table.setdefault(h.namespace, {})[h.key] = h.value
-        event = "kvconfig.updated"
-    else:
-        if space.pop(h.key, None) is None:
-            return cmd.response()  # RocketMQ deletes idempotently
+    def handle_kv(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        """PUT_KV_CONFIG, GET_KV_CONFIG and DELETE_KV_CONFIG."""
+        h = KvConfigRequestHeader.from_ext_fields(cmd.ext_fields)
+        bad = _bad_name(h.namespace, "namespace") or _bad_name(h.key, "key")
+        if cmd.code == RequestCode.PUT_KV_CONFIG:
+            if h.value is None:
+                bad = bad or "missing required header field 'value'"
+            elif len(h.value) > MAX_VALUE:
+                bad = bad or f"value is {len(h.value)} characters long, more than {MAX_VALUE}"
+        if bad:
+            return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
+        return self._kv(cmd, h)
+
+    async def _kv(self, cmd: RemotingCommand, h: KvConfigRequestHeader) -> RemotingCommand:
+        kv = self.kv
+        await kv.ready()
+        space = kv.table.get(h.namespace, {})
+        if cmd.code == RequestCode.GET_KV_CONFIG:
+            value = space.get(h.key)
+            if value is None:
+                return cmd.error(ResponseCode.QUERY_NOT_FOUND,
+                                 f"No config item, Namespace: {h.namespace} Key: {h.key}")
+            return cmd.response(ext_fields={"value": value})
+        if cmd.code == RequestCode.PUT_KV_CONFIG:
+            assert h.value is not None
+            if h.key not in space and kv.entries() >= MAX_ENTRIES:
+                return cmd.error(ResponseCode.SYSTEM_ERROR,
+                                 f"the KV config holds {MAX_ENTRIES} entries already")
+            kv.table.setdefault(h.namespace, {})[h.key] = h.value
+            event = "kvconfig.updated"
+        else:
+            if space.pop(h.key, None) is None:
+                return cmd.response()  # RocketMQ deletes idempotently
+            if not space:
+                kv.table.pop(h.namespace, None)
+            event = "kvconfig.deleted"
+        await kv.persist()
+        self.log.info(event, namespace=h.namespace, key=h.key)
+        return cmd.response()
+
+    def handle_kv_list(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        h = KvNamespaceRequestHeader.from_ext_fields(cmd.ext_fields)
+        bad = _bad_name(h.namespace, "namespace")
+        if bad:
+            return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
+        return self._kv_list(cmd, h.namespace)
+
+    async def _kv_list(self, cmd: RemotingCommand, namespace: str) -> RemotingCommand:
+        await self.kv.ready()
+        space = self.kv.table.get(namespace)
         if not space:
-            kv.table.pop(h.namespace, None)
-        event = "kvconfig.deleted"
-    await kv.persist()
-    broker.log.info(event, namespace=h.namespace, key=h.key)
-    return cmd.response()
-
-
-def handle_kv_list(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
-    h = KvNamespaceRequestHeader.from_ext_fields(cmd.ext_fields)
-    bad = _bad_name(h.namespace, "namespace")
-    if bad:
-        return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
-    return _kv_list(broker, cmd, h.namespace)
-
-
-async def _kv_list(broker: Broker, cmd: RemotingCommand, namespace: str) -> RemotingCommand:
-    kv = kv_config(broker)
-    await kv.ready()
-    space = kv.table.get(namespace)
-    if not space:
-        return cmd.error(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
-    return cmd.response(body=encode_kv_table(space))
+            return cmd.error(ResponseCode.QUERY_NOT_FOUND,
+                             f"No config item, Namespace: {namespace}")
+        return cmd.response(body=encode_kv_table(space))

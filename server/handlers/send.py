@@ -1,12 +1,14 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320, or 310 with m=true).
 
-Owns: the send's work after ``ingress`` checked header and properties (the checks of
-RocketMQ's ``AbstractSendMessageProcessor.msgCheck`` live there): topic auto-creation,
-the %RETRY% -> %DLQ% rule of the send path, batch unpacking, and the send response.
-Transactional half messages (``TRAN_MSG=true`` or a PREPARED sysFlag) are refused with
-NO_PERMISSION, as a RocketMQ broker with ``rejectTransactionMessage=true`` does: without
-END_TRANSACTION support they would otherwise be delivered at once, even when the
-producer later rolls them back.
+Owns: ``SendMessageProcessor``, the send's work after ``ingress`` checked header and
+properties (the checks of RocketMQ's ``AbstractSendMessageProcessor.msgCheck`` live
+there): topic auto-creation, applying ``retry.plan_send_back`` to a %RETRY% send (the one
+%RETRY% -> %DLQ% rule), batch unpacking, and the send response. Its services: the topic
+table, the put path, the flush waiter, stats, log and config values.
+A single send with ``TRAN_MSG=true`` is a transaction half message (put kind
+TRANSACTION_HALF, ``server/transaction/``; its answer carries ``transactionId`` = its
+UNIQ_KEY, as RocketMQ 5's broker sets it); a PREPARED sysFlag without ``TRAN_MSG=true``
+is refused (NO_PERMISSION), and so is a batch carrying ``TRAN_MSG``.
 
 Invariants: every rejection answers a RocketMQ code with a remark saying what was wrong
 and is logged as ``message.rejected``; nothing is stored for a rejected request; a batch
@@ -17,31 +19,50 @@ request that passed every check.
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from kairosmq.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
+from kairosmq.protocol.codes import (
+    PERM_WRITE,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    RequestCode,
+    ResponseCode,
+)
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from kairosmq.protocol.message import decode_batch
-from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY, dlq_topic, group_of_retry_topic
+from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY, group_of_retry_topic
 from kairosmq.protocol.properties import (
     CLUSTER,
     DELAY,
     MAX_RECONSUME_TIMES,
+    PGROUP,
     RETRY_TOPIC,
+    TIMER_PROPERTIES,
+    TRAN_MSG,
+    UNIQ_KEY,
     WAIT,
 )
+from kairosmq.protocol.timer import TimerIllegal, has_timer
 
 from .. import ingress
 from ..config import FlushMode
 from ..ingress import Rejected
+from ..put import MessageKind
+from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
-from ..topics import TopicConfig
+from ..timer.admission import recall_handle, timer_due, timer_kind
+from ..transaction.records import is_half
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..config import BrokerConfig
+    from ..stats import BrokerStats
+    from ..topics import TopicConfig, TopicConfigManager
     from ..transport import Connection
+
+PutFn = Callable[..., PutResult]  # put.PutPath.put(msg, kind, *, due_ms=0)
 
 _STATUS_CODES = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
@@ -51,144 +72,187 @@ _STATUS_CODES = {
 }
 
 
-def _reject(broker: Broker, conn: Connection, cmd: RemotingCommand, h: Any,
-            code: ResponseCode, remark: str) -> RemotingCommand:
-    broker.stats.rejected += 1
-    broker.log.warning("message.rejected", topic=getattr(h, "topic", None),
-                       producer_group=getattr(h, "producer_group", None), code=int(code),
-                       remark=remark, peer=conn.peer)
-    return cmd.error(code, remark)
+class SendMessageProcessor:
+    """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
 
+    def __init__(self, *, topics: TopicConfigManager, config: BrokerConfig, stats: BrokerStats,
+                 log: Any, put: PutFn, offset_msg_id: Callable[[int], str],
+                 wait_flushed: Callable[[int], Awaitable[bool]],
+                 clock_ms: Callable[[], int]) -> None:
+        self.topics = topics
+        self.config = config
+        self.stats = stats
+        self.log = log
+        self.put = put
+        self.offset_msg_id = offset_msg_id
+        self.wait_flushed = wait_flushed
+        self.clock_ms = clock_ms
 
-def _resolve_topic(broker: Broker, h: SendMessageRequestHeader, cfg: TopicConfig | None) -> int:
-    """Auto-create the (checked) topic if allowed; return the queue id to use."""
-    if cfg is None:
-        if group_of_retry_topic(h.topic) is not None:
-            cfg, _ = broker.topics.ensure(h.topic, broker.config.retry_queue_nums)
-        elif broker.config.auto_create_topic and h.default_topic == AUTO_CREATE_TOPIC_KEY:
-            n = max(1, min(h.default_topic_queue_nums, broker.config.default_queue_nums))
-            cfg, _ = broker.topics.ensure(h.topic, n)
-            broker.log.info("topic.created", topic=h.topic, queue_nums=n, auto=True)
-        else:
-            raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
-                           f"topic {h.topic} does not exist and auto-creation is off")
-        if h.queue_id >= 0:
-            ingress.check_queue_id(cfg, h.topic, h.queue_id)
-    if not cfg.perm & PERM_WRITE:
-        raise Rejected(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not writable")
-    if h.queue_id < 0:
-        return random.randrange(cfg.write_queue_nums)
-    return h.queue_id
+    def handle_send(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        v2 = cmd.code != RequestCode.SEND_MESSAGE
+        h = SendMessageRequestHeader.from_ext_fields(cmd.ext_fields, v2=v2)
+        raw_flag = h.sys_flag
+        prepared = raw_flag & SYSFLAG_TRANSACTION_ROLLBACK == SYSFLAG_TRANSACTION_PREPARED
+        try:
+            cfg = ingress.check_send_header(self.topics, h)
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+                return self._send_batch(conn, cmd, h, cfg)
+            self._check_body_size(cmd, "body")
+            props = self._props(h.properties)
+            half = is_half(props, h.reconsume_times or 0)
+            if prepared and not half:
+                raise Rejected(ResponseCode.NO_PERMISSION,
+                               f"sysFlag {raw_flag:#x} marks a transaction half message "
+                               f"but TRAN_MSG=true is missing")
+            try:
+                due = timer_due(props, self.clock_ms(), self.config.timer_max_delay_sec * 1000)
+            except TimerIllegal as err:
+                raise Rejected(ResponseCode.MESSAGE_ILLEGAL, str(err)) from None
+            queue_id = self._resolve_topic(h, cfg)
+        except Rejected as r:
+            return self._reject(conn, cmd, h, r.code, r.remark)
+        msg = MessageInner(
+            topic=h.topic, queue_id=queue_id, body=cmd.body, properties=props, flag=h.flag,
+            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
+            born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
+        )
+        if half:  # DELAY and timer properties are parked until the commit
+            props.setdefault(PGROUP, h.producer_group)
+            uniq = props.get(UNIQ_KEY)
+            result = self.put(msg, MessageKind.TRANSACTION_HALF)
+            return self._respond(conn, cmd, h, [result], queue_id, transaction_id=uniq)
+        kind = timer_kind(msg, self._kind(h, msg), due)
+        result = self.put(msg, kind, due_ms=due)
+        return self._respond(conn, cmd, h, [result], queue_id,
+                             recall_handle(msg, kind, self.config.broker_name))
 
-
-def _props(broker: Broker, raw: str | None) -> dict[str, str]:
-    props = ingress.message_properties(raw)
-    props.pop(WAIT, None)
-    props[CLUSTER] = broker.config.cluster_name
-    return props
-
-
-def _retry_to_dlq(broker: Broker, h: SendMessageRequestHeader, msg: MessageInner) -> None:
-    """The send path's handleRetryAndDLQ: a %RETRY% message past its max goes to the DLQ."""
-    group = group_of_retry_topic(h.topic)
-    if group is None:
-        return
-    max_times = h.max_reconsume_times
-    if max_times is None:
-        raw = msg.properties.get(MAX_RECONSUME_TIMES) or ""
-        max_times = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 \
-            else broker.config.max_reconsume_times
-    if msg.reconsume_times >= max_times:
-        topic = dlq_topic(group)
-        broker.topics.ensure(topic, 1)
-        msg.topic, msg.queue_id = topic, 0
-        msg.properties.pop(DELAY, None)
-        msg.properties.setdefault(RETRY_TOPIC, h.topic)
-
-
-def handle_send(broker: Broker, conn: Connection, cmd: RemotingCommand) -> Any:
-    v2 = cmd.code != RequestCode.SEND_MESSAGE
-    h = SendMessageRequestHeader.from_ext_fields(cmd.ext_fields, v2=v2)
-    try:
-        cfg = ingress.check_send_header(broker, h)
-        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            return _send_batch(broker, conn, cmd, h, cfg)
-        if len(cmd.body) > broker.config.max_message_size:
+    def _check_body_size(self, cmd: RemotingCommand, what: str) -> None:
+        limit = self.config.max_message_size
+        if len(cmd.body) > limit:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"the body is {len(cmd.body)} bytes, the limit is "
-                           f"{broker.config.max_message_size}")
-        props = _props(broker, h.properties)
-        queue_id = _resolve_topic(broker, h, cfg)
-    except Rejected as r:
-        return _reject(broker, conn, cmd, h, r.code, r.remark)
-    msg = MessageInner(
-        topic=h.topic, queue_id=queue_id, body=cmd.body, properties=props, flag=h.flag,
-        sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-        born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
-    )
-    _retry_to_dlq(broker, h, msg)
-    result = broker.put_message(msg)
-    return _respond(broker, conn, cmd, h, [result], queue_id)
+                           f"the {what} is {len(cmd.body)} bytes, the limit is {limit}")
 
+    def _reject(self, conn: Connection, cmd: RemotingCommand, h: Any, code: ResponseCode,
+                remark: str) -> RemotingCommand:
+        self.stats.rejected += 1
+        self.log.warning("message.rejected", topic=getattr(h, "topic", None),
+                         producer_group=getattr(h, "producer_group", None), code=int(code),
+                         remark=remark, peer=conn.peer)
+        return cmd.error(code, remark)
 
-def _send_batch(broker: Broker, conn: Connection, cmd: RemotingCommand,
-                h: SendMessageRequestHeader, cfg: TopicConfig | None) -> Any:
-    if len(cmd.body) > broker.config.max_message_size:
-        raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                       f"the batch is {len(cmd.body)} bytes, the limit is "
-                       f"{broker.config.max_message_size}")
-    try:
-        items = decode_batch(cmd.body)
-    except MessageDecodeError as err:
-        raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {err}") from None
-    ingress.check_batch_size(broker, len(items))
-    shared = _props(broker, h.properties)
-    prepared = []
-    for item in items:
-        props = ingress.message_properties(item.properties)
-        props.update(shared)
-        if DELAY in props:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           "a batch cannot carry a delay level; send delayed messages singly")
-        prepared.append((item, props))
-    queue_id = _resolve_topic(broker, h, cfg)
-    msgs = [MessageInner(
-        topic=h.topic, queue_id=queue_id, body=item.body, properties=props, flag=item.flag,
-        sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-        born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
-    ) for item, props in prepared]
-    results = []
-    for msg in msgs:
-        r = broker.put_message(msg)
-        results.append(r)
-        if r.status is not PutStatus.PUT_OK:
-            break
-    return _respond(broker, conn, cmd, h, results, queue_id)
+    def _resolve_topic(self, h: SendMessageRequestHeader, cfg: TopicConfig | None) -> int:
+        """Auto-create the (checked) topic if allowed; return the queue id to use."""
+        config = self.config
+        if cfg is None:
+            if group_of_retry_topic(h.topic) is not None:
+                cfg, _ = self.topics.ensure(h.topic, config.retry_queue_nums)
+            elif config.auto_create_topic and h.default_topic == AUTO_CREATE_TOPIC_KEY:
+                n = max(1, min(h.default_topic_queue_nums, config.default_queue_nums))
+                cfg, _ = self.topics.ensure(h.topic, n)
+                self.log.info("topic.created", topic=h.topic, queue_nums=n, auto=True)
+            else:
+                raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
+                               f"topic {h.topic} does not exist and auto-creation is off")
+            if h.queue_id >= 0:
+                ingress.check_queue_id(cfg, h.topic, h.queue_id)
+        if not cfg.perm & PERM_WRITE:
+            raise Rejected(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not writable")
+        if h.queue_id < 0:
+            return random.randrange(cfg.write_queue_nums)
+        return h.queue_id
 
+    def _props(self, raw: str | None) -> dict[str, str]:
+        props = ingress.message_properties(raw)
+        props.pop(WAIT, None)
+        props[CLUSTER] = self.config.cluster_name
+        return props
 
-def _respond(broker: Broker, conn: Connection, cmd: RemotingCommand,
-             h: SendMessageRequestHeader, results: list[PutResult], queue_id: int) -> Any:
-    bad = next((r for r in results if r.status is not PutStatus.PUT_OK), None)
-    if bad is not None:
-        code = _STATUS_CODES.get(bad.status, ResponseCode.SYSTEM_ERROR)
-        return _reject(broker, conn, cmd, h, code, bad.remark or bad.status.value)
-    ext = SendMessageResponseHeader(
-        msg_id=",".join(r.offset_msg_id or broker.store_offset_msg_id(r.phy_offset)
-                        for r in results),
-        queue_id=queue_id, queue_offset=results[0].queue_offset,
-    ).to_ext_fields()
-    ext["MSG_REGION"] = "DefaultRegion"
-    ext["TRACE_ON"] = "true"
-    response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
-    if broker.config.flush_mode is FlushMode.SYNC_FLUSH:
-        return _after_flush(broker, cmd, response, results[-1].phy_offset + results[-1].size)
-    return response
+    def _kind(self, h: SendMessageRequestHeader, msg: MessageInner) -> MessageKind:
+        """DELAYED with a DELAY property, else NORMAL; DLQ for a %RETRY% message past its
+        max (the send path's handleRetryAndDLQ: ``plan_send_back`` with level 0 decides;
+        only its DLQ verdict and topic are used: a message sent to %RETRY% keeps the
+        sender's reconsumeTimes and delay)."""
+        kind = MessageKind.DELAYED if DELAY in msg.properties else MessageKind.NORMAL
+        group = group_of_retry_topic(h.topic)
+        if group is None:
+            return kind
+        max_times = h.max_reconsume_times
+        if max_times is None:
+            raw = msg.properties.get(MAX_RECONSUME_TIMES) or ""
+            max_times = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 \
+                else self.config.max_reconsume_times
+        plan = plan_send_back(group, msg.reconsume_times, 0, max_times)
+        if plan.dead_letter:
+            self.topics.ensure(plan.topic, 1)
+            msg.topic, msg.queue_id = plan.topic, 0
+            msg.properties.pop(DELAY, None)
+            msg.properties.setdefault(RETRY_TOPIC, h.topic)
+            return MessageKind.DLQ
+        return kind
 
+    def _send_batch(self, conn: Connection, cmd: RemotingCommand,
+                    h: SendMessageRequestHeader, cfg: TopicConfig | None) -> Any:
+        self._check_body_size(cmd, "batch")
+        try:
+            items = decode_batch(cmd.body)
+        except MessageDecodeError as err:
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {err}") from None
+        ingress.check_batch_size(self.config.max_batch_items, len(items))
+        shared = self._props(h.properties)
+        prepared = []
+        for item in items:
+            props = ingress.message_properties(item.properties)
+            props.update(shared)
+            if props.get(TRAN_MSG, "").lower() == "true":
+                raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
+                               "a batch cannot carry transaction messages (TRAN_MSG); send "
+                               "half messages singly")
+            if DELAY in props:
+                raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
+                               "a batch cannot carry a delay level; send delayed messages singly")
+            if has_timer(props):
+                key = next(k for k in TIMER_PROPERTIES if k in props)
+                raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
+                               f"a batch cannot carry timer properties ({key}); send timer "
+                               f"messages singly")
+            prepared.append((item, props))
+        queue_id = self._resolve_topic(h, cfg)
+        msgs = [MessageInner(
+            topic=h.topic, queue_id=queue_id, body=item.body, properties=props, flag=item.flag,
+            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
+            born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
+        ) for item, props in prepared]
+        results = []
+        for msg in msgs:
+            r = self.put(msg, MessageKind.NORMAL)  # a batch never carries DELAY
+            results.append(r)
+            if r.status is not PutStatus.PUT_OK:
+                break
+        return self._respond(conn, cmd, h, results, queue_id)
 
-async def _after_flush(broker: Broker, cmd: RemotingCommand, response: RemotingCommand,
-                       end: int) -> RemotingCommand:
-    if await broker.wait_flushed(end):
+    def _respond(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader,
+                 results: list[PutResult], queue_id: int, recall: str | None = None, *,
+                 transaction_id: str | None = None) -> Any:
+        bad = next((r for r in results if r.status is not PutStatus.PUT_OK), None)
+        if bad is not None:
+            code = _STATUS_CODES.get(bad.status, ResponseCode.SYSTEM_ERROR)
+            return self._reject(conn, cmd, h, code, bad.remark or bad.status.value)
+        ext = SendMessageResponseHeader(
+            msg_id=",".join(r.offset_msg_id or self.offset_msg_id(r.phy_offset)
+                            for r in results),
+            queue_id=queue_id, queue_offset=results[0].queue_offset, recall_handle=recall,
+            transaction_id=transaction_id,
+        ).to_ext_fields()
+        ext["MSG_REGION"] = "DefaultRegion"
+        ext["TRACE_ON"] = "true"
+        response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
+        if self.config.flush_mode is FlushMode.SYNC_FLUSH:
+            return self._after_flush(cmd, response, results[-1].phy_offset + results[-1].size)
         return response
-    return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext_fields=response.ext_fields,
-                        remark="stored, but the disk flush did not finish in time")
 
+    async def _after_flush(self, cmd: RemotingCommand, response: RemotingCommand,
+                           end: int) -> RemotingCommand:
+        if await self.wait_flushed(end):
+            return response
+        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext_fields=response.ext_fields,
+                            remark="stored, but the disk flush did not finish in time")

@@ -411,13 +411,17 @@ class CommitLog:
 
     # ----------------------------------------------------------------- retention
 
-    def delete_expired(self, reserved_seconds: float, now: float | None = None) -> list[int]:
-        """Delete whole segments last written before ``now - reserved_seconds``."""
+    def delete_expired(self, reserved_seconds: float, now: float | None = None, *,
+                       keep_from: int | None = None) -> list[int]:
+        """Delete whole segments last written before ``now - reserved_seconds``, oldest
+        first, stopping at the first segment that ends after ``keep_from``."""
         now = time.time() if now is None else now
         deleted: list[int] = []
         while len(self.segments) > 1:
             seg = self.segments[0]
             if now - os.fstat(seg.fd).st_mtime < reserved_seconds:
+                break
+            if keep_from is not None and seg.base + self.segment_size > keep_from:
                 break
             os.close(seg.fd)
             seg.path.unlink()

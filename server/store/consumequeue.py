@@ -2,7 +2,8 @@
 
 Owns: files ``consumequeue/<topic>/<queueId>/<20-digit byte offset>`` of
 ``units_per_file`` units each, memory-mapped; append, read, truncate, flush, recovery
-of the valid prefix and deletion of files wholly below the commit log's minimum.
+of the valid prefix and deletion of files wholly below the commit log's minimum;
+``compute_tags_code`` (a unit's tagsCode) and ``load_queues`` (every queue on disk).
 
 Invariants:
 * The logical queue offset of a unit is its index; ``max_offset`` is the next index to
@@ -15,7 +16,7 @@ Invariants:
   ``(-1, 1, 0)``: its queue offset is never reused, so a consumer that saw it cannot
   skip the next message; readers treat a hole like a unit below the log's minimum.
 * Unit layout is ``schema.CqUnit`` (int64 phy offset, int32 size, int64 tagsCode);
-  for SCHEDULE_TOPIC_XXXX the tagsCode is the deliver timestamp in ms.
+  for SCHEDULE_TOPIC_XXXX and the timer topic the tagsCode is the due timestamp in ms.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import mmap
 import os
 import struct
 from pathlib import Path
+
+from kairosmq.protocol.message import tags_code
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
+from kairosmq.protocol.properties import DELIVER_TIME, TAGS
+from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
 from .files import create_allocated, preallocate
 
@@ -249,3 +255,37 @@ class ConsumeQueue:
             else:
                 hi = mid
         return lo
+
+
+def compute_tags_code(topic: str, props: dict[str, str]) -> int:
+    """tagsCode of a consume-queue unit: the due ms for the schedule and timer topics
+    (``KAIROS_DELIVER_MS`` / ``TIMER_OUT_MS``), else the tag hash.
+
+    Total: a deliver time that is not a plain decimal int64 counts as 0 (due at once),
+    so no property value can make the unit unencodable after the append.
+    """
+    due = (DELIVER_TIME if topic == SCHEDULE_TOPIC
+           else TIMER_OUT_MS if topic == TIMER_TOPIC else None)
+    if due is not None and due in props:
+        raw = props[due]
+        if raw.isascii() and raw.isdigit() and len(raw) <= 18:
+            return int(raw)
+        return 0
+    return tags_code(props.get(TAGS))
+
+
+def load_queues(cq_dir: Path, units_per_file: int) -> dict[tuple[str, int], ConsumeQueue]:
+    """Every consume queue found under ``cq_dir``, loaded. Existing directories load as
+    they are (no name check: an older broker's names must not stop a start)."""
+    queues: dict[tuple[str, int], ConsumeQueue] = {}
+    if not cq_dir.is_dir():
+        return queues
+    for tdir in cq_dir.iterdir():
+        if not tdir.is_dir():
+            continue
+        for qdir in tdir.iterdir():
+            if qdir.name.isdigit() and qdir.is_dir():
+                cq = ConsumeQueue(cq_dir, tdir.name, int(qdir.name), units_per_file)
+                queues[(tdir.name, int(qdir.name))] = cq
+                cq.load()
+    return queues

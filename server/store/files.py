@@ -1,8 +1,9 @@
 """Small durable-file helpers shared by the store and the broker's state tables.
 
 Owns: ``write_json_atomic`` (temp file, fsync, ``os.replace``, fsync of the directory),
-``read_json``, ``preallocate`` and ``create_allocated`` (files allocated for real: no
-sparse fallback).
+``OrderedJsonFile`` (snapshots numbered on the event loop, written in threads: an older
+snapshot never overwrites a newer one), ``read_json``, ``preallocate`` and
+``create_allocated`` (files allocated for real: no sparse fallback).
 
 Invariant: a reader sees either the previous complete file or the new complete file,
 never a mix, even after a kill -9 or power loss in the middle of a write.
@@ -11,6 +12,7 @@ never a mix, even after a kill -9 or power loss in the middle of a write.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,34 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+class OrderedJsonFile:
+    """A JSON table file written from threads in snapshot order: ``snapshot_id()`` on the
+    event loop when the data is copied, ``write(id, data)`` in any thread; a write older
+    than the one on disk is skipped (topics.json, kvConfig.json, ...)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._generation = 0
+        self._written = 0
+        self._lock = threading.Lock()
+
+    def snapshot_id(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    @property
+    def written(self) -> int:
+        """The id of the snapshot on disk (0: none written by this process)."""
+        return self._written
+
+    def write(self, generation: int, data: Any) -> None:
+        with self._lock:
+            if generation <= self._written:
+                return  # a newer snapshot is already on disk
+            write_json_atomic(self.path, data)
+            self._written = generation
 
 
 def read_json(path: Path, default: Any = None) -> Any:

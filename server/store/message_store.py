@@ -1,8 +1,10 @@
 """MessageStore: put, get and recover messages over the commit log and consume queues.
 
 Owns: the consume queues (``queue``, created on first use), ``put`` (encode -> commit-log
-append -> ``dispatch``), write-failure rollback, the checkpoint (dispatch position plus
-the snapshots of registered state providers), recovery, flushing and retention. The read
+append -> ``dispatch``), ``put_patched`` (the same for a stored record re-addressed
+without decoding it: the scheduler's re-put), write-failure rollback, the checkpoint
+(dispatch position plus the snapshots of registered state providers), recovery, flushing
+and retention. The read
 path (``get`` with tag filtering, checked lookups by physical offset) is ``StoreReads``
 in reads.py, which ``MessageStore`` inherits.
 
@@ -44,25 +46,26 @@ from typing import Any, NamedTuple
 
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,
+    RecordView,
     decode_record,
     encode_record,
-    tags_code,
+    patch_record,
+    patched_size,
 )
 from kairosmq.protocol.naming import (
     SCHEDULE_TOPIC,  # re-exported by .store
     validate_queue_topic,
 )
 from kairosmq.protocol.properties import (
-    DELIVER_TIME,
     MAX_PROPERTIES_BYTES,
-    TAGS,
     encode_properties,
 )
 
+from ..clock import wall_ms
 from ..logs import get_logger
 from .checkpoint import read_checkpoint, trusted_offset
 from .commitlog import CommitLog, WriteFailed
-from .consumequeue import ConsumeQueue
+from .consumequeue import ConsumeQueue, compute_tags_code, load_queues
 from .files import write_json_atomic
 from .guard import WriteGuard
 from .reads import StoreReads
@@ -83,20 +86,6 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 # born host and store host may each be IPv6 (12 more bytes); topic <= 127 bytes
 _MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
-
-
-def compute_tags_code(topic: str, props: dict[str, str]) -> int:
-    """tagsCode of a consume-queue unit: deliver time for the schedule topic, else tag hash.
-
-    Total: a deliver time that is not a plain decimal int64 counts as 0 (due at once),
-    so no property value can make the unit unencodable after the append.
-    """
-    if topic == SCHEDULE_TOPIC and DELIVER_TIME in props:
-        raw = props[DELIVER_TIME]
-        if raw.isascii() and raw.isdigit() and len(raw) <= 18:
-            return int(raw)
-        return 0
-    return tags_code(props.get(TAGS))
 
 
 class Expired(NamedTuple):
@@ -138,7 +127,7 @@ class MessageStore(StoreReads):
         self.dispatch_failures = 0
         self._last_written_record: int | None = None
         self._replay_skipped = 0
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms or wall_ms  # server/clock.py: the broker's one clock
         self._write_scheduled = False
         self._last_record: int | None = None
         self.checkpoint_path = self.data_dir / "checkpoint.json"
@@ -173,27 +162,61 @@ class MessageStore(StoreReads):
 
     def put(self, msg: MessageInner) -> PutResult:
         """Store one message; synchronous and atomic on the event loop."""
+        props = encode_properties(msg.properties).encode()
+        topic = msg.topic.encode()
+        hosts = len(msg.born_host[0]) + len(self.store_host[0]) - 8
+        size = RECORD_OVERHEAD_V4 + len(msg.body) + len(topic) + len(props) + hosts
+
+        def build(queue_offset: int, phy: int, store_ts: int) -> bytes:
+            return encode_record(
+                topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id,
+                flag=msg.flag, queue_offset=queue_offset, physical_offset=phy,
+                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host, store_timestamp=store_ts, store_host=self.store_host,
+                reconsume_times=msg.reconsume_times,
+            )
+
+        return self._put(msg.topic, topic, msg.queue_id, msg.properties, props, size,
+                         msg.store_timestamp, build)
+
+    def put_patched(self, src: bytes, view: RecordView, topic: str, queue_id: int,
+                    properties: dict[str, str]) -> PutResult:
+        """Store a copy of the record ``src`` (laid out by ``view``) re-addressed to
+        ``topic``/``queue_id`` with ``properties``: the scheduler's re-put, the same record
+        ``put`` would write for the decoded message, without decoding it."""
+        props = encode_properties(properties).encode()
+        topic_b = topic.encode()
+        size = patched_size(view, topic_b, props, self.store_host)
+
+        def build(queue_offset: int, phy: int, store_ts: int) -> bytes:
+            return patch_record(src, view, topic=topic_b, properties=props, queue_id=queue_id,
+                                queue_offset=queue_offset, physical_offset=phy,
+                                store_timestamp=store_ts, store_host=self.store_host)
+
+        return self._put(topic, topic_b, queue_id, properties, props, size, None, build)
+
+    def _put(self, topic: str, topic_b: bytes, queue_id: int, properties: dict[str, str],
+             props: bytes, size: int, store_ts: int | None,
+             build: Callable[[int, int, int], bytes]) -> PutResult:
+        """Check, reserve, build the record with ``build(queue_offset, phy, store_ts)``,
+        append and dispatch it."""
         refusal = self.guard.refusal()
         if refusal is not None:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=refusal)
-        props = encode_properties(msg.properties).encode()
         if len(props) > MAX_PROPERTIES_BYTES:
             return PutResult(
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,
                 remark=f"properties are {len(props)} bytes, the limit is {MAX_PROPERTIES_BYTES}",
             )
-        topic = msg.topic.encode()
-        if not 0 < len(topic) <= 127:
+        if not 0 < len(topic_b) <= 127:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="topic must be 1..127 bytes")
-        hosts = len(msg.born_host[0]) + len(self.store_host[0]) - 8
-        size = RECORD_OVERHEAD_V4 + len(msg.body) + len(topic) + len(props) + hosts
         if size > self.max_record_size:
             return PutResult(PutStatus.MESSAGE_ILLEGAL,
                              remark=f"the record would be {size} bytes, the limit is "
                              f"{self.max_record_size}")
-        code = compute_tags_code(msg.topic, msg.properties)
+        code = compute_tags_code(topic, properties)
         try:
-            cq = self.queue(msg.topic, msg.queue_id)
+            cq = self.queue(topic, queue_id)
         except ValueError as err:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=str(err))
         queue_offset = cq.max_offset
@@ -206,22 +229,17 @@ class MessageStore(StoreReads):
         except OSError as err:
             self.guard.hold(f"service not available now: cannot allocate store files ({err})")
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self.write_failure or "")
-        store_ts = msg.store_timestamp if msg.store_timestamp is not None else self.clock_ms()
+        if store_ts is None:
+            store_ts = self.clock_ms()
         try:
-            record = encode_record(
-                topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id,
-                flag=msg.flag, queue_offset=queue_offset, physical_offset=phy,
-                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host, store_timestamp=store_ts, store_host=self.store_host,
-                reconsume_times=msg.reconsume_times,
-            )
+            record = build(queue_offset, phy, store_ts)
         except (struct.error, ValueError, OverflowError) as err:  # nothing appended yet
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"cannot encode the message: {err}")
         self.commitlog.append(record)
         self._last_record = phy
         self.guard.appended(phy + size)
-        self.dispatch(DispatchRequest(msg.topic, msg.queue_id, phy, size, code, queue_offset,
-                                      store_ts, msg.properties))
+        self.dispatch(DispatchRequest(topic, queue_id, phy, size, code, queue_offset,
+                                      store_ts, properties))
         if not self._write_scheduled:
             self._write_scheduled = True
             asyncio.get_running_loop().call_soon(self.write_out)
@@ -349,18 +367,7 @@ class MessageStore(StoreReads):
                 cp = {}
                 provider.restore(None)
         self.commitlog.load()
-        if self.cq_dir.is_dir():
-            for tdir in self.cq_dir.iterdir():
-                if not tdir.is_dir():
-                    continue
-                for qdir in tdir.iterdir():
-                    if qdir.name.isdigit() and qdir.is_dir():
-                        # existing directories load as they are (no name check: an older
-                        # broker's names must not stop a start)
-                        cq = ConsumeQueue(self.cq_dir, tdir.name, int(qdir.name),
-                                          self.units_per_file)
-                        self.queues[(tdir.name, int(qdir.name))] = cq
-                        cq.load()
+        self.queues.update(load_queues(self.cq_dir, self.units_per_file))
         replayed = 0
         self._replay_skipped = 0
 
@@ -385,7 +392,13 @@ class MessageStore(StoreReads):
             replayed += 1
 
         trusted, last = trusted_offset(cp, self.queues, self.checkpoint_path, self.log)
+        # the record ending at the trusted offset: kept if replay finds nothing after it, so
+        # the next checkpoint names it again (None would make the next start rescan the
+        # whole segment: a restart without new records must stay a fast restart)
+        self._last_record = last
         end, cut = self.commitlog.recover(trusted, last, replay)
+        if self._last_record is not None and self._last_record >= end:
+            self._last_record = None  # the log was cut below it: no record ends at ``end``
         if self.commitlog.allocation_error is not None:
             self.log.warning("store.allocation_failed", kind="commitlog",
                              path=str(self.commitlog.directory),
@@ -427,9 +440,10 @@ class MessageStore(StoreReads):
             cq.close()
         self.commitlog.close()
 
-    def delete_expired(self, reserved_seconds: float) -> Expired:
-        """Retention: drop expired commit-log segments and the queue files they orphan."""
-        segs = self.commitlog.delete_expired(reserved_seconds)
+    def delete_expired(self, reserved_seconds: float, keep_from: int | None = None) -> Expired:
+        """Retention: drop expired commit-log segments and the queue files they orphan;
+        never a segment holding bytes at or after ``keep_from`` (a pending timer)."""
+        segs = self.commitlog.delete_expired(reserved_seconds, keep_from=keep_from)
         files = queue_bytes = 0
         if segs:
             floor = self.commitlog.min_offset

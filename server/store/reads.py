@@ -44,6 +44,10 @@ class StoreReads:
     def read(self, phy_offset: int, size: int) -> bytes | None:
         return self.commitlog.read(phy_offset, size)
 
+    def phy_range(self) -> tuple[int, int]:
+        """The commit log's (min, max) physical offsets (status and runtime answers)."""
+        return self.commitlog.min_offset, self.commitlog.max_offset
+
     def read_at(self, phy_offset: int) -> bytes | None:
         """The checked record at ``phy_offset`` (``read_record``), or None."""
         rec = self.read_record(phy_offset)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt, MessageQueue
 from kairosmq.client.consume import ConcurrentConsumeService, ListenerRunner
@@ -76,3 +77,39 @@ async def test_broadcasting_does_not_retry_and_advances() -> None:
     assert send_back.calls == 0
     await asyncio.sleep(0)
     await svc.drain(1)
+
+
+async def test_a_listener_call_over_consume_timeout_counts_as_reconsume_later() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def stuck(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def slow_sync(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        time.sleep(0.3)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    ctx = ConsumeContext(MessageQueue("T", "b", 0))
+    msgs = [MessageExt("T", b"x")]
+    t0 = time.monotonic()
+    assert await ListenerRunner(stuck, 1, timeout=0.05)(msgs, ctx) is ConsumeStatus.RECONSUME_LATER
+    assert started.is_set() and cancelled.is_set()  # the async call was cancelled
+    assert time.monotonic() - t0 < 5.0
+    runner = ListenerRunner(slow_sync, 1, timeout=0.05)
+    try:
+        assert await runner(msgs, ctx) is ConsumeStatus.RECONSUME_LATER
+    finally:
+        runner.close()
+    # without a timeout (orderly) the same slow call is waited for
+    runner = ListenerRunner(slow_sync, 1, timeout=None)
+    try:
+        assert await runner(msgs, ctx) is ConsumeStatus.CONSUME_SUCCESS
+    finally:
+        runner.close()

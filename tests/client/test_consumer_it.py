@@ -35,6 +35,26 @@ def make(broker: Broker, group: str, topic: str, listener: object, expr: str = "
     return c
 
 
+def owned(c: PushConsumer, topic: str) -> set[int]:
+    return {mq.queue_id for mq in c.assigned_queues if mq.topic == topic}
+
+
+async def start_pair(broker: Broker, group: str, topic: str, a: Collector, b: Collector,
+                     **kw: object) -> tuple[PushConsumer, PushConsumer]:
+    """Two started members of ``group``, returned once they split the 4 queues 2/2."""
+    ca, cb = make(broker, group, topic, a, **kw), make(broker, group, topic, b, **kw)
+    try:
+        await ca.start()
+        await cb.start()
+        await wait_until(lambda: len(owned(ca, topic)) == 2 and len(owned(cb, topic)) == 2)
+        assert owned(ca, topic).isdisjoint(owned(cb, topic))
+    except BaseException:
+        await ca.shutdown()
+        await cb.shutdown()
+        raise
+    return ca, cb
+
+
 async def send_n(p: Producer, topic: str, n: int, start: int = 0, **kw: object) -> None:
     await asyncio.gather(*(p.send(Message(topic, b"%d" % i, **kw))  # type: ignore[arg-type]
                            for i in range(start, start + n)))
@@ -59,14 +79,9 @@ async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Brok
     a, b = Collector(), Collector()
     async with Producer("PG", kbroker.namesrv_address) as p:
         await send_n(p, "Split", 1)  # creates the topic (4 queues)
-        ca = make(kbroker, "CG-split", "Split", a)
-        cb = make(kbroker, "CG-split", "Split", b)
-        await ca.start()
-        await cb.start()
+        ca, cb = await start_pair(kbroker, "CG-split", "Split", a, b)
+        main = lambda c: owned(c, "Split")  # noqa: E731
         try:
-            main = lambda c: {mq.queue_id for mq in c.assigned_queues if mq.topic == "Split"}  # noqa: E731
-            await wait_until(lambda: len(main(ca)) == 2 and len(main(cb)) == 2)
-            assert main(ca).isdisjoint(main(cb))
             await send_n(p, "Split", 40, start=1)
             await wait_until(lambda: len(a.msgs) + len(b.msgs) >= 41)
             assert a.msgs and b.msgs
@@ -219,14 +234,9 @@ async def test_orderly_queues_move_to_the_remaining_member(kbroker: Broker) -> N
     a, b = Collector(), Collector()
     async with Producer("PG", kbroker.namesrv_address) as p:
         await send_n(p, "OrdSplit", 4)
-        ca = make(kbroker, "CG-os", "OrdSplit", a, orderly=True)
-        cb = make(kbroker, "CG-os", "OrdSplit", b, orderly=True)
-        await ca.start()
-        await cb.start()
+        ca, cb = await start_pair(kbroker, "CG-os", "OrdSplit", a, b, orderly=True)
+        main = lambda c: owned(c, "OrdSplit")  # noqa: E731
         try:
-            main = lambda c: {mq.queue_id for mq in c.assigned_queues if mq.topic == "OrdSplit"}  # noqa: E731
-            await wait_until(lambda: len(main(ca)) == 2 and len(main(cb)) == 2)
-            assert main(ca).isdisjoint(main(cb))
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 4)
             # each member holds the broker's lock on exactly the queues it consumes
             locks = lambda c: {q for (g, t, q), (holder, _ts) in kbroker.locks._locks.items()  # noqa: E731
@@ -290,3 +300,23 @@ async def test_consumer_started_before_the_topic_exists(kbroker: Broker) -> None
     # LAST_OFFSET starts at the max offset when the queue is assigned: nothing sent
     # after the assignment is lost
     assert {b"%d" % i for i in range(1, 11)} <= {m.body for m in got.msgs}
+
+
+async def test_pull_interval_spaces_the_pulls_of_a_queue(kbroker: Broker) -> None:
+    async with Producer("PG", kbroker.namesrv_address) as p:
+        await send_n(p, "Spaced", 1)
+        queue = (await p.send(Message("Spaced", b"q"))).message_queue
+        for i in range(3):
+            await p.send(Message("Spaced", b"s%d" % i), queue=queue)
+    seen: dict[bytes, float] = {}
+
+    async def stamp(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        for m in msgs:
+            seen[m.body] = asyncio.get_running_loop().time()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = make(kbroker, "CG-spaced", "Spaced", stamp, pull_batch_size=1, pull_interval=400)
+    async with c:
+        await wait_until(lambda: {b"s0", b"s1", b"s2"} <= seen.keys(), 10.0)
+    # one message per pull, 400 ms between two pulls that found one
+    assert seen[b"s2"] - seen[b"s0"] >= 0.8 - 0.01

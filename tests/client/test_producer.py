@@ -13,6 +13,7 @@ from kairosmq.client import (
     Producer,
     hash_selector,
 )
+from kairosmq.client.producer import SendRequest
 from kairosmq.protocol.headers import SendMessageRequestHeader
 
 MQS = [MessageQueue("T", "b", i) for i in range(8)]
@@ -21,7 +22,8 @@ MQS = [MessageQueue("T", "b", i) for i in range(8)]
 def test_send_header_parses_as_v2_header() -> None:
     p = Producer("PG", "127.0.0.1:1")
     mq = MessageQueue("T", "broker-a", 2)
-    ext = p._header(mq, "T", 0, 7, "TAGS\x01A", batch=True)
+    req = SendRequest("T", b"x", "ID", "TAGS\x01A", flag=7, batch=True)
+    ext = p._header(req, mq)
     h = SendMessageRequestHeader.from_ext_fields(ext, v2=True)
     assert (h.producer_group, h.topic, h.queue_id, h.flag, h.batch, h.broker_name) == (
         "PG", "T", 2, 7, True, "broker-a")

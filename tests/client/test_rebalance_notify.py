@@ -18,6 +18,7 @@ from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.headers import ConsumerGroupRequestHeader, UnregisterClientRequestHeader
 from kairosmq.server.broker import Broker
 
 from tests.helpers import Collector, wait_until
@@ -59,6 +60,11 @@ def _heartbeat(client_id: str, group: str, topic: str) -> bytes:
     return HeartbeatData(client_id, [], [ConsumerData(group, [sub])]).to_json()
 
 
+def _group(notify: RemotingCommand) -> str:
+    """The group a NOTIFY_CONSUMER_IDS_CHANGED names."""
+    return ConsumerGroupRequestHeader.from_ext_fields(notify.ext_fields).consumer_group
+
+
 async def _next_request(peer: RawPeer, timeout: float = 2.0) -> RemotingCommand:
     return await asyncio.wait_for(peer.requests.get(), timeout)
 
@@ -70,7 +76,7 @@ async def test_broker_sends_code_40_when_a_member_joins_leaves_or_drops(broker: 
         r = await a.call(RequestCode.HEART_BEAT, body=_heartbeat("10.0.0.1@a", "NG", "NT"))
         assert r.code == ResponseCode.SUCCESS, r.remark
         first = await _next_request(a)  # the group changed: it now has a
-        assert (first.code, first.ext_fields.get("consumerGroup")) == (40, "NG")
+        assert (first.code, _group(first)) == (40, "NG")
         assert first.is_oneway
         # a repeated heartbeat on the same connection changes nothing: no notification
         r = await a.call(RequestCode.HEART_BEAT, body=_heartbeat("10.0.0.1@a", "NG", "NT"))
@@ -79,26 +85,27 @@ async def test_broker_sends_code_40_when_a_member_joins_leaves_or_drops(broker: 
         r = await b.call(RequestCode.HEART_BEAT, body=_heartbeat("10.0.0.2@b", "NG", "NT"))
         assert r.code == ResponseCode.SUCCESS
         joined = await _next_request(a)
-        assert (joined.code, joined.ext_fields.get("consumerGroup")) == (40, "NG")
+        assert (joined.code, _group(joined)) == (40, "NG")
         assert a.requests.empty()  # exactly one notification per change
         # b unregisters: a hears about it
         r = await b.call(RequestCode.UNREGISTER_CLIENT,
-                         {"clientID": "10.0.0.2@b", "consumerGroup": "NG"})
+                         UnregisterClientRequestHeader("10.0.0.2@b", consumer_group="NG")
+                         .to_ext_fields())
         assert r.code == ResponseCode.SUCCESS
         left = await _next_request(a)
-        assert (left.code, left.ext_fields.get("consumerGroup")) == (40, "NG")
+        assert (left.code, _group(left)) == (40, "NG")
         # b joins again, then its socket drops without a word: a hears about it
         await b.call(RequestCode.HEART_BEAT, body=_heartbeat("10.0.0.2@b", "NG", "NT"))
         assert (await _next_request(a)).code == 40
         b.writer.transport.abort()
         dropped = await _next_request(a)
-        assert (dropped.code, dropped.ext_fields.get("consumerGroup")) == (40, "NG")
+        assert (dropped.code, _group(dropped)) == (40, "NG")
         assert broker.clients.consumer_ids("NG") == ["10.0.0.1@a"]
         # a member of another group is not told
         c = await RawPeer.connect(broker.address)
         try:
             await c.call(RequestCode.HEART_BEAT, body=_heartbeat("10.0.0.3@c", "OTHER", "NT"))
-            assert (await _next_request(c)).ext_fields.get("consumerGroup") == "OTHER"
+            assert _group(await _next_request(c)) == "OTHER"
             await asyncio.sleep(0.2)
             assert a.requests.empty()
         finally:

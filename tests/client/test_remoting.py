@@ -5,59 +5,24 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 from kairosmq.client import ConnectionClosed, RequestTimeout
 from kairosmq.client.remoting import RemotingClient
-from kairosmq.protocol.codec import FrameReader, encode_command
+from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand, request
+from kairosmq.protocol.headers import ConsumerGroupRequestHeader, GetRouteInfoRequestHeader
 
 from tests.helpers import wait_until
-
-
-class Peer:
-    """A tiny remoting server; ``on_cmd(cmd, writer)`` decides what to answer."""
-
-    def __init__(self) -> None:
-        self.received: list[RemotingCommand] = []
-        self.writers: list[asyncio.StreamWriter] = []
-        self.on_cmd: Callable[[RemotingCommand, asyncio.StreamWriter], None] = self.echo
-        self.server: asyncio.Server | None = None
-        self.address = ""
-
-    @staticmethod
-    def echo(cmd: RemotingCommand, w: asyncio.StreamWriter) -> None:
-        if not cmd.is_oneway:
-            w.write(encode_command(cmd.response(ext_fields={"echo": str(cmd.code)})))
-
-    async def start(self, port: int = 0) -> None:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", port)
-        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        self.writers.append(w)
-        reader = FrameReader()
-        while data := await r.read(65536):
-            reader.feed(data)
-            for cmd in reader:
-                self.received.append(cmd)
-                self.on_cmd(cmd, w)
-        w.close()
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for w in self.writers:
-            w.close()
-        await self.server.wait_closed()
+from tests.wire import ServerPeer
 
 
 @pytest_asyncio.fixture
-async def peer() -> AsyncIterator[Peer]:
-    p = Peer()
+async def peer() -> AsyncIterator[ServerPeer]:
+    p = ServerPeer()
     await p.start()
     yield p
     await p.stop()
@@ -71,7 +36,7 @@ def _dead_address() -> str:
     return f"127.0.0.1:{port}"
 
 
-async def test_request_response_and_oneway(peer: Peer) -> None:
+async def test_request_response_and_oneway(peer: ServerPeer) -> None:
     c = RemotingClient(peer.address)
     resp = await c.invoke(RequestCode.HEART_BEAT, {"k": "v"}, b"body", timeout=1)
     assert resp.code == ResponseCode.SUCCESS and resp.ext_fields == {"echo": "34"}
@@ -82,7 +47,7 @@ async def test_request_response_and_oneway(peer: Peer) -> None:
     c.close()
 
 
-async def test_responses_out_of_order_reach_their_callers(peer: Peer) -> None:
+async def test_responses_out_of_order_reach_their_callers(peer: ServerPeer) -> None:
     held: list[tuple[RemotingCommand, asyncio.StreamWriter]] = []
 
     def hold_then_reverse(cmd: RemotingCommand, w: asyncio.StreamWriter) -> None:
@@ -100,7 +65,7 @@ async def test_responses_out_of_order_reach_their_callers(peer: Peer) -> None:
     c.close()
 
 
-async def test_timeout_fires_and_late_response_is_dropped(peer: Peer) -> None:
+async def test_timeout_fires_and_late_response_is_dropped(peer: ServerPeer) -> None:
     late: list[RemotingCommand] = []
     peer.on_cmd = lambda cmd, w: late.append(cmd)
     c = RemotingClient(peer.address)
@@ -110,12 +75,12 @@ async def test_timeout_fires_and_late_response_is_dropped(peer: Peer) -> None:
     # fires at its deadline: not early, and not at some later default (generous bound)
     assert 0.19 <= time.monotonic() - t0 < 0.2 + 1.5
     peer.writers[0].write(encode_command(late[0].response()))  # too late: ignored
-    peer.on_cmd = Peer.echo
+    peer.on_cmd = ServerPeer.echo
     assert (await c.invoke(34, timeout=1)).code == 0
     c.close()
 
 
-async def test_connection_drop_fails_every_pending_request(peer: Peer) -> None:
+async def test_connection_drop_fails_every_pending_request(peer: ServerPeer) -> None:
     peer.on_cmd = lambda cmd, w: None
     c = RemotingClient(peer.address)
     pending = [asyncio.ensure_future(c.invoke(11, timeout=5)) for _ in range(3)]
@@ -126,7 +91,7 @@ async def test_connection_drop_fails_every_pending_request(peer: Peer) -> None:
     assert time.monotonic() - t0 < 2.5  # on the drop, not at the requests' 5 s timeout
     assert all(isinstance(r, ConnectionClosed) for r in results), results
     # the next request reconnects
-    peer.on_cmd = Peer.echo
+    peer.on_cmd = ServerPeer.echo
     assert (await c.invoke(34, timeout=1)).code == 0
     assert len(peer.writers) == 2
     c.close()
@@ -154,14 +119,15 @@ async def test_silent_peer_times_out_within_the_timeout() -> None:
     c = RemotingClient(addr)
     t0 = time.monotonic()
     with pytest.raises(RequestTimeout):
-        await c.invoke(105, {"topic": "T"}, timeout=0.3)
+        await c.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                       GetRouteInfoRequestHeader("T").to_ext_fields(), timeout=0.3)
     assert time.monotonic() - t0 < 0.3 + 1.5  # its own timeout, not a longer default
     c.close()
     server.close()
     await server.wait_closed()
 
 
-async def test_server_initiated_requests_go_to_the_callback(peer: Peer) -> None:
+async def test_server_initiated_requests_go_to_the_callback(peer: ServerPeer) -> None:
     seen: list[RemotingCommand] = []
 
     def on_request(_client: RemotingClient, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -173,12 +139,13 @@ async def test_server_initiated_requests_go_to_the_callback(peer: Peer) -> None:
     await c.invoke(34, timeout=1)
     w = peer.writers[0]
     peer.on_cmd = lambda cmd, _w: answers.append(cmd)
-    w.write(encode_command(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                   {"consumerGroup": "CG"}, oneway=True, opaque=900)))
+    notify = ConsumerGroupRequestHeader("CG").to_ext_fields()
+    w.write(encode_command(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, notify,
+                                   oneway=True, opaque=900)))
     w.write(encode_command(request(307, opaque=901)))  # GET_CONSUMER_RUNNING_INFO
     await wait_until(lambda: not (len(answers) < 1), 5.0)
     assert [s.code for s in seen] == [40, 307]
-    assert seen[0].ext_fields == {"consumerGroup": "CG"}
+    assert ConsumerGroupRequestHeader.from_ext_fields(seen[0].ext_fields).consumer_group == "CG"
     # one-way: no answer; two-way unknown: REQUEST_CODE_NOT_SUPPORTED with its opaque
     assert len(answers) == 1
     assert answers[0].is_response and answers[0].opaque == 901
@@ -186,7 +153,7 @@ async def test_server_initiated_requests_go_to_the_callback(peer: Peer) -> None:
     c.close()
 
 
-async def test_close_fails_pending_and_refuses_new_requests(peer: Peer) -> None:
+async def test_close_fails_pending_and_refuses_new_requests(peer: ServerPeer) -> None:
     peer.on_cmd = lambda cmd, w: None
     c = RemotingClient(peer.address)
     fut = asyncio.ensure_future(c.invoke(11, timeout=5))

@@ -15,7 +15,8 @@ What each hostile request must get (the target of issue 10):
   carries the client's value; a delayed one is still delivered at its level's delay).
 * (d) commitOffset beyond int64 (UPDATE_CONSUMER_OFFSET, or a pull's commit offset):
   refused (never stored, never stops the offset file).
-* (e) RocketMQ 5 timer properties: refused, naming the property.
+* (e) RocketMQ 5 timer properties: a bad value refused naming the property; a good one
+  fires at its instant, exactly once across kill -9; a delay level wins over them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import orjson
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.ids import decode_offset_msg_id
 
 from tests.helpers import send
@@ -186,33 +188,45 @@ async def test_d_commit_offset_beyond_int64(hostile) -> None:
         assert off is None or 0 <= int(off) < 1 << 63, f"{group} stored offset {off}"
 
 
-TIMER_PROPS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
 
 
-async def test_e_timer_properties_are_refused(hostile) -> None:
+async def test_e_timer_properties(hostile) -> None:
+    """Timer properties: a bad value is refused naming it; a good one is a timer (served
+    at its instant, not early, exactly once across kill -9); with a delay level the level
+    wins, as in RocketMQ."""
     hb = await hostile()
     peer = await hb.connect()
     await hb.setup_bystander(peer)
 
-    def value(prop: str) -> str:
-        return {"TIMER_DELIVER_MS": str(now_ms() + 600_000), "TIMER_DELAY_SEC": "600",
-                "TIMER_DELAY_MS": "600000",
-                "__STARTDELIVERTIME": str(now_ms() + 600_000)}[prop]
+    async def timer_send(p, tag: str, prop: str, ahead_ms: int,
+                         delay_level: int = 0) -> RemotingCommand:
+        """A send with ``prop`` set to fall due ``ahead_ms`` after ``sent`` (relative
+        properties count from the broker's receipt, which is later still)."""
+        key, body, sent = f"EVIL-{tag}", f"hostile-{tag}".encode(), now_ms()
+        value = {"TIMER_DELAY_SEC": str(ahead_ms // 1000), "TIMER_DELAY_MS": str(ahead_ms)}.get(
+            prop, str(sent + ahead_ms))
+        extra = {"DELAY": str(delay_level)} if delay_level else {}
+        r = await send(p, "RowE", body, {"UNIQ_KEY": key, prop: value, **extra}, queue_id=1)
+        hb.record_outcome(r, "RowE", body, key, 1,
+                          LEVEL_MS[delay_level] if delay_level else ahead_ms, sent)
+        return r
 
     await hb.good_sends(peer, "RowE", 2)
-    await hb.good_sends(peer, "RowE", 2, delay_level=6)
-    for prop in TIMER_PROPS:
-        r = await _hostile_send(hb, peer, "RowE", prop, {prop: value(prop)})
+    for prop, bad in (("TIMER_DELIVER_MS", "soon"), ("TIMER_DELAY_SEC", "-5"),
+                      ("TIMER_DELAY_MS", "9" * 25), ("__STARTDELIVERTIME", "0x10")):
+        r = await _hostile_send(hb, peer, "RowE", f"{prop}-bad", {prop: bad})
         assert is_error(r) and prop in (r.remark or ""), (
-            f"{prop} was not refused with a clear error: {describe(r)}")
+            f"{prop}={bad} was not refused with a clear error: {describe(r)}")
         await hb.good_sends(peer, "RowE", 2)
-        await hb.good_sends(peer, "RowE", 1, delay_level=4)
 
-    async def delayed(p) -> None:
-        for prop in TIMER_PROPS:
-            r2 = await _hostile_send(hb, p, "RowE", f"{prop}-with-level", {prop: value(prop)},
-                                     delay_level=18)
-            assert is_error(r2), f"{prop} with a delay level was accepted: {describe(r2)}"
+    async def pending(p) -> None:
+        for prop, ahead in (("TIMER_DELAY_MS", 900), ("TIMER_DELAY_SEC", 1000),
+                            ("TIMER_DELIVER_MS", 1100), ("__STARTDELIVERTIME", 1200)):
+            r = await timer_send(p, f"{prop}-ok", prop, ahead)
+            assert r.code == ResponseCode.SUCCESS, describe(r)
+            assert r.ext_fields.get("recallHandle"), "a timer send answers its recall handle"
+            r = await timer_send(p, f"{prop}-with-level", prop, 600_000, delay_level=18)
+            assert r.code == ResponseCode.SUCCESS, describe(r)  # the level wins
             await hb.good_sends(p, "RowE", 1, delay_level=17)
 
-    await verify_after_kill9(hb, before_kill=delayed)
+    await verify_after_kill9(hb, before_kill=pending)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,8 @@ async def test_host_format_sys_flag_bits_never_reach_the_store(broker) -> None:
     for flag in (SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, 0x30 | 0x2, 0x40):
         r = await send(peer, "Flags", b"x", queue_id=0, f=flag)
         assert r.code == ResponseCode.SUCCESS, r.remark
-    r = await send(peer, "Flags", b"x", queue_id=0, f=0x4)  # a half message
-    _refused(r, ResponseCode.NO_PERMISSION, "sysFlag 0x4", "transaction")
+    r = await send(peer, "Flags", b"x", queue_id=0, f=0x4)  # PREPARED without TRAN_MSG
+    _refused(r, ResponseCode.NO_PERMISSION, "sysFlag 0x4", "TRAN_MSG")
     r = await pull(peer, "Flags", suspend_ms=0)
     msgs = decode_records(r.body)
     assert len(msgs) == 4
@@ -85,13 +84,13 @@ async def test_broker_internal_properties_are_stripped(broker) -> None:
     await _serving(broker)
 
 
-@pytest.mark.parametrize("key", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-                                 "__STARTDELIVERTIME"])
-async def test_timer_properties_are_refused_not_delivered_early(broker, key) -> None:
+@pytest.mark.parametrize(("key", "value"), [
+    ("TIMER_DELIVER_MS", "soon"), ("TIMER_DELAY_SEC", "-1"), ("TIMER_DELAY_MS", "1e3"),
+    ("__STARTDELIVERTIME", "99999999999999999999"), ("TIMER_DELAY_SEC", str(41 * 86_400))])
+async def test_bad_timer_properties_are_refused_and_store_nothing(broker, key, value) -> None:
     peer = await RawPeer.connect(broker.address)
-    due = str(int(time.time() * 1000) + 3_600_000)
-    r = await send(peer, "Timer", b"x", {key: due})
-    _refused(r, ResponseCode.MESSAGE_ILLEGAL, key, "timer messages are not supported yet")
+    r = await send(peer, "Timer", b"x", {key: value})
+    _refused(r, ResponseCode.MESSAGE_ILLEGAL, "timer message illegal")
     assert broker.store.commitlog.max_offset == 0
     assert broker.topics.get("Timer") is None, "a refused send creates no topic"
     await peer.close()
@@ -264,18 +263,18 @@ async def test_heartbeat_limits_and_names(broker_factory) -> None:
 async def test_one_heartbeat_creating_many_retry_topics_writes_topics_json_once(
         broker_factory, tmp_path) -> None:
     b = await broker_factory(max_groups_per_heartbeat=256)
-    written = b.topics._written
+    written = b.topics._file.written
     peer = await RawPeer.connect(b.address)
     consumers = [ConsumerData(f"CG{i}", [SubscriptionData.build("T", "*", 0)])
                  for i in range(256)]
     r = await peer.call(R.HEART_BEAT, {}, _hb(consumers))
     assert r.code == ResponseCode.SUCCESS, r.remark
-    assert b.topics._written == written + 1, "one topics.json write for the heartbeat"
+    assert b.topics._file.written == written + 1, "one topics.json write for the heartbeat"
     saved = json.loads((tmp_path / "broker" / "config" / "topics.json").read_text())
     assert {f"%RETRY%CG{i}" for i in range(256)} <= {d["topic_name"] for d in saved}
     # the same heartbeat again creates nothing and writes nothing
     assert (await peer.call(R.HEART_BEAT, {}, _hb(consumers))).code == ResponseCode.SUCCESS
-    assert b.topics._written == written + 1
+    assert b.topics._file.written == written + 1
     await peer.close()
 
 

@@ -28,24 +28,11 @@ from kairosmq.protocol.message import decode_records, encode_record
 from kairosmq.protocol.schema import MESSAGE_MAGIC_CODE
 from kairosmq.server.store import commitlog as commitlog_mod
 
-from tests.helpers import pull, send
+from tests.helpers import pull_all, send
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
 
 HOST = (b"\x7f\x00\x00\x01", 1)
-
-
-async def _pull_all(peer: RawPeer, topic: str, queues: int = 4) -> list[Any]:
-    got: list[Any] = []
-    for q in range(queues):
-        offset = 0
-        while True:
-            r = await pull(peer, topic, queue_id=q, offset=offset, max_n=256, suspend_ms=0)
-            if r.code != ResponseCode.SUCCESS:
-                break
-            got += decode_records(r.body)
-            offset = int(r.ext_fields["nextBeginOffset"])
-    return got
 
 
 def _phy(r: Any) -> int:
@@ -75,7 +62,7 @@ async def test_v6_sysflag_send_then_kill9_keeps_every_acked_message(tmp_path: Pa
     await bp.start()
     try:
         peer = await RawPeer.connect(bp.address)
-        got = await _pull_all(peer, "HostBits")
+        got = await pull_all(peer, "HostBits")
         ids = [m.msg_id for m in got]
         assert sorted(ids) == sorted(acked) and len(ids) == len(set(ids))
         assert all(m.sys_flag & 0x30 == 0 for m in got)  # the stored bits tell the truth
@@ -114,13 +101,13 @@ async def test_hostile_offsets_are_refused_and_the_broker_restarts(tmp_path: Pat
     view = await peer.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": carrier})
     assert view.code == ResponseCode.SUCCESS
     assert decode_records(view.body)[0].msg_id == "CARRIER"
-    assert await _pull_all(peer, "%RETRY%G", 1) == []  # nothing was re-put
+    assert await pull_all(peer, "%RETRY%G", 1) == []  # nothing was re-put
     bp.kill()
     await peer.close()
     await bp.start()
     try:
         peer = await RawPeer.connect(bp.address)
-        assert [m.msg_id for m in await _pull_all(peer, "Carrier")] == ["CARRIER"]
+        assert [m.msg_id for m in await pull_all(peer, "Carrier")] == ["CARRIER"]
         await peer.close()
     finally:
         bp.kill()
@@ -157,7 +144,7 @@ async def test_failed_write_answers_errors_and_the_broker_recovers(
     assert any("write failed" in (a.remark or "") for a in failed)
     acked += [f"B{i}" for i, a in enumerate(answers) if a.code == ResponseCode.SUCCESS]
     # reads go on while writes are held
-    assert sorted(m.msg_id for m in await _pull_all(peer, "Faulty")) == sorted(acked)
+    assert sorted(m.msg_id for m in await pull_all(peer, "Faulty")) == sorted(acked)
     deadline = time.monotonic() + 10
     while True:
         r = await send(peer, "Faulty", b"again", {"UNIQ_KEY": "C0"})
@@ -168,7 +155,7 @@ async def test_failed_write_answers_errors_and_the_broker_recovers(
         assert time.monotonic() < deadline, "writes never resumed"
         await asyncio.sleep(0.05)
     monkeypatch.undo()
-    got = sorted(m.msg_id for m in await _pull_all(peer, "Faulty"))
+    got = sorted(m.msg_id for m in await pull_all(peer, "Faulty"))
     assert got == sorted(acked)
     await peer.close()
 
@@ -204,9 +191,9 @@ async def test_full_disk_refuses_sends_with_code_14_while_pulls_continue(
     r = await send(peer, "Disk", b"refused")
     assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE == 14
     assert "disk is full" in (r.remark or "") and "> 90%" in (r.remark or "")
-    assert [m.msg_id for m in await _pull_all(peer, "Disk")] == ["BEFORE"]
+    assert [m.msg_id for m in await pull_all(peer, "Disk")] == ["BEFORE"]
     filler.unlink()
     await asyncio.sleep(0.1)
     assert (await send(peer, "Disk", b"after", {"UNIQ_KEY": "AFTER"})).code == 0
-    assert sorted(m.msg_id for m in await _pull_all(peer, "Disk")) == ["AFTER", "BEFORE"]
+    assert sorted(m.msg_id for m in await pull_all(peer, "Disk")) == ["AFTER", "BEFORE"]
     await peer.close()

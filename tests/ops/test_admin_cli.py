@@ -204,3 +204,29 @@ async def test_dlq_resend_to_retry_topic(broker, admin) -> None:
                                       offset=x["queueOffset"])).body)
     assert r.msg_id == "R0" and r.properties["RETRY_TOPIC"] == "Work2"
     await peer.close()
+
+
+async def test_timers_and_msg_recall(broker, admin) -> None:
+    import time as _time
+
+    run = admin(broker)
+    peer = await RawPeer.connect(broker.address)
+    due = int(_time.time() * 1000) + 7_200_000
+    r = await send(peer, "Timed", b"later", {"UNIQ_KEY": "A" * 32, "TIMER_DELIVER_MS": str(due)})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    handle = r.ext_fields["recallHandle"]
+    code, out, err = await run("timers", json_out=True)
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["scheduled"] == 1 and st["nextDueMs"] == due
+    code, out, err = await run("timers")
+    assert code == 0 and "next due:" in out and "scheduled: 1" in out, err
+    code, out, err = await run("msg", "recall", handle)
+    assert code == 0 and "recalled " + "A" * 32 in out, err
+    code, out, err = await run("msg", "recall", handle, json_out=True)
+    assert code == 0 and json.loads(out)["remark"] == "already recalled", err
+    code, _, err = await run("msg", "recall", "bogus")
+    assert code == 1 and "recall handle is invalid" in err
+    code, _, err = await run("msg")
+    assert code == 1 and "--id" in err
+    await peer.close()

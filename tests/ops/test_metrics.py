@@ -36,9 +36,12 @@ async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
             assert (await send(peer, "Metered", f"m{i}".encode())).code == 0
         assert (await send(peer, "Metered", b"d", {"DELAY": "1"})).code == 0
         assert (await send(peer, "Metered", b"far", {"DELAY": "18"})).code == 0
+        assert (await send(peer, "Metered", b"t", {"TIMER_DELAY_MS": "20"})).code == 0
+        assert (await send(peer, "Metered", b"tfar", {"TIMER_DELAY_SEC": "50"})).code == 0
         assert (await pull(peer, "Metered")).code == ResponseCode.SUCCESS
         await wait_until(lambda: broker.stats.delivered["Metered"] >= 1, 10,
                          what="the level-1 message delivered")
+        await wait_until(lambda: broker.stats.timers_fired >= 1, 10, what="the timer fired")
         held = asyncio.ensure_future(pull(peer, "Metered", queue_id=3, sys_flag=PULL_SUSPEND,
                                           suspend_ms=30_000, timeout=40))
         # event-driven: scrape until the endpoint shows the held pull (generous deadline)
@@ -59,6 +62,10 @@ async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
         assert m[("kairosmq_delivery_lateness_seconds_bucket",
                   (("le", "+Inf"), ("level", "1")))] == 1
         assert m[("kairosmq_pull_held", ())] == 1
+        assert m[("kairosmq_timers_scheduled_total", ())] == 2
+        assert m[("kairosmq_timers_fired_total", ())] == 1
+        assert m[("kairosmq_timer_lateness_seconds_count", ())] == 1
+        assert 40 < m[("kairosmq_timer_next_due_seconds", ())] <= 50
         assert m[("kairosmq_connections", ())] >= 1
         assert m[("kairosmq_commitlog_size_bytes", ())] == broker.store.commitlog.max_offset
         await send(peer, "Metered", b"wake", queue_id=3)

@@ -142,20 +142,21 @@ def _rejected(fn, *args: object) -> Rejected:  # noqa: ANN001
     (0x0, 0x0), (0x1, 0x1), (0x2, 0x2), (0x3, 0x3), (0x8, 0x8),
     (0x10, 0x0), (0x20, 0x0), (0x30 | 0x1, 0x1), (0x40, 0x0), (0x301, 0x301),
     (0x300, 0x0), (-1 & ~0xC, 0x703), (0x7FFFFFFF & ~0x4, 0x70B), (1 << 40, 0),
+    (0x4, 0x0), (0x4 | 0x1, 0x1),  # PREPARED: cleared (TRAN_MSG=true tells a half message)
 ])
 def test_sys_flag_masks_bits_a_producer_may_not_set(flag: int, kept: int) -> None:
     assert ingress.producer_sys_flag(flag) == kept
 
 
-@pytest.mark.parametrize("flag", [0x4, 0xC, 0x4 | 0x1])
-def test_sys_flag_refuses_half_messages(flag: int) -> None:
+@pytest.mark.parametrize("flag", [0xC, 0xC | 0x1])
+def test_sys_flag_refuses_rollback_type(flag: int) -> None:
     r = _rejected(ingress.producer_sys_flag, flag)
     assert r.code == ResponseCode.NO_PERMISSION and "transaction" in r.remark
 
 
 def test_send_header_checks(broker: SimpleNamespace) -> None:
     h = _send_header(f=0x31)
-    assert ingress.check_send_header(broker, h) is broker.topics.get("T")
+    assert ingress.check_send_header(broker.topics, h) is broker.topics.get("T")
     assert h.sys_flag == 0x1
     cases = [
         (dict(b="abc\n"), ResponseCode.SYSTEM_ERROR, "topic: the topic 'abc\\n'"),
@@ -167,11 +168,11 @@ def test_send_header_checks(broker: SimpleNamespace) -> None:
         (dict(l=1 << 40), ResponseCode.SYSTEM_ERROR, "maxReconsumeTimes"),
     ]
     for fields, code, fragment in cases:
-        r = _rejected(ingress.check_send_header, broker, _send_header(**fields))
+        r = _rejected(ingress.check_send_header, broker.topics, _send_header(**fields))
         assert r.code == code and fragment in r.remark, (fields, r.remark)
     # an unknown but valid topic: no config yet, explicit queue ids within 0..1023
-    assert ingress.check_send_header(broker, _send_header(b="New", e=7)) is None
-    r = _rejected(ingress.check_send_header, broker, _send_header(b="New", e=1024))
+    assert ingress.check_send_header(broker.topics, _send_header(b="New", e=7)) is None
+    r = _rejected(ingress.check_send_header, broker.topics, _send_header(b="New", e=1024))
     assert "0..1023" in r.remark
 
 
@@ -204,16 +205,15 @@ def test_message_properties_strips_broker_internal(props: dict[str, str],
 
 @pytest.mark.parametrize("key", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
                                  "__STARTDELIVERTIME"])
-def test_timer_properties_are_refused(key: str) -> None:
-    r = _rejected(ingress.message_properties, encode_properties({key: "1700000000000"}))
-    assert r.code == ResponseCode.MESSAGE_ILLEGAL
-    assert key in r.remark and "timer messages are not supported yet" in r.remark
+def test_timer_properties_pass_ingress_for_the_send_path(key: str) -> None:
+    # checked by server/timer/admission.py (tests/integration/test_timers.py)
+    props = {key: "1700000000000", "K": "v"}
+    assert ingress.message_properties(encode_properties(props)) == props
 
 
 @pytest.mark.parametrize(("props", "code", "fragment"), [
     ({"DELAY": "-1"}, ResponseCode.MESSAGE_ILLEGAL, "negative"),
     ({"DELAY": "soon"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
-    ({"TRAN_MSG": "true"}, ResponseCode.NO_PERMISSION, "transaction"),
 ])
 def test_message_properties_refusals(props: dict[str, str], code: int, fragment: str) -> None:
     r = _rejected(ingress.message_properties, encode_properties(props))
@@ -221,10 +221,11 @@ def test_message_properties_refusals(props: dict[str, str], code: int, fragment:
 
 
 def test_batch_size(broker: SimpleNamespace) -> None:
-    ingress.check_batch_size(broker, broker.config.max_batch_items)
-    r = _rejected(ingress.check_batch_size, broker, broker.config.max_batch_items + 1)
+    limit = broker.config.max_batch_items
+    ingress.check_batch_size(limit, limit)
+    r = _rejected(ingress.check_batch_size, limit, limit + 1)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max_batch_items" in r.remark
-    assert "no messages" in _rejected(ingress.check_batch_size, broker, 0).remark
+    assert "no messages" in _rejected(ingress.check_batch_size, limit, 0).remark
 
 
 def test_pull_checks(broker: SimpleNamespace) -> None:
@@ -233,8 +234,8 @@ def test_pull_checks(broker: SimpleNamespace) -> None:
         ext.update({k: str(v) for k, v in f.items()})
         return PullMessageRequestHeader.from_ext_fields(ext)
 
-    assert ingress.check_pull(broker, header()) is broker.topics.get("T")
-    assert ingress.check_pull(broker, header(topic="Unknown")) is None
+    assert ingress.check_pull(broker.topics, header()) is broker.topics.get("T")
+    assert ingress.check_pull(broker.topics, header(topic="Unknown")) is None
     for fields, fragment in [
         (dict(queueOffset=-1), "queueOffset -1 is negative"),
         (dict(queueId=4), "queueId 4 is out of range: topic T has 4 queues"),
@@ -242,7 +243,7 @@ def test_pull_checks(broker: SimpleNamespace) -> None:
         (dict(consumerGroup="x\x00y"), "consumerGroup"),
         (dict(topic="a/b"), "topic"),
     ]:
-        r = _rejected(ingress.check_pull, broker, header(**fields))
+        r = _rejected(ingress.check_pull, broker.topics, header(**fields))
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark, r.remark
 
 
@@ -252,13 +253,13 @@ def test_send_back_checks(broker: SimpleNamespace) -> None:
         ext.update({k: str(v) for k, v in f.items()})
         return ConsumerSendMsgBackRequestHeader.from_ext_fields(ext)
 
-    ingress.check_send_back(broker, header())
-    ingress.check_send_back(broker, header(delayLevel=-1))  # -1: straight to the DLQ
+    ingress.check_send_back(header())
+    ingress.check_send_back(header(delayLevel=-1))  # -1: straight to the DLQ
     for fields, fragment in [
         (dict(group="/../x"), "group"), (dict(group="x\x00y"), "group"),
         (dict(originTopic="a.b"), "originTopic"), (dict(offset=-5), "offset -5"),
     ]:
-        r = _rejected(ingress.check_send_back, broker, header(**fields))
+        r = _rejected(ingress.check_send_back, header(**fields))
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark
 
 
@@ -273,8 +274,8 @@ def _heartbeat(producers: int = 1, consumers: int = 1, subs: int = 1,
 
 def test_heartbeat_checks(broker: SimpleNamespace) -> None:
     cfg = broker.config
-    ingress.check_heartbeat(broker, _heartbeat())
-    ingress.check_heartbeat(broker, _heartbeat(topic=naming.retry_topic("g" * 240)))
+    ingress.check_heartbeat(broker.topics, cfg, _heartbeat())
+    ingress.check_heartbeat(broker.topics, cfg, _heartbeat(topic=naming.retry_topic("g" * 240)))
     for hb, fragment in [
         (_heartbeat(producers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
         (_heartbeat(consumers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
@@ -284,7 +285,7 @@ def test_heartbeat_checks(broker: SimpleNamespace) -> None:
         (HeartbeatData("c1", ["bad group"]), "producerDataSet.groupName"),
         (_heartbeat(topic="t\n"), "subscriptionDataSet.topic"),
     ]:
-        r = _rejected(ingress.check_heartbeat, broker, hb)
+        r = _rejected(ingress.check_heartbeat, broker.topics, broker.config, hb)
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark, r.remark
 
 
@@ -292,11 +293,11 @@ def test_lock_batch_locks_only_existing_queues(broker: SimpleNamespace) -> None:
     req = LockBatchRequest("G", "c1", [MessageQueueData("T", "b", 0),
                                        MessageQueueData("T", "b", 9),
                                        MessageQueueData("Gone", "b", 0)])
-    assert ingress.check_lock_batch(broker, req) == [MessageQueueData("T", "b", 0)]
+    assert ingress.check_lock_batch(broker.topics, req) == [MessageQueueData("T", "b", 0)]
     bad = LockBatchRequest("G", "c1", [MessageQueueData("a/b", "b", 0)])
-    assert "mqSet.topic" in _rejected(ingress.check_lock_batch, broker, bad).remark
+    assert "mqSet.topic" in _rejected(ingress.check_lock_batch, broker.topics, bad).remark
     bad = LockBatchRequest("G/", "c1", [])
-    assert "consumerGroup" in _rejected(ingress.check_lock_batch, broker, bad).remark
+    assert "consumerGroup" in _rejected(ingress.check_lock_batch, broker.topics, bad).remark
 
 
 def test_create_topic_checks() -> None:
@@ -355,6 +356,6 @@ def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:
     old = topics._snapshot()
     topics.create("B", persist=False)
     topics.persist()
-    topics._write(*old)  # a slow writer of the older snapshot finishes last
+    topics._file.write(*old)  # a slow writer of the older snapshot finishes last
     names = {d["topic_name"] for d in json.loads((tmp_path / "topics.json").read_text())}
     assert {"A", "B"} <= names

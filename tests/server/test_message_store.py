@@ -419,3 +419,18 @@ def test_write_json_atomic_keeps_old_file_when_serialization_fails(tmp_path: Pat
         write_json_atomic(path, {"bad": object()})
     assert read_json(path) == {"ok": True}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+async def test_a_restart_without_new_records_keeps_the_next_restart_fast(root: Path) -> None:
+    """A broker started and stopped without storing anything must checkpoint the record
+    ending the log again; else the start after it rescans (and replays) a whole segment."""
+    s = _store(root)
+    _put_n(s, 50)
+    s.persist_checkpoint(s.checkpoint_snapshot())
+    s.close()
+    for _ in range(3):
+        s = MessageStore(root, store_host=HOST, segment_size=SEG, units_per_file=UPF)
+        assert s.open()["records_replayed"] == 0
+        s.persist_checkpoint(s.checkpoint_snapshot())
+        s.close()
+        assert read_json(s.checkpoint_path, {})["last_record"] is not None

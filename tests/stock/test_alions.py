@@ -44,6 +44,7 @@ OK_GROUP = "CID_KAIROS_ALIONS_OK"
 FAIL_GROUP = "CID_KAIROS_ALIONS_FAIL"
 DELAY_LEVELS = [1, 2, 3, 4, 5]
 PLAIN_COUNT = 3
+START_DELIVER_DELAYS = [300, 1200]  # ms: ali-ons setStartDeliverTime (ONS timers)
 MAX_RECONSUME = 3
 SUCCEED_AT = 2
 # ali-ons' one expected error: a new consumer group has no committed offset on a queue that
@@ -95,6 +96,7 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
         "retryTopic": RETRY_TOPIC_NAME, "producerGroup": PRODUCER_GROUP, "okGroup": OK_GROUP,
         "failGroup": FAIL_GROUP, "delayLevels": DELAY_LEVELS, "plainCount": PLAIN_COUNT,
         "maxReconsumeTimes": MAX_RECONSUME, "succeedAt": SUCCEED_AT, "timeoutMs": 25_000,
+        "startDeliverDelays": START_DELIVER_DELAYS,
     }
     proc = await asyncio.create_subprocess_exec(
         node(), str(ALIONS_DIR / "driver.js"), json.dumps(cfg), cwd=ALIONS_DIR,
@@ -133,7 +135,8 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
     # --- every message sent to the delay topic was consumed, delayed ones not early
     ok = {e["body"]: e for e in by_group[OK_GROUP]}
     expected_ok = {"warm-delay", *(f"delayed-level-{n}" for n in DELAY_LEVELS),
-                   *(f"plain-{i}" for i in range(PLAIN_COUNT))}
+                   *(f"plain-{i}" for i in range(PLAIN_COUNT)),
+                   *(f"timer-{d}" for d in START_DELIVER_DELAYS)}
     assert set(ok) == expected_ok, diag
     for n in DELAY_LEVELS:
         body = f"delayed-level-{n}"
@@ -145,6 +148,12 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
         assert_reput_not_early(broker, got["commitLogOffset"], DELAY_TOPIC, body, n, delay)
     for i in range(PLAIN_COUNT):
         assert ok[f"plain-{i}"]["keys"] == f"key-plain-{i}"
+    # --- ali-ons' setStartDeliverTime (ONS __STARTDELIVERTIME): a timer, never early
+    for d in START_DELIVER_DELAYS:
+        got, snt = ok[f"timer-{d}"], sent[f"timer-{d}"]
+        assert got["tags"] == "TagTimer" and got["reconsumeTimes"] == 0
+        assert got["storeTimestamp"] >= snt["startDeliverTime"], (got, snt)
+        assert got["at"] >= snt["startDeliverTime"], (got, snt)
 
     # --- the failing consumer: reconsumeTimes 0, 1, 2, ... with the same keys and origin id
     fail = by_group[FAIL_GROUP]

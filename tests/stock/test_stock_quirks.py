@@ -149,13 +149,16 @@ async def test_pull_without_subscription_uses_the_heartbeat_one(broker: Any) -> 
 # ---------------------------------------------------------------------- unsupported
 
 
-async def test_transactional_half_message_is_refused_not_delivered(broker: Any) -> None:
-    """No transactions: a half message (TRAN_MSG=true, sysFlag PREPARED) is refused with
-    NO_PERMISSION (RocketMQ with rejectTransactionMessage) instead of being delivered at once."""
+async def test_transactional_half_message_is_stored_not_delivered(broker: Any) -> None:
+    """A half message (TRAN_MSG=true, sysFlag PREPARED) is stored in the half topic, not
+    in its topic, until END_TRANSACTION commits it (tests/transaction/ covers the rest)."""
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "TxTopic", b"half", {"TRAN_MSG": "true", "PGROUP": "PG"}, f=4)
-    assert r.code == ResponseCode.NO_PERMISSION and "transaction" in (r.remark or "")
+    r = await send(peer, "TxTopic", b"half", {"TRAN_MSG": "true", "PGROUP": "PG",
+                                              "UNIQ_KEY": "U1"}, f=4)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert r.ext_fields["transactionId"] == "U1"
     assert broker.store.max_offset("TxTopic", 0) == 0
+    assert broker.store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 1
     r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=b"{}")
     assert r.code == ResponseCode.SUCCESS  # no subscriptionData: nothing to check (RocketMQ)
     await peer.close()

@@ -5,7 +5,8 @@
 //
 // argv[2] is a JSON config:
 //   nameSrv, delayTopic, retryTopic, producerGroup, okGroup, failGroup,
-//   delayLevels: [1, 2, ...], plainCount, maxReconsumeTimes, succeedAt, timeoutMs
+//   delayLevels: [1, 2, ...], plainCount, maxReconsumeTimes, succeedAt, timeoutMs,
+//   startDeliverDelays: [ms, ...] (timer messages: Message#setStartDeliverTime)
 //
 // Flow: start a producer; send one warm-up message to each topic; start two push consumers
 // (okGroup on delayTopic, failGroup on retryTopic with a small maxReconsumeTimes); once both
@@ -86,13 +87,15 @@ async function main() {
   await producer.ready();
   out({ event: 'producer.ready' });
 
-  async function send(topic, tag, body, keys, level) {
+  async function send(topic, tag, body, keys, level, startDeliverDelay) {
     const msg = new Message(topic, tag, body);
     msg.keys = [ keys ];
     if (level) msg.delayTimeLevel = level;
     const sentAt = Date.now();
+    const startDeliverTime = startDeliverDelay ? sentAt + startDeliverDelay : 0;
+    if (startDeliverTime) msg.setStartDeliverTime(startDeliverTime);
     const r = await producer.send(msg);
-    out({ event: 'sent', topic, body, keys, level: level || 0, sentAt, msgId: r.msgId,
+    out({ event: 'sent', topic, body, keys, level: level || 0, sentAt, startDeliverTime, msgId: r.msgId,
       sendStatus: r.sendStatus, queueId: r.messageQueue && r.messageQueue.queueId, queueOffset: r.queueOffset });
     return r;
   }
@@ -138,6 +141,11 @@ async function main() {
   for (const level of cfg.delayLevels) {
     const body = 'delayed-level-' + level;
     await send(cfg.delayTopic, 'TagDelay', body, 'key-' + body, level);
+    expectOk.push(body);
+  }
+  for (const d of cfg.startDeliverDelays || []) {
+    const body = 'timer-' + d;
+    await send(cfg.delayTopic, 'TagTimer', body, 'key-' + body, 0, d);
     expectOk.push(body);
   }
   for (let i = 0; i < cfg.plainCount; i++) {

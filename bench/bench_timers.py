@@ -1,0 +1,327 @@
+"""Timer messages (issue 13): lateness at a due rate, and memory/restart with many pending.
+
+Two parts, each printing a table:
+
+* ``lateness``: a broker process on fresh files; a producer (its own process) sends
+  ``rate x seconds`` timers with ``TIMER_DELIVER_MS`` spaced so they fall due at ``rate``
+  per second, starting once all are stored; a consumer (its own process) long-polls the
+  topic and records ``receive - due`` per message. Prints achieved due rate, lateness
+  p50/p90/p99/p99.9/max, early (received before due), lost, duplicates, broker CPU per
+  fired message and RSS.
+* ``pending``: ``--pending N`` timers due 1-40 days ahead are stored through the broker's
+  own put path (in-process, no network: the point is the files, not the send rate), the
+  broker stopped, then started as a process on those files: prints the time to serving,
+  RSS after start and after a minute's worth of idle serving, and the disk used.
+
+    python bench/bench_timers.py                       # 1,000 and 5,000 due/s, 4 s each
+    python bench/bench_timers.py --rates 5000 --seconds 10
+    python bench/bench_timers.py --pending 10000000 --skip-lateness
+
+Figures are for this machine and this run only; compare with the other benches' same-run
+ratios (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.peers.remoting import (  # noqa: E402 - after the path insert
+    PULL_MESSAGE,
+    PULL_SUSPEND_AND_SUBSCRIPTION,
+    SEND_MESSAGE_V2,
+    SUCCESS,
+    RemotingClient,
+    decode_bodies,
+)
+from bench.peers.stats import cpu_seconds, percentile, status_kib  # noqa: E402
+
+TOPIC = "BenchTimer"
+QUEUES = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(data_dir: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
+    """Start a broker process; return it and the seconds until it answered a send."""
+    cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
+           "--namesrv-port", str(free_port()), "--data-dir", str(data_dir),
+           "--no-vip-channel", "--no-log-file", "--log-level", "warning", *extra]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            time.sleep(0.01)
+            continue
+        asyncio.run(_probe_send(port))
+        return proc, time.monotonic() - t0
+
+
+async def _probe_send(port: int) -> None:
+    """One plain send, answered SUCCESS (the broker serves, not just listens)."""
+    c = RemotingClient()
+    await c.open("127.0.0.1", port)
+    ext = {"a": "BenchPG", "b": "BenchProbe", "c": "TBW102", "d": 1, "e": 0, "f": 0,
+           "g": int(time.time() * 1000), "h": 0, "i": ""}
+    hdr, _ = await c.call(SEND_MESSAGE_V2, ext, b"probe", timeout=30.0)
+    await c.close()
+    if hdr["code"] != SUCCESS:
+        raise RuntimeError(f"probe send refused: {hdr}")
+
+
+def stop_broker(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- lateness agents
+
+
+async def producer(port: int, n: int, rate: int, body_size: int, window: int) -> dict[str, Any]:
+    """Send ``n`` timers due at ``rate``/s from a start instant after all are stored."""
+    c = RemotingClient()
+    await c.open("127.0.0.1", port)
+    send_estimate = n / 1000 + 2.0  # seconds; the first due instant comes after this
+    t0 = int(time.time() * 1000 + send_estimate * 1000)
+    sem = asyncio.Semaphore(window)
+    errors = 0
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        due = t0 + (i * 1000) // rate
+        body = f"{due}:{i}:".encode().ljust(body_size, b"x")
+        props = f"TIMER_DELIVER_MS\x01{due}\x02UNIQ_KEY\x01B{i:012d}"
+        ext = {"a": "BenchPG", "b": TOPIC, "c": "TBW102", "d": QUEUES, "e": i % QUEUES,
+               "f": 0, "g": int(time.time() * 1000), "h": 0, "i": props}
+        try:
+            hdr, _ = await c.call(SEND_MESSAGE_V2, ext, body)
+            if hdr["code"] != SUCCESS:
+                errors += 1
+        finally:
+            sem.release()
+
+    started = time.monotonic()
+    tasks = []
+    for i in range(n):
+        await sem.acquire()
+        tasks.append(asyncio.ensure_future(one(i)))
+    await asyncio.gather(*tasks)
+    elapsed = time.monotonic() - started
+    await c.close()
+    late_start = (time.time() * 1000) > t0
+    return {"sent": n, "errors": errors, "send_s": elapsed, "first_due": t0,
+            "stored_before_first_due": not late_start}
+
+
+async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
+    """Long-poll every queue; record (due, receive) per message until ``n`` or timeout."""
+    c = RemotingClient()
+    await c.open("127.0.0.1", port)
+    seen: dict[int, float] = {}
+    dups = 0
+    lateness: list[float] = []
+    deadline = time.monotonic() + timeout
+
+    async def poll(q: int) -> None:
+        nonlocal dups
+        offset = 0
+        while len(seen) < n and time.monotonic() < deadline:
+            ext = {"consumerGroup": "BenchCG", "topic": TOPIC, "queueId": q,
+                   "queueOffset": offset, "maxMsgNums": 64,
+                   "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION, "commitOffset": 0,
+                   "suspendTimeoutMillis": 2000, "subscription": "*", "subVersion": 0}
+            try:
+                r, payload = await c.call(PULL_MESSAGE, ext, timeout=5.0)
+            except TimeoutError:
+                continue
+            now = time.time() * 1000
+            ext_out = r.get("extFields") or {}
+            if r["code"] == SUCCESS:
+                for body in decode_bodies(payload):
+                    due_s, seq_s, _ = body.split(b":", 2)
+                    seq = int(seq_s)
+                    if seq in seen:
+                        dups += 1
+                        continue
+                    seen[seq] = now
+                    lateness.append(now - int(due_s))
+                offset = int(ext_out["nextBeginOffset"])
+            elif "nextBeginOffset" in ext_out:
+                offset = int(ext_out["nextBeginOffset"])
+
+    await asyncio.gather(*(poll(q) for q in range(QUEUES)))
+    await c.close()
+    return {"received": len(seen), "dups": dups, "lateness": lateness}
+
+
+def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--agent", kind, *args],
+                         capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def lateness_round(rate: int, seconds: float, body: int, workdir: Path) -> dict[str, Any]:
+    n = int(rate * seconds)
+    port = free_port()
+    data = workdir / f"lateness-{rate}"
+    broker, _ = start_broker(data, port)
+    try:
+        cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
+                                 str(port), str(n), str(seconds + n / 2500 + 30)],
+                                stdout=subprocess.PIPE)
+        time.sleep(0.5)
+        prod = run_agent("producer", [str(port), str(n), str(rate), str(body), "256"])
+        cpu0 = cpu_seconds(broker.pid)
+        out, _ = cons.communicate(timeout=seconds + n / 2500 + 60)
+        cpu = cpu_seconds(broker.pid) - cpu0
+        cres = json.loads(out)
+        rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
+    finally:
+        stop_broker(broker)
+        shutil.rmtree(data, ignore_errors=True)
+    lat = sorted(cres["lateness"])
+    return {
+        "rate": rate, "n": n, "send/s": n / prod["send_s"],
+        "stored before due": prod["stored_before_first_due"], "send errors": prod["errors"],
+        "p50": percentile(lat, 50), "p90": percentile(lat, 90), "p99": percentile(lat, 99),
+        "p99.9": percentile(lat, 99.9), "max": lat[-1] if lat else None,
+        "early": sum(1 for v in lat if v < 0), "lost": n - cres["received"],
+        "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
+        "rss_mb": rss,
+    }
+
+
+# ---------------------------------------------------------------- pending
+
+
+def bulk_load(data: Path, pending: int) -> float:
+    """Store ``pending`` timers (due 1..40 days ahead) through the broker's put path."""
+    from kairosmq.server.broker import Broker
+    from kairosmq.server.config import BrokerConfig
+    from kairosmq.server.put import MessageKind
+    from kairosmq.server.store import MessageInner
+
+    async def load() -> float:
+        cfg = BrokerConfig(data_dir=data, port=0, namesrv_port=0, vip_channel=False,
+                           log_messages=False, checkpoint_interval=30.0)
+        b = Broker(cfg)
+        await b.start()
+        rnd = random.Random(13)
+        now = int(time.time() * 1000)
+        t0 = time.monotonic()
+        b.topics.ensure(TOPIC, QUEUES)
+        for i in range(pending):
+            due = now + 86_400_000 + rnd.randrange(39 * 86_400_000)
+            msg = MessageInner(topic=TOPIC, queue_id=i % QUEUES, body=b"p" * 64,
+                               properties={"UNIQ_KEY": f"P{i:016d}"},
+                               born_timestamp=now)
+            r = b.put_path.put(msg, MessageKind.TIMER, due_ms=due)
+            if r.status.value != "PUT_OK":
+                raise RuntimeError(f"put {i}: {r.status}")
+            if i % 50_000 == 0:
+                b.store.write_out()
+                await asyncio.sleep(0)
+                if i and i % 1_000_000 == 0:
+                    print(f"  stored {i:,} timers ({time.monotonic() - t0:.0f} s)",
+                          file=sys.stderr)
+        elapsed = time.monotonic() - t0
+        await b.stop("bulk load done")
+        return elapsed
+
+    return asyncio.run(load())
+
+
+def disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def pending_round(pending: int, workdir: Path) -> dict[str, Any]:
+    data = workdir / "pending"
+    load_s = bulk_load(data, pending)
+    port = free_port()
+    broker, start_s = start_broker(data, port)
+    try:
+        rss_start = status_kib(broker.pid).get("VmRSS", 0) / 1024
+        time.sleep(10)
+        st = status_kib(broker.pid)
+    finally:
+        stop_broker(broker)
+    return {"pending": pending, "bulk load s": load_s, "restart to serving s": start_s,
+            "rss at start MB": rss_start, "rss after 10 s MB": st.get("VmRSS", 0) / 1024,
+            "peak rss MB": st.get("VmHWM", 0) / 1024,
+            "timer files MB": disk_mb(data / "store" / "timer"),
+            "commit log MB": disk_mb(data / "store" / "commitlog")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rates", default="1000,5000")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--pending", type=int, default=0, help="timers for the pending part")
+    ap.add_argument("--skip-lateness", action="store_true")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.agent:
+        kind, *rest = a.agent
+        if kind == "producer":
+            port, n, rate, body, window = map(int, rest)
+            res = asyncio.run(producer(port, n, rate, body, window))
+        else:
+            port, n, timeout = int(rest[0]), int(rest[1]), float(rest[2])
+            res = asyncio.run(consumer(port, n, timeout))
+        print(json.dumps(res))
+        return
+    workdir = Path(a.workdir or tempfile.mkdtemp(prefix="kmq-timers-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    if not a.skip_lateness:
+        print("| due/s | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost | dup "
+              "| CPU µs/fired | RSS MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for rate in (int(r) for r in a.rates.split(",")):
+            r = lateness_round(rate, a.seconds, a.body, workdir)
+            f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
+            print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
+                  f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
+                  f"{f['dup']} | {f['cpu_us_per_fired']} | {f['rss_mb']} |"
+                  + ("" if r["stored before due"] else "  (sends overran the first due)"))
+    if a.pending:
+        r = pending_round(a.pending, workdir)
+        for k, v in r.items():
+            print(f"{k}: {v:,.2f}" if isinstance(v, float) else f"{k}: {v:,}")
+    if a.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Subscription groups and broker settings, as ``mqadmin`` and rocketmq-dashboard change them:
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, ``updateSubGroup``), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+(201, the dashboard's consumer list), DELETE_SUBSCRIPTIONGROUP (207, ``deleteSubGroup``) and
+UPDATE_BROKER_CONFIG (25, ``updateBrokerConfig``).
+
+Owns: ``SubscriptionGroupProcessor`` (services: the subscription-group table, the offset
+table, the log) and ``BrokerConfigProcessor`` (services: ``BrokerSettings``, the log), with
+RocketMQ's bodies: ``SubscriptionGroupConfig`` JSON, ``SubscriptionGroupWrapper``
+(``subscriptionGroupTable`` + ``dataVersion``), properties text for the broker config.
+
+Invariants:
+* A change is answered only once its file holds it (``subscriptionGroup.json``,
+  ``broker.properties``; written in a thread). A bad body, name or value is refused
+  (``ingress.Rejected``: counted, ``request.rejected``) with SYSTEM_ERROR (a setting fixed
+  at start: NO_PERMISSION, as RocketMQ's black list) and a remark naming it, and changes
+  nothing.
+* UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: fields missing from the body keep the group's
+  current values (a new group: the broker's defaults).
+* DELETE_SUBSCRIPTIONGROUP of an unknown group succeeds, as in RocketMQ; with
+  ``removeOffset=true`` the group's consumer offsets go too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.headers import DeleteSubscriptionGroupRequestHeader
+
+from .. import ingress
+from ..broker_settings import parse_properties
+from ..subscriptions import SubscriptionGroupConfig
+
+if TYPE_CHECKING:
+    from ..broker_settings import BrokerSettings
+    from ..offsets import ConsumerOffsetManager
+    from ..subscriptions import SubscriptionGroupManager
+    from ..transport import Connection
+
+
+class SubscriptionGroupProcessor:
+    """200, 201 and 207 over the subscription-group table."""
+
+    def __init__(self, *, subscriptions: SubscriptionGroupManager,
+                 offsets: ConsumerOffsetManager, log: Any) -> None:
+        self.subscriptions = subscriptions
+        self.offsets = offsets
+        self.log = log
+
+    def handle_update_subscription_group(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        try:
+            data = orjson.loads(cmd.body)
+            base = self.subscriptions.get(data.get("groupName")) if isinstance(
+                data, dict) and isinstance(data.get("groupName"), str) else None
+            cfg = SubscriptionGroupConfig.from_json(
+                data, base or self.subscriptions.new_config(""))
+            self.subscriptions.update(cfg)
+        except (orjson.JSONDecodeError, ValueError) as err:
+            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
+                                   f"bad subscription group config: {err}") from None
+        return self._persisted(cmd)
+
+    async def _persisted(self, cmd: RemotingCommand) -> RemotingCommand:
+        await self.subscriptions.persist_async()
+        return cmd.response()
+
+    def handle_delete_subscription_group(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        h = DeleteSubscriptionGroupRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_group(h.group_name, "groupName")
+        deleted = self.subscriptions.delete(h.group_name)
+        if h.remove_offset:
+            self.offsets.remove_group(h.group_name)
+        return self._persisted(cmd) if deleted else cmd.response()
+
+    def handle_all_subscription_groups(self, conn: Connection,
+                                       cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=orjson.dumps(self.subscriptions.encode()))
+
+
+class BrokerConfigProcessor:
+    """UPDATE_BROKER_CONFIG (25): the settable subset (server/broker_settings.py)."""
+
+    def __init__(self, *, settings: BrokerSettings, known: Callable[[], set[str]],
+                 log: Any) -> None:
+        self.settings = settings
+        self.known = known  # the names GET_BROKER_CONFIG shows (fixed ones: NO_PERMISSION)
+        self.log = log
+
+    def handle_update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        try:
+            props = parse_properties(cmd.body.decode())
+            self.settings.apply(props, self.known())
+        except UnicodeDecodeError as err:
+            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
+                                   f"string2Properties error: {err}") from None
+        except PermissionError as err:
+            raise ingress.Rejected(ResponseCode.NO_PERMISSION,
+                                   f"Can not update config: {err}") from None
+        except ValueError as err:
+            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
+                                   f"Can not update config: {err}") from None
+        self.log.info("broker.config_updated", keys=",".join(sorted(props)), peer=conn.peer)
+        return self._persisted(cmd)
+
+    async def _persisted(self, cmd: RemotingCommand) -> RemotingCommand:
+        await self.settings.persist_async()
+        return cmd.response()

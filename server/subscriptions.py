@@ -1,0 +1,301 @@
+"""Subscription groups: the per-consumer-group settings RocketMQ keeps in its broker
+(``SubscriptionGroupManager``, ``subscriptionGroup.json``).
+
+Owns: ``SubscriptionGroupConfig`` (consumeEnable, consumeFromMinEnable,
+consumeBroadcastEnable, retryQueueNums, retryMaxTimes, brokerId,
+whichBrokerWhenConsumeSlowly, notifyConsumerIdsChangedEnable; RocketMQ's JSON names) and
+``SubscriptionGroupManager``: the table, its data version, auto-creation, and its
+persistence to ``config/subscriptionGroup.json`` as ``{"subscriptionGroupTable": {...},
+"dataVersion": {...}}`` (RocketMQ's file layout).
+
+Invariants:
+* ``find`` is RocketMQ's ``findSubscriptionGroupConfig``: a group missing from the table is
+  created with the broker's defaults (``retryMaxTimes`` = ``max_reconsume_times``,
+  ``retryQueueNums`` = ``retry_queue_nums``) when ``auto_create`` is on (a heartbeat or a
+  pull of a new group), else ``None`` (the caller answers SUBSCRIPTION_GROUP_NOT_EXIST).
+* Every change bumps the data version and marks the table dirty; ``persist_async`` writes
+  a snapshot in a thread (no file I/O on the event loop), atomically, ordered by
+  generation so an older snapshot never overwrites a newer one. Admin changes are
+  answered after the write; an auto-creation is written in the background.
+* Bounded: at most ``max_groups`` entries; creating one more raises ``ValueError`` (the
+  request gets SYSTEM_ERROR with the reason) and changes nothing. ``load`` skips entries
+  whose name or fields are not valid and keeps the rest; with no file yet it seeds the
+  groups that have consumer offsets (an upgraded data directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.naming import validate_group
+
+from .store.files import read_json, write_json_atomic
+
+MAX_GROUPS = 65536
+FILE_NAME = "subscriptionGroup.json"
+
+# field -> RocketMQ JSON name (SubscriptionGroupConfig)
+_JSON: dict[str, str] = {
+    "group_name": "groupName",
+    "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "consume_broadcast_enable": "consumeBroadcastEnable",
+    "retry_queue_nums": "retryQueueNums",
+    "retry_max_times": "retryMaxTimes",
+    "broker_id": "brokerId",
+    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+}
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "retry_queue_nums": (1, 1024),  # RocketMQ's 0 silently drops send-backs: refused here
+    "retry_max_times": (0, (1 << 31) - 1),
+    "broker_id": (0, (1 << 31) - 1),
+    "which_broker_when_consume_slowly": (0, (1 << 31) - 1),
+}
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {_JSON[f.name]: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any, base: SubscriptionGroupConfig | None = None
+                  ) -> SubscriptionGroupConfig:
+        """Decode RocketMQ's JSON (missing fields: ``base``'s, else the defaults); raises
+        ``ValueError`` naming the bad field."""
+        if not isinstance(data, dict):
+            raise ValueError("subscription group config must be a JSON object")
+        name = data.get("groupName")
+        if not isinstance(name, str):
+            raise ValueError("groupName is missing or not a string")
+        bad = validate_group(name)
+        if bad is not None:
+            raise ValueError(bad)
+        out = replace(base, group_name=name) if base is not None else cls(name)
+        for f in fields(cls):
+            if f.name == "group_name" or _JSON[f.name] not in data:
+                continue
+            value = data[_JSON[f.name]]
+            if f.name in _INT_RANGES:
+                if isinstance(value, str) and value.lstrip("-").isdigit():
+                    value = int(value)
+                lo, hi = _INT_RANGES[f.name]
+                if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                    raise ValueError(f"{_JSON[f.name]} must be an integer in [{lo}, {hi}], "
+                                     f"got {value!r}")
+            else:
+                if isinstance(value, str) and value.lower() in ("true", "false"):
+                    value = value.lower() == "true"
+                if not isinstance(value, bool):
+                    raise ValueError(f"{_JSON[f.name]} must be true or false, got {value!r}")
+            setattr(out, f.name, value)
+        return out
+
+
+class SubscriptionGroupManager:
+    def __init__(self, config_dir: Path, config: Any = None, *, max_groups: int = MAX_GROUPS,
+                 log: Any = None) -> None:
+        """``config``: the live ``BrokerConfig`` (read at each creation, so
+        UPDATE_BROKER_CONFIG's changes apply): ``max_reconsume_times``, ``retry_queue_nums``,
+        ``auto_create_subscription_group``; ``None``: RocketMQ's defaults, auto-create on."""
+        self.path = config_dir / FILE_NAME
+        self.config = config
+        self.max_groups = max_groups
+        self.log = log
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.counter = 0
+        self.timestamp = int(time.time() * 1000)
+        self.skipped_on_load: list[str] = []
+        self.dirty = False
+        self._generation = 0
+        self._written = 0
+        self._lock = threading.Lock()
+        self._bg: set[asyncio.Task[None]] = set()
+        self._write_pending = False
+
+    # ------------------------------------------------------------ table
+
+    @property
+    def data_version(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    def _changed(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+        self.dirty = True
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.table.get(group)
+
+    @property
+    def auto_create(self) -> bool:
+        return True if self.config is None else bool(self.config.auto_create_subscription_group)
+
+    @property
+    def defaults(self) -> SubscriptionGroupConfig:
+        cfg = self.config
+        if cfg is None:
+            return SubscriptionGroupConfig("")
+        return SubscriptionGroupConfig("", retry_queue_nums=cfg.retry_queue_nums,
+                                       retry_max_times=cfg.max_reconsume_times)
+
+    def new_config(self, group: str) -> SubscriptionGroupConfig:
+        """A group with the broker's defaults (what auto-creation stores)."""
+        return replace(self.defaults, group_name=group)
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, auto-created (and written in the background) when missing
+        and ``auto_create`` is on; ``None`` otherwise or when the table is full."""
+        cfg = self.table.get(group)
+        if cfg is not None or not self.auto_create:
+            return cfg
+        if len(self.table) >= self.max_groups:
+            return None
+        cfg = self.table[group] = self.new_config(group)
+        self._changed()
+        if self.log is not None:
+            self.log.info("subgroup.created", group=group, auto=True)
+        self._persist_soon()
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> bool:
+        """Create or replace ``cfg``; True if it is new. ``ValueError`` when full."""
+        new = cfg.group_name not in self.table
+        if new and len(self.table) >= self.max_groups:
+            raise ValueError(f"subscription group table full: {self.max_groups} groups")
+        self.table[cfg.group_name] = cfg
+        self._changed()
+        if self.log is not None:
+            event = "subgroup.created" if new else "subgroup.updated"
+            self.log.info(event, group=cfg.group_name, auto=False)
+        return new
+
+    def delete(self, group: str) -> bool:
+        if self.table.pop(group, None) is None:
+            return False
+        self._changed()
+        if self.log is not None:
+            self.log.info("subgroup.deleted", group=group)
+        return True
+
+    def pull_refusal(self, group: str, message_model: str | None) -> tuple[int, str] | None:
+        """RocketMQ PullMessageProcessor's group checks: ``(code, remark)`` to refuse a pull
+        of ``group`` (auto-creating it first), or None."""
+        cfg = self.find(group)
+        if cfg is None:
+            return (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group [{group}] does not exist and was not auto-created "
+                    "(autoCreateSubscriptionGroup off, or the group table full): create it "
+                    "with updateSubGroup")
+        if not cfg.consume_enable:
+            return ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
+        if message_model == "BROADCASTING" and not cfg.consume_broadcast_enable:
+            return (ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{group}] can not consume by broadcast way")
+        return None
+
+    def max_reconsume_times(self, group: str, default: int) -> int:
+        """The group's retryMaxTimes (RocketMQ send-back's limit), else ``default``."""
+        cfg = self.table.get(group)
+        return default if cfg is None else cfg.retry_max_times
+
+    # ------------------------------------------------------------ persistence
+
+    def encode(self) -> dict[str, Any]:
+        return {"subscriptionGroupTable": {g: c.to_json() for g, c in sorted(self.table.items())},
+                "dataVersion": self.data_version}
+
+    def load(self, seed: Callable[[], list[str]] | None = None) -> None:
+        """Read the table. With no file yet (a data directory from before subscription
+        groups), the groups ``seed`` names (those with consumer offsets) are created with
+        the defaults, so the dashboard keeps listing them."""
+        data = read_json(self.path, None)
+        if data is None and seed is not None:
+            for group in seed():
+                if validate_group(group) is None and len(self.table) < self.max_groups:
+                    self.table[group] = self.new_config(group)
+            if self.table:
+                self._changed()
+                self.persist()
+            return
+        if not isinstance(data, dict):
+            return
+        table = data.get("subscriptionGroupTable")
+        for name, raw in (table.items() if isinstance(table, dict) else ()):
+            try:
+                cfg = SubscriptionGroupConfig.from_json(raw, self.defaults)
+            except ValueError:
+                self.skipped_on_load.append(str(name))
+                continue
+            if cfg.group_name == name and len(self.table) < self.max_groups:
+                self.table[name] = cfg
+            else:
+                self.skipped_on_load.append(str(name))
+        version = data.get("dataVersion")
+        if isinstance(version, dict) and isinstance(version.get("counter"), int):
+            self.counter = version["counter"]
+            ts = version.get("timestamp")
+            self.timestamp = ts if isinstance(ts, int) else self.timestamp
+
+    def _write(self, generation: int, data: dict[str, Any]) -> None:
+        with self._lock:
+            if generation <= self._written:
+                return
+            write_json_atomic(self.path, data)
+            self._written = generation
+
+    async def persist_async(self) -> None:
+        """Write the current table (in a thread); returns once the file holds it."""
+        self._generation += 1
+        self.dirty = False
+        await asyncio.to_thread(self._write, self._generation, self.encode())
+
+    def persist(self) -> None:
+        """Synchronous write (shutdown, tests)."""
+        self._generation += 1
+        self.dirty = False
+        self._write(self._generation, self.encode())
+
+    def _persist_soon(self) -> None:
+        """One background write for every auto-creation of this loop turn (a heartbeat of
+        many new groups writes the file once)."""
+        if self._write_pending:
+            return
+        self._write_pending = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._write_pending = False
+            self.persist()
+            return
+        task = loop.create_task(self._persist_logged())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _persist_logged(self) -> None:
+        self._write_pending = False  # a change from now on schedules another write
+        try:
+            await self.persist_async()
+        except OSError as err:
+            self.dirty = True
+            if self.log is not None:
+                self.log.error("subgroup.persist_failed", path=str(self.path),
+                               error=f"{type(err).__name__}: {err}")

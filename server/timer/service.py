@@ -1,0 +1,455 @@
+"""TimerService: fire timer messages at their due millisecond, exactly once; recall them.
+
+Owns: the in-memory window of loaded buckets (a heap of ``(due_ms, phy, size)``), the
+firing task, the fired cursor and its checkpoint state, the dispatch listener that feeds
+``TimerBuckets`` from timer and recall records, and the recall decision.
+
+Records (all in the commit log; ``TIMER_TOPIC`` is a system topic no client may send to):
+* a timer record: ``TIMER_TOPIC`` queue 0, properties ``TIMER_OUT_MS`` (due ms),
+  ``REAL_TOPIC``/``REAL_QID`` (where it fires to);
+* a recall record: ``TIMER_TOPIC`` queue 1, ``KAIROS_RECALL_TARGET=<due>:<phy>``;
+* a fired copy: the real topic, ``KAIROS_TIMER_ORIGIN=<due>:<phy>`` (the timer record).
+
+Invariants:
+* Never early: an entry fires only when the clock reads at least its due ms; the task
+  sleeps to the head's due instant (or until an earlier timer arrives), never on a period.
+* Exactly once across ``kill -9``: timers fire in ``(due, phy)`` order and the cursor is
+  the last fired pair. It moves when a fired copy is dispatched (the same synchronous
+  append), is saved with each store checkpoint and, after a crash, rebuilt by replaying
+  the fired copies after it: progress comes from the log. A failed re-put leaves the
+  entry at the head (nothing overtakes it); a dropped write rolls the cursor back.
+* A new timer is never behind the cursor: ``admit`` lifts a due time below the cursor's
+  (a wall clock that stepped back) to the cursor's, so "fired" is exactly "<= cursor".
+* Recall is decided on the loop without an await between the check and the recall
+  record's append, so a recall and a fire in the same millisecond give exactly one of
+  "recalled" / "already fired". A recall record is dispatched into the target's bucket
+  as a CANCEL entry, so a recalled timer never fires, even after ``kill -9``.
+* Memory: only buckets starting within ``lookahead_ms`` are loaded, and no further
+  bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
+  bucket by bucket, in due order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import re
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+from kairosmq.protocol.message import stored_physical_offset
+from kairosmq.protocol.properties import (
+    REAL_QID,
+    REAL_TOPIC,
+    RECALL_KIND,
+    RECALL_TARGET,
+    TIMER_ORIGIN,
+)
+from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+
+from ..clock import sub_ms, wall_ms
+from ..logs import get_logger
+from ..requeue import RequeueError
+from ..store import DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
+from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
+
+TIMER_QUEUE = 0
+RECALL_QUEUE = 1
+RETRY_PAUSE = 0.2
+_PAIR = re.compile(r"(\d{1,18}):(\d{1,18})", re.ASCII)
+_PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+_UNDO_TRIM = 1024
+Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
+
+
+class RecallOutcome(Enum):
+    RECALLED = "recalled"
+    ALREADY_FIRED = "already fired"
+    ALREADY_RECALLED = "already recalled"
+
+
+def format_pair(due_ms: int, phy: int) -> str:
+    return f"{due_ms}:{phy}"
+
+
+def parse_pair(text: str) -> tuple[int, int] | None:
+    m = _PAIR.fullmatch(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class TimerService:
+    """Fires timer records to their real topics; a StateProvider of the store."""
+
+    name = "timer"
+
+    def __init__(self, store: MessageStore, buckets: TimerBuckets, *,
+                 reput: Callable[[bytes, int, int], PutResult],
+                 on_fired: Callable[[bytes, PutResult, int, int], None] | None = None,
+                 clock_ms: Callable[[], int] | None = None, batch: int = 256,
+                 lookahead_ms: int = 2_000, max_loaded: int = 400_000,
+                 run_blocking: Callable[..., Awaitable[Any]] | None = None) -> None:
+        self.store = store
+        self.buckets = buckets
+        self.reput = reput  # (record, due, phy) -> result: the put path, told "re-put"
+        self.on_fired = on_fired
+        self.clock_ms = clock_ms or wall_ms  # the broker passes the store's clock
+        self.batch = batch
+        self.lookahead_ms = lookahead_ms
+        self.max_loaded = max_loaded
+        self.run_blocking = run_blocking or asyncio.to_thread  # file reads (tests: inline)
+        self.cursor: tuple[int, int] = (0, -1)
+        self.skipped = 0
+        self.log = get_logger("timer")
+        self._heap: list[Entry] = []
+        self._cancelled: set[int] = set()  # recalled phys inside the loaded window
+        self.level_recalls: set[int] = set()  # recalled schedule records not yet passed
+        self._future: list[int] = []  # heap of buckets beyond the window
+        self._known: set[int] = set()
+        self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
+        self._loaded_through = -1
+        self._low = 0  # timer-queue offset below which every timer fired (retention)
+        self._loading: int | None = None
+        self._loading_extra: list[Entry] = []
+        self._putting: tuple[int, int] | None = None
+        self._undo: list[tuple[int, tuple[int, int], Entry]] = []
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+        store.rollback_listeners.append(self.rollback)
+
+    # ------------------------------------------------------------- StateProvider
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"cursor": list(self.cursor), "level_recalls": sorted(self.level_recalls)}
+
+    def restore(self, state: Any) -> None:
+        if isinstance(state, dict):
+            cur = state.get("cursor")
+            if (isinstance(cur, list) and len(cur) == 2
+                    and all(isinstance(v, int) and 0 <= v < 1 << 63 for v in cur)):
+                self.cursor = (cur[0], cur[1])
+            recalls = state.get("level_recalls")
+            if isinstance(recalls, list):
+                self.level_recalls = {v for v in recalls if isinstance(v, int) and v >= 0}
+
+    # ------------------------------------------------------------- admission
+
+    def admit(self, due_ms: int) -> int:
+        """The due time to store for a new timer: never behind the fired cursor."""
+        return max(due_ms, self.cursor[0])
+
+    @property
+    def pending_in_memory(self) -> int:
+        return len(self._heap)
+
+    def next_due(self) -> int | None:
+        """The earliest pending due ms (the head of the loaded window; the next bucket is
+        loaded whenever the window is empty, and until it is, the earliest due added to it
+        since the start, else its start), or None."""
+        for due, phy, _size in heapq.nsmallest(64, self._heap):
+            if (due, phy) > self.cursor and phy not in self._cancelled:
+                return due
+        if self._future:  # not loaded yet (the task loads it next)
+            first = self._future[0]
+            return self._future_min.get(first, first * self.buckets.bucket_ms)
+        return None
+
+    # ------------------------------------------------------------- dispatch
+
+    def on_dispatch(self, req: DispatchRequest) -> None:
+        props = req.properties
+        if req.topic == TIMER_TOPIC:
+            if req.queue_id == TIMER_QUEUE:
+                raw = props.get(TIMER_OUT_MS, "")
+                if raw.isascii() and raw.isdigit() and len(raw) <= 18:
+                    self._add((int(raw), req.phy_offset, req.size))
+                else:
+                    self.log.error("timer.record_skipped", phy_offset=req.phy_offset,
+                                   reason=f"{TIMER_OUT_MS}={raw[:40]!r} is not a due time")
+            elif req.queue_id == RECALL_QUEUE:
+                target = parse_pair(props.get(RECALL_TARGET, ""))
+                if target is None:
+                    return
+                if props.get(RECALL_KIND) == "level":
+                    self.level_recalls.add(target[1])
+                else:
+                    self._cancel(*target)
+            return
+        origin = props.get(TIMER_ORIGIN)
+        if origin is None:
+            return
+        pair = parse_pair(origin)
+        if pair is None or (not req.replay and pair != self._putting):
+            self.log.warning("timer.origin_ignored", phy_offset=req.phy_offset,
+                             origin=origin[:64])
+            return
+        if pair > self.cursor:
+            prev = self.cursor
+            self.cursor = pair
+            if not req.replay:
+                self._undo.append((req.phy_offset, prev, (pair[0], pair[1], 0)))
+                if len(self._undo) > _UNDO_TRIM:
+                    written = self.store.commitlog.written_offset
+                    self._undo = [u for u in self._undo if u[0] >= written]
+
+    def _add(self, entry: Entry) -> None:
+        bucket = self.buckets.add(entry[0], entry[1], entry[2])
+        if not self._started:
+            return
+        if bucket <= self._loaded_through:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] == entry and self._changed is not None:
+                self._changed.set()
+        elif bucket == self._loading:
+            self._loading_extra.append(entry)
+        else:
+            if entry[0] < self._future_min.get(bucket, entry[0] + 1):
+                self._future_min[bucket] = entry[0]
+            if bucket not in self._known:
+                self._known.add(bucket)
+                heapq.heappush(self._future, bucket)
+                if self._future[0] == bucket and self._changed is not None:
+                    self._changed.set()
+
+    def _cancel(self, due: int, phy: int) -> None:
+        bucket = self.buckets.add(due, phy, 0, KIND_CANCEL)
+        if self._started and (bucket <= self._loaded_through or bucket == self._loading):
+            self._cancelled.add(phy)
+
+    def rollback(self, kept: int) -> None:
+        """Store rollback listener: fired copies at or after ``kept`` were dropped, so
+        their timers are pending again."""
+        while self._undo and self._undo[-1][0] >= kept:
+            _phy, prev, entry = self._undo.pop()
+            self.cursor = min(self.cursor, prev)
+            heapq.heappush(self._heap, entry)  # size 0: re-read by phy when it fires
+        if self._changed is not None:
+            self._changed.set()
+
+    # ------------------------------------------------------------- recall
+
+    def is_fired(self, due: int, phy: int) -> bool:
+        return (due, phy) <= self.cursor
+
+    async def recall_state(self, due: int, phy: int) -> RecallOutcome | None:
+        """What a recall of the timer ``(due, phy)`` finds now, or None if it is pending.
+
+        The caller appends the recall record right after a None, without awaiting."""
+        if self.is_fired(due, phy):
+            return RecallOutcome.ALREADY_FIRED
+        if phy in self._cancelled:
+            return RecallOutcome.ALREADY_RECALLED
+        bucket = self.buckets.bucket_of(due)
+        if bucket > self._loaded_through and bucket != self._loading:
+            pending = self.buckets.pending_bytes(bucket)
+            live = await self.run_blocking(self.buckets.load, bucket, pending)
+            more = self.buckets.pending_bytes(bucket)[len(pending):]
+            if not any(e[1] == phy for e in live) or _cancels(more, phy):
+                return RecallOutcome.ALREADY_RECALLED
+        if self.is_fired(due, phy):  # it may have fired while the bucket was read
+            return RecallOutcome.ALREADY_FIRED
+        return RecallOutcome.ALREADY_RECALLED if phy in self._cancelled else None
+
+    def level_recall_state(self, phy: int, fired: bool) -> RecallOutcome | None:
+        """The same decision for a level-delayed message (its schedule record at ``phy``;
+        ``fired``: the scheduler's progress is past it)."""
+        if fired:
+            return RecallOutcome.ALREADY_FIRED
+        return RecallOutcome.ALREADY_RECALLED if phy in self.level_recalls else None
+
+    def pass_level_record(self, phy: int) -> bool:
+        """The scheduler's check before a re-put: True if the schedule record at ``phy`` was
+        recalled (the scheduler then skips it; the mark is dropped once passed)."""
+        if phy in self.level_recalls:
+            self.level_recalls.discard(phy)
+            return True
+        return False
+
+    # ------------------------------------------------------------- task
+
+    def start(self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
+              ) -> None:
+        first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else 0
+        self._known = {b for b in self.buckets.buckets() if b >= first}
+        self._future = sorted(self._known)
+        self._loaded_through = first - 1
+        self._changed = asyncio.Event()
+        self._started = True
+        if spawn is not None:
+            self._task = spawn("timer", lambda _st: self._run())
+        else:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="timer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        assert self._changed is not None
+        while True:
+            await self._load_window()
+            now = self.clock_ms()
+            if self._heap and self._heap[0][0] <= now:
+                ok = self._fire(now)
+                await asyncio.sleep(0 if ok else RETRY_PAUSE)
+                continue
+            wake = self._heap[0][0] if self._heap else None
+            if self._future:
+                load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
+                wake = load_at if wake is None else min(wake, load_at)
+            self._changed.clear()
+            timeout = None
+            if wake is not None:
+                timeout = max(0.0, wake - now - sub_ms(self.clock_ms)) / 1000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _load_window(self) -> None:
+        """Load every bucket that starts within the lookahead, in order, while the heap
+        holds fewer than ``max_loaded`` entries; and the next bucket whatever its time
+        while nothing is loaded (so the head of the heap is the next due timer)."""
+        horizon = self.clock_ms() + self.lookahead_ms
+        while self._future and (
+                not self._heap
+                or (self._future[0] * self.buckets.bucket_ms <= horizon
+                    and len(self._heap) < self.max_loaded)):
+            bucket = heapq.heappop(self._future)
+            self._known.discard(bucket)
+            self._future_min.pop(bucket, None)
+            self._loading, self._loading_extra = bucket, []
+            try:
+                pending = self.buckets.pending_bytes(bucket)
+                live = await self.run_blocking(self.buckets.load, bucket, pending)
+            except BaseException:
+                heapq.heappush(self._future, bucket)
+                self._known.add(bucket)
+                raise
+            finally:
+                self._loading = None
+            cursor = self.cursor
+            fresh = [e for e in live if (e[0], e[1]) > cursor and e[1] not in self._cancelled]
+            fresh += [e for e in self._loading_extra if e[1] not in self._cancelled]
+            self._loading_extra = []
+            self._loaded_through = bucket
+            if len(fresh) > len(self._heap):
+                self._heap.extend(fresh)
+                heapq.heapify(self._heap)
+            else:
+                for e in fresh:
+                    heapq.heappush(self._heap, e)
+
+    def _fire(self, now: int) -> bool:
+        """Fire up to ``batch`` due timers; False if a re-put failed (retry later)."""
+        fired = 0
+        while self._heap and self._heap[0][0] <= now and fired < self.batch:
+            due, phy, size = self._heap[0]
+            if (due, phy) <= self.cursor or phy in self._cancelled:
+                heapq.heappop(self._heap)
+                self._cancelled.discard(phy)
+                continue
+            # the entry's size comes from the record's own dispatch (0 after a rollback):
+            # a plain read plus its PHYSICALOFFSET field, not the full checked read
+            rec = self.store.read(phy, size) if size > 0 else self.store.read_at(phy)
+            if rec is None or stored_physical_offset(rec) != phy:
+                heapq.heappop(self._heap)
+                self._skip(due, phy, "the timer record cannot be read (retention or damage)")
+                continue
+            self._putting = (due, phy)
+            try:
+                result = self.reput(rec, due, phy)
+            except RequeueError as err:
+                heapq.heappop(self._heap)
+                self._skip(due, phy, f"cannot restore the message: {err}")
+                continue
+            finally:
+                self._putting = None
+            if result.status in _PERMANENT:
+                heapq.heappop(self._heap)
+                self._skip(due, phy, f"the re-put was refused: "
+                           f"{result.remark or result.status.value}")
+                continue
+            if result.status is not PutStatus.PUT_OK:
+                return False
+            heapq.heappop(self._heap)
+            if self.cursor < (due, phy):  # dispatch did not see the origin: never loop
+                self.cursor = (due, phy)
+            fired += 1
+            if self.on_fired is not None:
+                self.on_fired(rec, result, due, phy)
+        return True
+
+    def _skip(self, due: int, phy: int, reason: str) -> None:
+        self.skipped += 1
+        if self.cursor < (due, phy):
+            self.cursor = (due, phy)
+        self.log.error("timer.record_skipped", phy_offset=phy, reason=reason)
+
+    # ------------------------------------------------------------- housekeeping
+
+    def retention_floor(self, scan: int = 100_000) -> int | None:
+        """The lowest commit-log offset a pending timer's record lies at (retention keeps
+        every segment from there on), or None when no timer is pending. Walks the timer
+        queue from where the last call stopped, at most ``scan`` units per call (until it
+        caught up, the answer is lower than needed, never higher)."""
+        cq = self.store.find_queue(TIMER_TOPIC, TIMER_QUEUE)
+        if cq is None:
+            return None
+        off = max(self._low, cq.min_offset)
+        end = cq.max_offset
+        while off < end and scan > 0:
+            units = list(cq.units(off, min(scan, 4096)))
+            if not units:
+                break
+            stop = False
+            for phy, _size, due in units:
+                if phy >= 0 and (due, phy) > self.cursor:
+                    stop = True
+                    break
+                off += 1
+            scan -= len(units)
+            if stop:
+                break
+        self._low = off
+        if off >= end:
+            return None
+        unit = cq.get(off)
+        return unit[0] if unit is not None else None
+
+    async def delete_fired_buckets(self) -> int:
+        """Remove the files of buckets wholly before the fired cursor (one bucket of
+        margin); every entry in them fired or was recalled. Returns how many."""
+        if self.cursor[1] < 0:
+            return 0
+        below = self.buckets.bucket_of(self.cursor[0]) - 1
+        gone = await self.run_blocking(self.buckets.delete_below, below)
+        if gone:
+            self.log.info("timer.buckets_deleted", count=gone,
+                          before_ts=below * self.buckets.bucket_ms)
+        return gone
+
+    # ------------------------------------------------------------- checkpoint
+
+    def take_dirty(self) -> dict[int, bytes]:
+        """On the loop, with the store snapshot: the bucket appends the checkpoint must
+        write before it records its offset."""
+        return self.buckets.take_dirty()
+
+
+def _cancels(data: bytes, phy: int) -> bool:
+    return any(k == KIND_CANCEL and p == phy for _d, p, _s, k in ENTRY.iter_unpack(data))
+
+
+def transform_timer(msg: MessageInner, due_ms: int) -> None:
+    """Divert ``msg`` into the timer topic in place, due at ``due_ms``: REAL_TOPIC and
+    REAL_QID keep where it fires to, ``TIMER_OUT_MS`` when (RocketMQ 5's names)."""
+    props = msg.properties
+    props[REAL_TOPIC] = msg.topic
+    props[REAL_QID] = str(msg.queue_id)
+    props[TIMER_OUT_MS] = str(due_ms)
+    msg.topic = TIMER_TOPIC
+    msg.queue_id = TIMER_QUEUE

@@ -1,0 +1,76 @@
+"""Apache RocketMQ 4.9.8's own ``mqadmin`` (Java, its AclClientRPCHook fed from
+``$ROCKETMQ_HOME/conf/tools.yml``) against a broker started with ``--acl``: a stock Java
+client's signatures verify on the broker and name-server ports, and a non-admin account's
+topic creation is refused with the remark naming the rule. Skipped without ``java`` or the
+RocketMQ jars."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from kairosmq.server.broker import Broker
+
+from tests.helpers import ROCKETMQ_HOME
+from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER
+from tests.security.java_acl import java_missing
+
+pytestmark = pytest.mark.skipif(java_missing() is not None,
+                                reason=f"stock mqadmin with ACL: {java_missing()}")
+
+
+def _java17_flags() -> list[str]:
+    flags = ROCKETMQ_HOME / "jvm_flags.sh"
+    if not flags.exists():
+        return []
+    out = subprocess.run(["bash", "-c", f'. "{flags}"; echo $RMQ_JAVA17_FLAGS'],
+                         capture_output=True, text=True, check=True, timeout=10)
+    return out.stdout.split()
+
+
+def _home(tmp: Path, access_key: str, secret_key: str) -> Path:
+    home = tmp / f"home-{access_key}"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "tools.yml").write_text(f"accessKey: {access_key}\n"
+                                             f"secretKey: {secret_key}\n")
+    logback = ROCKETMQ_HOME / "conf" / "logback_tools.xml"
+    if logback.exists():
+        shutil.copy(logback, home / "conf" / "logback_tools.xml")
+    return home
+
+
+async def mqadmin(home: Path, *args: str) -> tuple[int, str]:
+    cmd = ["java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", *_java17_flags(),
+           f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
+           f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{ROCKETMQ_HOME / 'lib'}/*",
+           "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    return int(proc.returncode or 0), out.decode(errors="replace")
+
+
+async def test_stock_mqadmin_signs_and_is_held_to_the_rules(
+        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    path = tmp_path / "acl.yml"
+    path.write_text(ACL_FILE)
+    broker = await broker_factory(acl_file=path)
+    admin_home = _home(tmp_path, ADMIN.access_key, ADMIN.secret_key)
+    consumer_home = _home(tmp_path, CONSUMER.access_key, CONSUMER.secret_key)
+    (_, made), (_, refused) = await asyncio.gather(
+        mqadmin(admin_home, "updateTopic", "-b", broker.address, "-t", "JavaMade",
+                "-r", "2", "-w", "2"),
+        mqadmin(consumer_home, "updateTopic", "-b", broker.address, "-t", "JavaRefused"))
+    _, listed = await mqadmin(consumer_home, "topicList", "-n", broker.namesrv_address)
+    assert "create topic to" in made and "success" in made, made
+    assert broker.topics.get("JavaMade") is not None
+    assert broker.topics.get("JavaRefused") is None
+    assert "Need admin permission for request code=17, but accessKey=consumer_ak is not" in \
+        refused, refused
+    assert "JavaMade" in listed, listed
+    # the Java clients' signatures all verified: only the one permission refusal
+    assert broker.acl.denied == {"admin": 1}

@@ -1,0 +1,102 @@
+"""Unit tests of PullMessageProcessor (server/handlers/pull.py) on a real store, offset
+table, client registry and arrival notifier: found messages, tag filtering, the commit
+side effect, status codes, and a held pull woken by a put or by its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kairosmq.protocol.codes import (
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.message import decode_records
+from kairosmq.server.handlers.pull import PullMessageProcessor
+
+from tests.server.handlers.rig import Services, req
+
+
+def _processor(s: Services, running: bool = True) -> PullMessageProcessor:
+    b = s.broker
+    return PullMessageProcessor(reads=s.store, topics=s.topics, offsets=s.offsets,
+                                clients=s.clients, notifier=b.notifier, holds=b.pull_holds,
+                                stats=s.stats, config=s.config, log=s.log, msglog=b.msglog,
+                                running=lambda: running)
+
+
+def _pull(topic: str, offset: int = 0, *, sys_flag: int = 0, **extra: Any) -> RemotingCommand:
+    ext: dict[str, Any] = {"consumerGroup": "G", "topic": topic, "queueId": 0,
+                           "queueOffset": offset, "maxMsgNums": 32, "sysFlag": sys_flag,
+                           "commitOffset": 0, "suspendTimeoutMillis": 50, "subVersion": 0}
+    ext.update(extra)
+    return req(RequestCode.PULL_MESSAGE, ext)
+
+
+def _bodies(resp: RemotingCommand) -> list[bytes]:
+    return [m.body for m in decode_records(resp.body)]
+
+
+async def test_pull_returns_stored_messages_from_the_offset(services: Services) -> None:
+    for i in range(5):
+        services.store_message("T", f"m{i}".encode())
+    resp = _processor(services).handle_pull(services.conn(), _pull("T", 2))
+    assert resp.code == ResponseCode.SUCCESS
+    assert _bodies(resp) == [b"m2", b"m3", b"m4"]
+    assert resp.ext_fields["nextBeginOffset"] == "5" and resp.ext_fields["maxOffset"] == "5"
+    assert services.stats.pulled["T"] == 3
+
+
+async def test_tag_subscription_filters_at_the_broker(services: Services) -> None:
+    services.store_message("T", b"a", props={"TAGS": "A"})
+    services.store_message("T", b"b", props={"TAGS": "B"})
+    services.store_message("T", b"a2", props={"TAGS": "A"})
+    resp = _processor(services).handle_pull(
+        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription="A"))
+    assert _bodies(resp) == [b"a", b"a2"] and resp.ext_fields["nextBeginOffset"] == "3"
+
+
+async def test_commit_flag_commits_the_consumer_offset(services: Services) -> None:
+    services.store_message("T", b"x")
+    _processor(services).handle_pull(services.conn(),
+                                     _pull("T", 1, sys_flag=PULL_COMMIT_OFFSET, commitOffset=1))
+    assert services.offsets.query("G", "T", 0) == 1
+
+
+async def test_status_codes(services: Services) -> None:
+    proc = _processor(services)
+    services.store_message("T", b"x")
+    unknown = proc.handle_pull(services.conn(), _pull("Missing"))
+    assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    at_end = proc.handle_pull(services.conn(), _pull("T", 1))
+    assert at_end.code == ResponseCode.PULL_NOT_FOUND
+    beyond = proc.handle_pull(services.conn(), _pull("T", 9))
+    assert beyond.code == ResponseCode.PULL_OFFSET_MOVED
+    assert beyond.ext_fields["nextBeginOffset"] == "1"
+
+
+async def test_held_pull_is_answered_when_a_message_lands(services: Services) -> None:
+    services.store_message("T", b"first")
+    cmd = _pull("T", 1, sys_flag=PULL_SUSPEND, suspendTimeoutMillis=10_000)
+    held = _processor(services).handle_pull(services.conn(), cmd)
+    assert not isinstance(held, RemotingCommand)  # held: an awaitable
+    task = asyncio.ensure_future(held)
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    services.store_message("T", b"second")
+    resp = await asyncio.wait_for(task, 5)  # far below the 10 s hold: woken by the put
+    assert resp.code == ResponseCode.SUCCESS and _bodies(resp) == [b"second"]
+
+
+async def test_held_pull_times_out_and_is_not_held_when_stopping(services: Services) -> None:
+    services.store_message("T", b"x")
+    cmd = _pull("T", 1, sys_flag=PULL_SUSPEND, suspendTimeoutMillis=50)
+    held = _processor(services).handle_pull(services.conn(), cmd)
+    resp = await asyncio.wait_for(held, 5)
+    assert resp.code == ResponseCode.PULL_NOT_FOUND
+    now = _processor(services, running=False).handle_pull(services.conn(), cmd)
+    assert isinstance(now, RemotingCommand) and now.code == ResponseCode.PULL_NOT_FOUND

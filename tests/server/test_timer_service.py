@@ -1,0 +1,300 @@
+"""TimerService + TimerBuckets on a real store and a virtual clock.
+
+Wake instants (the task sleeps to the head's due millisecond, not on a period), never
+early, order across buckets, far-future timers (40 days, on the virtual clock), recall
+(before, after and instead of the fire), a failed re-put retried in order, and restart:
+the checkpointed cursor plus replay of the log after it fires every timer exactly once,
+with and without the bucket files having been flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.properties import (
+    REAL_QID,
+    REAL_TOPIC,
+    RECALL_TARGET,
+    TIMER_DELIVER_MS,
+    TIMER_ORIGIN,
+)
+from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.server.requeue import restore_timer
+from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
+from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService
+from kairosmq.server.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
+from kairosmq.server.timer.service import RECALL_QUEUE, format_pair
+
+from tests.helpers import VirtualLoop, run_virtual
+
+BASE_MS = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a bucket boundary
+HOST = (b"\x7f\x00\x00\x01", 10911)
+DAY = 86_400_000
+
+
+async def inline(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+class Rig:
+    """A real store with a TimerService wired as the broker wires it (clock = virtual)."""
+
+    def __init__(self, root: Path, loop: VirtualLoop) -> None:
+        self.root = root
+        self.loop = loop
+        self.fail_next = 0
+        self.fired: list[tuple[bytes, int, int]] = []  # (body, due, loop-clock ms)
+        self._open()
+
+    def _open(self) -> None:
+        self.store = MessageStore(self.root / "store", store_host=HOST, segment_size=1 << 20,
+                                  units_per_file=1000, clock_ms=self.now)
+        self.buckets = TimerBuckets(self.root / "store" / "timer")
+        self.timer = TimerService(self.store, self.buckets, reput=self.reput,
+                                  clock_ms=self.now, run_blocking=inline)
+        self.store.providers.append(self.timer)
+        self.store.dispatchers.append(self.timer.on_dispatch)
+        self.store.open()
+
+    def now(self) -> int:
+        return BASE_MS + round(self.loop.time() * 1000)
+
+    def reput(self, record: bytes, due: int, phy: int) -> PutResult:
+        if self.fail_next:
+            self.fail_next -= 1
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
+        msg = restore_timer(record, due, phy)
+        result = self.store.put(msg)
+        self.fired.append((msg.body, due, self.now()))
+        return result
+
+    def schedule(self, body: bytes, due: int) -> int:
+        """Store a timer record as the put path does; return its phy offset."""
+        msg = MessageInner(topic=TIMER_TOPIC, queue_id=0, body=body, born_timestamp=BASE_MS,
+                           properties={TIMER_DELIVER_MS: str(due), REAL_TOPIC: "Real",
+                                       REAL_QID: "0", TIMER_OUT_MS: str(self.timer.admit(due))})
+        res = self.store.put(msg)
+        assert res.status is PutStatus.PUT_OK
+        return res.phy_offset
+
+    def recall_record(self, due: int, phy: int) -> None:
+        msg = MessageInner(topic=TIMER_TOPIC, queue_id=RECALL_QUEUE, body=b"0",
+                           properties={RECALL_TARGET: format_pair(due, phy)})
+        assert self.store.put(msg).status is PutStatus.PUT_OK
+
+    def checkpoint(self) -> None:
+        snap = self.store.checkpoint_snapshot()
+        self.buckets.flush(self.timer.take_dirty())
+        self.store.persist_checkpoint(snap)
+
+    async def restart(self, *, clean: bool) -> None:
+        """Stop (``clean``: checkpoint first) and open everything again, as after kill -9
+        when not clean (the store's files stay as they are)."""
+        await self.timer.stop()
+        if clean:
+            self.checkpoint()
+        self.store.close()
+        self._open()
+        self.timer.start()
+
+    def real(self) -> list[tuple[bytes, dict[str, str]]]:
+        res = self.store.get("Real", 0, 0, 100_000, max_bytes=1 << 30)
+        return [(m.body, m.properties) for m in decode_records(b"".join(res.chunks))]
+
+
+def run(tmp_path: Path, body: Any) -> Any:
+    async def main(loop: VirtualLoop) -> Any:
+        rig = Rig(tmp_path, loop)
+        rig.timer.start()
+        try:
+            return await body(rig)
+        finally:
+            await rig.timer.stop()
+            rig.store.close()
+
+    return run_virtual(main)
+
+
+def test_fires_at_each_due_millisecond_in_order(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        dues = [BASE_MS + d for d in (5, 1, 61_000, 3, 59_999, 60_000, 1_000, 1_000)]
+        for i, due in enumerate(dues):
+            rig.schedule(f"m{i}".encode(), due)
+        await asyncio.sleep(62)
+        assert [f[1] for f in rig.fired] == sorted(dues)
+        assert all(at == due for _b, due, at in rig.fired)  # exactly on time, never early
+        got = rig.real()
+        assert len(got) == len(dues)
+        for _body, props in got:
+            assert TIMER_DELIVER_MS not in props and REAL_TOPIC not in props
+            assert props[TIMER_ORIGIN].startswith(props[TIMER_OUT_MS] + ":")
+
+    run(tmp_path, body)
+
+
+def test_sleeps_to_the_due_instant_not_on_a_period(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        rig.schedule(b"a", BASE_MS + 30_000)
+        await asyncio.sleep(40)
+        waits = [t for t in rig.loop.timers_of("timer") if t.delay > 0]
+        # one sleep straight to the due instant (no 10 ms / 250 ms / 1 s ticks before it)
+        assert len(waits) <= 2, waits
+        assert rig.fired and rig.fired[0][2] == BASE_MS + 30_000
+
+    run(tmp_path, body)
+
+
+def test_an_earlier_timer_wakes_a_sleeping_task(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        rig.schedule(b"late", BASE_MS + 50_000)
+        await asyncio.sleep(1)
+        rig.schedule(b"early", BASE_MS + 1_500)
+        await asyncio.sleep(60)
+        assert [(b, at - BASE_MS) for b, _d, at in rig.fired] == [(b"early", 1_500),
+                                                                   (b"late", 50_000)]
+
+    run(tmp_path, body)
+
+
+def test_far_future_timer_stays_on_disk_until_its_bucket(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        due = BASE_MS + 40 * DAY - 7
+        rig.schedule(b"far", due)
+        for d in (2, 3):
+            rig.schedule(b"nearer", BASE_MS + d * DAY)
+        await asyncio.sleep(3)
+        # only the next bucket is in memory: memory is flat in the number of pending timers
+        assert rig.timer.pending_in_memory == 1
+        assert rig.timer.next_due() == BASE_MS + 2 * DAY
+        rig.checkpoint()
+        assert rig.buckets.path(rig.buckets.bucket_of(due)).stat().st_size == ENTRY.size
+        await asyncio.sleep(40 * 86_400)
+        assert [(b, at) for b, _d, at in rig.fired][-1] == (b"far", due)
+        assert len(rig.fired) == 3
+
+    run(tmp_path, body)
+
+
+def test_recall_before_fire_wins_and_is_final(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        due = BASE_MS + 10_000
+        phy = rig.schedule(b"x", due)
+        keep = rig.schedule(b"keep", due)
+        assert await rig.timer.recall_state(due, phy) is None
+        rig.recall_record(due, phy)
+        assert await rig.timer.recall_state(due, phy) is RecallOutcome.ALREADY_RECALLED
+        await asyncio.sleep(11)
+        assert [b for b, _d, _a in rig.fired] == [b"keep"]
+        assert await rig.timer.recall_state(due, keep) is RecallOutcome.ALREADY_FIRED
+
+    run(tmp_path, body)
+
+
+def test_recall_of_a_far_timer_in_an_unloaded_bucket(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        due = BASE_MS + 3 * DAY
+        phy = rig.schedule(b"x", due)
+        rig.checkpoint()  # half on disk, half buffered
+        other = rig.schedule(b"y", due + 1)
+        assert await rig.timer.recall_state(due, phy) is None
+        rig.recall_record(due, phy)
+        assert await rig.timer.recall_state(due, phy) is RecallOutcome.ALREADY_RECALLED
+        await rig.restart(clean=False)  # kill -9: the recall record is replayed
+        assert await rig.timer.recall_state(due, phy) is RecallOutcome.ALREADY_RECALLED
+        await asyncio.sleep(3 * 86_400 + 5)
+        assert [b for b, _d, _a in rig.fired] == [b"y"]
+        assert await rig.timer.recall_state(due + 1, other) is RecallOutcome.ALREADY_FIRED
+
+    run(tmp_path, body)
+
+
+def test_failed_reput_is_retried_and_nothing_overtakes_it(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        rig.schedule(b"first", BASE_MS + 1_000)
+        rig.schedule(b"second", BASE_MS + 1_001)
+        rig.fail_next = 3
+        await asyncio.sleep(5)
+        assert [b for b, _d, _a in rig.fired] == [b"first", b"second"]
+        assert rig.fired[0][2] > BASE_MS + 1_000  # retried after the pauses
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_restart_fires_each_timer_exactly_once(tmp_path: Path, clean: bool) -> None:
+    async def body(rig: Rig) -> None:
+        for i in range(40):
+            rig.schedule(f"m{i}".encode(), BASE_MS + 500 + i * 100)
+        if clean:
+            rig.checkpoint()
+        await asyncio.sleep(2.55)  # 21 fired (500..2500 ms)
+        assert len(rig.fired) == 21
+        await rig.restart(clean=clean)
+        await asyncio.sleep(10)
+        bodies = [b for b, _p in rig.real()]
+        assert bodies == [f"m{i}".encode() for i in range(40)]  # once each, in due order
+
+    run(tmp_path, body)
+
+
+def test_due_during_downtime_fires_at_start_in_due_order(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        await rig.timer.stop()
+        for i, d in enumerate((300_000, 100_000, 200_000)):  # three buckets
+            rig.schedule(f"m{i}".encode(), BASE_MS + d)
+        rig.checkpoint()
+        await asyncio.sleep(400)  # "down": nothing runs
+        assert rig.fired == []
+        rig.timer.start()
+        await asyncio.sleep(0.1)
+        assert [b for b, _d, _a in rig.fired] == [b"m1", b"m2", b"m0"]
+
+    run(tmp_path, body)
+
+
+def test_admit_never_puts_a_timer_behind_the_cursor(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        rig.schedule(b"a", BASE_MS + 2_000)
+        await asyncio.sleep(3)
+        assert rig.timer.admit(BASE_MS + 1_000) == BASE_MS + 2_000  # clock stepped back
+        rig.schedule(b"b", BASE_MS + 1_000)
+        await asyncio.sleep(1)
+        assert [b for b, _d, _a in rig.fired] == [b"a", b"b"]
+
+    run(tmp_path, body)
+
+
+def test_live_entries_dedupe_and_cancel_in_any_order() -> None:
+    a, b, c = (10, 100, 5), (5, 200, 5), (10, 50, 5)
+    t = [ENTRY.pack(*e, KIND_TIMER) for e in (a, b, c)]
+    cancel_b = ENTRY.pack(5, 200, 0, KIND_CANCEL)
+    assert live_entries([t[0] + t[1] + t[0], t[2] + t[1]]) == [b, c, a]
+    assert live_entries([cancel_b + t[0], t[1] + t[2]]) == [c, a]  # cancel before timer
+
+
+def test_torn_tail_entry_is_dropped(tmp_path: Path) -> None:
+    bk = TimerBuckets(tmp_path)
+    bk.add(BASE_MS + 5, 1, 10)
+    bk.flush(bk.take_dirty())
+    with bk.path(bk.bucket_of(BASE_MS)).open("ab") as f:
+        f.write(b"\x01\x02\x03")
+    assert bk.load(bk.bucket_of(BASE_MS)) == [(BASE_MS + 5, 1, 10)]
+    assert bk.entry_counts() == {bk.bucket_of(BASE_MS): 1}
+
+
+def test_restore_timer_keeps_body_and_client_properties(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> None:
+        due = BASE_MS + 1
+        phy = rig.schedule(b"payload", due)
+        rec = rig.store.read_at(phy)
+        assert rec is not None
+        msg = restore_timer(rec, due, phy)
+        assert (msg.topic, msg.queue_id, msg.body) == ("Real", 0, b"payload")
+        assert msg.properties[TIMER_ORIGIN] == format_pair(due, phy)
+        assert decode_record(rec).properties[TIMER_OUT_MS] == str(due)
+
+    run(tmp_path, body)
