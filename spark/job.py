@@ -2,9 +2,10 @@
 
 Owns the E/T/L wiring: ``main(argv)`` (options: ``options.py``), ``build_session()``,
 ``resolve_inputs()``, ``extract()`` (JSON with the explicit schema; PERMISSIVE counts
-malformed lines, FAILFAST raises on the first), ``run()`` (the aggregates of
-``transforms.py``, the small tables of ``tables.py``) and the loads (one parquet directory per
-table, ``report.html``, ``summary.json``, a console summary).
+malformed lines, FAILFAST raises on the first), ``run()`` (the one pass of
+``transforms.py``, the small tables of ``tables.py``) and the loads (the small tables as JSON
+lines, optionally the ``messages/`` parquet table, ``report.html``, ``summary.json``, a
+console summary).
 
 Invariants:
 * Runs unchanged as ``kairosmq report ...`` (``main(argv)``), as ``python spark/job.py`` and as
@@ -12,10 +13,11 @@ Invariants:
   installed, ``_bootstrap`` maps ``kairosmq.protocol``/``kairosmq.spark`` onto the folders next to
   this file (the same mapping as ``pyproject.toml``; protocol as a bare package, so the
   driver needs nothing but pyspark). spark/ never imports ``kairosmq.server`` (a test checks).
-* Built-in Spark SQL only (no UDFs): executors never start Python. The small tables travel
-  from the driver to the JVM as local rows (unpickled by the JVM) to be written as parquet.
-* The input is parsed once into a narrow cache; every aggregate reads the cache. Under
-  spark-submit the master comes from spark-submit; otherwise ``--master`` (default ``local[*]``).
+* Built-in Spark SQL only (no UDFs): executors never start Python. The small tables are
+  collected to the driver and written there as JSON lines.
+* The input is parsed once, in one pass that computes every aggregate (no cache of the
+  parsed lines: building it cost more than it saved). Under spark-submit the master comes
+  from spark-submit; otherwise ``--master`` (default ``local[*]``).
 * ``main`` stops only a session it started (tests share one session).
 """
 
@@ -88,7 +90,7 @@ from kairosmq.spark.schema import (  # noqa: E402
     read_options,
 )
 from py4j.protocol import Py4JJavaError  # noqa: E402
-from pyspark import SparkContext, StorageLevel  # noqa: E402
+from pyspark import SparkContext  # noqa: E402
 from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
@@ -198,22 +200,25 @@ def _rows(df: DataFrame) -> Rows:
 
 def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         mode: str = "PERMISSIVE", top_n: int = 100, quiet: bool = False,
-        parallel: int = 2, png: bool = False,
+        parallel: int = 2, png: bool = False, write_messages: bool = False,
         cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Extract, transform and load; return the summary written to ``summary.json``.
 
-    The input is parsed once, into a narrow cache (``transforms.LINE_COLUMNS``) filled by the
-    first aggregate. The other aggregates then run as concurrent Spark jobs over it from
-    ``parallel`` driver threads: the per-message lifecycle (written as parquet by the
-    executors, its latency histogram read back), the lateness histogram, the top-late rows
-    and the retry funnel. Everything else is derived on the driver from those small results.
-    With ``cache_dir`` (``--incremental``) closed files are read from their Parquet copies.
+    One pass: the input is parsed once and every aggregate comes out of one hash aggregation
+    (``transforms.facts`` -> ``transforms.one_pass``: one scan, one shuffle), written by the
+    executors as a small parquet work directory partitioned by row kind. The result jobs
+    (latency histograms, retry funnel, line counts, lateness histogram, top-late rows and,
+    with ``write_messages``, the ``messages/`` table) read it as columns from ``parallel``
+    driver threads; everything else is derived on the driver from those small results. The
+    work directory is removed at the end. With ``cache_dir`` (``--incremental``) closed files
+    are read from their Parquet copies.
     """
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     paths = resolve_inputs(inputs)
     strict = mode.upper() == "FAILFAST"
-    progress = Progress(total=7 + strict + (cache_dir is not None), quiet=quiet)
+    progress = Progress(total=8 + write_messages + strict + (cache_dir is not None),
+                        quiet=quiet)
     if strict:
         check_every_field(spark, paths)
         progress.step("check every field")
@@ -223,7 +228,9 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         source, converted = incremental.lines_frame(
             spark, paths, Path(cache_dir), lambda p: extract(spark, p, mode))
         progress.step(f"parquet cache (+{converted})")
-    cached = source.persist(StorageLevel.MEMORY_AND_DISK)
+    # The one pass: one scan, one shuffle, written once as small parquet partitions (one per
+    # row kind) that the result jobs below read as columns (no cache of the parsed lines).
+    work = out / "_one_pass"
     got: dict[str, Rows] = {}
 
     def collect(name: str, df: DataFrame) -> str:
@@ -231,27 +238,28 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         return name
 
     def messages() -> str:
-        # no dictionary encoding: msg_id and the times are unique per row (measured: the
-        # writer's dictionary attempt cost a third of this step)
-        (cached.transform(T.message_lifecycle).write.mode("overwrite")
+        # no dictionary encoding: msg_id and the times are unique per row
+        (agg.transform(T.lifecycle_of).write.mode("overwrite")
          .option("parquet.enable.dictionary", "false").parquet(str(out / "messages")))
-        return collect("messages", spark.read.parquet(str(out / "messages"))
-                       .transform(T.e2e_histogram))
+        return "messages"
 
     try:
-        progress.step(collect("line_counts", cached.transform(T.line_counts)))  # fills cache
+        (source.transform(T.facts).transform(T.one_pass).write.mode("overwrite")
+         .option("parquet.enable.dictionary", "false").partitionBy("kind").parquet(str(work)))
+        progress.step("one pass")
+        agg = spark.read.parquet(str(work))
         with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="metric") as pool:
-            # the lifecycle is the longest job: it starts first, the small ones run beside it
-            running = [pool.submit(messages)]
+            running = [pool.submit(messages)] if write_messages else []
             running += [pool.submit(collect, name, df) for name, df in (
-                ("lateness", cached.transform(T.lateness_histogram)),
-                ("top_late", cached.transform(T.top_late, top_n)),
-                ("retry_funnel", cached.transform(T.consumer_outcomes)
-                 .transform(T.retry_funnel)))]
+                ("latency", agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
+                ("retry_funnel", agg.transform(T.outcomes_of).transform(T.retry_funnel)),
+                ("line_counts", agg.transform(T.counts_of)),
+                ("lateness", agg.transform(T.lateness_of)),
+                ("top_late", agg.transform(T.top_late_of, top_n)))]
             for fut in as_completed(running):
                 progress.step(fut.result())
     finally:
-        cached.unpersist()
+        _remove(spark, work)
     tables = derive_tables(got)
     for name in TABLES:
         write_table(out, name, tables[name])
@@ -273,6 +281,14 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
     return summary
 
 
+def _remove(spark: SparkSession, path: Path) -> None:
+    """Delete a work directory through Hadoop's file system (local or an object store)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(str(path))
+    hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hpath, True)
+
+
 def derive_tables(got: Mapping[str, Rows]) -> dict[str, Rows]:
     """The report's tables from the collected aggregates (see ``tables.py``)."""
     counts, funnel = got["line_counts"], got["retry_funnel"]
@@ -284,7 +300,7 @@ def derive_tables(got: Mapping[str, Rows]) -> dict[str, Rows]:
         "top_late": [{**r, "delivered_at": tables.utc(r.pop("delivered_ms"))}
                      for r in sorted(got["top_late"], key=lambda r: r["rank"])],
         **tables.lateness_tables(got["lateness"]),
-        **tables.latency_tables(got["messages"]),
+        **tables.latency_tables(got["latency"]),
     }
 
 
@@ -330,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions or 8))
     try:
         run(spark, args.inputs, args.output, mode=args.mode, top_n=args.top, quiet=args.quiet,
-            png=args.png, cache_dir=(args.cache_dir or Path(args.output) / "parquet-cache")
+            png=args.png, write_messages=args.messages,
+            cache_dir=(args.cache_dir or Path(args.output) / "parquet-cache")
             if args.incremental else None)
     except (Py4JJavaError, PySparkException) as exc:
         print(f"kairosmq report: Spark job failed ({args.mode}): {_reason(exc)}", file=sys.stderr)

@@ -40,6 +40,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "and read those columns on later runs instead of the JSON")
     p.add_argument("--cache-dir", default=None,
                    help="Parquet cache of --incremental (default: OUTPUT/parquet-cache)")
+    p.add_argument("--messages", action="store_true",
+                   help="also write the per-message table OUTPUT/messages/ (parquet, one row "
+                        "per message; costs about a quarter more time)")
     p.add_argument("--png", action="store_true",
                    help="also write each chart as charts/<name>.svg and .png (PNG through "
                         "headless Chromium when installed)")

@@ -3,22 +3,25 @@
 Owns the metric definitions. Each public function takes a DataFrame and returns one, reads no
 files and starts no jobs, so they chain with ``df.transform(...)`` and are unit-tested on tiny
 frames. ``lines`` takes the frame read with ``schema.LOG_EVENT_SCHEMA`` (after
-``schema.event_time``) and yields the narrow per-line frame (``LINE_COLUMNS``) that the job
-caches; every other function takes ``lines``' output.
+``schema.event_time``) and yields the narrow per-line frame (``LINE_COLUMNS``). The job runs
+``facts`` -> ``one_pass`` over it (every aggregate in one hash aggregation: one scan, one
+shuffle) and derives each result from that (``counts_of``, ``lateness_of``, ``top_late_of``,
+``lifecycle_of``, ``outcomes_of``); ``line_counts``, ``lateness_histogram``, ``top_late``,
+``message_lifecycle`` and ``consumer_outcomes`` are the same results straight from ``lines``.
 
 Invariants:
 * ``label`` is the event name, or ``<malformed>`` (the line did not parse), ``<no event>``,
   ``<format vN>`` (written by a newer broker than this job knows): only lines labelled with a
   ``message.*`` name enter a metric.
-* The aggregations over many keys (per message, per consumer group and message) keep only
-  numbers in their buffers, so Spark runs them as hash aggregates with map-side combining:
-  strings appear only as grouping keys.
-* Events are joined by ``msg_id`` (the UNIQ_KEY, unchanged across retries) with one
-  conditional aggregation per key (one shuffle) rather than a chain of joins.
+* ``one_pass`` keeps only numbers in its buffers (plain min/max/sum/count of values ``facts``
+  precomputed), so Spark runs it as one hash aggregate with map-side combining: strings
+  appear only as grouping keys.
+* Events are joined by ``msg_id`` (the UNIQ_KEY, unchanged across retries) within that one
+  aggregation (one shuffle) rather than a chain of joins.
 * An event with ``reconsume_times`` 0 or absent belongs to the first attempt; a retry's
   scheduling, delivery and pulls carry its attempt number and the same ``msg_id``.
 * Latency distributions leave Spark as log-bucket histograms (``bucket``: 1 % wide; count,
-  largest value and sum per bucket); ``hist.py`` turns them into percentiles on the driver.
+  largest value and sum per bucket); ``tables.py`` turns them into percentiles on the driver.
 """
 
 from __future__ import annotations
@@ -92,34 +95,19 @@ def line_counts(lines_df: DataFrame) -> DataFrame:
     """Lines per ``label, minute`` (epoch minute; null without a time), split by ``dlq_copy``
     (the broker's ``message.stored`` of a message it moved to ``%DLQ%``), with ``group`` kept
     for dead letters only; plus the first and last time. Event counts, throughput per minute
-    and the dead letters per group are sums over this small table.
-    """
-    dlq_copy = (F.col("label") == STORED) & F.col("topic").startswith("%DLQ%")
-    return (lines_df.groupBy(
-        "label", F.floor(F.col("ts_ms") / 60_000).alias("minute"),
-        F.coalesce(dlq_copy, F.lit(False)).alias("dlq_copy"),
-        F.when(F.col("label") == DEAD_LETTERED, F.col("group")).alias("group"))
-        .agg(F.count(F.lit(1)).alias("lines"), F.min("ts_ms").alias("first_ms"),
-             F.max("ts_ms").alias("last_ms")))
+    and the dead letters per group are sums over this small table."""
+    return counts_of(one_pass(facts(lines_df)))
 
 
 def lateness_histogram(lines_df: DataFrame) -> DataFrame:
     """Lateness of transfers out of the schedule topic: ``delay_level, topic, bucket, n, hi,
     total`` (``topic`` is the real topic, ``%RETRY%<group>`` for retries)."""
-    delivered = lines_df.where(F.col("label") == DELIVERED)
-    return _histogram(delivered, ["delay_level", "topic"], "lateness_ms")
+    return lateness_of(one_pass(facts(lines_df)))
 
 
 def top_late(lines_df: DataFrame, n: int = 100) -> DataFrame:
     """The ``n`` latest transfers out of the schedule with their ``rank`` (1 = latest)."""
-    order = [F.col("lateness_ms").desc(), F.col("msg_id")]
-    top = (lines_df.where((F.col("label") == DELIVERED) & F.col("lateness_ms").isNotNull())
-           .select(F.col("ts_ms").alias("delivered_ms"), "msg_id", "topic",
-                   "delay_level", F.col("attempt").alias("reconsume_times"), "lateness_ms")
-           .orderBy(*order).limit(n))
-    # n rows only: one window partition, named so that Spark does not warn about it
-    rank = F.row_number().over(Window.partitionBy(F.lit(1)).orderBy(*order))
-    return top.select(rank.alias("rank"), "*")
+    return top_late_of(one_pass(facts(lines_df)), n)
 
 
 def message_lifecycle(lines_df: DataFrame) -> DataFrame:
@@ -132,35 +120,11 @@ def message_lifecycle(lines_df: DataFrame) -> DataFrame:
     ``e2e_ms - nominal_ms``, the delay the system added. ``first_pulls`` counts first-attempt
     pulls: one per consumer group, more when a group pulled it again (e.g. a rebalance).
 
-    Grouped by ``msg_id`` and its real topic: on the first attempt the stored, scheduled
+    Keyed by ``msg_id`` and its real topic: on the first attempt the stored, scheduled
     (``real_topic``), delivered and pulled lines all name the producer's topic, so the key
     costs no string buffer; the broker's copy into ``%DLQ%`` is left out.
     """
-    ev = F.col("label")
-    sched, deliv, pull = ev == SCHEDULED, ev == DELIVERED, ev == PULLED
-    origin = ev.isin(STORED, SCHEDULED)
-    steps = lines_df.where(
-        F.col("msg_id").isNotNull() & (F.col("attempt") == 0)
-        & ev.isin(STORED, SCHEDULED, DELIVERED, PULLED)
-        & ~((ev == STORED) & F.col("topic").startswith("%DLQ%")))
-    ts = F.col("ts_ms")
-    agg = (steps.groupBy("msg_id", F.coalesce("real_topic", "topic").alias("topic")).agg(
-        F.max(F.when(sched, F.col("delay_level"))).alias("_level"),
-        F.min(F.when(origin, ts)).alias("accepted_ts"),
-        F.min(F.when(sched, ts)).alias("_scheduled_ts"),
-        F.min(F.when(sched, F.col("deliver_ts"))).alias("deliver_ts"),
-        F.min_by(F.when(deliv, F.col("lateness_ms")), F.when(deliv, ts)).alias("lateness_ms"),
-        F.max(F.when(ev.isin(STORED, PULLED), F.col("born_ts"))).alias("born_ts"),
-        F.min(F.when(pull, ts)).alias("first_consume_ts"),
-        F.count(F.when(pull, F.lit(1))).alias("first_pulls"),
-    ))
-    e2e = F.col("first_consume_ts") - F.col("born_ts")
-    nominal = F.coalesce(F.col("deliver_ts") - F.col("_scheduled_ts"), F.lit(0))
-    return agg.select(
-        "msg_id", "topic", F.coalesce(F.col("_level"), F.lit(0)).alias("delay_level"),
-        "accepted_ts", "deliver_ts", "lateness_ms", "born_ts", "first_consume_ts",
-        "first_pulls", e2e.alias("e2e_ms"), nominal.alias("nominal_ms"),
-        (e2e - nominal).alias("added_ms"))
+    return lifecycle_of(one_pass(facts(lines_df)))
 
 
 def e2e_histogram(lifecycle: DataFrame) -> DataFrame:
@@ -174,28 +138,12 @@ def e2e_histogram(lifecycle: DataFrame) -> DataFrame:
 
 
 def consumer_outcomes(lines_df: DataFrame) -> DataFrame:
-    """One row per consumer group and message: ``group, msg_key, attempts, outcome``.
-
-    ``msg_key`` is the 64-bit xxhash of ``msg_id`` (a numeric key hashes and shuffles faster;
-    two ids sharing a hash would merge, about a 1-in-3-million chance at 3 million messages).
+    """One row per consumer group and message: ``group, msg_id, attempts, outcome``.
 
     ``outcome`` is ``dead_lettered`` (sent to %DLQ%), ``in_retry`` (sent back, its next attempt
     not pulled when the logs end) or ``succeeded`` (the last attempt was not sent back).
     """
-    ev = F.col("label")
-    per = (lines_df.where(ev.isin(PULLED, REDELIVERED, DEAD_LETTERED)
-                          & F.col("group").isNotNull() & F.col("msg_id").isNotNull())
-           .groupBy("group", F.xxhash64("msg_id").alias("msg_key")).agg(
-               F.max(F.when(ev == PULLED, F.col("attempt"))).alias("_pulled"),
-               F.max(F.when(ev == REDELIVERED, F.col("attempt"))).alias("_sent_back"),
-               F.max(F.when(ev == DEAD_LETTERED, F.lit(1))).alias("_dlq")))
-    outcome = (F.when(F.col("_dlq") == 1, F.lit("dead_lettered"))
-               .when(F.coalesce(F.col("_sent_back"), F.lit(-1))
-                     > F.coalesce(F.col("_pulled"), F.lit(-1)), F.lit("in_retry"))
-               .otherwise(F.lit("succeeded")))
-    return per.select("group", "msg_key",
-                      (F.coalesce(F.col("_pulled"), F.lit(-1)) + 1).alias("attempts"),
-                      outcome.alias("outcome"))
+    return outcomes_of(one_pass(facts(lines_df)))
 
 
 def retry_funnel(outcomes: DataFrame) -> DataFrame:
@@ -203,3 +151,154 @@ def retry_funnel(outcomes: DataFrame) -> DataFrame:
     return (outcomes.groupBy("group", "attempts", "outcome")
             .agg(F.count(F.lit(1)).alias("messages"))
             .orderBy("group", "attempts", "outcome"))
+
+
+# ---- the one pass: every aggregate the report needs, from one scan and one shuffle ----------
+# Row kinds of ``facts``/``one_pass``; each line feeds one to three of them.
+COUNTS, HIST, MESSAGE, CONSUMER = 0, 1, 2, 3
+# Event codes carried as numbers (conditions on a byte are cheaper than on the event name).
+CODES: dict[str, int] = {STORED: 1, SCHEDULED: 2, DELIVERED: 3, PULLED: 4, REDELIVERED: 5,
+                         DEAD_LETTERED: 6}
+# The key of a fact: what ``s1, s2, k1, k2`` hold depends on ``kind`` (see ``facts``).
+FACT_KEY: tuple[tuple[str, str], ...] = (
+    ("kind", "tinyint"), ("s1", "string"), ("s2", "string"), ("k1", "long"), ("k2", "int"))
+# The values, each read by plain min/max/sum/count (null where a kind has no such value).
+FACT_VALUES: tuple[tuple[str, str], ...] = (
+    ("min1", "long"), ("min2", "long"), ("min3", "long"), ("min4", "long"), ("min5", "long"),
+    ("max1", "double"), ("max2", "int"), ("sum1", "double"), ("pull", "int"),
+    ("lat", "double"), ("lat_at", "long"))
+
+
+def facts(lines_df: DataFrame) -> DataFrame:
+    """Each line as the rows (facts) it feeds, keyed by ``kind, s1, s2, k1, k2``:
+
+    ========  =======================  ==============  ======  ========================
+    kind      s1                       s2              k1      k2
+    ========  =======================  ==============  ======  ========================
+    COUNTS    label (every line)       dead-letter     minute  1 for the broker's
+                                       group                   ``%DLQ%`` copy, else 0
+    HIST      -                        topic           bucket  delay_level
+    MESSAGE   msg_id                   real topic      -       attempt
+    CONSUMER  msg_id                   group           -       -
+    ========  =======================  ==============  ======  ========================
+
+    HIST: a delivery with its lateness. MESSAGE: the stored (not the ``%DLQ%`` copy),
+    scheduled, delivered and pulled lines of the first attempt, and every delivery of a retry
+    (for the top-late rows). CONSUMER: every pull, send-back and dead letter of a group.
+    The values (``FACT_VALUES``) are what ``one_pass`` takes the min/max/sum/count of.
+    """
+    label, ts, lat = F.col("label"), F.col("ts_ms"), F.col("lateness_ms")
+    code = F.coalesce(*(F.when(label == name, F.lit(c)) for name, c in CODES.items()),
+                      F.lit(0)).cast("tinyint")
+    dlq_copy = F.coalesce((label == STORED) & F.col("topic").startswith("%DLQ%"), F.lit(False))
+    df = lines_df.select("*", code.alias("code"), dlq_copy.alias("dlq_copy"))
+    c, att, mid, grp = F.col("code"), F.col("attempt"), F.col("msg_id"), F.col("group")
+
+    def row(kind: int, when: Column, keys: dict[str, Column], values: dict[str, Column]) -> Column:
+        fields = [F.lit(kind).cast("tinyint").alias("kind")]
+        fields += [keys.get(k, F.lit(None)).cast(t).alias(k) for k, t in FACT_KEY[1:]]
+        fields += [values.get(k, F.lit(None)).cast(t).alias(k) for k, t in FACT_VALUES]
+        return F.when(when, F.struct(*fields))
+
+    first = (att == 0) & c.isin(1, 2, 3, 4) & ~F.col("dlq_copy")
+    delivered = c == 3
+    rows = F.array(
+        row(COUNTS, F.lit(True),
+            {"s1": label, "s2": F.when(c == 6, grp), "k1": F.floor(ts / 60_000),
+             "k2": F.col("dlq_copy").cast("int")},
+            {"min1": ts, "max1": ts}),
+        row(HIST, delivered & lat.isNotNull(),
+            {"s2": F.col("topic"), "k1": bucket(lat), "k2": F.col("delay_level")},
+            {"max1": lat, "sum1": lat}),
+        row(MESSAGE, mid.isNotNull() & (first | delivered),
+            {"s1": mid, "s2": F.coalesce(F.col("real_topic"), F.col("topic")), "k2": att},
+            {"min1": F.when(c.isin(1, 2), ts), "min2": F.when(c == 2, ts),
+             "min3": F.when(c == 2, F.col("deliver_ts")), "min4": F.when(delivered, ts),
+             "min5": F.when(c == 4, ts), "max1": F.when(c.isin(1, 4), F.col("born_ts")),
+             "max2": F.when(c.isin(2, 3), F.col("delay_level")),
+             "pull": F.when(c == 4, F.lit(1)),
+             "lat": F.when(delivered, lat), "lat_at": F.when(delivered, ts)}),
+        row(CONSUMER, mid.isNotNull() & grp.isNotNull() & c.isin(4, 5, 6),
+            {"s1": mid, "s2": grp},
+            {"min1": F.when(c == 6, F.lit(1)), "max1": F.when(c == 4, att),
+             "max2": F.when(c == 5, att)}),
+    )
+    return df.select(F.explode(rows).alias("r")).where(F.col("r").isNotNull()).select("r.*")
+
+
+def one_pass(facts_df: DataFrame) -> DataFrame:
+    """One hash aggregation over ``facts``: numeric buffers only (strings are keys), plain
+    aggregates of precomputed values. Columns: the key, then ``n, min1..min5, max1, max2,
+    sum1, pulls, lateness_ms`` (the lateness of the earliest delivery of the key)."""
+    return facts_df.groupBy(*(k for k, _ in FACT_KEY)).agg(
+        F.count(F.lit(1)).alias("n"),
+        *(F.min(f"min{i}").alias(f"min{i}") for i in range(1, 6)),
+        F.max("max1").alias("max1"), F.max("max2").alias("max2"),
+        F.sum("sum1").alias("sum1"), F.count("pull").alias("pulls"),
+        F.min_by("lat", "lat_at").alias("lateness_ms"))
+
+
+def _kind(agg: DataFrame, kind: int) -> DataFrame:
+    return agg.where(F.col("kind") == kind)
+
+
+def counts_of(agg: DataFrame) -> DataFrame:
+    """``line_counts`` rows from ``one_pass``."""
+    return _kind(agg, COUNTS).select(
+        F.col("s1").alias("label"), F.col("k1").alias("minute"),
+        (F.col("k2") == 1).alias("dlq_copy"), F.col("s2").alias("group"),
+        F.col("n").alias("lines"), F.col("min1").alias("first_ms"),
+        F.col("max1").cast("long").alias("last_ms"))
+
+
+def lateness_of(agg: DataFrame) -> DataFrame:
+    """``lateness_histogram`` rows from ``one_pass``."""
+    return _kind(agg, HIST).select(
+        F.col("k2").alias("delay_level"), F.col("s2").alias("topic"),
+        F.col("k1").cast("int").alias("bucket"), "n", F.col("max1").alias("hi"),
+        F.col("sum1").alias("total"))
+
+
+def _messages(agg: DataFrame) -> DataFrame:
+    return _kind(agg, MESSAGE).select(
+        F.col("s1").alias("msg_id"), F.col("s2").alias("topic"), F.col("k2").alias("attempt"),
+        F.col("max2").alias("level"), F.col("min1").alias("accepted_ts"),
+        F.col("min2").alias("scheduled_ts"), F.col("min3").alias("deliver_ts"),
+        F.col("min4").alias("delivered_ms"), "lateness_ms",
+        F.col("max1").cast("long").alias("born_ts"), F.col("min5").alias("first_consume_ts"),
+        F.col("pulls").alias("first_pulls"))
+
+
+def top_late_of(agg: DataFrame, n: int = 100) -> DataFrame:
+    """``top_late`` rows from ``one_pass`` (one delivery per message and attempt: the
+    broker transfers each attempt out of the schedule topic once)."""
+    order = [F.col("lateness_ms").desc(), F.col("msg_id")]
+    top = (_messages(agg).where(F.col("lateness_ms").isNotNull())
+           .select("delivered_ms", "msg_id", "topic", F.col("level").alias("delay_level"),
+                   F.col("attempt").alias("reconsume_times"), "lateness_ms")
+           .orderBy(*order).limit(n))
+    rank = F.row_number().over(Window.partitionBy(F.lit(1)).orderBy(*order))
+    return top.select(rank.alias("rank"), "*")
+
+
+def lifecycle_of(agg: DataFrame) -> DataFrame:
+    """``message_lifecycle`` rows from ``one_pass`` (its MESSAGE rows of the first attempt)."""
+    first = _messages(agg).where(F.col("attempt") == 0)
+    e2e = F.col("first_consume_ts") - F.col("born_ts")
+    nominal = F.coalesce(F.col("deliver_ts") - F.col("scheduled_ts"), F.lit(0))
+    return first.select(
+        "msg_id", "topic", F.coalesce(F.col("level"), F.lit(0)).alias("delay_level"),
+        "accepted_ts", "deliver_ts", "lateness_ms", "born_ts", "first_consume_ts",
+        "first_pulls", e2e.alias("e2e_ms"), nominal.alias("nominal_ms"),
+        (e2e - nominal).alias("added_ms"))
+
+
+def outcomes_of(agg: DataFrame) -> DataFrame:
+    """``consumer_outcomes`` rows (``group, msg_id, attempts, outcome``) from ``one_pass``."""
+    pulled, sent_back = F.coalesce(F.col("max1"), F.lit(-1)), F.coalesce(F.col("max2"), F.lit(-1))
+    outcome = (F.when(F.col("min1") == 1, F.lit("dead_lettered"))
+               .when(sent_back > pulled, F.lit("in_retry"))
+               .otherwise(F.lit("succeeded")))
+    return _kind(agg, CONSUMER).select(
+        F.col("s2").alias("group"), F.col("s1").alias("msg_id"),
+        (pulled + 1).cast("int").alias("attempts"), outcome.alias("outcome"))

@@ -104,7 +104,7 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
 
     out = tmp_path / "report"
     rc = await asyncio.to_thread(main, [str(broker_logs), "-o", str(out), "--mode", "FAILFAST",
-                                        "-q", "--shuffle-partitions", "2"])
+                                        "-q", "--shuffle-partitions", "2", "--messages"])
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     n_delayed = PER_LEVEL * len(LEVELS)

@@ -34,7 +34,7 @@ def _layout(tmp_path: Path) -> tuple[Path, Path, list]:
     return logs, extra, recs
 
 
-def _check_outputs(out: Path, recs: list) -> dict:
+def _check_outputs(out: Path, recs: list, dirs: frozenset[str] = frozenset()) -> dict:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["lines"] == len(recs)
     assert summary["malformed_lines"] == scenario.MALFORMED_LINES
@@ -47,7 +47,8 @@ def _check_outputs(out: Path, recs: list) -> dict:
                                  "in_retry": 1, "dead_lettered": 1}
     assert summary["dead_lettered_by_group"] == {"g1": 1}
     assert summary["lateness_ms"]["max"] == 20.0
-    assert {p.name for p in out.iterdir() if p.is_dir()} - {"parquet-cache"} == {"messages"}
+    # no work directory left behind; messages/ only with --messages
+    assert {p.name for p in out.iterdir() if p.is_dir()} - {"parquet-cache"} == dirs
     assert {p.stem for p in out.glob("*.jsonl")} == TABLES
     top = [json.loads(line) for line in (out / "top_late.jsonl").read_text().splitlines()]
     assert top[0]["rank"] == 1 and top[0]["delivered_at"].startswith("2026-01-01T00:02:01")
@@ -65,13 +66,13 @@ def test_main_reads_a_log_dir_with_rotated_gzip_plus_a_file(spark, tmp_path, cap
     logs, extra, recs = _layout(tmp_path)
     out = tmp_path / "out"
     rc = main([str(logs), "--input", str(extra), "-o", str(out), "--top", "5",
-               "--shuffle-partitions", "2"])
+               "--shuffle-partitions", "2", "--messages"])
     assert rc == 0
-    _check_outputs(out, recs)
+    _check_outputs(out, recs, frozenset({"messages"}))
     assert len((out / "top_late.jsonl").read_text().splitlines()) == 5
     assert spark.read.parquet(str(out / "messages")).count() == 25
     printed = capsys.readouterr()
-    assert "dead-lettered 1" in printed.out and "[7/7] report" in printed.err
+    assert "dead-lettered 1" in printed.out and "[9/9] report" in printed.err
 
 
 def test_incremental_converts_closed_files_once_and_reports_the_same(spark, tmp_path, capsys):
