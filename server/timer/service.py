@@ -114,7 +114,7 @@ class TimerService:
         self._loading_extra: list[Entry] = []
         self._putting: tuple[int, int] | None = None
         self._undo: list[tuple[int, tuple[int, int], Entry]] = []
-        self._changed: asyncio.Event | None = None
+        self._wake: asyncio.Future[None] | None = None  # what the sleeping task awaits
         self._task: asyncio.Task[None] | None = None
         self._started = False
         store.rollback_listeners.append(self.rollback)
@@ -200,8 +200,8 @@ class TimerService:
             return
         if bucket <= self._loaded_through:
             heapq.heappush(self._heap, entry)
-            if self._heap[0] == entry and self._changed is not None:
-                self._changed.set()
+            if self._heap[0] == entry:
+                self._poke()
         elif bucket == self._loading:
             self._loading_extra.append(entry)
         else:
@@ -210,8 +210,8 @@ class TimerService:
             if bucket not in self._known:
                 self._known.add(bucket)
                 heapq.heappush(self._future, bucket)
-                if self._future[0] == bucket and self._changed is not None:
-                    self._changed.set()
+                if self._future[0] == bucket:
+                    self._poke()
 
     def _cancel(self, due: int, phy: int) -> None:
         bucket = self.buckets.add(due, phy, 0, KIND_CANCEL)
@@ -225,8 +225,7 @@ class TimerService:
             _phy, prev, entry = self._undo.pop()
             self.cursor = min(self.cursor, prev)
             heapq.heappush(self._heap, entry)  # size 0: re-read by phy when it fires
-        if self._changed is not None:
-            self._changed.set()
+        self._poke()
 
     # ------------------------------------------------------------- recall
 
@@ -275,7 +274,6 @@ class TimerService:
         self._known = {b for b in self.buckets.buckets() if b >= first}
         self._future = sorted(self._known)
         self._loaded_through = first - 1
-        self._changed = asyncio.Event()
         self._started = True
         if spawn is not None:
             self._task = spawn("timer", lambda _st: self._run())
@@ -289,8 +287,13 @@ class TimerService:
                 await self._task
             self._task = None
 
+    def _poke(self) -> None:
+        """Wake the sleeping task (an earlier timer or bucket arrived, or a rollback)."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
     async def _run(self) -> None:
-        assert self._changed is not None
+        loop = asyncio.get_running_loop()
         while True:
             await self._load_window()
             now = self.clock_ms()
@@ -302,12 +305,20 @@ class TimerService:
             if self._future:
                 load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
                 wake = load_at if wake is None else min(wake, load_at)
-            self._changed.clear()
-            timeout = None
+            # One future per sleep, woken by its timer or by ``_poke`` (no task per wait):
+            # state is read again after every await, so a poke while no future is set
+            # (during a bucket load) loses nothing.
+            self._wake = fut = loop.create_future()
+            handle = None
             if wake is not None:
-                timeout = max(0.0, wake - now - sub_ms(self.clock_ms)) / 1000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                delay = max(0.0, wake - now - sub_ms(self.clock_ms)) / 1000
+                handle = loop.call_later(delay, _resolve, fut)
+            try:
+                await fut
+            finally:
+                self._wake = None
+                if handle is not None:
+                    handle.cancel()
 
     async def _load_window(self) -> None:
         """Load every bucket that starts within the lookahead, in order, while the heap
@@ -453,3 +464,8 @@ def transform_timer(msg: MessageInner, due_ms: int) -> None:
     props[TIMER_OUT_MS] = str(due_ms)
     msg.topic = TIMER_TOPIC
     msg.queue_id = TIMER_QUEUE
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
