@@ -22,9 +22,9 @@ from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import request
 from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
-from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.message import decode_record
 
-from tests.helpers import pull
+from tests.helpers import pull_all
 from tests.integration.procs import BrokerProcess
 from tests.transaction.txpeer import (
     end,
@@ -36,19 +36,6 @@ from tests.wire import RawPeer
 
 pytestmark = pytest.mark.slow
 TOPIC = "TxCrash"
-
-
-async def drain(peer: RawPeer) -> list:
-    got: list = []
-    for q in range(4):
-        off = 0
-        while True:
-            r = await pull(peer, TOPIC, queue_id=q, offset=off, max_n=32, suspend_ms=0)
-            if r.code != ResponseCode.SUCCESS:
-                break
-            got += decode_records(r.body)
-            off = int(r.ext_fields["nextBeginOffset"])
-    return got
 
 
 async def pending(peer: RawPeer) -> int:
@@ -120,7 +107,7 @@ async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:
             r = await end(producer, answers[key], 8 if key in committed else 12)
             assert r.code == ResponseCode.SUCCESS and "ignored" in (r.remark or ""), key
         expected = committed | doubt | open_
-        got = await drain(producer)
+        got = await pull_all(producer, TOPIC)
         await producer.close()
     finally:
         proc.terminate()
