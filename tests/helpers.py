@@ -47,6 +47,41 @@ FAST_LEVELS = "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 
               "650ms 700ms 750ms 800ms 850ms 900ms"
 
 
+ROCKETMQ_JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
+
+
+async def compile_java(dest: Path, name: str, source: str) -> str:
+    """Write ``<name>.java`` into ``dest`` and compile it against the RocketMQ 4.9.8 jars
+    (``ROCKETMQ_JARS``); return the classpath that runs it."""
+    import asyncio as _asyncio
+
+    cp = ":".join(str(j) for j in ROCKETMQ_JARS)
+    (dest / f"{name}.java").write_text(source)
+    proc = await _asyncio.create_subprocess_exec(
+        "javac", "-cp", cp, "-d", str(dest), str(dest / f"{name}.java"),
+        stdout=_asyncio.subprocess.PIPE, stderr=_asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+    return f"{cp}:{dest}"
+
+
+def jvm_flags() -> list[str]:
+    """The JVM flags the shared RocketMQ build runs Java 17 with (``jvm_flags.sh``)."""
+    text = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
+    return text.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
+
+
+async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
+    """Start ``java <main> <args>`` with RocketMQ's flags, client logging to stderr, and
+    ``home`` as ROCKETMQ_HOME and HOME (the client writes there); stdout/stderr piped."""
+    import asyncio as _asyncio
+
+    return await _asyncio.create_subprocess_exec(
+        "java", *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false", "-cp", classpath,
+        main, *args, stdout=_asyncio.subprocess.PIPE, stderr=_asyncio.subprocess.PIPE,
+        env={**os.environ, "ROCKETMQ_HOME": str(home), "HOME": str(home)})
+
+
 def fast_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
     opts: dict[str, Any] = {
         "data_dir": data_dir, "port": 0, "namesrv_port": 0, "vip_channel": False,

@@ -25,7 +25,15 @@ from kairosmq.client.errors import BrokerSystemError, SubscriptionError
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME, Collector, stays_false, wait_until
+from tests.helpers import (
+    ROCKETMQ_HOME,
+    ROCKETMQ_JARS,
+    Collector,
+    compile_java,
+    spawn_java,
+    stays_false,
+    wait_until,
+)
 from tests.stock.alions_install import ensure_alions
 from tests.wire import RawPeer
 
@@ -182,7 +190,7 @@ async def test_alions_sql92_subscription(kbroker: Broker, tmp_path: Path) -> Non
 # ---------------------------------------------------------------- stock Java client 4.9.8
 
 RMQ_DIR = ROCKETMQ_HOME
-JAVA_JARS = sorted(RMQ_DIR.glob("lib/*.jar"))
+JAVA_JARS = ROCKETMQ_JARS
 STOCK_SQL_JAVA = r"""
 import java.util.*;
 import java.util.concurrent.*;
@@ -255,20 +263,9 @@ async def test_stock_java_client_message_selector_by_sql(kbroker: Broker,
     CHECK_CLIENT_CONFIG at start, the SQL92 subscription in heartbeats, pulls without the
     subscription flag (the broker uses the heartbeat's); a bad expression fails start()
     with the broker's code 23 and the position."""
-    cp = ":".join(str(j) for j in JAVA_JARS)
-    (tmp_path / "StockSql.java").write_text(STOCK_SQL_JAVA)
-    proc = await asyncio.create_subprocess_exec(
-        "javac", "-cp", cp, "-d", str(tmp_path), str(tmp_path / "StockSql.java"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()
-    flags_sh = (RMQ_DIR / "jvm_flags.sh").read_text()
-    flags = flags_sh.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
-    proc = await asyncio.create_subprocess_exec(
-        "java", *flags, "-Drocketmq.client.logUseSlf4j=false", "-cp", f"{cp}:{tmp_path}",
-        "StockSql", kbroker.namesrv_address, "JSqlT", "a > 10 AND region = 'eu'", "a >> 1",
-        "30", "9", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "ROCKETMQ_HOME": str(tmp_path), "HOME": str(tmp_path)})
+    cp = await compile_java(tmp_path, "StockSql", STOCK_SQL_JAVA)
+    proc = await spawn_java(cp, "StockSql", kbroker.namesrv_address, "JSqlT",
+                            "a > 10 AND region = 'eu'", "a >> 1", "30", "9", home=tmp_path)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
     except TimeoutError:

@@ -10,7 +10,6 @@ Skipped, with the reason shown, without ``javac`` or the RocketMQ jars.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from pathlib import Path
 
@@ -19,10 +18,10 @@ from kairosmq.protocol.bodies import decode_mq_table
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 
-from tests.helpers import ROCKETMQ_HOME, send, wait_until
+from tests.helpers import ROCKETMQ_JARS, compile_java, send, spawn_java, wait_until
 from tests.wire import RawPeer
 
-JARS = sorted(ROCKETMQ_HOME.glob("lib/*.jar"))
+JARS = ROCKETMQ_JARS
 pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
                                 reason="needs javac and the RocketMQ 4.9.8 jars")
 N = 6
@@ -69,23 +68,12 @@ async def _lines(proc: asyncio.subprocess.Process, out: list[str]) -> None:
 
 
 async def test_java_consumer_answers_running_info_and_resets(broker, tmp_path: Path) -> None:
-    cp = ":".join(str(j) for j in JARS)
-    (tmp_path / "JavaCallbacks.java").write_text(JAVA)
-    javac = await asyncio.create_subprocess_exec(
-        "javac", "-cp", cp, "-d", str(tmp_path), str(tmp_path / "JavaCallbacks.java"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await javac.communicate()
-    assert javac.returncode == 0, out.decode()
+    cp = await compile_java(tmp_path, "JavaCallbacks", JAVA)
     peer = await RawPeer.connect(broker.address)
     for i in range(N):
         assert (await send(peer, "JavaCbTopic", f"m{i}".encode(), queue_id=i % 4)).code == 0
-    flags_sh = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
-    flags = flags_sh.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
-    proc = await asyncio.create_subprocess_exec(
-        "java", *flags, "-Drocketmq.client.logUseSlf4j=false", "-cp", f"{cp}:{tmp_path}",
-        "JavaCallbacks", broker.namesrv_address, "JavaCbTopic", str(2 * N),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "ROCKETMQ_HOME": str(tmp_path), "HOME": str(tmp_path)})
+    proc = await spawn_java(cp, "JavaCallbacks", broker.namesrv_address, "JavaCbTopic",
+                            str(2 * N), home=tmp_path)
     lines: list[str] = []
     reader = asyncio.ensure_future(_lines(proc, lines))
     try:

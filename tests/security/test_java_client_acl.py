@@ -6,7 +6,6 @@ secret is refused with RocketMQ's remark. Skipped without ``javac`` or the 4.9.8
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,10 +13,10 @@ from pathlib import Path
 import pytest
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME
+from tests.helpers import ROCKETMQ_JARS, compile_java, spawn_java
 from tests.security.acl_setup import ACL_FILE
 
-JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
+JARS = ROCKETMQ_JARS
 pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
                                 reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
 
@@ -103,20 +102,9 @@ async def test_stock_java_clients_with_acl_rpc_hook(
     acl = tmp_path / "acl.yml"
     acl.write_text(ACL)
     broker = await broker_factory(acl_file=acl, delay_levels="200ms 200ms 200ms 1s")
-    cp = ":".join(str(j) for j in JARS)
-    (tmp_path / "StockAcl.java").write_text(STOCK_ACL_JAVA)
-    proc = await asyncio.create_subprocess_exec(
-        "javac", "-cp", cp, "-d", str(tmp_path), str(tmp_path / "StockAcl.java"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()
-    flags_sh = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
-    flags = flags_sh.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
-    proc = await asyncio.create_subprocess_exec(
-        "java", *flags, "-Drocketmq.client.logUseSlf4j=false", "-cp", f"{cp}:{tmp_path}",
-        "StockAcl", broker.namesrv_address, "JavaOrders", "java_app_ak", "java_app_sk", "4",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "ROCKETMQ_HOME": str(tmp_path), "HOME": str(tmp_path)})
+    cp = await compile_java(tmp_path, "StockAcl", STOCK_ACL_JAVA)
+    proc = await spawn_java(cp, "StockAcl", broker.namesrv_address, "JavaOrders",
+                            "java_app_ak", "java_app_sk", "4", home=tmp_path)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 150)
     except TimeoutError:

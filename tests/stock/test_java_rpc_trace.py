@@ -36,9 +36,9 @@ from kairosmq.client import (
 )
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME, wait_until
+from tests.helpers import ROCKETMQ_HOME, ROCKETMQ_JARS, jvm_flags, wait_until
 
-JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
+JARS = ROCKETMQ_JARS
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")
 RPC_SOURCES = Path(__file__).parent / "java_rpc"
 _missing = ("javac is not on PATH" if shutil.which("javac") is None else
@@ -85,11 +85,6 @@ public class TraceClient {
 """
 
 
-def _flags() -> list[str]:
-    text = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
-    return text.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
-
-
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The examples (name server from -Drocketmq.namesrv.addr) and TraceClient, compiled."""
@@ -113,7 +108,7 @@ class Jvm:
     """One Java main class as a subprocess; its stdout lines collected as they come."""
 
     def __init__(self, classes: Path, home: Path, ns: str, main: str, *args: str) -> None:
-        self.argv = ["java", *_flags(), "-Xmx256m", "-XX:+UseSerialGC",
+        self.argv = ["java", *jvm_flags(), "-Xmx256m", "-XX:+UseSerialGC",
                      "-Drocketmq.client.logUseSlf4j=false", f"-Drocketmq.namesrv.addr={ns}",
                      f"-Duser.home={home}", "-cp",
                      ":".join([*map(str, JARS), str(classes)]), main, *args]

@@ -6,7 +6,6 @@ the reason when ``javac`` or the 4.9.8 jars are missing."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,11 +13,11 @@ from pathlib import Path
 import pytest
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME, wait_until
+from tests.helpers import ROCKETMQ_JARS, compile_java, spawn_java, wait_until
 from tests.transaction.txpeer import FAST, messages
 from tests.wire import RawPeer
 
-JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
+JARS = ROCKETMQ_JARS
 pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
                                 reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
 
@@ -70,20 +69,8 @@ public class StockTx {
 async def test_stock_java_transaction_producer(
         broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
     broker = await broker_factory(**FAST)
-    cp = ":".join(str(j) for j in JARS)
-    (tmp_path / "StockTx.java").write_text(STOCK_TX_JAVA)
-    proc = await asyncio.create_subprocess_exec(
-        "javac", "-cp", cp, "-d", str(tmp_path), str(tmp_path / "StockTx.java"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()
-    flags_sh = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
-    flags = flags_sh.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
-    proc = await asyncio.create_subprocess_exec(
-        "java", *flags, "-Drocketmq.client.logUseSlf4j=false", "-cp", f"{cp}:{tmp_path}",
-        "StockTx", broker.namesrv_address, "JavaTx",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "ROCKETMQ_HOME": str(tmp_path), "HOME": str(tmp_path)})
+    cp = await compile_java(tmp_path, "StockTx", STOCK_TX_JAVA)
+    proc = await spawn_java(cp, "StockTx", broker.namesrv_address, "JavaTx", home=tmp_path)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 150)
     except TimeoutError:
