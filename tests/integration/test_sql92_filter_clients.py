@@ -26,7 +26,6 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.server.broker import Broker
 
 from tests.helpers import (
-    ROCKETMQ_HOME,
     ROCKETMQ_JARS,
     Collector,
     compile_java,
@@ -189,7 +188,6 @@ async def test_alions_sql92_subscription(kbroker: Broker, tmp_path: Path) -> Non
 
 # ---------------------------------------------------------------- stock Java client 4.9.8
 
-RMQ_DIR = ROCKETMQ_HOME
 JAVA_JARS = ROCKETMQ_JARS
 STOCK_SQL_JAVA = r"""
 import java.util.*;
