@@ -42,7 +42,7 @@ from kairosmq.protocol.properties import (
 from .requeue import restore_delayed_view, restore_timer_view
 from .schedule import transform_delayed
 from .store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
-from .timer.service import transform_timer
+from .timer.records import transform_timer
 from .transaction.records import transform_half
 
 if TYPE_CHECKING:

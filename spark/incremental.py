@@ -9,9 +9,11 @@ Invariants:
 * A file is closed unless it is the sink's active file (``broker.jsonl``); rotated files
   (``broker-<stamp>-<pid>-<n>.jsonl[.gz]``) never change again. URIs (``s3a://``) are not
   cached: they are read as JSON each time.
-* A cache entry is named by the file's name, size and modification time, so a file that
-  changes gets a new entry; an entry is written under a temporary name and renamed when
-  complete, so an interrupted conversion is redone, never half-read.
+* A cache entry is named by the file's name, size and modification time and a digest of
+  ``transforms.LINE_COLUMNS``, so a file that changes, or a job that keeps other columns
+  (e.g. ``producer_group`` for the transaction table), gets a new entry; an entry is
+  written under a temporary name and renamed when complete, so an interrupted conversion is
+  redone, never half-read.
 * Entries hold ``transforms.LINE_COLUMNS`` (after ``schema.event_time`` and ``lines``): a
   report over cached files parses no JSON at all.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from kairosmq.spark import transforms as T
 from pyspark.sql import DataFrame, SparkSession
 
 ACTIVE_NAMES = frozenset({"broker.jsonl"})
+COLUMNS_DIGEST = f"{zlib.crc32(','.join(T.LINE_COLUMNS).encode()):08x}"
 
 
 def is_closed(path: str) -> bool:
@@ -36,7 +40,7 @@ def is_closed(path: str) -> bool:
 def cache_key(path: str) -> str:
     st = Path(path).stat()
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).name)
-    return f"{stem}-{st.st_size}-{st.st_mtime_ns}.parquet"
+    return f"{stem}-{st.st_size}-{st.st_mtime_ns}-{COLUMNS_DIGEST}.parquet"
 
 
 def lines_frame(spark: SparkSession, paths: Sequence[str], cache_dir: Path,

@@ -99,7 +99,8 @@ Rows = list[dict[str, Any]]
 # The small tables, computed on the driver (tables.py) and written there as JSON lines.
 TABLES = ("event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
           "e2e_latency", "added_delay", "added_delay_by_topic", "retry_funnel", "dlq_counts",
-          "throughput_per_minute", "top_late")
+          "throughput_per_minute", "top_late", "timer_lateness", "timer_lateness_by_topic",
+          "timer_added_delay", "timer_counts", "transaction_counts")
 
 
 class InputError(ValueError):
@@ -296,6 +297,8 @@ def derive_tables(got: Mapping[str, Rows]) -> dict[str, Rows]:
         "event_counts": tables.event_counts(counts, CATALOGUE),
         "throughput_per_minute": tables.throughput_per_minute(counts, T.THROUGHPUT_EVENTS),
         "dlq_counts": tables.dlq_counts(counts, funnel, T.DEAD_LETTERED),
+        "timer_counts": tables.timer_counts(counts),
+        "transaction_counts": tables.transaction_counts(counts),
         "retry_funnel": funnel,
         "top_late": [{**r, "delivered_at": tables.utc(r.pop("delivered_ms"))}
                      for r in sorted(got["top_late"], key=lambda r: r["rank"])],

@@ -1,9 +1,10 @@
 """The report's small tables, derived on the driver from the few aggregates Spark returns.
 
 Owns: ``summary_rows`` (percentiles from log-bucket histograms), ``lateness_tables``,
-``latency_tables``, ``event_counts``, ``throughput_per_minute`` and ``dlq_counts`` (from
-``transforms.line_counts``). Pure functions of plain rows (``list[dict]``): no Spark, no files,
-so they are tested without a JVM.
+``latency_tables`` (both split timer messages, ``TIMER_LEVEL``, from the levels),
+``event_counts``, ``throughput_per_minute``, ``dlq_counts``, ``timer_counts`` and
+``transaction_counts`` (from ``transforms.line_counts``). Pure functions of plain rows
+(``list[dict]``): no Spark, no files, so they are tested without a JVM.
 
 Invariants:
 * Percentiles are nearest-rank over the histogram: ``pXX`` is the largest value seen in the
@@ -24,6 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 Rows = list[dict[str, Any]]
+TIMER_LEVEL = -1  # the delay_level of a timer message in the Spark aggregates
+TIMER_EVENTS = (("scheduled", "timer.scheduled"), ("fired", "timer.fired"),
+                ("recalled", "timer.recalled"))
+TRANSACTION_EVENTS = (("prepared", "transaction.prepared"),
+                      ("committed", "transaction.committed"),
+                      ("rolled_back", "transaction.rolled_back"),
+                      ("checked", "transaction.checked"),
+                      ("discarded", "transaction.discarded"))
 QUANTILES: tuple[tuple[str, float], ...] = (
     ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999),
 )
@@ -48,33 +57,53 @@ def _summary(buckets: Mapping[int, list[float]]) -> dict[str, Any]:
 
 
 def summary_rows(hist: Iterable[Mapping[str, Any]], by: Sequence[str]) -> Rows:
-    """Merge histogram rows (``*keys, bucket, n, hi, total``) per ``by``; one summary each."""
+    """Merge histogram rows (``*keys, bucket, n, hi, total``) per ``by``; one summary each
+    (plus ``early``, the sum of the rows' ``early`` counts, when they have one)."""
     groups: dict[tuple[Any, ...], dict[int, list[float]]] = defaultdict(dict)
+    early: dict[tuple[Any, ...], int] = {}
     for r in hist:
-        cell = groups[tuple(r[k] for k in by)].setdefault(r["bucket"], [0, -math.inf, 0.0])
+        key = tuple(r[k] for k in by)
+        cell = groups[key].setdefault(r["bucket"], [0, -math.inf, 0.0])
         cell[0] += r["n"]
         cell[1] = max(cell[1], r["hi"])
         cell[2] += r["total"]
-    rows = [{**dict(zip(by, key, strict=True)), **_summary(b)} for key, b in groups.items()
-            if b]
+        if "early" in r:
+            early[key] = early.get(key, 0) + (r["early"] or 0)
+    rows = [{**dict(zip(by, key, strict=True)), **_summary(b),
+             **({"early": early[key]} if key in early else {})}
+            for key, b in groups.items() if b]
     return sorted(rows, key=lambda r: [(r[k] is None, r[k] if r[k] is not None else 0)
                                        for k in by])
 
 
+def _split(hist: Rows) -> tuple[Rows, Rows]:
+    """(level rows, timer rows) of a histogram keyed by ``delay_level``."""
+    return ([r for r in hist if r["delay_level"] != TIMER_LEVEL],
+            [r for r in hist if r["delay_level"] == TIMER_LEVEL])
+
+
 def lateness_tables(hist: Rows) -> dict[str, Rows]:
-    """``lateness_by_level``, ``lateness_by_topic``, ``lateness_overall`` from one histogram."""
-    return {"lateness_by_level": summary_rows(hist, ["delay_level"]),
-            "lateness_by_topic": summary_rows(hist, ["topic"]),
-            "lateness_overall": summary_rows(hist, [])}
+    """``lateness_by_level``, ``lateness_by_topic``, ``lateness_overall`` (delay levels only)
+    and ``timer_lateness`` (one row), ``timer_lateness_by_topic`` from one histogram."""
+    levels, timers = _split(hist)
+    return {"lateness_by_level": summary_rows(levels, ["delay_level"]),
+            "lateness_by_topic": summary_rows(levels, ["topic"]),
+            "lateness_overall": summary_rows(levels, []),
+            "timer_lateness": summary_rows(timers, []),
+            "timer_lateness_by_topic": summary_rows(timers, ["topic"])}
 
 
 def latency_tables(hist: Rows) -> dict[str, Rows]:
     """``e2e_latency`` (per topic and level) and ``added_delay`` (per level; per topic and
-    level in ``added_delay_by_topic``) from ``transforms.e2e_histogram`` rows."""
+    level in ``added_delay_by_topic``) from ``transforms.e2e_histogram`` rows; the timer
+    messages' added delay is ``timer_added_delay`` (one row), and they are level
+    ``TIMER_LEVEL`` in the per-topic tables."""
     e2e = [r for r in hist if r["kind"] == "e2e"]
     added = [r for r in hist if r["kind"] == "added"]
+    levels, timers = _split(added)
     return {"e2e_latency": summary_rows(e2e, ["topic", "delay_level"]),
-            "added_delay": summary_rows(added, ["delay_level"]),
+            "added_delay": summary_rows(levels, ["delay_level"]),
+            "timer_added_delay": summary_rows(timers, []),
             "added_delay_by_topic": summary_rows(added, ["topic", "delay_level"])}
 
 
@@ -122,6 +151,41 @@ def dlq_counts(counts: Rows, funnel: Rows, dead_lettered: str) -> Rows:
         first, last = g.pop("first_ms"), g.pop("last_ms")
         out.append({**g, "first_at": utc(first), "last_at": utc(last)})
     return sorted(out, key=lambda r: (r["group"] is None, r["group"] or ""))
+
+
+def _per_key(counts: Rows, events: Sequence[tuple[str, str]], key: str
+             ) -> dict[Any, dict[str, Any]]:
+    column = {event: col for col, event in events}
+    per: dict[Any, dict[str, Any]] = {}
+    for r in counts:
+        col = column.get(r["label"])
+        if col is None:
+            continue
+        row = per.setdefault(r["group"], {key: r["group"], **dict.fromkeys(column.values(), 0)})
+        row[col] += r["lines"]
+    return per
+
+
+def timer_counts(counts: Rows) -> Rows:
+    """Per real ``topic``: timers ``scheduled``, ``fired``, ``recalled`` (timer recalls),
+    ``pending`` (scheduled - fired - recalled, at least 0: the logs may begin after some
+    were scheduled) and ``level_recalled`` (recalls of level-delayed messages)."""
+    relabelled = [{**r, "label": "<level recall>"} if r.get("level_recall") else r
+                  for r in counts]
+    per = _per_key(relabelled, (*TIMER_EVENTS, ("level_recalled", "<level recall>")), "topic")
+    out = [{**r, "pending": max(0, r["scheduled"] - r["fired"] - r["recalled"])}
+           for r in per.values()]
+    return sorted(out, key=lambda r: (r["topic"] is None, r["topic"] or ""))
+
+
+def transaction_counts(counts: Rows) -> Rows:
+    """Per ``producer_group``: half messages ``prepared``, ``committed``, ``rolled_back``,
+    ``checked`` (CHECK_TRANSACTION_STATE requests sent), ``discarded`` and ``pending``
+    (prepared - committed - rolled back - discarded, at least 0)."""
+    out = [{**r, "pending": max(0, r["prepared"] - r["committed"] - r["rolled_back"]
+                                - r["discarded"])}
+           for r in _per_key(counts, TRANSACTION_EVENTS, "producer_group").values()]
+    return sorted(out, key=lambda r: (r["producer_group"] is None, r["producer_group"] or ""))
 
 
 def utc(ms: int | None) -> dt.datetime | None:

@@ -12,7 +12,10 @@ shuffle) and derives each result from that (``counts_of``, ``lateness_of``, ``to
 Invariants:
 * ``label`` is the event name, or ``<malformed>`` (the line did not parse), ``<no event>``,
   ``<format vN>`` (written by a newer broker than this job knows): only lines labelled with a
-  ``message.*`` name enter a metric.
+  ``message.*``, ``timer.*`` or ``transaction.*`` name enter a metric.
+* A timer message (``timer.scheduled`` -> ``timer.fired``) is a scheduled/delivered message
+  with ``delay_level`` ``TIMER_LEVEL`` (-1): its lateness, lifecycle and added delay come
+  out of the same aggregation as the levels'; ``tables.py`` splits them off.
 * ``one_pass`` keeps only numbers in its buffers (plain min/max/sum/count of values ``facts``
   precomputed), so Spark runs it as one hash aggregate with map-side combining: strings
   appear only as grouping keys.
@@ -30,6 +33,7 @@ import math
 
 from kairosmq.protocol.events import LOG_FORMAT
 from kairosmq.spark.schema import CORRUPT
+from kairosmq.spark.tables import TIMER_LEVEL
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -41,6 +45,9 @@ PULLED = "message.pulled"
 REDELIVERED = "message.redelivered"
 DEAD_LETTERED = "message.dead_lettered"
 REJECTED = "message.rejected"
+TIMER_SCHEDULED = "timer.scheduled"
+TIMER_FIRED = "timer.fired"
+TIMER_RECALLED = "timer.recalled"
 
 MALFORMED = "<malformed>"
 NO_EVENT = "<no event>"
@@ -50,12 +57,13 @@ FLOOR_BUCKET = -10_000
 # The columns the job caches after parsing (one row per line).
 LINE_COLUMNS: tuple[str, ...] = (
     "label", "ts_ms", "msg_id", "topic", "real_topic", "group", "delay_level", "attempt",
-    "lateness_ms", "deliver_ts", "born_ts",
+    "lateness_ms", "deliver_ts", "born_ts", "producer_group", "recall_kind",
 )
 # The parsed fields those are made of (the JSON reader parses no other field).
 READ_COLUMNS: tuple[str, ...] = (
     "ts", "timestamp", "v", "event", "msg_id", "topic", "real_topic", "group", "delay_level",
-    "reconsume_times", "lateness_ms", "deliver_ts", "born_ts", CORRUPT,
+    "reconsume_times", "lateness_ms", "deliver_ts", "born_ts", "producer_group", "kind",
+    CORRUPT,
 )
 THROUGHPUT_EVENTS: tuple[tuple[str, str], ...] = (
     ("stored", STORED), ("scheduled", SCHEDULED), ("delivered", DELIVERED),
@@ -74,7 +82,8 @@ def lines(parsed: DataFrame) -> DataFrame:
     return parsed.select(
         label.alias("label"), "ts_ms", "msg_id", "topic", "real_topic", "group", "delay_level",
         F.coalesce(F.col("reconsume_times"), F.lit(0)).alias("attempt"),
-        "lateness_ms", "deliver_ts", "born_ts")
+        "lateness_ms", "deliver_ts", "born_ts", "producer_group",
+        F.col("kind").alias("recall_kind"))
 
 
 def bucket(value: Column) -> Column:
@@ -94,14 +103,17 @@ def _histogram(df: DataFrame, keys: list[str], value: str) -> DataFrame:
 def line_counts(lines_df: DataFrame) -> DataFrame:
     """Lines per ``label, minute`` (epoch minute; null without a time), split by ``dlq_copy``
     (the broker's ``message.stored`` of a message it moved to ``%DLQ%``), with ``group`` kept
-    for dead letters only; plus the first and last time. Event counts, throughput per minute
-    and the dead letters per group are sums over this small table."""
+    for dead letters (the real topic for ``timer.*``, the producer group for
+    ``transaction.*``), ``level_recall`` for a ``timer.recalled`` of a level message; plus the
+    first and last time. Event counts, throughput per minute, the dead letters per group and
+    the timer and transaction counts are sums over this small table."""
     return counts_of(one_pass(facts(lines_df)))
 
 
 def lateness_histogram(lines_df: DataFrame) -> DataFrame:
-    """Lateness of transfers out of the schedule topic: ``delay_level, topic, bucket, n, hi,
-    total`` (``topic`` is the real topic, ``%RETRY%<group>`` for retries)."""
+    """Lateness of transfers out of the schedule topic (and of fired timers, level
+    ``TIMER_LEVEL``): ``delay_level, topic, bucket, n, hi, total, early`` (``topic`` is the
+    real topic, ``%RETRY%<group>`` for retries; ``early``: values below 0)."""
     return lateness_of(one_pass(facts(lines_df)))
 
 
@@ -113,7 +125,7 @@ def top_late(lines_df: DataFrame, n: int = 100) -> DataFrame:
 def message_lifecycle(lines_df: DataFrame) -> DataFrame:
     """One row per message: its first attempt across store/schedule, deliver and consume.
 
-    Columns: ``msg_id, topic, delay_level (0 = not delayed), accepted_ts, deliver_ts,
+    Columns: ``msg_id, topic, delay_level (0 = not delayed, -1 = timer), accepted_ts, deliver_ts,
     lateness_ms, born_ts, first_consume_ts, first_pulls, e2e_ms, nominal_ms, added_ms``
     (times epoch ms). ``e2e_ms`` = first pull of the first attempt - producer's born time;
     ``nominal_ms`` = planned delivery - store time (0 when not delayed); ``added_ms`` =
@@ -158,7 +170,7 @@ def retry_funnel(outcomes: DataFrame) -> DataFrame:
 COUNTS, HIST, MESSAGE, CONSUMER = 0, 1, 2, 3
 # Event codes carried as numbers (conditions on a byte are cheaper than on the event name).
 CODES: dict[str, int] = {STORED: 1, SCHEDULED: 2, DELIVERED: 3, PULLED: 4, REDELIVERED: 5,
-                         DEAD_LETTERED: 6}
+                         DEAD_LETTERED: 6, TIMER_SCHEDULED: 7, TIMER_FIRED: 8}
 # The key of a fact: what ``s1, s2, k1, k2`` hold depends on ``kind`` (see ``facts``).
 FACT_KEY: tuple[tuple[str, str], ...] = (
     ("kind", "tinyint"), ("s1", "string"), ("s2", "string"), ("k1", "long"), ("k2", "int"))
@@ -175,16 +187,22 @@ def facts(lines_df: DataFrame) -> DataFrame:
     ========  =======================  ==============  ======  ========================
     kind      s1                       s2              k1      k2
     ========  =======================  ==============  ======  ========================
-    COUNTS    label (every line)       dead-letter     minute  1 for the broker's
-                                       group                   ``%DLQ%`` copy, else 0
-    HIST      -                        topic           bucket  delay_level
+    COUNTS    label (every line)       see below       minute  1 for the broker's
+                                                               ``%DLQ%`` copy, 2 for the
+                                                               recall of a level message
+    HIST      -                        topic           bucket  delay_level (``TIMER_LEVEL``
+                                                               for a timer)
     MESSAGE   msg_id                   real topic      -       attempt
     CONSUMER  msg_id                   group           -       -
     ========  =======================  ==============  ======  ========================
 
-    HIST: a delivery with its lateness. MESSAGE: the stored (not the ``%DLQ%`` copy),
-    scheduled, delivered and pulled lines of the first attempt, and every delivery of a retry
-    (for the top-late rows). CONSUMER: every pull, send-back and dead letter of a group.
+    COUNTS ``s2``: the group of a dead letter, the real topic of a ``timer.*`` line, the
+    producer group of a ``transaction.*`` line, else null.
+    HIST: a delivery (``message.delivered`` or ``timer.fired``) with its lateness (``pull``
+    = 1 when early). MESSAGE: the stored (not the ``%DLQ%`` copy), scheduled
+    (``timer.scheduled`` too), delivered (``timer.fired`` too) and pulled lines of the first
+    attempt, and every delivery of a retry (for the top-late rows); a timer's level is
+    ``TIMER_LEVEL``. CONSUMER: every pull, send-back and dead letter of a group.
     The values (``FACT_VALUES``) are what ``one_pass`` takes the min/max/sum/count of.
     """
     label, ts, lat = F.col("label"), F.col("ts_ms"), F.col("lateness_ms")
@@ -200,22 +218,30 @@ def facts(lines_df: DataFrame) -> DataFrame:
         fields += [values.get(k, F.lit(None)).cast(t).alias(k) for k, t in FACT_VALUES]
         return F.when(when, F.struct(*fields))
 
-    first = (att == 0) & c.isin(1, 2, 3, 4) & ~F.col("dlq_copy")
-    delivered = c == 3
+    first = (att == 0) & c.isin(1, 2, 3, 4, 7, 8) & ~F.col("dlq_copy")
+    delivered = c.isin(3, 8)
+    real_topic = F.coalesce(F.col("real_topic"), F.col("topic"))
+    level = F.when(c.isin(7, 8), F.lit(TIMER_LEVEL)).otherwise(F.col("delay_level"))
+    level_recall = (label == TIMER_RECALLED) & (F.coalesce(F.col("recall_kind"), F.lit("timer"))
+                                                != "timer")
     rows = F.array(
         row(COUNTS, F.lit(True),
-            {"s1": label, "s2": F.when(c == 6, grp), "k1": F.floor(ts / 60_000),
-             "k2": F.col("dlq_copy").cast("int")},
+            {"s1": label, "s2": F.when(c == 6, grp)
+             .when(label.startswith("timer."), real_topic)
+             .when(label.startswith("transaction."), F.col("producer_group")),
+             "k1": F.floor(ts / 60_000),
+             "k2": F.when(F.col("dlq_copy"), F.lit(1)).when(level_recall, F.lit(2))
+             .otherwise(F.lit(0))},
             {"min1": ts, "max1": ts}),
         row(HIST, delivered & lat.isNotNull(),
-            {"s2": F.col("topic"), "k1": bucket(lat), "k2": F.col("delay_level")},
-            {"max1": lat, "sum1": lat}),
+            {"s2": F.col("topic"), "k1": bucket(lat), "k2": level},
+            {"max1": lat, "sum1": lat, "pull": F.when(lat < 0, F.lit(1))}),
         row(MESSAGE, mid.isNotNull() & (first | delivered),
-            {"s1": mid, "s2": F.coalesce(F.col("real_topic"), F.col("topic")), "k2": att},
-            {"min1": F.when(c.isin(1, 2), ts), "min2": F.when(c == 2, ts),
-             "min3": F.when(c == 2, F.col("deliver_ts")), "min4": F.when(delivered, ts),
+            {"s1": mid, "s2": real_topic, "k2": att},
+            {"min1": F.when(c.isin(1, 2, 7), ts), "min2": F.when(c.isin(2, 7), ts),
+             "min3": F.when(c.isin(2, 7), F.col("deliver_ts")), "min4": F.when(delivered, ts),
              "min5": F.when(c == 4, ts), "max1": F.when(c.isin(1, 4), F.col("born_ts")),
-             "max2": F.when(c.isin(2, 3), F.col("delay_level")),
+             "max2": F.when(c.isin(2, 3, 7, 8), level),
              "pull": F.when(c == 4, F.lit(1)),
              "lat": F.when(delivered, lat), "lat_at": F.when(delivered, ts)}),
         row(CONSUMER, mid.isNotNull() & grp.isNotNull() & c.isin(4, 5, 6),
@@ -246,7 +272,8 @@ def counts_of(agg: DataFrame) -> DataFrame:
     """``line_counts`` rows from ``one_pass``."""
     return _kind(agg, COUNTS).select(
         F.col("s1").alias("label"), F.col("k1").alias("minute"),
-        (F.col("k2") == 1).alias("dlq_copy"), F.col("s2").alias("group"),
+        (F.col("k2") == 1).alias("dlq_copy"), (F.col("k2") == 2).alias("level_recall"),
+        F.col("s2").alias("group"),
         F.col("n").alias("lines"), F.col("min1").alias("first_ms"),
         F.col("max1").cast("long").alias("last_ms"))
 
@@ -256,7 +283,7 @@ def lateness_of(agg: DataFrame) -> DataFrame:
     return _kind(agg, HIST).select(
         F.col("k2").alias("delay_level"), F.col("s2").alias("topic"),
         F.col("k1").cast("int").alias("bucket"), "n", F.col("max1").alias("hi"),
-        F.col("sum1").alias("total"))
+        F.col("sum1").alias("total"), F.col("pulls").alias("early"))
 
 
 def _messages(agg: DataFrame) -> DataFrame:

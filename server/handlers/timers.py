@@ -47,7 +47,7 @@ from .. import ingress
 from ..put import MessageKind
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
-from ..timer.service import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
+from ..timer.records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 
 if TYPE_CHECKING:
     from ..store.index import KeyIndex

@@ -8,6 +8,7 @@ property rules and the recall handle codec are sans-IO, in ``kairosmq.protocol.t
 from __future__ import annotations
 
 from .buckets import TimerBuckets
-from .service import RecallOutcome, TimerService
+from .records import RecallOutcome
+from .service import TimerService
 
 __all__ = ["RecallOutcome", "TimerBuckets", "TimerService"]

@@ -34,15 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import re
 from collections.abc import Awaitable, Callable
-from enum import Enum
 from typing import Any
 
 from kairosmq.protocol.message import stored_physical_offset
 from kairosmq.protocol.properties import (
-    REAL_QID,
-    REAL_TOPIC,
     RECALL_KIND,
     RECALL_TARGET,
     TIMER_ORIGIN,
@@ -52,31 +48,14 @@ from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 from ..clock import sub_ms, wall_ms
 from ..logs import get_logger
 from ..requeue import RequeueError
-from ..store import DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
+from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
+from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 
-TIMER_QUEUE = 0
-RECALL_QUEUE = 1
 RETRY_PAUSE = 0.2
-_PAIR = re.compile(r"(\d{1,18}):(\d{1,18})", re.ASCII)
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 _UNDO_TRIM = 1024
 Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
-
-
-class RecallOutcome(Enum):
-    RECALLED = "recalled"
-    ALREADY_FIRED = "already fired"
-    ALREADY_RECALLED = "already recalled"
-
-
-def format_pair(due_ms: int, phy: int) -> str:
-    return f"{due_ms}:{phy}"
-
-
-def parse_pair(text: str) -> tuple[int, int] | None:
-    m = _PAIR.fullmatch(text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class TimerService:
@@ -453,17 +432,6 @@ class TimerService:
 
 def _cancels(data: bytes, phy: int) -> bool:
     return any(k == KIND_CANCEL and p == phy for _d, p, _s, k in ENTRY.iter_unpack(data))
-
-
-def transform_timer(msg: MessageInner, due_ms: int) -> None:
-    """Divert ``msg`` into the timer topic in place, due at ``due_ms``: REAL_TOPIC and
-    REAL_QID keep where it fires to, ``TIMER_OUT_MS`` when (RocketMQ 5's names)."""
-    props = msg.properties
-    props[REAL_TOPIC] = msg.topic
-    props[REAL_QID] = str(msg.queue_id)
-    props[TIMER_OUT_MS] = str(due_ms)
-    msg.topic = TIMER_TOPIC
-    msg.queue_id = TIMER_QUEUE
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

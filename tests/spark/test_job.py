@@ -20,7 +20,8 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
           "retry_funnel", "dlq_counts", "throughput_per_minute", "top_late", "e2e_latency",
-          "added_delay", "added_delay_by_topic"}
+          "added_delay", "added_delay_by_topic", "timer_lateness", "timer_lateness_by_topic",
+          "timer_added_delay", "timer_counts", "transaction_counts"}
 
 
 def _layout(tmp_path: Path) -> tuple[Path, Path, list]:
