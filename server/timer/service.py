@@ -314,16 +314,19 @@ class TimerService:
             self._loading, self._loading_extra = bucket, []
             try:
                 pending = self.buckets.pending_bytes(bucket)
-                live = await self.run_blocking(self.buckets.load, bucket, pending)
+                # fired ones are dropped in the thread (the cursor only grows meanwhile,
+                # and ``_fire`` skips anything at or below it anyway)
+                live = await self.run_blocking(self.buckets.load, bucket, pending,
+                                               self.cursor)
             except BaseException:
                 heapq.heappush(self._future, bucket)
                 self._known.add(bucket)
                 raise
             finally:
                 self._loading = None
-            cursor = self.cursor
-            fresh = [e for e in live if (e[0], e[1]) > cursor and e[1] not in self._cancelled]
-            fresh += [e for e in self._loading_extra if e[1] not in self._cancelled]
+            fresh = live + self._loading_extra
+            if self._cancelled:
+                fresh = [e for e in fresh if e[1] not in self._cancelled]
             self._loading_extra = []
             self._loaded_through = bucket
             if len(fresh) > len(self._heap):
