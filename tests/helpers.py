@@ -82,6 +82,22 @@ async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
         env={**os.environ, "ROCKETMQ_HOME": str(home), "HOME": str(home)})
 
 
+async def java_done(proc: Any, timeout: float) -> tuple[list[str], Any]:
+    """Wait for a ``spawn_java`` process (killed after ``timeout`` s, which fails the test);
+    assert it exited 0 after printing ``done``. Returns (stdout lines, diagnostics)."""
+    import asyncio as _asyncio
+
+    try:
+        stdout, stderr = await _asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        raise
+    lines = stdout.decode().splitlines()
+    diag = (lines, stderr.decode()[-3000:])
+    assert proc.returncode == 0 and "done" in lines, diag
+    return lines, diag
+
+
 def fast_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
     opts: dict[str, Any] = {
         "data_dir": data_dir, "port": 0, "namesrv_port": 0, "vip_channel": False,

@@ -29,6 +29,7 @@ from tests.helpers import (
     ROCKETMQ_JARS,
     Collector,
     compile_java,
+    java_done,
     spawn_java,
     stays_false,
     wait_until,
@@ -264,13 +265,7 @@ async def test_stock_java_client_message_selector_by_sql(kbroker: Broker,
     cp = await compile_java(tmp_path, "StockSql", STOCK_SQL_JAVA)
     proc = await spawn_java(cp, "StockSql", kbroker.namesrv_address, "JSqlT",
                             "a > 10 AND region = 'eu'", "a >> 1", "30", "9", home=tmp_path)
-    try:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    except TimeoutError:
-        proc.kill()
-        raise
-    lines = stdout.decode().splitlines()
-    assert proc.returncode == 0 and "done" in lines, (lines, stderr.decode()[-3000:])
+    lines, _diag = await java_done(proc, 120)
     got = sorted(int(x.split()[1][1:]) for x in lines if x.startswith("consumed "))
     assert got == list(range(12, 30, 2))
     refused = [x for x in lines if x.startswith("bad-refused")]

@@ -5,7 +5,6 @@ secret is refused with RocketMQ's remark. Skipped without ``javac`` or the 4.9.8
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_JARS, compile_java, spawn_java
+from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java
 from tests.security.acl_setup import ACL_FILE
 
 JARS = ROCKETMQ_JARS
@@ -105,14 +104,7 @@ async def test_stock_java_clients_with_acl_rpc_hook(
     cp = await compile_java(tmp_path, "StockAcl", STOCK_ACL_JAVA)
     proc = await spawn_java(cp, "StockAcl", broker.namesrv_address, "JavaOrders",
                             "java_app_ak", "java_app_sk", "4", home=tmp_path)
-    try:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 150)
-    except TimeoutError:
-        proc.kill()
-        raise
-    lines = stdout.decode().splitlines()
-    diag = (lines, stderr.decode()[-3000:])
-    assert proc.returncode == 0 and "done" in lines, diag
+    lines, diag = await java_done(proc, 150)
     consumed = {x.split()[1]: int(x.split()[2]) for x in lines if x.startswith("consumed ")}
     assert consumed == {"m0": 1, "m1": 0, "m2": 0, "m3": 0}, diag  # m0 via %RETRY%JavaCG
     # the wrong secret: the name server refuses its route lookups (the Java producer then

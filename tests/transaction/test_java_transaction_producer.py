@@ -5,7 +5,6 @@ the reason when ``javac`` or the 4.9.8 jars are missing."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_JARS, compile_java, spawn_java, wait_until
+from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java, wait_until
 from tests.transaction.txpeer import FAST, messages
 from tests.wire import RawPeer
 
@@ -71,14 +70,7 @@ async def test_stock_java_transaction_producer(
     broker = await broker_factory(**FAST)
     cp = await compile_java(tmp_path, "StockTx", STOCK_TX_JAVA)
     proc = await spawn_java(cp, "StockTx", broker.namesrv_address, "JavaTx", home=tmp_path)
-    try:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 150)
-    except TimeoutError:
-        proc.kill()
-        raise
-    lines = stdout.decode().splitlines()
-    diag = (lines, stderr.decode()[-3000:])
-    assert proc.returncode == 0 and "done" in lines, diag
+    lines, diag = await java_done(proc, 150)
     sent = {x.split()[1]: x.split()[2:] for x in lines if x.startswith("sent ")}
     assert {k: v[:2] for k, v in sent.items()} == {
         "commit": ["SEND_OK", "COMMIT_MESSAGE"], "rollback": ["SEND_OK", "ROLLBACK_MESSAGE"],
