@@ -34,7 +34,6 @@ from .schema import MESSAGE_MAGIC_CODE
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYOFFSET SYSFLAG BORNTS
 _HEAD = struct.Struct(">iIiiiqqiq")
-_PHY_POS = 28  # PHYSICALOFFSET: after TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">H")
@@ -444,11 +443,3 @@ def record_properties(buf: bytes | memoryview, pos: int = 0) -> dict[str, str]:
         return decode_properties(bytes(buf[ppos + 2 : ppos + 2 + plen]).decode())
     except (IndexError, struct.error, UnicodeDecodeError):
         return {}
-
-
-def stored_physical_offset(buf: bytes) -> int | None:
-    """The PHYSICALOFFSET field of the record at the start of ``buf`` (None if too short):
-    a cheap check that bytes read at an offset are the record stored there."""
-    if len(buf) < _PHY_POS + 8:
-        return None
-    return int(_I64.unpack_from(buf, _PHY_POS)[0])

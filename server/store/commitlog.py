@@ -38,13 +38,18 @@ from pathlib import Path
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from .files import create_allocated, preallocate
-from .records import MIN_RECORD, PROBLEMS, RecordProblem, WriteFailed, check_record
+from .records import (
+    MIN_RECORD,
+    PROBLEMS,
+    RecordProblem,
+    WriteFailed,
+    check_record,
+    stored_physical_offset,
+)
 
 __all__ = ["CommitLog", "RecordProblem", "WriteFailed", "check_record"]
 
 _SIZE_MAGIC = struct.Struct(">iI")
-_PHY_OFFSET_POS = 28  # the record's own PHYSICALOFFSET field
-_I64 = struct.Struct(">q")
 MIN_BLANK = 8
 SCAN_WINDOW = 8 << 20  # larger than any record (4 MiB body + 32 KiB properties)
 
@@ -293,7 +298,7 @@ class CommitLog:
         code = check_record(buf, 0)
         if code <= 0:
             return PROBLEMS.get(code, RecordProblem.BAD_MAGIC)
-        if _I64.unpack_from(buf, _PHY_OFFSET_POS)[0] != offset:
+        if stored_physical_offset(buf) != offset:
             return RecordProblem.NOT_RECORD_START
         return buf
 

@@ -42,7 +42,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,
@@ -71,6 +71,7 @@ from .guard import WriteGuard
 from .reads import StoreReads
 from .types import (
     DispatchRequest,
+    Expired,
     GetResult,
     GetStatus,
     MessageInner,
@@ -86,15 +87,6 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 # born host and store host may each be IPv6 (12 more bytes); topic <= 127 bytes
 _MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
-
-
-class Expired(NamedTuple):
-    """What one retention pass deleted (files are fixed-size: the bytes are their sizes)."""
-
-    segments: int
-    queue_files: int
-    segment_bytes: int
-    queue_file_bytes: int
 
 
 class MessageStore(StoreReads):

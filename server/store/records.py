@@ -1,7 +1,8 @@
 """The one record check and the typed reasons a commit-log read or write can fail.
 
 Owns: ``check_record`` (magic, size, body-length fit, body CRC: the rule recovery's scan,
-the checked reads at client-given offsets and the index scan all apply), ``RecordProblem``
+the checked reads at client-given offsets and the index scan all apply),
+``stored_physical_offset`` (the record's own offset field), ``RecordProblem``
 (why an offset holds no stored message; its value is the remark a client gets) and
 ``WriteFailed`` (what a failed ``pwrite`` kept and dropped).
 
@@ -19,6 +20,8 @@ from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 _SIZE_MAGIC = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_PHY_OFFSET_POS = 28  # the record's own PHYSICALOFFSET field
 _BODY_LEN_POS_V4 = 84  # TOTALSIZE..PREPARED_TX_OFFSET with IPv4 hosts
 MIN_RECORD = 91
 
@@ -41,6 +44,14 @@ _TRUNCATED, _BAD_MAGIC, _BAD_SIZE, _BAD_LENGTHS, _BAD_CRC = -1, -2, -3, -4, -5
 PROBLEMS = {_TRUNCATED: RecordProblem.BAD_SIZE, _BAD_MAGIC: RecordProblem.BAD_MAGIC,
              _BAD_SIZE: RecordProblem.BAD_SIZE, _BAD_LENGTHS: RecordProblem.BAD_LENGTHS,
              _BAD_CRC: RecordProblem.BAD_CRC}
+
+
+def stored_physical_offset(buf: bytes | bytearray) -> int | None:
+    """The PHYSICALOFFSET field of the record at the start of ``buf`` (None if too short):
+    bytes read at an offset are the record stored there only if it names that offset."""
+    if len(buf) < _PHY_OFFSET_POS + 8:
+        return None
+    return int(_I64.unpack_from(buf, _PHY_OFFSET_POS)[0])
 
 
 def check_record(buf: bytes | bytearray, pos: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class PutStatus(Enum):
@@ -92,3 +92,12 @@ class StateProvider(Protocol):
     def snapshot(self) -> Any: ...
 
     def restore(self, state: Any) -> None: ...
+
+
+class Expired(NamedTuple):
+    """What one retention pass deleted (files are fixed-size: the bytes are their sizes)."""
+
+    segments: int
+    queue_files: int
+    segment_bytes: int
+    queue_file_bytes: int

@@ -37,7 +37,6 @@ import heapq
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kairosmq.protocol.message import stored_physical_offset
 from kairosmq.protocol.properties import (
     RECALL_KIND,
     RECALL_TARGET,
@@ -49,6 +48,7 @@ from ..clock import sub_ms, wall_ms
 from ..logs import get_logger
 from ..requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
+from ..store.records import stored_physical_offset
 from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 
