@@ -195,3 +195,28 @@ async def test_clients_cannot_write_the_timer_topic(broker) -> None:
     assert "KAIROS_TIMER_ORIGIN" not in m.properties
     assert broker.timer.cursor == (0, -1)
     await peer.close()
+
+
+async def test_malformed_recall_requests_are_refused_and_the_broker_serves(broker) -> None:
+    peer = await RawPeer.connect(broker.address)
+    r, _ = await timer_send(peer, "T10", b"x", {"TIMER_DELAY_SEC": "60"})
+    good = r.ext_fields["recallHandle"]
+    bad = [
+        {"producerGroup": "PG", "topic": "T10"},  # no recallHandle
+        {"producerGroup": "/../x", "topic": "T10", "recallHandle": good},
+        {"producerGroup": "PG", "topic": "T10", "recallHandle": "QUJD" * 4000},
+        {"producerGroup": "PG", "topic": "T10\x00", "recallHandle": good},
+        {"producerGroup": "PG", "topic": "T10", "recallHandle": RecallHandle(
+            "T10", "broker-a", 2**63 - 1, "Z" * 300).encode()},
+    ]
+    for ext in bad:
+        resp = await peer.call(RequestCode.RECALL_MESSAGE, ext)
+        assert resp.code != ResponseCode.SUCCESS and resp.remark, (ext, resp)
+    st = await peer.call(RequestCode.KAIROS_GET_TIMER_STATUS, {"junk": "\x00" * 10})
+    assert st.code == ResponseCode.SUCCESS  # extra fields are ignored
+    # still pending, still recallable, and the broker serves
+    assert broker.stats.timers_fired == 0
+    resp = await recall(peer, "T10", good)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert (await send(peer, "T10b", b"ok")).code == ResponseCode.SUCCESS
+    await peer.close()
