@@ -27,6 +27,10 @@ Invariants:
 * Memory: only buckets starting within ``lookahead_ms`` are loaded, and no further
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
+* Short loop stalls: a bucket (up to a minute of timers) is cut into ``slice_ms`` slices,
+  each sorted, in the load thread; the loop keeps them in order and moves a slice into the
+  heap just before its first entry is due (a sorted list is a heap: no heapify of a whole
+  bucket on the loop). Every loaded entry is in the heap or in a slice.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,7 +60,10 @@ from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 RETRY_PAUSE = 0.2
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 _UNDO_TRIM = 1024
+SLICE_MS = 100  # a loaded bucket is kept as sorted slices of this span
+PROMOTE_AHEAD_MS = 20  # a slice joins the heap this long before its first entry is due
 Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
+Slice = list[Entry]  # sorted by (due, phy)
 
 
 class TimerService:
@@ -82,6 +90,8 @@ class TimerService:
         self.skipped = 0
         self.log = get_logger("timer")
         self._heap: list[Entry] = []
+        self._slices: deque[Slice] = deque()  # loaded, not yet in the heap, in due order
+        self._sliced = 0  # entries in ``_slices``
         self._cancelled: set[int] = set()  # recalled phys inside the loaded window
         self.level_recalls: set[int] = set()  # recalled schedule records not yet passed
         self._future: list[int] = []  # heap of buckets beyond the window
@@ -121,15 +131,20 @@ class TimerService:
 
     @property
     def pending_in_memory(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + self._sliced
 
     def next_due(self) -> int | None:
         """The earliest pending due ms (the head of the loaded window; the next bucket is
         loaded whenever the window is empty, and until it is, the earliest due added to it
         since the start, else its start), or None."""
-        for due, phy, _size in heapq.nsmallest(64, self._heap):
-            if (due, phy) > self.cursor and phy not in self._cancelled:
-                return due
+        found = [due for due, phy, _size in heapq.nsmallest(64, self._heap)
+                 if (due, phy) > self.cursor and phy not in self._cancelled][:1]
+        first = next((due for part in self._slices for due, phy, _size in part
+                      if (due, phy) > self.cursor and phy not in self._cancelled), None)
+        if first is not None:
+            found.append(first)
+        if found:
+            return min(found)
         if self._future:  # not loaded yet (the task loads it next)
             first = self._future[0]
             return self._future_min.get(first, first * self.buckets.bucket_ms)
@@ -276,11 +291,15 @@ class TimerService:
         while True:
             await self._load_window()
             now = self.clock_ms()
+            self._promote(now)
             if self._heap and self._heap[0][0] <= now:
                 ok = self._fire(now)
                 await asyncio.sleep(0 if ok else RETRY_PAUSE)
                 continue
             wake = self._heap[0][0] if self._heap else None
+            if self._slices:
+                at = self._slices[0][0][0] - PROMOTE_AHEAD_MS
+                wake = at if wake is None else min(wake, at)
             if self._future:
                 load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
                 wake = load_at if wake is None else min(wake, load_at)
@@ -305,9 +324,9 @@ class TimerService:
         while nothing is loaded (so the head of the heap is the next due timer)."""
         horizon = self.clock_ms() + self.lookahead_ms
         while self._future and (
-                not self._heap
+                not (self._heap or self._slices)
                 or (self._future[0] * self.buckets.bucket_ms <= horizon
-                    and len(self._heap) < self.max_loaded)):
+                    and self.pending_in_memory < self.max_loaded)):
             bucket = heapq.heappop(self._future)
             self._known.discard(bucket)
             self._future_min.pop(bucket, None)
@@ -316,24 +335,56 @@ class TimerService:
                 pending = self.buckets.pending_bytes(bucket)
                 # fired ones are dropped in the thread (the cursor only grows meanwhile,
                 # and ``_fire`` skips anything at or below it anyway)
-                live = await self.run_blocking(self.buckets.load, bucket, pending,
-                                               self.cursor)
+                parts = await self.run_blocking(self._load_sliced, bucket, pending,
+                                                self.cursor)
             except BaseException:
                 heapq.heappush(self._future, bucket)
                 self._known.add(bucket)
                 raise
             finally:
                 self._loading = None
-            fresh = live + self._loading_extra
-            if self._cancelled:
-                fresh = [e for e in fresh if e[1] not in self._cancelled]
+            # entries added while the file was read, and recalls: few, so into the heap
+            for e in self._loading_extra:
+                heapq.heappush(self._heap, e)
             self._loading_extra = []
             self._loaded_through = bucket
-            if len(fresh) > len(self._heap):
-                self._heap.extend(fresh)
+            for part in parts:
+                self._slices.append(part)
+                self._sliced += len(part)
+
+    def _load_sliced(self, bucket: int, pending: bytes, after: tuple[int, int]
+                     ) -> list[Slice]:
+        """In the load thread: the bucket's live entries after ``after`` as sorted
+        ``SLICE_MS`` slices, in due order (Python-level loops, so the loop thread gets the
+        GIL between them; each sort is one slice, not the bucket)."""
+        by_slice: dict[int, Slice] = {}
+        for e in self.buckets.load(bucket, pending, after):
+            key = e[0] // SLICE_MS
+            part = by_slice.get(key)
+            if part is None:
+                by_slice[key] = [e]
+            else:
+                part.append(e)
+        out = []
+        for key in sorted(by_slice):
+            part = by_slice[key]
+            part.sort()
+            out.append(part)
+        return out
+
+    def _promote(self, now: int) -> None:
+        """Move every slice whose first entry is due within ``PROMOTE_AHEAD_MS`` into the
+        heap (``_fire`` drops recalled ones when they reach the head)."""
+        while self._slices and self._slices[0][0][0] <= now + PROMOTE_AHEAD_MS:
+            part = self._slices.popleft()
+            self._sliced -= len(part)
+            if not self._heap:
+                self._heap = part  # sorted: already a heap
+            elif len(part) > len(self._heap):
+                self._heap.extend(part)
                 heapq.heapify(self._heap)
             else:
-                for e in fresh:
+                for e in part:
                     heapq.heappush(self._heap, e)
 
     def _fire(self, now: int) -> bool:

@@ -241,6 +241,41 @@ def test_restart_fires_each_timer_exactly_once(tmp_path: Path, clean: bool) -> N
     run(tmp_path, body)
 
 
+def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
+    """A bucket read from its file is kept as sorted slices: the heap only ever holds the
+    slices about to fall due (no heapify of a whole bucket on the loop), every timer still
+    fires at its millisecond in (due, phy) order, and a recall inside a slice not yet in
+    the heap wins."""
+    from kairosmq.server.timer.service import PROMOTE_AHEAD_MS, SLICE_MS
+
+    async def body(rig: Rig) -> None:
+        await rig.timer.stop()
+        dues = [BASE_MS + 60_000 + (i * 7919) % 30_000 for i in range(600)]  # next bucket
+        phys = [rig.schedule(f"m{i}".encode(), due) for i, due in enumerate(dues)]
+        rig.checkpoint()
+        await rig.restart(clean=True)
+        await asyncio.sleep(59.5)  # the bucket is loaded (lookahead 2 s), nothing due yet
+        assert rig.timer.pending_in_memory == 600
+        assert len(rig.timer._heap) == 0 and len(rig.timer._slices) == 300
+        victim = 5  # due in the bucket's 2nd half: still in a slice
+        assert dues[victim] - BASE_MS > 62_000
+        assert await rig.timer.recall_state(dues[victim], phys[victim]) is None
+        rig.recall_record(dues[victim], phys[victim])
+        peak = 0
+        for _ in range(400):
+            await asyncio.sleep(0.1)
+            peak = max(peak, len(rig.timer._heap))
+        per_slice = 600 // 300
+        assert peak <= per_slice * (1 + (PROMOTE_AHEAD_MS + 100) // SLICE_MS + 1), peak
+        expect = sorted((d, p) for i, (d, p) in enumerate(zip(dues, phys, strict=True))
+                        if i != victim)
+        assert [f[1] for f in rig.fired] == [d for d, _p in expect]
+        assert all(at == due for _b, due, at in rig.fired)
+        assert rig.timer.pending_in_memory == 0
+
+    run(tmp_path, body)
+
+
 def test_due_during_downtime_fires_at_start_in_due_order(tmp_path: Path) -> None:
     async def body(rig: Rig) -> None:
         await rig.timer.stop()
