@@ -15,6 +15,9 @@ Two parts, each printing a table:
 
     python bench/bench_timers.py                       # 1,000 and 5,000 due/s, 4 s each
     python bench/bench_timers.py --rates 5000 --seconds 10
+    python bench/bench_timers.py --rates 5000 --seconds 10 --cross-bucket --restart
+                                     # spans a minute-bucket boundary; the broker is
+                                     # killed (-9) and restarted between send and fire
     python bench/bench_timers.py --pending 10000000 --skip-lateness
 
 Figures are for this machine and this run only; compare with the other benches' same-run
@@ -104,12 +107,23 @@ def stop_broker(proc: subprocess.Popen[bytes]) -> None:
 # ---------------------------------------------------------------- lateness agents
 
 
-async def producer(port: int, n: int, rate: int, body_size: int, window: int) -> dict[str, Any]:
-    """Send ``n`` timers due at ``rate``/s from a start instant after all are stored."""
+def first_due(n: int, rate: int, margin_s: float, cross_bucket: bool) -> int:
+    """The first due instant (epoch ms): after the sends (estimated at 1,000/s) plus
+    ``margin_s``; with ``cross_bucket``, moved later so that a minute-bucket boundary
+    falls in the middle of the due span."""
+    t0 = int(time.time() * 1000 + (n / 1000 + 2.0 + margin_s) * 1000)
+    if not cross_bucket:
+        return t0
+    half = n * 1000 // rate // 2
+    boundary = -(-(t0 + half) // 60_000) * 60_000
+    return boundary - half
+
+
+async def producer(port: int, n: int, rate: int, body_size: int, window: int,
+                   t0: int) -> dict[str, Any]:
+    """Send ``n`` timers due at ``rate``/s from ``t0`` (epoch ms)."""
     c = RemotingClient()
     await c.open("127.0.0.1", port)
-    send_estimate = n / 1000 + 2.0  # seconds; the first due instant comes after this
-    t0 = int(time.time() * 1000 + send_estimate * 1000)
     sem = asyncio.Semaphore(window)
     errors = 0
 
@@ -187,19 +201,35 @@ def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
-def lateness_round(rate: int, seconds: float, body: int, workdir: Path) -> dict[str, Any]:
+def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
+                   restart: bool = False, cross_bucket: bool = False) -> dict[str, Any]:
+    """One rate. ``restart``: the broker is killed (-9) once every timer is stored and
+    started again on its files before the first one is due (timers then come from the
+    bucket files and the log); the consumer starts after it."""
     n = int(rate * seconds)
     port = free_port()
     data = workdir / f"lateness-{rate}"
     broker, _ = start_broker(data, port)
+    t0 = first_due(n, rate, 8.0 if restart else 0.0, cross_bucket)
+    wait = (t0 - time.time() * 1000) / 1000 + seconds + n / 2500 + 30
+    cons = None
+    ready_ms = 0.0  # when the restarted broker served (0: no restart)
     try:
-        cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
-                                 str(port), str(n), str(seconds + n / 2500 + 30)],
-                                stdout=subprocess.PIPE)
-        time.sleep(0.5)
-        prod = run_agent("producer", [str(port), str(n), str(rate), str(body), "256"])
+        if not restart:
+            cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
+                                     str(port), str(n), str(wait)], stdout=subprocess.PIPE)
+            time.sleep(0.5)
+        prod = run_agent("producer", [str(port), str(n), str(rate), str(body), "256",
+                                      str(t0)])
+        if restart:
+            broker.kill()
+            broker.wait()
+            broker, _ = start_broker(data, port)
+            ready_ms = time.time() * 1000
+            cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
+                                     str(port), str(n), str(wait)], stdout=subprocess.PIPE)
         cpu0 = cpu_seconds(broker.pid)
-        out, _ = cons.communicate(timeout=seconds + n / 2500 + 60)
+        out, _ = cons.communicate(timeout=wait + 30)
         cpu = cpu_seconds(broker.pid) - cpu0
         cres = json.loads(out)
         rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
@@ -209,7 +239,8 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path) -> dict[
     lat = sorted(cres["lateness"])
     return {
         "rate": rate, "n": n, "send/s": n / prod["send_s"],
-        "stored before due": prod["stored_before_first_due"], "send errors": prod["errors"],
+        "stored before due": prod["stored_before_first_due"] and ready_ms < t0,
+        "send errors": prod["errors"],
         "p50": percentile(lat, 50), "p90": percentile(lat, 90), "p99": percentile(lat, 99),
         "p99.9": percentile(lat, 99.9), "max": lat[-1] if lat else None,
         "early": sum(1 for v in lat if v < 0), "lost": n - cres["received"],
@@ -287,14 +318,18 @@ def main() -> None:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--pending", type=int, default=0, help="timers for the pending part")
     ap.add_argument("--skip-lateness", action="store_true")
+    ap.add_argument("--restart", action="store_true",
+                    help="kill -9 and restart the broker between the sends and the first due")
+    ap.add_argument("--cross-bucket", action="store_true",
+                    help="place the due span across a minute-bucket boundary")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.agent:
         kind, *rest = a.agent
         if kind == "producer":
-            port, n, rate, body, window = map(int, rest)
-            res = asyncio.run(producer(port, n, rate, body, window))
+            port, n, rate, body, window, t0 = map(int, rest)
+            res = asyncio.run(producer(port, n, rate, body, window, t0))
         else:
             port, n, timeout = int(rest[0]), int(rest[1]), float(rest[2])
             res = asyncio.run(consumer(port, n, timeout))
@@ -308,7 +343,8 @@ def main() -> None:
               "| CPU µs/fired | RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for rate in (int(r) for r in a.rates.split(",")):
-            r = lateness_round(rate, a.seconds, a.body, workdir)
+            r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
+                               cross_bucket=a.cross_bucket)
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
