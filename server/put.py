@@ -94,6 +94,8 @@ class PutPath:
         self.msglog = msglog
         self.config = config
         self.timer: TimerService | None = None  # set by the broker (timers need the path)
+        # (phy, topic, queue id, UNIQ_KEY) of the last timer re-put, for its fired event
+        self._fired_target: tuple[int, str, int, str | None] | None = None
 
     def offset_msg_id(self, phy_offset: int) -> str:
         ip, port = self.store.store_host
@@ -226,19 +228,27 @@ class PutPath:
         """The timer service's re-put of a due timer record into its real topic, by
         patching its bytes (the same record as ``requeue.restore_timer`` + ``put``)."""
         view, topic, queue_id, new = restore_timer_view(record, due, phy)
+        self._fired_target = (phy, topic, queue_id, new.get(UNIQ_KEY))
         return self.store.put_patched(record, view, topic, queue_id, new)
 
     def timer_fired(self, record: bytes, result: PutResult, due: int, phy: int) -> None:
-        """Stats and the ``timer.fired`` event of a timer the service re-put."""
+        """Stats and the ``timer.fired`` event of a timer the service re-put (its target
+        as ``reput_timer`` just decoded it; the record is decoded again only otherwise)."""
         lateness = round(time.time() * 1000 - due, 3)
         self.stats.timers_fired += 1
         self.stats.timer_lateness.observe(lateness)
         if not self.config.log_messages:
             return
-        props = record_properties(record)
+        target = self._fired_target
+        if target is not None and target[0] == phy:
+            _phy, topic, queue_id, uniq = target
+        else:
+            props = record_properties(record)
+            topic, queue_id = props.get(REAL_TOPIC, ""), _int(props.get(REAL_QID))
+            uniq = props.get(UNIQ_KEY)
         self.msglog.info("timer.fired",
-                         msg_id=props.get(UNIQ_KEY) or self.offset_msg_id(result.phy_offset),
-                         topic=props.get(REAL_TOPIC, ""), queue_id=_int(props.get(REAL_QID)),
+                         msg_id=uniq or self.offset_msg_id(result.phy_offset),
+                         topic=topic, queue_id=queue_id,
                          queue_offset=result.queue_offset, phy_offset=result.phy_offset,
                          deliver_ts=due, lateness_ms=lateness)
 

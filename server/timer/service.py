@@ -1,6 +1,6 @@
 """TimerService: fire timer messages at their due millisecond, exactly once; recall them.
 
-Owns: the in-memory window of loaded buckets (a heap of ``(due_ms, phy, size)``), the
+Owns: the loaded buckets (a ``TimerWindow`` of ``(due_ms, phy, size)`` entries), the
 firing task, the fired cursor and its checkpoint state, the dispatch listener that feeds
 ``TimerBuckets`` from timer and recall records, and the recall decision.
 
@@ -27,10 +27,8 @@ Invariants:
 * Memory: only buckets starting within ``lookahead_ms`` are loaded, and no further
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
-* Short loop stalls: a bucket (up to a minute of timers) is cut into ``slice_ms`` slices,
-  each sorted, in the load thread; the loop keeps them in order and moves a slice into the
-  heap just before its first entry is due (a sorted list is a heap: no heapify of a whole
-  bucket on the loop). Every loaded entry is in the heap or in a slice.
+* Short loop stalls: loaded buckets are kept as sorted slices that join the heap just
+  before they fall due (``TimerWindow``, window.py).
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -56,14 +53,11 @@ from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset
 from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
+from .window import Entry, Slice, TimerWindow, slice_entries
 
 RETRY_PAUSE = 0.2
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 _UNDO_TRIM = 1024
-SLICE_MS = 100  # a loaded bucket is kept as sorted slices of this span
-PROMOTE_AHEAD_MS = 20  # a slice joins the heap this long before its first entry is due
-Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
-Slice = list[Entry]  # sorted by (due, phy)
 
 
 class TimerService:
@@ -89,9 +83,7 @@ class TimerService:
         self.cursor: tuple[int, int] = (0, -1)
         self.skipped = 0
         self.log = get_logger("timer")
-        self._heap: list[Entry] = []
-        self._slices: deque[Slice] = deque()  # loaded, not yet in the heap, in due order
-        self._sliced = 0  # entries in ``_slices``
+        self.window = TimerWindow()  # the loaded buckets' timers
         self._cancelled: set[int] = set()  # recalled phys inside the loaded window
         self.level_recalls: set[int] = set()  # recalled schedule records not yet passed
         self._future: list[int] = []  # heap of buckets beyond the window
@@ -131,20 +123,15 @@ class TimerService:
 
     @property
     def pending_in_memory(self) -> int:
-        return len(self._heap) + self._sliced
+        return len(self.window)
 
     def next_due(self) -> int | None:
         """The earliest pending due ms (the head of the loaded window; the next bucket is
         loaded whenever the window is empty, and until it is, the earliest due added to it
         since the start, else its start), or None."""
-        found = [due for due, phy, _size in heapq.nsmallest(64, self._heap)
-                 if (due, phy) > self.cursor and phy not in self._cancelled][:1]
-        first = next((due for part in self._slices for due, phy, _size in part
-                      if (due, phy) > self.cursor and phy not in self._cancelled), None)
-        if first is not None:
-            found.append(first)
-        if found:
-            return min(found)
+        due = self.window.next_live(self.cursor, self._cancelled)
+        if due is not None:
+            return due
         if self._future:  # not loaded yet (the task loads it next)
             first = self._future[0]
             return self._future_min.get(first, first * self.buckets.bucket_ms)
@@ -193,8 +180,7 @@ class TimerService:
         if not self._started:
             return
         if bucket <= self._loaded_through:
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] == entry:
+            if self.window.push(entry):
                 self._poke()
         elif bucket == self._loading:
             self._loading_extra.append(entry)
@@ -218,7 +204,7 @@ class TimerService:
         while self._undo and self._undo[-1][0] >= kept:
             _phy, prev, entry = self._undo.pop()
             self.cursor = min(self.cursor, prev)
-            heapq.heappush(self._heap, entry)  # size 0: re-read by phy when it fires
+            self.window.push(entry)  # size 0: re-read by phy when it fires
         self._poke()
 
     # ------------------------------------------------------------- recall
@@ -291,15 +277,13 @@ class TimerService:
         while True:
             await self._load_window()
             now = self.clock_ms()
-            self._promote(now)
-            if self._heap and self._heap[0][0] <= now:
+            self.window.promote(now)
+            head = self.window.head_due()
+            if head is not None and head <= now:
                 ok = self._fire(now)
                 await asyncio.sleep(0 if ok else RETRY_PAUSE)
                 continue
-            wake = self._heap[0][0] if self._heap else None
-            if self._slices:
-                at = self._slices[0][0][0] - PROMOTE_AHEAD_MS
-                wake = at if wake is None else min(wake, at)
+            wake = self.window.wake_at()
             if self._future:
                 load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
                 wake = load_at if wake is None else min(wake, load_at)
@@ -324,7 +308,7 @@ class TimerService:
         while nothing is loaded (so the head of the heap is the next due timer)."""
         horizon = self.clock_ms() + self.lookahead_ms
         while self._future and (
-                not (self._heap or self._slices)
+                not self.window
                 or (self._future[0] * self.buckets.bucket_ms <= horizon
                     and self.pending_in_memory < self.max_loaded)):
             bucket = heapq.heappop(self._future)
@@ -345,86 +329,58 @@ class TimerService:
                 self._loading = None
             # entries added while the file was read, and recalls: few, so into the heap
             for e in self._loading_extra:
-                heapq.heappush(self._heap, e)
+                self.window.push(e)
             self._loading_extra = []
             self._loaded_through = bucket
-            for part in parts:
-                self._slices.append(part)
-                self._sliced += len(part)
+            self.window.add_slices(parts)
 
     def _load_sliced(self, bucket: int, pending: bytes, after: tuple[int, int]
                      ) -> list[Slice]:
-        """In the load thread: the bucket's live entries after ``after`` as sorted
-        ``SLICE_MS`` slices, in due order (Python-level loops, so the loop thread gets the
-        GIL between them; each sort is one slice, not the bucket)."""
-        by_slice: dict[int, Slice] = {}
-        for e in self.buckets.load(bucket, pending, after):
-            key = e[0] // SLICE_MS
-            part = by_slice.get(key)
-            if part is None:
-                by_slice[key] = [e]
-            else:
-                part.append(e)
-        out = []
-        for key in sorted(by_slice):
-            part = by_slice[key]
-            part.sort()
-            out.append(part)
-        return out
-
-    def _promote(self, now: int) -> None:
-        """Move every slice whose first entry is due within ``PROMOTE_AHEAD_MS`` into the
-        heap (``_fire`` drops recalled ones when they reach the head)."""
-        while self._slices and self._slices[0][0][0] <= now + PROMOTE_AHEAD_MS:
-            part = self._slices.popleft()
-            self._sliced -= len(part)
-            if not self._heap:
-                self._heap = part  # sorted: already a heap
-            elif len(part) > len(self._heap):
-                self._heap.extend(part)
-                heapq.heapify(self._heap)
-            else:
-                for e in part:
-                    heapq.heappush(self._heap, e)
+        """In the load thread: the bucket's live entries after ``after``, sliced."""
+        return slice_entries(self.buckets.load(bucket, pending, after))
 
     def _fire(self, now: int) -> bool:
         """Fire up to ``batch`` due timers; False if a re-put failed (retry later)."""
         fired = 0
-        while self._heap and self._heap[0][0] <= now and fired < self.batch:
-            due, phy, size = self._heap[0]
-            if (due, phy) <= self.cursor or phy in self._cancelled:
-                heapq.heappop(self._heap)
-                self._cancelled.discard(phy)
-                continue
-            # the entry's size comes from the record's own dispatch (0 after a rollback):
-            # a plain read plus its PHYSICALOFFSET field, not the full checked read
-            rec = self.store.read(phy, size) if size > 0 else self.store.read_at(phy)
-            if rec is None or stored_physical_offset(rec) != phy:
-                heapq.heappop(self._heap)
-                self._skip(due, phy, "the timer record cannot be read (retention or damage)")
-                continue
-            self._putting = (due, phy)
-            try:
-                result = self.reput(rec, due, phy)
-            except RequeueError as err:
-                heapq.heappop(self._heap)
-                self._skip(due, phy, f"cannot restore the message: {err}")
-                continue
-            finally:
-                self._putting = None
-            if result.status in _PERMANENT:
-                heapq.heappop(self._heap)
-                self._skip(due, phy, f"the re-put was refused: "
-                           f"{result.remark or result.status.value}")
-                continue
-            if result.status is not PutStatus.PUT_OK:
-                return False
-            heapq.heappop(self._heap)
-            if self.cursor < (due, phy):  # dispatch did not see the origin: never loop
-                self.cursor = (due, phy)
-            fired += 1
-            if self.on_fired is not None:
-                self.on_fired(rec, result, due, phy)
+        while fired < self.batch:
+            due_now = self.window.take_due(now, self.batch - fired, self.cursor,
+                                           self._cancelled)
+            if not due_now:
+                break
+            # the entries' sizes come from the records' own dispatch (0 after a rollback):
+            # one read for neighbouring records (they were sent together), plus their
+            # PHYSICALOFFSET field, not the full checked read
+            sized = [(phy, size) for _due, phy, size in due_now if size > 0]
+            recs = dict(zip((phy for phy, _ in sized),
+                            self.store.commitlog.read_many(sized), strict=False))
+            for i, (due, phy, size) in enumerate(due_now):
+                if (due, phy) <= self.cursor:  # a duplicate entry of one just fired
+                    continue
+                rec = recs.get(phy) if size > 0 else self.store.read_at(phy)
+                if rec is None or stored_physical_offset(rec) != phy:
+                    self._skip(due, phy, "the timer record cannot be read (retention or damage)")
+                    continue
+                self._putting = (due, phy)
+                try:
+                    result = self.reput(rec, due, phy)
+                except RequeueError as err:
+                    self._skip(due, phy, f"cannot restore the message: {err}")
+                    continue
+                finally:
+                    self._putting = None
+                if result.status in _PERMANENT:
+                    self._skip(due, phy, f"the re-put was refused: "
+                               f"{result.remark or result.status.value}")
+                    continue
+                if result.status is not PutStatus.PUT_OK:
+                    for e in due_now[i:]:  # back at the head: nothing overtakes them
+                        self.window.push(e)
+                    return False
+                if self.cursor < (due, phy):  # dispatch did not see the origin: never loop
+                    self.cursor = (due, phy)
+                fired += 1
+                if self.on_fired is not None:
+                    self.on_fired(rec, result, due, phy)
         return True
 
     def _skip(self, due: int, phy: int, reason: str) -> None:

@@ -246,7 +246,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
     slices about to fall due (no heapify of a whole bucket on the loop), every timer still
     fires at its millisecond in (due, phy) order, and a recall inside a slice not yet in
     the heap wins."""
-    from kairosmq.server.timer.service import PROMOTE_AHEAD_MS, SLICE_MS
+    from kairosmq.server.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
 
     async def body(rig: Rig) -> None:
         await rig.timer.stop()
@@ -256,7 +256,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
         await rig.restart(clean=True)
         await asyncio.sleep(59.5)  # the bucket is loaded (lookahead 2 s), nothing due yet
         assert rig.timer.pending_in_memory == 600
-        assert len(rig.timer._heap) == 0 and len(rig.timer._slices) == 300
+        assert len(rig.timer.window.heap) == 0 and len(rig.timer.window.slices) == 300
         victim = 5  # due in the bucket's 2nd half: still in a slice
         assert dues[victim] - BASE_MS > 62_000
         assert await rig.timer.recall_state(dues[victim], phys[victim]) is None
@@ -264,7 +264,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
         peak = 0
         for _ in range(400):
             await asyncio.sleep(0.1)
-            peak = max(peak, len(rig.timer._heap))
+            peak = max(peak, len(rig.timer.window.heap))
         per_slice = 600 // 300
         assert peak <= per_slice * (1 + (PROMOTE_AHEAD_MS + 100) // SLICE_MS + 1), peak
         expect = sorted((d, p) for i, (d, p) in enumerate(zip(dues, phys, strict=True))

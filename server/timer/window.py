@@ -1,0 +1,121 @@
+"""The timer service's loaded window: the heap of timers about to fall due and the sorted
+slices of loaded buckets waiting to join it.
+
+Owns: ``TimerWindow`` (heap + slices, their counts, promotion and the due pops) and
+``slice_entries`` (a bucket's entries cut into sorted ``SLICE_MS`` slices, in the load
+thread).
+
+Invariants:
+* Every loaded entry is in the heap or in exactly one slice; slices are in due order and
+  each is sorted by ``(due, phy)``, so a slice alone is already a valid heap.
+* A slice joins the heap no later than ``PROMOTE_AHEAD_MS`` before its first entry is
+  due (``wake_at`` tells the sleeping task when), so the heap head is always the earliest
+  due entry once ``promote(now)`` ran: slices never hold a due entry.
+* Short loop stalls: a bucket (up to a minute of timers) is sorted slice by slice in the
+  load thread; on the loop a promotion costs one slice, never a heapify of a bucket.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable
+
+SLICE_MS = 100  # a loaded bucket is kept as sorted slices of this span
+PROMOTE_AHEAD_MS = 20  # a slice joins the heap this long before its first entry is due
+Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
+Slice = list[Entry]  # sorted by (due, phy)
+
+
+def slice_entries(entries: Iterable[Entry]) -> list[Slice]:
+    """``entries`` as sorted ``SLICE_MS`` slices in due order (for the load thread:
+    Python-level loops let the loop thread take the GIL between them, and each sort is
+    one slice, not the bucket)."""
+    by_slice: dict[int, Slice] = {}
+    for e in entries:
+        key = e[0] // SLICE_MS
+        part = by_slice.get(key)
+        if part is None:
+            by_slice[key] = [e]
+        else:
+            part.append(e)
+    out = []
+    for key in sorted(by_slice):
+        part = by_slice[key]
+        part.sort()
+        out.append(part)
+    return out
+
+
+class TimerWindow:
+    """Loaded timers: a heap of those about to fall due, sorted slices for the rest."""
+
+    def __init__(self) -> None:
+        self.heap: list[Entry] = []
+        self.slices: deque[Slice] = deque()
+        self._sliced = 0
+
+    def __len__(self) -> int:
+        return len(self.heap) + self._sliced
+
+    def push(self, entry: Entry) -> bool:
+        """Add one entry (an online add or a rollback); True if it is the new head."""
+        heapq.heappush(self.heap, entry)
+        return self.heap[0] == entry
+
+    def add_slices(self, parts: list[Slice]) -> None:
+        """Append a loaded bucket's slices (later than every slice already held)."""
+        for part in parts:
+            self.slices.append(part)
+            self._sliced += len(part)
+
+    def promote(self, now: int) -> None:
+        """Move every slice whose first entry is due within ``PROMOTE_AHEAD_MS`` into the
+        heap."""
+        slices = self.slices
+        while slices and slices[0][0][0] <= now + PROMOTE_AHEAD_MS:
+            part = slices.popleft()
+            self._sliced -= len(part)
+            if not self.heap:
+                self.heap = part  # sorted: already a heap
+            elif len(part) > len(self.heap):
+                self.heap.extend(part)
+                heapq.heapify(self.heap)
+            else:
+                for e in part:
+                    heapq.heappush(self.heap, e)
+
+    def head_due(self) -> int | None:
+        return self.heap[0][0] if self.heap else None
+
+    def wake_at(self) -> int | None:
+        """When the firing task must look again: the heap head or the next promotion."""
+        wake = self.heap[0][0] if self.heap else None
+        if self.slices:
+            at = self.slices[0][0][0] - PROMOTE_AHEAD_MS
+            wake = at if wake is None else min(wake, at)
+        return wake
+
+    def take_due(self, now: int, limit: int, cursor: tuple[int, int],
+                 cancelled: set[int]) -> list[Entry]:
+        """Pop up to ``limit`` due entries in ``(due, phy)`` order, dropping those at or
+        below ``cursor`` (fired) and recalled ones (their marks are discarded)."""
+        out: list[Entry] = []
+        heap = self.heap
+        while heap and heap[0][0] <= now and len(out) < limit:
+            e = heapq.heappop(heap)
+            if (e[0], e[1]) <= cursor or e[1] in cancelled:
+                cancelled.discard(e[1])
+                continue
+            out.append(e)
+        return out
+
+    def next_live(self, cursor: tuple[int, int], cancelled: set[int]) -> int | None:
+        """The earliest due ms of an entry neither fired nor recalled, or None."""
+        found = [due for due, phy, _size in heapq.nsmallest(64, self.heap)
+                 if (due, phy) > cursor and phy not in cancelled][:1]
+        first = next((due for part in self.slices for due, phy, _size in part
+                      if (due, phy) > cursor and phy not in cancelled), None)
+        if first is not None:
+            found.append(first)
+        return min(found) if found else None
