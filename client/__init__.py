@@ -45,9 +45,10 @@ from .options import (
     ProducerOptions,
     PushConsumerOptions,
 )
-from .producer import Producer, SendRequest, hash_selector
+from .producer import Producer
 from .request import ReplyTimeout, create_reply, get_reply_to_client
 from .selector import MessageSelector
+from .send import SendRequest, hash_selector
 
 __all__ = [
     "BrokerError",

@@ -41,6 +41,7 @@ from kairosmq.protocol.headers import (
 )
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_records
+from kairosmq.protocol.registration import ClusterInfo
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
 from . import admin_view as view
@@ -53,6 +54,12 @@ ADMIN_GROUP = "KAIROS_ADMIN"  # the producerGroup of the admin's RECALL_MESSAGE
 
 class AdminError(Exception):
     """The broker answered an error (exit 1)."""
+
+
+def cluster_json(body: bytes) -> dict[str, Any]:
+    """GET_BROKER_CLUSTER_INFO's body with string map keys: an Apache RocketMQ name server
+    writes fastjson's unquoted numeric ones (``{0:"host:port"}``)."""
+    return dict(orjson.loads(ClusterInfo.from_json(body).to_json()))
 
 
 class Admin:
@@ -73,12 +80,28 @@ class Admin:
     async def broker(self) -> str:
         if self._broker is None:
             resp = await self.call(self.args.namesrv, R.GET_BROKER_CLUSTER_INFO)
-            table = orjson.loads(resp.body).get("brokerAddrTable", {})
+            table = cluster_json(resp.body).get("brokerAddrTable", {})
             addrs = [b["brokerAddrs"].get("0") for b in table.values()]
             if not any(addrs):
                 raise AdminError(f"name server {self.args.namesrv} knows no master broker")
             self._broker = str(next(a for a in addrs if a))
         return self._broker
+
+    async def masters(self, names: str) -> dict[str, str]:
+        """``--brokers``: broker name -> master address from the name server's cluster info
+        (GET_BROKER_CLUSTER_INFO); ``names`` is ``all`` or a comma-separated list."""
+        resp = await self.call(self.args.namesrv, R.GET_BROKER_CLUSTER_INFO)
+        table = cluster_json(resp.body).get("brokerAddrTable", {})
+        known = {n: str(b["brokerAddrs"]["0"]) for n, b in table.items()
+                 if b.get("brokerAddrs", {}).get("0")}
+        wanted = sorted(known) if names.strip() == "all" else [
+            n.strip() for n in names.split(",") if n.strip()]
+        missing = [n for n in wanted if n not in known]
+        if missing or not wanted:
+            raise AdminError(f"name server {self.args.namesrv} has no master for "
+                             f"{', '.join(missing) or names!r} (known: "
+                             f"{', '.join(sorted(known)) or 'none'})")
+        return {n: known[n] for n in wanted}
 
     async def json(self, code: int, header: Header | None = None) -> Any:
         return orjson.loads((await self.call(await self.broker(), code, header)).body)
@@ -95,15 +118,29 @@ async def cmd_topic(a: Admin, args: argparse.Namespace) -> Any:
                  "readQueues": c["read_queue_nums"], "writeQueues": c["write_queue_nums"],
                  "perm": view.perm(c["perm"]), "order": c["order"]}
                 for name, c in sorted(table.items())]
-    broker = await a.broker()
+    # --brokers a,b|all: every named master of the name server's cluster info, else one
+    targets = (await a.masters(args.brokers) if getattr(args, "brokers", None)
+               else {"": await a.broker()})
+    names = {"brokers": sorted(targets)} if "" not in targets else {}
     if args.action == "create":
         perm = (PERM_READ if "r" in args.perm else 0) | (PERM_WRITE if "w" in args.perm else 0)
         h = CreateTopicRequestHeader(topic=args.topic, read_queue_nums=args.queues,
                                      write_queue_nums=args.queues, perm=perm, order=args.order)
-        await a.call(broker, R.UPDATE_AND_CREATE_TOPIC, h)
-        return {"topic": args.topic, "created": True, "queues": args.queues}
-    await a.call(broker, R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(args.topic))
-    return {"topic": args.topic, "deleted": True}
+        for addr in targets.values():
+            await a.call(addr, R.UPDATE_AND_CREATE_TOPIC, h)
+        return {"topic": args.topic, "created": True, "queues": args.queues, **names}
+    for addr in targets.values():
+        await a.call(addr, R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(args.topic))
+    if names and args.brokers.strip() != "all":
+        return {"topic": args.topic, "deleted": True, **names}
+    # deleted on every broker: drop the route too, as mqadmin deleteTopic does (a name
+    # server keeps a topic a broker stops listing); best effort, the brokers are done
+    try:
+        await a.call(args.namesrv, R.DELETE_TOPIC_IN_NAMESRV, TopicRequestHeader(args.topic))
+        route = "deleted"
+    except (AdminError, ClientError) as err:
+        route = f"not deleted: {err}"
+    return {"topic": args.topic, "deleted": True, "nameServerRoute": route, **names}
 
 
 async def cmd_offsets(a: Admin, args: argparse.Namespace) -> Any:
@@ -204,7 +241,7 @@ RUNTIME_KEYS = ("brokerVersionDesc", "bootTimestamp", "runtime", "putTps", "getT
 
 
 async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
-    cluster = orjson.loads((await a.call(args.namesrv, R.GET_BROKER_CLUSTER_INFO)).body)
+    cluster = cluster_json((await a.call(args.namesrv, R.GET_BROKER_CLUSTER_INFO)).body)
     status = await a.json(R.KAIROS_GET_BROKER_STATUS)
     # the runtime stats mqadmin's brokerStatus shows (GET_BROKER_RUNTIME_INFO), same keys
     runtime = (await a.json(R.GET_BROKER_RUNTIME_INFO))["table"]
@@ -255,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
     p.add_argument("--perm", default="rw", choices=("rw", "r", "w"))
     p.add_argument("--order", action="store_true", help="mark the topic as ordered")
-    topic.add_parser("delete", parents=sub_common, help="delete a topic").add_argument("topic")
+    brokers_help = ("on these brokers (names from the name server's cluster info, "
+                    "comma-separated) or `all`; default: --broker, else the first master")
+    p.add_argument("--brokers", default=None, metavar="NAME,..|all", help=brokers_help)
+    p = topic.add_parser("delete", parents=sub_common, help="delete a topic")
+    p.add_argument("topic")
+    p.add_argument("--brokers", default=None, metavar="NAME,..|all", help=brokers_help)
     p = sub.add_parser("offsets", parents=sub_common, help="per-queue min/max offsets")
     p.add_argument("topic")
     sub.add_parser("groups", parents=sub_common, help="consumer groups with total lag")

@@ -36,9 +36,20 @@ from typing import Any
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.headers import ConsumerSendMsgBackRequestHeader
 from kairosmq.protocol.message import MessageExt
+from kairosmq.protocol.naming import retry_topic
+from kairosmq.protocol.properties import (
+    DELAY,
+    MAX_RECONSUME_TIMES,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    RETRY_TOPIC,
+    TRAN_MSG,
+    UNIQ_KEY,
+    WAIT,
+)
 
 from .errors import ClientError
-from .message import ConsumeStatus, MessageQueue
+from .message import ConsumeStatus, Message, MessageQueue
 from .process_queue import ProcessQueue
 
 log = logging.getLogger("kairosmq.client.consume")
@@ -148,20 +159,33 @@ class ListenerRunner:
 
 
 class SendBack:
-    """CONSUMER_SEND_MSG_BACK for one consumer group."""
+    """CONSUMER_SEND_MSG_BACK for one consumer group, to the broker that stored the message.
+
+    The address is the master of the message's queue's broker, else the message's store
+    host. When that broker cannot take it back (unreachable, or an error answer),
+    ``fallback(msg, delay_level)`` is tried: Java's ``sendMessageBack`` then re-sends the
+    message to ``%RETRY%<group>`` through the client's producer, on any broker.
+    """
 
     def __init__(
         self, invoke: Callable[..., Awaitable[Any]], addr_of: Callable[[str], str | None],
         group: str, max_reconsume_times: int,
+        fallback: Callable[[MessageExt, int], Awaitable[bool]] | None = None,
     ) -> None:
         self._invoke = invoke
         self._addr_of = addr_of
         self._group = group
         self._max = max_reconsume_times
+        self._fallback = fallback
 
     async def __call__(self, msg: MessageExt, mq: MessageQueue, delay_level: int = 0) -> bool:
-        """True if the broker took the message back (retry topic or DLQ)."""
-        addr = self._addr_of(mq.broker_name)
+        """True if a broker took the message back (retry topic or DLQ)."""
+        if await self._send_back(msg, mq, delay_level):
+            return True
+        return self._fallback is not None and await self._fallback(msg, delay_level)
+
+    async def _send_back(self, msg: MessageExt, mq: MessageQueue, delay_level: int) -> bool:
+        addr = self._addr_of(mq.broker_name) or _store_host(msg)
         if addr is None:
             return False
         ext = ConsumerSendMsgBackRequestHeader(
@@ -178,6 +202,32 @@ class SendBack:
             log.warning("send-back of %s answered %d %s", msg.msg_id, resp.code, resp.remark)
             return False
         return True
+
+
+def retry_message(msg: MessageExt, group: str, max_reconsume_times: int) -> Message:
+    """The ``%RETRY%<group>`` message Java's ``sendMessageBack`` fallback sends for ``msg``
+    (a consumed message whose storing broker could not take it back): same body, flag,
+    properties and msgId, plus RETRY_TOPIC (the original topic), ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME + 1, MAX_RECONSUME_TIMES and delay level 3 + reconsume times."""
+    props = {k: v for k, v in msg.properties.items()
+             if k not in _NOT_RESENT and not k.startswith("TIMER_")}
+    props[RETRY_TOPIC] = msg.topic
+    props[ORIGIN_MESSAGE_ID] = msg.properties.get(ORIGIN_MESSAGE_ID) or msg.msg_id
+    props[RECONSUME_TIME] = str(msg.reconsume_times + 1)
+    props[MAX_RECONSUME_TIMES] = str(max_reconsume_times)
+    props.setdefault(UNIQ_KEY, msg.msg_id)
+    return Message(retry_topic(group), msg.body, properties=props, flag=msg.flag,
+                   delay_level=3 + msg.reconsume_times)
+
+
+_NOT_RESENT = frozenset({DELAY, TRAN_MSG, WAIT})
+
+
+def _store_host(msg: MessageExt) -> str | None:
+    ip, port = msg.store_host
+    if len(ip) != 4 or port <= 0:
+        return None
+    return f"{'.'.join(str(b) for b in ip)}:{port}"
 
 
 class _ConsumeService:

@@ -15,6 +15,12 @@ Invariants:
   acknowledged UPDATE_CONSUMER_OFFSET, orderly lock released) before another member's
   rebalance can see it free, so two members never consume one queue in steady state.
   The ``%RETRY%<group>`` topic is subscribed automatically.
+* Several brokers: the queues of every broker of a route are split; each is pulled from,
+  and its offset kept on, its own broker. Every ``poll_name_server_interval`` the routes
+  are refreshed; a broker no route lists is forgotten and a change of a topic's queues
+  wakes the rebalance. A message whose storing broker cannot take it back is re-sent to
+  ``%RETRY%<group>`` through an internal producer (``_send_back_fallback``, Java's
+  ``sendMessageBack`` fallback); that producer starts on first use, stops on shutdown.
 * BROADCASTING: every queue is owned, offsets live in a local file, nothing is retried.
 * Rebalances run one at a time (one timer task); NOTIFY_CONSUMER_IDS_CHANGED from a
   broker only wakes that task.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,7 @@ from kairosmq.protocol.bodies import ConsumerData, HeartbeatData
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import UnregisterClientRequestHeader
+from kairosmq.protocol.message import MessageExt
 
 from . import callbacks
 from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic, retry_topic
@@ -45,14 +53,22 @@ from .consume import (
     ListenerRunner,
     OrderlyConsumeService,
     SendBack,
+    retry_message,
 )
 from .consumer_queues import QueueOwnership
 from .errors import ClientError, ClientStateError
 from .lifecycle import ClientLifecycle, ServiceState
 from .message import MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from .options import MessageModel, PushConsumerOptions, build_options
+from .options import (
+    ClientConfig,
+    MessageModel,
+    ProducerOptions,
+    PushConsumerOptions,
+    build_options,
+)
 from .process_queue import ProcessQueue
+from .producer import Producer
 from .pull import PullSettings, Subscription
 from .queue_lock import QueueLocker
 from .rebalance import tag_filter
@@ -118,10 +134,12 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         self._runner: ListenerRunner | None = None
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pq_tasks: dict[MessageQueue, list[asyncio.Task[None]]] = {}
+        self._producer: Producer | None = None  # send-back fallback, started on first use
+        self._producer_started: asyncio.Task[None] | None = None
         self._rebalance_timer = Periodic("consumer-rebalance", opts.rebalance_interval,
                                          self._rebalance)
         self._timers = [
-            Periodic("consumer-route", opts.poll_name_server_interval, self._refresh_routes),
+            Periodic("consumer-route", opts.poll_name_server_interval, self._poll_routes),
             Periodic("consumer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
             Periodic("consumer-offsets", opts.persist_consumer_offset_interval, self._persist),
             self._rebalance_timer,
@@ -180,7 +198,8 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         # None or -1: RocketMQ's default, 16 for concurrent listeners, unlimited orderly
         limit = None if opts.max_reconsume_times in (None, -1) else opts.max_reconsume_times
         max_retry = 16 if limit is None else limit
-        send_back = SendBack(self._pool.invoke, self._addr_of, self.group, max_retry)
+        send_back = SendBack(self._pool.invoke, self._addr_of, self.group, max_retry,
+                             self._send_back_fallback if self._clustering else None)
         kw: dict[str, Any] = dict(
             clustering=self._clustering, batch_size=opts.consume_message_batch_max_size,
             max_concurrency=opts.consume_thread_max,
@@ -231,6 +250,8 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
                 t.cancel()
         every = [t for ts in self._pq_tasks.values() for t in ts]
         await asyncio.gather(*every, return_exceptions=True)
+        if self._producer is not None:
+            await self._producer.shutdown()
 
     def _close(self) -> None:
         if self._runner is not None:
@@ -275,6 +296,52 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
                 await self._routes.refresh(topic)
             except ClientError as err:
                 log.info("no route for %s yet: %s", topic, err)
+
+    async def _poll_routes(self) -> None:
+        """Every ``poll_name_server_interval``: refresh the routes, forget brokers no route
+        lists, heartbeat new ones, and rebalance at once when a topic's queues changed (a
+        broker joined or left) instead of at the next rebalance round."""
+        before = {t: self._queues_of(t) for t in self._subs}
+        await self._refresh_routes()
+        await self._sync_brokers()
+        if any(self._queues_of(t) != q for t, q in before.items()):
+            self._rebalance_timer.wake()
+
+    def _queues_of(self, topic: str) -> list[MessageQueue] | None:
+        info = self._routes.cached(topic)
+        return None if info is None else info.subscribe_queues
+
+    async def _send_back_fallback(self, msg: MessageExt, delay_level: int) -> bool:
+        """Java's sendMessageBack fallback: the storing broker could not take ``msg`` back,
+        so re-send it to ``%RETRY%<group>`` (any broker) through an internal producer,
+        as the broker would have (RETRY_TOPIC, ORIGIN_MESSAGE_ID, RECONSUME_TIME + 1,
+        delay level 3 + reconsume times). False if that fails too."""
+        if delay_level < 0 or not self.running:
+            return False  # straight to the DLQ is the storing broker's job
+        try:
+            producer = await self._inner_producer()
+            await producer.send(retry_message(msg, self.group, self._max_retry()))
+        except ClientError as err:
+            log.warning("send-back fallback of %s to %s failed: %s", msg.msg_id,
+                        retry_topic(self.group), err)
+            return False
+        return True
+
+    def _max_retry(self) -> int:
+        limit = self.options.max_reconsume_times
+        return 16 if limit in (None, -1) else limit  # type: ignore[return-value]
+
+    async def _inner_producer(self) -> Producer:
+        if self._producer is None:
+            base = {f.name: getattr(self.options, f.name) for f in fields(ClientConfig)}
+            base["instance_name"] = None  # its own client id: it is another connection set
+            self._producer = Producer(options=ProducerOptions(
+                **base, producer_group=CLIENT_INNER_PRODUCER))
+            self._producer_started = asyncio.get_running_loop().create_task(
+                self._producer.start())
+        assert self._producer_started is not None
+        await asyncio.shield(self._producer_started)
+        return self._producer
 
     async def _persist(self) -> None:
         for mq, pq in self._pqs.items():

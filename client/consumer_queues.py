@@ -73,6 +73,8 @@ class QueueOwnership:
     _heartbeated: set[str]
     _rebalance_timer: Periodic
     _heartbeat_all: Callable[[], Awaitable[None]]
+    _heartbeat: Callable[[str, bytes], Awaitable[None]]
+    _heartbeat_data: Callable[[], Any]
     _addr_of: Callable[[str], str | None]
     _record_offset: Callable[[ProcessQueue, int], None]
 
@@ -106,7 +108,16 @@ class QueueOwnership:
             asyncio.get_running_loop().call_later(1.0, self._rebalance_timer.wake)
 
     async def _consumer_ids(self, addrs: Any) -> list[str] | None:
-        for addr in addrs:
+        """The group's members from the first broker of the route that lists this client.
+
+        Brokers in reconnect backoff (dead) are asked last. A broker that does not list
+        this client yet (restarted, or our heartbeat has not reached it) is heartbeated and
+        the next one asked (the first one twice): its list would leave this member out and
+        make it drop every queue. None when no broker answers with a list that includes
+        this client (the queues then stay as they are).
+        """
+        order = sorted(addrs, key=lambda a: (self._pool.backing_off(a), a))
+        for addr in order + order[:1]:  # the first one again after heartbeating it
             try:
                 resp = await self._pool.invoke(
                     addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
@@ -116,11 +127,18 @@ class QueueOwnership:
             except ClientError as err:
                 log.info("consumer list from %s failed: %s", addr, err)
                 continue
-            if resp.code == ResponseCode.SUCCESS:
-                try:
-                    return decode_consumer_list(resp.body)
-                except ValueError as err:
-                    log.warning("bad consumer list from %s: %s", addr, err)
+            if resp.code != ResponseCode.SUCCESS:
+                continue
+            try:
+                cids = decode_consumer_list(resp.body)
+            except ValueError as err:
+                log.warning("bad consumer list from %s: %s", addr, err)
+                continue
+            if self.client_id in cids:
+                return cids
+            log.info("broker %s does not list %s in group %s yet: heartbeating it", addr,
+                     self.client_id, self.group)
+            await self._heartbeat(addr, self._heartbeat_data().to_json())
         return None
 
     async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> bool:

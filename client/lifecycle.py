@@ -15,6 +15,10 @@ Invariants:
   unregisters from every broker (best effort, 1 s each) and closes connections; a second
   call, or a call on a client never started, only marks it SHUTDOWN_ALREADY.
 * A heartbeat failure is logged, never raised: the next round (or the next route) retries.
+* Several brokers: heartbeats go to every master of every known route; after each route
+  refresh ``_sync_brokers`` closes connections to brokers no route lists and heartbeats
+  new ones, and a reconnect to a known broker (it may have restarted) heartbeats it at
+  once. ``shutdown()`` unregisters from every broker of every route.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class ClientLifecycle:
         self._pool = RemotingPool(
             on_request=on_request, serialize_type=options.serialize_type,
             rpc_hook=rpc_hook_for(credentials_from(options.access_key, options.secret_key)),
-            ssl=client_ssl_context(options.tls))
+            ssl=client_ssl_context(options.tls), on_reconnect=self._on_reconnect)
         self._routes = RouteCache(self._pool, options.namesrv_addr,
                                   route_timeout or options.mq_client_api_timeout)
         self._heartbeated: set[str] = set()
@@ -171,6 +175,23 @@ class ClientLifecycle:
                 log.warning("heartbeat to %s answered %d %s", addr, resp.code, resp.remark)
         except ClientError as err:
             log.warning("heartbeat to %s failed: %s", addr, err)
+
+    def _on_reconnect(self, addr: str) -> None:
+        """A connection to ``addr`` opened again: a broker we had told about this client
+        may have restarted and forgotten it, so heartbeat it now, not in up to 30 s."""
+        if self.running and addr in self._heartbeated:
+            self._spawn(self._heartbeat(addr, self._heartbeat_data().to_json()))
+
+    async def _sync_brokers(self) -> None:
+        """After a route refresh: forget brokers no route lists any more (close their
+        connection; a broker that comes back is heartbeated as new) and heartbeat the new
+        ones (RocketMQ's cleanOfflineBroker + sendHeartbeatToAllBroker)."""
+        live = self._routes.broker_addrs()
+        for addr in sorted(self._heartbeated - live):
+            self._heartbeated.discard(addr)
+            self._pool.drop(addr)
+            log.info("broker %s is in no route any more: connection closed", addr)
+        await self._heartbeat_new(live)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``coro`` in a task owned by this client (failures are logged)."""

@@ -88,6 +88,7 @@ class RemoteOffsetStore(OffsetStore):
         self._group = group
         self._addr_of = addr_of
         self._timeout = timeout
+        self._failing: set[str] = set()  # brokers whose last commit failed (logged once)
 
     async def read_from_store(self, mq: MessageQueue) -> int:
         """The broker's offset for ``mq``, or -1 if it has none (any error code means none).
@@ -111,13 +112,16 @@ class RemoteOffsetStore(OffsetStore):
         return offset
 
     async def persist(self, mqs: list[MessageQueue], *, final: bool = False) -> None:
-        """Send changed offsets of ``mqs``; ``final`` waits for acknowledgements."""
+        """Send changed offsets of ``mqs``, each to the broker owning its queue; ``final``
+        waits for acknowledgements. A broker that fails is skipped for the rest of this
+        round (its offsets stay dirty for the next) and logged once until it answers."""
+        failed: set[str] = set()
         for mq in mqs:
             offset = self._table.get(mq)
             if offset is None or (mq not in self._dirty and not final):
                 continue
             addr = self._addr_of(mq.broker_name)
-            if addr is None:
+            if addr is None or addr in failed:
                 continue
             ext = UpdateConsumerOffsetRequestHeader(
                 self._group, mq.topic, mq.queue_id, offset).to_ext_fields()
@@ -131,8 +135,14 @@ class RemoteOffsetStore(OffsetStore):
                         addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout=self._timeout
                     )
                 self._dirty.discard(mq)
+                if addr in self._failing:
+                    self._failing.discard(addr)
+                    log.info("offset commits to %s work again", addr)
             except ClientError as err:
-                log.warning("persisting offset %d of %s failed: %s", offset, mq, err)
+                failed.add(addr)
+                if addr not in self._failing:
+                    self._failing.add(addr)
+                    log.warning("persisting offset %d of %s failed: %s", offset, mq, err)
 
 
 class LocalOffsetStore(OffsetStore):

@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 from kairosmq.protocol.codes import SerializeType
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY
 
+from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION
+
 Opts = TypeVar("Opts", bound="ClientConfig")
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -102,10 +104,21 @@ class ProducerOptions(ClientConfig):
     retry_times_when_send_failed: int = 2
     retry_times_when_send_async_failed: int = 2
     max_message_size: int = MAX_MESSAGE_SIZE
+    # MQFaultStrategy (client/fault.py): latency fault tolerance across brokers
+    send_latency_fault_enable: bool = False
+    latency_max: tuple[int, ...] = LATENCY_MAX
+    not_available_duration: tuple[int, ...] = NOT_AVAILABLE_DURATION
 
     def validate(self) -> None:
         ClientConfig.validate(self)
         _positive(self, "send_msg_timeout")
+        self.latency_max = tuple(int(v) for v in self.latency_max)
+        self.not_available_duration = tuple(int(v) for v in self.not_available_duration)
+        if len(self.latency_max) != len(self.not_available_duration):
+            raise ValueError("latency_max and not_available_duration need the same length")
+        if list(self.latency_max) != sorted(self.latency_max) or min(
+                self.latency_max + self.not_available_duration, default=0) < 0:
+            raise ValueError("latency_max must ascend and no latency or duration be negative")
         _in_range(self, 1, None, "max_message_size")
         _in_range(self, 0, None, "retry_times_when_send_failed",
                   "retry_times_when_send_async_failed", "compress_msg_body_over_howmuch")

@@ -3,9 +3,8 @@
 Owns: ``Producer`` (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered sends
 through a queue selector; ``request``, whose work is in client/request.py; requests a broker
 sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
-``SendRequest`` (one send: what goes on the wire and where it may go) and
-``hash_selector``. Request headers are ``SendMessageRequestHeader`` values written with the
-V2 short names.
+``SendRequest`` and ``hash_selector`` live in client/send.py. Request headers are
+``SendMessageRequestHeader`` values written with the V2 short names.
 
 Invariants:
 * Client-side checks (topic, body size against ``max_message_size``, batch rules) run
@@ -17,6 +16,13 @@ Invariants:
   ``send_msg_timeout`` budget; only ``retriable`` errors are retried, each time on the
   next queue of another broker when there is one (RocketMQ's ``selectOneMessageQueue``).
   Sends through a selector or to an explicit queue are not retried (order matters more).
+* Queue choice is ``FaultStrategy`` (client/fault.py): round robin over the queues of all
+  brokers of the route, brokers in reconnect backoff last; with
+  ``send_latency_fault_enable`` RocketMQ's latency fault tolerance (each attempt's latency
+  recorded, a retriable failure isolates its broker).
+* A ``%RETRY%<group>`` send carries reconsumeTimes / maxReconsumeTimes from the message's
+  RECONSUME_TIME / MAX_RECONSUME_TIMES (Java's ``sendKernelImpl``); a UNIQ_KEY already in
+  the properties is kept (the consumer's send-back fallback, consume.retry_message).
 * Response codes FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE mean
   "stored" and become ``SendStatus`` values; any other non-zero code raises.
 """
@@ -25,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import logging
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kairosmq.protocol.bodies import HeartbeatData
@@ -45,72 +49,24 @@ from kairosmq.protocol.headers import (
     UnregisterClientRequestHeader,
 )
 from kairosmq.protocol.ids import UniqIdGenerator
-from kairosmq.protocol.message import BatchItem, encode_batch, java_string_hash
+from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.naming import is_retry_topic
+from kairosmq.protocol.properties import MAX_RECONSUME_TIMES, RECONSUME_TIME, UNIQ_KEY
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
 from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
 from .errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from .fault import FaultStrategy
 from .lifecycle import ClientLifecycle
-from .message import Message, MessageExt, MessageQueue, SendResult, SendStatus, wire_properties
+from .message import Message, MessageExt, MessageQueue, SendResult, wire_properties
 from .options import ProducerOptions, build_options
-from .request import ReplyWaiters, is_reply, send_request
+from .request import ReplyWaiters, send_request
 from .route import TopicRouteInfo
+from .send import STORED, QueueSelector, SendRequest
 
 log = logging.getLogger("kairosmq.client.producer")
 
-QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 SendCallback = Callable[..., Any]
-
-_STORED = {
-    ResponseCode.SUCCESS: SendStatus.SEND_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
-}
-
-
-@dataclass(slots=True)
-class SendRequest:
-    """One send: the encoded payload and where it may go.
-
-    ``body``/``sys_flag``/``flag``/``properties`` go on the wire as they are; ``uniq`` is the
-    msgId reported back (comma-joined for a batch). ``queue`` pins the queue, ``selector``
-    picks one from ``(queues, msg, arg)``; either means one attempt. Otherwise up to
-    ``1 + retries`` attempts within ``timeout`` seconds (None: ``send_msg_timeout``).
-    """
-
-    topic: str
-    body: bytes
-    uniq: str
-    properties: str
-    sys_flag: int = 0
-    flag: int = 0
-    batch: bool = False
-    queue: MessageQueue | None = None
-    selector: QueueSelector | None = None
-    arg: Any = None
-    msg: Message | None = None
-    timeout: float | None = None
-    retries: int = 0
-
-    @property
-    def code(self) -> int:
-        if self.msg is not None and is_reply(self.msg):  # REPLY: create_reply's message
-            return RequestCode.SEND_REPLY_MESSAGE_V2
-        return RequestCode.SEND_BATCH_MESSAGE if self.batch else RequestCode.SEND_MESSAGE_V2
-
-    @property
-    def pinned(self) -> bool:
-        """True when the queue is fixed (explicit queue or selector): no retries."""
-        return self.queue is not None or self.selector is not None
-
-
-def hash_selector(queues: list[MessageQueue], _msg: Message, arg: Any) -> MessageQueue:
-    """RocketMQ's SelectMessageQueueByHash, stable across processes (Java hash of str)."""
-    key = java_string_hash(arg) if isinstance(arg, str) else int(arg)
-    return queues[abs(key) % len(queues)]
-
 
 class Producer(ClientLifecycle):
     """An asyncio RocketMQ producer.
@@ -145,11 +101,14 @@ class Producer(ClientLifecycle):
         self.group = opts.producer_group
         self._routes.default_topic = opts.create_topic_key
         self._ids = UniqIdGenerator(bytes(int(p) for p in self.client_ip.split(".")))
-        self._counter = itertools.count()
         self._timers = [
-            Periodic("producer-route", opts.poll_name_server_interval, self._routes.refresh_all),
+            Periodic("producer-route", opts.poll_name_server_interval, self._refresh_routes),
             Periodic("producer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
         ]
+        self._fault = FaultStrategy(
+            opts.send_latency_fault_enable, latency_max=opts.latency_max,
+            not_available_duration=opts.not_available_duration,
+            backing_off=self._broker_backing_off)
 
     @property
     def send_msg_timeout(self) -> float:
@@ -178,6 +137,11 @@ class Producer(ClientLifecycle):
 
     # ------------------------------------------------------------ routing
 
+    async def _refresh_routes(self) -> None:
+        """Every ``poll_name_server_interval``: refresh the routes, drop gone brokers."""
+        await self._routes.refresh_all()
+        await self._sync_brokers()
+
     async def _route(self, topic: str) -> TopicRouteInfo:
         self._check_running()
         info = self._routes.cached(topic)
@@ -192,14 +156,13 @@ class Producer(ClientLifecycle):
         return info
 
     def _pick(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
-        n = len(queues)
-        start = next(self._counter)
-        if avoid is not None:
-            for i in range(n):
-                mq = queues[(start + i) % n]
-                if mq.broker_name != avoid:
-                    return mq
-        return queues[start % n]
+        """The queue of the next attempt (client/fault.py: round robin skipping ``avoid``,
+        or RocketMQ's latency fault tolerance when ``send_latency_fault_enable``)."""
+        return self._fault.select(queues, avoid)
+
+    def _broker_backing_off(self, broker_name: str) -> bool:
+        addr = self._routes.broker_addr(broker_name)
+        return addr is not None and self._pool.backing_off(addr)
 
     # ------------------------------------------------------------ sending
 
@@ -215,19 +178,24 @@ class Producer(ClientLifecycle):
         if len(body) >= self.options.compress_msg_body_over_howmuch:
             body = zlib.compress(body, 5)
             sys_flag = SYSFLAG_COMPRESSED
-        uniq = self._ids.next_id()
+        uniq = msg.properties.get(UNIQ_KEY) or self._ids.next_id()  # Java: setUniqID if absent
         return SendRequest(msg.topic, body, uniq, wire_properties(msg, uniq), sys_flag,
                            msg.flag, msg=msg, **where)
 
     def _header(self, req: SendRequest, mq: MessageQueue) -> dict[str, str]:
         """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header of ``req`` for ``mq``."""
         opts = self.options
+        reconsume, max_reconsume = 0, None
+        if req.msg is not None and is_retry_topic(req.topic):  # Java's sendKernelImpl
+            props = req.msg.properties
+            reconsume = _int_prop(props.get(RECONSUME_TIME), 0) or 0
+            max_reconsume = _int_prop(props.get(MAX_RECONSUME_TIMES), None)
         return SendMessageRequestHeader(
             producer_group=self.group, topic=req.topic, default_topic=opts.create_topic_key,
             default_topic_queue_nums=opts.default_topic_queue_nums, queue_id=mq.queue_id,
             sys_flag=req.sys_flag, born_timestamp=int(time.time() * 1000), flag=req.flag,
-            properties=req.properties, reconsume_times=0, unit_mode=False, batch=req.batch,
-            broker_name=mq.broker_name,
+            properties=req.properties, reconsume_times=reconsume, unit_mode=False,
+            batch=req.batch, broker_name=mq.broker_name, max_reconsume_times=max_reconsume,
         ).to_ext_fields(v2=True)
 
     async def _send_once(
@@ -236,7 +204,7 @@ class Producer(ClientLifecycle):
         addr = _master(info, mq)
         resp = await self._pool.invoke(addr, req.code, self._header(req, mq), req.body,
                                        timeout=timeout)
-        status = _STORED.get(resp.code)  # type: ignore[call-overload]
+        status = STORED.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError.for_code(resp.code, resp.remark, addr)
         try:
@@ -265,14 +233,19 @@ class Producer(ClientLifecycle):
             if remaining <= 0:
                 break
             mq = self._pick(info.publish_queues, avoid)
+            begin = loop.time()
             try:
-                return await self._send_once(info, mq, req, remaining)
+                result = await self._send_once(info, mq, req, remaining)
             except ClientError as err:
                 if not err.retriable:
                     raise
+                self._fault.update(mq.broker_name, (loop.time() - begin) * 1000, True)
                 last, avoid = err, mq.broker_name
                 log.debug("send to %s failed (%s); retrying", mq, err)
                 self._spawn(self._routes.refresh(req.topic, allow_default=True))
+                continue
+            self._fault.update(mq.broker_name, (loop.time() - begin) * 1000, False)
+            return result
         if last is None:
             raise ClientError(
                 f"send to {req.topic} timed out after {budget:.3f}s before an attempt")
@@ -419,6 +392,10 @@ class Producer(ClientLifecycle):
         return await self._send(SendRequest(
             topic, body, ",".join(ids), "WAIT\x01true", batch=True, queue=queue,
             timeout=timeout, retries=self.options.retry_times_when_send_failed))
+
+
+def _int_prop(raw: str | None, default: int | None) -> int | None:
+    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else default
 
 
 def _master(info: TopicRouteInfo, mq: MessageQueue) -> str:

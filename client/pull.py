@@ -16,7 +16,9 @@ Invariants:
 * After a pull that found messages the loop waits ``pull_interval`` ms (RocketMQ's
   pullInterval, 0 by default) before the next one.
 * Errors never kill the loop: it waits ``pull_time_delay_millis_when_exception`` and pulls
-  again, until the queue is dropped.
+  again, until the queue is dropped. A broker that stays unreachable (killed) therefore
+  costs one request per queue per that delay, and one log line on the first failure,
+  every 20th and when the broker answers again; pulling resumes by itself after restart.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.pull")
 _NO_MESSAGES = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
+_LOG_EVERY = 20  # a dead broker: one log line per queue a minute, not one per attempt
 
 
 @dataclass(slots=True)
@@ -101,6 +104,7 @@ async def pull_loop(
     delay = cfg.pull_time_delay_millis_when_exception / 1000
     timeout = cfg.consumer_timeout_millis_when_suspend / 1000
     interval = cfg.pull_interval / 1000
+    failures = 0  # consecutive failed pulls: logged on the 1st, every 20th and on recovery
     while not pq.dropped:
         await pq.wait_for_space()
         if pq.dropped:
@@ -128,11 +132,17 @@ async def pull_loop(
         except ClientError as err:
             if pq.dropped:
                 return
-            log.info("pull %s failed: %s", mq, err)
+            failures += 1
+            if failures % _LOG_EVERY == 1:
+                log.info("pull %s failed (%d in a row; next in %.1f s): %s", mq, failures,
+                         delay, err)
             await asyncio.sleep(delay)
             continue
         if pq.dropped:
             return
+        if failures:
+            log.info("pull %s answered again after %d failed pulls", mq, failures)
+            failures = 0
         code = resp.code
         try:
             next_offset = PullMessageResponseHeader.from_ext_fields(

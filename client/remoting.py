@@ -12,6 +12,10 @@ Invariants:
   ``ConnectionClosed``; the next request reconnects. Consecutive failed connects back
   off exponentially with jitter (``base * 2**n * (1 + random())``, capped), and a request
   whose deadline ends before the next attempt fails fast with ``ConnectionClosed``.
+* ``backing_off(address)`` says whether an address is waiting out that backoff (a
+  producer sends to another broker meanwhile, client/fault.py); ``on_reconnect`` is
+  called when a connection opens again after one was lost (the client heartbeats a
+  broker that may have restarted); ``drop(address)`` closes a broker no route lists.
 * Requests initiated by the peer (e.g. NOTIFY_CONSUMER_IDS_CHANGED, one-way) go to the
   ``on_request`` callback; a two-way one it does not answer gets REQUEST_CODE_NOT_SUPPORTED.
 * Frames are queued whole and flushed together once per loop iteration (one writev),
@@ -137,6 +141,8 @@ class RemotingClient:
         backoff_base / backoff_max: reconnect backoff, seconds.
         rpc_hook: applied to every request's extFields just before encoding (signing).
         ssl: connect with TLS using this context (client/acl.py ``client_ssl_context``).
+        on_reconnect: called with the address each time a connection opens after an
+            earlier one was lost (a restarted broker: the client heartbeats it again).
     """
 
     def __init__(
@@ -149,8 +155,11 @@ class RemotingClient:
         backoff_max: float = 2.0,
         rpc_hook: RpcHook | None = None,
         ssl: ssl.SSLContext | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         self.address = address
+        self._on_reconnect = on_reconnect
+        self._connects = 0
         self._rpc_hook = rpc_hook
         self._ssl = ssl
         self._host, self._port = split_address(address)
@@ -169,6 +178,17 @@ class RemotingClient:
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
+
+    @property
+    def backing_off(self) -> bool:
+        """True while not connected and the next connect attempt is still in the future
+        (the last one was refused or timed out): a producer sends elsewhere meanwhile."""
+        if self.connected or self._failures == 0:
+            return False
+        try:
+            return asyncio.get_running_loop().time() < self._retry_at
+        except RuntimeError:
+            return False
 
     async def _connection(self, deadline: float) -> _Connection:
         conn = self._conn
@@ -214,6 +234,12 @@ class RemotingClient:
             self._failures = 0
             self._retry_at = 0.0
             self._conn = proto
+            self._connects += 1
+            if self._connects > 1 and self._on_reconnect is not None:
+                try:
+                    self._on_reconnect(self.address)
+                except Exception:  # a callback bug must not fail the request
+                    log.exception("reconnect callback failed for %s", self.address)
             return proto
 
     def _note_failure(self, loop: asyncio.AbstractEventLoop, reason: str) -> None:
@@ -320,11 +346,13 @@ class RemotingPool:
         backoff_max: float = 2.0,
         rpc_hook: RpcHook | None = None,
         ssl: ssl.SSLContext | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> None:
         self._clients: dict[str, RemotingClient] = {}
         self._kw = dict(
             on_request=on_request, serialize_type=serialize_type,
             backoff_base=backoff_base, backoff_max=backoff_max, rpc_hook=rpc_hook, ssl=ssl,
+            on_reconnect=on_reconnect,
         )
         self._closed = False
 
@@ -335,6 +363,18 @@ class RemotingPool:
                 raise ConnectionClosed(address, "client pool is closed")
             client = self._clients[address] = RemotingClient(address, **self._kw)  # type: ignore[arg-type]
         return client
+
+    def backing_off(self, address: str) -> bool:
+        """True if ``address`` is in reconnect backoff (``RemotingClient.backing_off``)."""
+        client = self._clients.get(address)
+        return client is not None and client.backing_off
+
+    def drop(self, address: str) -> None:
+        """Close and forget the client of ``address`` (a broker no route lists any more);
+        a later request to it opens a new one."""
+        client = self._clients.pop(address, None)
+        if client is not None:
+            client.close()
 
     async def invoke(
         self, address: str, code: int, ext_fields: dict[str, str] | None = None,

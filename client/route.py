@@ -11,6 +11,9 @@ Invariants:
   ``TBW102`` with ``min(4, readQueueNums)`` queues per broker, as the Java producer does;
   the broker auto-creates the topic on the first send. Each refresh retries the real route.
 * Name servers are tried in turn; the last one that answered is asked first next time.
+* Several brokers: a route's queues are those of all its brokers; ``broker_addrs()`` is
+  the union over every cached route (the brokers a client heartbeats), and a refresh
+  replaces a topic's route whole, so a broker the name server dropped disappears.
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ class RouteCache:
         return list(self._routes)
 
     def broker_addr(self, broker_name: str) -> str | None:
-        for info in self._routes.values():
+        """The master address of ``broker_name`` in the most recently fetched route that
+        lists it (a broker restarted elsewhere is found at its new address first)."""
+        for info in reversed(self._routes.values()):
             addr = info.broker_addrs.get(broker_name)
             if addr:
                 return addr
@@ -115,6 +120,7 @@ class RouteCache:
             self._inflight[topic] = fut
             try:
                 info = await self._fetch(topic, self._allow_default[topic])
+                self._routes.pop(topic, None)  # newest last: broker_addr prefers it
                 self._routes[topic] = info
                 fut.set_result(info)
             except asyncio.CancelledError:

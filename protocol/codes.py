@@ -62,6 +62,12 @@ class RequestCode(IntEnum):
     RESET_CONSUMER_CLIENT_OFFSET = 220  # broker -> consumer (one-way)
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    WIPE_WRITE_PERM_OF_BROKER = 205  # name server (server/namesrv/)
+    GET_TOPICS_BY_CLUSTER = 224  # name server
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304  # name server
+    UPDATE_NAMESRV_CONFIG = 318  # name server
+    QUERY_DATA_VERSION = 322  # broker -> name server: has my topic config changed?
+    ADD_WRITE_PERM_OF_BROKER = 327  # name server
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     GET_CONSUMER_RUNNING_INFO = 307  # admin -> broker -> consumer, answered
     SEND_MESSAGE_V2 = 310

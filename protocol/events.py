@@ -36,10 +36,20 @@ COMMON: dict[str, str] = {
 CATALOGUE: dict[str, dict[str, str]] = {
     # ---- lifecycle
     "broker.started": {"host": "string", "port": "int", "namesrv_port": "int",
-                       "data_dir": "string", "delay_levels": "string", "flush_mode": "string"},
+                       "data_dir": "string", "delay_levels": "string", "flush_mode": "string",
+                       # --namesrv: the external name servers (namesrv_port is then 0)
+                       "namesrv": "string"},
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},
+    # ---- external name servers (--namesrv; server/registration.py): one per registration
+    "broker.registered": {"namesrv": "string", "broker_addr": "string", "topic_count": "int",
+                          "data_version": "long", "duration_ms": "double"},
+    # warning: REGISTER_BROKER failed (unreachable, timeout, refused); retried in retry_in_ms
+    "broker.register_failed": {"namesrv": "string", "error": "string", "failures": "int",
+                               "retry_in_ms": "double"},
+    "broker.unregistered": {"namesrv": "string", "broker_addr": "string"},
+    "broker.unregister_failed": {"namesrv": "string", "error": "string"},  # warning
     "broker.stopped": {"uptime_ms": "double"},
     # error level: a stop step failed or timed out; stop goes on and closes the files
     "broker.stop_failed": {"step": "string", "error": "string"},
@@ -47,6 +57,13 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "service.failed": {"service": "string", "error": "string", "failures": "int",
                        "retry_in_ms": "double"},
     "service.recovered": {"service": "string", "failures": "int", "down_ms": "double"},
+    # ---- `kairosmq cluster` (server/cluster.py): its children are services of the supervisor
+    "cluster.child_started": {"name": "string", "kind": "string", "address": "string",
+                              "pid": "int", "starts": "int"},
+    # error level: a child failed --max-failures times in a row; the cluster stops
+    "cluster.gave_up": {"name": "string", "failures": "int", "error": "string"},
+    "cluster.stopping": {"reason": "string"},
+    "cluster.stopped": {"reason": "string"},
     "store.recovered": {"commitlog_max_offset": "long", "truncated_bytes": "long",
                         "records_replayed": "long", "records_skipped": "long",
                         "duration_ms": "double"},
@@ -128,6 +145,29 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
     "kvconfig.updated": {"namespace": "string", "key": "string"},
     "kvconfig.deleted": {"namespace": "string", "key": "string"},
+    # ---- the standalone name server (server/namesrv/, ``kairosmq namesrv``)
+    "namesrv.started": {"host": "string", "port": "int", "data_dir": "string",
+                        "broker_expiry_ms": "double", "scan_interval_ms": "double"},
+    "namesrv.stopped": {"uptime_ms": "double", "brokers": "int"},
+    # REGISTER_BROKER from a new broker address (first) or with a changed topic config
+    "namesrv.broker_registered": {"cluster": "string", "broker_name": "string",
+                                  "broker_addr": "string", "broker_id": "long",
+                                  "topic_count": "int", "first": "boolean", "peer": "string"},
+    "namesrv.broker_unregistered": {"cluster": "string", "broker_name": "string",
+                                    "broker_addr": "string", "broker_id": "long",
+                                    "peer": "string"},
+    # warning: no REGISTER_BROKER for longer than the expiry (120 s): dropped with its routes
+    "namesrv.broker_expired": {"broker_name": "string", "broker_addr": "string",
+                               "silent_ms": "double"},
+    # the connection a broker registered on closed (RocketMQ BrokerHousekeepingService)
+    "namesrv.broker_disconnected": {"broker_name": "string", "broker_addr": "string",
+                                    "peer": "string"},
+    "namesrv.topic_deleted": {"topic": "string", "cluster": "string", "brokers": "int"},
+    # WIPE_WRITE_PERM_OF_BROKER (action wipe) / ADD_WRITE_PERM_OF_BROKER (action add)
+    "namesrv.write_perm_changed": {"broker_name": "string", "action": "string",
+                                   "topic_count": "int", "peer": "string"},
+    # UPDATE_NAMESRV_CONFIG (318): the settings changed (in memory), as RocketMQ names them
+    "namesrv.config_updated": {"keys": "string", "peer": "string"},
     # subscription groups (server/subscriptions.py; auto: created by a heartbeat or pull)
     "subgroup.created": {"group": "string", "auto": "boolean"},
     "subgroup.updated": {"group": "string", "auto": "boolean"},

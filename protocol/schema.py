@@ -2,7 +2,8 @@
 
 Owns: the frame prefix, the ROCKETMQ binary command header, the commit-log message
 record (which is also the VIEW_MESSAGE and pull-body encoding), the batch item and the
-20-byte consume-queue unit. Only declarations live here; ``codec``/``message`` use them.
+20-byte consume-queue unit. Only declarations live here (and ``Pair``, the one combinator
+construct lacks); ``codec``/``message`` use them.
 
 Invariants:
 * All integers are big-endian, as RocketMQ writes them.
@@ -19,10 +20,13 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Any
+
 from construct import (
     Array,
     Bytes,
     Const,
+    Construct,
     GreedyBytes,
     GreedyRange,
     IfThenElse,
@@ -35,7 +39,6 @@ from construct import (
     Int64sb,
     PascalString,
     Prefixed,
-    Sequence,
     Struct,
     this,
 )
@@ -67,9 +70,40 @@ BinaryHeader = Struct(
     "ext_fields" / Prefixed(Int32ub, GreedyRange(ExtField)),
 )
 
+
+class Pair(Construct):
+    """Two unnamed fields, one after the other, as a ``(first, second)`` tuple.
+
+    A ``Sequence`` without its per-item context (neither field can refer to the other),
+    so that it compiles to one inline tuple expression: an ``Array`` of pairs then parses
+    each item with no function call and no ``Container`` of its own (``Sequence``: both).
+    """
+
+    def __init__(self, first: Construct, second: Construct) -> None:
+        super().__init__()
+        self.first, self.second = first, second
+        self.flagbuildnone = False
+
+    def _parse(self, stream: Any, context: Any, path: str) -> tuple[Any, Any]:
+        first = self.first._parsereport(stream, context, path)
+        return first, self.second._parsereport(stream, context, path)
+
+    def _build(self, obj: Any, stream: Any, context: Any, path: str) -> tuple[Any, Any]:
+        a, b = obj
+        return (self.first._build(a, stream, context, path),
+                self.second._build(b, stream, context, path))
+
+    def _sizeof(self, context: Any, path: str) -> int:
+        return int(self.first._sizeof(context, path) + self.second._sizeof(context, path))
+
+    def _emitparse(self, code: Any) -> str:
+        # a tuple display evaluates left to right: first is read before second
+        return f"({self.first._compileparse(code)}, {self.second._compileparse(code)})"
+
+
 # What the runtime parses: the fixed part, then exactly ``ext_count`` (key, value) pairs
-# (a Sequence, not a Struct: a third of the objects per field). Only for a header whose
-# lengths were validated and counted first (codec).
+# (``Pair``s: compiled inline, no objects per field beyond the two strings and a tuple).
+# Only for a header whose lengths were validated and counted first (codec).
 BinaryHeaderCounted = Struct(
     "code" / Int16sb,
     "language" / Int8ub,
@@ -79,7 +113,7 @@ BinaryHeaderCounted = Struct(
     "remark" / PascalString(Int32ub, "utf8"),
     "ext_length" / Int32ub,
     "ext_fields" / Array(this._params.ext_count,
-                         Sequence(PascalString(Int16ub, "utf8"), PascalString(Int32ub, "utf8"))),
+                         Pair(PascalString(Int16ub, "utf8"), PascalString(Int32ub, "utf8"))),
 )
 
 # A frame after its 4-byte length prefix: the type/length word, header and body.

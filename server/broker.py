@@ -7,7 +7,9 @@ store), ``Endpoints`` (the bound ports) and the ``RemotingServer`` (broker port,
 VIP port - 2, and the embedded name-server port, with the handler tables that
 handlers/__init__.py builds from these services); background services (flush,
 checkpoint, housekeeping, connection sweep, each delay level, metrics), each run by the
-``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``.
+``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``. With
+``namesrv_addr`` (``--namesrv``) there is no embedded name server: ``BrokerRegistration``
+(registration.py) registers the broker with those name servers instead.
 
 Invariants:
 * Everything runs on one event loop; blocking disk work (fsync, checkpoint writes) runs
@@ -43,6 +45,7 @@ from .longpoll import ArrivalNotifier, PullHolds
 from .metrics import MetricsEndpoint
 from .offsets import ConsumerOffsetManager
 from .put import MessageKind, PutPath
+from .registration import BrokerRegistration
 from .schedule import ScheduleService
 from .security import install_security
 from .stats import BrokerStats
@@ -74,7 +77,8 @@ class Broker:
         self.msglog = MessageLog("broker")
         self.endpoints = Endpoints(
             cfg.advertised_host or ("127.0.0.1" if cfg.host in ("0.0.0.0", "", "::")
-                                    else cfg.host), cfg.port, cfg.namesrv_port)
+                                    else cfg.host), cfg.port,
+            0 if cfg.namesrv_addr else cfg.namesrv_port, cfg.namesrv_addr)
         self.store = MessageStore(
             cfg.data_dir / "store",
             store_host=(_ipv4(self.endpoints.advertised_host), cfg.port),
@@ -152,6 +156,10 @@ class Broker:
         # broker's services to build the processors)
         self.broker_handlers = broker_table(self)
         self.namesrv_handlers = namesrv_table(self)
+        # --namesrv: registration with external name servers (no embedded one then)
+        self.registration = BrokerRegistration(
+            config=cfg, endpoints=self.endpoints, topics=self.topics,
+            log=get_logger("registration")) if cfg.namesrv_addr else None
 
     # ------------------------------------------------------------------ addresses
 
@@ -179,7 +187,7 @@ class Broker:
     def status(self) -> dict[str, Any]:
         """What KAIROS_GET_BROKER_STATUS answers (``kairosmq admin status``)."""
         log_min, log_max = self.store.phy_range()
-        return {
+        status: dict[str, Any] = {
             "running": self.running, "address": self.address,
             "namesrvAddress": self.namesrv_address, "brokerName": self.config.broker_name,
             "uptimeMs": round(self.uptime_ms),
@@ -189,6 +197,9 @@ class Broker:
             # supervised services (server/supervise.py): state, failures, last error
             "services": self.supervisor.status(), "degraded": self.supervisor.degraded,
         }
+        if self.registration is not None:  # --namesrv: each name server's registration
+            status["registration"] = self.registration.status()
+        return status
 
     @property
     def uptime_ms(self) -> float:
@@ -230,8 +241,9 @@ class Broker:
                 await self.server.listen(cfg.host, self.port - 2, self.broker_handlers, "vip")
             except OSError as err:
                 self.log.warning("broker.vip_unavailable", port=self.port - 2, error=str(err))
-        self.endpoints.namesrv_port = await self.server.listen(
-            cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv")
+        if self.registration is None:  # embedded name server (default)
+            self.endpoints.namesrv_port = await self.server.listen(
+                cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv")
         sup = self.supervisor
         self.schedule.start(sup.spawn)
         self.timer.start(sup.spawn)
@@ -256,9 +268,12 @@ class Broker:
         self._sink_listener = sink_health
         add_health_listener(sink_health)
         self.running = True
+        if self.registration is not None:  # serving: now tell the name servers
+            self.registration.start(sup)
         self.log.info("broker.started", host=cfg.host, port=self.port,
                       namesrv_port=self.namesrv_port, data_dir=str(cfg.data_dir),
-                      delay_levels=cfg.delay_levels, flush_mode=cfg.flush_mode.value)
+                      delay_levels=cfg.delay_levels, flush_mode=cfg.flush_mode.value,
+                      namesrv=self.namesrv_address)
 
     async def stop(self, reason: str = "requested") -> None:
         if not self.running:
@@ -266,6 +281,8 @@ class Broker:
         self.running = False
         self.log.info("broker.stopping", reason=reason)
         try:
+            if self.registration is not None:  # RocketMQ: unregisterBrokerAll first
+                await self._stop_step("unregister", self.registration.stop())
             self.notifier.close()
             await self._stop_step("schedule", self.schedule.stop())
             await self._stop_step("timer", self.timer.stop())

@@ -1,5 +1,6 @@
-"""The ``kairosmq`` command: ``broker`` (run a broker), ``report`` (the Spark job),
-``admin`` (operate a running broker).
+"""The ``kairosmq`` command: ``broker`` (run a broker), ``namesrv`` (a standalone name server,
+namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster.py), ``report`` (the Spark
+job), ``admin`` (operate a running broker).
 
 Owns: argument parsing into ``BrokerConfig``, logging setup, uvloop, and signal handling
 (SIGINT/SIGTERM -> graceful ``Broker.stop``). Defaults need no config file: data under
@@ -21,12 +22,16 @@ from .config import DEFAULT_DELAY_LEVELS, BrokerConfig, FlushMode
 
 
 def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("broker", help="run a broker with its embedded name server")
+    p = sub.add_parser("broker", help="run a broker with its embedded name server, or "
+                       "registered with external ones (--namesrv)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=10911, help="broker port (default 10911)")
-    p.add_argument("--namesrv-port", type=int, default=9876, help="name server port (9876)")
-    p.add_argument("--advertised-host", default=None,
-                   help="host clients should connect to (default: --host, or 127.0.0.1)")
+    p.add_argument("--namesrv-port", type=int, default=9876,
+                   help="embedded name server port (9876; unused with --namesrv)")
+    p.add_argument("--advertised-host", "--broker-ip", dest="advertised_host", default=None,
+                   help="host clients should connect to, registered as brokerAddr "
+                   "(RocketMQ brokerIP1; default: --host, or 127.0.0.1)")
+    _cluster_options(p)
     p.add_argument("--data-dir", type=Path, default=Path("./data"), help="data directory")
     p.add_argument("--log-dir", type=Path, default=None,
                    help="write JSON-lines logs here (default <data-dir>/logs)")
@@ -81,6 +86,19 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    help="address the metrics endpoint binds (default: --host)")
     _security_options(p)
     _limit_options(p)
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("name servers and cluster (docs/cluster.md)")
+    g.add_argument("--namesrv", default=None, metavar="HOST:PORT[;HOST:PORT]",
+                   help="register with these name servers (kairosmq's or Apache RocketMQ "
+                   "4.x's) instead of embedding one (RocketMQ namesrvAddr)")
+    g.add_argument("--broker-name", default="broker-a", help="brokerName (default broker-a)")
+    g.add_argument("--cluster", default="DefaultCluster",
+                   help="brokerClusterName (default DefaultCluster)")
+    g.add_argument("--register-period", type=float, default=30.0,
+                   help="seconds between registrations (RocketMQ registerNameServerPeriod; "
+                   "default 30)")
 
 
 def _security_options(p: argparse.ArgumentParser) -> None:
@@ -146,6 +164,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
         data_dir=args.data_dir, host=args.host, port=args.port, namesrv_port=args.namesrv_port,
         advertised_host=args.advertised_host, delay_levels=args.delay_levels,
+        namesrv_addr=args.namesrv, broker_name=args.broker_name, cluster_name=args.cluster,
+        register_period=args.register_period,
         flush_mode=FlushMode(args.flush_mode),
         commitlog_segment_size=int(args.segment_size_mb * 1024 * 1024),
         file_reserved_hours=args.file_reserved_hours, max_message_size=args.max_message_size,
@@ -206,7 +226,8 @@ async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"kairosmq broker on {broker.address}, name server on {broker.namesrv_address}, "
+    where = ("registered with name servers " if config.namesrv_addr else "name server on ")
+    print(f"kairosmq broker on {broker.address}, {where}{broker.namesrv_address}, "
           f"data in {config.data_dir.resolve()}", file=sys.stderr, flush=True)
     try:
         await stop.wait()
@@ -274,9 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kairosmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _broker_parser(sub)
+    from .cluster import add_cluster_parser, cmd_cluster
+
+    add_cluster_parser(sub)
+    from .namesrv.cli import add_namesrv_parser, cmd_namesrv
+
+    add_namesrv_parser(sub)
     sub.add_parser("report", help="delivery-quality report over broker logs (Spark)")
     sub.add_parser("admin", help="operate a running broker")
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        return cmd_cluster(args)
+    if args.command == "namesrv":
+        return cmd_namesrv(args)
     return cmd_broker(args)
 
 

@@ -55,6 +55,14 @@ class BrokerConfig:
     advertised_host: str | None = None
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
+    # External name servers (RocketMQ namesrvAddr, "host:port;host:port"): the broker
+    # registers with them (server/registration.py) and embeds no name server. None: the
+    # embedded name server on namesrv_port (one process, the default).
+    namesrv_addr: str | None = None
+    broker_id: int = 0  # RocketMQ brokerId: 0 = master (the only role kairosmq has)
+    register_period: float = 30.0  # RocketMQ registerNameServerPeriod (seconds)
+    register_timeout: float = 6.0  # RocketMQ registerBrokerTimeoutMills (seconds)
+    compressed_register: bool = False  # RocketMQ compressedRegister (deflated body)
     # store
     commitlog_segment_size: int = 1024 * 1024 * 1024
     consumequeue_units_per_file: int = 300_000
@@ -153,6 +161,15 @@ class BrokerConfig:
             raise ValueError("commitlog_segment_size must be at least 4096 bytes")
         if self.max_message_size + 4096 > self.commitlog_segment_size:
             raise ValueError("max_message_size must fit in one commit-log segment")
+        if self.namesrv_addr is not None:
+            from .registration import parse_namesrv_addr  # the one parser of the list
+
+            parse_namesrv_addr(self.namesrv_addr)
+        if self.broker_id != 0:
+            raise ValueError("broker_id must be 0: kairosmq brokers are masters "
+                             "(no replication)")
+        if self.register_period <= 0 or self.register_timeout <= 0:
+            raise ValueError("register_period and register_timeout must be positive")
 
     @property
     def max_delay_level(self) -> int:

@@ -2,7 +2,8 @@
 
 Owns: ``Endpoints`` - the broker port and the embedded name server's port as bound (a
 configured port of 0 becomes the port the OS chose) and the addresses built from them
-(``brokerAddr`` in routes, ``namesrvAddr``).
+(``brokerAddr`` in routes, ``namesrvAddr``). With external name servers (``--namesrv``)
+``namesrv_address`` is their list as configured and ``namesrv_port`` is 0 (no listener).
 
 Invariant: the one place a bound port lives. ``Broker`` sets it once per listener after
 binding; routes, admin answers and the store host of new records read it from here, so
@@ -19,6 +20,7 @@ class Endpoints:
     advertised_host: str
     port: int
     namesrv_port: int
+    external_namesrv: str | None = None  # "host:port;host:port" (--namesrv)
 
     @property
     def address(self) -> str:
@@ -26,4 +28,6 @@ class Endpoints:
 
     @property
     def namesrv_address(self) -> str:
+        if self.external_namesrv is not None:
+            return self.external_namesrv
         return f"{self.advertised_host}:{self.namesrv_port}"

@@ -18,11 +18,15 @@ Invariants:
   write for all the retry topics a heartbeat creates; ``persist_async`` writes in a
   thread, as UPDATE_AND_CREATE_TOPIC does before its answer). Writes are ordered by a
   generation number: an older snapshot never overwrites a newer one.
+* Every change of the table (``create``, ``delete``; ``ensure`` when it creates) calls
+  each ``on_change`` listener with the topic name, after the table changed (the broker's
+  name-server registration re-registers, server/registration.py). ``load`` does not.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +80,7 @@ class TopicConfigManager:
         self.topics[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels)
         self.skipped_on_load: list[str] = []
         self.dirty = False
+        self.on_change: list[Callable[[str], None]] = []
         self._file = OrderedJsonFile(self.path)
 
     def load(self) -> None:
@@ -119,13 +124,19 @@ class TopicConfigManager:
         self.dirty = True
         if persist:
             self.persist()
+        self._changed(topic)
         return cfg
 
     def delete(self, topic: str) -> bool:
         if is_system_topic(topic) or self.topics.pop(topic, None) is None:
             return False
         self.persist()
+        self._changed(topic)
         return True
+
+    def _changed(self, topic: str) -> None:
+        for listener in self.on_change:
+            listener(topic)
 
     def ensure(self, topic: str, queue_nums: int, *,
                persist: bool = True) -> tuple[TopicConfig, bool]:

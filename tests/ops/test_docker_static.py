@@ -64,7 +64,8 @@ def test_broker_image_entrypoint_volumes_ports_and_healthcheck() -> None:
 
 
 def test_compose_services_volumes_ports() -> None:
-    assert set(COMPOSE["services"]) == {"broker", "spark-report", "producer", "consumer"}
+    assert set(COMPOSE["services"]) == {"broker", "spark-report", "producer", "consumer",
+                                        "namesrv", "broker-a", "broker-b"}  # tests/cluster
     b = PLANS["broker"]
     assert COMPOSE["services"]["broker"]["restart"] in ("always", "unless-stopped")
     assert b.healthcheck == STAGES["broker"].healthcheck
@@ -97,6 +98,12 @@ def test_every_command_resolves() -> None:
             sub = rest[0]
             if sub == "broker":
                 _broker_args(rest)
+            elif sub == "namesrv":
+                from kairosmq.server.namesrv.cli import add_namesrv_parser
+
+                ap = argparse.ArgumentParser()
+                add_namesrv_parser(ap.add_subparsers(dest="command", required=True))
+                ap.parse_args(rest)
             elif sub == "report":
                 pytest.importorskip("pyspark")
                 from kairosmq.spark.job import parse_args

@@ -12,6 +12,8 @@ import struct
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kairosmq.protocol import codec, schema
 from kairosmq.protocol.codec import (
     FrameReader,
@@ -372,3 +374,35 @@ def test_codec_struct_twins_match_schema_sizes() -> None:
                                            remark="", ext_fields=[]))
     assert codec._BIN_FIXED.size == len(fixed) - 8
     assert codec._BIN_FIXED.pack(1, 2, 3, 4, 5) == fixed[:-8]
+
+
+_JSON_SCALAR = st.one_of(st.text(max_size=8), st.integers(-(1 << 40), 1 << 40),
+                         st.booleans(), st.none(),
+                         st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ext=st.dictionaries(st.text(max_size=6), _JSON_SCALAR, max_size=6),
+       lang=st.one_of(st.sampled_from(["JAVA", "CPP", "GO", "NOPE"]), st.integers(-3, 20),
+                      st.booleans(), st.none()))
+def test_json_header_ext_values_and_language_as_java_reads_them(ext: dict[str, Any],
+                                                                lang: Any) -> None:
+    """The fast path (orjson's dict kept when every value is a string) and the coercing
+    path read the same: strings as they are, numbers and booleans as Java's toString,
+    nulls left out; a language as a name, an ordinal, or anything else as OTHER."""
+    header = {"code": 310, "opaque": 4, "flag": 0, "version": 0, "language": lang,
+              "extFields": ext}
+    raw = json.dumps(header).encode()
+    cmd = codec.decode_frame(struct.pack(">II", 4 + len(raw), len(raw)) + raw)
+
+    def java(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    assert cmd.ext_fields == {k: java(v) for k, v in ext.items() if v is not None}
+    by_name = {m.name: m for m in LanguageCode}
+    by_value = {m.value: m for m in LanguageCode}
+    want = (by_name.get(lang, LanguageCode.OTHER) if isinstance(lang, str)
+            else by_value.get(lang, LanguageCode.OTHER)
+            if isinstance(lang, int) and not isinstance(lang, bool)
+            else by_name.get(str(lang), LanguageCode.OTHER))
+    assert cmd.language == want

@@ -1,0 +1,245 @@
+"""Registration with external name servers (``--namesrv``): RocketMQ's ``BrokerOuterAPI``
+and the broker's ``registerBrokerAll`` task.
+
+Owns: ``parse_namesrv_addr`` (the one parser of ``host:port;host:port``),
+``BrokerRegistration`` (REGISTER_BROKER 103 to every name server at start, every
+``register_period`` seconds and on every change of the topic table; UNREGISTER_BROKER 104
+on stop), its ``DataVersion`` and the per-name-server state ``status()`` shows. The wire
+forms are ``kairosmq.protocol.registration``'s; requests go over the client package's
+``RemotingClient`` (one lazily reconnecting connection per name server).
+
+Invariants:
+* One task per name server: a dead, slow or refusing name server never delays another's
+  registration. A failed registration is logged (``broker.register_failed``) and retried
+  sooner than the period (0.5 s doubling up to ``register_period``; RocketMQ waits for the
+  next period), so a name server that comes up late knows the broker within a second or so.
+* Every REGISTER_BROKER carries the whole topic table (RocketMQ ``forceRegister``) with
+  the current ``DataVersion``. The version moves (counter + 1, new timestamp) on every change
+  of the table (``TopicConfigManager.on_change``): RocketMQ's name server rereads a broker's
+  topics only when the version differs from the one it holds. A change wakes every task;
+  changes made while a registration is in flight go out in the next one (coalesced).
+* The connection to each name server stays open between registrations: RocketMQ's name
+  server drops a broker whose channel closes; the next registration brings it back.
+* ``stop`` cancels the tasks first (so no registration can follow the unregister), then
+  sends UNREGISTER_BROKER to every name server at once, each bounded by
+  ``register_timeout``; failures are logged (``broker.unregister_failed``), never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kairosmq.client.errors import ClientError
+from kairosmq.client.remoting import RemotingClient, split_address
+from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.registration import (
+    DataVersion,
+    TopicConfigData,
+    build_register_broker,
+    build_unregister_broker,
+    decode_register_response,
+)
+
+from .clock import wall_ms
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .endpoints import Endpoints
+    from .supervise import ServiceState, Supervisor
+    from .topics import TopicConfigManager
+
+RETRY_BASE = 0.5  # seconds: first retry after a failed registration (doubles, capped)
+
+
+def parse_namesrv_addr(text: str) -> list[str]:
+    """``"host:port;host:port"`` -> the addresses, in order, without duplicates.
+
+    Raises ``ValueError`` naming the bad entry (a clear start-up error)."""
+    out: list[str] = []
+    for part in text.split(";"):
+        addr = part.strip()
+        if not addr:
+            continue
+        try:
+            _, port = split_address(addr)
+        except ValueError as err:
+            raise ValueError(f"namesrv_addr entry {addr!r}: {err}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"namesrv_addr entry {addr!r}: port out of range")
+        if addr not in out:
+            out.append(addr)
+    if not out:
+        raise ValueError(f"namesrv_addr {text!r} names no name server (host:port;host:port)")
+    return out
+
+
+@dataclass(slots=True)
+class NameServerLink:
+    """One name server: its connection and what the last registrations did."""
+
+    address: str
+    client: RemotingClient
+    registered: bool = False  # the last REGISTER_BROKER succeeded
+    registrations: int = 0  # successful ones since start
+    last_registered_ms: int = 0
+    failures: int = 0  # consecutive
+    last_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "registered": self.registered,
+                "registrations": self.registrations,
+                "lastRegisteredTs": self.last_registered_ms or None,
+                "failures": self.failures, "lastError": self.last_error}
+
+
+class BrokerRegistration:
+    """Keeps this broker registered with every name server of ``config.namesrv_addr``."""
+
+    def __init__(self, *, config: BrokerConfig, endpoints: Endpoints,
+                 topics: TopicConfigManager, log: Any,
+                 clock_ms: Callable[[], int] = wall_ms) -> None:
+        assert config.namesrv_addr is not None
+        self.config = config
+        self.endpoints = endpoints
+        self.topics = topics
+        self.log = log
+        self.clock_ms = clock_ms
+        self.data_version = DataVersion(clock_ms(), 0)
+        self.links = [NameServerLink(a, RemotingClient(a, backoff_base=0.1, backoff_max=2.0))
+                      for a in parse_namesrv_addr(config.namesrv_addr)]
+        self._wake: dict[str, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        topics.on_change.append(self.topic_changed)
+
+    # ------------------------------------------------------------------ what is sent
+
+    def topic_changed(self, topic: str) -> None:  # noqa: ARG002 - every change is alike
+        """A topic was created, updated or deleted: a new version, registered at once."""
+        self.data_version = self.data_version.next(max(self.clock_ms(),
+                                                       self.data_version.timestamp))
+        for ev in self._wake.values():
+            ev.set()
+
+    def _topic_configs(self) -> list[TopicConfigData]:
+        return [TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm,
+                                "SINGLE_TAG", t.topic_sys_flag, t.order)
+                for t in self.topics.topics.values()]
+
+    def register_request(self) -> RemotingCommand:
+        """REGISTER_BROKER as ``BrokerOuterAPI.registerBrokerAll`` builds it: the whole
+        topic table, no filter servers, brokerId 0, haServerAddr RocketMQ's form
+        (advertised host, port + 1; kairosmq runs no HA listener: there are no slaves)."""
+        ep, cfg = self.endpoints, self.config
+        return build_register_broker(
+            cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
+            broker_addr=ep.address, ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
+            topic_configs=self._topic_configs(), data_version=self.data_version,
+            broker_id=cfg.broker_id, compressed=cfg.compressed_register)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, supervisor: Supervisor) -> None:
+        """One supervised task per name server; the first registration starts at once."""
+        for link in self.links:
+            self._wake[link.address] = asyncio.Event()
+            self._tasks.append(supervisor.spawn(
+                f"register {link.address}", lambda st, lk=link: self._run(lk, st),
+                reports_progress=True))
+
+    async def _run(self, link: NameServerLink, st: ServiceState) -> None:
+        wake = self._wake[link.address]
+        while not self._stopping:
+            wake.clear()
+            ok = await self.register(link)
+            st.ok()  # the loop itself is healthy; a name server's failure is its state
+            if ok:
+                wait = self.config.register_period
+            else:
+                wait = min(self.config.register_period,
+                           RETRY_BASE * 2 ** min(link.failures - 1, 16))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), wait)
+
+    async def register(self, link: NameServerLink) -> bool:
+        """One REGISTER_BROKER to ``link``'s name server; True when it answered SUCCESS."""
+        version = self.data_version
+        cmd = self.register_request()
+        started = time.monotonic()
+        try:
+            resp = await link.client.invoke(cmd.code, cmd.ext_fields, cmd.body,
+                                            timeout=self.config.register_timeout)
+            decode_register_response(resp)  # ValueError unless SUCCESS
+        except (ClientError, ValueError, OSError) as err:
+            link.registered = False
+            link.failures += 1
+            link.last_error = f"{type(err).__name__}: {err}"
+            retry = min(self.config.register_period, RETRY_BASE * 2 ** min(link.failures - 1,
+                                                                            16))
+            self.log.warning("broker.register_failed", namesrv=link.address,
+                             error=link.last_error, failures=link.failures,
+                             retry_in_ms=round(retry * 1000, 3))
+            return False
+        link.registered = True
+        link.registrations += 1
+        link.last_registered_ms = self.clock_ms()
+        link.failures = 0
+        link.last_error = None
+        # every 30 s per name server (RocketMQ logs each "register broker ... OK" too)
+        self.log.info(
+            "broker.registered", namesrv=link.address, broker_addr=self.endpoints.address,
+            topic_count=len(self.topics.topics), data_version=version.counter,
+            duration_ms=round((time.monotonic() - started) * 1000, 3))
+        return True
+
+    async def stop(self) -> None:
+        """Cancel the tasks, then UNREGISTER_BROKER everywhere at once; close the links."""
+        self._stopping = True
+        started, tasks, self._tasks = bool(self._tasks), self._tasks, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.register_timeout)
+        try:
+            if started:  # a start that failed before serving registered nowhere
+                await asyncio.gather(*(self._unregister(link) for link in self.links))
+        finally:
+            for link in self.links:
+                link.client.close()
+
+    async def _unregister(self, link: NameServerLink) -> None:
+        cfg = self.config
+        cmd = build_unregister_broker(cluster_name=cfg.cluster_name,
+                                      broker_name=cfg.broker_name,
+                                      broker_addr=self.endpoints.address,
+                                      broker_id=cfg.broker_id)
+        try:
+            resp = await link.client.invoke(cmd.code, cmd.ext_fields, cmd.body,
+                                            timeout=min(cfg.register_timeout, 3.0))
+            if resp.code != ResponseCode.SUCCESS:
+                raise ValueError(f"UNREGISTER_BROKER refused: code {resp.code}: {resp.remark}")
+        except (ClientError, ValueError, OSError) as err:
+            self.log.warning("broker.unregister_failed", namesrv=link.address,
+                             error=f"{type(err).__name__}: {err}")
+            return
+        link.registered = False
+        self.log.info("broker.unregistered", namesrv=link.address,
+                      broker_addr=self.endpoints.address)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def registered_everywhere(self) -> bool:
+        return all(link.registered for link in self.links)
+
+    def status(self) -> dict[str, Any]:
+        """What ``kairosmq admin status`` shows under ``registration``."""
+        return {"dataVersion": self.data_version.to_dict(),
+                "periodMs": round(self.config.register_period * 1000),
+                "nameServers": [link.as_dict() for link in self.links]}

@@ -1,0 +1,126 @@
+"""The REAL Apache RocketMQ 4.9.8 broker registers with kairosmq's name server.
+
+An in-process ``NameServer`` (port 0); ``start_broker.sh`` runs the Java broker with
+``NAMESRV`` pointing at it. Then Apache's own ``mqadmin clusterList`` / ``topicRoute`` read
+the cluster and routes from our name server, the bundled kairosmq Producer and PushConsumer
+find the Apache broker through it (a topic the broker auto-creates on the first send shows up
+in the routes when the broker re-registers), and on SIGTERM the broker's UNREGISTER_BROKER
+removes it. Skipped when the Apache build (``shared/apache-rocketmq``) or java is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+from kairosmq.server.namesrv import NameServer
+
+from tests.helpers import ROCKETMQ_HOME, wait_until
+
+START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
+MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
+_missing = (f"{START_BROKER} not found" if not START_BROKER.exists() else
+            "java is not on PATH" if shutil.which("java") is None else None)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}")]
+
+TOPIC, PGROUP, CGROUP = "NsApacheTopic", "NsApachePG", "NsApacheCG"
+
+
+def _free_broker_port() -> int:
+    """A port p with p-2 (VIP channel), p and p+1 (HA) free."""
+    for _ in range(200):
+        p = random.randrange(30_000, 45_000)
+        try:
+            for port in (p - 2, p, p + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port triple")
+
+
+async def mqadmin(store: Path, *args: str) -> str:
+    await asyncio.to_thread(store.mkdir, parents=True, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        str(MQADMIN), *args, cwd=store, env={**os.environ, "STORE_DIR": str(store)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    return text
+
+
+async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Path) -> None:
+    ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
+    await ns.start()
+    port = _free_broker_port()
+    addr = f"127.0.0.1:{port}"
+    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
+           "NAMESRV": ns.address, "BROKER_NAME": "apache-a", "CLUSTER": "MixedCluster"}
+    broker = await asyncio.create_subprocess_exec(
+        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    producer: Any = None
+    consumer: Any = None
+    try:
+        await wait_until(lambda: "apache-a" in ns.routes.broker_addr_table, 120.0)
+        assert ns.routes.broker_addr_table["apache-a"].broker_addrs == {0: addr}
+        assert ns.routes.cluster_addr_table == {"MixedCluster": {"apache-a"}}
+        assert "TBW102" in ns.routes.topic_queue_table
+
+        out = await mqadmin(tmp_path / "adm1", "clusterList", "-n", ns.address)
+        row = next(line.split() for line in out.splitlines() if "apache-a" in line)
+        assert row[:4] == ["MixedCluster", "apache-a", "0", addr] and row[4] == "V4_9_8", out
+        out = await mqadmin(tmp_path / "adm2", "topicRoute", "-n", ns.address, "-t", "TBW102")
+        assert '"brokerName":"apache-a"' in out and addr in out, out
+
+        # the bundled client: TBW102 route -> the Apache broker auto-creates the topic and
+        # registers again; then the topic's own route comes from our name server
+        producer = Producer(PGROUP, namesrv=ns.address, send_msg_timeout=10.0)
+        await producer.start()
+        sent = [await producer.send(Message(TOPIC, f"m{i}".encode())) for i in range(4)]
+        assert {s.message_queue.broker_name for s in sent} == {"apache-a"}
+        await wait_until(lambda: TOPIC in ns.routes.topic_queue_table, 60.0)
+        got: list[bytes] = []
+
+        def on_messages(msgs: list[Any], _ctx: Any) -> ConsumeStatus:
+            got.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumer = PushConsumer(CGROUP, namesrv=ns.address,
+                                consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        consumer.subscribe(TOPIC, "*")
+        consumer.register_listener(on_messages)
+        await consumer.start()
+        await wait_until(lambda: len(got) >= 4, 90.0)
+        assert sorted(got) == [b"m0", b"m1", b"m2", b"m3"]
+        out = await mqadmin(tmp_path / "adm3", "topicRoute", "-n", ns.address, "-t", TOPIC)
+        assert '"brokerName":"apache-a"' in out, out
+    finally:
+        if consumer is not None:
+            await consumer.shutdown()
+        if producer is not None:
+            await producer.shutdown()
+        if broker.returncode is None:
+            os.killpg(broker.pid, signal.SIGTERM)  # its shutdown hook sends UNREGISTER_BROKER
+        try:
+            await asyncio.wait_for(broker.wait(), 60)
+        finally:
+            if broker.returncode is None:
+                os.killpg(broker.pid, signal.SIGKILL)
+                await broker.wait()
+    try:
+        assert "apache-a" not in ns.routes.broker_addr_table
+        assert ns.routes.topic_queue_table == {}
+    finally:
+        await ns.stop()

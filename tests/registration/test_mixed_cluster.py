@@ -1,0 +1,441 @@
+"""A mixed cluster: a REAL Apache RocketMQ 4.9.8 broker and a kairosmq broker behind one
+name server, used by unchanged clients.
+
+The module runs twice (``mixed`` is parametrized at module scope): behind kairosmq's name
+server (``kairosmq namesrv``, a real process) and behind Apache's real name server. Both
+brokers are real processes in the cluster ``DefaultCluster``: ``apache-a``
+(``start_broker.sh``) and ``kairos-b`` (``python -m kairosmq.server broker --namesrv ...``).
+Checked:
+
+* Apache's ``mqadmin updateTopic -c DefaultCluster`` creates a topic on both brokers;
+  ``clusterList`` and ``topicRoute`` list both; a topic with different queue counts and
+  perms on the two brokers is merged into one route with each broker's own QueueData.
+* RocketMQ 4.9.8's own Java ``DefaultMQProducer`` / ``DefaultMQPushConsumer`` (defaults
+  only) spread messages over both brokers' queues and consume every one.
+* The bundled kairosmq ``Producer`` / ``PushConsumer`` do the same.
+* ``kill -9`` of the kairosmq broker while the Java producer sends: every send still
+  succeeds (RocketMQ's default retry on another broker; ``sendLatencyFaultEnable`` off), and
+  after the kairosmq broker restarts on its data, every acknowledged message is consumed.
+
+Skipped when the Apache build (``shared/apache-rocketmq``), ``java`` or ``javac`` is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kairosmq.client import (
+    ConsumeContext,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
+from kairosmq.client.remoting import RemotingPool
+from kairosmq.protocol.bodies import TopicRouteData
+from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
+from kairosmq.protocol.codes import RequestCode as R
+from kairosmq.protocol.headers import CreateTopicRequestHeader
+
+from tests.helpers import ROCKETMQ_HOME, ROCKETMQ_JARS, jvm_flags, wait_until
+from tests.integration.procs import BrokerProcess, free_port
+from tests.registration.conftest import (
+    APACHE_MISSING,
+    ApacheNamesrv,
+    cluster_info,
+    mqadmin,
+    route_is,
+    topic_route,
+)
+
+START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
+_missing = (APACHE_MISSING or (None if START_BROKER.exists() else f"{START_BROKER} not found")
+            or ("javac is not on PATH" if shutil.which("javac") is None else None))
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_missing is not None, reason=f"mixed cluster: {_missing}")]
+
+CLUSTER, APACHE, KAIROS = "DefaultCluster", "apache-a", "kairos-b"
+
+MIXED_CLIENT = r"""
+import java.nio.charset.StandardCharsets;
+import java.util.Set;
+import java.util.concurrent.*;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/** RocketMQ 4.9.8's stock clients with their defaults (only the name server is set). */
+public class MixedClient {
+    public static void main(String[] a) throws Exception {
+        String mode = a[0], ns = a[1], topic = a[2];
+        if (mode.equals("produce")) {
+            String prefix = a[3];
+            int n = Integer.parseInt(a[4]);
+            long pause = Long.parseLong(a[5]);
+            DefaultMQProducer p = new DefaultMQProducer("MixedJavaPG");
+            p.setNamesrvAddr(ns);
+            p.start();
+            for (int i = 0; i < n; i++) {
+                String body = prefix + "-" + i;
+                long t0 = System.nanoTime();
+                try {
+                    SendResult r = p.send(new Message(topic, "TagM", body,
+                        body.getBytes(StandardCharsets.UTF_8)));
+                    System.out.println("sent " + body + " " + r.getMessageQueue().getBrokerName()
+                        + " " + r.getMessageQueue().getQueueId() + " " + r.getSendStatus() + " "
+                        + (System.nanoTime() - t0) / 1000000);
+                } catch (Exception e) {
+                    System.out.println("failed " + body + " " + e.getClass().getSimpleName()
+                        + " " + String.valueOf(e.getMessage()).split("\n")[0]);
+                }
+                System.out.flush();
+                if (pause > 0) Thread.sleep(pause);
+            }
+            p.shutdown();
+        } else {
+            String group = a[3];
+            int n = Integer.parseInt(a[4]);
+            int timeoutS = Integer.parseInt(a[5]);
+            Set<String> seen = ConcurrentHashMap.newKeySet();
+            CountDownLatch all = new CountDownLatch(1);
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+            c.setNamesrvAddr(ns);
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.subscribe(topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    String body = new String(m.getBody(), StandardCharsets.UTF_8);
+                    synchronized (System.out) {
+                        System.out.println("got " + body + " "
+                            + ctx.getMessageQueue().getBrokerName() + " " + m.getQueueId());
+                    }
+                    seen.add(body);
+                }
+                if (seen.size() >= n) all.countDown();
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            boolean ok = all.await(timeoutS, TimeUnit.SECONDS);
+            c.shutdown();
+            if (!ok) { System.out.println("timeout " + seen.size()); System.exit(3); }
+        }
+        System.out.println("done");
+        System.exit(0);
+    }
+}
+"""
+
+
+@dataclass
+class Mixed:
+    kind: str  # "kairosmq" | "apache": whose name server
+    namesrv: str
+    apache_addr: str
+    kairos: BrokerProcess
+    root: Path
+    classpath: str
+
+    def java(self, *args: str) -> list[str]:
+        home = self.root / "java-home"
+        home.mkdir(exist_ok=True)
+        return ["java", *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false",
+                f"-Duser.home={home}", "-cp", self.classpath, "MixedClient", *args]
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"{what} exited with {proc.returncode}"
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, f"{what} did not listen on {port}"
+        time.sleep(0.2)
+
+
+def _free_broker_port() -> int:
+    """A port p with p-2 (Apache's VIP channel), p and p+1 (HA) free."""
+    for _ in range(200):
+        p = free_port()
+        if p < 1026:
+            continue
+        try:
+            for port in (p - 2, p + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port triple")
+
+
+async def _registered(ns: str, want: dict[str, str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await cluster_info(ns)
+        if all(info.get(f"{CLUSTER}/{n}") == {0: a} for n, a in want.items()):
+            return
+        assert time.monotonic() < deadline, f"not registered at {ns}: {info}, want {want}"
+        await asyncio.sleep(0.2)
+
+
+async def create_topic(addr: str, topic: str, queues: int,
+                       perm: int = PERM_READ | PERM_WRITE) -> None:
+    """UPDATE_AND_CREATE_TOPIC (17) on one broker, what ``mqadmin updateTopic -b`` sends."""
+    pool = RemotingPool()
+    try:
+        h = CreateTopicRequestHeader(topic=topic, read_queue_nums=queues,
+                                     write_queue_nums=queues, perm=perm)
+        resp = await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, h.to_ext_fields(), timeout=10)
+    finally:
+        pool.close()
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+def _compile(dest: Path) -> str:
+    cp = ":".join(str(j) for j in ROCKETMQ_JARS)
+    (dest / "MixedClient.java").write_text(MIXED_CLIENT)
+    p = subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(dest),
+                        str(dest / "MixedClient.java")], capture_output=True, text=True,
+                       timeout=180, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return f"{cp}:{dest}"
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, group: bool = False) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    (os.killpg(proc.pid, signal.SIGTERM) if group else proc.terminate())
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        (os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill())
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module", params=["kairosmq", "apache"])
+def mixed(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mixed]:
+    """Name server (``request.param``'s) + Apache broker + kairosmq broker, all processes."""
+    root = tmp_path_factory.mktemp(f"mixed-{request.param}")
+    classpath = _compile(root)
+    ns_proc: subprocess.Popen[bytes] | None = None
+    apache_ns: ApacheNamesrv | None = None
+    broker: subprocess.Popen[bytes] | None = None
+    kairos: BrokerProcess | None = None
+    try:
+        if request.param == "apache":
+            apache_ns = ApacheNamesrv(root / "apache-namesrv")
+            apache_ns.start()
+            ns = apache_ns.address
+        else:
+            ns_port = free_port()
+            ns_proc = subprocess.Popen(
+                [sys.executable, "-m", "kairosmq.server", "namesrv", "--port", str(ns_port),
+                 "--data-dir", str(root / "namesrv"), "--no-log-file", "--log-level",
+                 "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait_port(ns_port, ns_proc, "kairosmq namesrv", 30)
+            ns = f"127.0.0.1:{ns_port}"
+        port = _free_broker_port()
+        env = {**os.environ, "STORE_DIR": str(root / "apache-broker"), "BROKER_PORT": str(port),
+               "NAMESRV": ns, "BROKER_NAME": APACHE, "CLUSTER": CLUSTER}
+        (root / "apache-broker").mkdir()
+        broker = subprocess.Popen([str(START_BROKER)], env=env, start_new_session=True,
+                                  stdout=(root / "apache-broker" / "start.log").open("wb"),
+                                  stderr=subprocess.STDOUT)
+        kairos = BrokerProcess(root / "kairos", "--namesrv", ns, "--broker-name", KAIROS,
+                               "--cluster", CLUSTER, "--broker-ip", "127.0.0.1",
+                               "--register-period", "5")
+        asyncio.run(kairos.start(60))
+        apache_addr = f"127.0.0.1:{port}"
+        asyncio.run(_registered(ns, {APACHE: apache_addr, KAIROS: kairos.address}, 150))
+        yield Mixed(request.param, ns, apache_addr, kairos, root, classpath)
+    finally:
+        if kairos is not None and kairos.proc is not None and kairos.proc.poll() is None:
+            kairos.terminate()
+        _stop(broker, group=True)
+        _stop(ns_proc)
+        if apache_ns is not None:
+            apache_ns.stop()
+
+
+def _route(text: str) -> TopicRouteData:
+    return TopicRouteData.from_json(text[text.index("{"):])  # after mqadmin's log lines
+
+
+async def _java(mixed: Mixed, *args: str, timeout: float) -> list[str]:
+    proc = await asyncio.create_subprocess_exec(
+        *mixed.java(*args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    lines = out.decode().splitlines()
+    assert proc.returncode == 0 and "done" in lines, (lines[-20:], err.decode()[-3000:])
+    return lines
+
+
+def _sent(lines: list[str]) -> dict[str, str]:
+    """body -> brokerName of every ``sent ... SEND_OK`` line."""
+    out = {}
+    for line in lines:
+        if line.startswith("sent "):
+            _, body, broker, _q, status, _ms = line.split()
+            assert status == "SEND_OK", line
+            out[body] = broker
+    return out
+
+
+def _got(lines: list[str]) -> dict[str, str]:
+    return {p[1]: p[2] for line in lines if line.startswith("got ") and (p := line.split())}
+
+
+async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
+    ns = mixed.namesrv
+    # Apache's admin tool creates a topic on every master of the cluster: both brokers
+    await asyncio.to_thread(mqadmin, mixed.root / "adm-create", "updateTopic", "-n", ns,
+                            "-c", CLUSTER, "-t", "MixedTopic", "-r", "4", "-w", "4")
+    await route_is(ns, "MixedTopic", {APACHE: 4, KAIROS: 4}, timeout=15)
+    # per broker: different queue counts and perms (read-only on the kairosmq broker)
+    await create_topic(mixed.apache_addr, "MixedUneven", 6)
+    await create_topic(mixed.kairos.address, "MixedUneven", 2, perm=PERM_READ)
+    await route_is(ns, "MixedUneven", {APACHE: 6, KAIROS: 2}, timeout=15)
+    route = await topic_route(ns, "MixedUneven")
+    assert route is not None
+    assert {(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm)
+            for q in route.queue_datas} == {(APACHE, 6, 6, 6), (KAIROS, 2, 2, PERM_READ)}
+    assert {b.broker_name: b.broker_addrs for b in route.broker_datas} == {
+        APACHE: {0: mixed.apache_addr}, KAIROS: {0: mixed.kairos.address}}
+    assert {b.cluster for b in route.broker_datas} == {CLUSTER}
+
+    cluster_out, route_out, uneven_out = await asyncio.gather(
+        asyncio.to_thread(mqadmin, mixed.root / "adm1", "clusterList", "-n", ns),
+        asyncio.to_thread(mqadmin, mixed.root / "adm2", "topicRoute", "-n", ns,
+                          "-t", "MixedTopic"),
+        asyncio.to_thread(mqadmin, mixed.root / "adm3", "topicRoute", "-n", ns,
+                          "-t", "MixedUneven"))
+    rows = {r[1]: r for line in cluster_out.splitlines()
+            if (r := line.split())[:1] == [CLUSTER]}
+    assert set(rows) == {APACHE, KAIROS}, cluster_out
+    assert rows[APACHE][2:5] == ["0", mixed.apache_addr, "V4_9_8"], cluster_out
+    assert rows[KAIROS][2:4] == ["0", mixed.kairos.address], cluster_out
+    got = _route(route_out)
+    assert {(q.broker_name, q.write_queue_nums) for q in got.queue_datas} == {
+        (APACHE, 4), (KAIROS, 4)}, route_out
+    got = _route(uneven_out)
+    assert {(q.broker_name, q.write_queue_nums, q.perm) for q in got.queue_datas} == {
+        (APACHE, 6, 6), (KAIROS, 2, PERM_READ)}, uneven_out
+
+
+async def test_stock_java_clients_across_both_brokers(mixed: Mixed) -> None:
+    topic, n = "MixedJava", 24
+    await create_topic(mixed.apache_addr, topic, 4)
+    await create_topic(mixed.kairos.address, topic, 2)
+    await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 2}, timeout=15)
+    consume = asyncio.ensure_future(
+        _java(mixed, "consume", mixed.namesrv, topic, "MixedJavaCG", str(n), "60", timeout=85))
+    lines = await _java(mixed, "produce", mixed.namesrv, topic, "java", str(n), "0", timeout=60)
+    sent = _sent(lines)
+    assert len(sent) == n, lines
+    assert set(sent.values()) == {APACHE, KAIROS}  # round robin over all 6 queues
+    got = _got(await consume)
+    assert got == sent  # every message, consumed from the broker that stored it
+
+
+async def test_bundled_clients_across_both_brokers(mixed: Mixed) -> None:
+    topic, n = "MixedBundled", 20
+    await create_topic(mixed.apache_addr, topic, 3)
+    await create_topic(mixed.kairos.address, topic, 2)
+    await route_is(mixed.namesrv, topic, {APACHE: 3, KAIROS: 2}, timeout=15)
+    producer = Producer("MixedBundledPG", namesrv=mixed.namesrv)
+    consumer = PushConsumer("MixedBundledCG", namesrv=mixed.namesrv,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            rebalance_interval=1.0)
+    got: dict[str, str] = {}
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        got.update((m.body.decode(), ctx.message_queue.broker_name) for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer.subscribe(topic, "*")
+    consumer.register_listener(listener)
+    await producer.start()
+    await consumer.start()
+    try:
+        sent = {}
+        for i in range(n):
+            r = await producer.send(Message(topic, f"bundled-{i}".encode()))
+            sent[f"bundled-{i}"] = r.message_queue.broker_name
+        assert set(sent.values()) == {APACHE, KAIROS}
+        await wait_until(lambda: len(got) >= n, 60, what=f"{n} messages consumed")
+        assert got == sent  # every message, from the broker that stored it
+    finally:
+        await consumer.shutdown()
+        await producer.shutdown()
+
+
+async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> None:
+    """Last in the module: it kills and restarts the kairosmq broker."""
+    topic, n = "MixedKill", 40
+    await create_topic(mixed.apache_addr, topic, 4)
+    await create_topic(mixed.kairos.address, topic, 4)
+    await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
+    proc = await asyncio.create_subprocess_exec(
+        *mixed.java("produce", mixed.namesrv, topic, "kill", str(n), "150"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    killed_at = -1
+    try:
+        async with asyncio.timeout(80):
+            while line := (await proc.stdout.readline()).decode():
+                lines.append(line.strip())
+                sent = _sent(lines)
+                if killed_at < 0 and len(sent) >= 8 and KAIROS in sent.values():
+                    mixed.kairos.kill()  # SIGKILL, waited for
+                    killed_at = len(lines)
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    err = (await proc.stderr.read()).decode()[-3000:] if proc.stderr else ""
+    assert proc.returncode == 0 and "done" in lines, (lines[-20:], err)
+    assert killed_at > 0, lines
+    assert not [x for x in lines if x.startswith("failed")], lines
+    sent = _sent(lines)
+    assert len(sent) == n, lines
+    after = [x.split() for x in lines[killed_at + 2:] if x.startswith("sent ")]
+    assert after and {p[2] for p in after} == {APACHE}, lines  # retried on the other broker
+    # a send that first tried the dead broker still finished well within the send timeout
+    assert max(int(p[5]) for p in after) < 3000, after
+    acked_by_kairos = {b for b, name in sent.items() if name == KAIROS}
+    assert acked_by_kairos
+
+    await mixed.kairos.start(60)  # same data dir and port
+    await _registered(mixed.namesrv, {KAIROS: mixed.kairos.address}, 30)
+    await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
+    got = _got(await _java(mixed, "consume", mixed.namesrv, topic, "MixedKillCG", str(n), "60",
+                           timeout=85))
+    assert got == sent  # nothing acknowledged is lost, each from the broker that stored it
