@@ -16,6 +16,11 @@ parse (inner times and CPU) and a verdict against the goals of issue 17: job wal
     nice -n 10 python bench/bench_spark.py --sizes 10000000 --work /tmp/kmq-bench
     python bench/bench_spark.py --sizes 1000000 --format 1     # the old log format
     python bench/bench_spark.py --sizes 10000000 --messages    # + the messages/ table
+    python bench/bench_spark.py --sizes 10000000 --g1   # + the job again with the JVM's G1
+
+Both runs use the job's JVM collector (``job.JVM_GC``, the parallel one) unless ``--gc
+default``; ``--g1`` adds a third run per size, the job with the JVM's default collector (G1),
+printed as its own row with the same parse time.
 """
 
 from __future__ import annotations
@@ -68,16 +73,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", type=int, choices=(1, 2), default=2, help="log line format")
     p.add_argument("--no-parse", action="store_true", help="time the job only")
     p.add_argument("--messages", action="store_true", help="the job also writes messages/")
+    p.add_argument("--gc", choices=("parallel", "default"), default="parallel",
+                   help="JVM collector of every run: the job's (parallel) or the JVM's (G1)")
+    p.add_argument("--g1", action="store_true", help="also run the job with the JVM's G1")
     p.add_argument("--parse-only", nargs=2, metavar=("LOGS", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.parse_only:
         parse_only(*a.parse_only)
         return
+    from kairosmq.spark.job import JVM_GC
     from kairosmq.spark.preflight import quiet_log4j_options
 
-    submit = [str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
-              "--driver-memory", a.driver_memory, "--conf", "spark.ui.enabled=false",
-              "--driver-java-options", quiet_log4j_options()]
+    def submit_cmd(gc: str) -> list[str]:
+        java = quiet_log4j_options() + (f" {JVM_GC}" if gc == "parallel" else "")
+        return [str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
+                "--driver-memory", a.driver_memory, "--conf", "spark.ui.enabled=false",
+                "--driver-java-options", java]
+
+    submit = submit_cmd(a.gc)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     rows = []
     for n in a.sizes:
@@ -94,31 +107,34 @@ def main(argv: list[str] | None = None) -> None:
                 [*submit, __file__, "--parse-only", str(logs), str(logs) + ".parse"], env)
             parse = json.loads(Path(str(logs) + ".parse").read_text())["parse_s"]
         out = Path(a.work) / f"out-{n}"
-        job_cmd = [*submit, str(ROOT / "spark" / "job.py"), str(logs), "-o", str(out), "-q",
-                   *(["--messages"] if a.messages else [])]
-        wall, cpu, load = timed(job_cmd, env)
-        job = json.loads((out / "summary.json").read_text())["meta"]["elapsed_s"]
-        events = json.loads((out / "summary.json").read_text()).get("lines")
-        rows.append((n, events, size_mb, parse_wall, parse, parse_cpu, parse_load, wall, job,
-                     cpu, load))
-    print(f"\n({a.master}, format {a.format}, messages/ {'on' if a.messages else 'off'}; "
-          "wall = spark-submit incl. JVM start, s = timed inside Spark, cpu = user+sys s)")
-    print(f"{'events':>12} {'MB':>6} {'parse wall':>10} {'parse s':>8} {'parse cpu':>9} "
-          f"{'job wall':>9} {'job s':>7} {'job cpu':>8} {'job/parse':>9} {'cpu ratio':>9}  "
+        for gc in (a.gc, "default") if a.g1 and a.gc != "default" else (a.gc,):
+            job_cmd = [*submit_cmd(gc), str(ROOT / "spark" / "job.py"), str(logs), "-o",
+                       str(out), "-q", *(["--messages"] if a.messages else [])]
+            wall, cpu, load = timed(job_cmd, env)
+            summary = json.loads((out / "summary.json").read_text())
+            rows.append((n, gc, summary.get("lines"), size_mb, parse_wall, parse, parse_cpu,
+                         parse_load, wall, summary["meta"]["elapsed_s"], cpu, load))
+    print(f"\n({a.master}, format {a.format}, messages/ {'on' if a.messages else 'off'}, "
+          f"parse with gc {a.gc}; wall = spark-submit incl. JVM start, s = timed inside Spark, "
+          "cpu = user+sys s)")
+    print(f"{'events':>12} {'job gc':>8} {'MB':>6} {'parse wall':>10} {'parse s':>8} "
+          f"{'parse cpu':>9} {'job wall':>9} {'job s':>7} {'job cpu':>8} {'job/parse':>9} "
+          f"{'cpu ratio':>9}  "
           "load parse | job")
-    for n, _ev, mb, pw, ps, pc, pl, wall, job, cpu, load in rows:
+    for n, gc, _ev, mb, pw, ps, pc, pl, wall, job, cpu, load in rows:
         ratio = f"{job / ps:9.2f}" if ps else f"{'-':>9}"
         cratio = f"{cpu / pc:9.2f}" if pc else f"{'-':>9}"
-        print(f"{n:>12,} {mb:6.0f} {pw or 0:10.1f} {ps or 0:8.1f} {pc or 0:9.1f} {wall:9.1f} "
-              f"{job:7.1f} {cpu:8.1f} {ratio} {cratio}  {pl} | {load}")
-    for n, ev, _mb, _pw, ps, _pc, _pl, wall, job, _cpu, _load in rows:
+        print(f"{n:>12,} {gc:>8} {mb:6.0f} {pw or 0:10.1f} {ps or 0:8.1f} {pc or 0:9.1f} "
+              f"{wall:9.1f} {job:7.1f} {cpu:8.1f} {ratio} {cratio}  {pl} | {load}")
+    for n, gc, ev, _mb, _pw, ps, _pc, _pl, wall, job, _cpu, _load in rows:
         verdict = [f"job wall {wall:.1f} s {'<=' if wall <= WALL_GOAL_S else '>'} "
                    f"{WALL_GOAL_S:.0f} s: {'met' if wall <= WALL_GOAL_S else 'NOT met'}"]
         if ps:
             r = job / ps
             verdict.append(f"job/parse {r:.2f} {'<=' if r <= RATIO_GOAL else '>'} {RATIO_GOAL}: "
                            f"{'met' if r <= RATIO_GOAL else 'NOT met'}")
-        print(f"verdict {n:,} events ({ev or '?'} lines read): " + "; ".join(verdict))
+        print(f"verdict {n:,} events, job gc {gc} ({ev or '?'} lines read): "
+              + "; ".join(verdict))
 
 
 if __name__ == "__main__":

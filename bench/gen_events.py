@@ -11,6 +11,7 @@ Files are written in parallel, one msg-id range and time slice per file; ``--gzi
 all but the last file (like the sink's rotated files).
 
     python bench/gen_events.py --events 1000000 --out /tmp/kmq-1m
+    python bench/gen_events.py --replicate /tmp/kmq-10m --copies 10 --out /tmp/kmq-100m
 """
 
 from __future__ import annotations
@@ -167,6 +168,28 @@ def _consume(w: Writer, rng: random.Random, a: argparse.Namespace, base: dict, m
         visible = w.last_deliver
 
 
+def replicate(src: Path, out: Path, copies: int) -> int:
+    """Write the uncompressed ``*.jsonl`` files of ``src`` ``copies`` times into ``out``; copy
+    ``c`` renames every ``msg_id`` whose first two hex digits are ``00`` (the generator's
+    file index, below 256 files) to ``c``: distinct messages with the same mix and times, at
+    disk speed instead of the generator's. Returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for c in range(copies):
+        tag = f'msg_id":"{c:02X}'.encode()
+        for f in sorted(src.glob("broker-*.jsonl")):
+            with open(f, "rb") as fi, open(out / f"broker-c{c:02d}-{f.name[7:]}", "wb") as fo:
+                rest = b""
+                while chunk := fi.read(64 << 20):
+                    chunk = rest + chunk
+                    nl = chunk.rfind(b"\n") + 1
+                    fo.write(chunk[:nl].replace(b'msg_id":"00', tag))
+                    rest = chunk[nl:]
+                fo.write(rest.replace(b'msg_id":"00', tag))
+            written += 1
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=1_000_000)
@@ -186,7 +209,16 @@ def main(argv: list[str] | None = None) -> None:
                         "--log-level debug)")
     p.add_argument("--format", type=int, choices=(1, 2), default=2,
                    help="log line format: 2 (current broker) or 1 (before the lean format)")
+    p.add_argument("--replicate", metavar="SRC", default=None,
+                   help="instead of generating: copy SRC's files --copies times with distinct "
+                        "msg_ids (e.g. 100M events from a 10M set)")
+    p.add_argument("--copies", type=int, default=10)
     a = p.parse_args(argv)
+    if a.replicate:
+        t = time.perf_counter()
+        n = replicate(Path(a.replicate), Path(a.out), a.copies)
+        print(f"{n} file(s) under {a.out} ({time.perf_counter() - t:.1f} s)")
+        return
     a.files = a.files or max(1, math.ceil(a.events / 1_000_000))
     a.start_ms = 1_767_225_600_000.0  # 2026-01-01T00:00:00Z
     Path(a.out).mkdir(parents=True, exist_ok=True)

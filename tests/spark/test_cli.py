@@ -71,3 +71,18 @@ def test_a_real_run_shows_progress_and_no_spark_warnings(tmp_path):
     steps = re.findall(r"^\[(\d+)/(\d+)\] (\S+) +(\d+\.\d) s$", proc.stderr, re.M)
     assert steps and steps[-1][2] == "report" and steps[-1][0] == steps[-1][1], proc.stderr
     assert (out / "report.html").exists()
+
+
+GC_PROBE = ("from kairosmq.spark.job import build_session; s = build_session('local[1]'); "
+            "beans = s.sparkContext._jvm.java.lang.management.ManagementFactory"
+            ".getGarbageCollectorMXBeans(); print(sorted(b.getName() for b in beans)); s.stop()")
+
+
+def test_the_driver_jvm_uses_the_parallel_collector():
+    """The JVM the report starts runs the throughput collector (``job.JVM_GC``), not G1."""
+    if not java_available():
+        pytest.skip(NO_JAVA)
+    proc = _run(GC_PROBE, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = proc.stdout.strip().splitlines()[-1]
+    assert "PS MarkSweep" in names and "G1" not in names, names

@@ -129,6 +129,24 @@ def test_gen_events_speaks_the_catalogue(tmp_path):
         assert set(rec) - set(COMMON) <= set(CATALOGUE[rec["event"]])
 
 
+def test_gen_events_replicates_with_distinct_messages(tmp_path):
+    gen = [sys.executable, str(ROOT / "bench" / "gen_events.py")]
+    subprocess.run([*gen, "--events", "2000", "--files", "2", "--out", str(tmp_path / "a"),
+                    "--jobs", "1"], check=True, capture_output=True)
+    subprocess.run([*gen, "--replicate", str(tmp_path / "a"), "--copies", "3", "--out",
+                    str(tmp_path / "b")], check=True, capture_output=True)
+    src = [json.loads(ln) for f in sorted((tmp_path / "a").iterdir())
+           for ln in f.read_text().splitlines()]
+    out = [json.loads(ln) for f in sorted((tmp_path / "b").iterdir())
+           for ln in f.read_text().splitlines()]
+    assert len(list((tmp_path / "b").iterdir())) == 6 and len(out) == 3 * len(src)
+    ids = {r["msg_id"] for r in src if "msg_id" in r}
+    copied = {r["msg_id"] for r in out if "msg_id" in r}
+    assert len(copied) == 3 * len(ids) and ids <= copied
+    strip = [{k: v for k, v in r.items() if "msg_id" not in k} for r in out[:len(src)]]
+    assert strip == [{k: v for k, v in r.items() if "msg_id" not in k} for r in src]
+
+
 def test_job_file_runs_as_a_script_without_the_package_installed():
     # Hide the editable install: _bootstrap must map kairosmq.* onto the checkout.
     code = ("import sys, runpy; sys.meta_path[:] = [f for f in sys.meta_path "
