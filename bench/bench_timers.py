@@ -161,6 +161,7 @@ async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
     seen: dict[int, float] = {}
     dups = 0
     lateness: list[float] = []
+    dues: list[int] = []
     deadline = time.monotonic() + timeout
 
     async def poll(q: int) -> None:
@@ -186,13 +187,14 @@ async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
                         continue
                     seen[seq] = now
                     lateness.append(now - int(due_s))
+                    dues.append(int(due_s))
                 offset = int(ext_out["nextBeginOffset"])
             elif "nextBeginOffset" in ext_out:
                 offset = int(ext_out["nextBeginOffset"])
 
     await asyncio.gather(*(poll(q) for q in range(QUEUES)))
     await c.close()
-    return {"received": len(seen), "dups": dups, "lateness": lateness}
+    return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues}
 
 
 def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
@@ -202,14 +204,15 @@ def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
 
 
 def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
-                   restart: bool = False, cross_bucket: bool = False) -> dict[str, Any]:
+                   restart: bool = False, cross_bucket: bool = False,
+                   broker_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """One rate. ``restart``: the broker is killed (-9) once every timer is stored and
     started again on its files before the first one is due (timers then come from the
     bucket files and the log); the consumer starts after it."""
     n = int(rate * seconds)
     port = free_port()
     data = workdir / f"lateness-{rate}"
-    broker, _ = start_broker(data, port)
+    broker, _ = start_broker(data, port, *broker_args)
     t0 = first_due(n, rate, 8.0 if restart else 0.0, cross_bucket)
     wait = (t0 - time.time() * 1000) / 1000 + seconds + n / 2500 + 30
     cons = None
@@ -224,7 +227,7 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         if restart:
             broker.kill()
             broker.wait()
-            broker, _ = start_broker(data, port)
+            broker, _ = start_broker(data, port, *broker_args)
             ready_ms = time.time() * 1000
             cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
                                      str(port), str(n), str(wait)], stdout=subprocess.PIPE)
@@ -237,6 +240,7 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         stop_broker(broker)
         shutil.rmtree(data, ignore_errors=True)
     lat = sorted(cres["lateness"])
+    worst = worst_windows(cres["dues"], cres["lateness"])
     return {
         "rate": rate, "n": n, "send/s": n / prod["send_s"],
         "stored before due": prod["stored_before_first_due"] and ready_ms < t0,
@@ -245,8 +249,24 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         "p99.9": percentile(lat, 99.9), "max": lat[-1] if lat else None,
         "early": sum(1 for v in lat if v < 0), "lost": n - cres["received"],
         "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
-        "rss_mb": rss,
+        "rss_mb": rss, "worst": worst,
     }
+
+
+def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
+                  top: int = 3) -> str:
+    """The ``top`` due-time windows of ``span_ms`` with the highest max lateness, as
+    ``+<ms from the first due>: max/p99`` (where the tail comes from)."""
+    if not dues:
+        return ""
+    first = min(dues)
+    by: dict[int, list[float]] = {}
+    for due, late in zip(dues, lateness, strict=True):
+        by.setdefault((due - first) // span_ms, []).append(late)
+    rows = sorted(by.items(), key=lambda kv: -max(kv[1]))[:top]
+    boundary = -(-first // 60_000) * 60_000 - first
+    return ", ".join(f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}"
+                     for k, v in rows) + f" (minute-bucket boundary at +{boundary}ms)"
 
 
 # ---------------------------------------------------------------- pending
@@ -320,6 +340,8 @@ def main() -> None:
     ap.add_argument("--skip-lateness", action="store_true")
     ap.add_argument("--restart", action="store_true",
                     help="kill -9 and restart the broker between the sends and the first due")
+    ap.add_argument("--kairos-arg", action="append", default=[],
+                    help="a broker option (repeat), e.g. --kairos-arg=--no-message-logs")
     ap.add_argument("--cross-bucket", action="store_true",
                     help="place the due span across a minute-bucket boundary")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -344,12 +366,14 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for rate in (int(r) for r in a.rates.split(",")):
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
-                               cross_bucket=a.cross_bucket)
+                               cross_bucket=a.cross_bucket,
+                               broker_args=tuple(a.kairos_arg))
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
                   f"{f['dup']} | {f['cpu_us_per_fired']} | {f['rss_mb']} |"
                   + ("" if r["stored before due"] else "  (sends overran the first due)"))
+            print(f"    worst {250} ms windows of due time (max/p99 ms): {r['worst']}")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():

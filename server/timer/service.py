@@ -53,6 +53,7 @@ from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset
 from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
+from .retention import RetentionWalk
 from .window import Entry, Slice, TimerWindow, slice_entries
 
 RETRY_PAUSE = 0.2
@@ -90,8 +91,9 @@ class TimerService:
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
         self._loaded_through = -1
-        self._low = 0  # timer-queue offset below which every timer fired (retention)
+        self.retention = RetentionWalk(store, lambda: self.cursor)
         self._loading: int | None = None
+        self._loading_min: int | None = None  # the loading bucket's earliest known due
         self._loading_extra: list[Entry] = []
         self._putting: tuple[int, int] | None = None
         self._undo: list[tuple[int, tuple[int, int], Entry]] = []
@@ -126,16 +128,16 @@ class TimerService:
         return len(self.window)
 
     def next_due(self) -> int | None:
-        """The earliest pending due ms (the head of the loaded window; the next bucket is
-        loaded whenever the window is empty, and until it is, the earliest due added to it
-        since the start, else its start), or None."""
-        due = self.window.next_live(self.cursor, self._cancelled)
-        if due is not None:
-            return due
+        """The earliest pending due ms (the head of the loaded window; for a bucket being
+        loaded or not loaded yet, the earliest due added to it since the start, else its
+        start), or None."""
+        found = [d for d in (self.window.next_live(self.cursor, self._cancelled),
+                             self._loading_min) if d is not None]
+        found += [e[0] for e in self._loading_extra]
         if self._future:  # not loaded yet (the task loads it next)
             first = self._future[0]
-            return self._future_min.get(first, first * self.buckets.bucket_ms)
-        return None
+            found.append(self._future_min.get(first, first * self.buckets.bucket_ms))
+        return min(found) if found else None
 
     # ------------------------------------------------------------- dispatch
 
@@ -313,7 +315,7 @@ class TimerService:
                     and self.pending_in_memory < self.max_loaded)):
             bucket = heapq.heappop(self._future)
             self._known.discard(bucket)
-            self._future_min.pop(bucket, None)
+            self._loading_min = self._future_min.pop(bucket, bucket * self.buckets.bucket_ms)
             self._loading, self._loading_extra = bucket, []
             try:
                 pending = self.buckets.pending_bytes(bucket)
@@ -326,7 +328,7 @@ class TimerService:
                 self._known.add(bucket)
                 raise
             finally:
-                self._loading = None
+                self._loading, self._loading_min = None, None
             # entries added while the file was read, and recalls: few, so into the heap
             for e in self._loading_extra:
                 self.window.push(e)
@@ -392,33 +394,12 @@ class TimerService:
     # ------------------------------------------------------------- housekeeping
 
     def retention_floor(self, scan: int = 100_000) -> int | None:
-        """The lowest commit-log offset a pending timer's record lies at (retention keeps
-        every segment from there on), or None when no timer is pending. Walks the timer
-        queue from where the last call stopped, at most ``scan`` units per call (until it
-        caught up, the answer is lower than needed, never higher)."""
-        cq = self.store.find_queue(TIMER_TOPIC, TIMER_QUEUE)
-        if cq is None:
-            return None
-        off = max(self._low, cq.min_offset)
-        end = cq.max_offset
-        while off < end and scan > 0:
-            units = list(cq.units(off, min(scan, 4096)))
-            if not units:
-                break
-            stop = False
-            for phy, _size, due in units:
-                if phy >= 0 and (due, phy) > self.cursor:
-                    stop = True
-                    break
-                off += 1
-            scan -= len(units)
-            if stop:
-                break
-        self._low = off
-        if off >= end:
-            return None
-        unit = cq.get(off)
-        return unit[0] if unit is not None else None
+        """The lowest commit-log offset a pending timer's record lies at, or None
+        (``RetentionWalk.floor``)."""
+        return self.retention.floor(scan)
+
+    async def retention_floor_stepwise(self, step: int = 2_048) -> int | None:
+        return await self.retention.floor_stepwise(step)
 
     async def delete_fired_buckets(self) -> int:
         """Remove the files of buckets wholly before the fired cursor (one bucket of

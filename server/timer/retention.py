@@ -1,0 +1,72 @@
+"""Retention of timer records: the lowest commit-log offset a pending timer needs.
+
+Owns: ``RetentionWalk`` — a walk along the timer queue (``TIMER_TOPIC`` queue 0, in send
+order) past the timers at or below the fired cursor; ``_low`` is where it stopped.
+
+Invariants: the walk only moves forward, and stops at the first unit whose ``(due, phy)``
+is above the cursor, so the floor it reports is never higher than the record of a pending
+timer (until a walk caught up, it is lower than needed: retention keeps more, not less).
+Housekeeping walks in steps with a loop turn between them (``floor_stepwise``), so a long
+walk never stalls the firing task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from kairosmq.protocol.timer import TIMER_TOPIC
+
+from ..store import MessageStore
+from .records import TIMER_QUEUE
+
+
+class RetentionWalk:
+    """Where retention must stop for the timers still pending."""
+
+    def __init__(self, store: MessageStore, cursor: Callable[[], tuple[int, int]]) -> None:
+        self.store = store
+        self.cursor = cursor  # the timer service's fired cursor
+        self._low = 0  # timer-queue offset below which every timer fired
+
+    def floor(self, scan: int = 100_000) -> int | None:
+        """The lowest commit-log offset a pending timer's record lies at (retention keeps
+        every segment from there on), or None when no timer is pending. Walks at most
+        ``scan`` units from where the last call stopped."""
+        self._walk(scan)
+        return self._floor()
+
+    async def floor_stepwise(self, step: int = 2_048) -> int | None:
+        """``floor`` walked to the end in steps of ``step`` units, a loop turn between."""
+        while not self._walk(step):
+            await asyncio.sleep(0)
+        return self._floor()
+
+    def _walk(self, scan: int) -> bool:
+        """Move ``_low`` past fired timers, at most ``scan`` units; True when it stopped at
+        a pending timer or the queue's end."""
+        cq = self.store.find_queue(TIMER_TOPIC, TIMER_QUEUE)
+        if cq is None:
+            return True
+        off = max(self._low, cq.min_offset)
+        cursor = self.cursor()
+        end = cq.max_offset
+        while off < end and scan > 0:
+            units = list(cq.units(off, min(scan, 4096)))
+            if not units:
+                break
+            for phy, _size, due in units:
+                if phy >= 0 and (due, phy) > cursor:
+                    self._low = off
+                    return True
+                off += 1
+            scan -= len(units)
+        self._low = off
+        return off >= end or scan > 0
+
+    def _floor(self) -> int | None:
+        cq = self.store.find_queue(TIMER_TOPIC, TIMER_QUEUE)
+        if cq is None or self._low >= cq.max_offset:
+            return None
+        unit = cq.get(self._low)
+        return unit[0] if unit is not None else None
