@@ -438,8 +438,8 @@ class Broker:
             self.stats_manager.sample()  # VIEW_BROKER_STATS_DATA's minute/hour/day windows
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
-                keep = await self.timer.retention_floor_stepwise()  # pending timers' records
-                gone = self.store.delete_expired(self.config.file_reserved_hours * 3600, keep)
+                gone = self.store.delete_expired(  # asks the timers only if a segment expired
+                    self.config.file_reserved_hours * 3600, self.timer.retention_floor)
                 if gone.segments:
                     self.log.info("store.files_deleted", kind="commitlog", count=gone.segments,
                                   bytes=gone.segment_bytes)

@@ -52,6 +52,7 @@ __all__ = ["CommitLog", "RecordProblem", "WriteFailed", "check_record"]
 _SIZE_MAGIC = struct.Struct(">iI")
 MIN_BLANK = 8
 SCAN_WINDOW = 8 << 20  # larger than any record (4 MiB body + 32 KiB properties)
+KeepFrom = int | Callable[[], int | None] | None  # retention's floor, or how to find it
 
 
 @dataclass(slots=True)
@@ -417,15 +418,18 @@ class CommitLog:
     # ----------------------------------------------------------------- retention
 
     def delete_expired(self, reserved_seconds: float, now: float | None = None, *,
-                       keep_from: int | None = None) -> list[int]:
+                       keep_from: KeepFrom = None) -> list[int]:
         """Delete whole segments last written before ``now - reserved_seconds``, oldest
-        first, stopping at the first segment that ends after ``keep_from``."""
+        first, stopping at the first segment that ends after ``keep_from`` (a callable is
+        asked only once a segment has expired)."""
         now = time.time() if now is None else now
         deleted: list[int] = []
         while len(self.segments) > 1:
             seg = self.segments[0]
             if now - os.fstat(seg.fd).st_mtime < reserved_seconds:
                 break
+            if callable(keep_from):
+                keep_from = keep_from()
             if keep_from is not None and seg.base + self.segment_size > keep_from:
                 break
             os.close(seg.fd)

@@ -64,7 +64,7 @@ from kairosmq.protocol.properties import (
 from ..clock import wall_ms
 from ..logs import get_logger
 from .checkpoint import read_checkpoint, trusted_offset
-from .commitlog import CommitLog, WriteFailed
+from .commitlog import CommitLog, KeepFrom, WriteFailed
 from .consumequeue import ConsumeQueue, compute_tags_code, load_queues
 from .files import write_json_atomic
 from .guard import WriteGuard
@@ -432,7 +432,7 @@ class MessageStore(StoreReads):
             cq.close()
         self.commitlog.close()
 
-    def delete_expired(self, reserved_seconds: float, keep_from: int | None = None) -> Expired:
+    def delete_expired(self, reserved_seconds: float, keep_from: KeepFrom = None) -> Expired:
         """Retention: drop expired commit-log segments and the queue files they orphan;
         never a segment holding bytes at or after ``keep_from`` (a pending timer)."""
         segs = self.commitlog.delete_expired(reserved_seconds, keep_from=keep_from)

@@ -6,13 +6,12 @@ order) past the timers at or below the fired cursor; ``_low`` is where it stoppe
 Invariants: the walk only moves forward, and stops at the first unit whose ``(due, phy)``
 is above the cursor, so the floor it reports is never higher than the record of a pending
 timer (until a walk caught up, it is lower than needed: retention keeps more, not less).
-Housekeeping walks in steps with a loop turn between them (``floor_stepwise``), so a long
-walk never stalls the firing task.
+Housekeeping asks for the floor only when a commit-log segment has expired (the walk
+costs ~1 µs per fired timer, on the loop: asked every minute it stalled the firing task).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from kairosmq.protocol.timer import TIMER_TOPIC
@@ -34,12 +33,6 @@ class RetentionWalk:
         every segment from there on), or None when no timer is pending. Walks at most
         ``scan`` units from where the last call stopped."""
         self._walk(scan)
-        return self._floor()
-
-    async def floor_stepwise(self, step: int = 2_048) -> int | None:
-        """``floor`` walked to the end in steps of ``step`` units, a loop turn between."""
-        while not self._walk(step):
-            await asyncio.sleep(0)
         return self._floor()
 
     def _walk(self, scan: int) -> bool:

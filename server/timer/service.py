@@ -398,9 +398,6 @@ class TimerService:
         (``RetentionWalk.floor``)."""
         return self.retention.floor(scan)
 
-    async def retention_floor_stepwise(self, step: int = 2_048) -> int | None:
-        return await self.retention.floor_stepwise(step)
-
     async def delete_fired_buckets(self) -> int:
         """Remove the files of buckets wholly before the fired cursor (one bucket of
         margin); every entry in them fired or was recalled. Returns how many."""

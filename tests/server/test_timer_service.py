@@ -276,6 +276,44 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def test_retention_keeps_the_segment_of_a_pending_timer_and_asks_only_when_expired(
+        tmp_path: Path) -> None:
+    """Expired segments go, except the one holding a pending timer's record and those
+    after it; the timers' floor is asked only once a segment has expired; once the timer
+    fired, its segment goes too."""
+    import os
+    import time
+
+    async def body(rig: Rig) -> None:
+        asked: list[int | None] = []
+
+        def floor() -> int | None:
+            asked.append(rig.timer.retention_floor())
+            return asked[-1]
+
+        first = rig.schedule(b"soon", BASE_MS + 1_000)
+        pending = rig.schedule(b"later", BASE_MS + 30_000)
+        filler = MessageInner(topic="Fill", queue_id=0, body=b"f" * 4000)
+        for _ in range(800):  # ~3 segments of 1 MiB after the timers'
+            assert rig.store.put(filler).status is PutStatus.PUT_OK
+        rig.store.write_out()
+        assert rig.store.delete_expired(3600, floor).segments == 0 and asked == []
+        old = time.time() - 10 * 3600
+        for f in (rig.root / "store" / "commitlog").iterdir():
+            os.utime(f, (old, old))
+        await asyncio.sleep(2)  # "soon" fired; "later" pending, in segment 0
+        assert [b for b, _d, _a in rig.fired] == [b"soon"] and first < pending < 1 << 20
+        assert rig.store.delete_expired(0, floor).segments == 0 and asked == [pending]
+        await asyncio.sleep(30)
+        assert [b for b, _d, _a in rig.fired] == [b"soon", b"later"]
+        rig.store.write_out()
+        for f in (rig.root / "store" / "commitlog").iterdir():
+            os.utime(f, (old, old))
+        assert rig.store.delete_expired(3600, floor).segments >= 3 and asked[-1] is None
+
+    run(tmp_path, body)
+
+
 def test_due_during_downtime_fires_at_start_in_due_order(tmp_path: Path) -> None:
     async def body(rig: Rig) -> None:
         await rig.timer.stop()
