@@ -14,7 +14,13 @@ enough on a loaded box to compare two trees (``PYTHONPATH``, as docs/performance
 * ``re-put``: the scheduler's drain of due messages (``ScheduleService._drain``: read,
   byte-patching re-put, ``message.delivered``), per message;
 * ``pull``: PULL_MESSAGE of 1 message (JSON header) from the real topic: frame decode,
-  the pull handler, the read, ``message.pulled``, the answer and its outbox write.
+  the pull handler, the read, ``message.pulled``, the answer and its outbox write;
+* ``timer fire``: the timer service's fire of due timer messages (``TimerService._fire``:
+  batched record reads, byte-patching re-put into the real topic, ``timer.fired``), per
+  timer (sent with ``TIMER_DELIVER_MS``, the firing task stopped, fired by hand once due);
+* ``held pull``: a caught-up consumer's pull (the usual one): held, woken by a plain send
+  to its queue, answered with that message; the figure is (pull + send) minus the same
+  sends without pulls, so the hold, the wake, the read and the answer.
 
     .venv/bin/python bench/bench_broker_cpu.py [--n 2000]
 """
@@ -65,18 +71,20 @@ class CountingTransport:
         pass
 
 
-def send_frame(i: int) -> bytes:
-    props = encode_properties({"DELAY": "1", "UNIQ_KEY": f"7F0000010000{i:020X}",
-                               "WAIT": "true"})
-    ext = {"a": "bench_pg", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
+def send_frame(i: int, topic: str = TOPIC, delay: bool = True,
+               deliver_ms: int | None = None) -> bytes:
+    timing = ({"DELAY": "1"} if delay else {}) if deliver_ms is None else {
+        "TIMER_DELIVER_MS": str(deliver_ms)}
+    props = encode_properties({**timing, "UNIQ_KEY": f"7F0000010000{i:020X}", "WAIT": "true"})
+    ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
            "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
            "m": "false"}
     return encode_command(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=i,
                                           ext_fields=ext, body=b"\xab" * 1024))
 
 
-def pull_frame(i: int, queue_id: int, offset: int) -> bytes:
-    ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id),
+def pull_frame(i: int, queue_id: int, offset: int, topic: str = TOPIC) -> bytes:
+    ext = {"consumerGroup": GROUP, "topic": topic, "queueId": str(queue_id),
            "queueOffset": str(offset), "maxMsgNums": "1", "sysFlag": "6",
            "commitOffset": "0", "suspendTimeoutMillis": "15000", "subscription": "*",
            "subVersion": "0", "expressionType": "TAG"}
@@ -98,7 +106,8 @@ async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
     try:
         conn = Connection(broker.server, broker.broker_handlers, "bench")
         conn.connection_made(CountingTransport())  # type: ignore[arg-type]
-        best = {"delayed send": float("inf"), "re-put": float("inf"), "pull": float("inf")}
+        best = {"delayed send": float("inf"), "re-put": float("inf"), "pull": float("inf"),
+                "timer fire": float("inf"), "held pull": float("inf")}
         sent = 0
         for _ in range(repeat):
             frames = [send_frame(sent + i) for i in range(n)]
@@ -130,11 +139,73 @@ async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
                 conn.data_received(f)
                 await asyncio.sleep(0)
             best["pull"] = min(best["pull"], (time.process_time() - t0) / count)
+        best["timer fire"] = await timer_fires(broker, conn, n)
+        best["held pull"] = await held_pulls(broker, conn, n, repeat)
         return {k: v * 1e6 for k, v in best.items()}
     finally:
         gc.enable()
         await broker.stop("bench done")
         close_sinks()
+
+
+async def timer_fires(broker: Broker, conn: Connection, n: int) -> float:
+    """CPU per fired timer: ``n`` timers due in 1.5 s, fired by hand in batches once due."""
+    timer = broker.timer
+    await timer.stop()
+    due = int(time.time() * 1000) + 1500
+    for i in range(n):
+        conn.data_received(send_frame(10_000_000 + i, "BenchTimer", deliver_ms=due + i % 50))
+        await asyncio.sleep(0)
+    await asyncio.sleep(1.6)
+    await timer._load_window()
+    now = timer.clock_ms()
+    timer.window.promote(now)
+    fired = broker.stats.timers_fired
+    gc.collect()
+    t0 = time.process_time()
+    while timer.window.head_due() is not None:
+        assert timer._fire(now)
+        await asyncio.sleep(0)  # the commit-log write of the batch
+    spent = time.process_time() - t0
+    assert broker.stats.timers_fired - fired == n, "not every timer fired"
+    return spent / n
+
+
+async def held_pulls(broker: Broker, conn: Connection, n: int, repeat: int) -> float:
+    """Best per-pull CPU of a held pull woken by a send (minus the sends alone)."""
+    held_topic, plain_topic = "BenchHeld", "BenchPlain"
+    for topic in (held_topic, plain_topic):  # create the topics: offsets start at 1
+        for q in range(4):
+            conn.data_received(send_frame(q, topic, delay=False))
+            await asyncio.sleep(0)
+    best = float("inf")
+    done = 0
+    for _ in range(repeat):
+        count = n
+        pulls = [pull_frame(i, i % 4, 1 + (done + i) // 4, held_topic) for i in range(count)]
+        sends = [send_frame(done + i, held_topic, delay=False) for i in range(count)]
+        plain = [send_frame(done + i, plain_topic, delay=False) for i in range(count)]
+        before = broker.stats.pulled[held_topic]
+        gc.collect()
+        t0 = time.process_time()
+        for p, f in zip(pulls, sends, strict=True):
+            conn.data_received(p)  # held: nothing new in its queue
+            await asyncio.sleep(0)
+            conn.data_received(f)  # wakes it
+            for _ in range(3):
+                await asyncio.sleep(0)
+        with_pulls = time.process_time() - t0
+        assert broker.stats.pulled[held_topic] - before == count, "a held pull was not answered"
+        gc.collect()
+        t0 = time.process_time()
+        for f in plain:
+            conn.data_received(f)
+            for _ in range(4):
+                await asyncio.sleep(0)
+        sends_only = time.process_time() - t0
+        best = min(best, (with_pulls - sends_only) / count)
+        done += count
+    return best
 
 
 def main() -> None:
@@ -149,7 +220,7 @@ def main() -> None:
     for k, v in got.items():
         print(f"  {k:13s} {v:7.1f}")
     print(f"  {'per delayed message (send + re-put + pull of 1)':13s} "
-          f"{sum(got.values()):7.1f}")
+          f"{got['delayed send'] + got['re-put'] + got['pull']:7.1f}")
 
 
 if __name__ == "__main__":

@@ -205,10 +205,12 @@ def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
 
 def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
                    restart: bool = False, cross_bucket: bool = False,
-                   broker_args: tuple[str, ...] = ()) -> dict[str, Any]:
+                   broker_args: tuple[str, ...] = (),
+                   py_spy: Path | None = None) -> dict[str, Any]:
     """One rate. ``restart``: the broker is killed (-9) once every timer is stored and
     started again on its files before the first one is due (timers then come from the
-    bucket files and the log); the consumer starts after it."""
+    bucket files and the log); the consumer starts after it. ``py_spy``: sample the broker
+    with py-spy from the first due instant to the last (collapsed stacks in that dir)."""
     n = int(rate * seconds)
     port = free_port()
     data = workdir / f"lateness-{rate}"
@@ -232,7 +234,10 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
             cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
                                      str(port), str(n), str(wait)], stdout=subprocess.PIPE)
         cpu0 = cpu_seconds(broker.pid)
+        spy = start_py_spy(py_spy, broker.pid, rate, t0, seconds) if py_spy else None
         out, _ = cons.communicate(timeout=wait + 30)
+        if spy is not None:
+            spy.wait(timeout=seconds + 60)
         cpu = cpu_seconds(broker.pid) - cpu0
         cres = json.loads(out)
         rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
@@ -251,6 +256,19 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
         "rss_mb": rss, "worst": worst,
     }
+
+
+def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
+                 seconds: float) -> subprocess.Popen[bytes]:
+    """py-spy on ``pid`` over the due span only (starts at ``t0``, epoch ms)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    time.sleep(max(0.0, t0 / 1000 - time.time()))
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200",
+                             "--duration", str(max(1, int(seconds))), "--format", "raw",
+                             "--nonblocking", "--output",
+                             str(out_dir / f"timers-{rate}.collapsed")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
@@ -345,6 +363,8 @@ def main() -> None:
     ap.add_argument("--cross-bucket", action="store_true",
                     help="place the due span across a minute-bucket boundary")
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--py-spy", dest="py_spy", type=Path, default=None,
+                    help="sample the broker with py-spy over the due span into this dir")
     ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.agent:
@@ -367,13 +387,18 @@ def main() -> None:
         for rate in (int(r) for r in a.rates.split(",")):
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
                                cross_bucket=a.cross_bucket,
-                               broker_args=tuple(a.kairos_arg))
+                               broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
                   f"{f['dup']} | {f['cpu_us_per_fired']} | {f['rss_mb']} |"
                   + ("" if r["stored before due"] else "  (sends overran the first due)"))
             print(f"    worst {250} ms windows of due time (max/p99 ms): {r['worst']}")
+            if a.py_spy:
+                from bench.profile_delayed import top_functions
+                print("    py-spy top functions over the due span (own %, total %):")
+                for fn, own, tot in top_functions(a.py_spy / f"timers-{rate}.collapsed"):
+                    print(f"      {own:5.1f} {tot:5.1f}  {fn}")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():

@@ -1,41 +1,99 @@
 """Long polling: park pulls until a message arrives in their queue or a deadline passes.
 
 Owns: ``ArrivalNotifier`` — waiters keyed by (topic, queue id). The store's dispatch
-listener calls ``notify`` for every stored unit; PULL handlers (and the delay scheduler)
-``await wait(...)``. RocketMQ's PullRequestHoldService plus NotifyMessageArrivingListener.
-``PullHolds`` — the count of held pulls per connection and in total, with their limits.
+listener calls ``notify`` for every stored unit. Held pulls register a ``Held`` callback
+(``hold``: no task, no coroutine per pull); the delay scheduler ``await``s ``wait(...)``.
+RocketMQ's PullRequestHoldService plus NotifyMessageArrivingListener. ``PullHolds`` — the
+count of held pulls per connection and in total, with their limits.
 
 Invariants: ``notify`` is O(1) when nobody waits on the key (one dict lookup per stored
-message); a waiter wakes at most once; ``close`` wakes every waiter so a stopping broker
-answers held pulls instead of dropping them. A pull is held only if ``PullHolds.acquire``
-admitted it (below both limits); beyond them it is answered at once (PULL_NOT_FOUND), so
-held pulls cost bounded memory; every admitted hold is released exactly once.
+message); a waiter wakes at most once; the held pulls of a key wake in one loop callback
+after the arrival (so the appends of this loop turn are written and answered together);
+``close`` wakes every waiter so a stopping broker answers held pulls instead of dropping
+them. A pull is held only if ``PullHolds.acquire`` admitted it (below both limits); beyond
+them it is answered at once (PULL_NOT_FOUND), so held pulls cost bounded memory; every
+admitted hold is released exactly once (``Held`` fires once: arrival, deadline or close).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-T = TypeVar("T")
+
+class Held:
+    """A held pull: ``answer(notified)`` runs once, on an arrival in its queue (True), at
+    its deadline or when the notifier closes (False)."""
+
+    __slots__ = ("answer", "key", "timer", "done")
+
+    def __init__(self, answer: Callable[[bool], None], key: tuple[str, int]) -> None:
+        self.answer = answer
+        self.key = key
+        self.timer: asyncio.TimerHandle | None = None
+        self.done = False
+
+    def fire(self, notified: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.answer(notified)
 
 
 class ArrivalNotifier:
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[bool]]] = {}
+        self._held: dict[tuple[str, int], dict[Held, None]] = {}  # insertion order kept
         self.closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def held(self) -> int:
-        return sum(len(s) for s in self._waiters.values())
+        return sum(len(s) for s in self._waiters.values()) + sum(
+            len(h) for h in self._held.values())
+
+    def is_waiting(self, topic: str, queue_id: int) -> bool:
+        """Something (a held pull, the scheduler) waits for an arrival in the queue."""
+        key = (topic, queue_id)
+        return bool(self._waiters.get(key) or self._held.get(key))
 
     def notify(self, topic: str, queue_id: int) -> None:
-        waiters = self._waiters.pop((topic, queue_id), None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(True)
+        key = (topic, queue_id)
+        if self._waiters:
+            waiters = self._waiters.pop(key, None)
+            if waiters:
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(True)
+        if self._held:
+            held = self._held.pop(key, None)
+            if held and self._loop is not None:
+                self._loop.call_soon(_wake, held)
+
+    def hold(self, topic: str, queue_id: int, answer: Callable[[bool], None],
+             timeout: float) -> Held:
+        """Park a pull: ``answer(True)`` after the next arrival in the queue,
+        ``answer(False)`` after ``timeout`` seconds or at close (at once if closed)."""
+        h = Held(answer, (topic, queue_id))
+        if self.closed:
+            h.fire(False)
+            return h
+        loop = self._loop = self._loop or asyncio.get_running_loop()
+        self._held.setdefault(h.key, {})[h] = None
+        h.timer = loop.call_later(timeout, self._expire_held, h)
+        return h
+
+    def _expire_held(self, h: Held) -> None:
+        parked = self._held.get(h.key)
+        if parked is not None:
+            parked.pop(h, None)
+            if not parked:
+                del self._held[h.key]
+        h.timer = None
+        h.fire(False)
 
     async def wait(self, topic: str, queue_id: int, timeout: float | None) -> bool:
         """Wait for an arrival on the queue; True if notified, False on timeout/close."""
@@ -64,6 +122,18 @@ class ArrivalNotifier:
                 if not fut.done():
                     fut.set_result(True)
         self._waiters.clear()
+        held, self._held = list(self._held.values()), {}
+        for parked in held:
+            _wake(parked, False)
+
+
+def _wake(held: dict[Held, None], notified: bool = True) -> None:
+    for h in held:
+        try:
+            h.fire(notified)
+        except Exception as err:  # noqa: BLE001 - one failed answer must not keep the others
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "a held pull's answer failed", "exception": err})
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
@@ -93,10 +163,3 @@ class PullHolds:
     def release(self, conn: Any) -> None:
         conn.held_pulls -= 1
         self.held -= 1
-
-    async def run(self, conn: Any, hold: Awaitable[T]) -> T:
-        """Await an admitted hold, releasing it however it ends."""
-        try:
-            return await hold
-        finally:
-            self.release(conn)

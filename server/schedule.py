@@ -51,13 +51,13 @@ from .longpoll import ArrivalNotifier
 from .requeue import RequeueError, restore_delayed
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutStatus
 from .store.consumequeue import HOLE
+from .store.undo import UndoLog
 
 __all__ = ["ScheduleService", "restore_delayed", "transform_delayed"]
 
 RETRY_PAUSE = 0.2
 _ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
-_UNDO_TRIM = 1024
 _FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
 
 
@@ -113,7 +113,8 @@ class ScheduleService:
         self.skipped = 0
         self.log = get_logger("schedule")
         self._putting: tuple[int, int] | None = None  # (level, offset) of the re-put in flight
-        self._undo: list[tuple[int, int, int]] = []  # (phy, level, previous progress)
+        # (level, previous progress) per re-put not yet written
+        self._undo: UndoLog[tuple[int, int]] = UndoLog(lambda: store.commitlog.written_offset)
         self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
         # TimerService.pass_level_record: a recalled schedule record is passed over
         self.recalled: Callable[[int], bool] | None = None
@@ -150,10 +151,7 @@ class ScheduleService:
         if prev <= off:
             self.progress[level] = off + 1
             if not req.replay:
-                self._undo.append((req.phy_offset, level, prev))
-                if len(self._undo) > _UNDO_TRIM:
-                    written = self.store.commitlog.written_offset
-                    self._undo = [u for u in self._undo if u[0] >= written]
+                self._undo.add(req.phy_offset, (level, prev))
 
     def _parse_origin(self, origin: str, replay: bool) -> tuple[int, int] | str:
         """(level, offset) of an origin the scheduler may trust, else the reason not to."""
@@ -175,8 +173,7 @@ class ScheduleService:
     def rollback(self, kept: int) -> None:
         """Store rollback listener: undo progress made by re-puts at or after ``kept``."""
         levels: set[int] = set()
-        while self._undo and self._undo[-1][0] >= kept:
-            _phy, level, prev = self._undo.pop()
+        for level, prev in self._undo.rollback_from(kept):
             self.progress[level] = min(self.progress[level], prev)
             levels.add(level)
         for level in levels:  # wake a level task that went to wait on the notifier

@@ -300,7 +300,7 @@ class RemotingServer:
         try:
             result = handler(conn, cmd)
         except Exception as err:  # noqa: BLE001 - every failure becomes an answer
-            result = self._failure(conn, cmd, err)
+            result = self.failure_answer(conn, cmd, err)
         if result is None:
             return
         ack = guard.ack_token() if guard is not None and guard.appends != appends else None
@@ -319,11 +319,13 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001
-            result = self._failure(conn, cmd, err)
+            result = self.failure_answer(conn, cmd, err)
         if result is not None and not cmd.is_oneway:
             conn.send(result, cmd, ack)
 
-    def _failure(self, conn: Connection, cmd: RemotingCommand, err: Exception) -> RemotingCommand:
+    def failure_answer(self, conn: Connection, cmd: RemotingCommand,
+                       err: Exception) -> RemotingCommand:
+        """The error answer to a request whose handler raised ``err`` (logged if unexpected)."""
         if isinstance(err, HeaderError | RequestRefused):
             return cmd.error(err.response_code, str(err))
         if isinstance(err, ValueError):

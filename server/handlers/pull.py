@@ -118,7 +118,8 @@ class PullMessageProcessor:
         ) and h.sys_flag & PULL_SUSPEND and self.config.long_polling and self.running():
             # held-pull limits (longpoll.PullHolds): beyond them, answered now, not held
             if self.holds.acquire(conn):
-                return self.holds.run(conn, self._hold(cmd, h, codes))
+                self._hold(conn, cmd, h, codes)
+                return None
         return self._answer(cmd, h, result)
 
     def _get(self, h: PullMessageRequestHeader, codes: Filter) -> GetResult:
@@ -133,18 +134,26 @@ class PullMessageProcessor:
             match=None if codes is None else codes.__contains__,
         )
 
-    async def _hold(self, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                    codes: Filter) -> RemotingCommand:
+    def _hold(self, conn: Connection, cmd: RemotingCommand, h: PullMessageRequestHeader,
+              codes: Filter) -> None:
+        """Park the pull (admitted by ``holds``): answered with what the queue has after
+        the next arrival in it, at its suspend timeout (capped) or when the broker stops.
+        Registered in the same synchronous step as the handler's read: nothing can land
+        in between."""
         timeout_ms = max(0, min(h.suspend_timeout_millis, self.config.max_pull_hold_ms))
         self.log.debug("pull.held", group=h.consumer_group, topic=h.topic,
                        queue_id=h.queue_id, queue_offset=h.queue_offset, timeout_ms=timeout_ms)
-        # The task starts a loop iteration after the handler ran: look again before waiting
-        # (the check and the waiter's registration happen in one synchronous step).
-        result = self._get(h, codes)
-        if result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE):
-            await self.notifier.wait(h.topic, h.queue_id, timeout_ms / 1000)
-            result = self._get(h, codes)
-        return self._answer(cmd, h, result)
+
+        def answer(_notified: bool) -> None:
+            self.holds.release(conn)
+            try:
+                response = self._answer(cmd, h, self._get(h, codes))
+            except Exception as err:  # noqa: BLE001 - every failure becomes an answer
+                response = conn.server.failure_answer(conn, cmd, err)
+            if not cmd.is_oneway:
+                conn.send(response)
+
+        self.notifier.hold(h.topic, h.queue_id, answer, timeout_ms / 1000)
 
     def _answer(self, cmd: RemotingCommand, h: PullMessageRequestHeader,
                 result: GetResult) -> RemotingCommand:

@@ -100,9 +100,11 @@ class StoreReads:
         total = scanned = 0
         pos = offset
         missing = False
+        # a chunk at a time: unfiltered, the units a pull can take (holes make it read
+        # again); with a filter, more, since it may skip many
+        chunk = max_count if match is None else max(64, 2 * max_count)
         while pos < hi and len(res.units) < max_count and scanned < max_scan:
-            # a chunk at a time: a filter may skip units, but most pulls need max_count
-            units = cq.units(pos, min(max_scan - scanned, hi - pos, max(64, 2 * max_count)))
+            units = cq.units(pos, min(max_scan - scanned, hi - pos, chunk))
             if not units:
                 break
             for unit in units:

@@ -51,6 +51,7 @@ from ..logs import get_logger
 from ..requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset
+from ..store.undo import UndoLog
 from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .retention import RetentionWalk
@@ -58,7 +59,6 @@ from .window import Entry, Slice, TimerWindow, slice_entries
 
 RETRY_PAUSE = 0.2
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
-_UNDO_TRIM = 1024
 
 
 class TimerService:
@@ -96,7 +96,9 @@ class TimerService:
         self._loading_min: int | None = None  # the loading bucket's earliest known due
         self._loading_extra: list[Entry] = []
         self._putting: tuple[int, int] | None = None
-        self._undo: list[tuple[int, tuple[int, int], Entry]] = []
+        # (previous cursor, the entry to re-arm) per fired copy not yet written
+        self._undo: UndoLog[tuple[tuple[int, int], Entry]] = UndoLog(
+            lambda: store.commitlog.written_offset)
         self._wake: asyncio.Future[None] | None = None  # what the sleeping task awaits
         self._task: asyncio.Task[None] | None = None
         self._started = False
@@ -172,10 +174,7 @@ class TimerService:
             prev = self.cursor
             self.cursor = pair
             if not req.replay:
-                self._undo.append((req.phy_offset, prev, (pair[0], pair[1], 0)))
-                if len(self._undo) > _UNDO_TRIM:
-                    written = self.store.commitlog.written_offset
-                    self._undo = [u for u in self._undo if u[0] >= written]
+                self._undo.add(req.phy_offset, (prev, (pair[0], pair[1], 0)))
 
     def _add(self, entry: Entry) -> None:
         bucket = self.buckets.add(entry[0], entry[1], entry[2])
@@ -203,8 +202,7 @@ class TimerService:
     def rollback(self, kept: int) -> None:
         """Store rollback listener: fired copies at or after ``kept`` were dropped, so
         their timers are pending again."""
-        while self._undo and self._undo[-1][0] >= kept:
-            _phy, prev, entry = self._undo.pop()
+        for prev, entry in self._undo.rollback_from(kept):
             self.cursor = min(self.cursor, prev)
             self.window.push(entry)  # size 0: re-read by phy when it fires
         self._poke()

@@ -13,7 +13,7 @@ from tests.wire import RawPeer
 
 def _parked(broker: Any, topic: str, queue_id: int) -> bool:
     """A pull is held on the queue (waiting on the broker's arrival notifier)."""
-    return bool(broker.notifier._waiters.get((topic, queue_id)))
+    return bool(broker.notifier.is_waiting(topic, queue_id))
 
 
 async def test_binary_and_json_headers_are_answered_in_kind(broker) -> None:

@@ -18,6 +18,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.message import decode_records
 from kairosmq.server.handlers.pull import PullMessageProcessor
 
+from tests.helpers import wait_until
 from tests.server.handlers.rig import Services, req
 
 
@@ -79,24 +80,37 @@ async def test_status_codes(services: Services) -> None:
     assert beyond.ext_fields["nextBeginOffset"] == "1"
 
 
+def _answers(conn: Any) -> list[RemotingCommand]:
+    """The answers the processor sends on ``conn`` later (a held pull's)."""
+    sent: list[RemotingCommand] = []
+    conn.send = lambda cmd, *_a, **_k: sent.append(cmd)
+    return sent
+
+
 async def test_held_pull_is_answered_when_a_message_lands(services: Services) -> None:
     services.store_message("T", b"first")
     cmd = _pull("T", 1, sys_flag=PULL_SUSPEND, suspendTimeoutMillis=10_000)
-    held = _processor(services).handle_pull(services.conn(), cmd)
-    assert not isinstance(held, RemotingCommand)  # held: an awaitable
-    task = asyncio.ensure_future(held)
+    conn = services.conn()
+    sent = _answers(conn)
+    assert _processor(services).handle_pull(conn, cmd) is None  # held: answered later
     await asyncio.sleep(0.05)
-    assert not task.done()
+    assert sent == [] and services.broker.notifier.is_waiting("T", 0)
+    assert conn.held_pulls == 1
     services.store_message("T", b"second")
-    resp = await asyncio.wait_for(task, 5)  # far below the 10 s hold: woken by the put
-    assert resp.code == ResponseCode.SUCCESS and _bodies(resp) == [b"second"]
+    await wait_until(lambda: sent, 5.0, what="the answer")  # far below the 10 s hold
+    assert len(sent) == 1
+    assert sent[0].code == ResponseCode.SUCCESS and _bodies(sent[0]) == [b"second"]
+    assert conn.held_pulls == 0 and not services.broker.notifier.is_waiting("T", 0)
 
 
 async def test_held_pull_times_out_and_is_not_held_when_stopping(services: Services) -> None:
     services.store_message("T", b"x")
     cmd = _pull("T", 1, sys_flag=PULL_SUSPEND, suspendTimeoutMillis=50)
-    held = _processor(services).handle_pull(services.conn(), cmd)
-    resp = await asyncio.wait_for(held, 5)
-    assert resp.code == ResponseCode.PULL_NOT_FOUND
+    conn = services.conn()
+    sent = _answers(conn)
+    assert _processor(services).handle_pull(conn, cmd) is None
+    await wait_until(lambda: sent, 5.0, what="the answer at the timeout")
+    assert sent[0].code == ResponseCode.PULL_NOT_FOUND and conn.held_pulls == 0
+    assert not services.broker.notifier.is_waiting("T", 0)
     now = _processor(services, running=False).handle_pull(services.conn(), cmd)
     assert isinstance(now, RemotingCommand) and now.code == ResponseCode.PULL_NOT_FOUND
