@@ -93,6 +93,7 @@ _SINKS: list[BufferedSink] = []
 # runs the same two steps (stamp, one orjson.dumps) into the same sinks.
 _fast_emit: Any = None
 _fast_debug = False  # whether the fast path also carries debug-level message events
+_info_enabled = True  # whether info-level events are written (configure_logging sets it)
 
 
 def configure_logging(
@@ -139,9 +140,10 @@ def configure_logging(
 
     stamp = _stamp
     processors: list[Any] = [stamp, fan_out]
-    global _fast_emit, _fast_debug
+    global _fast_emit, _fast_debug, _info_enabled
     _fast_emit = None
     _fast_debug = lvl <= logging.DEBUG
+    _info_enabled = lvl <= logging.INFO
     if not console and lvl <= logging.INFO:
         def emit(event: str, fields: dict[str, Any], level: str = "info") -> None:
             line = dumps(record(event, fields, int(time.time() * 1000), level), default=str)
@@ -192,6 +194,12 @@ class MessageLog:
             self._logger.info(event, **fields)
             return
         emit(event, fields)
+
+    @property
+    def enabled(self) -> bool:
+        """False when ``info`` would write nothing (the level is above info): callers
+        skip building the events' fields (a pull's record summaries, ...)."""
+        return _info_enabled
 
     @property
     def debug_enabled(self) -> bool:

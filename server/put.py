@@ -128,7 +128,7 @@ class PutPath:
             self.stats.scheduled[level] += 1
         else:
             self.stats.stored[msg.topic] += 1
-        if self.config.log_messages:
+        if self.config.log_messages and self.msglog.enabled:
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
             if level > 0:
                 self.msglog.info(
@@ -174,7 +174,7 @@ class PutPath:
         lateness = round(time.time() * 1000 - deliver_ts, 3)
         self.stats.delivered[msg.topic] += 1
         self.stats.lateness[level].observe(lateness)
-        if not self.config.log_messages:
+        if not (self.config.log_messages and self.msglog.enabled):
             return
         props = msg.properties
         msg_id = props.get(UNIQ_KEY) or self.offset_msg_id(result.phy_offset)
@@ -201,7 +201,7 @@ class PutPath:
         if result.status is not PutStatus.PUT_OK:
             return result
         self.stats.timers_scheduled += 1
-        if self.config.log_messages:
+        if self.config.log_messages and self.msglog.enabled:
             props = msg.properties
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
             self.msglog.info("timer.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
@@ -215,7 +215,8 @@ class PutPath:
         topic, its DELAY and timer properties kept for the commit, not applied."""
         transform_half(msg, msg.properties.get(PGROUP, ""))
         result = self.store.put(msg)
-        if result.status is PutStatus.PUT_OK and self.config.log_messages:
+        if (result.status is PutStatus.PUT_OK and self.config.log_messages
+                and self.msglog.enabled):
             props = msg.properties
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
             self.msglog.info("transaction.prepared", msg_id=props.get(UNIQ_KEY) or offset_id,
@@ -237,7 +238,7 @@ class PutPath:
         lateness = round(time.time() * 1000 - due, 3)
         self.stats.timers_fired += 1
         self.stats.timer_lateness.observe(lateness)
-        if not self.config.log_messages:
+        if not (self.config.log_messages and self.msglog.enabled):
             return
         target = self._fired_target
         if target is not None and target[0] == phy:

@@ -172,7 +172,7 @@ class PullMessageProcessor:
             body = result.chunks[0] if len(result.chunks) == 1 else b"".join(result.chunks)
             self.stats.pulled[h.topic] += len(result.units)
             self.stats.group_pulled[(h.topic, h.consumer_group)] += len(result.units)
-            if self.config.log_messages:
+            if self.config.log_messages and self.msglog.enabled:
                 info = self.msglog.info
                 for s in summarize_records(body):
                     info("message.pulled", msg_id=s.msg_id, group=h.consumer_group,

@@ -127,7 +127,7 @@ class RecallMessageProcessor:
         if result.status is not PutStatus.PUT_OK:
             return cmd.error(ResponseCode.SYSTEM_ERROR, f"recall failed, execute error: "
                              f"{result.remark or result.status.value}")
-        if self.log_messages:
+        if self.log_messages and self.msglog.enabled:
             self.msglog.info("timer.recalled", msg_id=handle.uniq_key, topic=handle.topic,
                              deliver_ts=found.due, phy_offset=found.phy, kind=found.kind)
         if self.wait_flushed is not None and not await self.wait_flushed(

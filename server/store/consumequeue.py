@@ -9,9 +9,10 @@ Invariants:
 * The logical queue offset of a unit is its index; ``max_offset`` is the next index to
   write; ``min_offset`` is the first index still on disk.
 * Units are written strictly in order, so valid units form a prefix of each file and a
-  unit with ``size == 0`` marks the end (files are allocated for real as zeros: no sparse
-  file, so an mmap store cannot SIGBUS on a full disk; ``ensure_room`` allocates the
-  next file before the store appends the record it will index).
+  unit with ``size == 0`` marks the end (files are written as zeros: no sparse file, so
+  an mmap store cannot SIGBUS on a full disk; ``ensure_room`` allocates the next file
+  before the store appends the record it will index, and once a file is half full has
+  the ``FileAllocator`` make the next one off the loop: allocate.py says why zeros).
 * A unit whose record was rolled back (a failed commit-log write) becomes a *hole*
   ``(-1, 1, 0)``: its queue offset is never reused, so a consumer that saw it cannot
   skip the next message; readers treat a hole like a unit below the log's minimum.
@@ -32,7 +33,8 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELIVER_TIME, TAGS
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
-from .files import create_allocated, preallocate
+from .allocate import FileAllocator, create_zeroed, remove_leftovers
+from .files import preallocate
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -50,7 +52,10 @@ class _File:
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int,
+                 allocator: FileAllocator | None = None) -> None:
+        self.allocator = allocator
+        self._prepared_after = -1  # base of the file whose successor was asked for
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory / topic / str(queue_id)
@@ -66,7 +71,8 @@ class ConsumeQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{base * UNIT_SIZE:020d}"
         if create:
-            fd = create_allocated(path, self.file_bytes)
+            fd = (self.allocator.take(path, self.file_bytes) if self.allocator is not None
+                  else create_zeroed(path, self.file_bytes))
         else:
             fd = os.open(path, os.O_RDWR)
             if os.fstat(fd).st_size < self.file_bytes:
@@ -84,6 +90,7 @@ class ConsumeQueue:
         """Open existing files and find the end of the valid prefix."""
         if not self.directory.is_dir():
             return
+        remove_leftovers(self.directory)
         names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
         for name in names:
             path = self.directory / name
@@ -132,6 +139,12 @@ class ConsumeQueue:
         index = self.max_offset
         if not self.files or index >= self.files[-1].base + self.units_per_file:
             self._open(index - index % self.units_per_file, create=True)
+        base = self.files[-1].base
+        if (self.allocator is not None and base != self._prepared_after
+                and index - base >= self.units_per_file // 2):
+            self._prepared_after = base
+            nxt = base + self.units_per_file
+            self.allocator.prepare(self.directory / f"{nxt * UNIT_SIZE:020d}", self.file_bytes)
 
     def append(self, phy_offset: int, size: int, tags_code: int) -> int:
         """Append a unit; return its queue offset."""
@@ -274,7 +287,8 @@ def compute_tags_code(topic: str, props: dict[str, str]) -> int:
     return tags_code(props.get(TAGS))
 
 
-def load_queues(cq_dir: Path, units_per_file: int) -> dict[tuple[str, int], ConsumeQueue]:
+def load_queues(cq_dir: Path, units_per_file: int, allocator: FileAllocator | None = None
+                ) -> dict[tuple[str, int], ConsumeQueue]:
     """Every consume queue found under ``cq_dir``, loaded. Existing directories load as
     they are (no name check: an older broker's names must not stop a start)."""
     queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -285,7 +299,7 @@ def load_queues(cq_dir: Path, units_per_file: int) -> dict[tuple[str, int], Cons
             continue
         for qdir in tdir.iterdir():
             if qdir.name.isdigit() and qdir.is_dir():
-                cq = ConsumeQueue(cq_dir, tdir.name, int(qdir.name), units_per_file)
+                cq = ConsumeQueue(cq_dir, tdir.name, int(qdir.name), units_per_file, allocator)
                 queues[(tdir.name, int(qdir.name))] = cq
                 cq.load()
     return queues

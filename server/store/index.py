@@ -22,8 +22,9 @@ Invariants:
 * Only live dispatches are indexed; ``open`` indexes ``[end, log end)`` itself (records
   replayed by the store's recovery included), clamping ``end`` into the log first.
 * A chain only points backwards (``prev < entry``), so a corrupt chain ends, never loops.
-* Files are allocated for real (``posix_fallocate``), never sparse: a store into the mmap
-  cannot SIGBUS on a full disk. A file that cannot be allocated leaves the index behind
+* Files are allocated for real (written as zeros, the next one off the loop once the
+  current one is half full: allocate.py), never sparse: a store into the mmap cannot
+  SIGBUS on a full disk. A file that cannot be allocated leaves the index behind
   (entries skipped, ``store.allocation_failed`` logged, retried after ``RETRY_ALLOC``
   seconds); lookups still verify every hit, so a missing entry costs a miss, nothing else.
 """
@@ -47,7 +48,7 @@ from kairosmq.protocol.properties import KEYS, UNIQ_KEY
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from ..logs import get_logger
-from .files import create_allocated
+from .allocate import FileAllocator, remove_leftovers
 
 if TYPE_CHECKING:
     from .message_store import DispatchRequest, MessageStore
@@ -67,6 +68,7 @@ KIND_KEY = "K"
 _SEED_UNIQ = zlib.crc32(b"U\x00")
 _SEED_KEY = zlib.crc32(b"K\x00")
 RETRY_ALLOC = 5.0
+_NEXT = "next"  # the name the next file is prepared under (allocate.py adds ".alloc")
 
 
 def key_hash(kind: str, key: str) -> int:
@@ -104,6 +106,7 @@ class KeyIndex:
         self.indexed = 0
         self.log = get_logger("index")
         self._alloc_retry_at = 0.0  # after a failed allocation: skip entries until then
+        self.allocator = FileAllocator()  # the next file, made while this one fills
 
     # ------------------------------------------------------------------ files
 
@@ -115,7 +118,8 @@ class KeyIndex:
             first_phy = self.files[-1].first_phy + 1  # names stay unique and sorted
         path = self.directory / f"{first_phy:020d}"
         path.unlink(missing_ok=True)  # a leftover of a crash: start it over
-        fd = create_allocated(path, self._size(self.slots, self.capacity))  # OSError if full
+        fd = self.allocator.take(self.directory / _NEXT, self._size(self.slots, self.capacity),
+                                 name_as=path)  # OSError if the disk is full
         f = _File(path, first_phy, self.slots, self.capacity, 0, end_phy, fd)
         f.mm = mmap.mmap(fd, 0)
         _HEADER.pack_into(f.mm, 0, MAGIC, 1, f.slots, f.capacity, 0, first_phy, end_phy)
@@ -149,6 +153,7 @@ class KeyIndex:
     def open(self) -> dict[str, int]:
         """Load the files and index the commit log from their end (blocking; a thread)."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(self.directory)
         for p in sorted(self.directory.iterdir()):
             if p.name.isdigit() and len(p.name) == 20:
                 f = self._load(p)
@@ -182,6 +187,7 @@ class KeyIndex:
                 self._cur.mm.flush()
 
     def close(self) -> None:
+        self.allocator.close()
         if self._cur is not None:
             self._unmap(self._cur)
         self._cur = None
@@ -237,6 +243,8 @@ class KeyIndex:
         _I32.pack_into(mm, slot_pos, n)
         _I32.pack_into(mm, _COUNT_POS, n)
         self.indexed += 1
+        if n == f.capacity >> 1:
+            self.allocator.prepare(self.directory / _NEXT, self._size(self.slots, self.capacity))
 
     def _alloc_failed(self, err: OSError) -> None:
         self._alloc_retry_at = time.monotonic() + RETRY_ALLOC

@@ -56,13 +56,11 @@ from kairosmq.protocol.naming import (
     SCHEDULE_TOPIC,  # re-exported by .store
     validate_queue_topic,
 )
-from kairosmq.protocol.properties import (
-    MAX_PROPERTIES_BYTES,
-    encode_properties,
-)
+from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 from ..clock import wall_ms
 from ..logs import get_logger
+from .allocate import FileAllocator
 from .checkpoint import read_checkpoint, trusted_offset
 from .commitlog import CommitLog, KeepFrom, WriteFailed
 from .consumequeue import ConsumeQueue, compute_tags_code, load_queues
@@ -107,6 +105,7 @@ class MessageStore(StoreReads):
         self.commitlog = CommitLog(self.data_dir / "commitlog", segment_size)
         self.cq_dir = self.data_dir / "consumequeue"
         self.units_per_file = units_per_file
+        self.allocator = FileAllocator()  # next consume-queue files, made off the loop
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         # called with the commit-log offset a failed write rolled back to
@@ -135,7 +134,7 @@ class MessageStore(StoreReads):
             bad = validate_queue_topic(topic)
             if bad is not None or not 0 <= queue_id <= _INT32_MAX:
                 raise ValueError(bad or f"queue id {queue_id} is out of range")
-            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file)
+            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator)
             self.queues[(topic, queue_id)] = cq
         return cq
 
@@ -359,7 +358,7 @@ class MessageStore(StoreReads):
                 cp = {}
                 provider.restore(None)
         self.commitlog.load()
-        self.queues.update(load_queues(self.cq_dir, self.units_per_file))
+        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator))
         replayed = 0
         self._replay_skipped = 0
 
@@ -428,6 +427,7 @@ class MessageStore(StoreReads):
         return self.commitlog.fsync()
 
     def close(self) -> None:
+        self.allocator.close()
         for cq in self.queues.values():
             cq.close()
         self.commitlog.close()

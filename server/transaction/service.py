@@ -230,11 +230,11 @@ class TransactionService:
                       peer=peer)
         if kind == COMMIT:
             self.counters["committed"] += 1
-            if self.config.log_messages:
+            if self.config.log_messages and self.msglog.enabled:
                 self.msglog.info("transaction.committed", **fields)
         else:
             self.counters["rolled_back"] += 1
-            if self.config.log_messages:
+            if self.config.log_messages and self.msglog.enabled:
                 self.msglog.info("transaction.rolled_back", **fields)
         return None
 

@@ -30,7 +30,8 @@ from kairosmq.protocol.headers import CreateTopicRequestHeader, SendMessageReque
 from kairosmq.server import logs
 from kairosmq.server.broker import Broker
 
-from tests.helpers import wait_until
+from tests.helpers import pull, send, wait_until
+from tests.wire import RawPeer
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical"}
@@ -277,3 +278,35 @@ def test_an_exception_call_writes_the_traceback_as_a_catalogued_field(log_dir: P
     assert _check_line(rec) is None
     assert "exc_info" not in rec and rec["level"] == "error"
     assert rec["exception"].startswith("Traceback") and "KeyError: 'boom'" in rec["exception"]
+
+
+async def test_above_info_no_message_event_is_built_or_written(
+        tmp_path: Path, broker_factory: Callable[..., Awaitable[Broker]]) -> None:
+    """At ``--log-level warning`` the per-message steps skip their events (and the work of
+    building them: ``MessageLog.enabled``); warnings are still written."""
+    d = tmp_path / "logs"
+    logs.configure_logging(json=True, level="warning", log_dir=d, stdout=False)
+    try:
+        assert not logs.MessageLog("x").enabled
+        broker = await broker_factory()
+        peer = await RawPeer.connect(broker.address)
+        for i in range(3):
+            assert (await send(peer, "LvT", f"m{i}".encode())).code == ResponseCode.SUCCESS
+        got = await pull(peer, "LvT", offset=0)
+        assert got.code == ResponseCode.SUCCESS
+        logs.get_logger("transport").warning("frame.rejected", peer="p", conn_id=1,
+                                              error="a warning still goes out")
+        await peer.close()
+        await broker.stop("level test")
+    finally:
+        logs.close_sinks()
+        structlog.reset_defaults()
+    events = [r["event"] for r in _lines(d)]
+    assert "frame.rejected" in events
+    assert not [e for e in events if e.startswith("message.")], events
+    logs.configure_logging(json=True, level="info", log_dir=tmp_path / "l2", stdout=False)
+    try:
+        assert logs.MessageLog("x").enabled
+    finally:
+        logs.close_sinks()
+        structlog.reset_defaults()
