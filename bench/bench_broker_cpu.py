@@ -161,7 +161,9 @@ async def timer_fires(broker: Broker, conn: Connection, n: int) -> float:
         conn.data_received(send_frame(10_000_000 + i, "BenchTimer", deliver_ms=due + i * 50 // n))
         await asyncio.sleep(0)
     now = due + 60_000
-    await timer._load_window()  # nothing is loaded: it loads the next bucket
+    loader = timer._start_load()  # nothing is loaded: it loads the next bucket
+    assert loader is not None
+    await loader
     timer.window.promote(now)
     fired = broker.stats.timers_fired
     gc.collect()

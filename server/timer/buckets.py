@@ -198,6 +198,11 @@ def live_entries(parts: Iterable[bytes]) -> list[tuple[int, int, int]]:
     return [t for phy, t in timers.items() if phy not in cancelled]
 
 
+def cancels(data: bytes, phy: int) -> bool:
+    """Whether the entry bytes ``data`` hold a cancel marker for the timer at ``phy``."""
+    return any(k == KIND_CANCEL and p == phy for _d, p, _s, k in ENTRY.iter_unpack(data))
+
+
 def sync_filesystem(path: Path) -> None:
     """Flush every dirty page and inode of the filesystem holding ``path`` (Linux
     ``syncfs(2)``; elsewhere ``sync(2)``). Raises OSError if the kernel reports a failure."""

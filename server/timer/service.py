@@ -27,8 +27,9 @@ Invariants:
 * Memory: only buckets starting within ``lookahead_ms`` are loaded, and no further
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
-* Short loop stalls: loaded buckets are kept as sorted slices that join the heap just
-  before they fall due (``TimerWindow``, window.py).
+* Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
+  that paces itself until just before the bucket starts; loaded buckets are sorted
+  slices that join the heap just before they fall due (``TimerWindow``, window.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,12 +54,13 @@ from ..requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset
 from ..store.undo import UndoLog
-from .buckets import ENTRY, KIND_CANCEL, TimerBuckets
+from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .retention import RetentionWalk
-from .window import Entry, Slice, TimerWindow, slice_entries
+from .window import Entry, Slice, TimerWindow, slice_live
 
 RETRY_PAUSE = 0.2
+PACE_UNTIL_MS = 500  # a bucket load runs unpaced from this long before the bucket starts
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
@@ -101,6 +104,7 @@ class TimerService:
             lambda: store.commitlog.written_offset)
         self._wake: asyncio.Future[None] | None = None  # what the sleeping task awaits
         self._task: asyncio.Task[None] | None = None
+        self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
         self._started = False
         store.rollback_listeners.append(self.rollback)
 
@@ -225,7 +229,7 @@ class TimerService:
             pending = self.buckets.pending_bytes(bucket)
             live = await self.run_blocking(self.buckets.load, bucket, pending)
             more = self.buckets.pending_bytes(bucket)[len(pending):]
-            if not any(e[1] == phy for e in live) or _cancels(more, phy):
+            if not any(e[1] == phy for e in live) or cancels(more, phy):
                 return RecallOutcome.ALREADY_RECALLED
         if self.is_fired(due, phy):  # it may have fired while the bucket was read
             return RecallOutcome.ALREADY_FIRED
@@ -261,6 +265,11 @@ class TimerService:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="timer")
 
     async def stop(self) -> None:
+        if self._loader is not None:
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loader
+            self._loader = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -275,7 +284,11 @@ class TimerService:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._load_window()
+            loader = self._start_load()
+            if loader is not None and loader.done():
+                self._loader = None
+                loader.result()  # a failed load fails the task (its supervisor restarts it)
+                continue
             now = self.clock_ms()
             self.window.promote(now)
             head = self.window.head_due()
@@ -284,12 +297,11 @@ class TimerService:
                 await asyncio.sleep(0 if ok else RETRY_PAUSE)
                 continue
             wake = self.window.wake_at()
-            if self._future:
+            if self._future and loader is None:  # else the load pokes when it is done
                 load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
                 wake = load_at if wake is None else min(wake, load_at)
             # One future per sleep, woken by its timer or by ``_poke`` (no task per wait):
-            # state is read again after every await, so a poke while no future is set
-            # (during a bucket load) loses nothing.
+            # state is read again after every await, so a poke while none is set is no loss.
             self._wake = fut = loop.create_future()
             handle = None
             if wake is not None:
@@ -302,42 +314,59 @@ class TimerService:
                 if handle is not None:
                     handle.cancel()
 
-    async def _load_window(self) -> None:
-        """Load every bucket that starts within the lookahead, in order, while the heap
-        holds fewer than ``max_loaded`` entries; and the next bucket whatever its time
-        while nothing is loaded (so the head of the heap is the next due timer)."""
-        horizon = self.clock_ms() + self.lookahead_ms
-        while self._future and (
+    def _start_load(self) -> asyncio.Task[None] | None:
+        """The running bucket load, else one started for the next bucket if it starts
+        within the lookahead (and the heap holds fewer than ``max_loaded`` entries) or if
+        nothing is loaded (whatever its time). Buckets load one at a time, in order, as
+        their own task: the firing goes on meanwhile."""
+        if self._loader is not None:
+            return self._loader
+        if self._future and (
                 not self.window
-                or (self._future[0] * self.buckets.bucket_ms <= horizon
+                or (self._future[0] * self.buckets.bucket_ms
+                    <= self.clock_ms() + self.lookahead_ms
                     and self.pending_in_memory < self.max_loaded)):
-            bucket = heapq.heappop(self._future)
-            self._known.discard(bucket)
-            self._loading_min = self._future_min.pop(bucket, bucket * self.buckets.bucket_ms)
-            self._loading, self._loading_extra = bucket, []
-            try:
-                pending = self.buckets.pending_bytes(bucket)
-                # fired ones are dropped in the thread (the cursor only grows meanwhile,
-                # and ``_fire`` skips anything at or below it anyway)
-                parts = await self.run_blocking(self._load_sliced, bucket, pending,
-                                                self.cursor)
-            except BaseException:
-                heapq.heappush(self._future, bucket)
-                self._known.add(bucket)
-                raise
-            finally:
-                self._loading, self._loading_min = None, None
-            # entries added while the file was read, and recalls: few, so into the heap
-            for e in self._loading_extra:
-                self.window.push(e)
-            self._loading_extra = []
-            self._loaded_through = bucket
-            self.window.add_slices(parts)
+            self._loader = asyncio.get_running_loop().create_task(
+                self._load_next(), name="timer-load")
+        return self._loader
 
-    def _load_sliced(self, bucket: int, pending: bytes, after: tuple[int, int]
-                     ) -> list[Slice]:
-        """In the load thread: the bucket's live entries after ``after``, sliced."""
-        return slice_entries(self.buckets.load(bucket, pending, after))
+    async def _load_next(self) -> None:
+        bucket = heapq.heappop(self._future)
+        self._known.discard(bucket)
+        self._loading_min = self._future_min.pop(bucket, bucket * self.buckets.bucket_ms)
+        self._loading, self._loading_extra = bucket, []
+        try:
+            pending = self.buckets.pending_bytes(bucket)
+            # fired ones are dropped in the thread (the cursor only grows meanwhile, and
+            # ``_fire`` skips anything at or below it anyway); paced unless due soon
+            parts = await self.run_blocking(self._load_sliced, bucket, pending, self.cursor,
+                                            bucket * self.buckets.bucket_ms - PACE_UNTIL_MS)
+        except BaseException:
+            heapq.heappush(self._future, bucket)
+            self._known.add(bucket)
+            raise
+        finally:
+            self._loading, self._loading_min = None, None
+            self._poke()
+        # entries added while the file was read, and recalls: few, so into the heap
+        for e in self._loading_extra:
+            self.window.push(e)
+        self._loading_extra = []
+        self._loaded_through = bucket
+        self.window.add_slices(parts)
+
+    def _load_sliced(self, bucket: int, pending: bytes, after: tuple[int, int],
+                     pace_until: int) -> list[Slice]:
+        """In the load thread: the bucket's live entries after ``after``, sliced; while
+        the clock is before ``pace_until`` (ms) it sleeps twice the CPU time of each step,
+        so the load takes at most a third of a core from the loop."""
+        clock = self.clock_ms
+
+        def pace(work_s: float) -> None:
+            if clock() < pace_until:
+                time.sleep(2 * work_s)
+
+        return slice_live((self.buckets.read_file(bucket), pending), after, pace)
 
     def _fire(self, now: int) -> bool:
         """Fire up to ``batch`` due timers; False if a re-put failed (retry later)."""
@@ -414,10 +443,6 @@ class TimerService:
         """On the loop, with the store snapshot: the bucket appends the checkpoint must
         write before it records its offset."""
         return self.buckets.take_dirty()
-
-
-def _cancels(data: bytes, phy: int) -> bool:
-    return any(k == KIND_CANCEL and p == phy for _d, p, _s, k in ENTRY.iter_unpack(data))
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -371,3 +371,48 @@ def test_restore_timer_keeps_body_and_client_properties(tmp_path: Path) -> None:
         assert decode_record(rec).properties[TIMER_OUT_MS] == str(due)
 
     run(tmp_path, body)
+
+
+def test_firing_goes_on_while_the_next_bucket_loads(tmp_path: Path) -> None:
+    """A bucket loads as its own task: timers of the loaded bucket fire on time while
+    the next bucket's read is held; the held bucket's timers fire once it is in."""
+    async def body(rig: Rig) -> None:
+        gate = asyncio.Event()
+        loads: list[int] = []
+
+        async def held(fn: Any, *args: Any) -> Any:
+            if fn == rig.timer._load_sliced and args[0] > rig.buckets.bucket_of(BASE_MS):
+                loads.append(args[0])
+                await gate.wait()  # the next bucket's file read takes "long"
+            return fn(*args)
+
+        rig.timer.run_blocking = held
+        first = [BASE_MS + 58_000 + 100 * i for i in range(20)]  # 58.0 .. 59.9 s
+        second = [BASE_MS + 60_000 + 5, BASE_MS + 60_500]
+        for i, due in enumerate(first + second):
+            rig.schedule(f"m{i}".encode(), due)
+        await asyncio.sleep(59.95)  # the next bucket's load started 2 s ahead, still held
+        assert loads == [rig.buckets.bucket_of(BASE_MS + 60_000)]
+        assert [(d, at) for _b, d, at in rig.fired] == [(d, d) for d in first]
+        assert rig.timer.next_due() == second[0]  # counted while it loads
+        gate.set()
+        await asyncio.sleep(1)
+        assert [(d, at) for _b, d, at in rig.fired[len(first):]] == [(d, d) for d in second]
+
+    run(tmp_path, body)
+
+
+def test_slice_live_filters_dedupes_and_cuts_sorted_slices() -> None:
+    from kairosmq.server.timer.window import SLICE_MS, slice_live
+
+    def e(due: int, phy: int, kind: int = KIND_TIMER) -> bytes:
+        return ENTRY.pack(due, phy, 10, kind)
+
+    data = b"".join([e(250, 5), e(30, 1), e(120, 3), e(30, 1), e(110, 2), e(40, 9),
+                     e(0, 2, KIND_CANCEL), e(5, 0)])
+    paced: list[float] = []
+    parts = slice_live((data, e(260, 7)), (30, 1), paced.append)
+    assert parts == [[(40, 9, 10)], [(120, 3, 10)], [(250, 5, 10), (260, 7, 10)]]
+    assert all(p[0][0] // SLICE_MS == p[-1][0] // SLICE_MS for p in parts)
+    assert len(paced) == 2 and all(w >= 0 for w in paced)  # one step per part here
+    assert slice_live((b"",)) == []
