@@ -1,7 +1,8 @@
 """Retention of timer records: the lowest commit-log offset a pending timer needs.
 
 Owns: ``RetentionWalk`` — a walk along the timer queue (``TIMER_TOPIC`` queue 0, in send
-order) past the timers at or below the fired cursor; ``_low`` is where it stopped.
+order) past the timers at or below the fired cursor (``_low`` is where it stopped), and
+the deletion of bucket files wholly before the cursor.
 
 Invariants: the walk only moves forward, and stops at the first unit whose ``(due, phy)``
 is above the cursor, so the floor it reports is never higher than the record of a pending
@@ -12,21 +13,41 @@ costs ~1 µs per fired timer, on the loop: asked every minute it stalled the fir
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kairosmq.protocol.timer import TIMER_TOPIC
 
+from ..logs import get_logger
 from ..store import MessageStore
+from .buckets import TimerBuckets
 from .records import TIMER_QUEUE
 
 
 class RetentionWalk:
     """Where retention must stop for the timers still pending."""
 
-    def __init__(self, store: MessageStore, cursor: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, store: MessageStore, cursor: Callable[[], tuple[int, int]],
+                 buckets: TimerBuckets, run_blocking: Callable[..., Awaitable[Any]]) -> None:
         self.store = store
         self.cursor = cursor  # the timer service's fired cursor
+        self.buckets = buckets
+        self.run_blocking = run_blocking  # file work off the loop (tests: inline)
         self._low = 0  # timer-queue offset below which every timer fired
+        self.log = get_logger("timer")
+
+    async def delete_fired_buckets(self) -> int:
+        """Remove the files of buckets wholly before the fired cursor (one bucket of
+        margin); every entry in them fired or was recalled. Returns how many."""
+        due, phy = self.cursor()
+        if phy < 0:
+            return 0
+        below = self.buckets.bucket_of(due) - 1
+        gone = await self.run_blocking(self.buckets.delete_below, below)
+        if gone:
+            self.log.info("timer.buckets_deleted", count=gone,
+                          before_ts=below * self.buckets.bucket_ms)
+        return gone
 
     def floor(self, scan: int = 100_000) -> int | None:
         """The lowest commit-log offset a pending timer's record lies at (retention keeps

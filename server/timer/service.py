@@ -57,6 +57,7 @@ from ..store.undo import UndoLog
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .retention import RetentionWalk
+from .waker import PreciseWaker
 from .window import Entry, Slice, TimerWindow, slice_live
 
 RETRY_PAUSE = 0.2
@@ -94,7 +95,8 @@ class TimerService:
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
         self._loaded_through = -1
-        self.retention = RetentionWalk(store, lambda: self.cursor)
+        self.retention = RetentionWalk(store, lambda: self.cursor, buckets,
+                                       lambda *a: self.run_blocking(*a))
         self._loading: int | None = None
         self._loading_min: int | None = None  # the loading bucket's earliest known due
         self._loading_extra: list[Entry] = []
@@ -105,6 +107,7 @@ class TimerService:
         self._wake: asyncio.Future[None] | None = None  # what the sleeping task awaits
         self._task: asyncio.Task[None] | None = None
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
+        self._waker: PreciseWaker | None = None
         self._started = False
         store.rollback_listeners.append(self.rollback)
 
@@ -259,6 +262,8 @@ class TimerService:
         self._future = sorted(self._known)
         self._loaded_through = first - 1
         self._started = True
+        if self.clock_ms is wall_ms and self._waker is None:  # a test's clock: call_later
+            self._waker = PreciseWaker.create(asyncio.get_running_loop())
         if spawn is not None:
             self._task = spawn("timer", lambda _st: self._run())
         else:
@@ -275,6 +280,9 @@ class TimerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
 
     def _poke(self) -> None:
         """Wake the sleeping task (an earlier timer or bucket arrived, or a rollback)."""
@@ -300,11 +308,12 @@ class TimerService:
             if self._future and loader is None:  # else the load pokes when it is done
                 load_at = self._future[0] * self.buckets.bucket_ms - self.lookahead_ms
                 wake = load_at if wake is None else min(wake, load_at)
-            # One future per sleep, woken by its timer or by ``_poke`` (no task per wait):
-            # state is read again after every await, so a poke while none is set is no loss.
+            # one future per sleep, woken by the waker/timer or ``_poke``; state is re-read
             self._wake = fut = loop.create_future()
             handle = None
-            if wake is not None:
+            if wake is not None and self._waker is not None:
+                self._waker.arm(wake, fut)  # waker.py: sub-millisecond, wall clock
+            elif wake is not None:
                 delay = max(0.0, wake - now - sub_ms(self.clock_ms)) / 1000
                 handle = loop.call_later(delay, _resolve, fut)
             try:
@@ -426,16 +435,7 @@ class TimerService:
         return self.retention.floor(scan)
 
     async def delete_fired_buckets(self) -> int:
-        """Remove the files of buckets wholly before the fired cursor (one bucket of
-        margin); every entry in them fired or was recalled. Returns how many."""
-        if self.cursor[1] < 0:
-            return 0
-        below = self.buckets.bucket_of(self.cursor[0]) - 1
-        gone = await self.run_blocking(self.buckets.delete_below, below)
-        if gone:
-            self.log.info("timer.buckets_deleted", count=gone,
-                          before_ts=below * self.buckets.bucket_ms)
-        return gone
+        return await self.retention.delete_fired_buckets()  # retention.py
 
     # ------------------------------------------------------------- checkpoint
 
