@@ -52,6 +52,7 @@ from .requeue import RequeueError, restore_delayed
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutStatus
 from .store.consumequeue import HOLE
 from .store.undo import UndoLog
+from .timer.waker import PreciseWaker
 
 __all__ = ["ScheduleService", "restore_delayed", "transform_delayed"]
 
@@ -116,6 +117,7 @@ class ScheduleService:
         # (level, previous progress) per re-put not yet written
         self._undo: UndoLog[tuple[int, int]] = UndoLog(lambda: store.commitlog.written_offset)
         self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
+        self._wakers: dict[int, PreciseWaker] = {}  # level -> its task's timerfd
         # TimerService.pass_level_record: a recalled schedule record is passed over
         self.recalled: Callable[[int], bool] | None = None
         store.rollback_listeners.append(self.rollback)
@@ -202,6 +204,10 @@ class ScheduleService:
         runs each under supervision: restarted with backoff if it raises."""
         loop = asyncio.get_running_loop()
         for level in self.progress:
+            if self.clock_ms is wall_ms and level not in self._wakers:  # else a test's clock
+                waker = PreciseWaker.create(loop)
+                if waker is not None:
+                    self._wakers[level] = waker
             name = f"schedule-level-{level}"
             if spawn is not None:
                 self.tasks.append(spawn(name, lambda _st, lv=level: self._run(lv)))
@@ -214,6 +220,9 @@ class ScheduleService:
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks.clear()
+        for waker in self._wakers.values():
+            waker.close()
+        self._wakers.clear()
 
     async def _run(self, level: int) -> None:
         qid = level - 1
@@ -232,9 +241,12 @@ class ScheduleService:
             now = self.clock_ms()
             wait_ms = self._due(level, off, head[2], now) - now
             if wait_ms > 0:
-                # Sleep to the due instant on the sub-millisecond clock (clock_ms truncates);
-                # the loop re-checks, so an early timer wake-up never delivers early.
-                await asyncio.sleep(max(0.0, wait_ms - sub_ms(self.clock_ms)) / 1000)
+                waker = self._wakers.get(level)
+                if waker is not None:  # a timerfd at the due ms (timer/waker.py)
+                    await waker.wait_until(now + wait_ms)
+                else:  # to the due instant on the sub-millisecond clock (clock_ms
+                    # truncates); the loop re-checks, so an early wake never delivers early
+                    await asyncio.sleep(max(0.0, wait_ms - sub_ms(self.clock_ms)) / 1000)
                 continue
             if not self._drain(level, cq):
                 await asyncio.sleep(RETRY_PAUSE)
