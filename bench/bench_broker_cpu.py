@@ -161,9 +161,10 @@ async def timer_fires(broker: Broker, conn: Connection, n: int) -> float:
         conn.data_received(send_frame(10_000_000 + i, "BenchTimer", deliver_ms=due + i * 50 // n))
         await asyncio.sleep(0)
     now = due + 60_000
-    loader = timer._start_load()  # nothing is loaded: it loads the next bucket
-    assert loader is not None
-    await loader
+    if hasattr(timer, "_start_load"):  # nothing is loaded: it loads the next bucket
+        await timer._start_load()
+    else:  # a tree before session 5 (A/B runs)
+        await timer._load_window()
     timer.window.promote(now)
     fired = broker.stats.timers_fired
     gc.collect()
