@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,7 @@ class PutPath:
             return result
         if level > 0:
             self.stats.scheduled[level] += 1
+            self._target_ready(props[REAL_TOPIC], props[REAL_QID])
         else:
             self.stats.stored[msg.topic] += 1
         if self.config.log_messages and self.msglog.enabled:
@@ -201,6 +203,7 @@ class PutPath:
         if result.status is not PutStatus.PUT_OK:
             return result
         self.stats.timers_scheduled += 1
+        self._target_ready(msg.properties[REAL_TOPIC], msg.properties[REAL_QID])
         if self.config.log_messages and self.msglog.enabled:
             props = msg.properties
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
@@ -209,6 +212,15 @@ class PutPath:
                              queue_offset=result.queue_offset, phy_offset=result.phy_offset,
                              deliver_ts=due)
         return result
+
+    def _target_ready(self, topic: str, queue_id: str) -> None:
+        """A delayed or timer message will land in ``topic``/``queue_id``: if that consume
+        queue has no file yet, it is made off the loop meanwhile (store/allocate.py), so
+        the first delivery does not create it on the loop."""
+        cq = self.store.find_queue(topic, int(queue_id))
+        if cq is None or not cq.files:
+            with contextlib.suppress(ValueError):  # a name the store refuses: the re-put says so
+                self.store.queue(topic, int(queue_id)).prepare_first()
 
     def _put_half(self, msg: MessageInner) -> PutResult:
         """A transaction half message (``transaction/records.py``): stored in the half

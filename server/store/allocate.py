@@ -51,6 +51,7 @@ def create_zeroed(path: Path, size: int) -> int:
 
 
 def _make(tmp: Path, size: int) -> None:
+    tmp.parent.mkdir(parents=True, exist_ok=True)  # a queue's first file: its directory
     tmp.unlink(missing_ok=True)
     os.close(create_zeroed(tmp, size))
 

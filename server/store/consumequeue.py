@@ -55,7 +55,8 @@ class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int,
                  allocator: FileAllocator | None = None) -> None:
         self.allocator = allocator
-        self._prepared_after = -1  # base of the file whose successor was asked for
+        self._prepared_after = -1  # base of the file whose successor was asked for (-2:
+        # the first file was asked for, prepare_first)
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory / topic / str(queue_id)
@@ -145,6 +146,15 @@ class ConsumeQueue:
             self._prepared_after = base
             nxt = base + self.units_per_file
             self.allocator.prepare(self.directory / f"{nxt * UNIT_SIZE:020d}", self.file_bytes)
+
+    def prepare_first(self) -> None:
+        """No file yet, but units will come (a delayed or timer message will land here):
+        have the allocator make the first file off the loop meanwhile."""
+        if self.files or self.allocator is None or self._prepared_after == -2:
+            return
+        self._prepared_after = -2
+        base = self.max_offset - self.max_offset % self.units_per_file
+        self.allocator.prepare(self.directory / f"{base * UNIT_SIZE:020d}", self.file_bytes)
 
     def append(self, phy_offset: int, size: int, tags_code: int) -> int:
         """Append a unit; return its queue offset."""

@@ -11,10 +11,15 @@ import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.server.store.allocate import SUFFIX, FileAllocator, create_zeroed
 from kairosmq.server.store.consumequeue import UNIT_SIZE, ConsumeQueue
+
+from tests.helpers import send, wait_until
+from tests.wire import RawPeer
 
 
 def _content(fd: int) -> bytes:
@@ -108,3 +113,19 @@ def test_a_full_disk_raises_and_leaves_no_file(small_fs: Path) -> None:
         a.take(small_fs / "g", 8 << 20)  # falls back to making it now: fails the same way
     a.close()
     assert list(small_fs.iterdir()) == []
+
+
+async def test_a_timer_target_queue_file_is_made_before_the_fire(broker_factory: Any) -> None:
+    """A timer's real topic/queue gets its first consume-queue file off the loop while the
+    timer waits; the fire takes it ready-made (no file created on the loop)."""
+    broker = await broker_factory()
+    peer = await RawPeer.connect(broker.address)
+    due = int(time.time() * 1000) + 400
+    r = await send(peer, "FreshTimerTopic", b"t", props={"TIMER_DELIVER_MS": str(due)})
+    assert r.code == ResponseCode.SUCCESS
+    cq = broker.store.find_queue("FreshTimerTopic", 0)
+    assert cq is not None and not cq.files  # nothing landed yet, the file is being made
+    before = broker.store.allocator.prepared
+    await wait_until(lambda: broker.stats.timers_fired >= 1, 5.0, what="the fire")
+    assert broker.store.allocator.prepared == before + 1 and cq.files and cq.max_offset == 1
+    await peer.close()
