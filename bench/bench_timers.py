@@ -19,6 +19,7 @@ Two parts, each printing a table:
                                      # spans a minute-bucket boundary; the broker is
                                      # killed (-9) and restarted between send and fire
     python bench/bench_timers.py --pending 10000000 --skip-lateness
+    python bench/bench_timers.py --rates 5000 --seconds 10 --repeat 5   # p99 spread
 
 Figures are for this machine and this run only; compare with the other benches' same-run
 ratios (docs/performance.md).
@@ -363,6 +364,7 @@ def main() -> None:
     ap.add_argument("--cross-bucket", action="store_true",
                     help="place the due span across a minute-bucket boundary")
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds per rate (p99 spread)")
     ap.add_argument("--py-spy", dest="py_spy", type=Path, default=None,
                     help="sample the broker with py-spy over the due span into this dir")
     ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
@@ -384,10 +386,12 @@ def main() -> None:
         print("| due/s | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost | dup "
               "| CPU µs/fired | RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for rate in (int(r) for r in a.rates.split(",")):
+        p99s: dict[int, list[float]] = {}
+        for rate in [int(r) for r in a.rates.split(",") for _ in range(a.repeat)]:
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
                                cross_bucket=a.cross_bucket,
                                broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
+            p99s.setdefault(rate, []).append(r["p99"])
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
@@ -399,6 +403,11 @@ def main() -> None:
                 print("    py-spy top functions over the due span (own %, total %):")
                 for fn, own, tot in top_functions(a.py_spy / f"timers-{rate}.collapsed"):
                     print(f"      {own:5.1f} {tot:5.1f}  {fn}")
+        for rate, got in p99s.items():
+            if len(got) > 1:
+                print(f"p99 at {rate} due/s over {len(got)} runs: "
+                      + ", ".join(f"{v:.1f}" for v in got)
+                      + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)})")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():
