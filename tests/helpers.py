@@ -7,6 +7,7 @@ Owns: ``FIXTURES``/``FAST_LEVELS``/``fast_config`` (an in-process broker on port
 delay levels), ``send_ext``/``send``/``pull`` (raw-protocol request builders, no client),
 ``Collector`` (an async push-consumer listener that records messages), ``wait_until``
 (poll a predicate with a generous deadline instead of a fixed sleep), ``stays_false``,
+``mqadmin_argv`` (Apache's mqadmin command line, its JVM prepared once per session),
 and ``VirtualLoop`` (an asyncio loop whose clock only moves when every
 task is idle: it jumps straight to the next timer, so a test can assert *when* code wakes
 and for how long it asked to sleep, without real waiting).
@@ -20,8 +21,14 @@ so a broken implementation fails the test quickly.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import selectors
+import shutil
+import subprocess
+import tempfile
+import threading
+import zipfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +55,11 @@ FAST_LEVELS = "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 
 
 
 ROCKETMQ_JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
+# for the JVMs of tests (clients, mqadmin, Apache's name server and broker): C1 only, as a
+# test's JVM lives seconds and the C2 compiler's work would never pay off
+SHORT_JVM = ["-XX:TieredStopAtLevel=1"]
+# JAVA_OPT_EXT of start_namesrv.sh / start_broker.sh, unless the environment sets its own
+APACHE_JAVA_OPT_EXT = os.environ.get("JAVA_OPT_EXT", " ".join(SHORT_JVM))
 
 
 async def compile_java(dest: Path, name: str, source: str) -> str:
@@ -66,9 +78,89 @@ async def compile_java(dest: Path, name: str, source: str) -> str:
 
 
 def jvm_flags() -> list[str]:
-    """The JVM flags the shared RocketMQ build runs Java 17 with (``jvm_flags.sh``)."""
-    text = (ROCKETMQ_HOME / "jvm_flags.sh").read_text()
+    """The JVM flags the shared RocketMQ build runs Java 17 with (``jvm_flags.sh``; none
+    when a build lacks the file)."""
+    path = ROCKETMQ_HOME / "jvm_flags.sh"
+    if not path.exists():
+        return []
+    text = path.read_text()
     return text.split('RMQ_JAVA17_FLAGS="', 1)[1].split('"', 1)[0].split()
+
+
+MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+_MQADMIN_EXIT = """
+/** Apache RocketMQ's mqadmin, unchanged (MQAdminStartup.main with the same arguments), then
+ *  exit: left alone the JVM idles 2 s in Netty's shutdown quiet period after the command. */
+public class MQAdminExit {
+    public static void main(String[] args) throws Exception {
+        org.apache.rocketmq.tools.command.MQAdminStartup.main(args);
+        System.out.flush();
+        System.err.flush();
+        System.exit(0);
+    }
+}
+"""
+_mqadmin_lock = threading.Lock()
+_mqadmin_launch: list[list[str]] = []  # [[jvm options..., "-cp", cp, main]] once prepared
+
+
+def _mqadmin_launcher() -> list[str]:
+    """JVM options, classpath and main class for mqadmin (prepared once per session):
+    ``MQAdminExit`` in a jar beside the RocketMQ jars, and a class-data-sharing archive of
+    the classes mqadmin loads (made by one run against a closed port). A missing javac
+    leaves plain ``MQAdminStartup``; a failed archive dump leaves the archive out."""
+    with _mqadmin_lock:
+        if _mqadmin_launch:
+            return _mqadmin_launch[0]
+        cp = f"{ROCKETMQ_HOME / 'lib'}/*"
+        launch = ["-cp", cp, MQADMIN_MAIN]
+        work = Path(tempfile.mkdtemp(prefix="kairos-mqadmin-"))
+        atexit.register(shutil.rmtree, work, True)
+        src = work / "MQAdminExit.java"
+        src.write_text(_MQADMIN_EXIT)
+        try:
+            if shutil.which("javac") is not None and subprocess.run(
+                    ["javac", "-nowarn", "-cp", cp, "-d", str(work), str(src)],
+                    capture_output=True, timeout=120, check=False).returncode == 0:
+                with zipfile.ZipFile(work / "mqadmin-exit.jar", "w") as jar:
+                    jar.write(work / "MQAdminExit.class", "MQAdminExit.class")
+                launch = ["-cp", f"{cp}:{work / 'mqadmin-exit.jar'}", "MQAdminExit"]
+                jsa = work / "mqadmin.jsa"
+                dump = subprocess.run(
+                    ["java", f"-XX:ArchiveClassesAtExit={jsa}", *_MQADMIN_JVM, *jvm_flags(),
+                     f"-Duser.home={work}", f"-Drocketmq.client.logRoot={work}/logs", *launch,
+                     "clusterList", "-n", "127.0.0.1:1"],
+                    capture_output=True, timeout=120, check=False, cwd=work)
+                if dump.returncode == 0 and jsa.exists():
+                    launch = [f"-XX:SharedArchiveFile={jsa}", *launch]
+        except subprocess.TimeoutExpired:
+            pass  # whatever was prepared before the stuck step is used
+        _mqadmin_launch.append(launch)
+        return launch
+
+
+# mqadmin.sh's JVM options + the Java 17 flags; C1 only (a command runs for about a second)
+# and JVM warnings to stderr (stdout is the command's output)
+_MQADMIN_JVM = ["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", *SHORT_JVM,
+                "-Xlog:disable", "-Xlog:all=warning:stderr"]
+
+
+def mqadmin_argv(*args: str, user_home: Path, rocketmq_home: Path | None = None,
+                 log_root: Path | None = None) -> list[str]:
+    """The command line of Apache RocketMQ 4.9.8's ``mqadmin <args>``: what ``mqadmin.sh``
+    runs (its JVM options, the RocketMQ jars, ``MQAdminStartup`` with ``args``), started
+    through ``MQAdminExit`` with a shared class archive: ~1 s a command instead of ~4 s.
+    ``user_home`` (``STORE_DIR`` of the script) also holds the logs unless ``log_root``;
+    ``rocketmq_home`` is ``rocketmq.home.dir`` (``ROCKETMQ_HOME``). ``$KAIROS_MQADMIN`` set
+    (and no ``rocketmq_home``): that script, as is. Blocks for a few seconds on the
+    session's first call."""
+    script = os.environ.get("KAIROS_MQADMIN")
+    if script and rocketmq_home is None:
+        return [script, *args]
+    return ["java", *_MQADMIN_JVM, *jvm_flags(), f"-Duser.home={user_home}",
+            f"-Drocketmq.home.dir={rocketmq_home or ROCKETMQ_HOME}",
+            f"-Drocketmq.client.logRoot={log_root or user_home / 'logs' / 'rocketmqlogs'}",
+            *_mqadmin_launcher(), *args]
 
 
 async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
@@ -77,7 +169,7 @@ async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
     import asyncio as _asyncio
 
     return await _asyncio.create_subprocess_exec(
-        "java", *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false", "-cp", classpath,
+        "java", *SHORT_JVM, *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false", "-cp", classpath,
         main, *args, stdout=_asyncio.subprocess.PIPE, stderr=_asyncio.subprocess.PIPE,
         env={**os.environ, "ROCKETMQ_HOME": str(home), "HOME": str(home)})
 

@@ -23,7 +23,7 @@ import pytest
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from kairosmq.server.namesrv import NameServer
 
-from tests.helpers import ROCKETMQ_HOME, wait_until
+from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, mqadmin_argv, wait_until
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
 MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
@@ -51,8 +51,9 @@ def _free_broker_port() -> int:
 
 async def mqadmin(store: Path, *args: str) -> str:
     await asyncio.to_thread(store.mkdir, parents=True, exist_ok=True)
+    argv = await asyncio.to_thread(mqadmin_argv, *args, user_home=store)
     proc = await asyncio.create_subprocess_exec(
-        str(MQADMIN), *args, cwd=store, env={**os.environ, "STORE_DIR": str(store)},
+        *argv, cwd=store, env={**os.environ, "STORE_DIR": str(store)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = out.decode(errors="replace")
@@ -66,7 +67,8 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
     port = _free_broker_port()
     addr = f"127.0.0.1:{port}"
     env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
-           "NAMESRV": ns.address, "BROKER_NAME": "apache-a", "CLUSTER": "MixedCluster"}
+           "NAMESRV": ns.address, "BROKER_NAME": "apache-a", "CLUSTER": "MixedCluster",
+           "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
     broker = await asyncio.create_subprocess_exec(
         str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
@@ -78,11 +80,12 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
         assert ns.routes.cluster_addr_table == {"MixedCluster": {"apache-a"}}
         assert "TBW102" in ns.routes.topic_queue_table
 
-        out = await mqadmin(tmp_path / "adm1", "clusterList", "-n", ns.address)
+        out, route_out = await asyncio.gather(
+            mqadmin(tmp_path / "adm1", "clusterList", "-n", ns.address),
+            mqadmin(tmp_path / "adm2", "topicRoute", "-n", ns.address, "-t", "TBW102"))
         row = next(line.split() for line in out.splitlines() if "apache-a" in line)
         assert row[:4] == ["MixedCluster", "apache-a", "0", addr] and row[4] == "V4_9_8", out
-        out = await mqadmin(tmp_path / "adm2", "topicRoute", "-n", ns.address, "-t", "TBW102")
-        assert '"brokerName":"apache-a"' in out and addr in out, out
+        assert '"brokerName":"apache-a"' in route_out and addr in route_out, route_out
 
         # the bundled client: TBW102 route -> the Apache broker auto-creates the topic and
         # registers again; then the topic's own route comes from our name server

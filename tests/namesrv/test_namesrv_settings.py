@@ -23,7 +23,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.registration import DataVersion, TopicConfigData, build_register_broker
 from kairosmq.server.namesrv import NameServer
 
-from tests.helpers import ROCKETMQ_HOME, wait_until
+from tests.helpers import ROCKETMQ_HOME, mqadmin_argv, wait_until
 from tests.namesrv.test_namesrv_server import _queues, register, route
 from tests.wire import RawPeer
 
@@ -110,8 +110,10 @@ async def test_incremental_registration_keeps_other_topics(namesrv: NameServer) 
 async def test_mqadmin_update_and_get_namesrv_config(namesrv: NameServer,
                                                      tmp_path: Path) -> None:
     async def mqadmin(*args: str) -> tuple[int, str]:
+        argv = await asyncio.to_thread(mqadmin_argv, *args, "-n", namesrv.address,
+                                       user_home=tmp_path)
         proc = await asyncio.create_subprocess_exec(
-            str(MQADMIN), *args, "-n", namesrv.address, cwd=tmp_path,
+            *argv, cwd=tmp_path,
             env={**os.environ, "STORE_DIR": str(tmp_path)},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 120)
@@ -126,10 +128,11 @@ async def test_mqadmin_update_and_get_namesrv_config(namesrv: NameServer,
              for k, v in [line.split("=", 1)]}
     assert shown["orderMessageEnable"] == "true" and shown["listenPort"] == str(namesrv.port)
     # an unknown key: mqadmin reports the name server's refusal with its remark
-    rc, out = await mqadmin("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1")
-    assert "unknown name server setting 'noSuchKey'" in out, out
-    rc, out = await mqadmin("updateNamesrvConfig", "-k", "kvConfigPath", "-v", "/tmp/x")
-    assert "Can not update config in black list." in out, out
+    (_, unknown), (_, black) = await asyncio.gather(
+        mqadmin("updateNamesrvConfig", "-k", "noSuchKey", "-v", "1"),
+        mqadmin("updateNamesrvConfig", "-k", "kvConfigPath", "-v", "/tmp/x"))
+    assert "unknown name server setting 'noSuchKey'" in unknown, unknown
+    assert "Can not update config in black list." in black, black
     assert namesrv.processor.order_message_enable  # unchanged by the refusals
 
 

@@ -31,7 +31,7 @@ from kairosmq.client.message import SendResult
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME, fast_config
+from tests.helpers import ROCKETMQ_HOME, fast_config, mqadmin_argv
 from tests.wire import RawPeer
 
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")
@@ -137,8 +137,8 @@ def mqadmin(*args: str, store_dir: Path) -> tuple[int, str]:
     env = {**os.environ, "STORE_DIR": str(store_dir)}
     store_dir.mkdir(parents=True, exist_ok=True)  # also the cwd: consumerStatus writes files
     for _ in range(2):
-        p = subprocess.run([str(MQADMIN), *args], capture_output=True, text=True,
-                           timeout=90, env=env, check=False, cwd=store_dir)
+        p = subprocess.run(mqadmin_argv(*args, user_home=store_dir), capture_output=True,
+                           text=True, timeout=90, env=env, check=False, cwd=store_dir)
         if "RemotingTimeoutException" not in p.stdout + p.stderr:
             break
     return p.returncode, p.stdout + p.stderr

@@ -4,7 +4,9 @@ name server, used by unchanged clients.
 The module runs twice (``mixed`` is parametrized at module scope): behind kairosmq's name
 server (``kairosmq namesrv``, a real process) and behind Apache's real name server. Both
 brokers are real processes in the cluster ``DefaultCluster``: ``apache-a``
-(``start_broker.sh``) and ``kairos-b`` (``python -m kairosmq.server broker --namesrv ...``).
+(``start_broker.sh``) and ``kairos-b`` (``python -m kairosmq.server broker --namesrv ...``),
+started once for the module and registered with both name servers (a ``namesrvAddr`` list);
+each case uses its own topics and groups, so each starts from names no broker has seen.
 Checked:
 
 * Apache's ``mqadmin updateTopic -c DefaultCluster`` creates a topic on both brokers;
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +53,14 @@ from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.headers import CreateTopicRequestHeader
 
-from tests.helpers import ROCKETMQ_HOME, ROCKETMQ_JARS, jvm_flags, wait_until
+from tests.helpers import (
+    APACHE_JAVA_OPT_EXT,
+    ROCKETMQ_HOME,
+    ROCKETMQ_JARS,
+    SHORT_JVM,
+    jvm_flags,
+    wait_until,
+)
 from tests.integration.procs import BrokerProcess, free_port
 from tests.registration.conftest import (
     APACHE_MISSING,
@@ -153,10 +163,14 @@ class Mixed:
     root: Path
     classpath: str
 
+    def name(self, base: str) -> str:
+        """``base`` for this case only (the brokers serve both cases)."""
+        return f"{base}-{self.kind}"
+
     def java(self, *args: str) -> list[str]:
         home = self.root / "java-home"
         home.mkdir(exist_ok=True)
-        return ["java", *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false",
+        return ["java", *SHORT_JVM, *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false",
                 f"-Duser.home={home}", "-cp", self.classpath, "MixedClient", *args]
 
 
@@ -232,50 +246,74 @@ def _stop(proc: subprocess.Popen[bytes] | None, group: bool = False) -> None:
         proc.wait(10)
 
 
-@pytest.fixture(scope="module", params=["kairosmq", "apache"])
-def mixed(request: pytest.FixtureRequest,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mixed]:
-    """Name server (``request.param``'s) + Apache broker + kairosmq broker, all processes."""
-    root = tmp_path_factory.mktemp(f"mixed-{request.param}")
-    classpath = _compile(root)
+@dataclass
+class Procs:
+    """Both name servers and both brokers, started once for the module."""
+    namesrvs: dict[str, str]  # "kairosmq" | "apache" -> address
+    apache_addr: str
+    kairos: BrokerProcess
+    root: Path
+    classpath: str
+
+
+@pytest.fixture(scope="module")
+def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procs]:
+    """kairosmq's name server and Apache's, and an Apache broker and a kairosmq broker
+    registered with both (RocketMQ's ``namesrvAddr`` list): one start serves both cases."""
+    root = tmp_path_factory.mktemp("mixed")
     ns_proc: subprocess.Popen[bytes] | None = None
-    apache_ns: ApacheNamesrv | None = None
+    apache_ns = ApacheNamesrv(root / "apache-namesrv")
     broker: subprocess.Popen[bytes] | None = None
     kairos: BrokerProcess | None = None
     try:
-        if request.param == "apache":
-            apache_ns = ApacheNamesrv(root / "apache-namesrv")
-            apache_ns.start()
-            ns = apache_ns.address
-        else:
+        with ThreadPoolExecutor(2) as pool:  # javac and the two name servers start together
+            compiled = pool.submit(_compile, root)
             ns_port = free_port()
             ns_proc = subprocess.Popen(
                 [sys.executable, "-m", "kairosmq.server", "namesrv", "--port", str(ns_port),
                  "--data-dir", str(root / "namesrv"), "--no-log-file", "--log-level",
                  "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            apache_ns.start()
             _wait_port(ns_port, ns_proc, "kairosmq namesrv", 30)
-            ns = f"127.0.0.1:{ns_port}"
+            classpath = compiled.result()
+        namesrvs = {"kairosmq": f"127.0.0.1:{ns_port}", "apache": apache_ns.address}
+        both = ";".join(namesrvs.values())
         port = _free_broker_port()
         env = {**os.environ, "STORE_DIR": str(root / "apache-broker"), "BROKER_PORT": str(port),
-               "NAMESRV": ns, "BROKER_NAME": APACHE, "CLUSTER": CLUSTER}
+               "NAMESRV": both, "BROKER_NAME": APACHE, "CLUSTER": CLUSTER,
+               "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
         (root / "apache-broker").mkdir()
         broker = subprocess.Popen([str(START_BROKER)], env=env, start_new_session=True,
                                   stdout=(root / "apache-broker" / "start.log").open("wb"),
                                   stderr=subprocess.STDOUT)
-        kairos = BrokerProcess(root / "kairos", "--namesrv", ns, "--broker-name", KAIROS,
+        kairos = BrokerProcess(root / "kairos", "--namesrv", both, "--broker-name", KAIROS,
                                "--cluster", CLUSTER, "--broker-ip", "127.0.0.1",
                                "--register-period", "5")
         asyncio.run(kairos.start(60))
         apache_addr = f"127.0.0.1:{port}"
-        asyncio.run(_registered(ns, {APACHE: apache_addr, KAIROS: kairos.address}, 150))
-        yield Mixed(request.param, ns, apache_addr, kairos, root, classpath)
-    finally:
+        yield Procs(namesrvs, apache_addr, kairos, root, classpath)
+    finally:  # SIGKILL for the Java processes: nothing here checks their shutdown (Apache's
+        # broker sleeps 3 s in its store's shutdown, then idles in Netty's quiet periods)
+        if broker is not None and broker.poll() is None:
+            os.killpg(broker.pid, signal.SIGKILL)
+        apache_ns.stop()
         if kairos is not None and kairos.proc is not None and kairos.proc.poll() is None:
             kairos.terminate()
-        _stop(broker, group=True)
         _stop(ns_proc)
-        if apache_ns is not None:
-            apache_ns.stop()
+        if broker is not None:
+            broker.wait(10)
+
+
+@pytest.fixture(scope="module", params=["kairosmq", "apache"])
+def mixed(request: pytest.FixtureRequest, procs: Procs) -> Mixed:
+    """The cluster seen through ``request.param``'s name server. Topics and groups carry the
+    name server's kind (``Mixed.name``): each case starts from names no broker has seen."""
+    ns = procs.namesrvs[request.param]
+    asyncio.run(_registered(ns, {APACHE: procs.apache_addr, KAIROS: procs.kairos.address},
+                            150))
+    root = procs.root / request.param
+    root.mkdir()
+    return Mixed(request.param, ns, procs.apache_addr, procs.kairos, root, procs.classpath)
 
 
 def _route(text: str) -> TopicRouteData:
@@ -313,15 +351,16 @@ def _got(lines: list[str]) -> dict[str, str]:
 
 async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
     ns = mixed.namesrv
+    topic, uneven = mixed.name("MixedTopic"), mixed.name("MixedUneven")
     # Apache's admin tool creates a topic on every master of the cluster: both brokers
     await asyncio.to_thread(mqadmin, mixed.root / "adm-create", "updateTopic", "-n", ns,
-                            "-c", CLUSTER, "-t", "MixedTopic", "-r", "4", "-w", "4")
-    await route_is(ns, "MixedTopic", {APACHE: 4, KAIROS: 4}, timeout=15)
+                            "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4")
+    await route_is(ns, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
     # per broker: different queue counts and perms (read-only on the kairosmq broker)
-    await create_topic(mixed.apache_addr, "MixedUneven", 6)
-    await create_topic(mixed.kairos.address, "MixedUneven", 2, perm=PERM_READ)
-    await route_is(ns, "MixedUneven", {APACHE: 6, KAIROS: 2}, timeout=15)
-    route = await topic_route(ns, "MixedUneven")
+    await create_topic(mixed.apache_addr, uneven, 6)
+    await create_topic(mixed.kairos.address, uneven, 2, perm=PERM_READ)
+    await route_is(ns, uneven, {APACHE: 6, KAIROS: 2}, timeout=15)
+    route = await topic_route(ns, uneven)
     assert route is not None
     assert {(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm)
             for q in route.queue_datas} == {(APACHE, 6, 6, 6), (KAIROS, 2, 2, PERM_READ)}
@@ -331,10 +370,8 @@ async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
 
     cluster_out, route_out, uneven_out = await asyncio.gather(
         asyncio.to_thread(mqadmin, mixed.root / "adm1", "clusterList", "-n", ns),
-        asyncio.to_thread(mqadmin, mixed.root / "adm2", "topicRoute", "-n", ns,
-                          "-t", "MixedTopic"),
-        asyncio.to_thread(mqadmin, mixed.root / "adm3", "topicRoute", "-n", ns,
-                          "-t", "MixedUneven"))
+        asyncio.to_thread(mqadmin, mixed.root / "adm2", "topicRoute", "-n", ns, "-t", topic),
+        asyncio.to_thread(mqadmin, mixed.root / "adm3", "topicRoute", "-n", ns, "-t", uneven))
     rows = {r[1]: r for line in cluster_out.splitlines()
             if (r := line.split())[:1] == [CLUSTER]}
     assert set(rows) == {APACHE, KAIROS}, cluster_out
@@ -349,12 +386,13 @@ async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
 
 
 async def test_stock_java_clients_across_both_brokers(mixed: Mixed) -> None:
-    topic, n = "MixedJava", 24
+    topic, n = mixed.name("MixedJava"), 24
     await create_topic(mixed.apache_addr, topic, 4)
     await create_topic(mixed.kairos.address, topic, 2)
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 2}, timeout=15)
     consume = asyncio.ensure_future(
-        _java(mixed, "consume", mixed.namesrv, topic, "MixedJavaCG", str(n), "60", timeout=85))
+        _java(mixed, "consume", mixed.namesrv, topic, mixed.name("MixedJavaCG"), str(n), "60",
+              timeout=85))
     lines = await _java(mixed, "produce", mixed.namesrv, topic, "java", str(n), "0", timeout=60)
     sent = _sent(lines)
     assert len(sent) == n, lines
@@ -364,12 +402,12 @@ async def test_stock_java_clients_across_both_brokers(mixed: Mixed) -> None:
 
 
 async def test_bundled_clients_across_both_brokers(mixed: Mixed) -> None:
-    topic, n = "MixedBundled", 20
+    topic, n = mixed.name("MixedBundled"), 20
     await create_topic(mixed.apache_addr, topic, 3)
     await create_topic(mixed.kairos.address, topic, 2)
     await route_is(mixed.namesrv, topic, {APACHE: 3, KAIROS: 2}, timeout=15)
-    producer = Producer("MixedBundledPG", namesrv=mixed.namesrv)
-    consumer = PushConsumer("MixedBundledCG", namesrv=mixed.namesrv,
+    producer = Producer(mixed.name("MixedBundledPG"), namesrv=mixed.namesrv)
+    consumer = PushConsumer(mixed.name("MixedBundledCG"), namesrv=mixed.namesrv,
                             consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
                             rebalance_interval=1.0)
     got: dict[str, str] = {}
@@ -397,12 +435,12 @@ async def test_bundled_clients_across_both_brokers(mixed: Mixed) -> None:
 
 async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> None:
     """Last in the module: it kills and restarts the kairosmq broker."""
-    topic, n = "MixedKill", 40
+    topic, n = mixed.name("MixedKill"), 40
     await create_topic(mixed.apache_addr, topic, 4)
     await create_topic(mixed.kairos.address, topic, 4)
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
     proc = await asyncio.create_subprocess_exec(
-        *mixed.java("produce", mixed.namesrv, topic, "kill", str(n), "150"),
+        *mixed.java("produce", mixed.namesrv, topic, "kill", str(n), "60"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     lines: list[str] = []
@@ -436,6 +474,6 @@ async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> 
     await mixed.kairos.start(60)  # same data dir and port
     await _registered(mixed.namesrv, {KAIROS: mixed.kairos.address}, 30)
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
-    got = _got(await _java(mixed, "consume", mixed.namesrv, topic, "MixedKillCG", str(n), "60",
-                           timeout=85))
+    got = _got(await _java(mixed, "consume", mixed.namesrv, topic, mixed.name("MixedKillCG"),
+                           str(n), "60", timeout=85))
     assert got == sent  # nothing acknowledged is lost, each from the broker that stored it

@@ -8,28 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME
+from tests.helpers import ROCKETMQ_HOME, mqadmin_argv
 from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER
 from tests.security.java_acl import java_missing
 
 pytestmark = pytest.mark.skipif(java_missing() is not None,
                                 reason=f"stock mqadmin with ACL: {java_missing()}")
-
-
-def _java17_flags() -> list[str]:
-    flags = ROCKETMQ_HOME / "jvm_flags.sh"
-    if not flags.exists():
-        return []
-    out = subprocess.run(["bash", "-c", f'. "{flags}"; echo $RMQ_JAVA17_FLAGS'],
-                         capture_output=True, text=True, check=True, timeout=10)
-    return out.stdout.split()
 
 
 def _home(tmp: Path, access_key: str, secret_key: str) -> Path:
@@ -44,10 +34,8 @@ def _home(tmp: Path, access_key: str, secret_key: str) -> Path:
 
 
 async def mqadmin(home: Path, *args: str) -> tuple[int, str]:
-    cmd = ["java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", *_java17_flags(),
-           f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
-           f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{ROCKETMQ_HOME / 'lib'}/*",
-           "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
+    cmd = await asyncio.to_thread(mqadmin_argv, *args, user_home=home, rocketmq_home=home,
+                                  log_root=home / "logs")
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 120)

@@ -4,7 +4,8 @@
   (``RequestProducer``, ``AsyncRequestProducer``, ``ResponseConsumer``) verbatim, Apache
   2.0; the only change, made here at compile time, is the name-server address (upstream
   hard-codes ``127.0.0.1:9876``; ``AsyncRequestProducer`` reads
-  ``-Drocketmq.namesrv.addr``). They run as three JVMs against an in-process broker; the
+  ``-Drocketmq.namesrv.addr``). They run as three JVMs against an in-process broker (the
+  ``RequestProducer`` runs through ``ExitAfter``, which exits once its main returns); the
   bundled ``Producer.request`` also asks the Java responder.
 * ``TraceClient`` (below) is a producer and a push consumer with ``enableMsgTrace=true``;
   then RocketMQ's ``mqadmin queryMsgTraceById`` must show the message's Pub and Sub rows
@@ -36,7 +37,14 @@ from kairosmq.client import (
 )
 from kairosmq.server.broker import Broker
 
-from tests.helpers import ROCKETMQ_HOME, ROCKETMQ_JARS, jvm_flags, wait_until
+from tests.helpers import (
+    ROCKETMQ_HOME,
+    ROCKETMQ_JARS,
+    SHORT_JVM,
+    jvm_flags,
+    mqadmin_argv,
+    wait_until,
+)
 
 JARS = ROCKETMQ_JARS
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")
@@ -85,6 +93,20 @@ public class TraceClient {
 """
 
 
+EXIT_AFTER = r"""
+/** Runs another class's main (unchanged), then exits: a main that returns after its
+ *  producer's shutdown() otherwise idles 2 s in Netty's shutdown quiet period. */
+public class ExitAfter {
+    public static void main(String[] a) throws Exception {
+        Class.forName(a[0]).getMethod("main", String[].class)
+            .invoke(null, (Object) java.util.Arrays.copyOfRange(a, 1, a.length));
+        System.out.flush();
+        System.exit(0);
+    }
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The examples (name server from -Drocketmq.namesrv.addr) and TraceClient, compiled."""
@@ -96,6 +118,7 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                      'System.getProperty("rocketmq.namesrv.addr")')
         (src / f.name).write_text(text)
     (src / "TraceClient.java").write_text(TRACE_CLIENT)
+    (src / "ExitAfter.java").write_text(EXIT_AFTER)
     cp = ":".join(str(j) for j in JARS)
     p = subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(out),
                         *map(str, sorted(src.glob("*.java")))],
@@ -108,7 +131,7 @@ class Jvm:
     """One Java main class as a subprocess; its stdout lines collected as they come."""
 
     def __init__(self, classes: Path, home: Path, ns: str, main: str, *args: str) -> None:
-        self.argv = ["java", *jvm_flags(), "-Xmx256m", "-XX:+UseSerialGC",
+        self.argv = ["java", *SHORT_JVM, *jvm_flags(), "-Xmx256m", "-XX:+UseSerialGC",
                      "-Drocketmq.client.logUseSlf4j=false", f"-Drocketmq.namesrv.addr={ns}",
                      f"-Duser.home={home}", "-cp",
                      ":".join([*map(str, JARS), str(classes)]), main, *args]
@@ -187,7 +210,7 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
     # its long polls are held on all 4 queues: offsets are computed, a request will be seen
     await wait_until(lambda: broker.pull_holds.held >= 4, 60)
 
-    sync = await Jvm(classes, tmp_path / "req", ns, pkg + "RequestProducer").start()
+    sync = await Jvm(classes, tmp_path / "req", ns, "ExitAfter", pkg + "RequestProducer").start()
     jvms.append(sync)
     assert await sync.wait(120) == 0, (sync.lines, await sync.stderr())
     line = sync.has("request to <RequestTopic> cost:")
@@ -235,7 +258,8 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
         c.register_listener(answer)
         await c.start()
         try:
-            again = await Jvm(classes, tmp_path / "req2", ns, pkg + "RequestProducer").start()
+            again = await Jvm(classes, tmp_path / "req2", ns, "ExitAfter",
+                              pkg + "RequestProducer").start()
             jvms.append(again)
             assert await again.wait(120) == 0, (again.lines, await again.stderr())
             line = again.has("request to <RequestTopic> cost:")
@@ -266,9 +290,10 @@ async def test_stock_trace_client_and_mqadmin_query_msg_trace_by_id(
     for _ in range(3):  # the consume trace may still be on its way
         env = {**os.environ, "STORE_DIR": str(tmp_path / "mqadmin")}
         (tmp_path / "mqadmin").mkdir(exist_ok=True)
+        argv = await asyncio.to_thread(mqadmin_argv, "queryMsgTraceById", "-n", ns,
+                                       "-i", msg_id, user_home=tmp_path / "mqadmin")
         p = await asyncio.create_subprocess_exec(
-            str(MQADMIN), "queryMsgTraceById", "-n", ns, "-i", msg_id,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
         raw, _ = await asyncio.wait_for(p.communicate(), 120)
         out = raw.decode(errors="replace")
         rows = _trace_rows(out)
