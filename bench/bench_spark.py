@@ -20,7 +20,10 @@ parse (inner times and CPU) and a verdict against the goals of issue 17: job wal
 
 Both runs use the job's JVM collector (``job.JVM_GC``, the parallel one) unless ``--gc
 default``; ``--g1`` adds a third run per size, the job with the JVM's default collector (G1),
-printed as its own row with the same parse time.
+printed as its own row with the same parse time. Both also map Spark's classes from the
+class archive ``kairosmq report`` uses (``preflight.class_archive``); when there is none yet,
+an untimed job over 2,000 events writes it first, as a user's first report would
+(``--no-cds``: JVMs without it).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,6 +68,20 @@ def parse_only(logs: str, out: str) -> None:
     spark.stop()
 
 
+def make_archive(a: argparse.Namespace, dump: str, pending: Path, env: dict[str, str]) -> None:
+    """Untimed: the job once over 2,000 generated events with ``dump`` (the options that
+    write the class archive at JVM exit), as a user's first report would."""
+    with tempfile.TemporaryDirectory(prefix="kmq-cds-") as tmp:
+        logs = Path(tmp) / "logs"
+        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_events.py"), "--events",
+                        "2000", "--out", str(logs)], check=True, capture_output=True)
+        subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
+                        "--conf", "spark.ui.enabled=false", "--driver-java-options", dump,
+                        str(ROOT / "spark" / "job.py"), str(logs), "-o", str(Path(tmp) / "o"),
+                        "-q"], check=True, env=env, capture_output=True)
+    print(f"class archive written: {pending.name.rsplit('.', 2)[0]}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -76,22 +94,32 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gc", choices=("parallel", "default"), default="parallel",
                    help="JVM collector of every run: the job's (parallel) or the JVM's (G1)")
     p.add_argument("--g1", action="store_true", help="also run the job with the JVM's G1")
+    p.add_argument("--no-cds", action="store_true",
+                   help="start the JVMs without the class archive (preflight.class_archive)")
     p.add_argument("--parse-only", nargs=2, metavar=("LOGS", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.parse_only:
         parse_only(*a.parse_only)
         return
     from kairosmq.spark.job import JVM_GC
-    from kairosmq.spark.preflight import quiet_log4j_options
+    from kairosmq.spark.preflight import class_archive, keep_archive, quiet_log4j_options
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    archive = ""
+    if not a.no_cds:  # the class archive the job's own JVM uses (kairosmq report)
+        archive, pending = class_archive()
+        if pending is not None:
+            make_archive(a, archive, pending, env)
+            keep_archive(pending)
+            archive = class_archive()[0]
 
     def submit_cmd(gc: str) -> list[str]:
         java = quiet_log4j_options() + (f" {JVM_GC}" if gc == "parallel" else "")
         return [str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
                 "--driver-memory", a.driver_memory, "--conf", "spark.ui.enabled=false",
-                "--driver-java-options", java]
+                "--driver-java-options", f"{java} {archive}".strip()]
 
     submit = submit_cmd(a.gc)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     rows = []
     for n in a.sizes:
         logs = Path(a.work) / (f"logs-{n}" + ("" if a.format == 2 else f"-v{a.format}"))

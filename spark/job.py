@@ -16,8 +16,10 @@ Invariants:
 * Built-in Spark SQL only (no UDFs): executors never start Python. The small tables are
   collected to the driver and written there as JSON lines.
 * The input is parsed once, in one pass that computes every aggregate (no cache of the
-  parsed lines: building it cost more than it saved). Under spark-submit the master comes
-  from spark-submit; otherwise ``--master`` (default ``local[*]``).
+  parsed lines: building it cost more than it saved), and the report's results are ONE
+  query over it, collected once (nothing written in between; with ``--messages`` a parquet
+  work directory holds the aggregate for the table and the results). Under spark-submit
+  the master comes from spark-submit; otherwise ``--master`` (default ``local[*]``).
 * ``main`` stops only a session it started (tests share one session).
 """
 
@@ -135,13 +137,15 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
 
 
 def build_session(master: str | None = None, *, app_name: str = "kairosmq-report",
-                  driver_memory: str | None = None, verbose: bool = False) -> SparkSession:
+                  driver_memory: str | None = None, verbose: bool = False,
+                  jvm_options: str = "") -> SparkSession:
     """Get or create the session: UTC; ``local[*]`` unless told or submitted.
 
     Spark logs errors only (a log4j2 file for the driver JVM this process starts, then
     ``setLogLevel``); ``verbose`` keeps Spark's WARN lines. The driver JVM this process
     starts, and the executors of a cluster it starts, use the parallel collector (``JVM_GC``;
-    under spark-submit the JVM options are spark-submit's).
+    under spark-submit the JVM options are spark-submit's); ``jvm_options`` are added to the
+    driver JVM's (``preflight.class_archive``).
     """
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
     level = "WARN" if verbose else "ERROR"
@@ -153,7 +157,7 @@ def build_session(master: str | None = None, *, app_name: str = "kairosmq-report
             builder = builder.config("spark.driver.memory", driver_memory)
         java_options = [] if verbose else [preflight.quiet_log4j_options()]
         builder = builder.config("spark.driver.extraJavaOptions",
-                                 " ".join([*java_options, JVM_GC]))
+                                 " ".join([*java_options, JVM_GC, jvm_options]).strip())
         # executors of a cluster master get the same collector (spark-submit: user's choice)
         builder = builder.config("spark.executor.extraJavaOptions", JVM_GC)
     # Spark's stage progress bar on a terminal; plain step lines only when piped.
@@ -213,19 +217,20 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
     """Extract, transform and load; return the summary written to ``summary.json``.
 
     One pass: the input is parsed once and every aggregate comes out of one hash aggregation
-    (``transforms.facts`` -> ``transforms.one_pass``: one scan, one shuffle), written by the
-    executors as a small parquet work directory partitioned by row kind. The result jobs
-    (latency histograms, retry funnel, line counts, lateness histogram, top-late rows and,
-    with ``write_messages``, the ``messages/`` table) read it as columns from ``parallel``
-    driver threads; everything else is derived on the driver from those small results. The
-    work directory is removed at the end. With ``cache_dir`` (``--incremental``) closed files
-    are read from their Parquet copies.
+    (``transforms.facts`` -> ``transforms.one_pass``: one scan, one shuffle); the results the
+    report needs (latency histograms, retry funnel, line counts, lateness histogram, top-late
+    rows) come out of it in the same query (``transforms.results_of``: a second, small
+    aggregation) and are collected once; everything else is derived on the driver. Only
+    with ``write_messages`` is the aggregate written as a parquet work directory, read by
+    the ``messages/`` write and the result jobs (``parallel`` at a time) and removed at the
+    end. With ``cache_dir`` (``--incremental``) closed files are read from their Parquet
+    copies.
     """
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     paths = resolve_inputs(inputs)
     strict = mode.upper() == "FAILFAST"
-    progress = Progress(total=8 + write_messages + strict + (cache_dir is not None),
+    progress = Progress(total=(9 if write_messages else 3) + strict + (cache_dir is not None),
                         quiet=quiet)
     if strict:
         check_every_field(spark, paths)
@@ -236,38 +241,14 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         source, converted = incremental.lines_frame(
             spark, paths, Path(cache_dir), lambda p: extract(spark, p, mode))
         progress.step(f"parquet cache (+{converted})")
-    # The one pass: one scan, one shuffle, written once as small parquet partitions (one per
-    # row kind) that the result jobs below read as columns (no cache of the parsed lines).
-    work = out / "_one_pass"
-    got: dict[str, Rows] = {}
-
-    def collect(name: str, df: DataFrame) -> str:
-        got[name] = _rows(df)
-        return name
-
-    def messages() -> str:
-        # no dictionary encoding: msg_id and the times are unique per row
-        (agg.transform(T.lifecycle_of).write.mode("overwrite")
-         .option("parquet.enable.dictionary", "false").parquet(str(out / "messages")))
-        return "messages"
-
-    try:
-        (source.transform(T.facts).transform(T.one_pass).write.mode("overwrite")
-         .option("parquet.enable.dictionary", "false").partitionBy("kind").parquet(str(work)))
+    if write_messages:
+        got = _via_work_dir(spark, source, out, top_n, parallel, progress)
+    else:
+        # The one pass and every result from it in ONE query: one scan, the one-pass
+        # aggregation, a second small one; nothing written in between.
+        got = T.split_results(_rows(source.transform(T.facts).transform(T.one_pass)
+                                    .transform(T.results_of, top_n)))
         progress.step("one pass")
-        agg = spark.read.parquet(str(work))
-        with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="metric") as pool:
-            running = [pool.submit(messages)] if write_messages else []
-            running += [pool.submit(collect, name, df) for name, df in (
-                ("latency", agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
-                ("retry_funnel", agg.transform(T.outcomes_of).transform(T.retry_funnel)),
-                ("line_counts", agg.transform(T.counts_of)),
-                ("lateness", agg.transform(T.lateness_of)),
-                ("top_late", agg.transform(T.top_late_of, top_n)))]
-            for fut in as_completed(running):
-                progress.step(fut.result())
-    finally:
-        _remove(spark, work)
     tables = derive_tables(got)
     for name in TABLES:
         write_table(out, name, tables[name])
@@ -287,6 +268,45 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         print(report.console_summary(tables, summary))
         print(f"report: {out / 'report.html'}  ({progress.elapsed:.1f} s)")
     return summary
+
+
+def _via_work_dir(spark: SparkSession, source: DataFrame, out: Path, top_n: int, parallel: int,
+                  progress: Progress) -> dict[str, Rows]:
+    """With ``messages/``: the one pass written once as a parquet work directory partitioned
+    by row kind (``_one_pass/``, removed at the end), then ``messages/`` and the results read
+    from it as columns, ``parallel`` jobs at a time (the table needs every message's row, so
+    the aggregate is kept rather than computed twice)."""
+    work = out / "_one_pass"
+    got: dict[str, Rows] = {}
+
+    def collect(name: str, df: DataFrame) -> str:
+        got[name] = _rows(df)
+        return name
+
+    def messages() -> str:
+        # no dictionary encoding: msg_id and the times are unique per row
+        (agg.transform(T.lifecycle_of).write.mode("overwrite")
+         .option("parquet.enable.dictionary", "false").parquet(str(out / "messages")))
+        return "messages"
+
+    try:
+        (source.transform(T.facts).transform(T.one_pass).write.mode("overwrite")
+         .option("parquet.enable.dictionary", "false").partitionBy("kind").parquet(str(work)))
+        progress.step("one pass")
+        agg = spark.read.parquet(str(work))
+        with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="metric") as pool:
+            running = [pool.submit(messages)]
+            running += [pool.submit(collect, name, df) for name, df in (
+                ("latency", agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
+                ("retry_funnel", agg.transform(T.outcomes_of).transform(T.retry_funnel)),
+                ("line_counts", agg.transform(T.counts_of)),
+                ("lateness", agg.transform(T.lateness_of)),
+                ("top_late", agg.transform(T.top_late_of, top_n)))]
+            for fut in as_completed(running):
+                progress.step(fut.result())
+    finally:
+        _remove(spark, work)
+    return got
 
 
 def _remove(spark: SparkSession, path: Path) -> None:
@@ -351,7 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if owned and not submitted and (missing := preflight.problem()) is not None:
         print(f"kairosmq report: {missing}", file=sys.stderr)
         return 2
-    spark = build_session(args.master, driver_memory=args.driver_memory, verbose=args.verbose)
+    # Spark's classes from the JVM's class archive (a first run dumps it): half the start CPU
+    archive, pending = preflight.class_archive() if owned and not submitted else ("", None)
+    spark = build_session(args.master, driver_memory=args.driver_memory, verbose=args.verbose,
+                          jvm_options=archive)
     if args.shuffle_partitions or spark.sparkContext.master.startswith("local"):
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions or 8))
     try:
@@ -365,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if owned:
             spark.stop()
+            if pending is not None:  # end the JVM now: it dumps the archive as it exits
+                preflight.keep_archive(pending, getattr(SparkContext._gateway, "proc", None))
+                SparkContext._gateway = SparkContext._jvm = None
     return 0
 
 

@@ -5,9 +5,12 @@ files and starts no jobs, so they chain with ``df.transform(...)`` and are unit-
 frames. ``lines`` takes the frame read with ``schema.LOG_EVENT_SCHEMA`` (after
 ``schema.event_time``) and yields the narrow per-line frame (``LINE_COLUMNS``). The job runs
 ``facts`` -> ``one_pass`` over it (every aggregate in one hash aggregation: one scan, one
-shuffle) and derives each result from that (``counts_of``, ``lateness_of``, ``top_late_of``,
-``lifecycle_of``, ``outcomes_of``); ``line_counts``, ``lateness_histogram``, ``top_late``,
-``message_lifecycle`` and ``consumer_outcomes`` are the same results straight from ``lines``.
+shuffle) and ``results_of`` over that: every result the report needs in the same query
+(``split_results`` names them on the driver). ``counts_of``, ``lateness_of``,
+``top_late_of``, ``lifecycle_of``, ``outcomes_of`` derive each result on its own (the
+``--messages`` table, and the reference ``results_of`` is tested against);
+``line_counts``, ``lateness_histogram``, ``top_late``, ``message_lifecycle`` and
+``consumer_outcomes`` are the same results straight from ``lines``.
 
 Invariants:
 * ``label`` is the event name, or ``<malformed>`` (the line did not parse), ``<no event>``,
@@ -30,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kairosmq.protocol.events import LOG_FORMAT
 from kairosmq.spark.schema import CORRUPT
@@ -329,3 +333,110 @@ def outcomes_of(agg: DataFrame) -> DataFrame:
     return _kind(agg, CONSUMER).select(
         F.col("s2").alias("group"), F.col("s1").alias("msg_id"),
         (pulled + 1).cast("int").alias("attempts"), outcome.alias("outcome"))
+
+
+# ---- every small result from ``one_pass`` in ONE query (no work directory) -----------------
+# Result kinds besides COUNTS and HIST (which pass through unchanged).
+LATENCY, FUNNEL, TOP = 4, 5, 6
+# ``results_of``'s columns: the key of ``FACT_KEY``, then its values.
+RESULT_VALUES: tuple[tuple[str, str], ...] = (
+    ("n", "long"), ("min1", "long"), ("max1", "double"), ("max2", "int"), ("sum1", "double"),
+    ("pulls", "long"), ("lat", "double"))
+
+
+def results_of(agg: DataFrame, n: int = 100) -> DataFrame:
+    """Every result the report needs from ``one_pass``, as ONE query of a few thousand rows
+    (split on the driver by ``split_results``): each aggregated row becomes the rows it feeds
+    (LATENCY: the end-to-end and added delay of a message's first attempt, FUNNEL: a group's
+    outcome for a message, TOP: a delivery's lateness; COUNTS and HIST rows as they are), a
+    second aggregation sums them, and the ``n`` latest deliveries are taken from the TOP rows.
+
+    Both branches of the final union read the same second aggregation, so Spark runs the scan
+    and the one pass once (its exchange is reused); they select every column and filter on
+    ``lat`` (an aggregate, which Spark does not push below the aggregation) to keep the two
+    plans below the union equal. Same figures as ``counts_of``, ``lateness_of``,
+    ``lifecycle_of`` -> ``e2e_histogram``, ``outcomes_of`` -> ``retry_funnel`` and
+    ``top_late_of``, without writing or reading the aggregate.
+    """
+    kind, k2 = F.col("kind"), F.col("k2")
+    born, first_consume = F.col("max1").cast("long"), F.col("min5")
+    e2e = (first_consume - born).cast("double")
+    added = (first_consume - born
+             - F.coalesce(F.col("min3") - F.col("min2"), F.lit(0))).cast("double")
+    level = F.coalesce(F.col("max2"), F.lit(0))
+    pulled = F.coalesce(F.col("max1").cast("int"), F.lit(-1))
+    sent_back = F.coalesce(F.col("max2"), F.lit(-1))
+    outcome = (F.when(F.col("min1") == 1, F.lit("dead_lettered"))
+               .when(sent_back > pulled, F.lit("in_retry"))
+               .otherwise(F.lit("succeeded")))
+
+    def row(rkind: int, when: Column, keys: dict[str, Column], values: dict[str, Column]) -> Column:
+        fields = [F.lit(rkind).cast("tinyint").alias("kind")]
+        fields += [keys.get(k, F.lit(None)).cast(t).alias(k) for k, t in FACT_KEY[1:]]
+        fields += [values.get(k, F.lit(None)).cast(t).alias(k) for k, t in RESULT_VALUES]
+        return F.when(when, F.struct(*fields))
+
+    message, first = kind == MESSAGE, (kind == MESSAGE) & (k2 == 0)
+    rows = F.array(
+        row(COUNTS, kind == COUNTS, {"s1": F.col("s1"), "s2": F.col("s2"), "k1": F.col("k1"),
+                                     "k2": k2},
+            {"n": F.col("n"), "min1": F.col("min1"), "max1": F.col("max1")}),
+        row(HIST, kind == HIST, {"s2": F.col("s2"), "k1": F.col("k1"), "k2": k2},
+            {"n": F.col("n"), "max1": F.col("max1"), "sum1": F.col("sum1"),
+             "pulls": F.col("pulls")}),
+        row(LATENCY, first & e2e.isNotNull(),
+            {"s1": F.lit("e2e"), "s2": F.col("s2"), "k1": bucket(e2e), "k2": level},
+            {"n": F.lit(1), "max1": e2e, "sum1": e2e}),
+        row(LATENCY, first & added.isNotNull(),
+            {"s1": F.lit("added"), "s2": F.col("s2"), "k1": bucket(added), "k2": level},
+            {"n": F.lit(1), "max1": added, "sum1": added}),
+        row(TOP, message & F.col("lateness_ms").isNotNull(),
+            {"s1": F.col("s1"), "s2": F.col("s2"), "k2": k2},
+            {"n": F.lit(1), "min1": F.col("min4"), "max2": F.col("max2"),
+             "lat": F.col("lateness_ms")}),
+        row(FUNNEL, kind == CONSUMER, {"s1": outcome, "s2": F.col("s2"), "k2": pulled + 1},
+            {"n": F.lit(1)}),
+    )
+    out = (agg.select(F.explode(rows).alias("r")).where(F.col("r").isNotNull()).select("r.*")
+           .groupBy(*(k for k, _ in FACT_KEY)).agg(
+               F.sum("n").alias("n"), F.min("min1").alias("min1"), F.max("max1").alias("max1"),
+               F.max("max2").alias("max2"), F.sum("sum1").alias("sum1"),
+               F.sum("pulls").alias("pulls"), F.max("lat").alias("lat")))
+    columns = out.columns
+    top = (out.where(F.col("lat").isNotNull())
+           .orderBy(F.col("lat").desc(), F.col("s1")).limit(n).select(*columns))
+    return out.where(F.col("lat").isNull()).select(*columns).unionByName(top)
+
+
+def split_results(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``results_of``'s rows as the results of ``counts_of`` (``line_counts``),
+    ``lateness_of`` (``lateness``), ``e2e_histogram`` (``latency``), ``retry_funnel`` (in its
+    order) and ``top_late_of`` (``top_late``, ranked), with the same columns."""
+    got: dict[str, list[dict[str, Any]]] = {
+        "line_counts": [], "lateness": [], "latency": [], "retry_funnel": [], "top_late": []}
+    for r in rows:
+        k = r["kind"]
+        if k == COUNTS:
+            got["line_counts"].append({
+                "label": r["s1"], "minute": r["k1"], "dlq_copy": r["k2"] == 1,
+                "level_recall": r["k2"] == 2, "group": r["s2"], "lines": r["n"],
+                "first_ms": r["min1"], "last_ms": None if r["max1"] is None else int(r["max1"])})
+        elif k == HIST:
+            got["lateness"].append({
+                "delay_level": r["k2"], "topic": r["s2"], "bucket": r["k1"], "n": r["n"],
+                "hi": r["max1"], "total": r["sum1"], "early": r["pulls"]})
+        elif k == LATENCY:
+            got["latency"].append({
+                "topic": r["s2"], "delay_level": r["k2"], "kind": r["s1"], "bucket": r["k1"],
+                "n": r["n"], "hi": r["max1"], "total": r["sum1"]})
+        elif k == FUNNEL:
+            got["retry_funnel"].append({"group": r["s2"], "attempts": r["k2"],
+                                        "outcome": r["s1"], "messages": r["n"]})
+        elif k == TOP:
+            got["top_late"].append({
+                "delivered_ms": r["min1"], "msg_id": r["s1"], "topic": r["s2"],
+                "delay_level": r["max2"], "reconsume_times": r["k2"], "lateness_ms": r["lat"]})
+    got["retry_funnel"].sort(key=lambda r: (r["group"], r["attempts"], r["outcome"]))
+    got["top_late"].sort(key=lambda r: (-r["lateness_ms"], r["msg_id"]))
+    got["top_late"] = [{"rank": i, **r} for i, r in enumerate(got["top_late"], 1)]
+    return got

@@ -18,6 +18,9 @@ import orjson
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install kairosmq[spark])")
+# Reports run by the tests write no class archive to the user's cache (test_cli turns it on
+# with its own cache directory).
+os.environ.setdefault("KAIROSMQ_SPARK_CDS", "off")
 
 from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, record  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402

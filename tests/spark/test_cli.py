@@ -73,6 +73,33 @@ def test_a_real_run_shows_progress_and_no_spark_warnings(tmp_path):
     assert (out / "report.html").exists()
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_class_archive_is_written_once_then_mapped_quietly(tmp_path):
+    """The first report dumps Spark's classes to the JVM's class archive under the cache
+    directory (kept under its final name only once that JVM exited cleanly); the next report
+    maps it and leaves it as it is; neither run prints a CDS line or a WARN."""
+    if not java_available():
+        pytest.skip(NO_JAVA)
+    logs = write_jsonl(tmp_path / "logs" / "broker.jsonl", scenario.records()).parent
+    cache = tmp_path / "cache"
+    env = {"KAIROSMQ_SPARK_CDS": "on", "XDG_CACHE_HOME": str(cache)}
+    stamps = []
+    for i in range(2):
+        proc = _run(CLI, "report", str(logs), "-o", str(tmp_path / f"out{i}"), "--master",
+                    "local[1]", "--shuffle-partitions", "2", "-q", env=env, timeout=280)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        noise = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+                 if re.search(r"\bWARN\b|cds|[Ss]hared archive", ln)]
+        assert noise == [], noise
+        files = sorted((cache / "kairosmq").iterdir())
+        assert len(files) == 1 and files[0].suffix == ".jsa", files  # no partial file left
+        assert files[0].stat().st_size > 10_000_000
+        stamps.append((files[0].name, files[0].stat().st_mtime_ns))
+        assert (tmp_path / f"out{i}" / "report.html").exists()
+    assert stamps[0] == stamps[1]
+
+
 GC_PROBE = ("from kairosmq.spark.job import build_session; s = build_session('local[1]'); "
             "beans = s.sparkContext._jvm.java.lang.management.ManagementFactory"
             ".getGarbageCollectorMXBeans(); print(sorted(b.getName() for b in beans)); s.stop()")

@@ -37,6 +37,7 @@ PER_LEVEL = 5
 PLAIN = 8  # plus one message retried once and one dead-lettered, all on CtNormal
 LATENESS_BOUND_MS = 1000.0  # "late by milliseconds"; generous for a shared CI box
 TIMER_MS = 300  # TIMER_DELAY_MS of the timer messages (topic CtTimer, consumed too)
+LOG_SLACK_MS = 50  # receipt -> the scheduled log line's ts, on a loaded machine
 
 
 async def _timers_and_transactions(broker: Broker, sent: dict[str, object]) -> None:
@@ -169,7 +170,9 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
         assert (m["topic"], m["delay_level"], m["first_pulls"]) == ("CtDelay", level, 1)
         assert 0 <= m["lateness_ms"] < LATENESS_BOUND_MS
         assert levels_ms[level - 1] - 5 <= m["e2e_ms"] < levels_ms[level - 1] + 10_000
-        assert abs(m["nominal_ms"] - levels_ms[level - 1]) <= 5  # deliver_ts - store time
+        # deliver_ts - the scheduled line's ts: that line is written after the store, so a
+        # loaded machine (a GIL switch, 5 ms in a test process) puts ms in between
+        assert -LOG_SLACK_MS <= m["nominal_ms"] - levels_ms[level - 1] <= 5
         assert -5 <= m["added_ms"] < 10_000
     for mid in sent["plain"]:
         assert (messages[mid]["topic"], messages[mid]["delay_level"]) == ("CtNormal", 0)
@@ -182,7 +185,8 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     for mid in sent["timers"][:2]:
         m = messages[mid]
         assert (m["topic"], m["delay_level"], m["first_pulls"]) == ("CtTimer", TIMER_LEVEL, 1)
-        assert abs(m["nominal_ms"] - TIMER_MS) <= 5 and -5 <= m["added_ms"] < 10_000
+        assert -LOG_SLACK_MS <= m["nominal_ms"] - TIMER_MS <= 5
+        assert -5 <= m["added_ms"] < 10_000
     assert messages["TIMER-2"]["first_consume_ts"] is None  # recalled: never delivered
     timer_rows = [json.loads(x) for x in (out / "timer_counts.jsonl").read_text().splitlines()]
     assert [(r["topic"], r["scheduled"], r["fired"], r["recalled"]) for r in timer_rows] == [

@@ -9,6 +9,7 @@ from kairosmq.spark import transforms as T
 from kairosmq.spark.job import derive_tables, extract
 
 from tests.spark.conftest import T0, ev, write_jsonl
+from tests.spark.test_transforms import assert_same_results, separate_results
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +70,8 @@ def records() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def got(spark, tmp_path_factory):
-    """The collected aggregates, as ``job.run`` collects them from the one pass."""
+    """The collected aggregates, as ``job.run`` collects them from the one pass (one query,
+    ``results_of``), checked against the separate result queries."""
     path = write_jsonl(tmp_path_factory.mktemp("logs") / "broker.jsonl", records())
     agg = (extract(spark, [str(path)], "PERMISSIVE").transform(T.lines).transform(T.facts)
            .transform(T.one_pass).cache())
@@ -77,12 +79,10 @@ def got(spark, tmp_path_factory):
     def rows(df):
         return [r.asDict() for r in df.collect()]
 
-    out = {"latency": rows(agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
-           "retry_funnel": rows(agg.transform(T.outcomes_of).transform(T.retry_funnel)),
-           "line_counts": rows(agg.transform(T.counts_of)),
-           "lateness": rows(agg.transform(T.lateness_of)),
-           "top_late": rows(agg.transform(T.top_late_of, 10)),
-           "lifecycle": {r["msg_id"]: r for r in rows(agg.transform(T.lifecycle_of))}}
+    out = T.split_results(rows(agg.transform(T.results_of, 10)))
+    # the single query the job runs gives what the separate result queries give
+    assert_same_results(out, separate_results(agg, 10))
+    out["lifecycle"] = {r["msg_id"]: r for r in rows(agg.transform(T.lifecycle_of))}
     agg.unpersist()
     return out
 

@@ -123,3 +123,36 @@ def test_format_1_lines_read_like_format_2(spark, tmp_path):
                       tables.lateness_tables(rows(T.lateness_histogram(df))))
     assert both["v1"] == both["v2"]
     assert "timestamp" in v1[0] and "ts" not in v1[0]
+
+
+def separate_results(agg, top_n: int) -> dict:
+    """The results as the earlier layout collected them: one query per result."""
+    return {"latency": rows(agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
+            "retry_funnel": rows(agg.transform(T.outcomes_of).transform(T.retry_funnel)),
+            "line_counts": rows(agg.transform(T.counts_of)),
+            "lateness": rows(agg.transform(T.lateness_of)),
+            "top_late": rows(agg.transform(T.top_late_of, top_n))}
+
+
+def assert_same_results(got: dict, expected: dict) -> None:
+    """Equal tables: ordered ones (funnel, top late) in order, the others as sets of rows."""
+    assert set(got) == set(expected)
+    for name in ("retry_funnel", "top_late"):
+        assert got[name] == expected[name], name
+    for name in ("latency", "line_counts", "lateness"):
+        # repr holds the column order too
+        assert sorted(map(repr, got[name])) == sorted(map(repr, expected[name])), name
+
+
+def test_one_query_gives_the_results_of_the_separate_queries(lines):
+    """``results_of`` (the job's single query over the one pass) yields exactly the rows,
+    columns and order of the five separate result queries, on the scenario with retries,
+    dead letters, malformed and newer-format lines; the latency rows are not empty."""
+    agg = lines.transform(T.facts).transform(T.one_pass).cache()
+    try:
+        got = T.split_results(rows(agg.transform(T.results_of, 3)))
+        expected = separate_results(agg, 3)
+    finally:
+        agg.unpersist()
+    assert_same_results(got, expected)
+    assert got["latency"] and got["retry_funnel"] and len(got["top_late"]) == 3
