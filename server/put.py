@@ -217,10 +217,11 @@ class PutPath:
         """A delayed or timer message will land in ``topic``/``queue_id``: if that consume
         queue has no file yet, it is made off the loop meanwhile (store/allocate.py), so
         the first delivery does not create it on the loop."""
-        cq = self.store.find_queue(topic, int(queue_id))
+        qid = int(queue_id)
+        cq = self.store.find_queue(topic, qid)
         if cq is None or not cq.files:
             with contextlib.suppress(ValueError):  # a name the store refuses: the re-put says so
-                self.store.queue(topic, int(queue_id)).prepare_first()
+                self.store.queue(topic, qid).prepare_first()
 
     def _put_half(self, msg: MessageInner) -> PutResult:
         """A transaction half message (``transaction/records.py``): stored in the half

@@ -28,8 +28,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import uuid
 import zipfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -399,3 +401,23 @@ def assert_reput_not_early(broker: Any, commit_log_offset: int, topic: str, body
     assert sched_ts is not None
     assert rec.store_timestamp - sched_ts >= delay_ms
     assert rec.store_timestamp >= int(rec.properties[DELIVER_TIME])
+
+
+@contextmanager
+def small_tmpfs(parent: Path, size: str, why_skip: str = "") -> Iterator[Path]:
+    """A tmpfs of ``size`` (e.g. ``"4m"``) mounted under ``parent``, so a disk really fills;
+    the test is skipped where it cannot be mounted (needs root and mount)."""
+    import pytest
+
+    mnt = parent / f"fs-{uuid.uuid4().hex[:8]}"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                       check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as err:
+        pytest.skip(f"cannot mount a small tmpfs here ({err}){why_skip}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True,
+                       timeout=10)

@@ -55,8 +55,8 @@ class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int,
                  allocator: FileAllocator | None = None) -> None:
         self.allocator = allocator
-        self._prepared_after = -1  # base of the file whose successor was asked for (-2:
-        # the first file was asked for, prepare_first)
+        self._prepared_after = -1  # base of the file whose successor was asked for
+        self._first_asked = False  # prepare_first asked for the first file
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory / topic / str(queue_id)
@@ -150,9 +150,9 @@ class ConsumeQueue:
     def prepare_first(self) -> None:
         """No file yet, but units will come (a delayed or timer message will land here):
         have the allocator make the first file off the loop meanwhile."""
-        if self.files or self.allocator is None or self._prepared_after == -2:
+        if self.files or self.allocator is None or self._first_asked:
             return
-        self._prepared_after = -2
+        self._first_asked = True
         base = self.max_offset - self.max_offset % self.units_per_file
         self.allocator.prepare(self.directory / f"{base * UNIT_SIZE:020d}", self.file_bytes)
 

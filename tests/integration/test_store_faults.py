@@ -14,9 +14,7 @@ import asyncio
 import errno
 import os
 import struct
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from kairosmq.protocol.message import decode_records, encode_record
 from kairosmq.protocol.schema import MESSAGE_MAGIC_CODE
 from kairosmq.server.store import commitlog as commitlog_mod
 
-from tests.helpers import pull_all, send
+from tests.helpers import pull_all, send, small_tmpfs
 from tests.integration.procs import BrokerProcess
 from tests.wire import RawPeer
 
@@ -162,18 +160,9 @@ async def test_failed_write_answers_errors_and_the_broker_recovers(
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:8]}"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)],
-                       check=True, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as err:
-        pytest.skip(f"cannot mount a small tmpfs here ({err})")
-    try:
+    """A tmpfs of its own, so the disk really fills (needs root and mount)."""
+    with small_tmpfs(tmp_path, "32m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True,
-                       timeout=10)
 
 
 async def test_full_disk_refuses_sends_with_code_14_while_pulls_continue(

@@ -5,9 +5,7 @@ consume queue and the key index use it."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -18,7 +16,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.server.store.allocate import SUFFIX, FileAllocator, create_zeroed
 from kairosmq.server.store.consumequeue import UNIT_SIZE, ConsumeQueue
 
-from tests.helpers import send, wait_until
+from tests.helpers import send, small_tmpfs, wait_until
 from tests.wire import RawPeer
 
 
@@ -88,18 +86,9 @@ def test_consume_queue_files_come_from_the_allocator(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:8]}"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-                       check=True, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as err:
-        pytest.skip(f"cannot mount a small tmpfs here ({err})")
-    try:
+    """A tmpfs of its own, so the disk really fills (needs root and mount)."""
+    with small_tmpfs(tmp_path, "4m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True,
-                       timeout=10)
 
 
 def test_a_full_disk_raises_and_leaves_no_file(small_fs: Path) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from kairosmq.server.store import MessageInner, PutStatus
 from kairosmq.server.store import commitlog as commitlog_mod
 from kairosmq.server.store.consumequeue import HOLE
 
+from tests.helpers import small_tmpfs
 from tests.server.store_fault_helpers import bodies_of, make_msg, open_store, reopen
 
 
@@ -154,20 +153,9 @@ async def test_failed_write_undoes_scheduler_progress(
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs of its own, so the disk really fills (needs root and mount)."""
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:8]}"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-                       check=True, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as err:
-        pytest.skip(f"cannot mount a small tmpfs here ({err}); the errno-injection tests "
-                    f"cover the write path")
-    try:
+    """A tmpfs of its own, so the disk really fills (needs root and mount)."""
+    with small_tmpfs(tmp_path, "4m", '; the errno-injection tests cover the write path') as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True,
-                       timeout=10)
 
 
 def _fill(path: Path, size: int) -> None:
