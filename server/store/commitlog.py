@@ -37,7 +37,7 @@ from pathlib import Path
 
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
-from .files import create_allocated, preallocate
+from .files import create_allocated, open_noatime, preallocate
 from .records import (
     MIN_RECORD,
     PROBLEMS,
@@ -81,7 +81,8 @@ class CommitLog:
 
     def _open_segment(self, base: int, create: bool) -> Segment:
         path = self._segment_path(base)
-        fd = create_allocated(path, self.segment_size) if create else os.open(path, os.O_RDWR)
+        fd = (create_allocated(path, self.segment_size) if create
+              else open_noatime(path, os.O_RDWR))
         seg = Segment(base, path, fd)
         self.segments.append(seg)
         return seg

@@ -92,6 +92,24 @@ def preallocate(fd: int, size: int) -> None:
     os.posix_fallocate(fd, 0, size)
 
 
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
+
+def open_noatime(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` with ``O_NOATIME`` where the kernel allows it (the file's owner).
+
+    A commit-log segment is written all the time, so under ``relatime`` (atime older than
+    mtime) nearly every read would update its atime: an inode made dirty on the event
+    loop, which waits whenever that inode's table block is being written for an fsync.
+    """
+    if _NOATIME:
+        try:
+            return os.open(path, flags | _NOATIME, mode)
+        except PermissionError:
+            pass  # not the owner: O_NOATIME is refused, open it plainly
+    return os.open(path, flags, mode)
+
+
 def create_allocated(path: Path, size: int) -> int:
     """Open ``path`` (created if absent) with ``size`` bytes allocated; return the fd.
 
@@ -99,7 +117,7 @@ def create_allocated(path: Path, size: int) -> int:
     full disk leaves no short file behind; the ``OSError`` propagates.
     """
     existed = path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_noatime(path, os.O_RDWR | os.O_CREAT)
     try:
         if os.fstat(fd).st_size < size:
             preallocate(fd, size)

@@ -143,7 +143,7 @@ class KeyIndex:
     def _unmap(self, f: _File) -> None:
         with self._lock:
             if f.mm is not None:
-                f.mm.flush()
+                os.fdatasync(f.fd)  # not mm.flush(): its msync holds the GIL
                 f.mm.close()
                 f.mm = None
             if f.fd >= 0:
@@ -181,10 +181,11 @@ class KeyIndex:
         return {"index_files": len(self.files), "index_caught_up": self.indexed - before}
 
     def flush(self) -> None:
-        """msync the file being written (blocking; the checkpoint thread calls it)."""
+        """Sync the file being written (blocking; the checkpoint thread calls it), with
+        ``fdatasync``: ``mmap.flush`` holds the GIL through the disk write."""
         with self._lock:
             if self._cur is not None and self._cur.mm is not None:
-                self._cur.mm.flush()
+                os.fdatasync(self._cur.fd)
 
     def close(self) -> None:
         self.allocator.close()
