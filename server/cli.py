@@ -56,7 +56,7 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    help="largest accepted body in bytes (default 4 MiB)")
     p.add_argument("--file-reserved-hours", type=float, default=72.0)
     p.add_argument("--checkpoint-interval", type=float, default=5.0,
-                   help="seconds between checkpoints (queue msync, offsets; default 5)")
+                   help="seconds between checkpoints (queue sync, offsets; default 5)")
     p.add_argument("--max-reconsume-times", type=int, default=16)
     p.add_argument("--timer-max-delay-sec", type=int, default=40 * 86_400,
                    help="the farthest a timer message may be scheduled (RocketMQ 5's "
