@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import orjson
 from construct import ConstructError
@@ -286,7 +286,9 @@ class FrameReader:
     def buffered(self) -> int:
         return len(self._buf)
 
-    def __iter__(self) -> Iterator[RemotingCommand]:
+    def __iter__(self) -> Generator[RemotingCommand, None, None]:
+        # a caller that stops early must close() it: the consumed frames leave the buffer
+        # in the ``finally`` (compiled with mypyc, an abandoned generator never runs it)
         buf = self._buf
         pos = 0
         try:

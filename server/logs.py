@@ -72,7 +72,8 @@ def _stamp(_logger: Any, name: str, event_dict: dict[str, Any]) -> dict[str, Any
     """structlog processor: the format-2 record (see ``record``) stamped now; a
     ``log.exception`` call's ``exc_info`` becomes the ``exception`` traceback text."""
     if "exc_info" in event_dict:
-        event_dict = _format_exc_info(_logger, name, event_dict)
+        event_dict = _format_exc_info(_logger, name, event_dict)  # type: ignore[assignment]
+        # (a dict at runtime: mypyc checks it)
     return record(event_dict.get("event", ""), event_dict, int(time.time() * 1000),
                   "warning" if name == "warn" else name)
 

@@ -73,10 +73,12 @@ class BufferedSink:
         self.last_error: str | None = None
         self.degraded = False
         self._retry_delay = 0.0
-        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        # not ``_thread``: mypyc names the C struct field ``__thread``, a GCC keyword
+        self._writer_thread = threading.Thread(target=self._run, name=type(self).__name__,
+                                               daemon=True)
 
     def _start(self) -> None:
-        self._thread.start()
+        self._writer_thread.start()
 
     def write(self, line: bytes) -> None:
         with self._lock:
@@ -145,7 +147,7 @@ class BufferedSink:
             return
         self._closed = True
         self._wake.set()
-        self._thread.join(timeout=5)
+        self._writer_thread.join(timeout=5)
         self._drain_supervised()
         self._close_output()
 

@@ -210,7 +210,7 @@ class ScheduleService:
                     self._wakers[level] = waker
             name = f"schedule-level-{level}"
             if spawn is not None:
-                self.tasks.append(spawn(name, lambda _st, lv=level: self._run(lv)))
+                self.tasks.append(spawn(name, self._runner(level)))
             else:
                 self.tasks.append(loop.create_task(self._run(level), name=name))
 
@@ -223,6 +223,9 @@ class ScheduleService:
         for waker in self._wakers.values():
             waker.close()
         self._wakers.clear()
+
+    def _runner(self, level: int) -> Callable[[Any], Any]:
+        return lambda _st: self._run(level)
 
     async def _run(self, level: int) -> None:
         qid = level - 1
@@ -320,6 +323,7 @@ class ScheduleService:
                     self.progress[level] = off + 1
                 continue
             self._putting = (level, off)
+            skipped = False  # mypyc: no ``continue`` inside try/finally
             try:
                 if self.reput is not None:
                     result, msg = self.reput(records[i], level, off)
@@ -328,9 +332,11 @@ class ScheduleService:
                     result = self.put(msg)
             except RequeueError as err:
                 self._skip(level, off, phy, f"cannot restore the message: {err}")
-                continue
+                skipped = True
             finally:
                 self._putting = None
+            if skipped:
+                continue
             if result.status in _PERMANENT:
                 self._skip(level, off, phy, f"the re-put was refused: "
                            f"{result.remark or result.status.value}")

@@ -86,8 +86,9 @@ class PullMessageProcessor:
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData | None:
         if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
             if not property_filter.is_tag_type(h.expression_type):
-                return property_filter.sql_subscription(h.topic, h.subscription,
-                                                        h.sub_version, h.expression_type)
+                return property_filter.sql_subscription(
+                    h.topic, h.subscription, h.sub_version,
+                    h.expression_type)  # type: ignore[arg-type]  # a str: not a tag type
             return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
         return self.clients.subscription(h.consumer_group, h.topic)
 

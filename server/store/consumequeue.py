@@ -26,6 +26,7 @@ import bisect
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from kairosmq.protocol.message import tags_code
@@ -267,7 +268,7 @@ class ConsumeQueue:
             deleted += 1
         return deleted
 
-    def offset_by_time(self, timestamp: int, store_time_of: callable) -> int:  # type: ignore[valid-type]
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int], int | None]) -> int:
         """Binary search the queue offset whose message store time is nearest ``timestamp``."""
         lo, hi = self.min_offset, self.max_offset - 1
         if hi < lo:

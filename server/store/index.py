@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
@@ -69,6 +70,14 @@ _SEED_UNIQ = zlib.crc32(b"U\x00")
 _SEED_KEY = zlib.crc32(b"K\x00")
 RETRY_ALLOC = 5.0
 _NEXT = "next"  # the name the next file is prepared under (allocate.py adds ".alloc")
+
+
+def _mm_read(mm: mmap.mmap, pos: int, n: int) -> bytes:
+    return mm[pos : pos + n]
+
+
+def _fd_read(fd: int, pos: int, n: int) -> bytes:
+    return os.pread(fd, n, pos)
 
 
 def key_hash(kind: str, key: str) -> int:
@@ -302,14 +311,14 @@ class KeyIndex:
                 break
             mm = f.mm
             if mm is not None:
-                self._walk(f, lambda pos, n, mm=mm: mm[pos : pos + n], h, out, limit)
+                self._walk(f, functools.partial(_mm_read, mm), h, out, limit)
                 continue
             try:
                 fd = os.open(f.path, os.O_RDONLY)
             except FileNotFoundError:
                 continue
             try:
-                self._walk(f, lambda pos, n, fd=fd: os.pread(fd, n, pos), h, out, limit)
+                self._walk(f, functools.partial(_fd_read, fd), h, out, limit)
             finally:
                 os.close(fd)
         return out

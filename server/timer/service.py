@@ -28,8 +28,7 @@ Invariants:
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
 * Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
-  that paces itself until just before the bucket starts; loaded buckets are sorted
-  slices that join the heap just before they fall due (``TimerWindow``, window.py).
+  paced until just before it starts; its sorted slices join the heap as they fall due.
 """
 
 from __future__ import annotations
@@ -326,8 +325,7 @@ class TimerService:
     def _start_load(self) -> asyncio.Task[None] | None:
         """The running bucket load, else one started for the next bucket if it starts
         within the lookahead (and the heap holds fewer than ``max_loaded`` entries) or if
-        nothing is loaded (whatever its time). Buckets load one at a time, in order, as
-        their own task: the firing goes on meanwhile."""
+        nothing is loaded. One at a time, in order, as its own task (firing goes on)."""
         if self._loader is not None:
             return self._loader
         if self._future and (
@@ -399,13 +397,15 @@ class TimerService:
                     self._skip(due, phy, "the timer record cannot be read (retention or damage)")
                     continue
                 self._putting = (due, phy)
-                try:
-                    result = self.reput(rec, due, phy)
+                try:  # mypyc: no ``continue`` inside try/finally
+                    result: PutResult | None = self.reput(rec, due, phy)
                 except RequeueError as err:
+                    result = None
                     self._skip(due, phy, f"cannot restore the message: {err}")
-                    continue
                 finally:
                     self._putting = None
+                if result is None:
+                    continue
                 if result.status in _PERMANENT:
                     self._skip(due, phy, f"the re-put was refused: "
                                f"{result.remark or result.status.value}")

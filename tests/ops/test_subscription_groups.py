@@ -27,6 +27,7 @@ from kairosmq.server.offsets import ConsumerOffsetManager
 from kairosmq.server.stats import BrokerStats
 from kairosmq.server.stats_items import BrokerStatsManager, counter_sources
 from kairosmq.server.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
+from kairosmq.server.transport import Connection, RemotingServer
 
 
 class _Log:
@@ -39,13 +40,18 @@ class _Log:
     warning = error = info
 
 
-class _Conn:
-    peer = "127.0.0.1:1"
+def _conn() -> Connection:
+    """A real, unconnected Connection (compiled handlers check the type of what they get)."""
+    server = RemotingServer(log=_Log(), before_write=lambda: None,
+                            on_connection_lost=lambda _c: None, max_frame=1 << 20)
+    conn = Connection(server, {}, "broker")
+    conn.peer = "127.0.0.1:1"
+    return conn
 
 
 async def _answer(handler: Any, cmd: RemotingCommand, log: Any = None) -> RemotingCommand:
     """Call a processor's handler as the tables do (``ingress.guarded``)."""
-    result = guarded(handler, BrokerStats(), log or _Log())(_Conn(), cmd)
+    result = guarded(handler, BrokerStats(), log or _Log())(_conn(), cmd)
     return await result if inspect.isawaitable(result) else result
 
 
@@ -208,11 +214,11 @@ async def test_view_broker_stats_processor() -> None:
     stats.stored["T"] += 4
     proc = BrokerStatsProcessor(stats_manager=BrokerStatsManager(
         counter_sources(stats, "DefaultCluster")))
-    r = proc.handle_view_broker_stats(_Conn(), request(
+    r = proc.handle_view_broker_stats(_conn(), request(
         R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "T"}))
     assert r.code == ResponseCode.SUCCESS
     assert orjson.loads(r.body)["statsDay"]["sum"] == 4
-    r = proc.handle_view_broker_stats(_Conn(), request(
+    r = proc.handle_view_broker_stats(_conn(), request(
         R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "Nope"}))
     assert r.code == ResponseCode.SYSTEM_ERROR
     assert r.remark == "The stats <TOPIC_PUT_NUMS> <Nope> not exist"
