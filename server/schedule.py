@@ -49,7 +49,7 @@ from .clock import sub_ms, wall_ms
 from .logs import get_logger
 from .longpoll import ArrivalNotifier
 from .requeue import RequeueError, restore_delayed
-from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutStatus
+from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
 from .store.consumequeue import HOLE
 from .store.undo import UndoLog
 from .timer.waker import PreciseWaker
@@ -323,19 +323,19 @@ class ScheduleService:
                     self.progress[level] = off + 1
                 continue
             self._putting = (level, off)
-            skipped = False  # mypyc: no ``continue`` inside try/finally
-            try:
+            result: PutResult | None
+            try:  # mypyc: no ``continue`` inside try/finally
                 if self.reput is not None:
                     result, msg = self.reput(records[i], level, off)
                 else:
                     msg = restore_delayed(records[i], level, off)
                     result = self.put(msg)
             except RequeueError as err:
+                result = None
                 self._skip(level, off, phy, f"cannot restore the message: {err}")
-                skipped = True
             finally:
                 self._putting = None
-            if skipped:
+            if result is None:
                 continue
             if result.status in _PERMANENT:
                 self._skip(level, off, phy, f"the re-put was refused: "

@@ -54,8 +54,8 @@ def test_native_wheel_imports_compiled_and_passes_the_store_tests(tmp_path: Path
     wheel = next((tmp_path / "wheel").glob("kairosmq-*.whl"))
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
+        assert any(n.endswith(".so") for n in z.namelist())
         z.extractall(site)
-    assert any(n.endswith(".so") for n in zipfile.ZipFile(wheel).namelist())
     run_env = {**os.environ, "PYTHONPATH": str(site)}
     probe = ("import kairosmq.server.put as p, kairosmq.protocol.codec as c;"
              "assert p.__file__.endswith('.so') and c.__file__.endswith('.so'), "

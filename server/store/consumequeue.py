@@ -35,7 +35,7 @@ from kairosmq.protocol.properties import DELIVER_TIME, TAGS
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
 from .allocate import FileAllocator, create_zeroed, remove_leftovers
-from .files import preallocate
+from .files import preallocate, sync_mapped
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -237,14 +237,12 @@ class ConsumeQueue:
         return voided
 
     def flush(self) -> None:
-        """Sync dirty files (blocking: call from a thread). ``fdatasync`` on the mapped
-        file, not ``mmap.flush``: CPython's msync holds the GIL for the whole disk write,
-        which stalled the event loop for tens of ms at every checkpoint."""
+        """Sync dirty files (blocking: call from a thread; ``sync_mapped``)."""
         dirty, self._dirty = self._dirty, set()
         try:
             for f in list(self.files):
                 if f.base in dirty:
-                    os.fdatasync(f.fd)
+                    sync_mapped(f.fd)
         except (OSError, ValueError):
             self._dirty |= dirty  # not synced: the next checkpoint tries again
             raise

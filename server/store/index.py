@@ -50,6 +50,7 @@ from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from ..logs import get_logger
 from .allocate import FileAllocator, remove_leftovers
+from .files import sync_mapped
 
 if TYPE_CHECKING:
     from .message_store import DispatchRequest, MessageStore
@@ -152,7 +153,7 @@ class KeyIndex:
     def _unmap(self, f: _File) -> None:
         with self._lock:
             if f.mm is not None:
-                os.fdatasync(f.fd)  # not mm.flush(): its msync holds the GIL
+                sync_mapped(f.fd)
                 f.mm.close()
                 f.mm = None
             if f.fd >= 0:
@@ -190,11 +191,10 @@ class KeyIndex:
         return {"index_files": len(self.files), "index_caught_up": self.indexed - before}
 
     def flush(self) -> None:
-        """Sync the file being written (blocking; the checkpoint thread calls it), with
-        ``fdatasync``: ``mmap.flush`` holds the GIL through the disk write."""
+        """Sync the file being written (blocking; the checkpoint thread calls it)."""
         with self._lock:
             if self._cur is not None and self._cur.mm is not None:
-                os.fdatasync(self._cur.fd)
+                sync_mapped(self._cur.fd)
 
     def close(self) -> None:
         self.allocator.close()
