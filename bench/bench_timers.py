@@ -7,7 +7,12 @@ Two parts, each printing a table:
   per second, starting once all are stored; a consumer (its own process) long-polls the
   topic and records ``receive - due`` per message. Prints achieved due rate, lateness
   p50/p90/p99/p99.9/max, early (received before due), lost, duplicates, broker CPU per
-  fired message and RSS.
+  fired message, the consumer's own CPU per message (it shares the 2 cores with the
+  broker) and RSS. Both agents run on uvloop, like the peers bench's drivers. Each round
+  also prints the host's steal time (``/proc/stat``) over the due span and in its worst
+  windows: on a VM, the hypervisor's bursts stall every process here at once; and the
+  broker's own fire lateness (store time - due, from its Prometheus histogram), which
+  the consumer's figures extend by the delivery (pull answer, socket, consumer loop).
 * ``pending``: ``--pending N`` timers due 1-40 days ahead are stored through the broker's
   own put path (in-process, no network: the point is the files, not the send rate), the
   broker stopped, then started as a process on those files: prints the time to serving,
@@ -39,8 +44,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+import uvloop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -53,7 +61,7 @@ from bench.peers.remoting import (  # noqa: E402 - after the path insert
     RemotingClient,
     decode_bodies,
 )
-from bench.peers.stats import cpu_seconds, percentile, status_kib  # noqa: E402
+from bench.peers.stats import HostSteal, cpu_seconds, percentile, status_kib  # noqa: E402
 
 TOPIC = "BenchTimer"
 QUEUES = 4
@@ -156,19 +164,21 @@ async def producer(port: int, n: int, rate: int, body_size: int, window: int,
 
 
 async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
-    """Long-poll every queue; record (due, receive) per message until ``n`` or timeout."""
+    """Long-poll every queue; record (due, receive) per message until ``n`` or timeout.
+
+    The answers are only counted and kept while polling (receive time, payload) and parsed
+    at the end: the consumer shares the 2 cores with the broker, so it does as little as
+    it can while messages fall due."""
     c = RemotingClient()
     await c.open("127.0.0.1", port)
-    seen: dict[int, float] = {}
-    dups = 0
-    lateness: list[float] = []
-    dues: list[int] = []
+    answers: list[tuple[float, bytes]] = []
+    got = 0
     deadline = time.monotonic() + timeout
 
     async def poll(q: int) -> None:
-        nonlocal dups
+        nonlocal got
         offset = 0
-        while len(seen) < n and time.monotonic() < deadline:
+        while got < n and time.monotonic() < deadline:
             ext = {"consumerGroup": "BenchCG", "topic": TOPIC, "queueId": q,
                    "queueOffset": offset, "maxMsgNums": 64,
                    "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION, "commitOffset": 0,
@@ -179,23 +189,31 @@ async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
                 continue
             now = time.time() * 1000
             ext_out = r.get("extFields") or {}
-            if r["code"] == SUCCESS:
-                for body in decode_bodies(payload):
-                    due_s, seq_s, _ = body.split(b":", 2)
-                    seq = int(seq_s)
-                    if seq in seen:
-                        dups += 1
-                        continue
-                    seen[seq] = now
-                    lateness.append(now - int(due_s))
-                    dues.append(int(due_s))
-                offset = int(ext_out["nextBeginOffset"])
-            elif "nextBeginOffset" in ext_out:
+            if "nextBeginOffset" in ext_out:
+                if r["code"] == SUCCESS:
+                    answers.append((now, payload))
+                    got += int(ext_out["nextBeginOffset"]) - offset
                 offset = int(ext_out["nextBeginOffset"])
 
     await asyncio.gather(*(poll(q) for q in range(QUEUES)))
     await c.close()
-    return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues}
+    cpu_s = time.process_time()
+    seen: set[int] = set()
+    dups = 0
+    lateness: list[float] = []
+    dues: list[int] = []
+    for now, payload in answers:
+        for body in decode_bodies(payload):
+            due_s, seq_s, _ = body.split(b":", 2)
+            seq = int(seq_s)
+            if seq in seen:
+                dups += 1
+                continue
+            seen.add(seq)
+            lateness.append(now - int(due_s))
+            dues.append(int(due_s))
+    return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues,
+            "cpu_s": cpu_s}
 
 
 def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
@@ -213,8 +231,9 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
     bucket files and the log); the consumer starts after it. ``py_spy``: sample the broker
     with py-spy from the first due instant to the last (collapsed stacks in that dir)."""
     n = int(rate * seconds)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     data = workdir / f"lateness-{rate}"
+    broker_args = (*broker_args, "--metrics-port", str(metrics_port))
     broker, _ = start_broker(data, port, *broker_args)
     t0 = first_due(n, rate, 8.0 if restart else 0.0, cross_bucket)
     wait = (t0 - time.time() * 1000) / 1000 + seconds + n / 2500 + 30
@@ -235,18 +254,22 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
             cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
                                      str(port), str(n), str(wait)], stdout=subprocess.PIPE)
         cpu0 = cpu_seconds(broker.pid)
+        steal = HostSteal().start()
         spy = start_py_spy(py_spy, broker.pid, rate, t0, seconds) if py_spy else None
         out, _ = cons.communicate(timeout=wait + 30)
         if spy is not None:
             spy.wait(timeout=seconds + 60)
         cpu = cpu_seconds(broker.pid) - cpu0
+        steal.stop()
+        fire = fire_lateness(metrics_port)
         cres = json.loads(out)
         rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
     finally:
         stop_broker(broker)
         shutil.rmtree(data, ignore_errors=True)
     lat = sorted(cres["lateness"])
-    worst = worst_windows(cres["dues"], cres["lateness"])
+    worst = worst_windows(cres["dues"], cres["lateness"], steal=steal)
+    last_due = max(cres["dues"], default=t0)
     return {
         "rate": rate, "n": n, "send/s": n / prod["send_s"],
         "stored before due": prod["stored_before_first_due"] and ready_ms < t0,
@@ -255,8 +278,28 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         "p99.9": percentile(lat, 99.9), "max": lat[-1] if lat else None,
         "early": sum(1 for v in lat if v < 0), "lost": n - cres["received"],
         "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
+        "consumer_us": cres["cpu_s"] / max(1, cres["received"]) * 1e6,
         "rss_mb": rss, "worst": worst,
+        "steal_ms": steal.ms(t0, last_due + (lat[-1] if lat else 0)), "fire": fire,
     }
+
+
+def fire_lateness(metrics_port: int) -> dict[float, float]:
+    """The broker's own lateness of the fires (store time - due; its Prometheus histogram
+    ``kairosmq_timer_lateness_seconds``): the share of fires at or under each bound (ms).
+    The consumer's figures add the delivery: held pull answer, socket, its own loop."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    counts: dict[float, float] = {}
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("kairosmq_timer_lateness_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            if le != "+Inf":
+                counts[float(le) * 1000] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("kairosmq_timer_lateness_seconds_count"):
+            total = float(line.rsplit(" ", 1)[1])
+    return {b: 100 * c / total for b, c in sorted(counts.items()) if total and b <= 10}
 
 
 def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
@@ -273,9 +316,10 @@ def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
 
 
 def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
-                  top: int = 3) -> str:
+                  top: int = 3, steal: HostSteal | None = None) -> str:
     """The ``top`` due-time windows of ``span_ms`` with the highest max lateness, as
-    ``+<ms from the first due>: max/p99`` (where the tail comes from)."""
+    ``+<ms from the first due>: max/p99`` (where the tail comes from), with the host's
+    steal time from the window's start to its last delivery (``steal``)."""
     if not dues:
         return ""
     first = min(dues)
@@ -284,8 +328,16 @@ def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
         by.setdefault((due - first) // span_ms, []).append(late)
     rows = sorted(by.items(), key=lambda kv: -max(kv[1]))[:top]
     boundary = -(-first // 60_000) * 60_000 - first
+
+    def stolen(k: int, worst: float) -> str:
+        if steal is None:
+            return ""
+        start = first + k * span_ms
+        return f" steal {steal.ms(start, start + span_ms + worst):.0f}"
+
     return ", ".join(f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}"
-                     for k, v in rows) + f" (minute-bucket boundary at +{boundary}ms)"
+                     + stolen(k, max(v)) for k, v in rows) + (
+        f" (minute-bucket boundary at +{boundary}ms; steal in vCPU-ms)")
 
 
 # ---------------------------------------------------------------- pending
@@ -373,10 +425,10 @@ def main() -> None:
         kind, *rest = a.agent
         if kind == "producer":
             port, n, rate, body, window, t0 = map(int, rest)
-            res = asyncio.run(producer(port, n, rate, body, window, t0))
+            res = uvloop.run(producer(port, n, rate, body, window, t0))
         else:
             port, n, timeout = int(rest[0]), int(rest[1]), float(rest[2])
-            res = asyncio.run(consumer(port, n, timeout))
+            res = uvloop.run(consumer(port, n, timeout))
         print(json.dumps(res))
         return
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="kmq-timers-"))
@@ -384,20 +436,25 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     if not a.skip_lateness:
         print("| due/s | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost | dup "
-              "| CPU µs/fired | RSS MB |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| CPU µs/fired | consumer µs/msg | RSS MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         p99s: dict[int, list[float]] = {}
+        steals: dict[int, list[float]] = {}
         for rate in [int(r) for r in a.rates.split(",") for _ in range(a.repeat)]:
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
                                cross_bucket=a.cross_bucket,
                                broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
             p99s.setdefault(rate, []).append(r["p99"])
+            steals.setdefault(rate, []).append(r["steal_ms"])
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
-                  f"{f['dup']} | {f['cpu_us_per_fired']} | {f['rss_mb']} |"
+                  f"{f['dup']} | {f['cpu_us_per_fired']} | {f['consumer_us']} | {f['rss_mb']} |"
                   + ("" if r["stored before due"] else "  (sends overran the first due)"))
             print(f"    worst {250} ms windows of due time (max/p99 ms): {r['worst']}")
+            print(f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; broker fire "
+                  "lateness (store - due): " + ", ".join(
+                      f"<= {b:g} ms {v:.2f} %" for b, v in r["fire"].items()))
             if a.py_spy:
                 from bench.profile_delayed import top_functions
                 print("    py-spy top functions over the due span (own %, total %):")
@@ -407,7 +464,9 @@ def main() -> None:
             if len(got) > 1:
                 print(f"p99 at {rate} due/s over {len(got)} runs: "
                       + ", ".join(f"{v:.1f}" for v in got)
-                      + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)})")
+                      + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)}); host "
+                      "steal over each due span: "
+                      + ", ".join(f"{v:.0f}" for v in steals[rate]) + " vCPU-ms")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():

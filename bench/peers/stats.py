@@ -1,7 +1,8 @@
 """Process accounting from /proc and the figures of one run.
 
 Owns: ``ProcTree`` (CPU seconds and RSS of a server's process tree), ``percentile`` and
-``summarize`` (one result row from the producer's and consumer's reports and the records).
+``summarize`` (one result row from the producer's and consumer's reports and the records),
+``HostSteal`` (the CPU time the VM's host took from this machine, over time).
 
 Invariants: CPU = utime + stime from ``/proc/<pid>/stat`` of every process in the tree,
 measured as a delta over the run (a process that appears during the run counts from 0);
@@ -11,8 +12,11 @@ percentiles are nearest-rank on the sorted lateness, in milliseconds.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
+import threading
+import time
 from typing import Any
 
 REC = struct.Struct("<Qdd")
@@ -133,3 +137,46 @@ def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, An
         "consumer_errors": cons.get("errors", []),
         "timeline_by_send_second": timeline,
     }
+
+
+class HostSteal:
+    """Steal time of this virtual machine (``/proc/stat``, the ``cpu`` line's 8th value):
+    CPU time the hypervisor gave to other guests while this one had work, sampled every
+    ``every`` seconds in a thread. A burst of it stalls every process here at once, which
+    no broker change can avoid: the benches print it beside their latency tails."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self.every = every
+        self.samples: list[tuple[float, int]] = []  # (epoch ms, cumulative steal ticks)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def ticks() -> int:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8])
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time() * 1000, self.ticks()))
+            if self._stop.wait(self.every):
+                self.samples.append((time.time() * 1000, self.ticks()))
+                return
+
+    def start(self) -> HostSteal:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def ms(self, start_ms: float, end_ms: float) -> float:
+        """vCPU-milliseconds stolen between two instants (epoch ms; the nearest samples
+        at or before ``start_ms`` and at or after ``end_ms``, so never an undercount)."""
+        if not self.samples:
+            return 0.0
+        at = [t for t, _ in self.samples]
+        i = max(0, bisect.bisect_right(at, start_ms) - 1)
+        j = min(len(at) - 1, bisect.bisect_left(at, end_ms))
+        return (self.samples[j][1] - self.samples[i][1]) * 1000 / _TICK
