@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -169,6 +170,7 @@ async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
     The answers are only counted and kept while polling (receive time, payload) and parsed
     at the end: the consumer shares the 2 cores with the broker, so it does as little as
     it can while messages fall due."""
+    gc.disable()  # no collection pauses in the measuring process (it frees what it makes)
     c = RemotingClient()
     await c.open("127.0.0.1", port)
     answers: list[tuple[float, bytes]] = []
