@@ -44,7 +44,7 @@ from peers.servers import (  # noqa: E402
     Server,
     log,
 )
-from peers.stats import ProcTree, summarize  # noqa: E402
+from peers.stats import HostSteal, ProcTree, summarize  # noqa: E402
 
 BENCH_DEPS = ["redis>=5", "hiredis", "aio-pika>=9", "uvloop"]
 ALL_SYSTEMS = ["kairosmq", "redis", "redis-pipelined", "rabbitmq", "rocketmq"]
@@ -108,6 +108,7 @@ def run_one(system: str, rate: float, a: argparse.Namespace, py: str) -> dict[st
                 raise RuntimeError("consumer did not start: "
                                    + (server.dir / "consumer.err").read_text()[-2000:])
             tree.begin()
+            steal = HostSteal(every=0.25).start()
             prod = subprocess.Popen(common + ["producer", *args, "--rate", str(rate),
                                               "--body", str(a.body), "--window", str(a.window),
                                               "--max-send-s", str(a.max_send_s)],
@@ -130,9 +131,11 @@ def run_one(system: str, rate: float, a: argparse.Namespace, py: str) -> dict[st
                 time.sleep(0.25)
             tree.sample()
             cpu = tree.cpu_used()
+            steal.stop()
             cres = _last_json(cons.stdout.read())
         row = summarize(system, rate, pres, cres, records.read_bytes(), a.delay_ms, cpu, tree)
         row["loadavg_1m_at_start"] = round(load, 2)
+        row["host_steal_ms"] = round(steal.ms(steal.samples[0][0], steal.samples[-1][0]))
         return row
     finally:
         for proc in agents:  # only left running when something above failed
@@ -147,7 +150,7 @@ def fmt(x: float | None, nd: int = 1) -> str:
 
 
 HEAD = ("| system | rate | send/s | deliv/s | p50 | p90 | p99 | p99.9 | max | early | early>1ms "
-        "| lost | dup | send err | RSS MB | CPU µs/msg |")
+        "| lost | dup | send err | RSS MB | CPU µs/msg | steal ms |")
 
 
 def table_row(r: dict[str, Any]) -> str:
@@ -156,7 +159,8 @@ def table_row(r: dict[str, Any]) -> str:
             f"{fmt(lat['p50'])} | {fmt(lat['p90'])} | {fmt(lat['p99'])} | {fmt(lat['p99.9'])} | "
             f"{fmt(lat['max'])} | {r['early']} | {r['early_over_1ms']} | {r['lost']} | "
             f"{r['duplicates']} | {r['send_errors']} | "
-            f"{r['broker_rss_mb']:.0f} | {fmt(r['broker_cpu_us_per_msg'], 0)} |")
+            f"{r['broker_rss_mb']:.0f} | {fmt(r['broker_cpu_us_per_msg'], 0)} | "
+            f"{r.get('host_steal_ms', '-')} |")
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -263,7 +267,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     print(HEAD)
-    print("|" + "---|" * 16, flush=True)
+    print("|" + "---|" * 17, flush=True)
     for rep in range(1, a.repeat + 1):
         got = run_round(rep, systems, rates, a, py)
         rows += got
