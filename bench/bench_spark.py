@@ -19,6 +19,7 @@ parse (inner times and CPU) and a verdict against the goals of issue 17: job wal
     python bench/bench_spark.py --sizes 10000000 --g1   # + the job again with the JVM's G1
 
 Both runs use the job's JVM collector (``job.JVM_GC``, the parallel one) unless ``--gc
+default``, and the job's JIT thresholds for short jobs (``job.JVM_JIT``) unless ``--jit
 default``; ``--g1`` adds a third run per size, the job with the JVM's default collector (G1),
 printed as its own row with the same parse time. Both also map Spark's classes from the
 class archive ``kairosmq report`` uses (``preflight.class_archive``); when there is none yet,
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--messages", action="store_true", help="the job also writes messages/")
     p.add_argument("--gc", choices=("parallel", "default"), default="parallel",
                    help="JVM collector of every run: the job's (parallel) or the JVM's (G1)")
+    p.add_argument("--jit", choices=("short", "default"), default="short",
+                   help="JIT thresholds of every run: the job's (short) or the JVM's own")
     p.add_argument("--g1", action="store_true", help="also run the job with the JVM's G1")
     p.add_argument("--no-cds", action="store_true",
                    help="start the JVMs without the class archive (preflight.class_archive)")
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.parse_only:
         parse_only(*a.parse_only)
         return
-    from kairosmq.spark.job import JVM_GC
+    from kairosmq.spark.job import JVM_GC, JVM_JIT
     from kairosmq.spark.preflight import class_archive, keep_archive, quiet_log4j_options
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def submit_cmd(gc: str) -> list[str]:
         java = quiet_log4j_options() + (f" {JVM_GC}" if gc == "parallel" else "")
+        java += f" {JVM_JIT}" if a.jit == "short" else ""
         return [str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
                 "--driver-memory", a.driver_memory, "--conf", "spark.ui.enabled=false",
                 "--driver-java-options", f"{java} {archive}".strip()]
@@ -143,8 +147,8 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((n, gc, summary.get("lines"), size_mb, parse_wall, parse, parse_cpu,
                          parse_load, wall, summary["meta"]["elapsed_s"], cpu, load))
     print(f"\n({a.master}, format {a.format}, messages/ {'on' if a.messages else 'off'}, "
-          f"parse with gc {a.gc}; wall = spark-submit incl. JVM start, s = timed inside Spark, "
-          "cpu = user+sys s)")
+          f"parse with gc {a.gc}, jit {a.jit}; wall = spark-submit incl. JVM start, "
+          "s = timed inside Spark, cpu = user+sys s)")
     print(f"{'events':>12} {'job gc':>8} {'MB':>6} {'parse wall':>10} {'parse s':>8} "
           f"{'parse cpu':>9} {'job wall':>9} {'job s':>7} {'job cpu':>8} {'job/parse':>9} "
           f"{'cpu ratio':>9}  "
