@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,14 @@ from bench.peers.remoting import (  # noqa: E402 - after the path insert
     RemotingClient,
     decode_bodies,
 )
-from bench.peers.stats import HostSteal, cpu_seconds, percentile, status_kib  # noqa: E402
+from bench.peers.stats import (  # noqa: E402 - after the path insert
+    HostSteal,
+    cpu_seconds,
+    fire_lateness,
+    percentile,
+    status_kib,
+    worst_windows,
+)
 
 TOPIC = "BenchTimer"
 QUEUES = 4
@@ -286,24 +292,6 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
     }
 
 
-def fire_lateness(metrics_port: int) -> dict[float, float]:
-    """The broker's own lateness of the fires (store time - due; its Prometheus histogram
-    ``kairosmq_timer_lateness_seconds``): the share of fires at or under each bound (ms).
-    The consumer's figures add the delivery: held pull answer, socket, its own loop."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    counts: dict[float, float] = {}
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("kairosmq_timer_lateness_seconds_bucket{"):
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            if le != "+Inf":
-                counts[float(le) * 1000] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("kairosmq_timer_lateness_seconds_count"):
-            total = float(line.rsplit(" ", 1)[1])
-    return {b: 100 * c / total for b, c in sorted(counts.items()) if total and b <= 10}
-
-
 def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
                  seconds: float) -> subprocess.Popen[bytes]:
     """py-spy on ``pid`` over the due span only (starts at ``t0``, epoch ms)."""
@@ -315,31 +303,6 @@ def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
                              "--nonblocking", "--output",
                              str(out_dir / f"timers-{rate}.collapsed")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
-                  top: int = 3, steal: HostSteal | None = None) -> str:
-    """The ``top`` due-time windows of ``span_ms`` with the highest max lateness, as
-    ``+<ms from the first due>: max/p99`` (where the tail comes from), with the host's
-    steal time from the window's start to its last delivery (``steal``)."""
-    if not dues:
-        return ""
-    first = min(dues)
-    by: dict[int, list[float]] = {}
-    for due, late in zip(dues, lateness, strict=True):
-        by.setdefault((due - first) // span_ms, []).append(late)
-    rows = sorted(by.items(), key=lambda kv: -max(kv[1]))[:top]
-    boundary = -(-first // 60_000) * 60_000 - first
-
-    def stolen(k: int, worst: float) -> str:
-        if steal is None:
-            return ""
-        start = first + k * span_ms
-        return f" steal {steal.ms(start, start + span_ms + worst):.0f}"
-
-    return ", ".join(f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}"
-                     + stolen(k, max(v)) for k, v in rows) + (
-        f" (minute-bucket boundary at +{boundary}ms; steal in vCPU-ms)")
 
 
 # ---------------------------------------------------------------- pending

@@ -2,7 +2,8 @@
 
 Owns: ``ProcTree`` (CPU seconds and RSS of a server's process tree), ``percentile`` and
 ``summarize`` (one result row from the producer's and consumer's reports and the records),
-``HostSteal`` (the CPU time the VM's host took from this machine, over time).
+``HostSteal`` (the CPU time the VM's host took from this machine, over time), and the
+timer bench's ``worst_windows`` and ``fire_lateness`` (the broker's own histogram).
 
 Invariants: CPU = utime + stime from ``/proc/<pid>/stat`` of every process in the tree,
 measured as a delta over the run (a process that appears during the run counts from 0);
@@ -17,6 +18,7 @@ import os
 import struct
 import threading
 import time
+import urllib.request
 from typing import Any
 
 REC = struct.Struct("<Qdd")
@@ -180,3 +182,46 @@ class HostSteal:
         i = max(0, bisect.bisect_right(at, start_ms) - 1)
         j = min(len(at) - 1, bisect.bisect_left(at, end_ms))
         return (self.samples[j][1] - self.samples[i][1]) * 1000 / _TICK
+
+
+def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
+                  top: int = 3, steal: HostSteal | None = None) -> str:
+    """The ``top`` due-time windows of ``span_ms`` with the highest max lateness, as
+    ``+<ms from the first due>: max/p99`` (where the tail comes from), with the host's
+    steal time from the window's start to its last delivery (``steal``)."""
+    if not dues:
+        return ""
+    first = min(dues)
+    by: dict[int, list[float]] = {}
+    for due, late in zip(dues, lateness, strict=True):
+        by.setdefault((due - first) // span_ms, []).append(late)
+    rows = sorted(by.items(), key=lambda kv: -max(kv[1]))[:top]
+    boundary = -(-first // 60_000) * 60_000 - first
+
+    def stolen(k: int, worst: float) -> str:
+        if steal is None:
+            return ""
+        start = first + k * span_ms
+        return f" steal {steal.ms(start, start + span_ms + worst):.0f}"
+
+    return ", ".join(f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}"
+                     + stolen(k, max(v)) for k, v in rows) + (
+        f" (minute-bucket boundary at +{boundary}ms; steal in vCPU-ms)")
+
+
+def fire_lateness(metrics_port: int) -> dict[float, float]:
+    """The broker's own lateness of the fires (store time - due; its Prometheus histogram
+    ``kairosmq_timer_lateness_seconds``): the share of fires at or under each bound (ms).
+    The consumer's figures add the delivery: held pull answer, socket, its own loop."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    counts: dict[float, float] = {}
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("kairosmq_timer_lateness_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            if le != "+Inf":
+                counts[float(le) * 1000] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("kairosmq_timer_lateness_seconds_count"):
+            total = float(line.rsplit(" ", 1)[1])
+    return {b: 100 * c / total for b, c in sorted(counts.items()) if total and b <= 10}
