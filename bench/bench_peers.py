@@ -135,7 +135,7 @@ def run_one(system: str, rate: float, a: argparse.Namespace, py: str) -> dict[st
             cres = _last_json(cons.stdout.read())
         row = summarize(system, rate, pres, cres, records.read_bytes(), a.delay_ms, cpu, tree)
         row["loadavg_1m_at_start"] = round(load, 2)
-        row["host_steal_ms"] = round(steal.ms(steal.samples[0][0], steal.samples[-1][0]))
+        row["host_steal_ms"] = round(steal.total_ms())
         return row
     finally:
         for proc in agents:  # only left running when something above failed

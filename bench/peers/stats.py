@@ -141,6 +141,10 @@ def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, An
     }
 
 
+def _first(sample: tuple[float, int]) -> float:
+    return sample[0]
+
+
 class HostSteal:
     """Steal time of this virtual machine (``/proc/stat``, the ``cpu`` line's 8th value):
     CPU time the hypervisor gave to other guests while this one had work, sampled every
@@ -178,10 +182,14 @@ class HostSteal:
         at or before ``start_ms`` and at or after ``end_ms``, so never an undercount)."""
         if not self.samples:
             return 0.0
-        at = [t for t, _ in self.samples]
-        i = max(0, bisect.bisect_right(at, start_ms) - 1)
-        j = min(len(at) - 1, bisect.bisect_left(at, end_ms))
-        return (self.samples[j][1] - self.samples[i][1]) * 1000 / _TICK
+        at = self.samples
+        i = max(0, bisect.bisect_right(at, start_ms, key=_first) - 1)
+        j = min(len(at) - 1, bisect.bisect_left(at, end_ms, key=_first))
+        return (at[j][1] - at[i][1]) * 1000 / _TICK
+
+    def total_ms(self) -> float:
+        """vCPU-milliseconds stolen from the first sample to the last."""
+        return self.ms(self.samples[0][0], self.samples[-1][0]) if self.samples else 0.0
 
 
 def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
