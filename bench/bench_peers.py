@@ -150,7 +150,7 @@ def fmt(x: float | None, nd: int = 1) -> str:
 
 
 HEAD = ("| system | rate | send/s | deliv/s | p50 | p90 | p99 | p99.9 | max | early | early>1ms "
-        "| lost | dup | send err | RSS MB | CPU µs/msg | steal ms |")
+        "| lost | dup | send err | RSS MB | CPU µs/msg | wakes/msg | steal ms |")
 
 
 def table_row(r: dict[str, Any]) -> str:
@@ -160,7 +160,7 @@ def table_row(r: dict[str, Any]) -> str:
             f"{fmt(lat['max'])} | {r['early']} | {r['early_over_1ms']} | {r['lost']} | "
             f"{r['duplicates']} | {r['send_errors']} | "
             f"{r['broker_rss_mb']:.0f} | {fmt(r['broker_cpu_us_per_msg'], 0)} | "
-            f"{r.get('host_steal_ms', '-')} |")
+            f"{fmt(r.get('broker_wakes_per_msg'), 2)} | {r.get('host_steal_ms', '-')} |")
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

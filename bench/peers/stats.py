@@ -1,13 +1,16 @@
 """Process accounting from /proc and the figures of one run.
 
-Owns: ``ProcTree`` (CPU seconds and RSS of a server's process tree), ``percentile`` and
+Owns: ``ProcTree`` (CPU seconds, wake-ups and RSS of a server's process tree), ``percentile`` and
 ``summarize`` (one result row from the producer's and consumer's reports and the records),
 ``HostSteal`` (the CPU time the VM's host took from this machine, over time), and the
 timer bench's ``worst_windows`` and ``fire_lateness`` (the broker's own histogram).
 
 Invariants: CPU = utime + stime from ``/proc/<pid>/stat`` of every process in the tree,
 measured as a delta over the run (a process that appears during the run counts from 0);
-RSS = the sum over the tree of ``VmRSS`` sampled during the run (peak) and of ``VmHWM``;
+wake-ups = the voluntary context switches (a thread blocked, then woke) of every thread
+of the tree, ``/proc/<pid>/task/*/status``, as a delta over the run (a thread that ends
+during the run takes its count with it); RSS = the sum over the tree of ``VmRSS`` sampled
+during the run (peak) and of ``VmHWM``;
 percentiles are nearest-rank on the sorted lateness, in milliseconds.
 """
 
@@ -48,6 +51,26 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def voluntary_switches(pid: int) -> dict[int, int]:
+    """Per thread of ``pid``: its voluntary context switches so far (each one a block and,
+    later, a wake-up)."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        out[int(tid)] = int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def status_kib(pid: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -67,6 +90,8 @@ class ProcTree:
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
         self.cpu0: dict[int, float] = {}
+        self.switches0: dict[int, int] = {}
+        self.switches_seen: dict[int, int] = {}
         self.rss_peak_kib = 0
         self.hwm_kib = 0
 
@@ -81,13 +106,17 @@ class ProcTree:
         return out
 
     def begin(self) -> None:
-        self.cpu0 = {p: cpu_seconds(p) for p in self.pids()}
+        pids = self.pids()
+        self.cpu0 = {p: cpu_seconds(p) for p in pids}
+        self.switches0 = {t: n for p in pids for t, n in voluntary_switches(p).items()}
+        self.switches_seen = dict(self.switches0)
         self.rss_peak_kib = self.hwm_kib = 0
         self.sample()
 
     def sample(self) -> None:
         rss = hwm = 0
         for p in self.pids():
+            self.switches_seen.update(voluntary_switches(p))
             s = status_kib(p)
             rss += s.get("VmRSS", 0)
             hwm += s.get("VmHWM", 0)
@@ -96,6 +125,11 @@ class ProcTree:
 
     def cpu_used(self) -> float:
         return sum(cpu_seconds(p) - self.cpu0.get(p, 0.0) for p in self.pids())
+
+    def wakes(self) -> int:
+        """Voluntary context switches of the tree's threads since ``begin``, as of the last
+        ``sample`` (a thread's count is kept after it ends)."""
+        return sum(n - self.switches0.get(t, 0) for t, n in self.switches_seen.items())
 
 
 def percentile(sorted_vals: list[float], p: float) -> float | None:
@@ -136,6 +170,7 @@ def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, An
         "broker_vmhwm_mb": round(tree.hwm_kib / 1024, 1),
         "broker_cpu_s": round(cpu_s, 3),
         "broker_cpu_us_per_msg": round(cpu_s * 1e6 / received, 1) if received else None,
+        "broker_wakes_per_msg": round(tree.wakes() / received, 2) if received else None,
         "consumer_errors": cons.get("errors", []),
         "timeline_by_send_second": timeline,
     }
