@@ -41,8 +41,12 @@ class BrokerProcess:
                "--segment-size-mb", "16", *self.extra]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    async def start(self, timeout: float = 20.0) -> None:
+    def launch(self) -> None:
+        """Start the process without waiting for it to listen (to kill it mid-start)."""
         self.proc = self._spawn()
+
+    async def start(self, timeout: float = 20.0) -> None:
+        self.launch()
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
             if self.proc.poll() is not None:

@@ -1,12 +1,15 @@
 """Soak: many kill -9 rounds of a real broker under concurrent mixed load.
 
 Each round starts the broker on the same files and runs, at once: four producer
-connections sending plain, level-delayed and timer messages (due 0.05-3 s ahead) and
+connections sending plain, level-delayed and timer messages (due 0.05-3 s ahead, a few
+20-70 s ahead, in later minute buckets) and
 recalling some of the delayed ones (half of the recalls the newest, racing its fire), plus
 one consumer long-polling every queue and sending a fifth of what it pulls back for a
 retry (RocketMQ's consumer-send-back, delay level 1-3), and transaction half messages
 committed, rolled back or left open; then SIGKILL at a random instant
-(wall clock, so it lands mid-request) and the next round. At the end the broker must
+(wall clock, so it lands mid-request) and the next round. A third of the rounds first
+start a broker and kill it 0.05-1 s later, before or while it recovers and opens its
+port (a crash during recovery must not stop the next start). At the end the broker must
 start, and the topic's queues (read from offset 0) must hold:
 
 * every acked message that was not recalled, exactly once;
@@ -102,8 +105,10 @@ async def _producer(peer: RawPeer, led: Ledger, rnd: random.Random, pid: int) ->
         kind = rnd.random()
         if kind < 0.35:
             props["DELAY"] = str(rnd.randint(1, 18))
-        elif kind < 0.7:
+        elif kind < 0.65:
             props["TIMER_DELAY_MS"] = str(rnd.randint(50, 3000))
+        elif kind < 0.7:  # absolute, into later minute buckets (loaded ahead of their due)
+            props["TIMER_DELIVER_MS"] = str(int(time.time() * 1000) + rnd.randint(20_000, 70_000))
         r = await send(peer, TOPIC, key.encode(), props, queue_id=rnd.randrange(QUEUES),
                        timeout=10)
         assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
@@ -190,6 +195,10 @@ async def _consumer(peer: RawPeer, led: Ledger, rnd: random.Random) -> None:
 
 
 async def _round(proc: BrokerProcess, led: Ledger, rnd: random.Random) -> None:
+    if rnd.random() < 1 / 3:  # killed during its recovery or start-up
+        proc.launch()
+        await asyncio.sleep(rnd.uniform(0.05, 1.0))
+        proc.kill()
     await proc.start()
     peers = [await RawPeer.connect(proc.address) for _ in range(5)]
     tasks = [asyncio.ensure_future(_producer(p, led, rnd, i)) for i, p in enumerate(peers[:4])]
