@@ -43,16 +43,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
-from kairosmq.protocol.commands import request
-from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.protocol.timer import decode_recall_handle
 
 from tests.helpers import pull, pull_all, send
 from tests.integration.procs import BrokerProcess
-from tests.transaction.txpeer import end, half, register_producer
+from tests.transaction.txpeer import commit_every_check, end, half, register_producer
 from tests.wire import RawPeer
 
 ROUNDS = int(os.environ.get("KAIROSMQ_SOAK", "0") or 0)
@@ -143,18 +140,7 @@ async def _resolve_transactions(address: str) -> None:
     producer = await RawPeer.connect(address)
     await register_producer(producer)
 
-    async def answer_checks() -> None:
-        while True:
-            check = await producer.requests.get()
-            if check.code != RequestCode.CHECK_TRANSACTION_STATE:
-                continue
-            h = CheckTransactionStateRequestHeader.from_ext_fields(check.ext_fields)
-            producer.send_raw(encode_command(request(RequestCode.END_TRANSACTION, {
-                "producerGroup": "PG", "tranStateTableOffset": str(h.tran_state_table_offset),
-                "commitLogOffset": str(h.commit_log_offset), "commitOrRollback": "8",
-                "msgId": h.msg_id or "", "fromTransactionCheck": "true"}, oneway=True)))
-
-    task = asyncio.ensure_future(answer_checks())
+    task = asyncio.ensure_future(commit_every_check(producer))
     try:
         for _ in range(600):
             r = await producer.call(RequestCode.KAIROS_GET_TRANSACTION_STATUS)

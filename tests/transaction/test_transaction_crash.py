@@ -21,12 +21,11 @@ import pytest
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import request
-from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
-from kairosmq.protocol.message import decode_record
 
 from tests.helpers import pull_all
 from tests.integration.procs import BrokerProcess
 from tests.transaction.txpeer import (
+    commit_every_check,
     end,
     end_ext,
     half,
@@ -81,20 +80,7 @@ async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:
         await register_producer(producer)
         checked: list[str] = []
 
-        async def answer_checks() -> None:
-            while True:
-                check = await producer.requests.get()
-                if check.code != RequestCode.CHECK_TRANSACTION_STATE:
-                    continue
-                h = CheckTransactionStateRequestHeader.from_ext_fields(check.ext_fields)
-                key = decode_record(check.body).properties["UNIQ_KEY"]
-                checked.append(key)
-                producer.send_raw(encode_command(request(RequestCode.END_TRANSACTION, {
-                    "producerGroup": "PG", "tranStateTableOffset": str(h.tran_state_table_offset),
-                    "commitLogOffset": str(h.commit_log_offset), "commitOrRollback": "8",
-                    "msgId": h.msg_id or "", "fromTransactionCheck": "true"}, oneway=True)))
-
-        task = asyncio.ensure_future(answer_checks())
+        task = asyncio.ensure_future(commit_every_check(producer, checked))
         try:
             for _ in range(200):
                 if await pending(producer) == 0:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from kairosmq.protocol.bodies import HeartbeatData
+from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.commands import request
+from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
 from kairosmq.protocol.ids import decode_offset_msg_id
-from kairosmq.protocol.message import decode_records
+from kairosmq.protocol.message import decode_record, decode_records
 
 from tests.helpers import pull, send
 from tests.wire import RawPeer
@@ -55,3 +58,18 @@ async def register_producer(peer: RawPeer, group: str = "PG", cid: str = "tx-cli
     assert r.code == ResponseCode.SUCCESS
 
 
+async def commit_every_check(producer: RawPeer, checked: list[str] | None = None) -> None:
+    """Answer every CHECK_TRANSACTION_STATE that reaches ``producer`` (registered with
+    ``register_producer``) with a one-way COMMIT, appending each checked message's
+    UNIQ_KEY to ``checked``; runs until cancelled."""
+    while True:
+        check = await producer.requests.get()
+        if check.code != RequestCode.CHECK_TRANSACTION_STATE:
+            continue
+        h = CheckTransactionStateRequestHeader.from_ext_fields(check.ext_fields)
+        if checked is not None:
+            checked.append(decode_record(check.body).properties["UNIQ_KEY"])
+        producer.send_raw(encode_command(request(RequestCode.END_TRANSACTION, {
+            "producerGroup": "PG", "tranStateTableOffset": str(h.tran_state_table_offset),
+            "commitLogOffset": str(h.commit_log_offset), "commitOrRollback": "8",
+            "msgId": h.msg_id or "", "fromTransactionCheck": "true"}, oneway=True)))
