@@ -8,9 +8,9 @@ timer bench's ``worst_windows`` and ``fire_lateness`` (the broker's own histogra
 Invariants: CPU = utime + stime from ``/proc/<pid>/stat`` of every process in the tree,
 measured as a delta over the run (a process that appears during the run counts from 0);
 wake-ups = the voluntary context switches (a thread blocked, then woke) of every thread
-of the tree, ``/proc/<pid>/task/*/status``, as a delta over the run (a thread that ends
-during the run takes its count with it); RSS = the sum over the tree of ``VmRSS`` sampled
-during the run (peak) and of ``VmHWM``;
+of the tree, ``/proc/<pid>/task/*/status``, as a delta over the run, read at every sample
+(a thread that ends during the run counts up to its last sample); RSS = the sum over the
+tree of ``VmRSS`` sampled during the run (peak) and of ``VmHWM``;
 percentiles are nearest-rank on the sorted lateness, in milliseconds.
 """
 
