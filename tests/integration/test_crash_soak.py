@@ -43,7 +43,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import MessageExt, decode_records
@@ -51,7 +50,13 @@ from kairosmq.protocol.timer import decode_recall_handle
 
 from tests.helpers import pull, pull_all, send
 from tests.integration.procs import BrokerProcess
-from tests.transaction.txpeer import commit_every_check, end, half, register_producer
+from tests.transaction.txpeer import (
+    commit_every_check,
+    end,
+    half,
+    pending,
+    register_producer,
+)
 from tests.wire import RawPeer
 
 ROUNDS = int(os.environ.get("KAIROSMQ_SOAK", "0") or 0)
@@ -145,8 +150,7 @@ async def _resolve_transactions(address: str) -> None:
     task = asyncio.ensure_future(commit_every_check(producer))
     try:
         for _ in range(600):
-            r = await producer.call(RequestCode.KAIROS_GET_TRANSACTION_STATUS)
-            if int(orjson.loads(r.body)["pending"]) == 0:
+            if await pending(producer) == 0:
                 return
             await asyncio.sleep(0.1)
         raise AssertionError("transactions still pending after 60 s of check-backs")
@@ -239,8 +243,8 @@ async def test_soak_kill9_rounds_under_mixed_load(tmp_path: Path) -> None:
                      if "already delivered" not in v[1] or k not in counts}
     assert not not_delivered, \
         f"{where}: recall refused, yet not delivered {list(not_delivered.items())[:3]}"
-    early = [(m.body.decode(), led.due[m.body.decode()] - m.store_timestamp) for m in got
-             if m.body.decode() in led.due and m.store_timestamp < led.due[m.body.decode()]]
+    early = [(key, led.due[key] - m.store_timestamp) for m in got
+             if (key := m.body.decode()) in led.due and m.store_timestamp < led.due[key]]
     assert not early, f"{where}: stored before due (key, ms early) {early[:5]}"
     copies = Counter(m.body.decode() for m in retried)
     wrong = {k: (copies[k], led.sent_back[k], led.send_back_unknown[k])

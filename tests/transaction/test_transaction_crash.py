@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -29,17 +28,13 @@ from tests.transaction.txpeer import (
     end,
     end_ext,
     half,
+    pending,
     register_producer,
 )
 from tests.wire import RawPeer
 
 pytestmark = pytest.mark.slow
 TOPIC = "TxCrash"
-
-
-async def pending(peer: RawPeer) -> int:
-    r = await peer.call(RequestCode.KAIROS_GET_TRANSACTION_STATUS)
-    return int(orjson.loads(r.body)["pending"])
 
 
 async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from kairosmq.protocol.bodies import HeartbeatData
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -51,6 +52,12 @@ def stored(broker: Any, topic: str) -> list:
     pulled)."""
     res = broker.store.get(topic, 0, 0, 1000)
     return [m for chunk in res.chunks for m in decode_records(chunk)]
+
+
+async def pending(peer: RawPeer) -> int:
+    """Half messages the broker still holds unresolved (KAIROS_GET_TRANSACTION_STATUS)."""
+    r = await peer.call(RequestCode.KAIROS_GET_TRANSACTION_STATUS)
+    return int(orjson.loads(r.body)["pending"])
 
 
 async def register_producer(peer: RawPeer, group: str = "PG", cid: str = "tx-client") -> None:
