@@ -147,7 +147,7 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
 
 def build_session(master: str | None = None, *, app_name: str = "kairosmq-report",
                   driver_memory: str | None = None, verbose: bool = False,
-                  jvm_options: str = "") -> SparkSession:
+                  jvm_options: str = "", conf: Mapping[str, str] | None = None) -> SparkSession:
     """Get or create the session: UTC; ``local[*]`` unless told or submitted.
 
     Spark logs errors only (a log4j2 file for the driver JVM this process starts, then
@@ -155,7 +155,8 @@ def build_session(master: str | None = None, *, app_name: str = "kairosmq-report
     starts, and the executors of a cluster it starts, use the parallel collector and the
     short-job JIT thresholds (``JVM_OPTIONS``; under spark-submit the JVM options are
     spark-submit's); ``jvm_options`` are added to the driver JVM's
-    (``preflight.class_archive``).
+    (``preflight.class_archive``); ``conf`` is set last (the tests' session: its own
+    shuffle partitions, no UI).
     """
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
     level = "WARN" if verbose else "ERROR"
@@ -172,6 +173,8 @@ def build_session(master: str | None = None, *, app_name: str = "kairosmq-report
         builder = builder.config("spark.executor.extraJavaOptions", JVM_OPTIONS)
     # Spark's stage progress bar on a terminal; plain step lines only when piped.
     builder = builder.config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if verbose or submitted:
         spark.sparkContext.setLogLevel(level)  # prints one line; the quiet start set it already

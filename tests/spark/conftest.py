@@ -38,14 +38,16 @@ NO_JAVA = "Spark needs Java 17+: no `java` on PATH and no JAVA_HOME/bin/java"
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    """The report's own ``build_session`` (its JVM options, quiet log4j, UTC), on
+    ``local[2]`` with two shuffle partitions and no UI: one JVM for every test that uses it
+    (``test_cli`` checks that JVM's collector and JIT options on it)."""
     if not java_available():
         pytest.skip(NO_JAVA)
-    session = (SparkSession.builder.master("local[2]").appName("kairosmq-tests")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
+    from kairosmq.spark.job import build_session
+
+    session = build_session("local[2]", app_name="kairosmq-tests", conf={
+        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false"})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -90,23 +90,17 @@ def test_a_real_run_shows_progress_then_maps_the_class_archive_quietly(tmp_path)
     assert stamps[0] == stamps[1]
 
 
-GC_PROBE = ("from kairosmq.spark.job import build_session; s = build_session('local[1]'); "
-            "m = s.sparkContext._jvm.java.lang.management.ManagementFactory; "
-            "beans = m.getGarbageCollectorMXBeans(); "
-            "hs = m.getPlatformMXBean(s.sparkContext._jvm.java.lang.Class.forName("
-            "'com.sun.management.HotSpotDiagnosticMXBean')); "
-            "print(hs.getVMOption('Tier4InvocationThreshold').getValue(), "
-            "hs.getVMOption('Tier4BackEdgeThreshold').getValue()); "
-            "print(sorted(b.getName() for b in beans)); s.stop()")
-
-
-def test_the_driver_jvm_uses_the_parallel_collector():
-    """The JVM the report starts runs the throughput collector (``job.JVM_GC``), not G1, and
-    the short-job JIT thresholds (``job.JVM_JIT``), not the JVM's defaults (5000, 40000)."""
-    if not java_available():
-        pytest.skip(NO_JAVA)
-    proc = _run(GC_PROBE, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    thresholds, names = proc.stdout.strip().splitlines()[-2:]
-    assert "PS MarkSweep" in names and "G1" not in names, names
-    assert thresholds.split() == ["50000", "400000"], thresholds
+@pytest.mark.spark
+def test_the_driver_jvm_uses_the_parallel_collector(spark):
+    """The JVM ``build_session`` starts (the report's, and the tests' shared session) runs
+    the throughput collector (``job.JVM_GC``), not G1, and the short-job JIT thresholds
+    (``job.JVM_JIT``), not the JVM's defaults (5000, 40000)."""
+    jvm = spark.sparkContext._jvm
+    factory = jvm.java.lang.management.ManagementFactory
+    names = sorted(b.getName() for b in factory.getGarbageCollectorMXBeans())
+    hotspot = factory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    thresholds = [hotspot.getVMOption(name).getValue()
+                  for name in ("Tier4InvocationThreshold", "Tier4BackEdgeThreshold")]
+    assert "PS MarkSweep" in names and "G1" not in " ".join(names), names
+    assert thresholds == ["50000", "400000"], thresholds
