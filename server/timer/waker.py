@@ -6,7 +6,11 @@ task has one). uvloop's timers (libuv's) have millisecond
 granularity against a loop time cached per iteration, so ``call_later`` to a due
 instant wakes 0-1 ms after it; a timerfd wakes the loop's ``epoll`` at the instant
 itself. Measured here (idle loop, a due instant 3 ms ahead, 300 times): p50 0.30 ms late
-with ``call_later``, 0.08 ms with the timerfd; p90 0.64 vs 0.18 ms.
+with ``call_later``, 0.08 ms with the timerfd; p90 0.64 vs 0.18 ms. Long sleeps matter
+more: the kernel gives a poll/epoll timeout a slack of 0.1 % of its length (at most
+100 ms, none only for real-time tasks), so a loop sleeping 20 s to a due instant wakes
+~20 ms late, while a timerfd's expiry has no slack (measured: 20.56 vs 0.24 ms late
+after 20 s; docs/performance.md, session 9).
 
 Invariants:
 * Never early: the expiration is absolute wall-clock time, and the future resolves only
