@@ -13,9 +13,9 @@ Two parts, each printing a table:
   windows: on a VM, the hypervisor's bursts stall every process here at once; and the
   broker's own fire lateness (store time - due, from its Prometheus histogram), which
   the consumer's figures extend by the delivery (pull answer, socket, consumer loop); and
-  a host control over the same span: a bare uvloop process (its own) that wakes every
-  1 ms and records how late each wake-up came, i.e. what the host does to any process
-  here at that moment.
+  a host control over the same span (``peers/hostcontrol.py``): a bare uvloop process of
+  its own that wakes every 1 ms and records how late each wake-up came, i.e. what the
+  host does to any process here at that moment.
 * ``pending``: ``--pending N`` timers due 1-40 days ahead are stored through the broker's
   own put path (in-process, no network: the point is the files, not the send rate), the
   broker stopped, then started as a process on those files: prints the time to serving,
@@ -56,6 +56,7 @@ import uvloop
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.peers import hostcontrol  # noqa: E402 - after the path insert
 from bench.peers.remoting import (  # noqa: E402 - after the path insert
     PULL_MESSAGE,
     PULL_SUSPEND_AND_SUBSCRIPTION,
@@ -64,6 +65,7 @@ from bench.peers.remoting import (  # noqa: E402 - after the path insert
     RemotingClient,
     decode_bodies,
 )
+from bench.peers.servers import free_port  # noqa: E402 - after the path insert
 from bench.peers.stats import (  # noqa: E402 - after the path insert
     HostSteal,
     cpu_seconds,
@@ -75,12 +77,6 @@ from bench.peers.stats import (  # noqa: E402 - after the path insert
 
 TOPIC = "BenchTimer"
 QUEUES = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_broker(data_dir: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
@@ -227,26 +223,6 @@ async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
             "cpu_s": cpu_s}
 
 
-async def control(t0: int, seconds: float, tick_ms: int = 1) -> dict[str, Any]:
-    """The host control: a bare uvloop process that asks to wake every ``tick_ms`` from
-    ``t0`` (epoch ms) for ``seconds`` and records how late each wake-up came (ms). It does
-    nothing else, so its lateness is what the host (vCPU stalls, steal, the scheduler) does
-    to any process here in the same span; the broker's lateness beyond it is its own."""
-    gc.disable()
-    loop = asyncio.get_running_loop()
-    offset = time.time() - loop.time()  # epoch s = loop time + offset
-    dues: list[int] = []
-    late: list[float] = []
-    due = max(t0, int((loop.time() + offset) * 1000) + tick_ms)  # none already past
-    end = t0 + int(seconds * 1000)
-    while due <= end:
-        await asyncio.sleep(max(0.0, due / 1000 - offset - loop.time()))
-        dues.append(due)
-        late.append((loop.time() + offset) * 1000 - due)
-        due += tick_ms
-    return {"dues": dues, "lateness": late}
-
-
 def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--agent", kind, *args],
                          capture_output=True, check=True)
@@ -286,17 +262,14 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
                                      str(port), str(n), str(wait)], stdout=subprocess.PIPE)
         cpu0 = cpu_seconds(broker.pid)
         steal = HostSteal().start()
-        host_out = workdir / f"control-{rate}.json"
-        host = subprocess.Popen([sys.executable, __file__, "--agent", "control", str(t0),
-                                 str(seconds), str(host_out)])
+        host = hostcontrol.start(t0, seconds, workdir / f"control-{rate}.json")
         spy = start_py_spy(py_spy, broker.pid, rate, t0, seconds) if py_spy else None
         out, _ = cons.communicate(timeout=wait + 30)
         if spy is not None:
             spy.wait(timeout=seconds + 60)
         cpu = cpu_seconds(broker.pid) - cpu0
         steal.stop()
-        host.wait(timeout=60)
-        hres = json.loads(host_out.read_text())
+        hres = hostcontrol.result(host, workdir / f"control-{rate}.json")
         fire = fire_lateness(metrics_port)
         cres = json.loads(out)
         rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
@@ -305,7 +278,6 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         shutil.rmtree(data, ignore_errors=True)
     lat = sorted(cres["lateness"])
     worst = worst_windows(cres["dues"], cres["lateness"], steal=steal)
-    hlat = sorted(hres["lateness"])
     last_due = max(cres["dues"], default=t0)
     return {
         "rate": rate, "n": n, "send/s": n / prod["send_s"],
@@ -318,8 +290,7 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         "consumer_us": cres["cpu_s"] / max(1, cres["received"]) * 1e6,
         "rss_mb": rss, "worst": worst,
         "steal_ms": steal.ms(t0, last_due + (lat[-1] if lat else 0)), "fire": fire,
-        "host_p99": percentile(hlat, 99), "host_max": hlat[-1] if hlat else None,
-        "host_worst": worst_windows(hres["dues"], hres["lateness"], top=1),
+        "host": hres,
     }
 
 
@@ -422,14 +393,6 @@ def main() -> None:
         if kind == "producer":
             port, n, rate, body, window, t0 = map(int, rest)
             res = uvloop.run(producer(port, n, rate, body, window, t0))
-        elif kind == "control":  # into a file: its stdout is the terminal's
-            # to just before t0 in one blocking sleep: a long epoll timeout (a loop's
-            # sleep) ends up to 0.1 % of it late (the kernel's slack for poll timeouts,
-            # at most 100 ms); nanosleep's slack is 50 µs
-            time.sleep(max(0.0, int(rest[0]) / 1000 - time.time() - 0.02))
-            res = uvloop.run(control(int(rest[0]), float(rest[1])))
-            Path(rest[2]).write_text(json.dumps(res))
-            return
         else:
             port, n, timeout = int(rest[0]), int(rest[1]), float(rest[2])
             res = uvloop.run(consumer(port, n, timeout))
@@ -442,16 +405,14 @@ def main() -> None:
         print("| due/s | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost | dup "
               "| CPU µs/fired | consumer µs/msg | RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        p99s: dict[int, list[float]] = {}
-        steals: dict[int, list[float]] = {}
-        hosts: dict[int, list[float]] = {}
+        p99s, steals, hosts = {}, {}, {}  # rate -> per round: p99, steal, control p99
         for rate in [int(r) for r in a.rates.split(",") for _ in range(a.repeat)]:
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
                                cross_bucket=a.cross_bucket,
                                broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
             p99s.setdefault(rate, []).append(r["p99"])
             steals.setdefault(rate, []).append(r["steal_ms"])
-            hosts.setdefault(rate, []).append(r["host_p99"])
+            hosts.setdefault(rate, []).append(r["host"]["p99"])
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
             print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
@@ -461,9 +422,7 @@ def main() -> None:
             print(f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; broker fire "
                   "lateness (store - due): " + ", ".join(
                       f"<= {b:g} ms {v:.2f} %" for b, v in r["fire"].items()))
-            print(f"    host control (a bare uvloop process waking every 1 ms over the due "
-                  f"span): lateness p99 {r['host_p99']:.1f} ms, max {r['host_max']:.1f} ms; "
-                  f"worst window {r['host_worst'].split(' (')[0]}")
+            print(f"    {r['host']['line']}")
             if a.py_spy:
                 from bench.profile_delayed import top_functions
                 print("    py-spy top functions over the due span (own %, total %):")
