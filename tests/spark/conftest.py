@@ -47,8 +47,7 @@ def spark() -> Iterator[SparkSession]:
 
     session = build_session("local[2]", app_name="kairosmq-tests", conf={
         "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false"})
-    session.sparkContext.setLogLevel("ERROR")
+        "spark.ui.showConsoleProgress": "false"})  # errors only: build_session's log4j file
     yield session
     session.stop()
 
