@@ -28,6 +28,9 @@ Two parts, each printing a table:
                                      # killed (-9) and restarted between send and fire
     python bench/bench_timers.py --pending 10000000 --skip-lateness
     python bench/bench_timers.py --rates 5000 --seconds 10 --repeat 5   # p99 spread
+    python bench/bench_timers.py --rates 5000 --seconds 10 --brokers 1,2 --repeat 2
+                                     # 1 and 2 broker processes behind a name server,
+                                     # alternated (the agents: peers/timeragents.py)
 
 Figures are for this machine and this run only; compare with the other benches' same-run
 ratios (docs/performance.md).
@@ -37,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import random
@@ -58,14 +60,11 @@ sys.path.insert(0, str(REPO))
 
 from bench.peers import hostcontrol  # noqa: E402 - after the path insert
 from bench.peers.remoting import (  # noqa: E402 - after the path insert
-    PULL_MESSAGE,
-    PULL_SUSPEND_AND_SUBSCRIPTION,
     SEND_MESSAGE_V2,
     SUCCESS,
     RemotingClient,
-    decode_bodies,
 )
-from bench.peers.servers import free_port  # noqa: E402 - after the path insert
+from bench.peers.servers import free_port, stop_proc, wait_port  # noqa: E402
 from bench.peers.stats import (  # noqa: E402 - after the path insert
     HostSteal,
     cpu_seconds,
@@ -74,9 +73,7 @@ from bench.peers.stats import (  # noqa: E402 - after the path insert
     status_kib,
     worst_windows,
 )
-
-TOPIC = "BenchTimer"
-QUEUES = 4
+from bench.peers.timeragents import QUEUES, TOPIC, consumer, producer  # noqa: E402
 
 
 def start_broker(data_dir: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
@@ -134,148 +131,87 @@ def first_due(n: int, rate: int, margin_s: float, cross_bucket: bool) -> int:
     return boundary - half
 
 
-async def producer(port: int, n: int, rate: int, body_size: int, window: int,
-                   t0: int) -> dict[str, Any]:
-    """Send ``n`` timers due at ``rate``/s from ``t0`` (epoch ms)."""
-    c = RemotingClient()
-    await c.open("127.0.0.1", port)
-    sem = asyncio.Semaphore(window)
-    errors = 0
-
-    async def one(i: int) -> None:
-        nonlocal errors
-        due = t0 + (i * 1000) // rate
-        body = f"{due}:{i}:".encode().ljust(body_size, b"x")
-        props = f"TIMER_DELIVER_MS\x01{due}\x02UNIQ_KEY\x01B{i:012d}"
-        ext = {"a": "BenchPG", "b": TOPIC, "c": "TBW102", "d": QUEUES, "e": i % QUEUES,
-               "f": 0, "g": int(time.time() * 1000), "h": 0, "i": props}
-        try:
-            hdr, _ = await c.call(SEND_MESSAGE_V2, ext, body)
-            if hdr["code"] != SUCCESS:
-                errors += 1
-        finally:
-            sem.release()
-
-    started = time.monotonic()
-    tasks = []
-    for i in range(n):
-        await sem.acquire()
-        tasks.append(asyncio.ensure_future(one(i)))
-    await asyncio.gather(*tasks)
-    elapsed = time.monotonic() - started
-    await c.close()
-    late_start = (time.time() * 1000) > t0
-    return {"sent": n, "errors": errors, "send_s": elapsed, "first_due": t0,
-            "stored_before_first_due": not late_start}
-
-
-async def consumer(port: int, n: int, timeout: float) -> dict[str, Any]:
-    """Long-poll every queue; record (due, receive) per message until ``n`` or timeout.
-
-    The answers are only counted and kept while polling (receive time, payload) and parsed
-    at the end: the consumer shares the 2 cores with the broker, so it does as little as
-    it can while messages fall due."""
-    gc.disable()  # no collection pauses in the measuring process (it frees what it makes)
-    c = RemotingClient()
-    await c.open("127.0.0.1", port)
-    answers: list[tuple[float, bytes]] = []
-    got = 0
-    deadline = time.monotonic() + timeout
-
-    async def poll(q: int) -> None:
-        nonlocal got
-        offset = 0
-        while got < n and time.monotonic() < deadline:
-            ext = {"consumerGroup": "BenchCG", "topic": TOPIC, "queueId": q,
-                   "queueOffset": offset, "maxMsgNums": 64,
-                   "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION, "commitOffset": 0,
-                   "suspendTimeoutMillis": 2000, "subscription": "*", "subVersion": 0}
-            try:
-                r, payload = await c.call(PULL_MESSAGE, ext, timeout=5.0)
-            except TimeoutError:
-                continue
-            now = time.time() * 1000
-            ext_out = r.get("extFields") or {}
-            if "nextBeginOffset" in ext_out:
-                if r["code"] == SUCCESS:
-                    answers.append((now, payload))
-                    got += int(ext_out["nextBeginOffset"]) - offset
-                offset = int(ext_out["nextBeginOffset"])
-
-    await asyncio.gather(*(poll(q) for q in range(QUEUES)))
-    await c.close()
-    cpu_s = time.process_time()
-    seen: set[int] = set()
-    dups = 0
-    lateness: list[float] = []
-    dues: list[int] = []
-    for now, payload in answers:
-        for body in decode_bodies(payload):
-            due_s, seq_s, _ = body.split(b":", 2)
-            seq = int(seq_s)
-            if seq in seen:
-                dups += 1
-                continue
-            seen.add(seq)
-            lateness.append(now - int(due_s))
-            dues.append(int(due_s))
-    return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues,
-            "cpu_s": cpu_s}
-
-
 def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--agent", kind, *args],
                          capture_output=True, check=True)
     return json.loads(out.stdout)
 
 
+def start_namesrv(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A ``kairosmq namesrv`` process for several brokers (RocketMQ's model)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "kairosmq.server", "namesrv", "--port",
+                             str(port), "--data-dir", str(workdir / "namesrv"),
+                             "--no-log-file", "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, 60, proc)
+    return proc, port
+
+
 def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
                    restart: bool = False, cross_bucket: bool = False,
-                   broker_args: tuple[str, ...] = (),
+                   broker_args: tuple[str, ...] = (), brokers: int = 1,
                    py_spy: Path | None = None) -> dict[str, Any]:
-    """One rate. ``restart``: the broker is killed (-9) once every timer is stored and
-    started again on its files before the first one is due (timers then come from the
-    bucket files and the log); the consumer starts after it. ``py_spy``: sample the broker
+    """One rate. ``restart``: the brokers are killed (-9) once every timer is stored and
+    started again on their files before the first one is due (timers then come from the
+    bucket files and the log); the consumer starts after. ``brokers`` > 1: that many broker
+    processes registered with one name server, the topic's queues on each (RocketMQ's
+    model; the agents address the brokers directly). ``py_spy``: sample the first broker
     with py-spy from the first due instant to the last (collapsed stacks in that dir)."""
     n = int(rate * seconds)
-    port, metrics_port = free_port(), free_port()
-    data = workdir / f"lateness-{rate}"
-    broker_args = (*broker_args, "--metrics-port", str(metrics_port))
-    broker, _ = start_broker(data, port, *broker_args)
+    ports, mports = [free_port() for _ in range(brokers)], [free_port() for _ in range(brokers)]
+    datas = [workdir / f"lateness-{rate}-{k}" for k in range(brokers)]
+    namesrv = None
+    extra = [(*broker_args, "--metrics-port", str(m)) for m in mports]
+    if brokers > 1:
+        namesrv, ns_port = start_namesrv(workdir)
+        extra = [(*e, "--namesrv", f"127.0.0.1:{ns_port}", "--broker-name",
+                  f"broker-{chr(97 + k)}") for k, e in enumerate(extra)]
+
+    def start_all() -> list[subprocess.Popen[bytes]]:
+        return [start_broker(d, p, *e)[0] for d, p, e in zip(datas, ports, extra, strict=True)]
+
+    procs = start_all()
+    at = ",".join(map(str, ports))
     t0 = first_due(n, rate, 8.0 if restart else 0.0, cross_bucket)
     wait = (t0 - time.time() * 1000) / 1000 + seconds + n / 2500 + 30
     cons = None
-    ready_ms = 0.0  # when the restarted broker served (0: no restart)
+    ready_ms = 0.0  # when the restarted brokers served (0: no restart)
     try:
         if not restart:
             cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
-                                     str(port), str(n), str(wait)], stdout=subprocess.PIPE)
+                                     at, str(n), str(wait)], stdout=subprocess.PIPE)
             time.sleep(0.5)
-        prod = run_agent("producer", [str(port), str(n), str(rate), str(body), "256",
-                                      str(t0)])
+        prod = run_agent("producer", [at, str(n), str(rate), str(body), "256", str(t0)])
         if restart:
-            broker.kill()
-            broker.wait()
-            broker, _ = start_broker(data, port, *broker_args)
+            for b in procs:
+                b.kill()
+                b.wait()
+            procs = start_all()
             ready_ms = time.time() * 1000
             cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
-                                     str(port), str(n), str(wait)], stdout=subprocess.PIPE)
-        cpu0 = cpu_seconds(broker.pid)
+                                     at, str(n), str(wait)], stdout=subprocess.PIPE)
+        cpu0 = sum(cpu_seconds(b.pid) for b in procs)
         steal = HostSteal().start()
         host = hostcontrol.start(t0, seconds, workdir / f"control-{rate}.json")
-        spy = start_py_spy(py_spy, broker.pid, rate, t0, seconds) if py_spy else None
+        spy = start_py_spy(py_spy, procs[0].pid, rate, t0, seconds) if py_spy else None
         out, _ = cons.communicate(timeout=wait + 30)
         if spy is not None:
             spy.wait(timeout=seconds + 60)
-        cpu = cpu_seconds(broker.pid) - cpu0
+        cpu = sum(cpu_seconds(b.pid) for b in procs) - cpu0
         steal.stop()
         hres = hostcontrol.result(host, workdir / f"control-{rate}.json")
-        fire = fire_lateness(metrics_port)
+        fires = [fire_lateness(m) for m in mports]  # each broker fires an equal share
+        fire = {k: sum(f.get(k, 0.0) for f in fires) / brokers for k in fires[0]}
         cres = json.loads(out)
-        rss = status_kib(broker.pid).get("VmHWM", 0) / 1024
+        rss = max(status_kib(b.pid).get("VmHWM", 0) for b in procs) / 1024
     finally:
-        stop_broker(broker)
-        shutil.rmtree(data, ignore_errors=True)
+        for b in procs:
+            stop_broker(b)
+        if namesrv is not None:
+            stop_proc(namesrv, 30)
+        for d in datas:
+            shutil.rmtree(d, ignore_errors=True)
     lat = sorted(cres["lateness"])
     worst = worst_windows(cres["dues"], cres["lateness"], steal=steal)
     last_due = max(cres["dues"], default=t0)
@@ -384,37 +320,43 @@ def main() -> None:
                     help="place the due span across a minute-bucket boundary")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=1, help="rounds per rate (p99 spread)")
+    ap.add_argument("--brokers", default="1",
+                    help="broker processes per round behind one name server; a list "
+                         "(1,2) alternates the counts round by round")
     ap.add_argument("--py-spy", dest="py_spy", type=Path, default=None,
                     help="sample the broker with py-spy over the due span into this dir")
     ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.agent:
-        kind, *rest = a.agent
+        kind, at, *rest = a.agent  # at: the brokers' ports, comma-separated
+        ports = [int(p) for p in at.split(",")]
         if kind == "producer":
-            port, n, rate, body, window, t0 = map(int, rest)
-            res = uvloop.run(producer(port, n, rate, body, window, t0))
+            n, rate, body, window, t0 = map(int, rest)
+            res = uvloop.run(producer(ports, n, rate, body, window, t0))
         else:
-            port, n, timeout = int(rest[0]), int(rest[1]), float(rest[2])
-            res = uvloop.run(consumer(port, n, timeout))
+            res = uvloop.run(consumer(ports, int(rest[0]), float(rest[1])))
         print(json.dumps(res))
         return
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="kmq-timers-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     if not a.skip_lateness:
-        print("| due/s | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost | dup "
-              "| CPU µs/fired | consumer µs/msg | RSS MB |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        p99s, steals, hosts = {}, {}, {}  # rate -> per round: p99, steal, control p99
-        for rate in [int(r) for r in a.rates.split(",") for _ in range(a.repeat)]:
+        print("| due/s | brokers | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost "
+              "| dup | CPU µs/fired | consumer µs/msg | RSS MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        p99s, steals, hosts = {}, {}, {}  # (rate, brokers) -> per round: p99, steal, control
+        counts = [int(b) for b in a.brokers.split(",")]
+        for rate, nb in [(int(r), nb) for r in a.rates.split(",") for _ in range(a.repeat)
+                         for nb in counts]:
             r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
-                               cross_bucket=a.cross_bucket,
+                               cross_bucket=a.cross_bucket, brokers=nb,
                                broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
-            p99s.setdefault(rate, []).append(r["p99"])
-            steals.setdefault(rate, []).append(r["steal_ms"])
-            hosts.setdefault(rate, []).append(r["host"]["p99"])
+            key = (rate, nb)
+            p99s.setdefault(key, []).append(r["p99"])
+            steals.setdefault(key, []).append(r["steal_ms"])
+            hosts.setdefault(key, []).append(r["host"]["p99"])
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
-            print(f"| {f['rate']} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
+            print(f"| {f['rate']} | {nb} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
                   f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
                   f"{f['dup']} | {f['cpu_us_per_fired']} | {f['consumer_us']} | {f['rss_mb']} |"
                   + ("" if r["stored before due"] else "  (sends overran the first due)"))
@@ -428,14 +370,14 @@ def main() -> None:
                 print("    py-spy top functions over the due span (own %, total %):")
                 for fn, own, tot in top_functions(a.py_spy / f"timers-{rate}.collapsed"):
                     print(f"      {own:5.1f} {tot:5.1f}  {fn}")
-        for rate, got in p99s.items():
+        for (rate, nb), got in p99s.items():
             if len(got) > 1:
-                print(f"p99 at {rate} due/s over {len(got)} runs: "
+                print(f"p99 at {rate} due/s, {nb} broker(s), over {len(got)} runs: "
                       + ", ".join(f"{v:.1f}" for v in got)
                       + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)}); host "
                       "steal over each due span: "
-                      + ", ".join(f"{v:.0f}" for v in steals[rate]) + " vCPU-ms; host "
-                      "control p99: " + ", ".join(f"{v:.1f}" for v in hosts[rate]) + " ms")
+                      + ", ".join(f"{v:.0f}" for v in steals[rate, nb]) + " vCPU-ms; host "
+                      "control p99: " + ", ".join(f"{v:.1f}" for v in hosts[rate, nb]) + " ms")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():
