@@ -225,6 +225,7 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
         "consumer_us": cres["cpu_s"] / max(1, cres["received"]) * 1e6,
         "rss_mb": rss, "worst": worst,
+        "per_answer": cres["received"] / max(1, cres["answers"]),
         "steal_ms": steal.ms(t0, last_due + (lat[-1] if lat else 0)), "fire": fire,
         "host": hres,
     }
@@ -361,8 +362,9 @@ def main() -> None:
                   f"{f['dup']} | {f['cpu_us_per_fired']} | {f['consumer_us']} | {f['rss_mb']} |"
                   + ("" if r["stored before due"] else "  (sends overran the first due)"))
             print(f"    worst {250} ms windows of due time (max/p99 ms): {r['worst']}")
-            print(f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; broker fire "
-                  "lateness (store - due): " + ", ".join(
+            print(f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; messages per "
+                  f"pull answer {r['per_answer']:.2f}; broker fire lateness (store - due): "
+                  + ", ".join(
                       f"<= {b:g} ms {v:.2f} %" for b, v in r["fire"].items()))
             print(f"    {r['host']['line']}")
             if a.py_spy:

@@ -128,4 +128,4 @@ async def consumer(ports: list[int], n: int, timeout: float) -> dict[str, Any]:
             lateness.append(now - int(due_s))
             dues.append(int(due_s))
     return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues,
-            "cpu_s": cpu_s}
+            "cpu_s": cpu_s, "answers": len(answers)}
