@@ -44,7 +44,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -105,15 +104,6 @@ async def _probe_send(port: int) -> None:
     await c.close()
     if hdr["code"] != SUCCESS:
         raise RuntimeError(f"probe send refused: {hdr}")
-
-
-def stop_broker(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # ---------------------------------------------------------------- lateness agents
@@ -207,7 +197,7 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
         rss = max(status_kib(b.pid).get("VmHWM", 0) for b in procs) / 1024
     finally:
         for b in procs:
-            stop_broker(b)
+            stop_proc(b, 30)
         if namesrv is not None:
             stop_proc(namesrv, 30)
         for d in datas:
@@ -298,7 +288,7 @@ def pending_round(pending: int, workdir: Path) -> dict[str, Any]:
         time.sleep(10)
         st = status_kib(broker.pid)
     finally:
-        stop_broker(broker)
+        stop_proc(broker, 30)
     return {"pending": pending, "bulk load s": load_s, "restart to serving s": start_s,
             "rss at start MB": rss_start, "rss after 10 s MB": st.get("VmRSS", 0) / 1024,
             "peak rss MB": st.get("VmHWM", 0) / 1024,
