@@ -163,7 +163,7 @@ async def timer_fires(broker: Broker, conn: Connection, n: int) -> float:
     now = due + 60_000
     if hasattr(timer, "_start_load"):  # nothing is loaded: it loads the next bucket
         await timer._start_load()
-    else:  # a tree before session 5 (A/B runs)
+    else:  # an older tree that loads its window inline (A/B runs)
         await timer._load_window()
     timer.window.promote(now)
     fired = broker.stats.timers_fired

@@ -9,7 +9,7 @@ checkpoint" when it overlaps the checkpoint thread's persist call, which syncs t
 log, the consume queues and the key index. A timer firing on this loop is late by as
 much as the loop stalls, so this is the part of timer lateness the broker's own
 background work causes, measured without the network or a consumer. Compare two trees
-with ``PYTHONPATH`` (docs/performance.md, session 6), alternating runs; a bare-loop line
+with ``PYTHONPATH`` (docs/performance.md, "How it is measured"), alternating runs; a bare-loop line
 (no broker) gives this machine's own floor at the time.
 
     python bench/bench_loop_stalls.py [--seconds 12] [--rate 1000] [--checkpoint-interval 1]

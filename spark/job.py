@@ -101,10 +101,10 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 JVM_GC = "-XX:+UseParallelGC"
 # The JIT for a JVM that lives a minute or two: HotSpot's optimizing compiler (C2) takes a
 # method only after ten times the default invocation/loop counts, so it compiles fewer of the
-# methods that run hot only briefly (session start, planning, code generation, task set-up),
+# methods that run hot only briefly (Spark start-up, planning, code generation, task set-up),
 # while the per-row code, called millions of times, still gets there. Measured: a third less
 # JIT CPU at 2M and 10M lines, 8 % less CPU in all at 2M, within the noise at 10M (docs/spark.md,
-# "Session 7"); 30 times the defaults slowed the tasks. "" restores HotSpot's own thresholds.
+# "Performance"); 30 times the defaults slowed the tasks. "" restores HotSpot's own thresholds.
 JVM_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
            "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
 JVM_OPTIONS = f"{JVM_GC} {JVM_JIT}"

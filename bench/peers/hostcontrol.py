@@ -9,7 +9,7 @@ any lateness a broker shows in the same span; the broker's lateness beyond it is
 Invariant: the control sleeps to 20 ms before ``t0_ms`` with ``time.sleep`` (nanosleep,
 50 µs of slack), never on its loop: a long epoll timeout ends up to 0.1 % of its length
 late (the kernel's slack for poll timeouts, at most 100 ms), which would show as host
-lateness at the first instant (docs/performance.md, session 9).
+lateness at the first instant (docs/performance.md, "Sleeping to a due instant").
 
     python bench/peers/hostcontrol.py <t0_ms> <seconds> <out.json>
 """

@@ -10,7 +10,7 @@ with ``call_later``, 0.08 ms with the timerfd; p90 0.64 vs 0.18 ms. Long sleeps 
 more: the kernel gives a poll/epoll timeout a slack of 0.1 % of its length (at most
 100 ms, none only for real-time tasks), so a loop sleeping 20 s to a due instant wakes
 ~20 ms late, while a timerfd's expiry has no slack (measured: 20.56 vs 0.24 ms late
-after 20 s; docs/performance.md, session 9).
+after 20 s; docs/performance.md, "Sleeping to a due instant").
 
 Invariants:
 * Never early: the expiration is absolute wall-clock time, and the future resolves only
