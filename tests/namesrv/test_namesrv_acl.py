@@ -19,7 +19,6 @@ TLS enforcing refuses plain clients and serves TLS ones (mutual TLS included).
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,27 +26,35 @@ from typing import Any
 import orjson
 import pytest
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
-from kairosmq.client.acl import AclRpcHook, SessionCredentials
+from kairosmq.client.acl import SessionCredentials
 from kairosmq.client.errors import ClientError
-from kairosmq.client.remoting import RemotingClient
-from kairosmq.protocol.bodies import TopicRouteData
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C
-from kairosmq.protocol.commands import RemotingCommand, request
+from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.registration import (
     ORDER_TOPIC_CONFIG,
-    ClusterInfo,
     DataVersion,
     TopicConfigData,
-    build_query_data_version,
     build_register_broker,
-    build_unregister_broker,
 )
-from kairosmq.server.acl import ACL_EXCEPTION
 from kairosmq.server.cli import NAMESRV_SECRET_KEY_ENV
 
 from tests.helpers import Collector, wait_until
 from tests.integration.procs import BrokerProcess
+from tests.namesrv.acl_calls import (
+    NO_KEY,
+    audit_requests,
+    call,
+    cluster_info,
+    create_topic,
+    kv_get,
+    namesrv_config,
+    not_admin,
+    refused_every_way,
+    req,
+    route,
+    wait_route,
+)
 from tests.namesrv.procs import NamesrvProcess
 from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER, PRODUCER
 from tests.security.certs import Certs, make_certs, openssl_missing
@@ -56,134 +63,9 @@ from tests.wire import RawPeer
 pytestmark = pytest.mark.slow
 
 CLUSTER, BROKER = "AclCluster", "broker-a"
-ATTACKER = "10.66.66.66:10911"  # where the audit moved the route
 FAST = dict(rebalance_interval=0.3, pull_time_delay_millis_when_exception=50,
             persist_consumer_offset_interval=0.2,
             consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-NO_KEY = (C.SYSTEM_ERROR, ACL_EXCEPTION + "No accessKey is configured")
-
-
-def not_admin(code: int, key: str) -> tuple[int, str]:
-    return (C.NO_PERMISSION, ACL_EXCEPTION + f"Need admin permission for request "
-            f"code={code}, but accessKey={key} is not")
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def client(address: str, creds: SessionCredentials | None = None, *,
-           secret: str | None = None, tls: ssl.SSLContext | None = None) -> RemotingClient:
-    """A RemotingClient signing as ``creds`` (with ``secret`` instead of its own: a wrong
-    signature), over TLS with ``tls``; unsigned without ``creds``."""
-    hook = None
-    if creds is not None:
-        hook = AclRpcHook(creds if secret is None
-                          else SessionCredentials(creds.access_key, secret))
-    return RemotingClient(address, rpc_hook=hook, ssl=tls)
-
-
-async def call(address: str, cmd: RemotingCommand, creds: SessionCredentials | None = None,
-               *, secret: str | None = None, tls: ssl.SSLContext | None = None
-               ) -> RemotingCommand:
-    c = client(address, creds, secret=secret, tls=tls)
-    try:
-        return await c.invoke(cmd.code, dict(cmd.ext_fields), cmd.body, timeout=10.0)
-    finally:
-        c.close()
-
-
-def req(code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
-    return request(code, dict(ext or {}), body)
-
-
-async def route(address: str, topic: str, *, tls: ssl.SSLContext | None = None
-                ) -> TopicRouteData | None:
-    """The route as a stock client reads it: signed by the consumer account."""
-    r = await call(address, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), CONSUMER, tls=tls)
-    if r.code == C.TOPIC_NOT_EXIST:
-        return None
-    assert r.code == C.SUCCESS, (r.code, r.remark)
-    return TopicRouteData.from_json(r.body)
-
-
-async def wait_route(address: str, topic: str, broker_addr: str, *,
-                     tls: ssl.SSLContext | None = None, timeout: float = 30.0
-                     ) -> TopicRouteData:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        got = await route(address, topic, tls=tls)
-        if got is not None and any(b.broker_addrs.get(0) == broker_addr
-                                   for b in got.broker_datas):
-            return got
-        assert loop.time() < deadline, f"no route of {topic} to {broker_addr}: {got}"
-        await asyncio.sleep(0.1)
-
-
-async def cluster_info(address: str, *, tls: ssl.SSLContext | None = None) -> ClusterInfo:
-    r = await call(address, req(R.GET_BROKER_CLUSTER_INFO), CONSUMER, tls=tls)
-    assert r.code == C.SUCCESS, (r.code, r.remark)
-    return ClusterInfo.from_json(r.body)
-
-
-async def namesrv_config(address: str, *, tls: ssl.SSLContext | None = None) -> dict[str, str]:
-    r = await call(address, req(R.GET_NAMESRV_CONFIG), CONSUMER, tls=tls)
-    assert r.code == C.SUCCESS, (r.code, r.remark)
-    return dict(line.split("=", 1) for line in r.body.decode().splitlines() if "=" in line)
-
-
-async def kv_get(address: str, key: str) -> RemotingCommand:
-    return await call(address, req(R.GET_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG,
-                                                     "key": key}), CONSUMER)
-
-
-async def create_topic(broker_addr: str, topic: str, *, tls: ssl.SSLContext | None = None
-                       ) -> None:
-    """UPDATE_AND_CREATE_TOPIC on the broker (ACL on), signed by the admin."""
-    r = await call(broker_addr, req(R.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4",
-        "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": "0", "order": "false"}), ADMIN, tls=tls)
-    assert r.code == C.SUCCESS, (r.code, r.remark)
-
-
-def audit_requests(broker_addr: str) -> list[RemotingCommand]:
-    """What the audit sent (the first three), then every other registration or write."""
-    hijack = build_register_broker(
-        cluster_name=CLUSTER, broker_name=BROKER, broker_addr=ATTACKER,
-        ha_server_addr="10.66.66.66:10912",
-        topic_configs=[TopicConfigData("Orders", 4, 4)],
-        data_version=DataVersion(1, 999_999))
-    return [
-        hijack,
-        req(R.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}),
-        req(R.UPDATE_NAMESRV_CONFIG, body=b"brokerChannelExpiredTime=1000\n"),
-        build_unregister_broker(cluster_name=CLUSTER, broker_name=BROKER,
-                                broker_addr=broker_addr),
-        build_query_data_version(cluster_name=CLUSTER, broker_name=BROKER,
-                                 broker_addr=broker_addr, data_version=DataVersion(1, 1)),
-        req(R.ADD_WRITE_PERM_OF_BROKER, {"brokerName": BROKER}),
-        req(R.DELETE_TOPIC_IN_NAMESRV, {"topic": "Orders"}),
-        req(R.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "Evil",
-                              "value": "evil:1"}),
-        req(R.DELETE_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "Orders"}),
-    ]
-
-
-async def refused_every_way(address: str, cmds: list[RemotingCommand], *,
-                            tls: ssl.SSLContext | None = None) -> None:
-    """Each request unsigned, signed by a non-admin and with a wrong secret: refused with
-    RocketMQ's code and remark."""
-    for cmd in cmds:
-        r = await call(address, cmd, tls=tls)
-        assert (r.code, r.remark) == NO_KEY, (cmd.code, r.code, r.remark)
-        for who in (PRODUCER, CONSUMER):
-            r = await call(address, cmd, who, tls=tls)
-            assert (r.code, r.remark) == not_admin(cmd.code, who.access_key), cmd.code
-        r = await call(address, cmd, ADMIN, secret="not-the-secret", tls=tls)
-        assert (r.code, r.remark) == (C.SYSTEM_ERROR, ACL_EXCEPTION + "Check signature "
-                                      f"failed for accessKey={ADMIN.access_key}"), cmd.code
-
 
 def kv_file(ns: NamesrvProcess) -> Any:
     return orjson.loads((ns.data_dir / "kvConfig.json").read_bytes())
@@ -238,7 +120,7 @@ async def test_audit_requests_are_refused_and_nothing_moves(
     config_before = await namesrv_config(ns.address)
     assert config_before["brokerChannelExpiredTime"] == "120000"
 
-    await refused_every_way(ns.address, audit_requests(broker.address))
+    await refused_every_way(ns.address, audit_requests(CLUSTER, BROKER, broker.address))
     # reads need a valid signature too (a stock client signs them)
     r = await call(ns.address, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}))
     assert (r.code, r.remark) == NO_KEY
@@ -419,7 +301,8 @@ async def test_tls_enforcing_name_server_with_client_certificates(
     procs.append(broker)
     await create_topic(broker.address, "Orders", tls=tls)
     before = await wait_route(ns.address, "Orders", broker.address, tls=tls)
-    await refused_every_way(ns.address, audit_requests(broker.address)[:3], tls=tls)
+    await refused_every_way(ns.address, audit_requests(CLUSTER, BROKER, broker.address)[:3],
+                            tls=tls)
     assert await route(ns.address, "Orders", tls=tls) == before
 
     got = Collector()
