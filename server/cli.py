@@ -106,7 +106,7 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--register-period", type=float, default=30.0,
                    help="seconds between registrations (RocketMQ registerNameServerPeriod; "
                    "default 30)")
-    g.add_argument("--namesrv-access-key", default=os.environ.get(NAMESRV_ACCESS_KEY_ENV),
+    g.add_argument("--namesrv-access-key", default=None,
                    metavar="KEY", help="sign registrations with this account of the name "
                    f"servers' plain_acl.yml (an admin); its secret key is read from "
                    f"${NAMESRV_SECRET_KEY_ENV} (default ${NAMESRV_ACCESS_KEY_ENV})")
@@ -181,6 +181,8 @@ def _namesrv_credentials(args: argparse.Namespace) -> dict[str, Any]:
     """The broker's account and TLS toward name servers (``ValueError`` naming what is
     missing: the secret key comes from the environment only)."""
     access_key = args.namesrv_access_key or None
+    if access_key is None and args.namesrv:  # the variable is for --namesrv brokers only
+        access_key = os.environ.get(NAMESRV_ACCESS_KEY_ENV) or None
     secret_key = os.environ.get(NAMESRV_SECRET_KEY_ENV) or None
     if access_key is not None and secret_key is None:
         raise ValueError(f"--namesrv-access-key {access_key} needs its secret key in "

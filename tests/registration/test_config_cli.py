@@ -72,6 +72,8 @@ def test_namesrv_credentials_and_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     cfg = build_config(_args("--namesrv", "h:1", "--namesrv-tls"))
     assert (cfg.namesrv_access_key, cfg.namesrv_tls, cfg.namesrv_tls_ca) == \
         ("ns_env_1", True, None)
+    cfg = build_config(_args())  # the variable is ignored without --namesrv
+    assert (cfg.namesrv_access_key, cfg.namesrv_secret_key) == (None, None)
     monkeypatch.delenv(NAMESRV_ACCESS_KEY_ENV)
     cfg = build_config(_args("--namesrv", "h:1"))  # no key: the secret is not taken
     assert (cfg.namesrv_access_key, cfg.namesrv_secret_key, cfg.namesrv_tls) == \
