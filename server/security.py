@@ -19,7 +19,7 @@ protection; silently running without it would be worse).
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
@@ -69,7 +69,8 @@ def stored_topic(broker: Broker) -> StoredTopic:
     return topic_at
 
 
-_OPEN = {
+Role = Literal["broker", "name server"]
+_OPEN: dict[Role, str] = {
     "broker": "anyone who can reach its ports can create and delete topics, rewrite "
               "offsets and read every message",
     "name server": "anyone who can reach its port can register a broker at their own "
@@ -79,7 +80,7 @@ _OPEN = {
 
 def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: Path | None,
                   acl_reload_interval: float, tls: TlsSettings, host: str,
-                  role: str = "broker") -> AclGuard | None:
+                  role: Role = "broker") -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``server`` (before it listens); the guard
     or None. ``role`` names the server in the ``acl.disabled`` warning."""
     log = get_logger("acl")

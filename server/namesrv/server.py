@@ -143,11 +143,10 @@ class NameServer:
             return
         await asyncio.to_thread(self.data_dir.mkdir, parents=True, exist_ok=True)
         await self.kv.ready()
-        # the ACL hook and TLS wrapper before the port opens (a bad file fails the start)
-        self.acl = secure_server(self.server, self.supervisor, acl_file=self.acl_file,
-                                 acl_reload_interval=self.acl_reload_interval, tls=self.tls,
-                                 host=self.host, role="name server")
-        try:
+        try:  # the ACL hook and TLS wrapper before the port opens (bad files fail the start)
+            self.acl = secure_server(self.server, self.supervisor, acl_file=self.acl_file,
+                                     acl_reload_interval=self.acl_reload_interval,
+                                     tls=self.tls, host=self.host, role="name server")
             self.port = await self.server.listen(self.host, self.port, self.handlers,
                                                  "namesrv")
         except BaseException:
