@@ -147,7 +147,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "kvconfig.deleted": {"namespace": "string", "key": "string"},
     # ---- the standalone name server (server/namesrv/, ``kairosmq namesrv``)
     "namesrv.started": {"host": "string", "port": "int", "data_dir": "string",
-                        "broker_expiry_ms": "double", "scan_interval_ms": "double"},
+                        "broker_expiry_ms": "double", "scan_interval_ms": "double",
+                        "acl": "boolean", "tls_mode": "string"},
     "namesrv.stopped": {"uptime_ms": "double", "brokers": "int"},
     # REGISTER_BROKER from a new broker address (first) or with a changed topic config
     "namesrv.broker_registered": {"cluster": "string", "broker_name": "string",

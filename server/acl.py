@@ -37,7 +37,9 @@ Resources (``needed_access``; RocketMQ 4.9's list, extended where it left holes)
 Admin-only: RocketMQ's (UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG, DELETE_TOPIC_IN_BROKER,
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP) plus DELETE_TOPIC_IN_NAMESRV,
 PUT/DELETE_KV_CONFIG, INVOKE_BROKER_TO_RESET_OFFSET, VIEW_MESSAGE_BY_ID (an offset id can
-name any message), KAIROS_RESEND_DLQ, and QUERY_MESSAGE without a topic (all topics).
+name any message), KAIROS_RESEND_DLQ, and QUERY_MESSAGE without a topic (all topics); the
+name server's REGISTER_BROKER, UNREGISTER_BROKER, QUERY_DATA_VERSION, WIPE/ADD_WRITE_PERM_OF_BROKER
+and UPDATE_NAMESRV_CONFIG (RocketMQ 4.9's name server checks nothing).
 Other read-only admin codes need a valid signature.
 
 Invariants:
@@ -88,6 +90,10 @@ ADMIN_CODES = frozenset({
     R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
     R.DELETE_TOPIC_IN_NAMESRV, R.PUT_KV_CONFIG, R.DELETE_KV_CONFIG,
     R.INVOKE_BROKER_TO_RESET_OFFSET, R.VIEW_MESSAGE_BY_ID, R.KAIROS_RESEND_DLQ,
+    # the standalone name server's registrations and writes (a forged REGISTER_BROKER moves
+    # a broker's route; QUERY_DATA_VERSION keeps a broker alive)
+    R.REGISTER_BROKER, R.UNREGISTER_BROKER, R.QUERY_DATA_VERSION, R.WIPE_WRITE_PERM_OF_BROKER,
+    R.ADD_WRITE_PERM_OF_BROKER, R.UPDATE_NAMESRV_CONFIG,
 })
 StoredTopic = Callable[[int], "str | None"]
 RECALL_MESSAGE = 370  # RocketMQ 5.3 RequestCode.RECALL_MESSAGE (cancel a timer message)

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import dataclasses
 import gc
+import os
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,10 @@ from typing import Any
 from .config import DEFAULT_DELAY_LEVELS, BrokerConfig, FlushMode
 
 SWITCH_INTERVAL = 0.0005  # seconds; see run_broker
+# the broker's account toward ACL name servers: the secret only from the environment
+# (arguments show in `ps`); `kairosmq cluster --acl` sets both for its brokers
+NAMESRV_ACCESS_KEY_ENV = "KAIROS_NAMESRV_ACCESS_KEY"
+NAMESRV_SECRET_KEY_ENV = "KAIROS_NAMESRV_SECRET_KEY"
 
 
 def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,7 +91,7 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    help="serve Prometheus metrics on this port (off by default)")
     p.add_argument("--metrics-host", default=None,
                    help="address the metrics endpoint binds (default: --host)")
-    _security_options(p)
+    add_security_options(p)
     _limit_options(p)
 
 
@@ -101,9 +106,20 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--register-period", type=float, default=30.0,
                    help="seconds between registrations (RocketMQ registerNameServerPeriod; "
                    "default 30)")
+    g.add_argument("--namesrv-access-key", default=None,
+                   metavar="KEY", help="sign registrations with this account of the name "
+                   f"servers' plain_acl.yml (an admin); its secret key is read from "
+                   f"${NAMESRV_SECRET_KEY_ENV} (default ${NAMESRV_ACCESS_KEY_ENV})")
+    g.add_argument("--namesrv-tls", action="store_true",
+                   help="register over TLS (name servers with --tls-mode enforcing); "
+                   "--tls-cert/--tls-key, when given, are the client certificate")
+    g.add_argument("--namesrv-tls-ca", type=Path, default=None, metavar="FILE",
+                   help="verify the name servers' certificate against this CA or "
+                   "certificate (PEM; default: the system CAs)")
 
 
-def _security_options(p: argparse.ArgumentParser) -> None:
+def add_security_options(p: argparse.ArgumentParser) -> None:
+    """``--acl`` and the TLS options: the broker's, the name server's, the cluster's."""
     g = p.add_argument_group("security (docs/security.md)")
     g.add_argument("--acl", type=Path, default=None, metavar="FILE",
                    help="RocketMQ plain_acl.yml: signed requests and per-account "
@@ -161,6 +177,22 @@ def _limit_values(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for _opt, name, _k, _t in _LIMITS}
 
 
+def _namesrv_credentials(args: argparse.Namespace) -> dict[str, Any]:
+    """The broker's account and TLS toward name servers (``ValueError`` naming what is
+    missing: the secret key comes from the environment only)."""
+    access_key = args.namesrv_access_key or None
+    if access_key is None and args.namesrv:  # the variable is for --namesrv brokers only
+        access_key = os.environ.get(NAMESRV_ACCESS_KEY_ENV) or None
+    secret_key = os.environ.get(NAMESRV_SECRET_KEY_ENV) or None
+    if access_key is not None and secret_key is None:
+        raise ValueError(f"--namesrv-access-key {access_key} needs its secret key in "
+                         f"${NAMESRV_SECRET_KEY_ENV}")
+    return {"namesrv_access_key": access_key,
+            "namesrv_secret_key": secret_key if access_key is not None else None,
+            "namesrv_tls": args.namesrv_tls or args.namesrv_tls_ca is not None,
+            "namesrv_tls_ca": args.namesrv_tls_ca}
+
+
 def build_config(args: argparse.Namespace) -> BrokerConfig:
     log_dir = None if args.no_log_file else (args.log_dir or args.data_dir / "logs")
     return BrokerConfig(
@@ -168,6 +200,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         advertised_host=args.advertised_host, delay_levels=args.delay_levels,
         namesrv_addr=args.namesrv, broker_name=args.broker_name, cluster_name=args.cluster,
         register_period=args.register_period,
+        **_namesrv_credentials(args),
         flush_mode=FlushMode(args.flush_mode),
         commitlog_segment_size=int(args.segment_size_mb * 1024 * 1024),
         file_reserved_hours=args.file_reserved_hours, max_message_size=args.max_message_size,
@@ -190,24 +223,22 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 def _security_problem(config: BrokerConfig) -> str | None:
-    """Check the ACL file and TLS files before starting (one clear line, exit code 2)."""
+    """Check the ACL file, TLS files and the TLS context toward name servers before
+    starting (one clear line, exit code 2)."""
     import ssl
 
-    from .acl_rules import AclConfigError, load_rules
-    from .tls import TlsMode, TlsSettings, server_context
+    from .registration import namesrv_ssl_context
+    from .security import security_problem
+    from .tls import TlsMode, TlsSettings
 
-    if config.acl_file is not None:
-        try:
-            load_rules(config.acl_file)
-        except (OSError, AclConfigError) as err:
-            return f"--acl {config.acl_file}: {err}"
-    if config.tls_mode != "disabled":
-        settings = TlsSettings(TlsMode(config.tls_mode), config.tls_cert, config.tls_key,
-                               config.tls_ca)
-        try:
-            server_context(settings)
-        except (OSError, ssl.SSLError) as err:
-            return f"--tls-cert/--tls-key/--tls-ca: {err}"
+    settings = TlsSettings(TlsMode(config.tls_mode), config.tls_cert, config.tls_key,
+                           config.tls_ca)
+    if (problem := security_problem(config.acl_file, settings)) is not None:
+        return problem
+    try:
+        namesrv_ssl_context(config)
+    except (OSError, ssl.SSLError) as err:
+        return f"--namesrv-tls-ca/--tls-cert/--tls-key: {err}"
     return None
 
 

@@ -24,6 +24,13 @@ Invariants:
   if the supervisor itself dies.
 * Stdout carries one line per started process (name, address, pid, data dir); the same facts
   are kept in ``<data-dir>/cluster.json`` (rewritten atomically on every change).
+* Security: ``--acl FILE`` and the TLS options (the broker's) go to the name server and every
+  broker alike. With ``--acl`` and the cluster's own name server the brokers sign their
+  registrations with the file's first admin account (``--namesrv-access-key``; the secret
+  travels in the child's environment, ``KAIROS_NAMESRV_SECRET_KEY``, never in an argv); with
+  TLS they register over TLS and verify the name server against ``--tls-ca``, else against
+  the cluster's own ``--tls-cert``. With ``--namesrv`` the brokers take their name-server
+  credentials from the environment (``KAIROS_NAMESRV_ACCESS_KEY`` / ``_SECRET_KEY``).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +84,7 @@ class ChildSpec:
     port: int
     data_dir: Path
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the supervisor's environment
 
     @property
     def address(self) -> str:
@@ -100,24 +108,80 @@ def _probe_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
+def admin_account(acl_file: Path) -> tuple[str, str]:
+    """(access key, secret key) of the first ``admin: true`` account of ``acl_file``: what
+    the cluster's brokers sign their registrations with. ``ValueError`` when there is none
+    (or the file is unusable)."""
+    from .acl_rules import AclConfigError, load_rules
+
+    try:
+        rules = load_rules(acl_file)
+    except (OSError, AclConfigError) as err:
+        raise ValueError(f"--acl {acl_file}: {err}") from None
+    for account in rules.accounts.values():
+        if account.admin:
+            return account.access_key, account.secret_key
+    raise ValueError(f"--acl {acl_file} has no account with admin: true: the brokers sign "
+                     "their registrations with one (the name server takes REGISTER_BROKER "
+                     "from admins only)")
+
+
+def _security_argv(args: argparse.Namespace) -> list[str]:
+    """``--acl`` and the TLS options as given, for the name server and every broker."""
+    out: list[str] = []
+    if args.acl is not None:
+        out += ["--acl", str(Path(args.acl).resolve())]
+    if args.tls_mode != "disabled":
+        out += ["--tls-mode", args.tls_mode]
+    for opt, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key),
+                       ("--tls-ca", args.tls_ca)):
+        if value is not None:
+            out += [opt, str(Path(value).resolve())]
+    return out
+
+
+def _namesrv_client(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """A broker's options and environment toward the cluster's own name server: the admin
+    account's key (its secret in the environment only) and TLS, pinned to the cluster's CA
+    or certificate. Nothing with ``--namesrv``: external name servers are the operator's."""
+    if args.namesrv:
+        return [], {}
+    from .cli import NAMESRV_SECRET_KEY_ENV
+
+    argv: list[str] = []
+    env: dict[str, str] = {}
+    if args.acl is not None:
+        access_key, secret_key = admin_account(args.acl)
+        argv += ["--namesrv-access-key", access_key]
+        env[NAMESRV_SECRET_KEY_ENV] = secret_key
+    if args.tls_mode != "disabled":
+        trust = args.tls_ca if args.tls_ca is not None else args.tls_cert
+        argv += ["--namesrv-tls", *(["--namesrv-tls-ca", str(Path(trust).resolve())]
+                                    if trust is not None else [])]
+    return argv, env
+
+
 def plan_cluster(args: argparse.Namespace) -> list[ChildSpec]:
     """The name server first (none with ``--namesrv``: the brokers register with those), then
-    the brokers, from the parsed ``cluster`` options."""
+    the brokers, from the parsed ``cluster`` options (``ValueError`` if ``--acl`` has no
+    admin account for the brokers)."""
     py = [sys.executable, "-m", "kairosmq.server"]
     data: Path = args.data_dir.resolve()
     probe = _probe_host(args.host)
     namesrv_addr = args.namesrv or f"{probe}:{args.namesrv_port}"
     broker_ip = args.broker_ip or probe
+    security = _security_argv(args)
+    client_argv, client_env = _namesrv_client(args)
     specs: list[ChildSpec] = []
     if not args.namesrv:
         specs.append(ChildSpec(
             "namesrv", "namesrv", probe, args.namesrv_port, data / "namesrv",
             py + ["namesrv", "--host", args.host, "--port", str(args.namesrv_port),
                   "--data-dir", str(data / "namesrv"), "--log-level", args.log_level,
-                  *(["--no-log-file"] if args.no_log_file else []),
+                  *(["--no-log-file"] if args.no_log_file else []), *security,
                   *shlex.split(args.namesrv_args)]))
     common: list[str] = ["--delay-levels", args.delay_levels, "--flush-mode", args.flush_mode,
-                         "--log-level", args.log_level]
+                         "--log-level", args.log_level, *security, *client_argv]
     if args.segment_size_mb is not None:
         common += ["--segment-size-mb", str(args.segment_size_mb)]
     if args.no_message_logs:
@@ -135,7 +199,7 @@ def plan_cluster(args: argparse.Namespace) -> list[ChildSpec]:
                      "--namesrv", namesrv_addr, "--broker-name", name,
                      "--cluster", args.cluster, "--broker-ip", broker_ip, *common,
                      *shlex.split(args.broker_args)]
-        specs.append(ChildSpec(name, "broker", probe, port, bdir, argv))
+        specs.append(ChildSpec(name, "broker", probe, port, bdir, argv, dict(client_env)))
     return specs
 
 
@@ -172,6 +236,7 @@ class ClusterSupervisor:
         linux = sys.platform.startswith("linux")
         child.proc = subprocess.Popen(
             spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            env={**os.environ, **spec.env} if spec.env else None,
             process_group=0, preexec_fn=_die_with_parent if linux else None)
         child.starts += 1
         child.state = "starting"
@@ -373,6 +438,9 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="more `kairosmq broker` options for every broker, one string")
     p.add_argument("--namesrv-args", default="", metavar="ARGS",
                    help="more `kairosmq namesrv` options, one string")
+    from .cli import add_security_options
+
+    add_security_options(p)  # to the name server and every broker (docs/cluster.md)
     g = p.add_argument_group("supervision")
     g.add_argument("--restart-backoff", type=float, default=0.5,
                    help="first restart delay of a dead child, doubled per failure in a row")
@@ -401,10 +469,22 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"kairosmq cluster: --data-dir {data}: {err}", file=sys.stderr)
         return 2
+    from .security import security_problem
+    from .tls import TlsMode, TlsSettings
+
+    tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
+    if (problem := security_problem(args.acl, tls)) is not None:
+        print(f"kairosmq cluster: {problem}", file=sys.stderr)
+        return 2
+    try:
+        specs = plan_cluster(args)
+    except ValueError as err:
+        print(f"kairosmq cluster: {err}", file=sys.stderr)
+        return 2
     configure_logging(json=True, log_dir=None if args.no_log_file else data / "logs",
                       stdout=False, level=args.log_level)
     sup = ClusterSupervisor(
-        plan_cluster(args), data.resolve() / "cluster.json", get_logger("cluster"),
+        specs, data.resolve() / "cluster.json", get_logger("cluster"),
         restart_backoff=args.restart_backoff, healthy_after=args.healthy_after,
         max_failures=args.max_failures, start_timeout=args.start_timeout,
         stop_timeout=args.stop_timeout)

@@ -63,6 +63,15 @@ class BrokerConfig:
     register_period: float = 30.0  # RocketMQ registerNameServerPeriod (seconds)
     register_timeout: float = 6.0  # RocketMQ registerBrokerTimeoutMills (seconds)
     compressed_register: bool = False  # RocketMQ compressedRegister (deflated body)
+    # How the broker reaches name servers that run ACL/TLS (docs/cluster.md): an account
+    # of their plain_acl.yml that signs REGISTER_BROKER/UNREGISTER_BROKER (an admin; the
+    # access/secret key pair of RocketMQ's AclClientRPCHook), and TLS, verified against
+    # namesrv_tls_ca (a CA or the name server's own certificate; None: the system CAs).
+    # The broker's own tls_cert/tls_key are its client certificate there.
+    namesrv_access_key: str | None = None
+    namesrv_secret_key: str | None = field(default=None, repr=False)
+    namesrv_tls: bool = False
+    namesrv_tls_ca: Path | None = None
     # store
     commitlog_segment_size: int = 1024 * 1024 * 1024
     consumequeue_units_per_file: int = 300_000
@@ -148,7 +157,7 @@ class BrokerConfig:
         if self.log_dir is not None:
             object.__setattr__(self, "log_dir", Path(self.log_dir))
         object.__setattr__(self, "flush_mode", FlushMode(self.flush_mode))
-        for name in ("acl_file", "tls_cert", "tls_key", "tls_ca"):
+        for name in ("acl_file", "tls_cert", "tls_key", "tls_ca", "namesrv_tls_ca"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         if self.tls_mode not in ("disabled", "permissive", "enforcing"):
@@ -165,6 +174,18 @@ class BrokerConfig:
             from .registration import parse_namesrv_addr  # the one parser of the list
 
             parse_namesrv_addr(self.namesrv_addr)
+        if (self.namesrv_access_key is None) != (self.namesrv_secret_key is None):
+            raise ValueError("namesrv_access_key and namesrv_secret_key go together: give "
+                             "both, or neither")
+        if self.namesrv_access_key == "" or self.namesrv_secret_key == "":
+            raise ValueError("namesrv_access_key and namesrv_secret_key must not be empty")
+        uses_namesrv = (self.namesrv_access_key is not None or self.namesrv_tls
+                        or self.namesrv_tls_ca is not None)
+        if uses_namesrv and self.namesrv_addr is None:
+            raise ValueError("namesrv credentials and TLS are for external name servers: "
+                             "they need namesrv_addr (--namesrv)")
+        if self.namesrv_tls_ca is not None and not self.namesrv_tls:
+            raise ValueError("namesrv_tls_ca needs namesrv_tls")
         if self.broker_id != 0:
             raise ValueError("broker_id must be 0: kairosmq brokers are masters "
                              "(no replication)")

@@ -6,7 +6,11 @@ Owns: ``parse_namesrv_addr`` (the one parser of ``host:port;host:port``),
 ``register_period`` seconds and on every change of the topic table; UNREGISTER_BROKER 104
 on stop), its ``DataVersion`` and the per-name-server state ``status()`` shows. The wire
 forms are ``kairosmq.protocol.registration``'s; requests go over the client package's
-``RemotingClient`` (one lazily reconnecting connection per name server).
+``RemotingClient`` (one lazily reconnecting connection per name server), signed with
+``--namesrv-access-key`` and the secret from ``KAIROS_NAMESRV_SECRET_KEY`` when given
+(RocketMQ's ``AclClientRPCHook``, client/acl.py: a name server with ``--acl`` takes
+registrations from an admin account only) and over TLS with ``--namesrv-tls``
+(``namesrv_ssl_context``).
 
 Invariants:
 * One task per name server: a dead, slow or refusing name server never delays another's
@@ -29,11 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kairosmq.client.acl import SessionCredentials, rpc_hook_for
 from kairosmq.client.errors import ClientError
 from kairosmq.client.remoting import RemotingClient, split_address
 from kairosmq.protocol.codes import ResponseCode
@@ -79,6 +85,31 @@ def parse_namesrv_addr(text: str) -> list[str]:
     return out
 
 
+def namesrv_ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS context toward name servers (None without ``namesrv_tls``): their
+    certificate is verified, host name included, against ``namesrv_tls_ca`` (a CA, or the
+    name server's own certificate: partial chains are accepted) or the system CAs; the
+    broker's ``tls_cert``/``tls_key``, when set, is its client certificate (for a name
+    server started with ``--tls-ca``). ``OSError``/``ssl.SSLError`` if a file is unusable."""
+    if not config.namesrv_tls:
+        return None
+    ca = config.namesrv_tls_ca
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                     cafile=None if ca is None else str(ca))
+    if ca is not None:
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    if config.tls_cert is not None:
+        ctx.load_cert_chain(str(config.tls_cert),
+                            None if config.tls_key is None else str(config.tls_key))
+    return ctx
+
+
+def namesrv_credentials(config: BrokerConfig) -> SessionCredentials | None:
+    if config.namesrv_access_key is None or config.namesrv_secret_key is None:
+        return None
+    return SessionCredentials(config.namesrv_access_key, config.namesrv_secret_key)
+
+
 @dataclass(slots=True)
 class NameServerLink:
     """One name server: its connection and what the last registrations did."""
@@ -111,7 +142,10 @@ class BrokerRegistration:
         self.log = log
         self.clock_ms = clock_ms
         self.data_version = DataVersion(clock_ms(), 0)
-        self.links = [NameServerLink(a, RemotingClient(a, backoff_base=0.1, backoff_max=2.0))
+        hook = rpc_hook_for(namesrv_credentials(config))
+        tls = namesrv_ssl_context(config)
+        self.links = [NameServerLink(a, RemotingClient(a, backoff_base=0.1, backoff_max=2.0,
+                                                       rpc_hook=hook, ssl=tls))
                       for a in parse_namesrv_addr(config.namesrv_addr)]
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -242,4 +276,6 @@ class BrokerRegistration:
         """What ``kairosmq admin status`` shows under ``registration``."""
         return {"dataVersion": self.data_version.to_dict(),
                 "periodMs": round(self.config.register_period * 1000),
+                "accessKey": self.config.namesrv_access_key,
+                "tls": self.config.namesrv_tls,
                 "nameServers": [link.as_dict() for link in self.links]}

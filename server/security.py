@@ -1,23 +1,25 @@
-"""Wiring of ACL and TLS into a broker's remoting server at start.
+"""Wiring of ACL and TLS into a remoting server at start (a broker's, a name server's).
 
-Owns: ``install_security(broker)`` (called by ``Broker`` before its first listener
-opens): the ``AclGuard`` from ``--acl FILE`` as the transport's auth hook plus its
-supervised reload service (``acl``) and its ``stored_topic`` lookup (the store's checked
-read, for send-backs), the ``TlsServer`` as the transport's protocol
-wrapper for ``--tls-mode permissive|enforcing``, and the start-up warning
-``acl.disabled`` for a broker reachable beyond loopback without ``--acl``;
+Owns: ``secure_server`` (the one installer: the ``AclGuard`` from ``--acl FILE`` as the
+transport's auth hook plus its supervised reload service (``acl``), the ``TlsServer`` as
+the transport's protocol wrapper for ``--tls-mode permissive|enforcing``, and the
+start-up warning ``acl.disabled`` for a server reachable beyond loopback without
+``--acl``), ``install_security(broker)`` (called by ``Broker`` before its first listener
+opens; adds the guard's ``stored_topic`` lookup, the store's checked read, for
+send-backs; the standalone name server calls ``secure_server`` itself),
+``security_problem`` (the start-up check of the files, one line for the command) and
 ``is_loopback``.
 
-Invariants: both listeners of a broker (broker port, its VIP port and the name-server
-port) get the same hook and wrapper, so no port is left open. A bad ACL file or TLS
-certificate fails the start (the operator asked for protection; silently running
-without it would be worse).
+Invariants: every listener of a server (broker port, its VIP port and the name-server
+port; the standalone name server's port) gets the same hook and wrapper, so no port is
+left open. A bad ACL file or TLS certificate fails the start (the operator asked for
+protection; silently running without it would be worse).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
@@ -27,7 +29,11 @@ from .logs import get_logger
 from .tls import TlsMode, TlsServer, TlsSettings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .broker import Broker
+    from .supervise import Supervisor
+    from .transport import RemotingServer
 
 
 def is_loopback(host: str) -> bool:
@@ -63,24 +69,65 @@ def stored_topic(broker: Broker) -> StoredTopic:
     return topic_at
 
 
+Role = Literal["broker", "name server"]
+_OPEN: dict[Role, str] = {
+    "broker": "anyone who can reach its ports can create and delete topics, rewrite "
+              "offsets and read every message",
+    "name server": "anyone who can reach its port can register a broker at their own "
+                   "address, take brokers' write permission and change its settings",
+}
+
+
+def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: Path | None,
+                  acl_reload_interval: float, tls: TlsSettings, host: str,
+                  role: Role = "broker") -> AclGuard | None:
+    """Set the ACL hook and the TLS wrapper on ``server`` (before it listens); the guard
+    or None. ``role`` names the server in the ``acl.disabled`` warning."""
+    log = get_logger("acl")
+    guard = None
+    if acl_file is not None:
+        guard = load_guard(acl_file, log, acl_reload_interval)
+        server.auth = guard.check
+        supervisor.spawn("acl", guard.watch, reports_progress=True)
+    elif not is_loopback(host):
+        log.warning("acl.disabled", host=host,
+                    reason=f"the {role} is bound beyond loopback without --acl: "
+                           + _OPEN[role] + " (docs/security.md)")
+    if tls.mode is not TlsMode.DISABLED:
+        if (problem := tls.problem()) is not None:
+            raise ValueError(problem)
+        server.wrap_protocol = TlsServer(tls, get_logger("tls"))
+    return guard
+
+
 def install_security(broker: Broker) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``broker.server``; the guard or None."""
     cfg = broker.config
-    log = get_logger("acl")
-    guard = None
-    if cfg.acl_file is not None:
-        guard = load_guard(cfg.acl_file, log, cfg.acl_reload_interval)
+    guard = secure_server(broker.server, broker.supervisor, acl_file=cfg.acl_file,
+                          acl_reload_interval=cfg.acl_reload_interval,
+                          tls=tls_settings(broker), host=cfg.host)
+    if guard is not None:
         guard.stored_topic = stored_topic(broker)
-        broker.server.auth = guard.check
-        broker.supervisor.spawn("acl", guard.watch, reports_progress=True)
-    elif not is_loopback(cfg.host):
-        log.warning("acl.disabled", host=cfg.host,
-                    reason="the broker is bound beyond loopback without --acl: anyone who "
-                           "can reach its ports can create and delete topics, rewrite "
-                           "offsets and read every message (docs/security.md)")
-    settings = tls_settings(broker)
-    if settings.mode is not TlsMode.DISABLED:
-        if (problem := settings.problem()) is not None:
-            raise ValueError(problem)
-        broker.server.wrap_protocol = TlsServer(settings, get_logger("tls"))
     return guard
+
+
+def security_problem(acl_file: Path | None, tls: TlsSettings) -> str | None:
+    """Check the ACL file and TLS files before starting (one clear line, exit code 2)."""
+    import ssl
+
+    from .acl_rules import AclConfigError, load_rules
+    from .tls import server_context
+
+    if acl_file is not None:
+        try:
+            load_rules(acl_file)
+        except (OSError, AclConfigError) as err:
+            return f"--acl {acl_file}: {err}"
+    if tls.mode is not TlsMode.DISABLED:
+        if (problem := tls.problem()) is not None:
+            return problem
+        try:
+            server_context(tls)
+        except (OSError, ssl.SSLError) as err:
+            return f"--tls-cert/--tls-key/--tls-ca: {err}"
+    return None

@@ -3,7 +3,10 @@
 Owns: the subcommand's options (``add_namesrv_parser``) and ``cmd_namesrv`` (logging setup,
 uvloop, SIGINT/SIGTERM -> ``NameServer.stop``). Defaults: 127.0.0.1:9876, KV config in
 ``./data/namesrv/kvConfig.json``, JSON-lines logs in ``<data-dir>/logs``, brokers dropped after
-120 s without a REGISTER_BROKER, scanned every 10 s.
+120 s without a REGISTER_BROKER, scanned every 10 s. ``--acl FILE`` and ``--tls-mode`` /
+``--tls-cert`` / ``--tls-key`` / ``--tls-ca`` are the broker's options
+(``cli.add_security_options``), checked before start like the broker's (a bad file: one
+line, exit code 2).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
+from ..cli import add_security_options
 from .server import BROKER_EXPIRY_S, DEFAULT_PORT, SCAN_INTERVAL_S, NameServer
 
 
@@ -40,6 +44,7 @@ def add_namesrv_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--no-log-file", action="store_true", help="log to stdout only")
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+    add_security_options(p)
 
 
 async def run_namesrv(ns: NameServer) -> None:
@@ -48,8 +53,11 @@ async def run_namesrv(ns: NameServer) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"kairosmq name server on {ns.host}:{ns.port}, data in {ns.data_dir.resolve()}",
-          file=sys.stderr, flush=True)
+    guarded = [f"ACL {ns.acl_file}"] if ns.acl is not None else []
+    if ns.tls.mode.value != "disabled":
+        guarded.append(f"TLS {ns.tls.mode.value}")
+    print(f"kairosmq name server on {ns.host}:{ns.port}, data in {ns.data_dir.resolve()}"
+          + (f", {', '.join(guarded)}" if guarded else ""), file=sys.stderr, flush=True)
     try:
         await stop.wait()
     finally:
@@ -68,6 +76,13 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
         print("kairosmq namesrv: --scan-not-active-ms and --broker-expiry-ms must be > 0",
               file=sys.stderr)
         return 2
+    from ..security import security_problem
+    from ..tls import TlsMode, TlsSettings
+
+    tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
+    if (problem := security_problem(args.acl, tls)) is not None:
+        print(f"kairosmq namesrv: {problem}", file=sys.stderr)
+        return 2
     log_dir = None if args.no_log_file else (args.log_dir or args.data_dir / "logs")
     json_mode = {"auto": None, "json": True, "console": False}[args.log_format]
     sink = configure_logging(json=json_mode, level=args.log_level, log_dir=log_dir,
@@ -78,7 +93,8 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
                         broker_expiry_s=args.broker_expiry_ms / 1000,
                         order_message_enable=args.order_message_enable,
                         delete_topic_with_broker_registration=(
-                            args.delete_topic_with_broker_registration))
+                            args.delete_topic_with_broker_registration),
+                        acl_file=args.acl, tls=tls)
         uvloop.run(run_namesrv(ns))
     except OSError as err:
         print(f"kairosmq namesrv: cannot listen on {args.host}:{args.port}: {err}",

@@ -7,7 +7,11 @@ silent for ``broker_expiry_s``, RocketMQ's ``scanNotActiveBroker`` every 10 s wi
 expiry; plus the idle-connection sweep) and the connection-loss hook (a broker whose
 registration connection closes is dropped, RocketMQ's ``BrokerHousekeepingService``) and
 ``update_config`` (UPDATE_NAMESRV_CONFIG: ``settings.py``'s subset, applied in memory; the
-housekeeping loop re-reads the scan interval on every turn).
+housekeeping loop re-reads the scan interval on every turn), and the ACL and TLS of its port
+(``acl_file`` / ``tls``: installed by ``security.secure_server``, the broker's own installer,
+before the port opens; the ACL file's reload runs under this name server's ``Supervisor``).
+With ACL, registrations and writes need an admin account's signature (``acl.ADMIN_CODES``),
+lookups a valid one, as on a broker's ports; white-listed addresses pass unsigned.
 
 Invariants: ``start`` then ``stop`` (idempotent); after ``stop`` no task of this name server
 runs and the port is closed. Every request goes through the guarded handler table
@@ -24,8 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..acl import AclGuard
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
 from ..logs import get_logger
+from ..security import secure_server
+from ..supervise import Supervisor
+from ..tls import TlsSettings
 from ..transport import Connection, ConnectionLimits, RemotingServer
 from .processor import NamesrvRequestProcessor, namesrv_handlers
 from .routes import RouteInfoManager
@@ -58,6 +66,9 @@ class NameServer:
                  idle_timeout_s: float = 120.0,
                  max_connections: int = 4096,
                  max_brokers: int = 4096,
+                 acl_file: str | Path | None = None,
+                 acl_reload_interval: float = 1.0,
+                 tls: TlsSettings | None = None,
                  clock_ms: Callable[[], float] = _wall_ms) -> None:
         if scan_interval_s <= 0 or broker_expiry_s <= 0:
             raise ValueError("scan_interval_s and broker_expiry_s must be > 0")
@@ -84,6 +95,11 @@ class NameServer:
                                          KvConfigProcessor(kv=self.kv, log=self.log),
                                          self.stats, self.log)
         self.order_message_enable = order_message_enable
+        self.acl_file = None if acl_file is None else Path(acl_file)
+        self.acl_reload_interval = acl_reload_interval
+        self.tls = tls or TlsSettings()
+        self.acl: AclGuard | None = None
+        self.supervisor = Supervisor(get_logger("supervisor"))
         self._task: asyncio.Task[None] | None = None
         self._started_at = 0.0
         self.running = False
@@ -127,14 +143,23 @@ class NameServer:
             return
         await asyncio.to_thread(self.data_dir.mkdir, parents=True, exist_ok=True)
         await self.kv.ready()
-        self.port = await self.server.listen(self.host, self.port, self.handlers, "namesrv")
+        try:  # the ACL hook and TLS wrapper before the port opens (bad files fail the start)
+            self.acl = secure_server(self.server, self.supervisor, acl_file=self.acl_file,
+                                     acl_reload_interval=self.acl_reload_interval,
+                                     tls=self.tls, host=self.host, role="name server")
+            self.port = await self.server.listen(self.host, self.port, self.handlers,
+                                                 "namesrv")
+        except BaseException:
+            await self.supervisor.stop()
+            raise
         self._started_at = time.monotonic()
         self.running = True
         self._task = asyncio.get_running_loop().create_task(self._housekeeping())
         self.log.info("namesrv.started", host=self.host, port=self.port,
                       data_dir=str(self.data_dir.resolve()),
                       broker_expiry_ms=self.broker_expiry_s * 1000.0,
-                      scan_interval_ms=self.scan_interval_s * 1000.0)
+                      scan_interval_ms=self.scan_interval_s * 1000.0,
+                      acl=self.acl is not None, tls_mode=self.tls.mode.value)
 
     async def stop(self) -> None:
         if not self.running:
@@ -145,6 +170,7 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self.supervisor.stop()
         await self.server.close(grace=1.0)
         self.log.info("namesrv.stopped", uptime_ms=(time.monotonic() - self._started_at) * 1e3,
                       brokers=len(self.routes.broker_live_table))

@@ -20,11 +20,12 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.namesrv_port = free_port()
         self.extra = extra
+        self.env = env  # added to this process's environment (e.g. a secret key)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -39,7 +40,8 @@ class BrokerProcess:
                # segments are allocated for real: keep the disk a test reserves small
                # (options in ``extra`` come later and win)
                "--segment-size-mb", "16", *self.extra]
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env} if self.env else None)
 
     def launch(self) -> None:
         """Start the process without waiting for it to listen (to kill it mid-start)."""

@@ -5,7 +5,9 @@ An in-process ``NameServer`` (port 0); ``start_broker.sh`` runs the Java broker 
 the cluster and routes from our name server, the bundled kairosmq Producer and PushConsumer
 find the Apache broker through it (a topic the broker auto-creates on the first send shows up
 in the routes when the broker re-registers), and on SIGTERM the broker's UNREGISTER_BROKER
-removes it. Skipped when the Apache build (``shared/apache-rocketmq``) or java is absent.
+removes it. With ``kairosmq namesrv --acl`` (a real process) the Java broker, which cannot
+sign its registrations, gets in through ``globalWhiteRemoteAddresses`` only. Skipped when the
+Apache build (``shared/apache-rocketmq``) or java is absent.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, 
 from kairosmq.server.namesrv import NameServer
 
 from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, mqadmin_argv, wait_until
+from tests.namesrv.acl_calls import cluster_info, wait_route
+from tests.namesrv.procs import NamesrvProcess
+from tests.security.acl_setup import ACL_FILE
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
 MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
@@ -127,3 +132,41 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
         assert ns.routes.topic_queue_table == {}
     finally:
         await ns.stop()
+
+
+async def test_apache_broker_registers_through_the_white_list_only(tmp_path: Path) -> None:
+    """Apache RocketMQ 4.9.8's broker sends REGISTER_BROKER unsigned (its BrokerOuterAPI has
+    no RPC hook). Registered with two ``kairosmq namesrv --acl`` processes at once: the one
+    whose file white-lists 127.0.0.1 (``globalWhiteRemoteAddresses``) takes it and routes
+    to it, the other refuses it (``acl.denied``, request code 103, no access key) and stays
+    without it. Both keep serving."""
+    closed_acl, white_acl = tmp_path / "closed.yml", tmp_path / "white.yml"
+    closed_acl.write_text(ACL_FILE)
+    white_acl.write_text("globalWhiteRemoteAddresses:\n  - 127.0.0.1\n" + ACL_FILE)
+    closed = NamesrvProcess(tmp_path / "ns-closed", "--acl", str(closed_acl))
+    white = NamesrvProcess(tmp_path / "ns-white", "--acl", str(white_acl))
+    await closed.start()
+    await white.start()
+    port = _free_broker_port()
+    addr = f"127.0.0.1:{port}"
+    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
+           "NAMESRV": f"{closed.address};{white.address}", "BROKER_NAME": "apache-w",
+           "CLUSTER": "WhiteCluster", "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+    broker = await asyncio.create_subprocess_exec(
+        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    try:
+        await wait_route(white.address, "TBW102", addr, timeout=120.0)
+        info = await cluster_info(white.address)
+        assert info.broker_addr_table["apache-w"].broker_addrs == {0: addr}
+        await wait_until(lambda: any(e["request_code"] == 103 and e["access_key"] == ""
+                                     for e in closed.events("acl.denied")), 30.0,
+                         what="the closed name server refused the Java broker")
+        assert (await cluster_info(closed.address)).broker_addr_table == {}
+    finally:
+        if broker.returncode is None:
+            os.killpg(broker.pid, signal.SIGKILL)
+        await broker.wait()
+        for ns in (closed, white):
+            if ns.running:
+                assert ns.terminate() == 0

@@ -86,3 +86,25 @@ async def test_bad_options_exit_2(tmp_path: Path) -> None:
         stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2 and b"must be > 0" in err
+
+
+def test_bad_security_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    """``--acl`` and the TLS options are checked before anything starts, as the broker's."""
+    from kairosmq.server.cli import main
+
+    bad_yaml = tmp_path / "bad.yml"
+    bad_yaml.write_text("accounts:\n  - accessKey: short\n    secretKey: s\n")
+    not_pem = tmp_path / "cert.pem"
+    not_pem.write_text("not a certificate\n")
+    base = ["namesrv", "--port", "0", "--data-dir", str(tmp_path / "ns"), "--no-log-file"]
+    for extra, words in (
+            (["--acl", str(tmp_path / "missing.yml")], "--acl "),
+            (["--acl", str(bad_yaml)], "--acl "),
+            (["--tls-mode", "enforcing"], "needs --tls-cert"),
+            (["--tls-mode", "permissive", "--tls-cert", str(not_pem)],
+             "--tls-cert/--tls-key/--tls-ca")):
+        assert main([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("kairosmq namesrv: ") and words in err, (extra, err)
+    assert not (tmp_path / "ns").exists()  # refused before anything was created

@@ -1,7 +1,8 @@
 """The standalone name server over real TCP (in-process, port 0): registration from several
 brokers aggregates routes; UNREGISTER, expiry and connection loss drop a broker; the
 admin and KV requests; and every hostile request gets a code and a remark while the server
-keeps serving."""
+keeps serving. With ``acl_file`` the file is reloaded like a broker's (the real-process ACL
+and TLS cases are in test_namesrv_acl.py)."""
 
 from __future__ import annotations
 
@@ -388,3 +389,41 @@ async def test_broker_count_is_bounded(
     assert again.code == 0  # a known broker keeps registering
     assert sorted(ns.routes.broker_addr_table) == ["b1", "b2"]
     await p.close()
+
+
+async def test_acl_reloads_and_an_open_name_server_warns(
+        namesrv_factory: Callable[..., Awaitable[NameServer]], tmp_path: Path) -> None:
+    """The name server's ACL file is watched like a broker's (its own Supervisor): a change
+    applies at once; stopping ends the watcher. Bound beyond loopback without --acl, it
+    warns at start (``acl.disabled``)."""
+    import structlog
+
+    from tests.security.acl_setup import ACL_FILE, PRODUCER, signed_client
+
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL_FILE)
+    ns = await namesrv_factory(acl_file=path, acl_reload_interval=0.05)
+    assert ns.acl is not None and ns.server.auth == ns.acl.check
+    client = signed_client(ns.address, PRODUCER)
+    try:
+        wipe = await client.invoke(R.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b1"},
+                                   timeout=5.0)
+        assert wipe.code == ResponseCode.NO_PERMISSION and "Need admin" in (wipe.remark or "")
+        path.write_text(ACL_FILE.replace("secretKey: producer_sk\n",
+                                         "secretKey: producer_sk\n    admin: true\n"))
+        await wait_until(lambda: ns.acl is not None and ns.acl.reloads == 1, 5.0)
+        wipe = await client.invoke(R.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b1"},
+                                   timeout=5.0)
+        assert wipe.code == ResponseCode.SUCCESS, wipe.remark
+    finally:
+        client.close()
+    assert [(s["name"], s["state"]) for s in ns.supervisor.status()] == [("acl", "running")]
+    await ns.stop()
+    assert ns.supervisor.tasks == {}
+    assert [s["state"] for s in ns.supervisor.status()] == ["stopped"]
+
+    with structlog.testing.capture_logs() as logs:
+        await namesrv_factory(host="0.0.0.0", data_dir=tmp_path / "open")
+        await namesrv_factory(host="127.0.0.1", data_dir=tmp_path / "local")
+    (warning,) = [e for e in logs if e["event"] == "acl.disabled"]
+    assert warning["host"] == "0.0.0.0" and "the name server is bound" in warning["reason"]

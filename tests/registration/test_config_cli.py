@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.server.broker import Broker
-from kairosmq.server.cli import _broker_parser, build_config, main
+from kairosmq.server.cli import (
+    NAMESRV_ACCESS_KEY_ENV,
+    NAMESRV_SECRET_KEY_ENV,
+    _broker_parser,
+    build_config,
+    main,
+)
 from kairosmq.server.config import BrokerConfig
 from kairosmq.server.registration import parse_namesrv_addr
 
@@ -49,6 +55,43 @@ def _args(*argv: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     _broker_parser(ap.add_subparsers())
     return ap.parse_args(["broker", *argv])
+
+
+def test_namesrv_credentials_and_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The account a broker signs registrations with: the access key from the option (or
+    its variable), the secret from the environment only, never shown in the config."""
+    monkeypatch.delenv(NAMESRV_ACCESS_KEY_ENV, raising=False)
+    monkeypatch.setenv(NAMESRV_SECRET_KEY_ENV, "ns_secret_1")
+    cfg = build_config(_args("--namesrv", "h:1", "--namesrv-access-key", "ns_admin_1",
+                             "--namesrv-tls-ca", "ca.pem"))
+    assert (cfg.namesrv_access_key, cfg.namesrv_secret_key, cfg.namesrv_tls,
+            cfg.namesrv_tls_ca) == ("ns_admin_1", "ns_secret_1", True, Path("ca.pem"))
+    assert "ns_secret_1" not in repr(cfg)
+    monkeypatch.setenv(NAMESRV_ACCESS_KEY_ENV, "ns_env_1")
+    cfg = build_config(_args("--namesrv", "h:1", "--namesrv-tls"))
+    assert (cfg.namesrv_access_key, cfg.namesrv_tls, cfg.namesrv_tls_ca) == \
+        ("ns_env_1", True, None)
+    cfg = build_config(_args())  # the variable is ignored without --namesrv
+    assert (cfg.namesrv_access_key, cfg.namesrv_secret_key) == (None, None)
+    monkeypatch.delenv(NAMESRV_ACCESS_KEY_ENV)
+    cfg = build_config(_args("--namesrv", "h:1"))  # no key: the secret is not taken
+    assert (cfg.namesrv_access_key, cfg.namesrv_secret_key, cfg.namesrv_tls) == \
+        (None, None, False)
+    with pytest.raises(ValueError, match="they need namesrv_addr"):
+        build_config(_args("--namesrv-access-key", "ns_admin_1"))
+    with pytest.raises(ValueError, match="go together"):
+        BrokerConfig(data_dir=tmp_path, namesrv_addr="h:1", namesrv_access_key="ns_admin_1")
+    monkeypatch.delenv(NAMESRV_SECRET_KEY_ENV)
+    with pytest.raises(ValueError, match=f"its secret key in \\${NAMESRV_SECRET_KEY_ENV}"):
+        build_config(_args("--namesrv", "h:1", "--namesrv-access-key", "ns_admin_1"))
+    d = str(tmp_path / "d")
+    assert main(["broker", "--data-dir", d, "--namesrv", "h:1", "--namesrv-access-key",
+                 "ns_admin_1"]) == 2
+    assert NAMESRV_SECRET_KEY_ENV in capsys.readouterr().err
+    assert main(["broker", "--data-dir", d, "--namesrv", "h:1", "--namesrv-tls-ca",
+                 str(tmp_path / "missing.pem")]) == 2
+    assert "--namesrv-tls-ca" in capsys.readouterr().err
 
 
 def test_cli_flags_reach_the_config() -> None:

@@ -7,6 +7,7 @@ RocketMQ jars."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -62,3 +63,33 @@ async def test_stock_mqadmin_signs_and_is_held_to_the_rules(
     assert "JavaMade" in listed, listed
     # the Java clients' signatures all verified: only the one permission refusal
     assert broker.acl.denied == {"admin": 1}
+
+
+@pytest.mark.slow
+async def test_stock_mqadmin_against_the_standalone_name_server(tmp_path: Path) -> None:
+    """``kairosmq namesrv --acl`` (a real process): mqadmin's ``updateNamesrvConfig`` as a
+    non-admin is refused (the audit's brokerChannelExpiredTime=1000), as the admin taken;
+    its signed reads (clusterList, getNamesrvConfig) verify."""
+    from tests.namesrv.procs import NamesrvProcess
+
+    path = tmp_path / "acl.yml"
+    path.write_text(ACL_FILE)
+    ns = NamesrvProcess(tmp_path / "ns", "--acl", str(path))
+    await ns.start()
+    try:
+        admin_home = _home(tmp_path, ADMIN.access_key, ADMIN.secret_key)
+        consumer_home = _home(tmp_path, CONSUMER.access_key, CONSUMER.secret_key)
+        _, refused = await mqadmin(consumer_home, "updateNamesrvConfig", "-n", ns.address,
+                                   "-k", "brokerChannelExpiredTime", "-v", "1000")
+        assert "Need admin permission for request code=318, but accessKey=consumer_ak " \
+            "is not" in refused, refused
+        _, taken = await mqadmin(admin_home, "updateNamesrvConfig", "-n", ns.address,
+                                 "-k", "brokerChannelExpiredTime", "-v", "60000")
+        _, shown = await mqadmin(consumer_home, "getNamesrvConfig", "-n", ns.address)
+        assert re.search(r"brokerChannelExpiredTime\s+=\s+60000\n", shown), (taken, shown)
+        code, listed = await mqadmin(consumer_home, "clusterList", "-n", ns.address)
+        assert code == 0 and "#Cluster Name" in listed, listed
+        assert [(e["request_code"], e["reason"]) for e in ns.events("acl.denied")] == \
+            [(318, "admin")]
+    finally:
+        assert ns.terminate() == 0
