@@ -2,8 +2,10 @@
 
 Owns: ``install_security(broker)`` (called by ``Broker`` before its first listener
 opens): the ``AclGuard`` from ``--acl FILE`` as the transport's auth hook plus its
-supervised reload service (``acl``) and its ``stored_topic`` lookup (the store's checked
-read, for send-backs), the ``TlsServer`` as the transport's protocol
+supervised reload service (``acl``), its request policy (``--acl-request-binding``,
+``--acl-request-window``, ``--acl-admin-require-tls``) and its ``StoreLookups`` (the
+store's checked read for send-backs, the transaction service's half messages for
+END_TRANSACTION), the ``TlsServer`` as the transport's protocol
 wrapper for ``--tls-mode permissive|enforcing``, and the start-up warning
 ``acl.disabled`` for a broker reachable beyond loopback without ``--acl``;
 ``is_loopback``.
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 
-from .acl import AclGuard, StoredTopic, load_guard
+from .acl import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
 from .logs import get_logger
 from .tls import TlsMode, TlsServer, TlsSettings
 
@@ -69,8 +71,11 @@ def install_security(broker: Broker) -> AclGuard | None:
     log = get_logger("acl")
     guard = None
     if cfg.acl_file is not None:
-        guard = load_guard(cfg.acl_file, log, cfg.acl_reload_interval)
-        guard.stored_topic = stored_topic(broker)
+        policy = RequestPolicy(cfg.acl_request_binding, int(cfg.acl_request_window * 1000),
+                               cfg.acl_admin_require_tls)
+        guard = load_guard(cfg.acl_file, log, cfg.acl_reload_interval, policy)
+        guard.lookups = StoreLookups(stored_topic=stored_topic(broker),
+                                     half_topic=broker.transactions.half_topic)
         broker.server.auth = guard.check
         broker.supervisor.spawn("acl", guard.watch, reports_progress=True)
     elif not is_loopback(cfg.host):
