@@ -167,7 +167,6 @@ def perm_text(perm: int) -> str:
 # ------------------------------------------------------------------ request binding
 
 _BINDING_RE = re.compile(rb"kairosmq1:([1-9][0-9]{0,8}|0):([0-9]{13}):([0-9a-f]{32})")
-_BINDING_MAX = 64  # longer than any well-formed binding value
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,28 +184,24 @@ def binding_value(code: int, timestamp_ms: int, nonce: str) -> str:
 
 
 def find_binding(ext_fields: Mapping[str, str], body: bytes | None,
-                 exclude: frozenset[str] = _SERVER_EXCLUDE) -> Binding | None:
+                 exclude: frozenset[str] = _SERVER_EXCLUDE,
+                 content: bytes | None = None) -> Binding | None:
     """The binding in the signed content of a request, read right after the ``AccessKey``
     value whatever the fields are named; ``exclude``: the names left out of the content
-    form whose signature verified (``content_forms``). None when the content carries
-    none there: a content that only starts like one (a stock client's user data, e.g. a
-    key) is not one; a bound client's content always parses."""
-    keys = [k for k in ext_fields if k not in exclude]
-    if ACCESS_KEY not in keys:
+    form whose signature verified, ``content``: that form (``content_forms``; built here
+    when not given). None when the content carries none there: a content that only starts
+    like one (a stock client's user data, e.g. a key) is not one; a bound client's content
+    always parses."""
+    access_key = ext_fields.get(ACCESS_KEY)
+    if access_key is None or ACCESS_KEY in exclude:
         return None
-    if "".join(keys).isascii():
-        keys.sort()
-    else:
-        keys.sort(key=_java_order)
-    parts: list[bytes] = []
-    size = 0
-    for key in keys[keys.index(ACCESS_KEY) + 1:]:
-        value = ext_fields[key].encode("utf-8")
-        parts.append(value)
-        size += len(value)
-        if size >= _BINDING_MAX:
-            break
-    if size < _BINDING_MAX and body:
-        parts.append(bytes(body[:_BINDING_MAX]))
-    m = _BINDING_RE.match(b"".join(parts)[:_BINDING_MAX])
+    if content is None:
+        content = request_content(ext_fields, body, exclude)
+    at = len(access_key.encode("utf-8"))
+    mine = _java_order(ACCESS_KEY)
+    for key, value in ext_fields.items():  # the values sorted before the access key's
+        if key not in exclude and key != ACCESS_KEY and (
+                key < ACCESS_KEY if key.isascii() else _java_order(key) < mine):
+            at += len(value.encode("utf-8"))
+    m = _BINDING_RE.match(content, at)
     return None if m is None else Binding(int(m.group(1)), int(m.group(2)), m.group(3).decode())

@@ -421,14 +421,15 @@ def check_request(rules: AclRules, peer_ip: str, cmd: RemotingCommand,
     if account.white_address is not None and account.white_address.match(peer_ip):
         return account
     given = ext.get(SIGNATURE)
-    exclude = next((names for names, content in content_forms(ext, cmd.body)
-                    if signature_matches(calc_signature(content, account.secret_key), given)),
-                   None)  # the names left out of the content form that verified
-    if exclude is None:
+    verified = next((form for form in content_forms(ext, cmd.body)
+                     if signature_matches(calc_signature(form[1], account.secret_key), given)),
+                    None)  # (the names left out, the content) of the form that verified
+    if verified is None:
         raise Denied(err, "signature", ACL_EXCEPTION +
                      f"Check signature failed for accessKey={access_key}")
     if policy is not None:
-        policy.check(account, cmd, find_binding(ext, cmd.body, exclude), tls)
+        exclude, content = verified
+        policy.check(account, cmd, find_binding(ext, cmd.body, exclude, content), tls)
     try:
         needs = needed_access(cmd)
     except ValueError as bad:
