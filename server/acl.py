@@ -62,7 +62,7 @@ timer and transaction status, broker and name-server config), plus QUERY_MESSAGE
 topic (all topics). ``SIGNED_ONLY``: routes, cluster info, topic lists and configs, KV
 reads, broker runtime info and status (aggregates), CHECK_CLIENT_CONFIG (parses a filter).
 A code in none of the sets is not served (REQUEST_CODE_NOT_SUPPORTED after the signature
-check); tests/security/test_audit_acl.py fails for a served code left unclassified.
+check); tests/security/test_request_binding.py fails for a served code left unclassified.
 
 Invariants:
 * ``check`` never raises: a body it cannot read is a refusal (SYSTEM_ERROR), so a request
