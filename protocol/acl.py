@@ -30,11 +30,12 @@ Invariants:
   ``Signature``, in ascending order of the field *names* (Java's ``TreeMap``: String
   ``compareTo`` = UTF-16 code-unit order), followed by the raw body bytes. Nothing
   separates the values. The server (RocketMQ's ``PlainAccessValidator``) also leaves out
-  ``_UNIQUE_KEY_QUERY``; ``content_variants`` gives both forms.
+  ``_UNIQUE_KEY_QUERY``; ``content_forms`` gives both forms (with the names each leaves
+  out, which ``find_binding`` needs).
 * Signatures compare in constant time (``signature_matches``).
 * ``find_binding`` reads the binding from the signed content only; it does not check
   the code, the time or the nonce (server/acl.py does, with its clock and replay cache).
-* Pure functions over str/bytes: no I/O (``new_binding`` takes its time and nonce as
+* Pure functions over str/bytes: no I/O (``binding_value`` takes its time and nonce as
   arguments).
 """
 
