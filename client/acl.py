@@ -4,13 +4,18 @@ Owns: ``SessionCredentials`` (RocketMQ's: access key, secret key, optional secur
 token), ``credentials_from`` (explicit values, else the environment: ``KAIROS_ACCESS_KEY``
 / ``KAIROS_SECRET_KEY``, else ``ROCKETMQ_ACCESS_KEY`` / ``ROCKETMQ_SECRET_KEY``),
 ``AclRpcHook`` (RocketMQ's ``AclClientRPCHook``: called by ``client/remoting.py`` on every
-request just before it is encoded, it returns the extFields with ``AccessKey`` and
-``Signature`` added) and ``client_ssl_context`` (``tls=True`` or an ``ssl.SSLContext``).
+request just before it is encoded, it returns the extFields with ``AccessKey``,
+``KairosBinding`` and ``Signature`` added) and ``client_ssl_context`` (``tls=True`` or an
+``ssl.SSLContext``).
 
 Invariants:
 * The signature covers the request exactly as encoded: every extField (sorted by name,
   ``Signature`` left out) and the body (``protocol/acl.py``). The caller's dict is never
   changed (a copy is signed).
+* Every signed request carries a fresh binding (protocol/acl.py): its request code, the
+  wall-clock time in ms and a random 128-bit nonce, signed with the rest. A retry is
+  signed again (a new nonce), so a kairosmq broker refuses a replayed or re-coded copy
+  and never a genuine request. Apache RocketMQ brokers verify and ignore the field.
 * Only requests are signed; answers to broker-initiated requests are not (as RocketMQ).
 * ``tls=True`` verifies the broker's certificate against the system CAs and its host
   name; a private CA or a self-signed broker needs an ``ssl.SSLContext`` made for it.
@@ -19,11 +24,13 @@ Invariants:
 from __future__ import annotations
 
 import os
+import secrets
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kairosmq.protocol.acl import sign_ext_fields
+from kairosmq.protocol.acl import binding_value, sign_ext_fields
 
 ENV_NAMES = (("KAIROS_ACCESS_KEY", "KAIROS_SECRET_KEY"),
              ("ROCKETMQ_ACCESS_KEY", "ROCKETMQ_SECRET_KEY"))
@@ -62,14 +69,22 @@ def credentials_from(access_key: str | None = None, secret_key: str | None = Non
 
 
 class AclRpcHook:
-    """Signs every request with ``credentials`` (``AclClientRPCHook.doBeforeRequest``)."""
+    """Signs every request with ``credentials`` (``AclClientRPCHook.doBeforeRequest``),
+    binding it to its request code, the time and a nonce (``bind=False``: RocketMQ's
+    signature alone, byte for byte what a stock client sends)."""
 
-    def __init__(self, credentials: SessionCredentials) -> None:
+    def __init__(self, credentials: SessionCredentials, *, bind: bool = True,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self.credentials = credentials
+        self.bind = bind
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
     def __call__(self, code: int, ext_fields: Mapping[str, str], body: bytes) -> dict[str, str]:
         c = self.credentials
-        return sign_ext_fields(ext_fields, body, c.access_key, c.secret_key, c.security_token)
+        binding = binding_value(int(code), self.clock_ms(), secrets.token_hex(16)) \
+            if self.bind else None
+        return sign_ext_fields(ext_fields, body, c.access_key, c.secret_key, c.security_token,
+                               binding)
 
 
 def rpc_hook_for(credentials: SessionCredentials | None) -> RpcHook | None:

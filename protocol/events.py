@@ -194,11 +194,15 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # ---- security (server/acl.py, server/security.py, server/tls.py; docs/security.md)
     # warning: a request refused by the ACL: who (access_key), what (request_code, resource,
     # perm needed), from where (peer, listener); reason: no_access_key, unknown_access_key,
-    # signature, unreadable, admin, permission
+    # signature, binding_code, binding_stale, binding_replay,
+    # binding_required, admin_tls, unreadable, admin, permission
     "acl.denied": {"peer": "string", "listener": "string", "access_key": "string",
                    "request_code": "int", "reason": "string", "resource": "string",
                    "perm": "string", "code": "int", "remark": "string"},
-    "acl.loaded": {"path": "string", "accounts": "int", "global_white": "int"},
+    # at start; request_binding, request_window_ms, admin_require_tls: the request policy
+    "acl.loaded": {"path": "string", "accounts": "int", "global_white": "int",
+                   "request_binding": "string", "request_window_ms": "int",
+                   "admin_require_tls": "boolean"},
     "acl.reloaded": {"path": "string", "accounts": "int", "global_white": "int"},
     # error: the changed ACL file cannot be used; the rules in force stay
     "acl.reload_failed": {"path": "string", "error": "string"},

@@ -124,6 +124,21 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--acl", type=Path, default=None, metavar="FILE",
                    help="RocketMQ plain_acl.yml: signed requests and per-account "
                    "permissions on every port, reloaded when the file changes (off when absent)")
+    g.add_argument("--acl-request-binding", choices=("optional", "admin", "all"),
+                   default="optional",
+                   help="which signed requests must carry kairosmq's request binding (its "
+                   "request code, time and nonce, signed): optional checks it when present "
+                   "(stock RocketMQ clients and tools work), admin requires it of admin "
+                   "accounts (stock mqadmin is refused), all of every account (only "
+                   "kairosmq clients) (default optional)")
+    g.add_argument("--acl-request-window", type=float, default=300.0, metavar="SECONDS",
+                   help="how far a request binding's time may be from the broker's clock; "
+                   "older bound requests are refused, and nonces are remembered this long "
+                   "(default 300)")
+    g.add_argument("--acl-admin-require-tls", action="store_true",
+                   help="take requests signed by admin accounts over TLS only (needs "
+                   "--tls-mode permissive or enforcing): an admin signature never crosses "
+                   "the network in clear, so it cannot be captured and replayed")
     g.add_argument("--tls-mode", choices=("disabled", "permissive", "enforcing"),
                    default="disabled", help="TLS on the broker and name-server ports: "
                    "permissive also accepts plain clients on the same port (default disabled)")
@@ -216,7 +231,10 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         trace_topic_enable=args.trace_topic_enable,
         store_reply_message_enable=args.store_reply_message_enable,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-        acl_file=args.acl, tls_mode=args.tls_mode, tls_cert=args.tls_cert,
+        acl_file=args.acl, acl_request_binding=args.acl_request_binding,
+        acl_request_window=args.acl_request_window,
+        acl_admin_require_tls=args.acl_admin_require_tls,
+        tls_mode=args.tls_mode, tls_cert=args.tls_cert,
         tls_key=args.tls_key, tls_ca=args.tls_ca,
         **_limit_values(args),
     )

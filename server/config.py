@@ -146,6 +146,12 @@ class BrokerConfig:
     # polled for changes every acl_reload_interval seconds; TLS on every port
     acl_file: Path | None = None
     acl_reload_interval: float = 1.0
+    # kairosmq's checks beyond RocketMQ's signature (server/acl.py RequestPolicy): which
+    # signed requests must carry the request binding (optional | admin | all), how far a
+    # binding's time may be from the broker's clock (seconds), admin accounts over TLS only
+    acl_request_binding: str = "optional"
+    acl_request_window: float = 300.0
+    acl_admin_require_tls: bool = False
     tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/tls.py)
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -165,6 +171,15 @@ class BrokerConfig:
                              f"or enforcing")
         if self.tls_mode != "disabled" and self.tls_cert is None:
             raise ValueError(f"tls_mode {self.tls_mode} needs tls_cert (and tls_key)")
+        if self.acl_request_binding not in ("optional", "admin", "all"):
+            raise ValueError(f"acl_request_binding {self.acl_request_binding!r} must be "
+                             f"optional, admin or all")
+        if not 1.0 <= self.acl_request_window <= 86400.0:
+            raise ValueError(f"acl_request_window {self.acl_request_window} must be between "
+                             f"1 and 86400 seconds")
+        if self.acl_admin_require_tls and self.tls_mode == "disabled":
+            raise ValueError("acl_admin_require_tls needs tls_mode permissive or enforcing "
+                             "(else no admin request could ever be taken)")
         object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.delay_levels))
         if self.commitlog_segment_size < 4096:
             raise ValueError("commitlog_segment_size must be at least 4096 bytes")

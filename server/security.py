@@ -1,12 +1,15 @@
 """Wiring of ACL and TLS into a remoting server at start (a broker's, a name server's).
 
 Owns: ``secure_server`` (the one installer: the ``AclGuard`` from ``--acl FILE`` as the
-transport's auth hook plus its supervised reload service (``acl``), the ``TlsServer`` as
+transport's auth hook plus its supervised reload service (``acl``) and its request policy
+(``--acl-request-binding``, ``--acl-request-window``, ``--acl-admin-require-tls``), the
+``TlsServer`` as
 the transport's protocol wrapper for ``--tls-mode permissive|enforcing``, and the
 start-up warning ``acl.disabled`` for a server reachable beyond loopback without
 ``--acl``), ``install_security(broker)`` (called by ``Broker`` before its first listener
-opens; adds the guard's ``stored_topic`` lookup, the store's checked read, for
-send-backs; the standalone name server calls ``secure_server`` itself),
+opens; adds the guard's ``StoreLookups``: the store's checked read for send-backs, the
+transaction service's half messages for END_TRANSACTION; the standalone name server
+calls ``secure_server`` itself),
 ``security_problem`` (the start-up check of the files, one line for the command) and
 ``is_loopback``.
 
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 
-from .acl import AclGuard, StoredTopic, load_guard
+from .acl import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
 from .logs import get_logger
 from .tls import TlsMode, TlsServer, TlsSettings
 
@@ -80,13 +83,14 @@ _OPEN: dict[Role, str] = {
 
 def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: Path | None,
                   acl_reload_interval: float, tls: TlsSettings, host: str,
-                  role: Role = "broker") -> AclGuard | None:
+                  role: Role = "broker", policy: RequestPolicy | None = None
+                  ) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``server`` (before it listens); the guard
     or None. ``role`` names the server in the ``acl.disabled`` warning."""
     log = get_logger("acl")
     guard = None
     if acl_file is not None:
-        guard = load_guard(acl_file, log, acl_reload_interval)
+        guard = load_guard(acl_file, log, acl_reload_interval, policy)
         server.auth = guard.check
         supervisor.spawn("acl", guard.watch, reports_progress=True)
     elif not is_loopback(host):
@@ -103,11 +107,14 @@ def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: P
 def install_security(broker: Broker) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``broker.server``; the guard or None."""
     cfg = broker.config
+    policy = RequestPolicy(cfg.acl_request_binding, int(cfg.acl_request_window * 1000),
+                           cfg.acl_admin_require_tls)
     guard = secure_server(broker.server, broker.supervisor, acl_file=cfg.acl_file,
                           acl_reload_interval=cfg.acl_reload_interval,
-                          tls=tls_settings(broker), host=cfg.host)
+                          tls=tls_settings(broker), host=cfg.host, policy=policy)
     if guard is not None:
-        guard.stored_topic = stored_topic(broker)
+        guard.lookups = StoreLookups(stored_topic=stored_topic(broker),
+                                     half_topic=broker.transactions.half_topic)
     return guard
 
 

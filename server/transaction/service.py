@@ -6,7 +6,9 @@ record tagged ``d`` (``RMQ_SYS_TRANS_OP_HALF_TOPIC``) or a committed copy carryi
 ``KAIROS_TX_HALF`` removes it; an op record tagged ``c`` counts a check. ``end`` (commit,
 rollback), ``run`` (the supervised check-back service: CHECK_TRANSACTION_STATE to a
 live producer of the group, at most ``transaction_check_max`` times, then discard) and
-``status`` (KAIROS_GET_TRANSACTION_STATUS). A StateProvider: the table is saved with
+``status`` (KAIROS_GET_TRANSACTION_STATUS), ``half_topic`` (the real topic of the half
+message at a commit-log offset: what END_TRANSACTION's ACL check needs PUB on). A
+StateProvider: the table is saved with
 each checkpoint and rebuilt by replaying the log after it.
 
 Invariants:
@@ -37,7 +39,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
 from kairosmq.protocol.ids import create_offset_msg_id
-from kairosmq.protocol.message import decode_record
+from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
@@ -239,16 +241,38 @@ class TransactionService:
         return None
 
     def _not_pending(self, queue_offset: int, phy: int) -> str:
-        rec = self.store.read_at(phy)
-        if rec is not None:
-            try:
-                m = decode_record(rec)
-            except MessageDecodeError:
-                m = None
-            if m is not None and m.topic == HALF_TOPIC and m.queue_offset == queue_offset:
-                return "the transaction already ended; this end is ignored"
+        m = self._half_record(phy)
+        if m is not None and m.queue_offset == queue_offset:
+            return "the transaction already ended; this end is ignored"
         raise TransactionError(ResponseCode.SYSTEM_ERROR,
                                "Find prepared transaction message failed")
+
+    def _half_record(self, phy: int) -> MessageExt | None:
+        """The half message stored at ``phy`` (pending or ended), or None."""
+        rec = self.store.read_at(phy)
+        if rec is None:
+            return None
+        try:
+            m = decode_record(rec)
+        except MessageDecodeError:
+            return None
+        return m if m.topic == HALF_TOPIC else None
+
+    def half_topic(self, phy: int) -> str | None:
+        """The real topic of the half message at ``phy``: the pending entry's, else the
+        stored half record's (an ended one); None when no half message is there, and then
+        ``end`` changes nothing. A half record without a real topic answers the half topic
+        itself (a system topic: only an explicit grant or an admin reaches it)."""
+        entry = self.pending.get(phy)
+        if entry is not None:
+            return entry.topic or HALF_TOPIC
+        if phy < 0:
+            return None
+        m = self._half_record(phy)
+        if m is None:
+            return None
+        addr = real_address(m.properties)
+        return addr[0] if addr and addr[0] else HALF_TOPIC
 
     def _commit(self, entry: HalfEntry) -> None:
         rec = self.store.read(entry.phy, entry.size)

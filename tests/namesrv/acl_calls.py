@@ -94,7 +94,8 @@ async def cluster_info(address: str, *, tls: ssl.SSLContext | None = None) -> Cl
 
 
 async def namesrv_config(address: str, *, tls: ssl.SSLContext | None = None) -> dict[str, str]:
-    r = await call(address, req(R.GET_NAMESRV_CONFIG), CONSUMER, tls=tls)
+    """The name server's settings (GET_NAMESRV_CONFIG needs admin: server/acl.py)."""
+    r = await call(address, req(R.GET_NAMESRV_CONFIG), ADMIN, tls=tls)
     assert r.code == C.SUCCESS, (r.code, r.remark)
     return dict(line.split("=", 1) for line in r.body.decode().splitlines() if "=" in line)
 

@@ -1,22 +1,28 @@
 """The bundled clients with ACL credentials against a broker started with ``--acl``:
 Producer and PushConsumer sign every request (a retry round trip through %RETRY% included),
-credentials come from arguments or the environment, clients without them are refused, and
-``kairosmq admin`` signs too."""
+credentials come from arguments or the environment, clients without them are refused,
+``kairosmq admin`` signs too, and all of them work when the broker requires the request
+binding of every request (``--acl-request-binding all``)."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from kairosmq.client.acl import credentials_from
+from kairosmq.client.acl import AclRpcHook, credentials_from
 from kairosmq.client.admin import main as admin_main
 from kairosmq.client.errors import BrokerError, ClientError, NoPermission
+from kairosmq.client.remoting import RemotingClient
+from kairosmq.protocol.codes import RequestCode as R
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.server.broker import Broker
 
 from tests.helpers import Collector
-from tests.security.acl_setup import ADMIN, CONSUMER, PRODUCER
+from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER, PRODUCER
 
 FAST = dict(rebalance_interval=0.3, pull_time_delay_millis_when_exception=50,
             persist_consumer_offset_interval=0.2,
@@ -108,3 +114,53 @@ async def test_admin_cli_signs_its_requests(acl_broker: Broker,
     code, text = await asyncio.to_thread(admin, "topic", "create", "AdminMade")
     assert code == 0, text
     assert acl_broker.topics.get("AdminMade") is not None
+
+
+async def test_bundled_clients_work_when_every_request_must_be_bound(
+        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--acl-request-binding all``: only kairosmq's clients can sign; the Producer, the
+    PushConsumer (heartbeats, rebalance, pulls, offsets, a send-back) and ``kairosmq admin``
+    all do, with no ACL refusal, while a stock-signed request is refused."""
+    path = tmp_path / "acl.yml"
+    path.write_text(ACL_FILE)
+    broker = await broker_factory(acl_file=path, acl_request_binding="all")
+    attempts: dict[bytes, int] = {}
+
+    def first_fails(msg: object) -> ConsumeStatus:
+        body = msg.body  # type: ignore[attr-defined]
+        attempts[body] = attempts.get(body, 0) + 1
+        return ConsumeStatus.RECONSUME_LATER if attempts[body] == 1 else \
+            ConsumeStatus.CONSUME_SUCCESS
+
+    got = Collector(first_fails)
+    async with Producer("PG", broker.namesrv_address, access_key=PRODUCER.access_key,
+                        secret_key=PRODUCER.secret_key) as producer:
+        for i in range(2):
+            await producer.send(Message("Orders", b"b%d" % i))
+    consumer = PushConsumer("OrdersCG", broker.namesrv_address,
+                            access_key=CONSUMER.access_key,
+                            secret_key=CONSUMER.secret_key, **FAST)  # type: ignore[arg-type]
+    consumer.subscribe("Orders", "*")
+    consumer.register_listener(got)
+    await consumer.start()
+    try:
+        await got.wait_for(4, timeout=15.0)
+    finally:
+        await consumer.shutdown()
+    assert sorted(attempts.values()) == [2, 2]
+    monkeypatch.setenv("KAIROS_ACCESS_KEY", ADMIN.access_key)
+    monkeypatch.setenv("KAIROS_SECRET_KEY", ADMIN.secret_key)
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(admin_main, ["--namesrv", broker.namesrv_address, "topic",
+                                                "create", "BoundMade"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    assert broker.topics.get("BoundMade") is not None
+    assert broker.acl is not None and broker.acl.denied == {}, broker.acl.denied
+    stock = RemotingClient(broker.address, rpc_hook=AclRpcHook(PRODUCER, bind=False))
+    try:
+        r = await stock.invoke(R.GET_BROKER_RUNTIME_INFO, {}, b"", timeout=5.0)
+    finally:
+        stock.close()
+    assert r.code == ResponseCode.NO_PERMISSION
+    assert "aclRequestBinding=all requires every signed request" in r.remark

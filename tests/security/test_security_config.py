@@ -1,6 +1,8 @@
-"""``kairosmq broker`` security options (server/cli.py, server/config.py): --acl and the
---tls-* flags reach BrokerConfig, a bad ACL file or certificate stops the start with one
-line and exit code 2, and the Prometheus endpoint exports the ACL denials."""
+"""``kairosmq broker`` security options (server/cli.py, server/config.py): --acl, the
+request policy flags (--acl-request-binding, --acl-request-window, --acl-admin-require-tls)
+and the --tls-* flags reach BrokerConfig and the ACL guard, a bad ACL file, certificate or
+policy stops the start with one line and exit code 2, and the Prometheus endpoint exports
+the ACL denials."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import structlog
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.server import cli
 from kairosmq.server.broker import Broker
@@ -36,6 +39,44 @@ def test_flags_reach_the_config(tmp_path: Path) -> None:
         "permissive", Path("c.pem"), Path("k.pem"), Path("ca.pem"))
     off = cli.build_config(parse("--data-dir", str(tmp_path)))
     assert off.acl_file is None and off.tls_mode == "disabled"
+    assert (off.acl_request_binding, off.acl_request_window, off.acl_admin_require_tls) == (
+        "optional", 300.0, False)
+    strict = cli.build_config(parse("--acl", "a.yml", "--acl-request-binding", "admin",
+                                    "--acl-request-window", "60", "--acl-admin-require-tls",
+                                    "--tls-mode", "permissive", "--tls-cert", "c.pem",
+                                    "--data-dir", str(tmp_path)))
+    assert (strict.acl_request_binding, strict.acl_request_window,
+            strict.acl_admin_require_tls) == ("admin", 60.0, True)
+
+
+async def test_the_policy_reaches_the_guard(
+        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    path = tmp_path / "acl.yml"
+    path.write_text(ACL_FILE)
+    with structlog.testing.capture_logs() as logs:
+        broker = await broker_factory(acl_file=path, acl_request_binding="all",
+                                      acl_request_window=30.0)
+    assert broker.acl is not None
+    policy = broker.acl.policy
+    assert (policy.binding.value, policy.window_ms, policy.admin_require_tls) == (
+        "all", 30_000, False)
+    [loaded] = [e for e in logs if e["event"] == "acl.loaded"]
+    assert (loaded["request_binding"], loaded["request_window_ms"],
+            loaded["admin_require_tls"]) == ("all", 30_000, False)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--acl-admin-require-tls"], "acl_admin_require_tls needs tls_mode"),
+    (["--acl-request-window", "0.5"], "acl_request_window 0.5 must be between"),
+])
+def test_a_policy_that_cannot_work_stops_the_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+        needle: str) -> None:
+    path = tmp_path / "acl.yml"
+    path.write_text(ACL_FILE)
+    code = cli.main(["broker", "--acl", str(path), *argv, "--data-dir", str(tmp_path / "d"),
+                     "--no-log-file"])
+    assert code == 2 and needle in capsys.readouterr().err
 
 
 def test_config_refuses_tls_without_a_certificate(tmp_path: Path) -> None:
