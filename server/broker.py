@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -36,6 +37,14 @@ from .broker_settings import BrokerSettings
 from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
+from .fdbudget import (
+    FdBudget,
+    FdBudgetError,
+    open_fds,
+    plan,
+    raise_open_file_limit,
+    segments_on_disk,
+)
 from .handlers import broker_table, namesrv_table
 from .handlers.reply import ensure_system_topics
 from .handlers.rocketmq_kv import KvConfig
@@ -87,6 +96,7 @@ class Broker:
             max_message_size=cfg.max_message_size,
             disk_max_used_ratio=cfg.disk_max_used_ratio,
             disk_check_interval=cfg.disk_check_interval,
+            max_open_queue_files=cfg.max_open_queue_files,
         )
         self.topics = TopicConfigManager(cfg.data_dir / "config",
                                          default_queue_nums=cfg.default_queue_nums,
@@ -152,6 +162,7 @@ class Broker:
         self._started_at = 0.0
         self.running = False
         self.recovery: dict[str, Any] = {}
+        self.fd_budget: FdBudget | None = None  # made at start (server/fdbudget.py)
         # request code -> handler (handlers/__init__.py: the one place that reads the
         # broker's services to build the processors)
         self.broker_handlers = broker_table(self)
@@ -199,6 +210,12 @@ class Broker:
         }
         if self.registration is not None:  # --namesrv: each name server's registration
             status["registration"] = self.registration.status()
+        if self.fd_budget is not None:  # descriptors: open now against the start's budget
+            status["fds"] = {"open": open_fds(), "limit": self.fd_budget.limit,
+                             "budget": self.fd_budget.total,
+                             "queueFilesOpen": self.store.maps.open_count,
+                             "maxOpenQueueFiles": self.store.maps.capacity,
+                             "maxConnections": self.server.limits.max_connections}
         return status
 
     @property
@@ -209,6 +226,7 @@ class Broker:
 
     async def start(self) -> None:
         self._started_at = time.monotonic()
+        self.fd_budget = self._plan_fds()
         self.topics.load()
         created = ensure_system_topics(self.topics, self.config)  # REPLY: reply/trace topics
         if created:
@@ -228,6 +246,29 @@ class Broker:
             self.running = True  # stop() runs every step: closes what was opened
             await self.stop("start failed")
             raise
+
+    def _plan_fds(self) -> FdBudget:
+        """Raise the soft open-file limit to the hard one, make the fd budget and apply
+        it (open queue files, connections) before any store file or listener opens;
+        ``FdBudgetError`` if the limit cannot hold a broker (logged first)."""
+        cfg = self.config
+        before, limit = raise_open_file_limit()
+        try:
+            b = plan(cfg, limit=limit, raised_from=before, open_now=open_fds(),
+                     segments=segments_on_disk(cfg.data_dir))
+        except FdBudgetError as err:
+            self.log.error("broker.fd_budget", limit=limit, raised_from=before, fits=False,
+                           remark=str(err))
+            raise
+        if b.fits:
+            self.log.info("broker.fd_budget", **b.fields(), remark="")
+        else:  # the configured values were lowered: say so, and what the limit should be
+            self.log.warning("broker.fd_budget", **b.fields(), remark=b.remark(cfg))
+        self.store.maps.capacity = b.queue_files
+        if b.connections != self.server.limits.max_connections:
+            self.server.limits = dataclasses.replace(self.server.limits,
+                                                     max_connections=b.connections)
+        return b
 
     async def _start_serving(self) -> None:
         cfg = self.config

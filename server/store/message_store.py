@@ -63,9 +63,10 @@ from ..logs import get_logger
 from .allocate import FileAllocator
 from .checkpoint import read_checkpoint, trusted_offset
 from .commitlog import CommitLog, KeepFrom, WriteFailed
-from .consumequeue import ConsumeQueue, compute_tags_code, load_queues
+from .consumequeue import ConsumeQueue, compute_tags_code, load_queues, sync_dirty
 from .files import write_json_atomic
 from .guard import WriteGuard
+from .mapped import DEFAULT_CAPACITY, MappedFiles
 from .reads import StoreReads
 from .types import (
     DispatchRequest,
@@ -85,6 +86,9 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 # born host and store host may each be IPv6 (12 more bytes); topic <= 127 bytes
 _MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
+# more dirty consume-queue files than this at a checkpoint: one syncfs instead of an
+# fdatasync each (measured here: 0.28 ms a file each, 8 ms for 1,000 files at once)
+SYNCFS_OVER = 64
 
 
 class MessageStore(StoreReads):
@@ -99,6 +103,7 @@ class MessageStore(StoreReads):
         max_message_size: int = 4 << 20,
         disk_max_used_ratio: float = 0.90,
         disk_check_interval: float = 1.0,
+        max_open_queue_files: int = DEFAULT_CAPACITY,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_host = store_host
@@ -106,6 +111,8 @@ class MessageStore(StoreReads):
         self.cq_dir = self.data_dir / "consumequeue"
         self.units_per_file = units_per_file
         self.allocator = FileAllocator()  # next consume-queue files, made off the loop
+        # the open consume-queue mappings, at most max_open_queue_files (LRU; mapped.py)
+        self.maps = MappedFiles(max_open_queue_files)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         # called with the commit-log offset a failed write rolled back to
@@ -134,7 +141,8 @@ class MessageStore(StoreReads):
             bad = validate_queue_topic(topic)
             if bad is not None or not 0 <= queue_id <= _INT32_MAX:
                 raise ValueError(bad or f"queue id {queue_id} is out of range")
-            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator)
+            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator,
+                              self.maps)
             self.queues[(topic, queue_id)] = cq
         return cq
 
@@ -358,7 +366,8 @@ class MessageStore(StoreReads):
                 cp = {}
                 provider.restore(None)
         self.commitlog.load()
-        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator))
+        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator,
+                                       self.maps))
         replayed = 0
         self._replay_skipped = 0
 
@@ -419,8 +428,9 @@ class MessageStore(StoreReads):
     def persist_checkpoint(self, snap: dict[str, Any]) -> None:
         """Flush data below the snapshot's offset, then write it (blocking; use a thread)."""
         self.commitlog.fsync()
-        for cq in list(self.queues.values()):
-            cq.flush()
+        dirty = self.maps.dirty
+        files = list(dirty)
+        sync_dirty(dirty, files, self.cq_dir if len(files) > SYNCFS_OVER else None)
         write_json_atomic(self.checkpoint_path, snap)
 
     def fsync(self) -> int:
@@ -430,6 +440,7 @@ class MessageStore(StoreReads):
         self.allocator.close()
         for cq in self.queues.values():
             cq.close()
+        self.maps.close()
         self.commitlog.close()
 
     def delete_expired(self, reserved_seconds: float, keep_from: KeepFrom = None) -> Expired:
