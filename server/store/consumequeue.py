@@ -67,7 +67,7 @@ class _File(MappedFile):
 
 class ConsumeQueue:
     __slots__ = ("allocator", "maps", "_prepared_after", "_first_asked", "topic", "queue_id",
-                 "_dir", "units_per_file", "file_bytes", "files", "max_offset",
+                 "key", "_dir", "units_per_file", "file_bytes", "files", "max_offset",
                  "_dirty", "_tail_end")
 
     def __init__(self, directory: str | Path, topic: str, queue_id: int, units_per_file: int,
@@ -80,6 +80,7 @@ class ConsumeQueue:
         self._first_asked = False  # prepare_first asked for the first file
         self.topic = topic
         self.queue_id = queue_id
+        self.key = f"{topic}/{queue_id}"  # its name in the checkpoint's table
         # paths as str: a broker may load 100k queues at start (pathlib: ~25 µs a join)
         self._dir = os.path.join(directory, topic, str(queue_id))
         self.units_per_file = units_per_file

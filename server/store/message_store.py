@@ -114,6 +114,11 @@ class MessageStore(StoreReads):
         # the open consume-queue mappings, at most max_open_queue_files (LRU; mapped.py)
         self.maps = MappedFiles(max_open_queue_files)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # the checkpoint's "topic/queue" -> max offset table, kept between checkpoints:
+        # only the queues changed since the last one are read again (100k queues took
+        # 0.1-0.15 s of the loop every checkpoint when it was rebuilt each time)
+        self._cp_queues: dict[str, int] = {}
+        self._cp_changed: set[ConsumeQueue] = set()
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         # called with the commit-log offset a failed write rolled back to
         self.rollback_listeners: list[Callable[[int], None]] = []
@@ -144,6 +149,7 @@ class MessageStore(StoreReads):
             cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator,
                               self.maps)
             self.queues[(topic, queue_id)] = cq
+            self._cp_changed.add(cq)
         return cq
 
     def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -332,6 +338,7 @@ class MessageStore(StoreReads):
                 # the offsets cannot be re-numbered, so continue from the record's own.
                 cq.skip_to(req.queue_offset)
         cq.append(req.phy_offset, req.size, req.tags_code)
+        self._cp_changed.add(cq)
         self._notify(req)
 
     def _notify(self, req: DispatchRequest) -> None:
@@ -405,6 +412,8 @@ class MessageStore(StoreReads):
                              error=str(self.commitlog.allocation_error))
         for cq in self.queues.values():
             cq.truncate_from_phy(end)
+        self._cp_queues.clear()
+        self._cp_changed = set(self.queues.values())
         self._last_written_record = self._last_record
         self.check_disk()
         return {
@@ -418,10 +427,14 @@ class MessageStore(StoreReads):
     def checkpoint_snapshot(self) -> dict[str, Any]:
         """Take (on the loop) the state to persist; pair with ``persist_checkpoint``."""
         self.write_out()
+        changed, self._cp_changed = self._cp_changed, set()
+        table = self._cp_queues
+        for cq in changed:
+            table[cq.key] = cq.max_offset
         return {
             "dispatched_offset": self.commitlog.max_offset,
             "last_record": self._last_record,
-            "queues": {f"{t}/{q}": cq.max_offset for (t, q), cq in self.queues.items()},
+            "queues": table.copy(),
             "states": {p.name: p.snapshot() for p in self.providers},
         }
 
