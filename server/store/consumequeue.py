@@ -56,13 +56,17 @@ _OWN_MAPS = 8  # mappings of a queue built without a store's MappedFiles (tests,
 
 
 class _File(MappedFile):
-    __slots__ = ("base", "target", "growing")
+    __slots__ = ("base", "target", "growing", "ready_until")
 
     def __init__(self, base: int, path: str, size: int) -> None:
         super().__init__(path, size)
         self.base = base  # first unit index in this file
         self.target = size  # the size asked of the allocator (>= size once it is done)
         self.growing: futures.Future[None] | None = None  # the growth step in the making
+        # ensure_room has nothing to do for a unit index below this while the file stays
+        # mapped (room in the mapping, no growth step or next file to ask for yet); an
+        # upper bound only ever lowered by recomputing it, so a stale value stays safe
+        self.ready_until = -1
 
 
 class ConsumeQueue:
@@ -231,32 +235,47 @@ class ConsumeQueue:
     def ensure_room(self) -> None:
         """Allocate and map the bytes the next unit goes into (``OSError`` if the disk is
         full); ask for the next growth step and the next file ahead of need."""
-        index = self.max_offset
+        files = self.files
+        if files:
+            f = files[-1]
+            if self.max_offset < f.ready_until and f.mm is not None:
+                self.maps.touch(f)  # the common case: room mapped, nothing to ask yet
+                return
+        self._make_room(self.max_offset)
+
+    def _make_room(self, index: int) -> None:
+        upf = self.units_per_file
         f = self.files[-1] if self.files else None
-        if f is None or index >= f.base + self.units_per_file:
-            f = self._create(index - index % self.units_per_file)
-        end = (index - f.base + 1) * UNIT_SIZE
+        if f is None or index >= f.base + upf:
+            f = self._create(index - index % upf)
+        base = f.base
+        end = (index - base + 1) * UNIT_SIZE
         mm = f.mm
         if mm is None or len(mm) < end:
-            self._room(f, end)
+            mm = self._room(f, end)
         else:
-            self.maps.map(f)  # most recently used
+            self.maps.touch(f)
+        ready = base + min(upf, len(mm) // UNIT_SIZE)  # units that fit in the mapping
         alloc = self.allocator
-        if alloc is None:
-            return
-        job = f.growing
-        if job is not None and job.done():
-            f.growing = None
-            if job.cancelled() or job.exception() is not None:
-                f.target = f.size  # failed (a full disk): asked again, else grown on need
-        if f.growing is None and f.target < self.file_bytes and end * 2 > f.target:
-            f.target = next_size(f.target, self.file_bytes)
-            f.growing = alloc.grow(f.path, f.target)
-        base = f.base
-        if base != self._prepared_after and index - base >= self.units_per_file // 2:
-            self._prepared_after = base
-            nxt = base + self.units_per_file
-            alloc.prepare(Path(self._path(nxt)), first_size(self.file_bytes))
+        if alloc is not None:
+            job = f.growing
+            if job is not None and job.done():
+                f.growing = None
+                if job.cancelled() or job.exception() is not None:
+                    f.target = f.size  # failed (a full disk): asked again, else grown on need
+            if f.growing is None and f.target < self.file_bytes:
+                if end * 2 > f.target:  # half of what the file will have is used
+                    f.target = next_size(f.target, self.file_bytes)
+                    f.growing = alloc.grow(f.path, f.target)
+                else:
+                    ready = min(ready, base + f.target // (2 * UNIT_SIZE))
+            if base != self._prepared_after:
+                if index - base >= upf // 2:
+                    self._prepared_after = base
+                    alloc.prepare(Path(self._path(base + upf)), first_size(self.file_bytes))
+                else:
+                    ready = min(ready, base + upf // 2)
+        f.ready_until = ready
 
     def prepare_first(self) -> None:
         """No file yet, but units will come (a delayed or timer message will land here):

@@ -60,6 +60,8 @@ class MappedFiles:
         # files stored into since their last sync, mapped or not (the checkpoint's
         # thread takes them out before it syncs them: consumequeue.sync_dirty)
         self.dirty: set[MappedFile] = set()
+        # mark an open mapping most recently used (the hot path's one call)
+        self.touch = self._lru.move_to_end
         self.capacity = capacity
         self.maps = 0  # mappings made (first uses and re-opens after a close)
         self.evictions = 0  # mappings closed to stay within capacity
