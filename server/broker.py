@@ -11,6 +11,11 @@ checkpoint, housekeeping, connection sweep, each delay level, metrics), each run
 ``namesrv_addr`` (``--namesrv``) there is no embedded name server: ``BrokerRegistration``
 (registration.py) registers the broker with those name servers instead.
 
+The open-file budget (fdbudget.py) is made first in ``start``: the soft limit raised to
+the hard one, ``broker.fd_budget`` logged, and the open queue files and connection limit
+lowered to fit before any store file or listener opens (``FdBudgetError`` if the limit
+cannot hold a broker); ``status()`` shows it (``fds``).
+
 Invariants:
 * Everything runs on one event loop; blocking disk work (fsync, checkpoint writes) runs
   in a thread with data snapshotted on the loop first.

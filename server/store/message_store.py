@@ -1,6 +1,8 @@
 """MessageStore: put, get and recover messages over the commit log and consume queues.
 
-Owns: the consume queues (``queue``, created on first use), ``put`` (encode -> commit-log
+Owns: the consume queues (``queue``, created on first use) and their open mappings
+(``maps``: at most ``max_open_queue_files``, least recently used closed; mapped.py),
+``put`` (encode -> commit-log
 append -> ``dispatch``), ``put_patched`` (the same for a stored record re-addressed
 without decoding it: the scheduler's re-put), write-failure rollback, the checkpoint
 (dispatch position plus the snapshots of registered state providers), recovery, flushing
@@ -15,7 +17,10 @@ Invariants:
   listeners (the scheduler derives its progress there); recovery replays the records
   after the checkpoint through the same ``dispatch`` with ``replay=True``.
 * A checkpoint records a commit-log offset X only after every consume-queue unit and
-  provider state for records below X is on disk, so replaying from X rebuilds the rest.
+  provider state for records below X is on disk, so replaying from X rebuilds the rest
+  (queue files stored into since the last checkpoint are synced by path, mapped or not:
+  an fdatasync each, or one ``syncfs`` past ``SYNCFS_OVER`` files). Its table of each
+  queue's max offset is kept between checkpoints and only changed queues are read.
 * Expected outcomes are ``PutStatus``/``GetStatus`` values; exceptions mean bugs or I/O
   failure. Everything that can fail on a message's content (encoding, tagsCode, space
   for its segment and consume-queue file) is checked or allocated before the append;
