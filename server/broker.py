@@ -275,6 +275,28 @@ class Broker:
                                                      max_connections=b.connections)
         return b
 
+    def rebudget_fds(self) -> None:
+        """Commit-log segments beyond the budget's (those on disk at start plus a margin)
+        hold descriptors the budget gave to open queue files: take them from there, down
+        to FLOOR, and give them back when retention deletes segments (housekeeping)."""
+        b = self.fd_budget
+        if b is None:
+            return
+        segments = len(self.store.commitlog.segments)
+        cap = b.queue_files_with(segments)
+        if cap == self.store.maps.capacity:
+            return
+        lowered = cap < self.store.maps.capacity
+        self.store.maps.capacity = cap
+        remark = (f"{segments} commit-log segments, {b.segments} in the start's budget: "
+                  f"at most {cap} open queue files")
+        if lowered:
+            self.log.warning("broker.fd_budget", limit=b.limit, segments=segments,
+                             queue_files=cap, fits=False, remark=remark)
+        else:
+            self.log.info("broker.fd_budget", limit=b.limit, segments=segments,
+                          queue_files=cap, fits=cap == b.queue_files, remark=remark)
+
     async def _start_serving(self) -> None:
         cfg = self.config
         await asyncio.to_thread(self.index.open)
@@ -482,6 +504,7 @@ class Broker:
             self.locks.release_clients(self.clients.expire())
             self.locks.expire()
             self.stats_manager.sample()  # VIEW_BROKER_STATS_DATA's minute/hour/day windows
+            self.rebudget_fds()
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
                 gone = self.store.delete_expired(  # asks the timers only if a segment expired

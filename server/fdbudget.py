@@ -21,6 +21,9 @@ Invariants:
   (the broker logs ``broker.fd_budget`` at warning level, saying what the limit should
   be). The broker then applies the budget's values, so the process stays within the
   limit whatever clients do.
+* Commit-log segments added while the broker runs, past the budget's, take their
+  descriptors from the open queue files (``queue_files_with``, applied by the broker's
+  housekeeping, down to ``FLOOR``), and give them back when retention deletes segments.
 * Below ``FLOOR`` connections plus ``FLOOR`` queue files over the fixed parts the broker
   refuses to start (``FdBudgetError``: one line, exit code 2) rather than fail later.
 """
@@ -97,6 +100,12 @@ class FdBudget:
     def total(self) -> int:
         return (self.open_at_start + self.listeners + self.services + self.transient
                 + self.segments + self.queue_files + self.connections)
+
+    def queue_files_with(self, segments: int) -> int:
+        """Open queue files the budget allows while ``segments`` commit-log segments are
+        open: each segment past the budget's takes a queue file's descriptor (at least
+        ``FLOOR`` stay)."""
+        return max(FLOOR, self.queue_files - max(0, segments - self.segments))
 
     def fields(self) -> dict[str, Any]:
         return {**asdict(self), "total": self.total}

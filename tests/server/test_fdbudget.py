@@ -75,3 +75,37 @@ def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
                          preexec_fn=limit, timeout=60).stdout.split()
     assert [int(x) for x in out] == [256, 512, 512, 512]
+
+
+def test_segments_past_the_budget_take_from_the_open_queue_files() -> None:
+    b = _plan(1 << 16)
+    assert b.queue_files_with(b.segments) == b.queue_files
+    assert b.queue_files_with(b.segments + 10) == b.queue_files - 10
+    assert b.queue_files_with(b.segments + 10_000) == FLOOR
+
+
+async def test_the_broker_lowers_open_queue_files_as_segments_grow(broker_factory: Any) -> None:
+    """A real in-process broker: segments written past its start budget lower the open
+    queue files by one each (housekeeping's rebudget), and retention gives them back."""
+    from kairosmq.protocol.codes import ResponseCode
+
+    from tests.helpers import send
+    from tests.wire import RawPeer
+
+    broker = await broker_factory(commitlog_segment_size=128 * 1024,
+                                  max_message_size=60 * 1024)
+    b = broker.fd_budget
+    assert b is not None and broker.store.maps.capacity == b.queue_files
+    peer = await RawPeer.connect(broker.address)
+    try:
+        while len(broker.store.commitlog.segments) < b.segments + 3:
+            r = await send(peer, "Seg", b"s" * 50_000)
+            assert r.code == ResponseCode.SUCCESS
+    finally:
+        await peer.close()
+    segments = len(broker.store.commitlog.segments)
+    broker.rebudget_fds()
+    assert broker.store.maps.capacity == b.queue_files - (segments - b.segments) < b.queue_files
+    broker.store.delete_expired(0)  # retention: every segment but the newest
+    broker.rebudget_fds()
+    assert broker.store.maps.capacity == b.queue_files
