@@ -28,6 +28,7 @@ HOT = [
     "protocol/commands.py", "protocol/timer.py", "protocol/ids.py", "protocol/naming.py",
     "server/store/message_store.py", "server/store/commitlog.py", "server/store/index.py",
     "server/store/consumequeue.py", "server/store/reads.py", "server/store/guard.py",
+    "server/store/mapped.py",
     "server/put.py", "server/transport.py", "server/ingress.py", "server/logs.py",
     "server/schedule.py", "server/requeue.py", "server/longpoll.py", "server/clock.py",
     "server/logsink.py", "server/handlers/send.py", "server/handlers/pull.py",

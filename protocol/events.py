@@ -39,6 +39,16 @@ CATALOGUE: dict[str, dict[str, str]] = {
                        "data_dir": "string", "delay_levels": "string", "flush_mode": "string",
                        # --namesrv: the external name servers (namesrv_port is then 0)
                        "namesrv": "string"},
+    # the open-file budget at start (server/fdbudget.py): the soft RLIMIT_NOFILE raised to
+    # the hard one (raised_from: before), the descriptors each part may hold, their total;
+    # warning (fits false) when the configured connections and open queue files did not
+    # fit and were lowered (remark: to what, and the limit to ask for); error when the
+    # broker cannot start under the limit
+    "broker.fd_budget": {"limit": "int", "raised_from": "int", "open_at_start": "int",
+                         "listeners": "int", "services": "int", "transient": "int",
+                         "segments": "int", "queue_files": "int", "connections": "int",
+                         "total": "int", "needed": "int", "fits": "boolean",
+                         "remark": "string"},
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},

@@ -11,6 +11,11 @@ checkpoint, housekeeping, connection sweep, each delay level, metrics), each run
 ``namesrv_addr`` (``--namesrv``) there is no embedded name server: ``BrokerRegistration``
 (registration.py) registers the broker with those name servers instead.
 
+The open-file budget (fdbudget.py) is made first in ``start``: the soft limit raised to
+the hard one, ``broker.fd_budget`` logged, and the open queue files and connection limit
+lowered to fit before any store file or listener opens (``FdBudgetError`` if the limit
+cannot hold a broker); ``status()`` shows it (``fds``).
+
 Invariants:
 * Everything runs on one event loop; blocking disk work (fsync, checkpoint writes) runs
   in a thread with data snapshotted on the loop first.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -36,6 +42,14 @@ from .broker_settings import BrokerSettings
 from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
+from .fdbudget import (
+    FdBudget,
+    FdBudgetError,
+    open_fds,
+    plan,
+    raise_open_file_limit,
+    segments_on_disk,
+)
 from .handlers import broker_table, namesrv_table
 from .handlers.reply import ensure_system_topics
 from .handlers.rocketmq_kv import KvConfig
@@ -87,6 +101,7 @@ class Broker:
             max_message_size=cfg.max_message_size,
             disk_max_used_ratio=cfg.disk_max_used_ratio,
             disk_check_interval=cfg.disk_check_interval,
+            max_open_queue_files=cfg.max_open_queue_files,
         )
         self.topics = TopicConfigManager(cfg.data_dir / "config",
                                          default_queue_nums=cfg.default_queue_nums,
@@ -152,6 +167,7 @@ class Broker:
         self._started_at = 0.0
         self.running = False
         self.recovery: dict[str, Any] = {}
+        self.fd_budget: FdBudget | None = None  # made at start (server/fdbudget.py)
         # request code -> handler (handlers/__init__.py: the one place that reads the
         # broker's services to build the processors)
         self.broker_handlers = broker_table(self)
@@ -199,6 +215,12 @@ class Broker:
         }
         if self.registration is not None:  # --namesrv: each name server's registration
             status["registration"] = self.registration.status()
+        if self.fd_budget is not None:  # descriptors: open now against the start's budget
+            status["fds"] = {"open": open_fds(), "limit": self.fd_budget.limit,
+                             "budget": self.fd_budget.total,
+                             "queueFilesOpen": self.store.maps.open_count,
+                             "maxOpenQueueFiles": self.store.maps.capacity,
+                             "maxConnections": self.server.limits.max_connections}
         return status
 
     @property
@@ -209,6 +231,7 @@ class Broker:
 
     async def start(self) -> None:
         self._started_at = time.monotonic()
+        self.fd_budget = self._plan_fds()
         self.topics.load()
         created = ensure_system_topics(self.topics, self.config)  # REPLY: reply/trace topics
         if created:
@@ -228,6 +251,51 @@ class Broker:
             self.running = True  # stop() runs every step: closes what was opened
             await self.stop("start failed")
             raise
+
+    def _plan_fds(self) -> FdBudget:
+        """Raise the soft open-file limit to the hard one, make the fd budget and apply
+        it (open queue files, connections) before any store file or listener opens;
+        ``FdBudgetError`` if the limit cannot hold a broker (logged first)."""
+        cfg = self.config
+        before, limit = raise_open_file_limit()
+        try:
+            b = plan(cfg, limit=limit, raised_from=before, open_now=open_fds(),
+                     segments=segments_on_disk(cfg.data_dir))
+        except FdBudgetError as err:
+            self.log.error("broker.fd_budget", limit=limit, raised_from=before, fits=False,
+                           remark=str(err))
+            raise
+        if b.fits:
+            self.log.info("broker.fd_budget", **b.fields(), remark="")
+        else:  # the configured values were lowered: say so, and what the limit should be
+            self.log.warning("broker.fd_budget", **b.fields(), remark=b.remark(cfg))
+        self.store.maps.capacity = b.queue_files
+        if b.connections != self.server.limits.max_connections:
+            self.server.limits = dataclasses.replace(self.server.limits,
+                                                     max_connections=b.connections)
+        return b
+
+    def rebudget_fds(self) -> None:
+        """Commit-log segments beyond the budget's (those on disk at start plus a margin)
+        hold descriptors the budget gave to open queue files: take them from there, down
+        to FLOOR, and give them back when retention deletes segments (housekeeping)."""
+        b = self.fd_budget
+        if b is None:
+            return
+        segments = len(self.store.commitlog.segments)
+        cap = b.queue_files_with(segments)
+        if cap == self.store.maps.capacity:
+            return
+        lowered = cap < self.store.maps.capacity
+        self.store.maps.capacity = cap
+        remark = (f"{segments} commit-log segments, {b.segments} in the start's budget: "
+                  f"at most {cap} open queue files")
+        if lowered:
+            self.log.warning("broker.fd_budget", limit=b.limit, segments=segments,
+                             queue_files=cap, fits=False, remark=remark)
+        else:
+            self.log.info("broker.fd_budget", limit=b.limit, segments=segments,
+                          queue_files=cap, fits=cap == b.queue_files, remark=remark)
 
     async def _start_serving(self) -> None:
         cfg = self.config
@@ -436,6 +504,7 @@ class Broker:
             self.locks.release_clients(self.clients.expire())
             self.locks.expire()
             self.stats_manager.sample()  # VIEW_BROKER_STATS_DATA's minute/hour/day windows
+            self.rebudget_fds()
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
                 gone = self.store.delete_expired(  # asks the timers only if a segment expired

@@ -169,6 +169,9 @@ _LIMITS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-batch-items", "max_batch_items", int, "messages in one batch send"),
     ("--max-clients", "max_clients", int,
      "(group, client id) registrations; beyond, a heartbeat is answered SYSTEM_BUSY"),
+    ("--max-open-queue-files", "max_open_queue_files", int,
+     "consume-queue files kept mapped at once, one file descriptor each; beyond, the least "
+     "recently used is closed (lowered at start to fit the open-file limit)"),
     ("--disk-max-used-ratio", "disk_max_used_ratio", float,
      "refuse writes when the data disk is fuller than this fraction (pulls go on)"),
     ("--disk-check-interval", "disk_check_interval", float,
@@ -315,8 +318,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         rotate_seconds=args.log_rotate_minutes * 60, gzip_rotated=args.log_gzip,
         stdout=config.log_dir is None or args.log_stdout or sys.stdout.isatty(),
     )
+    from .fdbudget import FdBudgetError
+
     try:
         uvloop.run(run_broker(config))
+    except FdBudgetError as err:  # the open-file limit cannot hold a broker (logged too)
+        print(f"kairosmq broker: {err}", file=sys.stderr)
+        return 2
     finally:
         del sink
         close_sinks()

@@ -129,6 +129,11 @@ class BrokerConfig:
     max_subscriptions_per_heartbeat: int = 1024
     max_batch_items: int = 4096
     max_clients: int = 65536
+    # consume-queue files kept mapped at once (each holds a file descriptor; the least
+    # recently used is closed first: store/mapped.py). No RocketMQ equivalent (RocketMQ
+    # maps every file); lowered at start if the open-file limit cannot hold it with
+    # max_connections (server/fdbudget.py)
+    max_open_queue_files: int = 1024
     # disk: refuse writes above this fraction of the data disk used
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90

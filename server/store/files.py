@@ -3,7 +3,10 @@
 Owns: ``write_json_atomic`` (temp file, fsync, ``os.replace``, fsync of the directory),
 ``OrderedJsonFile`` (snapshots numbered on the event loop, written in threads: an older
 snapshot never overwrites a newer one), ``read_json``, ``preallocate`` and
-``create_allocated`` (files allocated for real: no sparse fallback).
+``create_allocated`` (files allocated for real: no sparse fallback), and making data
+durable: ``sync_mapped`` / ``sync_path`` (one file) and ``sync_filesystem`` (``syncfs``:
+every dirty page of the file system at once, cheaper than an fsync per file past a few
+dozen files).
 
 Invariant: a reader sees either the previous complete file or the new complete file,
 never a mix, even after a kill -9 or power loss in the middle of a write.
@@ -11,6 +14,8 @@ never a mix, even after a kill -9 or power loss in the middle of a write.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 from pathlib import Path
@@ -102,6 +107,44 @@ def sync_mapped(fd: int) -> None:
     os.fdatasync(fd)
 
 
+def sync_path(path: str | Path) -> bool:
+    """``sync_mapped`` of the file at ``path`` through a descriptor of its own (the pages
+    of any mapping of it included); False if the file is gone (blocking: a thread)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        sync_mapped(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush every dirty page and inode of the filesystem holding ``path`` (Linux
+    ``syncfs(2)``; elsewhere ``sync(2)``). Raises OSError if the kernel reports a failure."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _SYNCFS is not None:
+            if _SYNCFS(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"syncfs: {os.strerror(err)}")
+        else:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def _load_syncfs() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _load_syncfs()
 _NOATIME = getattr(os, "O_NOATIME", 0)
 
 

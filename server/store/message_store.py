@@ -1,6 +1,8 @@
 """MessageStore: put, get and recover messages over the commit log and consume queues.
 
-Owns: the consume queues (``queue``, created on first use), ``put`` (encode -> commit-log
+Owns: the consume queues (``queue``, created on first use) and their open mappings
+(``maps``: at most ``max_open_queue_files``, least recently used closed; mapped.py),
+``put`` (encode -> commit-log
 append -> ``dispatch``), ``put_patched`` (the same for a stored record re-addressed
 without decoding it: the scheduler's re-put), write-failure rollback, the checkpoint
 (dispatch position plus the snapshots of registered state providers), recovery, flushing
@@ -15,7 +17,10 @@ Invariants:
   listeners (the scheduler derives its progress there); recovery replays the records
   after the checkpoint through the same ``dispatch`` with ``replay=True``.
 * A checkpoint records a commit-log offset X only after every consume-queue unit and
-  provider state for records below X is on disk, so replaying from X rebuilds the rest.
+  provider state for records below X is on disk, so replaying from X rebuilds the rest
+  (queue files stored into since the last checkpoint are synced by path, mapped or not:
+  an fdatasync each, or one ``syncfs`` past ``SYNCFS_OVER`` files). Its table of each
+  queue's max offset is kept between checkpoints and only changed queues are read.
 * Expected outcomes are ``PutStatus``/``GetStatus`` values; exceptions mean bugs or I/O
   failure. Everything that can fail on a message's content (encoding, tagsCode, space
   for its segment and consume-queue file) is checked or allocated before the append;
@@ -63,9 +68,10 @@ from ..logs import get_logger
 from .allocate import FileAllocator
 from .checkpoint import read_checkpoint, trusted_offset
 from .commitlog import CommitLog, KeepFrom, WriteFailed
-from .consumequeue import ConsumeQueue, compute_tags_code, load_queues
+from .consumequeue import ConsumeQueue, compute_tags_code, load_queues, sync_dirty
 from .files import write_json_atomic
 from .guard import WriteGuard
+from .mapped import DEFAULT_CAPACITY, MappedFiles
 from .reads import StoreReads
 from .types import (
     DispatchRequest,
@@ -85,6 +91,9 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 # born host and store host may each be IPv6 (12 more bytes); topic <= 127 bytes
 _MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
+# more dirty consume-queue files than this at a checkpoint: one syncfs instead of an
+# fdatasync each (measured here: 0.28 ms a file each, 8 ms for 1,000 files at once)
+SYNCFS_OVER = 64
 
 
 class MessageStore(StoreReads):
@@ -99,6 +108,7 @@ class MessageStore(StoreReads):
         max_message_size: int = 4 << 20,
         disk_max_used_ratio: float = 0.90,
         disk_check_interval: float = 1.0,
+        max_open_queue_files: int = DEFAULT_CAPACITY,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_host = store_host
@@ -106,7 +116,14 @@ class MessageStore(StoreReads):
         self.cq_dir = self.data_dir / "consumequeue"
         self.units_per_file = units_per_file
         self.allocator = FileAllocator()  # next consume-queue files, made off the loop
+        # the open consume-queue mappings, at most max_open_queue_files (LRU; mapped.py)
+        self.maps = MappedFiles(max_open_queue_files)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # the checkpoint's "topic/queue" -> max offset table, kept between checkpoints:
+        # only the queues changed since the last one are read again (100k queues took
+        # 0.1-0.15 s of the loop every checkpoint when it was rebuilt each time)
+        self._cp_queues: dict[str, int] = {}
+        self._cp_changed: set[ConsumeQueue] = set()
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         # called with the commit-log offset a failed write rolled back to
         self.rollback_listeners: list[Callable[[int], None]] = []
@@ -134,8 +151,10 @@ class MessageStore(StoreReads):
             bad = validate_queue_topic(topic)
             if bad is not None or not 0 <= queue_id <= _INT32_MAX:
                 raise ValueError(bad or f"queue id {queue_id} is out of range")
-            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator)
+            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator,
+                              self.maps)
             self.queues[(topic, queue_id)] = cq
+            self._cp_changed.add(cq)
         return cq
 
     def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -324,6 +343,7 @@ class MessageStore(StoreReads):
                 # the offsets cannot be re-numbered, so continue from the record's own.
                 cq.skip_to(req.queue_offset)
         cq.append(req.phy_offset, req.size, req.tags_code)
+        self._cp_changed.add(cq)
         self._notify(req)
 
     def _notify(self, req: DispatchRequest) -> None:
@@ -358,7 +378,8 @@ class MessageStore(StoreReads):
                 cp = {}
                 provider.restore(None)
         self.commitlog.load()
-        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator))
+        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator,
+                                       self.maps))
         replayed = 0
         self._replay_skipped = 0
 
@@ -396,6 +417,8 @@ class MessageStore(StoreReads):
                              error=str(self.commitlog.allocation_error))
         for cq in self.queues.values():
             cq.truncate_from_phy(end)
+        self._cp_queues.clear()
+        self._cp_changed = set(self.queues.values())
         self._last_written_record = self._last_record
         self.check_disk()
         return {
@@ -409,18 +432,23 @@ class MessageStore(StoreReads):
     def checkpoint_snapshot(self) -> dict[str, Any]:
         """Take (on the loop) the state to persist; pair with ``persist_checkpoint``."""
         self.write_out()
+        changed, self._cp_changed = self._cp_changed, set()
+        table = self._cp_queues
+        for cq in changed:
+            table[cq.key] = cq.max_offset
         return {
             "dispatched_offset": self.commitlog.max_offset,
             "last_record": self._last_record,
-            "queues": {f"{t}/{q}": cq.max_offset for (t, q), cq in self.queues.items()},
+            "queues": table.copy(),
             "states": {p.name: p.snapshot() for p in self.providers},
         }
 
     def persist_checkpoint(self, snap: dict[str, Any]) -> None:
         """Flush data below the snapshot's offset, then write it (blocking; use a thread)."""
         self.commitlog.fsync()
-        for cq in list(self.queues.values()):
-            cq.flush()
+        dirty = self.maps.dirty
+        files = list(dirty)
+        sync_dirty(dirty, files, self.cq_dir if len(files) > SYNCFS_OVER else None)
         write_json_atomic(self.checkpoint_path, snap)
 
     def fsync(self) -> int:
@@ -430,6 +458,7 @@ class MessageStore(StoreReads):
         self.allocator.close()
         for cq in self.queues.values():
             cq.close()
+        self.maps.close()
         self.commitlog.close()
 
     def delete_expired(self, reserved_seconds: float, keep_from: KeepFrom = None) -> Expired:

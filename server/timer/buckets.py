@@ -25,14 +25,13 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import struct
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+
+from ..store.files import sync_filesystem
 
 ENTRY = struct.Struct("<qqii")  # due_ms, phy_offset, size, kind
 KIND_TIMER = 0
@@ -201,29 +200,3 @@ def live_entries(parts: Iterable[bytes]) -> list[tuple[int, int, int]]:
 def cancels(data: bytes, phy: int) -> bool:
     """Whether the entry bytes ``data`` hold a cancel marker for the timer at ``phy``."""
     return any(k == KIND_CANCEL and p == phy for _d, p, _s, k in ENTRY.iter_unpack(data))
-
-
-def sync_filesystem(path: Path) -> None:
-    """Flush every dirty page and inode of the filesystem holding ``path`` (Linux
-    ``syncfs(2)``; elsewhere ``sync(2)``). Raises OSError if the kernel reports a failure."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if _SYNCFS is not None:
-            if _SYNCFS(fd) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"syncfs: {os.strerror(err)}")
-        else:
-            os.sync()
-    finally:
-        os.close(fd)
-
-
-def _load_syncfs() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.syncfs
-    except (OSError, AttributeError):
-        return None
-
-
-_SYNCFS = _load_syncfs()

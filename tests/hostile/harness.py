@@ -82,13 +82,14 @@ def describe(r: RemotingCommand) -> str:
 class HostileBroker:
     """One broker process on ``data_dir`` and the ledger of what it acknowledged."""
 
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, nofile: int | None = None) -> None:
         # Small segments: segments are allocated for real (no sparse files), and the
         # default 1 GiB per broker would fill a shared CI disk. The free-space watermark
         # is not under test here: a disk filled by other jobs must not refuse these sends.
+        # ``nofile``: the open-file limit of the process, restarts included.
         self.proc = BrokerProcess(data_dir, "--checkpoint-interval", CHECKPOINT_INTERVAL,
                                   "--segment-size-mb", "16", "--disk-max-used-ratio", "0.995",
-                                  *extra)
+                                  *extra, nofile=nofile)
         self.ledger = Ledger()
         self.bystander_offsets = dict(BYSTANDER_OFFSETS)
         self.peers: list[RawPeer] = []

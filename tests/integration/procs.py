@@ -1,13 +1,16 @@
-"""Run a real broker process for crash tests (SIGKILL, restart on the same data)."""
+"""Run a real broker process for crash tests (SIGKILL, restart on the same data), under an
+open-file limit of the test's choosing if it asks (``nofile``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.helpers import FAST_LEVELS
@@ -19,13 +22,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def nofile_limit(soft: int, hard: int | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` setting the child's ``RLIMIT_NOFILE`` (``ulimit -n``: soft and hard
+    alike unless ``hard`` is given)."""
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, soft if hard is None else hard))
+    return apply
+
+
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                 nofile: int | tuple[int, int] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.namesrv_port = free_port()
         self.extra = extra
         self.env = env  # added to this process's environment (e.g. a secret key)
+        # the open-file limit of every start (restarts too): soft = hard, or (soft, hard)
+        self.nofile = nofile
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -40,8 +54,11 @@ class BrokerProcess:
                # segments are allocated for real: keep the disk a test reserves small
                # (options in ``extra`` come later and win)
                "--segment-size-mb", "16", *self.extra]
+        limit = (None if self.nofile is None else nofile_limit(self.nofile)
+                 if isinstance(self.nofile, int) else nofile_limit(*self.nofile))
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env={**os.environ, **self.env} if self.env else None)
+                                env={**os.environ, **self.env} if self.env else None,
+                                preexec_fn=limit)
 
     def launch(self) -> None:
         """Start the process without waiting for it to listen (to kill it mid-start)."""

@@ -187,6 +187,8 @@ def test_flush_does_not_hold_the_gil_through_the_disk_write(tmp_path: Path) -> N
     ``mmap.flush`` holds the GIL through msync, which stalled the loop for the whole disk
     write (tens of ms at every checkpoint); ``fdatasync`` releases it."""
     q = ConsumeQueue(tmp_path / "consumequeue", "TopicTest", 0, 1 << 20)
+    q.directory.mkdir(parents=True)  # a file grown to its full 20 MB (files grow in steps)
+    (q.directory / f"{0:020d}").write_bytes(bytes(q.file_bytes))
     q.load()
     try:
         for attempt in range(6):

@@ -1,0 +1,154 @@
+"""The broker's open-file budget: the soft ``RLIMIT_NOFILE`` raised to the hard one, and
+how many descriptors each part of the broker may hold within it (issue 29).
+
+Owns: ``raise_open_file_limit``, ``open_fds``, ``FdBudget`` (the parts and their sum)
+and ``plan`` (the budget for a configuration), ``FdBudgetError``.
+
+The parts: what the process holds when the broker starts (stdio, the event loop, the log
+files), the listeners, the services' own descriptors (a timerfd per delay level and one
+for the timer service, the key index's mapped file and a lookup, one connection per
+external name server), a transient reserve (files the checkpoint, the allocator, the
+timer buckets, log rotation and JSON tables open for a moment, and the accept of a
+connection beyond the limit, which is closed at once), the commit-log segments (one
+descriptor each, for as long as the segment exists: the ones on disk plus
+``SEGMENT_MARGIN``), the open consume-queue mappings (``max_open_queue_files``, one
+descriptor each: store/mapped.py) and the connections (``max_connections``).
+
+Invariants:
+* ``plan`` never returns parts that add up to more than the limit: when the configured
+  connections and queue files do not fit, the queue files get at least a quarter of
+  what is left (at least ``FLOOR``) and the connections the rest, and ``fits`` is False
+  (the broker logs ``broker.fd_budget`` at warning level, saying what the limit should
+  be). The broker then applies the budget's values, so the process stays within the
+  limit whatever clients do.
+* Commit-log segments added while the broker runs, past the budget's, take their
+  descriptors from the open queue files (``queue_files_with``, applied by the broker's
+  housekeeping, down to ``FLOOR``), and give them back when retention deletes segments.
+* Below ``FLOOR`` connections plus ``FLOOR`` queue files over the fixed parts the broker
+  refuses to start (``FdBudgetError``: one line, exit code 2) rather than fail later.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import BrokerConfig
+
+FLOOR = 16  # connections, and open queue files, below which the broker does not start
+TRANSIENT = 16  # descriptors opened for a moment (see the module docstring)
+SEGMENT_MARGIN = 4  # commit-log segments a running broker may add before retention
+INDEX_FDS = 3  # the key index: its mapped file (and CPython's duplicate), a lookup
+
+
+class FdBudgetError(RuntimeError):
+    """The open-file limit cannot hold even the smallest broker."""
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard one; return (soft before, soft now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard
+        if hard == resource.RLIM_INFINITY:  # not on Linux (nr_open bounds it there)
+            target = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
+def open_fds() -> int | None:
+    """Descriptors this process holds now (None where the system does not say)."""
+    for d in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(d)) - 1  # the listing's own descriptor
+        except OSError:
+            continue
+    return None
+
+
+def segments_on_disk(data_dir: Path) -> int:
+    """Commit-log segments the store will open (``<data-dir>/store/commitlog``)."""
+    try:
+        return sum(1 for n in os.listdir(data_dir / "store" / "commitlog")
+                   if n.isdigit() and len(n) == 20)
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class FdBudget:
+    limit: int
+    raised_from: int
+    open_at_start: int
+    listeners: int
+    services: int
+    transient: int
+    segments: int
+    queue_files: int
+    connections: int
+    needed: int  # what the configured values need (the limit to ask for when not fits)
+    fits: bool
+
+    @property
+    def total(self) -> int:
+        return (self.open_at_start + self.listeners + self.services + self.transient
+                + self.segments + self.queue_files + self.connections)
+
+    def queue_files_with(self, segments: int) -> int:
+        """Open queue files the budget allows while ``segments`` commit-log segments are
+        open: each segment past the budget's takes a queue file's descriptor (at least
+        ``FLOOR`` stay)."""
+        return max(FLOOR, self.queue_files - max(0, segments - self.segments))
+
+    def fields(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total}
+
+    def remark(self, cfg: BrokerConfig) -> str:
+        if self.fits:
+            return ""
+        besides = self.total - self.connections - self.queue_files
+        return (f"the open-file limit {self.limit} cannot hold --max-connections "
+                f"{cfg.max_connections} and --max-open-queue-files "
+                f"{cfg.max_open_queue_files} with the {besides} descriptors "
+                f"the broker needs besides: serving with at most {self.connections} "
+                f"connections and {self.queue_files} open queue files; raise the hard "
+                f"limit (ulimit -Hn, LimitNOFILE=) to {self.needed} or more")
+
+
+def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | None,
+         segments: int) -> FdBudget:
+    """The budget of a broker with ``cfg`` under ``limit`` (``FdBudgetError`` if even
+    ``FLOOR`` connections and queue files do not fit)."""
+    listeners = (1 + (1 if cfg.vip_channel else 0) + (0 if cfg.namesrv_addr else 1)
+                 + (1 if cfg.metrics_port is not None else 0))
+    namesrvs = len([a for a in (cfg.namesrv_addr or "").split(";") if a.strip()])
+    services = len(cfg.delay_levels_ms) + 1 + INDEX_FDS + namesrvs
+    fixed = ((open_now if open_now is not None else 8) + listeners + services + TRANSIENT
+             + segments + SEGMENT_MARGIN)
+    queue_files, connections = cfg.max_open_queue_files, cfg.max_connections
+    needed = fixed + queue_files + connections
+    fits = needed <= limit
+    if not fits:
+        left = limit - fixed
+        if left < 2 * FLOOR:
+            raise FdBudgetError(
+                f"the open-file limit {limit} leaves {max(0, left)} descriptors after the "
+                f"{fixed} the broker needs for itself (listeners, timers, index, "
+                f"{segments} commit-log segments, ...): at least {fixed + 2 * FLOOR} are "
+                f"needed to serve {FLOOR} connections with {FLOOR} open queue files; "
+                f"raise the hard limit (ulimit -Hn, LimitNOFILE=) to {needed} or more")
+        queue_files = min(queue_files, max(FLOOR, left // 4))
+        connections = min(connections, left - queue_files)
+        queue_files = min(cfg.max_open_queue_files, left - connections)
+    return FdBudget(limit=limit, raised_from=raised_from,
+                    open_at_start=open_now if open_now is not None else 8,
+                    listeners=listeners, services=services, transient=TRANSIENT,
+                    segments=segments + SEGMENT_MARGIN, queue_files=queue_files,
+                    connections=connections, needed=needed, fits=fits)
