@@ -156,7 +156,18 @@ async def run_scenario(creator: Creator, prober: RemotingClient, scenario: str,
             f"p99 {percentile(busy, .99) * 1e3:7.2f} max {max(busy) * 1e3:7.2f}")
 
 
-async def main_async(args: argparse.Namespace) -> None:
+async def measure(args: argparse.Namespace, port: int, ns_port: int) -> None:
+    broker = RemotingClient(f"127.0.0.1:{port}")
+    prober = RemotingClient(f"127.0.0.1:{port}")
+    namesrv = RemotingClient(f"127.0.0.1:{ns_port}")
+    creator = Creator(broker, namesrv)
+    for scenario in args.scenarios.split(","):
+        print(await run_scenario(creator, prober, scenario, args.rounds), flush=True)
+    for c in (broker, prober, namesrv):
+        c.close()
+
+
+def run(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-topics-"))
     try:
         t0 = time.perf_counter()
@@ -170,15 +181,9 @@ async def main_async(args: argparse.Namespace) -> None:
         try:
             wait_port(port, proc)
             print(f"broker pid {proc.pid} holding {args.topics + 1} seeded topics "
-                  f"(started in {time.perf_counter() - t0:.1f} s); python {sys.version.split()[0]}")
-            broker = RemotingClient(f"127.0.0.1:{port}")
-            prober = RemotingClient(f"127.0.0.1:{port}")
-            namesrv = RemotingClient(f"127.0.0.1:{ns_port}")
-            creator = Creator(broker, namesrv)
-            for scenario in args.scenarios.split(","):
-                print(await run_scenario(creator, prober, scenario, args.rounds), flush=True)
-            for c in (broker, prober, namesrv):
-                c.close()
+                  f"(started in {time.perf_counter() - t0:.1f} s); python "
+                  f"{sys.version.split()[0]}")
+            uvloop.run(measure(args, port, ns_port))
         finally:
             proc.terminate()
             try:
@@ -199,7 +204,7 @@ def main() -> None:
     ap.add_argument("--broker-arg", action="append", default=[],
                     help="an extra `kairosmq broker` option (repeat; use --broker-arg=--x)")
     args = ap.parse_args()
-    uvloop.run(main_async(args))
+    run(args)
 
 
 if __name__ == "__main__":

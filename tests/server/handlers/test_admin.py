@@ -41,12 +41,14 @@ async def test_delete_drops_offsets_and_all_config_lists(services: Services) -> 
     proc = _topics(services)
     services.topics.create("T", 2)
     services.offsets.commit("G", "T", 0, 5)
-    table = orjson.loads(proc.handle_all_topic_config(
-        services.conn(), req(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
+    table = orjson.loads((await proc.handle_all_topic_config(
+        services.conn(), req(RequestCode.GET_ALL_TOPIC_CONFIG))).body)["topicConfigTable"]
     assert table["T"]["write_queue_nums"] == 2
     delete = services.guarded(proc.handle_delete_topic)
-    resp = delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}))
+    resp = await delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER,
+                                             {"topic": "T"}))
     assert resp.code == ResponseCode.SUCCESS
+    assert "T" not in {t["topic_name"] for t in json.loads(services.topics.path.read_text())}
     assert services.topics.get("T") is None and services.offsets.query("G", "T", 0) is None
     again = delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}))
     assert again.code == ResponseCode.TOPIC_NOT_EXIST
