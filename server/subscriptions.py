@@ -39,7 +39,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import validate_group
 
 from .store.files import read_json
-from .table_file import TableFile, encode_parts
+from .table_file import TableFile, join_parts
 
 # BrokerConfig.max_subscription_groups' default: RocketMQ 4.9.8's heartbeat creates
 # %RETRY%<group> for every consumer group, so a broker registering with a name server holds
@@ -130,6 +130,8 @@ class SubscriptionGroupManager:
         self.counter = 0
         self.timestamp = int(time.time() * 1000)
         self.skipped_on_load: list[str] = []
+        # each group's '"name":{...}' JSON row, kept with the table (a write joins them)
+        self._rows: dict[str, bytes] = {}
         self.file = TableFile(self.path, self.json_parts, on_failed=self._persist_failed)
 
     # ------------------------------------------------------------ table
@@ -137,6 +139,13 @@ class SubscriptionGroupManager:
     @property
     def data_version(self) -> dict[str, int]:
         return {"counter": self.counter, "timestamp": self.timestamp}
+
+    def _set(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        """Put ``cfg`` in the table with its JSON row (the only way entries change)."""
+        self.table[cfg.group_name] = cfg
+        self._rows[cfg.group_name] = (orjson.dumps(cfg.group_name) + b":" +
+                                      orjson.dumps(cfg.to_json()))
+        return cfg
 
     def _changed(self) -> None:
         self.counter += 1
@@ -191,7 +200,7 @@ class SubscriptionGroupManager:
             return cfg
         if len(self.table) >= self.max_groups:
             return None
-        cfg = self.table[group] = self.new_config(group)
+        cfg = self._set(self.new_config(group))
         self._changed()
         if self.log is not None:
             self.log.info("subgroup.created", group=group, auto=True)
@@ -202,7 +211,7 @@ class SubscriptionGroupManager:
         new = cfg.group_name not in self.table
         if new and len(self.table) >= self.max_groups:
             raise ValueError(self.full_remark(cfg.group_name))
-        self.table[cfg.group_name] = cfg
+        self._set(cfg)
         self._changed()
         if self.log is not None:
             event = "subgroup.created" if new else "subgroup.updated"
@@ -212,6 +221,7 @@ class SubscriptionGroupManager:
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
+        del self._rows[group]
         self._changed()
         if self.log is not None:
             self.log.info("subgroup.deleted", group=group)
@@ -253,11 +263,11 @@ class SubscriptionGroupManager:
                 "dataVersion": self.data_version}
 
     def json_parts(self) -> Iterator[bytes]:
-        """``encode()``'s JSON in parts (``table_file.encode_parts``); the entries are
-        copied now, on the loop (configs are replaced, never changed in place)."""
+        """``encode()``'s JSON in parts (``table_file.join_parts``); the rows are copied
+        now, on the loop (configs are replaced through ``_set``, never changed in
+        place)."""
         tail = b'},"dataVersion":' + orjson.dumps(self.data_version) + b"}"
-        return encode_parts(b'{"subscriptionGroupTable":{', list(self.table.items()), tail,
-                            mapping=True, convert=SubscriptionGroupConfig.to_json)
+        return join_parts(b'{"subscriptionGroupTable":{', list(self._rows.values()), tail)
 
     def load(self, seed: Callable[[], list[str]] | None = None) -> None:
         """Read the table. With no file yet (a data directory from before subscription
@@ -267,7 +277,7 @@ class SubscriptionGroupManager:
         if data is None and seed is not None:
             for group in seed():
                 if validate_group(group) is None and len(self.table) < self.max_groups:
-                    self.table[group] = self.new_config(group)
+                    self._set(self.new_config(group))
             if self.table:
                 self._changed()
                 self.persist()
@@ -282,7 +292,7 @@ class SubscriptionGroupManager:
                 self.skipped_on_load.append(str(name))
                 continue
             if cfg.group_name == name and len(self.table) < self.max_groups:
-                self.table[name] = cfg
+                self._set(cfg)
             else:
                 self.skipped_on_load.append(str(name))
         version = data.get("dataVersion")
