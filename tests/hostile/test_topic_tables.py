@@ -265,7 +265,7 @@ async def test_clients_stay_responsive_while_topics_are_created(hostile: Any,
     await asyncio.sleep(0.2)
     created: list[str] = []
     t0 = time.perf_counter()
-    for i in range(8):  # back to back: every request creates topics
+    for i in range(12):  # back to back: every request creates topics
         r = await creator.call(R.HEART_BEAT, {}, _heartbeat(
             f"busy@{i}", [f"BusyCG{i}x{j}" for j in range(64)]), timeout=30)
         assert r.code == ResponseCode.SUCCESS, describe(r)
@@ -280,14 +280,12 @@ async def test_clients_stay_responsive_while_topics_are_created(hostile: Any,
     done.set()
     await task
     latencies.sort()
-    p95 = latencies[int(len(latencies) * 0.95)]
-    slow = sum(x for x in latencies if x > 0.05)
+    p50, p95 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.95)]
     # generous bounds (a shared 2-core machine): before issue 29 every creation stalled
-    # the loop for the whole topics.json rewrite, 100s of ms each at 40k topics
-    assert p95 < 0.1, (f"probe p95 {p95 * 1e3:.0f} ms over {len(latencies)} requests "
-                       f"while creating for {elapsed:.1f} s; worst {latencies[-5:]}")
-    assert slow < 0.25 * elapsed, (f"{slow:.2f} s of {elapsed:.2f} s spent in probe requests "
-                                   f"slower than 50 ms")
+    # the loop for the whole topics.json rewrite (here: p95 2.8 s, 2026-11-28)
+    assert p95 < 0.1 and p50 < 0.02, (
+        f"probe p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms over {len(latencies)} "
+        f"requests while creating for {elapsed:.1f} s; worst {latencies[-5:]}")
     assert set(created) <= _on_disk(hb), "an acked creation is not in topics.json"
     peer = await verify_after_kill9(hb)
     topics = await _topics(peer)
