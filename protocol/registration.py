@@ -274,18 +274,15 @@ class _Inflated:
         return value
 
 
-REGISTER_PART_TOPICS = 500  # topic configs encoded per part of a register body
+REGISTER_PART_TOPICS = 200  # topic configs encoded per part of a register body
 
 
 def register_body_parts(configs: list[TopicConfigData], data_version: DataVersion,
                         filter_servers: list[str], compressed: bool) -> Iterator[bytes]:
     """``RegisterBrokerBody.encode``'s bytes in parts of ``REGISTER_PART_TOPICS`` topics
     (``compressed``: the bytes before deflating), so a broker with 100k topics can build
-    its registration between other work. Topics are keyed by name: a repeated name keeps
-    its last config, in its first position (a dict's rule)."""
-    last = {c.topic_name: c for c in configs}
-    if len(last) != len(configs):
-        configs = list(last.values())
+    its registration between other work. ``configs`` have distinct names (a topic table's
+    values)."""
     if compressed:
         version = data_version.to_json()
         yield _int_bytes(len(version)) + version + _int_bytes(len(configs))
