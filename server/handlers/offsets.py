@@ -15,10 +15,10 @@ written). A negative commitOffset is answered SUCCESS and not stored: stock clie
 UPDATE_CONSUMER_OFFSET stores offsets only for topics and subscription groups that exist,
 the group auto-created first as a pull of it would (autoCreateSubscriptionGroup, bounded
 by ``max_subscription_groups``): an unknown topic answers TOPIC_NOT_EXIST, a group that
-does not exist and is not created SUBSCRIPTION_GROUP_NOT_EXIST (RocketMQ 5's answers;
-4.9.8 stores any name, so its table grows without bound), and a new offset past
-``max_consumer_offsets`` SYSTEM_ERROR naming the option; nothing is stored then. A stock
-client commits offsets of queues it pulled (their topic and group exist, its
+does not exist and is not created SUBSCRIPTION_GROUP_NOT_EXIST (RocketMQ's codes for them;
+4.9.8's UPDATE_CONSUMER_OFFSET stores any name, so its table grows without bound), and a
+new offset past ``max_consumer_offsets`` SYSTEM_ERROR naming the option; nothing is stored
+then. A stock client commits offsets of queues it pulled (their topic and group exist, its
 ``%RETRY%<group>`` included), so this refuses nothing it sends in normal use.
 """
 
