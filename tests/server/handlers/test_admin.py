@@ -86,3 +86,20 @@ async def test_query_by_key_and_by_msg_id(services: Services) -> None:
     assert [m.body for m in decode_records(by_id.body)] == [b"k1"]
     none = ask(key="order-8")
     assert none.code == ResponseCode.QUERY_NOT_FOUND and "order-8" in none.remark
+
+
+async def test_create_answers_system_error_when_topics_json_cannot_be_written(
+        services: Services, monkeypatch: Any) -> None:
+    from kairosmq.server import table_file
+
+    def full(path: Any, parts: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(table_file, "write_parts_atomic", full)
+    create = services.guarded(_topics(services).handle_create_topic)
+    resp = await create(services.conn(), req(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                             {"topic": "Unwritten", "perm": 6}))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "No space" in resp.remark
+    monkeypatch.undo()  # the change stays in memory and is written by the retry
+    await services.topics.flushed()
+    assert "Unwritten" in services.topics.path.read_text()
