@@ -147,11 +147,16 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "offset.commit_refused": {"group": "string", "topic": "string", "queue_id": "int",
                               "value": "string"},
     "offset.persist_failed": {"path": "string", "error": "string"},  # retried next checkpoint
+    # warning: a new offset not stored, the table holds max_consumer_offsets (limit) offsets
+    "offset.table_full": {"group": "string", "topic": "string", "queue_id": "int",
+                          "limit": "int"},
     "offset.file_unreadable": {"path": "string", "error": "string"},
     # warning: DLQ resend passed over a dead letter it must not resend
     "message.resend_skipped": {"group": "string", "msg_id": "string", "reason": "string"},
     "topic.created": {"topic": "string", "queue_nums": "int", "auto": "boolean"},
     "topic.deleted": {"topic": "string"},
+    # error level: topics.json could not be written; written again 1 s later (table_file.py)
+    "topic.persist_failed": {"path": "string", "error": "string"},
     # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
     "kvconfig.updated": {"namespace": "string", "key": "string"},
     "kvconfig.deleted": {"namespace": "string", "key": "string"},

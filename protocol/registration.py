@@ -10,8 +10,10 @@ Owns (sans-IO, checked against apache/rocketmq ``rocketmq-all-4.9.8``):
   ``TopicConfigSerializeWrapper``, ``RegisterBrokerBody`` in both forms (fastjson JSON, and
   the ``compressed=true`` binary form of ``RegisterBrokerBody.encode(true)``), ``ClusterInfo``
   (GET_BROKER_CLUSTER_INFO 106), ``TopicList`` bodies, ``RegisterBrokerResult``;
-* builders a broker uses (``build_register_broker``, ``build_unregister_broker``,
-  ``build_query_data_version``) and ``decode_register_response``.
+* builders a broker uses (``build_register_broker``; ``register_body_parts`` and
+  ``register_broker_request``, the same body built in parts between other work;
+  ``build_unregister_broker``, ``build_query_data_version``) and
+  ``decode_register_response``.
 
 Invariants:
 * ``bodyCrc32`` is RocketMQ's ``UtilAll.crc32``: CRC-32 of the body bytes masked to 31 bits; 0
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,6 +274,37 @@ class _Inflated:
         return value
 
 
+REGISTER_PART_TOPICS = 200  # topic configs encoded per part of a register body
+
+
+def register_body_parts(configs: list[TopicConfigData], data_version: DataVersion,
+                        filter_servers: list[str], compressed: bool) -> Iterator[bytes]:
+    """``RegisterBrokerBody.encode``'s bytes in parts of ``REGISTER_PART_TOPICS`` topics
+    (``compressed``: the bytes before deflating), so a broker with 100k topics can build
+    its registration between other work. ``configs`` have distinct names (a topic table's
+    values)."""
+    if compressed:
+        version = data_version.to_json()
+        yield _int_bytes(len(version)) + version + _int_bytes(len(configs))
+        for i in range(0, len(configs), REGISTER_PART_TOPICS):
+            part = []
+            for cfg in configs[i:i + REGISTER_PART_TOPICS]:
+                one = cfg.encode_compact()
+                part += [_int_bytes(len(one)), one]
+            yield b"".join(part)
+        servers = orjson.dumps(filter_servers)
+        yield _int_bytes(len(servers)) + servers
+        return
+    yield (b'{"filterServerList":' + orjson.dumps(filter_servers) +
+           b',"topicConfigSerializeWrapper":{"dataVersion":' + data_version.to_json() +
+           b',"topicConfigTable":{')
+    for i in range(0, len(configs), REGISTER_PART_TOPICS):
+        chunk = orjson.dumps({c.topic_name: c.to_dict()
+                              for c in configs[i:i + REGISTER_PART_TOPICS]})[1:-1]
+        yield chunk if i == 0 else b"," + chunk
+    yield b"}}}"
+
+
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerBody:
     """RocketMQ ``RegisterBrokerBody``: the topic config wrapper and filter server list."""
@@ -280,19 +313,11 @@ class RegisterBrokerBody:
     filter_server_list: list[str] = field(default_factory=list)
 
     def encode(self, compressed: bool = False) -> bytes:
-        if not compressed:
-            wrapper_dict = self.topic_config_wrapper.to_dict()
-            return orjson.dumps({"filterServerList": self.filter_server_list,
-                                 "topicConfigSerializeWrapper": wrapper_dict})
         wrapper = self.topic_config_wrapper
-        version = wrapper.data_version.to_json()
-        parts = [_int_bytes(len(version)), version, _int_bytes(len(wrapper.topic_config_table))]
-        for cfg in wrapper.topic_config_table.values():
-            one = cfg.encode_compact()
-            parts += [_int_bytes(len(one)), one]
-        servers = orjson.dumps(self.filter_server_list)
-        parts += [_int_bytes(len(servers)), servers]
-        return zlib.compress(b"".join(parts), 9)
+        raw = b"".join(register_body_parts(list(wrapper.topic_config_table.values()),
+                                           wrapper.data_version, self.filter_server_list,
+                                           compressed))
+        return zlib.compress(raw, 9) if compressed else raw
 
     @classmethod
     def decode(cls, raw: bytes, compressed: bool = False) -> RegisterBrokerBody:
@@ -399,8 +424,20 @@ def build_register_broker(*, cluster_name: str, broker_name: str, broker_addr: s
     builds it (body encoded per ``compressed``, ``bodyCrc32`` set)."""
     wrapper = TopicConfigSerializeWrapper({c.topic_name: c for c in topic_configs}, data_version)
     body = RegisterBrokerBody(wrapper, list(filter_servers)).encode(compressed)
+    return register_broker_request(
+        body, cluster_name=cluster_name, broker_name=broker_name, broker_addr=broker_addr,
+        ha_server_addr=ha_server_addr, broker_id=broker_id, compressed=compressed,
+        crc32=body_crc32(body), oneway=oneway)
+
+
+def register_broker_request(body: bytes, *, cluster_name: str, broker_name: str,
+                            broker_addr: str, ha_server_addr: str, broker_id: int,
+                            compressed: bool, crc32: int,
+                            oneway: bool = False) -> RemotingCommand:
+    """REGISTER_BROKER around a body already encoded (``register_body_parts``, deflated
+    when ``compressed``) and its ``body_crc32``."""
     header = RegisterBrokerRequestHeader(broker_name, broker_addr, cluster_name, ha_server_addr,
-                                         broker_id, compressed, body_crc32(body))
+                                         broker_id, compressed, crc32)
     return request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body, oneway=oneway)
 
 

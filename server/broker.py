@@ -105,8 +105,10 @@ class Broker:
         )
         self.topics = TopicConfigManager(cfg.data_dir / "config",
                                          default_queue_nums=cfg.default_queue_nums,
-                                         delay_levels=cfg.max_delay_level)
-        self.offsets = ConsumerOffsetManager(cfg.data_dir / "config")
+                                         delay_levels=cfg.max_delay_level,
+                                         max_topics=cfg.max_topics, log=get_logger("topics"))
+        self.offsets = ConsumerOffsetManager(cfg.data_dir / "config",
+                                             max_offsets=cfg.max_consumer_offsets)
         self.clients = ClientRegistry(cfg.client_expire_seconds, log=get_logger("clients"),
                                       max_clients=cfg.max_clients)
         self.locks = LockManager(cfg.lock_expire_seconds)
@@ -146,6 +148,7 @@ class Broker:
         self.kv_config = KvConfig(cfg.data_dir / "config" / "kvConfig.json")
         # MQADMIN: subscription groups, UPDATE_BROKER_CONFIG's overrides, per-minute stats
         self.subscriptions = SubscriptionGroupManager(cfg.data_dir / "config", cfg,
+                                                      max_groups=cfg.max_subscription_groups,
                                                       log=get_logger("subscriptions"))
         self.settings = BrokerSettings(cfg, cfg.data_dir / "config")
         self.settings.on_change.append(self._setting_changed)
@@ -361,6 +364,9 @@ class Broker:
                 await self._stop_step("checkpoint", asyncio.gather(self._persisting,
                                                                    return_exceptions=True))
             await self._stop_step("flush", self._final_flush())
+            # the topic and subscription-group tables' background writes (table_file.py)
+            await self._stop_step("tables", asyncio.gather(self.topics.flushed(),
+                                                           self.subscriptions.flushed()))
             snap = self.store.checkpoint_snapshot()
             offsets = self.offsets.snapshot()
             timers = self.timer_buckets.take_dirty()
@@ -486,8 +492,8 @@ class Broker:
     async def _checkpoint_service(self, st: ServiceState) -> None:
         while True:
             await asyncio.sleep(self.config.checkpoint_interval)
+            offsets = await self.offsets.snapshot_async()  # encoded between requests
             snap = self.store.checkpoint_snapshot()
-            offsets = self.offsets.snapshot()
             timers = self.timer_buckets.take_dirty()
             # Shielded: cancelling this service must not abandon a write in its thread;
             # stop() waits for it before writing the final (newer) checkpoint.

@@ -172,6 +172,15 @@ _LIMITS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-open-queue-files", "max_open_queue_files", int,
      "consume-queue files kept mapped at once, one file descriptor each; beyond, the least "
      "recently used is closed (lowered at start to fit the open-file limit)"),
+    ("--max-topics", "max_topics", int,
+     "topics (retry and DLQ topics included); beyond, a new one is refused: "
+     "TOPIC_NOT_EXIST to a send, SYSTEM_ERROR to other requests"),
+    ("--max-subscription-groups", "max_subscription_groups", int,
+     "subscription groups; beyond, a new group's heartbeat is refused (SYSTEM_ERROR) and "
+     "its pulls answered SUBSCRIPTION_GROUP_NOT_EXIST"),
+    ("--max-consumer-offsets", "max_consumer_offsets", int,
+     "stored consumer offsets, (group, topic, queue) entries; beyond, a new one is not "
+     "stored (UPDATE_CONSUMER_OFFSET: SYSTEM_ERROR)"),
     ("--disk-max-used-ratio", "disk_max_used_ratio", float,
      "refuse writes when the data disk is fuller than this fraction (pulls go on)"),
     ("--disk-check-interval", "disk_check_interval", float,

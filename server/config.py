@@ -134,6 +134,13 @@ class BrokerConfig:
     # maps every file); lowered at start if the open-file limit cannot hold it with
     # max_connections (server/fdbudget.py)
     max_open_queue_files: int = 1024
+    # table sizes (RocketMQ has none): topics (an Apache 4.9.8 broker cannot
+    # register more than ~129k with a name server: one 16 MiB frame), subscription groups
+    # (each has a %RETRY% topic in RocketMQ), stored consumer offsets ((group, topic,
+    # queue) entries)
+    max_topics: int = 150_000
+    max_subscription_groups: int = 150_000
+    max_consumer_offsets: int = 1_000_000
     # disk: refuse writes above this fraction of the data disk used
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90

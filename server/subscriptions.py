@@ -13,32 +13,38 @@ Invariants:
   created with the broker's defaults (``retryMaxTimes`` = ``max_reconsume_times``,
   ``retryQueueNums`` = ``retry_queue_nums``) when ``auto_create`` is on (a heartbeat or a
   pull of a new group), else ``None`` (the caller answers SUBSCRIPTION_GROUP_NOT_EXIST).
-* Every change bumps the data version and marks the table dirty; ``persist_async`` writes
-  a snapshot in a thread (no file I/O on the event loop), atomically, ordered by
-  generation so an older snapshot never overwrites a newer one. Admin changes are
-  answered after the write; an auto-creation is written in the background.
-* Bounded: at most ``max_groups`` entries; creating one more raises ``ValueError`` (the
-  request gets SYSTEM_ERROR with the reason) and changes nothing. ``load`` skips entries
-  whose name or fields are not valid and keeps the rest; with no file yet it seeds the
-  groups that have consumer offsets (an upgraded data directory).
+* Every change bumps the data version and marks the table; one background writer
+  (``server/table_file.py``) encodes it in parts between other requests and writes it
+  in a thread, coalescing the changes made meanwhile (no file I/O and no whole-table
+  encoding on the event loop). Admin changes are answered after ``flushed()``; an
+  auto-creation is written in the background.
+* Bounded: at most ``max_groups`` entries (BrokerConfig ``max_subscription_groups``);
+  creating one more raises ``ValueError`` naming the option (the request gets
+  SYSTEM_ERROR with it), ``find`` answers None (a pull: SUBSCRIPTION_GROUP_NOT_EXIST
+  naming the option) and nothing changes. ``load`` skips entries whose name or fields are
+  not valid and keeps the rest (all of them, even past the limit); with no file yet it
+  seeds the groups that have consumer offsets (an upgraded data directory).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import validate_group
 
-from .store.files import read_json, write_json_atomic
+from .store.files import read_json
+from .table_file import TableFile, join_parts
 
-MAX_GROUPS = 65536
+# BrokerConfig.max_subscription_groups' default: RocketMQ 4.9.8's heartbeat creates
+# %RETRY%<group> for every consumer group, so a broker registering with a name server holds
+# no more groups than topics (max_topics' default, server/topics.py)
+MAX_GROUPS = 150_000
 FILE_NAME = "subscriptionGroup.json"
 
 # field -> RocketMQ JSON name (SubscriptionGroupConfig)
@@ -124,12 +130,9 @@ class SubscriptionGroupManager:
         self.counter = 0
         self.timestamp = int(time.time() * 1000)
         self.skipped_on_load: list[str] = []
-        self.dirty = False
-        self._generation = 0
-        self._written = 0
-        self._lock = threading.Lock()
-        self._bg: set[asyncio.Task[None]] = set()
-        self._write_pending = False
+        # each group's '"name":{...}' JSON row, kept with the table (a write joins them)
+        self._rows: dict[str, bytes] = {}
+        self.file = TableFile(self.path, self.json_parts, on_failed=self._persist_failed)
 
     # ------------------------------------------------------------ table
 
@@ -137,10 +140,38 @@ class SubscriptionGroupManager:
     def data_version(self) -> dict[str, int]:
         return {"counter": self.counter, "timestamp": self.timestamp}
 
+    def _set(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        """Put ``cfg`` in the table with its JSON row (the only way entries change)."""
+        self.table[cfg.group_name] = cfg
+        self._rows[cfg.group_name] = (orjson.dumps(cfg.group_name) + b":" +
+                                      orjson.dumps(cfg.to_json()))
+        return cfg
+
     def _changed(self) -> None:
         self.counter += 1
         self.timestamp = int(time.time() * 1000)
-        self.dirty = True
+        self.file.changed()
+
+    @property
+    def dirty(self) -> bool:
+        return self.file.dirty
+
+    def _persist_failed(self, err: OSError) -> None:
+        if self.log is not None:
+            self.log.error("subgroup.persist_failed", path=str(self.path),
+                           error=f"{type(err).__name__}: {err}")
+
+    def full_remark(self, group: str) -> str:
+        return (f"subscription group {group} not created: the broker holds "
+                f"{len(self.table)} groups, the limit is {self.max_groups} "
+                f"(max_subscription_groups)")
+
+    def check_room(self, groups: list[str]) -> None:
+        """``ValueError`` naming the option unless the groups of ``groups`` that are not
+        in the table yet fit under ``max_groups``."""
+        new = [g for g in dict.fromkeys(groups) if g not in self.table]
+        if new and len(self.table) + len(new) > self.max_groups:
+            raise ValueError(self.full_remark(new[0]))
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
@@ -169,19 +200,18 @@ class SubscriptionGroupManager:
             return cfg
         if len(self.table) >= self.max_groups:
             return None
-        cfg = self.table[group] = self.new_config(group)
+        cfg = self._set(self.new_config(group))
         self._changed()
         if self.log is not None:
             self.log.info("subgroup.created", group=group, auto=True)
-        self._persist_soon()
         return cfg
 
     def update(self, cfg: SubscriptionGroupConfig) -> bool:
         """Create or replace ``cfg``; True if it is new. ``ValueError`` when full."""
         new = cfg.group_name not in self.table
         if new and len(self.table) >= self.max_groups:
-            raise ValueError(f"subscription group table full: {self.max_groups} groups")
-        self.table[cfg.group_name] = cfg
+            raise ValueError(self.full_remark(cfg.group_name))
+        self._set(cfg)
         self._changed()
         if self.log is not None:
             event = "subgroup.created" if new else "subgroup.updated"
@@ -191,20 +221,28 @@ class SubscriptionGroupManager:
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
+        del self._rows[group]
         self._changed()
         if self.log is not None:
             self.log.info("subgroup.deleted", group=group)
         return True
 
+    def missing(self, group: str) -> str | None:
+        """None if ``group`` exists (auto-created first, as ``find``), else the remark of
+        RocketMQ's SUBSCRIPTION_GROUP_NOT_EXIST saying why it was not created."""
+        if self.find(group) is not None:
+            return None
+        why = (self.full_remark(group) if self.auto_create else
+               "autoCreateSubscriptionGroup is off: create it with updateSubGroup")
+        return f"subscription group [{group}] does not exist: {why}"
+
     def pull_refusal(self, group: str, message_model: str | None) -> tuple[int, str] | None:
         """RocketMQ PullMessageProcessor's group checks: ``(code, remark)`` to refuse a pull
         of ``group`` (auto-creating it first), or None."""
-        cfg = self.find(group)
-        if cfg is None:
-            return (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                    f"subscription group [{group}] does not exist and was not auto-created "
-                    "(autoCreateSubscriptionGroup off, or the group table full): create it "
-                    "with updateSubGroup")
+        missing = self.missing(group)
+        if missing is not None:
+            return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, missing
+        cfg = self.table[group]
         if not cfg.consume_enable:
             return ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
         if message_model == "BROADCASTING" and not cfg.consume_broadcast_enable:
@@ -220,8 +258,16 @@ class SubscriptionGroupManager:
     # ------------------------------------------------------------ persistence
 
     def encode(self) -> dict[str, Any]:
-        return {"subscriptionGroupTable": {g: c.to_json() for g, c in sorted(self.table.items())},
+        """The whole table as RocketMQ's SubscriptionGroupWrapper (small tables, tests)."""
+        return {"subscriptionGroupTable": {g: c.to_json() for g, c in self.table.items()},
                 "dataVersion": self.data_version}
+
+    def json_parts(self) -> Iterator[bytes]:
+        """``encode()``'s JSON in parts (``table_file.join_parts``); the rows are copied
+        now, on the loop (configs are replaced through ``_set``, never changed in
+        place)."""
+        tail = b'},"dataVersion":' + orjson.dumps(self.data_version) + b"}"
+        return join_parts(b'{"subscriptionGroupTable":{', list(self._rows.values()), tail)
 
     def load(self, seed: Callable[[], list[str]] | None = None) -> None:
         """Read the table. With no file yet (a data directory from before subscription
@@ -231,7 +277,7 @@ class SubscriptionGroupManager:
         if data is None and seed is not None:
             for group in seed():
                 if validate_group(group) is None and len(self.table) < self.max_groups:
-                    self.table[group] = self.new_config(group)
+                    self._set(self.new_config(group))
             if self.table:
                 self._changed()
                 self.persist()
@@ -246,7 +292,7 @@ class SubscriptionGroupManager:
                 self.skipped_on_load.append(str(name))
                 continue
             if cfg.group_name == name and len(self.table) < self.max_groups:
-                self.table[name] = cfg
+                self._set(cfg)
             else:
                 self.skipped_on_load.append(str(name))
         version = data.get("dataVersion")
@@ -255,47 +301,10 @@ class SubscriptionGroupManager:
             ts = version.get("timestamp")
             self.timestamp = ts if isinstance(ts, int) else self.timestamp
 
-    def _write(self, generation: int, data: dict[str, Any]) -> None:
-        with self._lock:
-            if generation <= self._written:
-                return
-            write_json_atomic(self.path, data)
-            self._written = generation
-
-    async def persist_async(self) -> None:
-        """Write the current table (in a thread); returns once the file holds it."""
-        self._generation += 1
-        self.dirty = False
-        await asyncio.to_thread(self._write, self._generation, self.encode())
+    async def flushed(self) -> None:
+        """Return once the file holds every change made before the call."""
+        await self.file.flushed()
 
     def persist(self) -> None:
-        """Synchronous write (shutdown, tests)."""
-        self._generation += 1
-        self.dirty = False
-        self._write(self._generation, self.encode())
-
-    def _persist_soon(self) -> None:
-        """One background write for every auto-creation of this loop turn (a heartbeat of
-        many new groups writes the file once)."""
-        if self._write_pending:
-            return
-        self._write_pending = True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._write_pending = False
-            self.persist()
-            return
-        task = loop.create_task(self._persist_logged())
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
-
-    async def _persist_logged(self) -> None:
-        self._write_pending = False  # a change from now on schedules another write
-        try:
-            await self.persist_async()
-        except OSError as err:
-            self.dirty = True
-            if self.log is not None:
-                self.log.error("subgroup.persist_failed", path=str(self.path),
-                               error=f"{type(err).__name__}: {err}")
+        """Synchronous write (start-up, stop, tests)."""
+        self.file.write_now()

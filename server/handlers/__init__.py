@@ -9,15 +9,24 @@ config values); a handler is a processor's bound ``handle_x(conn, cmd)`` returni
 ``RemotingCommand``, ``None`` or an awaitable. Each decodes its header or body, calls its
 ``ingress`` check, then does the work.
 
-Invariant: every handler in both tables is wrapped by ``ingress.guarded``, which answers,
-counts and logs (``request.rejected``) a refused or undecodable request.
+Invariants: every handler in both tables is wrapped by ``ingress.guarded``, which answers,
+counts and logs (``request.rejected``) a refused or undecodable request. A request that
+changed the topic table (a send or send-back that auto-created its topic, a heartbeat
+that created retry topics, UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, a DLQ
+resend) is answered once ``topics.json`` holds the change (``after_topic_write``; the
+write itself runs in the background, coalesced: ``server/table_file.py``). A route lookup
+never changes the table.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.codes import RequestCode as R
+from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
 
 from ..config import FlushMode
 from ..ingress import guarded
@@ -42,10 +51,50 @@ from .transaction import EndTransactionProcessor, TransactionStatusProcessor
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from ..topics import TopicConfigManager
+    from ..transport import Connection
+
+# the broker requests that may create or delete topics
+TOPIC_CHANGING = frozenset({
+    R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.CONSUMER_SEND_MSG_BACK,
+    R.HEART_BEAT, R.UPDATE_AND_CREATE_TOPIC, R.DELETE_TOPIC_IN_BROKER, R.KAIROS_RESEND_DLQ,
+})
 
 
-def _guarded(b: Broker, table: dict[int, Handler]) -> dict[int, Handler]:
-    return {code: guarded(h, b.stats, b.log) for code, h in table.items()}
+def after_topic_write(topics: TopicConfigManager, handler: Handler) -> Handler:
+    """``handler``, answered only once ``topics.json`` holds the topic-table change it
+    made (unchanged table: answered as the handler answers)."""
+
+    @functools.wraps(handler)
+    def run(conn: Connection, cmd: RemotingCommand) -> Any:
+        before = topics.version
+        answer = handler(conn, cmd)
+        if topics.version == before:
+            return answer
+        return _when_written(topics, cmd, answer)
+
+    return run
+
+
+async def _when_written(topics: TopicConfigManager, cmd: RemotingCommand,
+                        answer: Any) -> Any:
+    if inspect.isawaitable(answer):
+        answer = await answer
+    try:
+        await topics.flushed()
+    except OSError as err:  # logged by the writer (topic.persist_failed), retried there
+        if isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS:
+            return cmd.error(ResponseCode.SYSTEM_ERROR,
+                             f"the topic table could not be written ({type(err).__name__}: "
+                             f"{err}); the change is in memory and written again later")
+    return answer
+
+
+def _guarded(b: Broker, table: dict[int, Handler],
+             topic_changing: frozenset[int] = frozenset()) -> dict[int, Handler]:
+    return {code: guarded(after_topic_write(b.topics, h) if code in topic_changing else h,
+                          b.stats, b.log)
+            for code, h in table.items()}
 
 
 def broker_table(b: Broker) -> dict[int, Handler]:
@@ -63,7 +112,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
                                              stats=b.stats, log=b.log, put=put,
                                              subscriptions=b.subscriptions)  # MQADMIN
     consumer = ConsumerManageProcessor(reads=store, topics=b.topics, offsets=b.offsets,
-                                       log=b.log)
+                                       log=b.log, subscriptions=b.subscriptions)
     queues = QueueOffsetProcessor(reads=store, topics=b.topics)
     client = ClientManageProcessor(clients=b.clients, locks=b.locks, topics=b.topics,
                                    config=cfg, log=b.log,
@@ -163,7 +212,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         # TXN
         R.END_TRANSACTION: end_tx.handle_end_transaction,
         R.KAIROS_GET_TRANSACTION_STATUS: tx_status.handle_transaction_status,
-    })
+    }, TOPIC_CHANGING)
 
 
 def namesrv_table(b: Broker) -> dict[int, Handler]:

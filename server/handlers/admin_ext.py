@@ -36,7 +36,7 @@ from ..put import MessageKind
 from ..requeue import requeue, resend_target
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.commitlog import RecordProblem
-from ..topics import dlq_topic, retry_topic
+from ..topics import TopicTableFull, dlq_topic, retry_topic
 
 if TYPE_CHECKING:
     from ..clients import ClientRegistry
@@ -214,7 +214,10 @@ class KairosAdminProcessor:
         if target is None:
             return {"msgId": m.msg_id, "offset": unit[0], "reason": why}
         if to_retry:
-            tcfg, _ = self.topics.ensure(target, self.config.retry_queue_nums)
+            try:
+                tcfg, _ = self.topics.ensure(target, self.config.retry_queue_nums)
+            except TopicTableFull as full:
+                return _Stop(full.remark)
         else:
             maybe = self.topics.get(target)
             if maybe is None:

@@ -3,15 +3,19 @@ GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
 CHECK_CLIENT_CONFIG (46).
 
 Owns: ``ClientManageProcessor`` (services: the client registry, the lock manager, the
-topic table, log and config values): turning those bodies into
-``ClientRegistry``/``LockManager`` calls, and creating
-``%RETRY%<group>`` for clustering consumer groups (as RocketMQ ClientManageProcessor does), so
-the retry topic is routable before the first send-back.
+topic and subscription-group tables, log and config values): turning those bodies into
+``ClientRegistry``/``LockManager`` calls, auto-creating each consumer group's subscription
+group and ``%RETRY%<group>`` for clustering consumer groups whose subscription group
+exists (as RocketMQ ClientManageProcessor does, with the group's retryQueueNums), so the
+retry topic is routable before the first send-back.
 
 Invariants: a malformed JSON body answers SYSTEM_ERROR with the parse error as remark;
 every name and count is checked by ``ingress`` before anything is registered or created;
-the retry topics one heartbeat creates (at most ``max_groups_per_heartbeat``) are
-persisted with one ``topics.json`` write before the heartbeat is answered; lock
+a heartbeat whose new subscription groups or retry topics would not fit under
+``max_subscription_groups`` / ``max_topics`` is refused whole with SYSTEM_ERROR naming
+the option, before anything is registered or created; the retry topics one heartbeat
+creates (at most ``max_groups_per_heartbeat``) are in ``topics.json`` before the heartbeat
+is answered (one background write for all of them, ``handlers/__init__.py``); lock
 requests lock only queues that exist.
 """
 
@@ -66,30 +70,45 @@ class ClientManageProcessor:
         data = HeartbeatData.from_json(cmd.body)
         config = self.config
         ingress.check_heartbeat(self.topics, config, data)
+        self._check_room(data)
         for group in data.producer_groups:
             self.clients.register_producer(group, data.client_id, conn, cmd.version,
                                            _language(cmd))
-        created = False
-        try:
-            for consumer in data.consumers:
-                self.clients.register_consumer(consumer, data.client_id, conn, cmd.version,
-                                               _language(cmd))
-                if self.subscriptions is not None:
-                    self.subscriptions.find(consumer.group_name)
-                for sub in consumer.subscriptions:  # SQL92: compile now, log a bad one
-                    property_filter.try_compile(config.enable_property_filter, self.log,
-                                                consumer.group_name, sub)
-                if consumer.message_model == "CLUSTERING":
-                    _, new = self.topics.ensure(retry_topic(consumer.group_name),
-                                                config.retry_queue_nums, persist=False)
-                    created |= new
-        except Exception:
-            if created:  # a limit stopped the heartbeat half way: keep what was created
-                self.topics.persist()
-            raise
-        if created:  # one topics.json write per heartbeat (not one per topic), before the answer
-            self.topics.persist()
+        for consumer in data.consumers:
+            self.clients.register_consumer(consumer, data.client_id, conn, cmd.version,
+                                           _language(cmd))
+            for sub in consumer.subscriptions:  # SQL92: compile now, log a bad one
+                property_filter.try_compile(config.enable_property_filter, self.log,
+                                            consumer.group_name, sub)
+            queue_nums = config.retry_queue_nums
+            if self.subscriptions is not None:
+                group_cfg = self.subscriptions.find(consumer.group_name)
+                if group_cfg is None:  # autoCreateSubscriptionGroup off: RocketMQ creates
+                    continue  # no retry topic for a group it does not know
+                queue_nums = group_cfg.retry_queue_nums
+            if consumer.message_model == "CLUSTERING":
+                self.topics.ensure(retry_topic(consumer.group_name), queue_nums)
         return cmd.response()
+
+    def _check_room(self, data: HeartbeatData) -> None:
+        """Refuse the heartbeat (nothing registered) if the subscription groups and retry
+        topics it would create do not fit under the table limits."""
+        subs = self.subscriptions
+        if subs is not None and subs.auto_create:
+            try:
+                subs.check_room([c.group_name for c in data.consumers])
+            except ValueError as err:
+                raise ingress.Rejected(ResponseCode.SYSTEM_ERROR, str(err)) from None
+        new = sorted({retry_topic(c.group_name) for c in data.consumers
+                      if c.message_model == "CLUSTERING" and self._group_exists_after(
+                          c.group_name)} - self.topics.topics.keys())
+        if new:
+            self.topics.check_room(new[0], len(new))
+
+    def _group_exists_after(self, group: str) -> bool:
+        """Whether the heartbeat's ``find`` will return a config for ``group``."""
+        subs = self.subscriptions
+        return subs is None or subs.auto_create or subs.get(group) is not None
 
     def handle_unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext_fields(cmd.ext_fields)

@@ -7,14 +7,15 @@ table, the endpoints and config values): route data for this single master broke
 (brokerId 0), in standard JSON with quoted map keys (every stock client accepts it), and
 the name server's settings under NamesrvConfig/NettyServerConfig names.
 
-Invariants: an unknown topic answers TOPIC_NOT_EXIST (17) so producers fall back to the
-``TBW102`` route and the broker auto-creates on first send; ``%RETRY%<group>`` exists
-as soon as a clustering consumer of the group sent a heartbeat, so it is routable. The
-routes are the broker's own topic table, so a topic deleted in the broker
-(DELETE_TOPIC_IN_BROKER, 215) has no route any more; DELETE_TOPIC_IN_NAMESRV therefore
-answers SUCCESS when the broker no longer has the topic and SYSTEM_ERROR, naming the
-broker request to send, while it still has it (the name server cannot drop a route the
-broker keeps).
+Invariants: a route lookup never creates a topic (RocketMQ's name server only reads its
+route table). An unknown topic answers TOPIC_NOT_EXIST (17), so producers fall back to the
+``TBW102`` route and the broker auto-creates on first send; ``%RETRY%<group>`` exists as
+soon as a clustering consumer of the group sent a heartbeat (stock clients ask again after
+it, and at every 30 s route poll), so it is routable then. The routes are the broker's own
+topic table, so a topic deleted in the broker (DELETE_TOPIC_IN_BROKER, 215) has no route any
+more; DELETE_TOPIC_IN_NAMESRV therefore answers SUCCESS when the broker no longer has the
+topic and SYSTEM_ERROR, naming the broker request to send, while it still has it (the name
+server cannot drop a route the broker keeps).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHeader
-from kairosmq.protocol.naming import is_retry_topic
 
 from .. import ingress
+from ..table_file import collect, encode_parts
 from .rocketmq_admin import properties_text
 
 if TYPE_CHECKING:
@@ -55,12 +56,6 @@ class DefaultRequestProcessor:
     def handle_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
         cfg = ingress.check_known_topic(self.topics, h.topic)
-        if cfg is None and is_retry_topic(h.topic):
-            # The C++ client asks for its retry route before its first heartbeat (which is
-            # what creates the topic in RocketMQ); answering 17 would stall its retries
-            # until the next 30 s route poll, so the route lookup creates it too (the name
-            # was checked above: %RETRY% and a valid group).
-            cfg, _ = self.topics.ensure(h.topic, self.config.retry_queue_nums)
         if cfg is None:
             return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
                              f"no route for topic {h.topic}: it does not exist yet")
@@ -82,8 +77,12 @@ class DefaultRequestProcessor:
         }
         return cmd.response(body=orjson.dumps(body))
 
-    def handle_topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=orjson.dumps({"topicList": sorted(self.topics.topics)}))
+    async def handle_topic_list(self, conn: Connection,
+                                cmd: RemotingCommand) -> RemotingCommand:
+        # RocketMQ's TopicList is a set; encoded in parts between other requests
+        parts = encode_parts(b'{"topicList":[', list(self.topics.topics), b"]}",
+                             mapping=False)
+        return cmd.response(body=await collect(parts))
 
     def handle_namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """The embedded name server's settings under NamesrvConfig/NettyServerConfig names."""

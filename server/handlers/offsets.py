@@ -12,6 +12,14 @@ Every request passes ``ingress`` first (group and topic names, queue id within t
 topic's queues, a committed offset within int64, so the offset file can always be
 written). A negative commitOffset is answered SUCCESS and not stored: stock clients
 (ali-ons) send -1 for "no offset yet", and a RocketMQ broker accepts it.
+UPDATE_CONSUMER_OFFSET stores offsets only for topics and subscription groups that exist,
+the group auto-created first as a pull of it would (autoCreateSubscriptionGroup, bounded
+by ``max_subscription_groups``): an unknown topic answers TOPIC_NOT_EXIST, a group that
+does not exist and is not created SUBSCRIPTION_GROUP_NOT_EXIST (RocketMQ's codes for them;
+4.9.8's UPDATE_CONSUMER_OFFSET stores any name, so its table grows without bound), and a
+new offset past ``max_consumer_offsets`` SYSTEM_ERROR naming the option; nothing is stored
+then. A stock client commits offsets of queues it pulled (their topic and group exist, its
+``%RETRY%<group>`` included), so this refuses nothing it sends in normal use.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from .. import ingress
 if TYPE_CHECKING:
     from ..offsets import ConsumerOffsetManager
     from ..store.message_store import MessageStore
+    from ..subscriptions import SubscriptionGroupManager
     from ..topics import TopicConfigManager
     from ..transport import Connection
 
@@ -46,11 +55,13 @@ class ConsumerManageProcessor:
     """QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET."""
 
     def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, log: Any) -> None:
+                 offsets: ConsumerOffsetManager, log: Any,
+                 subscriptions: SubscriptionGroupManager | None = None) -> None:
         self.reads = reads
         self.topics = topics
         self.offsets = offsets
         self.log = log
+        self.subscriptions = subscriptions
 
     def handle_query_consumer_offset(self, conn: Connection,
                                      cmd: RemotingCommand) -> RemotingCommand:
@@ -69,8 +80,19 @@ class ConsumerManageProcessor:
     def handle_update_consumer_offset(self, conn: Connection,
                                       cmd: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
-        ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
+        cfg = ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
+        if cfg is None:
+            raise ingress.Rejected(ResponseCode.TOPIC_NOT_EXIST,
+                                   f"topic {h.topic} does not exist: no offset is stored for "
+                                   f"it")
+        if self.subscriptions is not None:
+            refused = self.subscriptions.missing(h.consumer_group)
+            if refused is not None:
+                raise ingress.Rejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, refused)
         if h.commit_offset >= 0:  # -1 means "none" (ali-ons sends it): answered, not stored
+            full = self.offsets.refusal(h.consumer_group, h.topic, h.queue_id)
+            if full is not None:
+                raise ingress.Rejected(ResponseCode.SYSTEM_ERROR, full)
             self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
             self.log.debug("offset.committed", group=h.consumer_group, topic=h.topic,
                            queue_id=h.queue_id, offset=h.commit_offset)

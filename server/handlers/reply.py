@@ -68,11 +68,11 @@ def ensure_system_topics(topics: TopicConfigManager, config: BrokerConfig) -> li
     wanted = [reply_topic(config.cluster_name)]
     if config.trace_topic_enable:
         wanted.append(TRACE_TOPIC)
-    elif topics.topics.pop(TRACE_TOPIC, None) is not None:
-        topics.dirty = True
+    else:
+        topics.drop(TRACE_TOPIC)
     for name in wanted:
         if topics.get(name) is None:
-            topics.create(name, 1, perm=PERM_READ | PERM_WRITE, persist=False)
+            topics.create(name, 1, perm=PERM_READ | PERM_WRITE, bounded=False)
             created.append(name)
     if topics.dirty:
         topics.persist()

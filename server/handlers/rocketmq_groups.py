@@ -33,6 +33,7 @@ from kairosmq.protocol.headers import DeleteSubscriptionGroupRequestHeader
 from .. import ingress
 from ..broker_settings import parse_properties
 from ..subscriptions import SubscriptionGroupConfig
+from ..table_file import collect
 
 if TYPE_CHECKING:
     from ..broker_settings import BrokerSettings
@@ -64,7 +65,7 @@ class SubscriptionGroupProcessor:
         return self._persisted(cmd)
 
     async def _persisted(self, cmd: RemotingCommand) -> RemotingCommand:
-        await self.subscriptions.persist_async()
+        await self.subscriptions.flushed()
         return cmd.response()
 
     def handle_delete_subscription_group(self, conn: Connection, cmd: RemotingCommand) -> Any:
@@ -75,9 +76,10 @@ class SubscriptionGroupProcessor:
             self.offsets.remove_group(h.group_name)
         return self._persisted(cmd) if deleted else cmd.response()
 
-    def handle_all_subscription_groups(self, conn: Connection,
-                                       cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=orjson.dumps(self.subscriptions.encode()))
+    async def handle_all_subscription_groups(self, conn: Connection,
+                                             cmd: RemotingCommand) -> RemotingCommand:
+        # encoded in parts between other requests (a large table: table_file.collect)
+        return cmd.response(body=await collect(self.subscriptions.json_parts()))
 
 
 class BrokerConfigProcessor:

@@ -4,7 +4,10 @@ Owns: ``SendMessageProcessor``, the send's work after ``ingress`` checked header
 properties (the checks of RocketMQ's ``AbstractSendMessageProcessor.msgCheck`` live
 there): topic auto-creation, applying ``retry.plan_send_back`` to a %RETRY% send (the one
 %RETRY% -> %DLQ% rule), batch unpacking, and the send response. Its services: the topic
-table, the put path, the flush waiter, stats, log and config values.
+table, the put path, the flush waiter, stats, log and config values. A topic that cannot
+be auto-created because the table holds ``max_topics`` topics answers TOPIC_NOT_EXIST
+with a remark naming the option, as RocketMQ's msgCheck answers a topic it could not
+create; a send that created its topic is answered once ``topics.json`` holds it.
 A single send with ``TRAN_MSG=true`` is a transaction half message (put kind
 TRANSACTION_HALF, ``server/transaction/``; its answer carries ``transactionId`` = its
 UNIQ_KEY, as RocketMQ 5's broker sets it); a PREPARED sysFlag without ``TRAN_MSG=true``
@@ -54,6 +57,7 @@ from ..put import MessageKind
 from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
 from ..timer.admission import recall_handle, timer_due, timer_kind
+from ..topics import TopicTableFull
 from ..transaction.records import is_half
 
 if TYPE_CHECKING:
@@ -144,15 +148,18 @@ class SendMessageProcessor:
         """Auto-create the (checked) topic if allowed; return the queue id to use."""
         config = self.config
         if cfg is None:
-            if group_of_retry_topic(h.topic) is not None:
-                cfg, _ = self.topics.ensure(h.topic, config.retry_queue_nums)
-            elif config.auto_create_topic and h.default_topic == AUTO_CREATE_TOPIC_KEY:
-                n = max(1, min(h.default_topic_queue_nums, config.default_queue_nums))
-                cfg, _ = self.topics.ensure(h.topic, n)
-                self.log.info("topic.created", topic=h.topic, queue_nums=n, auto=True)
-            else:
-                raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
-                               f"topic {h.topic} does not exist and auto-creation is off")
+            try:
+                if group_of_retry_topic(h.topic) is not None:
+                    cfg, _ = self.topics.ensure(h.topic, config.retry_queue_nums)
+                elif config.auto_create_topic and h.default_topic == AUTO_CREATE_TOPIC_KEY:
+                    n = max(1, min(h.default_topic_queue_nums, config.default_queue_nums))
+                    cfg, _ = self.topics.ensure(h.topic, n)
+                    self.log.info("topic.created", topic=h.topic, queue_nums=n, auto=True)
+                else:
+                    raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
+                                   f"topic {h.topic} does not exist and auto-creation is off")
+            except TopicTableFull as full:  # RocketMQ: a topic it cannot create is 17
+                raise Rejected(ResponseCode.TOPIC_NOT_EXIST, full.remark) from None
             if h.queue_id >= 0:
                 ingress.check_queue_id(cfg, h.topic, h.queue_id)
         if not cfg.perm & PERM_WRITE:

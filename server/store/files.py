@@ -1,6 +1,7 @@
 """Small durable-file helpers shared by the store and the broker's state tables.
 
-Owns: ``write_json_atomic`` (temp file, fsync, ``os.replace``, fsync of the directory),
+Owns: ``write_json_atomic`` and ``write_parts_atomic`` (temp file, fsync, ``os.replace``,
+fsync of the directory),
 ``OrderedJsonFile`` (snapshots numbered on the event loop, written in threads: an older
 snapshot never overwrites a newer one), ``read_json``, ``preallocate`` and
 ``create_allocated`` (files allocated for real: no sparse fallback), and making data
@@ -18,6 +19,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +36,23 @@ def fsync_dir(directory: Path) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically and durably."""
+    write_parts_atomic(path, (orjson.dumps(
+        data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS),))
+
+
+def write_parts_atomic(path: Path, parts: Iterable[bytes]) -> None:
+    """Write the concatenation of ``parts`` to ``path`` atomically and durably: a temp
+    file, fsync, ``os.replace``, fsync of the directory. Each ``os.write`` releases the
+    GIL, so a thread writing a large table does not hold up the event loop."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(payload)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -120,13 +120,19 @@ async def test_oneway_requests_get_no_answer(broker) -> None:
     from kairosmq.protocol.commands import request
 
     peer = await RawPeer.connect(broker.address)
+    # refused one-way (an offset for a topic that does not exist): no answer either
+    peer.send_raw(encode_command(request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "5"},
+        opaque=76, oneway=True)))
+    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "T"})
+    assert r.code == ResponseCode.SUCCESS, r.remark
     peer.send_raw(encode_command(request(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "7"},
         opaque=77, oneway=True)))
     r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
                         {"consumerGroup": "G", "topic": "T", "queueId": 0})
     assert r.ext_fields["offset"] == "7"
-    assert peer.requests.empty() and 77 not in peer.pending
+    assert peer.requests.empty() and 77 not in peer.pending and 76 not in peer.pending
     await peer.close()
 
 

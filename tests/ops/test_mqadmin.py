@@ -28,6 +28,7 @@ import pytest
 import uvloop
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from kairosmq.client.message import SendResult
+from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.server.broker import Broker
 
@@ -91,8 +92,17 @@ class Live:
             await self.producer.send(Message(TOPIC, f"later-{i}".encode(),
                                              keys=f"mqa-later-{i}", delay_level=DELAY_LEVEL))
         await self.producer.send(Message(DOOMED, b"to be deleted"))
-        # a group with committed offsets and no client (as a pull consumer leaves it)
+        # a group with committed offsets and no client, as a pull consumer leaves it: its
+        # heartbeat created %RETRY%<group>, whose route mqadmin's consumerProgress reads
+        # (a route lookup creates no topic, as on RocketMQ)
         peer = await RawPeer.connect(self.broker.address)
+        hb = HeartbeatData("mqa-lag@1", [], [ConsumerData(
+            LAG_GROUP, [SubscriptionData(TOPIC)], consume_type="CONSUME_ACTIVELY")])
+        r = await peer.call(RequestCode.HEART_BEAT, {}, hb.to_json())
+        assert r.code == 0, r.remark
+        r = await peer.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "mqa-lag@1",
+                                                            "consumerGroup": LAG_GROUP})
+        assert r.code == 0, r.remark
         for qid in range(4):
             r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
                 "consumerGroup": LAG_GROUP, "topic": TOPIC, "queueId": qid, "commitOffset": 1})

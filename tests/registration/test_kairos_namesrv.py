@@ -134,6 +134,24 @@ async def test_compressed_register_body(
     await route_is(addr, "ZTopic", {"kairos-z": 3})
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+async def test_register_request_built_in_parts_is_the_same(
+        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory,
+        compressed: bool) -> None:
+    """The registration task builds REGISTER_BROKER in parts between requests: the same
+    bytes as the one-go builder (whose wire form tests/namesrv checks against 4.9.8)."""
+    ns = await name_servers()
+    broker = await broker_factory(namesrv_addr=ns.address,  # type: ignore[attr-defined]
+                                  broker_name="kairos-p", compressed_register=compressed,
+                                  register_period=30.0)
+    assert broker.registration is not None
+    for i in range(1234):  # several parts of REGISTER_PART_TOPICS
+        broker.topics.create(f"PartTopic{i}", 1 + i % 7)
+    whole = broker.registration.register_request()
+    parts = await broker.registration.register_request_async()
+    assert parts.body == whole.body and parts.ext_fields == whole.ext_fields
+
+
 async def test_two_name_servers_one_restarts(
         name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
     a = await name_servers()

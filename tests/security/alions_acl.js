@@ -16,6 +16,9 @@ const httpclient = { async request() { throw new Error('no HTTP address server')
 const common = {
   httpclient, nameSrv: cfg.nameSrv, rebalanceInterval: 1000, persistConsumerOffsetInterval: 1000,
   accessKey: cfg.accessKey, secretKey: cfg.secretKey,
+  // %RETRY%<group> is routable once the first heartbeat created it (a lookup before that
+  // answers TOPIC_NOT_EXIST, as on RocketMQ): ali-ons finds it at its next route poll
+  pollNameServerInteval: 1000,
 };
 const errorEvent = (who, err) => ({
   event: 'error', who, code: typeof err.code === 'number' ? err.code : null, message: err.message,

@@ -334,11 +334,12 @@ def test_group_cache_is_bounded() -> None:
 def test_topics_persist_once_and_load_skips_bad_names(tmp_path: Path) -> None:
     topics = TopicConfigManager(tmp_path, default_queue_nums=4, delay_levels=2)
     for i in range(100):
-        topics.ensure(f"%RETRY%G{i}", 1, persist=False)
+        topics.ensure(f"%RETRY%G{i}", 1)
     assert topics.dirty and not (tmp_path / "topics.json").exists()
-    asyncio.run(topics.persist_async())
+    asyncio.run(topics.flushed())  # the 100 changes: one write
     names = {d["topic_name"] for d in json.loads((tmp_path / "topics.json").read_text())}
     assert {f"%RETRY%G{i}" for i in range(100)} <= names and not topics.dirty
+    assert topics.file.writes == 1
     # a file written before names were checked: its bad entries are skipped on load
     raw = json.loads((tmp_path / "topics.json").read_text())
     raw += [{"topic_name": "%RETRY%/../x"}, {"topic_name": "a\x00b"},
@@ -352,10 +353,10 @@ def test_topics_persist_once_and_load_skips_bad_names(tmp_path: Path) -> None:
 
 def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:
     topics = TopicConfigManager(tmp_path, default_queue_nums=4, delay_levels=2)
-    topics.create("A", persist=False)
-    old = topics._snapshot()
-    topics.create("B", persist=False)
+    topics.create("A")
+    old = (topics.version, list(topics.json_parts()))
+    topics.create("B")
     topics.persist()
-    topics._file.write(*old)  # a slow writer of the older snapshot finishes last
+    topics.file._write(*old)  # a slow writer of the older snapshot finishes last
     names = {d["topic_name"] for d in json.loads((tmp_path / "topics.json").read_text())}
     assert {"A", "B"} <= names

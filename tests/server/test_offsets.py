@@ -43,10 +43,10 @@ def test_a_failed_write_is_retried_by_the_next_snapshot(
     m.commit("G", "T", 0, 7)
     snap = m.snapshot()
 
-    def boom(path: Path, data: object) -> None:
+    def boom(path: Path, parts: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(offsets_mod, "write_json_atomic", boom)
+    monkeypatch.setattr(offsets_mod, "write_parts_atomic", boom)
     with pytest.raises(OSError):
         m.persist(snap)
     monkeypatch.undo()

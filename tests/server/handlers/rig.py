@@ -5,7 +5,8 @@ offsets and key index loaded/opened, but no listener and no background task: eac
 builds the one processor it tests from the services it names, as
 server/handlers/__init__.py does), ``Services.conn`` (a real, unconnected transport
 ``Connection`` with a chosen peer address), ``req`` (a request command) and
-``Services.guarded`` (a handler wrapped as the tables wrap it).
+``Services.guarded`` (a handler wrapped as the tables wrap it: ``ingress.guarded``, and
+answered once ``topics.json`` holds a topic-table change it made).
 
 Invariant: nothing is mocked; every service is the broker's own, so what a processor
 does is visible in the store, the tables and the stats.
@@ -19,6 +20,7 @@ from typing import Any
 from kairosmq.protocol.commands import RemotingCommand, request
 from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.server.broker import Broker
+from kairosmq.server.handlers import after_topic_write
 from kairosmq.server.ingress import guarded
 from kairosmq.server.put import MessageKind
 from kairosmq.server.store import GetStatus, MessageInner, PutResult, PutStatus
@@ -44,7 +46,7 @@ class Services:
         return c
 
     def guarded(self, handler: Handler) -> Handler:
-        return guarded(handler, self.stats, self.log)
+        return guarded(after_topic_write(self.topics, handler), self.stats, self.log)
 
     def store_message(self, topic: str, body: bytes, queue_id: int = 0,
                       props: dict[str, str] | None = None,

@@ -41,12 +41,14 @@ async def test_delete_drops_offsets_and_all_config_lists(services: Services) -> 
     proc = _topics(services)
     services.topics.create("T", 2)
     services.offsets.commit("G", "T", 0, 5)
-    table = orjson.loads(proc.handle_all_topic_config(
-        services.conn(), req(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
+    table = orjson.loads((await proc.handle_all_topic_config(
+        services.conn(), req(RequestCode.GET_ALL_TOPIC_CONFIG))).body)["topicConfigTable"]
     assert table["T"]["write_queue_nums"] == 2
     delete = services.guarded(proc.handle_delete_topic)
-    resp = delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}))
+    resp = await delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER,
+                                             {"topic": "T"}))
     assert resp.code == ResponseCode.SUCCESS
+    assert "T" not in {t["topic_name"] for t in json.loads(services.topics.path.read_text())}
     assert services.topics.get("T") is None and services.offsets.query("G", "T", 0) is None
     again = delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}))
     assert again.code == ResponseCode.TOPIC_NOT_EXIST
@@ -84,3 +86,20 @@ async def test_query_by_key_and_by_msg_id(services: Services) -> None:
     assert [m.body for m in decode_records(by_id.body)] == [b"k1"]
     none = ask(key="order-8")
     assert none.code == ResponseCode.QUERY_NOT_FOUND and "order-8" in none.remark
+
+
+async def test_create_answers_system_error_when_topics_json_cannot_be_written(
+        services: Services, monkeypatch: Any) -> None:
+    from kairosmq.server import table_file
+
+    def full(path: Any, parts: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(table_file, "write_parts_atomic", full)
+    create = services.guarded(_topics(services).handle_create_topic)
+    resp = await create(services.conn(), req(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                             {"topic": "Unwritten", "perm": 6}))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "No space" in resp.remark
+    monkeypatch.undo()  # the change stays in memory and is written by the retry
+    await services.topics.flushed()
+    assert "Unwritten" in services.topics.path.read_text()

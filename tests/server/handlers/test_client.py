@@ -5,6 +5,7 @@ consumer frees its locks at once, and CHECK_CLIENT_CONFIG compiles SQL92."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import orjson
@@ -29,12 +30,14 @@ def _processor(s: Services) -> ClientManageProcessor:
                                  config=s.config, log=s.log)
 
 
-def _heartbeat(s: Services, conn: Connection, client_id: str,
-               model: str = "CLUSTERING") -> RemotingCommand:
+async def _heartbeat(s: Services, conn: Connection, client_id: str,
+                     model: str = "CLUSTERING") -> RemotingCommand:
+    """A heartbeat, answered as the broker answers it (after the retry topic's write)."""
     data = HeartbeatData(client_id, ["PG"], [ConsumerData(
         "G", [SubscriptionData.build("T", "A || B", 0)], message_model=model)])
-    return s.guarded(_processor(s).handle_heartbeat)(
+    answer = s.guarded(_processor(s).handle_heartbeat)(
         conn, req(RequestCode.HEART_BEAT, body=data.to_json()))
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def _lock(s: Services, code: int, client_id: str, queues: list[int]) -> RemotingCommand:
@@ -50,7 +53,7 @@ def _locked(resp: RemotingCommand) -> list[int]:
 
 async def test_heartbeat_registers_and_persists_the_retry_topic(services: Services) -> None:
     services.topics.create("T", 4)
-    resp = _heartbeat(services, services.conn(), "cid-1")
+    resp = await _heartbeat(services, services.conn(), "cid-1")
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert services.clients.consumer_ids("G") == ["cid-1"]
     sub = services.clients.subscription("G", "T")
@@ -64,7 +67,7 @@ async def test_heartbeat_registers_and_persists_the_retry_topic(services: Servic
 
 async def test_broadcasting_heartbeat_creates_no_retry_topic(services: Services) -> None:
     services.topics.create("T", 4)
-    assert _heartbeat(services, services.conn(), "c", "BROADCASTING").code == 0
+    assert (await _heartbeat(services, services.conn(), "c", "BROADCASTING")).code == 0
     assert services.topics.get(retry_topic("G")) is None
 
 

@@ -4,6 +4,7 @@ past its max; a client-given offset that is not a record start is refused."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -22,20 +23,23 @@ from kairosmq.server.store import SCHEDULE_TOPIC
 from tests.server.handlers.rig import Services, req
 
 
-def _send_back(s: Services, offset: int, delay_level: int = 0, **extra: Any) -> RemotingCommand:
+async def _send_back(s: Services, offset: int, delay_level: int = 0,
+                     **extra: Any) -> RemotingCommand:
+    """A send-back, answered as the broker answers it (after a new topic's write)."""
     proc = ConsumerSendMsgBackProcessor(reads=s.store, topics=s.topics, config=s.config,
                                         stats=s.stats, log=s.log, put=s.put)
     ext: dict[str, Any] = {"offset": offset, "group": "G", "delayLevel": delay_level,
                            "originMsgId": "", "originTopic": "T"}
     ext.update(extra)
-    return s.guarded(proc.handle_send_back)(s.conn(), req(RequestCode.CONSUMER_SEND_MSG_BACK,
-                                                          ext))
+    answer = s.guarded(proc.handle_send_back)(s.conn(), req(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                            ext))
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 async def test_send_back_schedules_a_retry_copy(services: Services) -> None:
     r = services.store_message("T", b"payload", props={UNIQ_KEY: "U1", "KEYS": "k"})
     services.store.write_out()
-    resp = _send_back(services, r.phy_offset)
+    resp = await _send_back(services, r.phy_offset)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     [m] = services.messages(SCHEDULE_TOPIC, 2)  # level 3 + 0 reconsumes -> queue 2
     p = m.properties
@@ -48,22 +52,22 @@ async def test_send_back_schedules_a_retry_copy(services: Services) -> None:
 async def test_send_back_past_max_goes_to_the_dlq(services: Services) -> None:
     r = services.store_message("T", b"tired")
     services.store.write_out()
-    resp = _send_back(services, r.phy_offset, maxReconsumeTimes=0)  # 0 >= 0: dead
+    resp = await _send_back(services, r.phy_offset, maxReconsumeTimes=0)  # 0 >= 0: dead
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     [m] = services.messages(dlq_topic("G"), 0)
     assert m.body == b"tired" and DELAY not in m.properties
     assert services.stats.dead_lettered["G"] == 1 and services.stats.redelivered["G"] == 0
     negative = services.store_message("T", b"now")
     services.store.write_out()
-    assert _send_back(services, negative.phy_offset, delay_level=-1).code == ResponseCode.SUCCESS
+    assert (await _send_back(services, negative.phy_offset, delay_level=-1)).code == 0
     assert [m.body for m in services.messages(dlq_topic("G"), 0)] == [b"tired", b"now"]
 
 
 async def test_an_offset_inside_a_record_is_refused(services: Services) -> None:
     r = services.store_message("T", b"x" * 64)
     services.store.write_out()
-    resp = _send_back(services, r.phy_offset + 8)
+    resp = await _send_back(services, r.phy_offset + 8)
     assert resp.code == ResponseCode.SYSTEM_ERROR and "offset" in (resp.remark or "")
     assert services.topics.get(retry_topic("G")) is None
-    bad_group = _send_back(services, r.phy_offset, group="a/b")
+    bad_group = await _send_back(services, r.phy_offset, group="a/b")
     assert bad_group.code == ResponseCode.SYSTEM_ERROR and services.stats.rejected == 1

@@ -30,6 +30,10 @@ const common = {
   // Aliyun credentials are optional: without them ali-ons signs nothing.
   rebalanceInterval: 1000,
   persistConsumerOffsetInterval: 1000,
+  // ali-ons looks up %RETRY%<group> before its first heartbeat creates it; like a RocketMQ
+  // name server, kairosmq's answers TOPIC_NOT_EXIST then, and ali-ons only asks again at
+  // its next route poll (30 s by default): poll every second so retries start at once.
+  pollNameServerInteval: 1000,
 };
 
 const waiters = [];
