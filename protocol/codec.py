@@ -286,6 +286,10 @@ class FrameReader:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def clear(self) -> None:
+        """Drop every buffered byte (the stream is closed)."""
+        self._buf = bytearray()
+
     def __iter__(self) -> Generator[RemotingCommand, None, None]:
         # a caller that stops early must close() it: the consumed frames leave the buffer
         # in the ``finally`` (compiled with mypyc, an abandoned generator never runs it)

@@ -125,6 +125,9 @@ _LIMITS: tuple[tuple[str, str, type, str], ...] = (
      "seconds without traffic before a connection is closed (clients heartbeat every 30)"),
     ("--partial-frame-timeout", "partial_frame_timeout", float,
      "seconds a connection may hold a half-received frame before it is closed"),
+    ("--partial-frame-budget", "partial_frame_budget", int,
+     "bytes of unfinished frames held across all connections; above, the largest holders "
+     "are closed, those with no authorized request first"),
     ("--max-header-bytes", "max_header_bytes", int,
      "largest request header; a bigger one closes the connection"),
     ("--max-held-pulls-per-connection", "max_held_pulls_per_connection", int,

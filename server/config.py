@@ -113,6 +113,8 @@ class BrokerConfig:
     max_connections: int = 4096
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
     partial_frame_timeout: float = 30.0
+    # bytes of unfinished frames held across all connections (server/transport.py)
+    partial_frame_budget: int = 256 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     max_held_pulls_per_connection: int = 1024
     max_held_pulls: int = 65536

@@ -26,13 +26,29 @@ Invariants:
   connections with no traffic either way for ``idle_timeout`` seconds and those holding
   a half-received frame with no frame completed for ``partial_frame_timeout`` seconds.
   The per-frame cost is one attribute store (``active``) and a counter.
+* Peer addresses are real or absent: a connection whose peer address cannot be read (the
+  client reset it before the accept completed) is closed before a byte of it is read
+  (``conn.refused``, counted in ``unknown_peer``), so the ACL white list only ever sees
+  the address the socket reports (``peer_ip``, IPv6 included). ``born_ip`` is the packed
+  form a record's bornHost gets: 4 bytes for IPv4 (and IPv4-mapped IPv6) peers, 16 for
+  IPv6 ones (the store then sets BORNHOST_V6, as RocketMQ does).
+* Memory of unfinished frames is bounded across all connections: every connection's
+  ``FrameReader`` bytes are counted in ``RemotingServer.buffered`` (updated after each
+  read and each processing turn, released when it closes). Above
+  ``partial_frame_budget`` the largest holders are closed until the total is within it
+  (``conn.over_budget``, counted in ``over_budget``): first connections on which no
+  request has been authorized yet (``authorized``: a request passed the ACL, or any
+  request decoded when the ACL is off), largest first, then, if still above, the largest
+  authorized holders. So the held total never exceeds the budget by more than one socket
+  read. A legitimate frame is at most ``max_message_size`` plus its header (4 MiB): the
+  default budget holds 64 of them in flight at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +76,29 @@ class ConnectionLimits:
     idle_timeout: float = 120.0
     partial_frame_timeout: float = 30.0
     max_header: int | None = 64 * 1024
+    partial_frame_budget: int = 256 * 1024 * 1024
 
     @property
     def sweep_interval(self) -> float:
         """How often ``sweep`` should run: 1 s, finer for tiny (test) timeouts."""
         return max(0.01, min(1.0, self.idle_timeout / 4, self.partial_frame_timeout / 4))
+
+
+def _set_peer(conn: Connection, peer: Any) -> bool:
+    """Fill ``conn``'s peer fields from a ``peername`` tuple; False if it holds no address."""
+    try:
+        ip = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+        port = int(peer[1])
+    except (ValueError, TypeError, IndexError):
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        conn.born_ip = ip.ipv4_mapped.packed  # a dual-stack listener's IPv4 client
+    else:
+        conn.born_ip = ip.packed
+    conn.peer_ip = str(peer[0])
+    conn.peer_port = port
+    conn.peer = f"{peer[0]}:{port}"
+    return True
 
 
 class RequestRefused(Exception):
@@ -85,8 +119,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.conn_id = next(_conn_ids)
         self.peer = "?"
-        self.peer_ip = "127.0.0.1"
-        self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self.peer_ip = ""  # the socket's peer address; never a stand-in (see the module doc)
+        self.born_ip = b"\x00\x00\x00\x00"  # packed peer_ip: a record's bornHost
         self.peer_port = 0
         self._out: list[bytes] = []
         self._acks: list[tuple[int, Any, RemotingCommand]] = []  # see send()
@@ -103,21 +137,25 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._partial_mark = -1  # frames_in when a pending partial frame was first seen
         self._partial_since = 0.0
+        self.authorized = False  # a request passed the auth check (the budget's eviction order)
+        self.counted = 0  # reader bytes included in server.buffered
 
     # ------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer_ip = str(peer[0])
-            self.peer = f"{peer[0]}:{peer[1]}"
-            self.peer_port = int(peer[1])
-            try:
-                self.peer_ip4 = socket.inet_aton(self.peer_ip)
-            except OSError:  # IPv6 peers are stored as loopback: clients read 4-byte hosts
-                self.peer_ip4 = b"\x7f\x00\x00\x01"
         srv = self.server
+        peer = transport.get_extra_info("peername")
+        if not peer or not _set_peer(self, peer):
+            # reset before the accept completed: getpeername fails. Without an address the
+            # white list cannot be asked, so nothing of it is read (never a stand-in address)
+            self.closed = True
+            srv.unknown_peer += 1
+            srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
+                            connections=len(srv.connections),
+                            reason="peer address unknown (reset before accept); closed unread")
+            transport.close()
+            return
         if len(srv.connections) >= srv.limits.max_connections:
             self.closed = True
             srv.refused += 1
@@ -132,10 +170,14 @@ class Connection(asyncio.Protocol):
                              listener=self.listener)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:  # refused or aborted: nothing more of it is read
+            return
         self.active = True
         self.reader.feed(data)
         if not self._busy and not self._write_paused:
             self._process()
+        if self.reader.buffered != self.counted:
+            self.server.account(self)
 
     def pause_writing(self) -> None:
         """The peer is not reading its answers: stop taking its requests (memory bound)."""
@@ -185,6 +227,8 @@ class Connection(asyncio.Protocol):
             self._busy = True
             asyncio.get_running_loop().call_soon(self._process)
         self._update_reading()
+        if self.reader.buffered != self.counted and not self.closed:
+            self.server.account(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -260,7 +304,10 @@ class RemotingServer:
         # appended leaves only if its records were written (not rolled back).
         self.ack_guard = ack_guard
         self.refused = 0  # connections refused by max_connections
+        self.unknown_peer = 0  # connections closed unread: no peer address (reset early)
         self.timed_out = 0  # connections closed by the idle / partial-frame sweep
+        self.over_budget = 0  # connections closed by partial_frame_budget
+        self.buffered = 0  # bytes held by every connection's FrameReader (see account)
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -294,6 +341,7 @@ class RemotingServer:
             if not cmd.is_oneway:  # ACL first, as RocketMQ's RPC hook: unknown codes too
                 conn.send(denied)
             return
+        conn.authorized = True
         handler = conn.handlers.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
@@ -355,6 +403,10 @@ class RemotingServer:
             conn.flush_out()
 
     def connection_lost(self, conn: Connection, reason: str) -> None:
+        if conn.counted:
+            self.buffered -= conn.counted
+            conn.counted = 0
+        conn.reader.clear()  # a closed connection holds no frame bytes (it may be referenced)
         if conn in self.connections:
             self.connections.discard(conn)
             self.log.info("conn.closed", peer=conn.peer, conn_id=conn.conn_id, reason=reason)
@@ -363,6 +415,30 @@ class RemotingServer:
             self.on_connection_lost(conn)
 
     # ------------------------------------------------------------ limits
+
+    def account(self, conn: Connection) -> None:
+        """Carry ``conn``'s FrameReader size into ``buffered``; above
+        ``partial_frame_budget`` close the largest holders (module doc)."""
+        n = conn.reader.buffered
+        self.buffered += n - conn.counted
+        conn.counted = n
+        budget = self.limits.partial_frame_budget
+        if self.buffered <= budget:
+            return
+        # the order: never-authorized connections first, each group largest first
+        holders = sorted((c for c in self.connections if c.counted),
+                         key=lambda c: (c.authorized, -c.counted))
+        for c in holders:
+            if self.buffered <= budget:
+                break
+            self.over_budget += 1
+            held, total = c.counted, self.buffered
+            self.log.warning("conn.over_budget", peer=c.peer, conn_id=c.conn_id,
+                             buffered=held, total=total, budget=budget,
+                             authorized=c.authorized)
+            c.abort(f"unfinished frames hold {total} bytes across connections, above "
+                    f"partial_frame_budget {budget}; this connection held {held} "
+                    f"({'after' if c.authorized else 'before'} any authorized request)")
 
     def sweep(self, now: float | None = None) -> int:
         """Close idle connections and stalled partial frames; return how many closed.

@@ -114,7 +114,7 @@ class SendMessageProcessor:
         msg = MessageInner(
             topic=h.topic, queue_id=queue_id, body=cmd.body, properties=props, flag=h.flag,
             sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-            born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
+            born_host=(conn.born_ip, conn.peer_port), reconsume_times=h.reconsume_times or 0,
         )
         if half:  # DELAY and timer properties are parked until the commit
             props.setdefault(PGROUP, h.producer_group)
@@ -220,7 +220,7 @@ class SendMessageProcessor:
         msgs = [MessageInner(
             topic=h.topic, queue_id=queue_id, body=item.body, properties=props, flag=item.flag,
             sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-            born_host=(conn.peer_ip4, conn.peer_port), reconsume_times=h.reconsume_times or 0,
+            born_host=(conn.born_ip, conn.peer_port), reconsume_times=h.reconsume_times or 0,
         ) for item, props in prepared]
         results = []
         for msg in msgs:
