@@ -144,7 +144,7 @@ class Broker:
                                     cfg.partial_frame_budget),
         )
         self.acl: Any = None  # server/acl.py AclGuard with --acl (server/security.py)
-        self.metrics = MetricsEndpoint(self, cfg.metrics_host or cfg.host, cfg.metrics_port)
+        self.metrics = MetricsEndpoint(self, cfg.metrics_host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None

@@ -84,8 +84,9 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    "storeReplyMessageEnable; default on)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus metrics on this port (off by default)")
-    p.add_argument("--metrics-host", default=None,
-                   help="address the metrics endpoint binds (default: --host)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address the metrics endpoint binds (default 127.0.0.1, whatever "
+                   "--host is: the endpoint has no authentication)")
     _security_options(p)
     _limit_options(p)
 

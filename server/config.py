@@ -126,9 +126,10 @@ class BrokerConfig:
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90
     disk_check_interval: float = 1.0
-    # metrics endpoint (None: off; 0: any free port); host None: the broker's --host
+    # metrics endpoint (None: off; 0: any free port). It has no authentication (the ACL
+    # covers the remoting ports only), so it binds loopback unless asked otherwise
     metrics_port: int | None = None
-    metrics_host: str | None = None
+    metrics_host: str = "127.0.0.1"
     # supervised background services: restart backoff base, doubling up to the max
     service_retry_base: float = 0.1
     service_retry_max: float = 30.0

@@ -3,8 +3,9 @@
 Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker.stats``
 and live broker state at scrape time; the hot paths only bump plain counters, no
 prometheus calls per message), ``take_snapshot``, ``serve_metrics`` (the endpoint and
-its thread, bound to the given host: the broker passes ``--metrics-host``, else its
-``--host``), ``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
+its thread, bound to the given host: the broker passes ``--metrics-host``, 127.0.0.1
+unless asked, whatever its ``--host``: the endpoint has no authentication),
+``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
 stop) and ``start_metrics(broker, port)``.
 
 Invariants:

@@ -320,10 +320,10 @@ def _connect_refused(host: str, port: int) -> bool:
     return False
 
 
-async def test_metrics_bind_the_broker_host_or_metrics_host(broker_factory, tmp_path) -> None:
-    b1 = await broker_factory(data_dir=tmp_path / "b1", host="127.0.0.1", metrics_port=0)
+async def test_metrics_bind_loopback_unless_metrics_host(broker_factory, tmp_path) -> None:
+    b1 = await broker_factory(data_dir=tmp_path / "b1", host="0.0.0.0", metrics_port=0)
     host, port = b1.metrics_address.rsplit(":", 1)
-    assert host == "127.0.0.1"  # the broker's --host, not 0.0.0.0
+    assert host == "127.0.0.1"  # not the broker's --host 0.0.0.0: no authentication there
     text = await asyncio.to_thread(_scrape, f"http://127.0.0.1:{port}/metrics")
     assert "kairosmq_up 1.0" in text and "kairosmq_service_failures" in text
     assert await asyncio.to_thread(_connect_refused, "127.0.0.2", int(port))
