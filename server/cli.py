@@ -139,7 +139,6 @@ _LIMITS: tuple[tuple[str, str, type, str], ...] = (
      "producer plus consumer groups in one heartbeat"),
     ("--max-subscriptions-per-heartbeat", "max_subscriptions_per_heartbeat", int,
      "subscriptions in one heartbeat"),
-    ("--max-batch-items", "max_batch_items", int, "messages in one batch send"),
     ("--max-clients", "max_clients", int,
      "(group, client id) registrations; beyond, a heartbeat is answered SYSTEM_BUSY"),
     ("--disk-max-used-ratio", "disk_max_used_ratio", float,

@@ -120,7 +120,6 @@ class BrokerConfig:
     max_held_pulls: int = 65536
     max_groups_per_heartbeat: int = 256
     max_subscriptions_per_heartbeat: int = 1024
-    max_batch_items: int = 4096
     max_clients: int = 65536
     # disk: refuse writes above this fraction of the data disk used
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue

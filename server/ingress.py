@@ -45,8 +45,8 @@ Invariants:
   ``TRAN_MSG=true`` makes a single send a half message (``server/transaction/``); a
   batch carrying it is refused (MESSAGE_ILLEGAL). Timer properties are checked on the
   send path (``server/timer/admission.py``: a bad value is MESSAGE_ILLEGAL).
-* Work per request is bounded by ``BrokerConfig``: ``max_batch_items`` per batch,
-  ``max_groups_per_heartbeat`` (producer and consumer groups, each) and
+* Work per request is bounded by ``BrokerConfig``: a batch by its bytes (no count limit,
+  as RocketMQ), ``max_groups_per_heartbeat`` (producer and consumer groups, each) and
   ``max_subscriptions_per_heartbeat`` per heartbeat; ``MAX_LOCK_BATCH`` queues per lock.
 """
 
@@ -285,12 +285,10 @@ def message_properties(raw: str | None) -> dict[str, str]:
     return props
 
 
-def check_batch_size(limit: int, items: int) -> None:
-    """A batch of ``items`` messages within 1..``limit`` (``max_batch_items``)."""
-    if items > limit:
-        raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                       f"the batch has {items} messages, the limit is {limit} "
-                       f"(max_batch_items)")
+def check_batch_items(items: int) -> None:
+    """A batch has at least one message. No upper count: RocketMQ has none, a batch is
+    bounded by its bytes (``max_message_size``, 4 MiB), and the send path stores a big one
+    over several loop turns (``handlers/send.py`` BATCH_SLICE)."""
     if items == 0:
         raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "the batch has no messages")
 

@@ -12,8 +12,11 @@ Invariants:
   answer to a request that appended (``ack_guard.appends`` changed) is checked against
   the store's ``ack_problem`` and becomes SYSTEM_ERROR if a failed write dropped it.
 * Handlers return a ``RemotingCommand`` (answered in this tick), ``None`` (no answer), or
-  an awaitable (run as a tracked task: long polls, sync flush); so many requests can be
-  in flight per connection and answers go out in completion order, matched by opaque.
+  an awaitable (run as a tracked task: long polls, sync flush, a batch stored over several
+  loop turns); so many requests can be in flight per connection and answers go out in
+  completion order, matched by opaque. An awaitable that appends after its handler
+  returned resolves to an ``AckedAnswer``: its answer is checked against every ack token
+  it carries, as an inline answer is against the one taken after its handler.
 * A response frame from a client completes the broker -> client call waiting on its
   opaque (``client_calls.py``: GET_CONSUMER_RUNNING_INFO); any other is dropped, and a
   closing connection fails the calls still waiting on it.
@@ -60,7 +63,18 @@ from kairosmq.protocol.errors import HeaderError, ProtocolError
 
 from . import client_calls
 
-Result = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+@dataclass(frozen=True, slots=True)
+class AckedAnswer:
+    """What an awaitable handler resolves to when it appended after it returned (a batch
+    stored over several loop turns): the answer leaves only if the records behind every
+    token in ``acks`` (the store's ``ack_token()`` after each part) are written."""
+
+    command: RemotingCommand
+    acks: tuple[Any, ...]
+
+
+Result = RemotingCommand | Awaitable[RemotingCommand | AckedAnswer | None] | None
 # a processor's bound ``handle_x`` (server/handlers/__init__.py builds the tables)
 Handler = Callable[["Connection", RemotingCommand], Result]
 
@@ -250,6 +264,12 @@ class Connection(asyncio.Protocol):
         if ack is not None and request is not None:
             self._acks.append((len(self._out) - 1, ack, request))
 
+    def send_acked(self, answer: AckedAnswer, request: RemotingCommand) -> None:
+        """``send`` of an answer whose records are behind several ack tokens."""
+        self.send(answer.command)
+        if not self.closed:
+            self._acks.extend((len(self._out) - 1, token, request) for token in answer.acks)
+
     def notify(self, code: int, ext_fields: dict[str, str]) -> None:
         """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
         self.send(RemotingCommand(code=int(code), opaque=next(self._opaque), flag=FLAG_ONEWAY,
@@ -366,14 +386,19 @@ class RemotingServer:
         task.add_done_callback(self.tasks.discard)
 
     async def _finish(self, conn: Connection, cmd: RemotingCommand,
-                      pending: Awaitable[RemotingCommand | None], ack: Any = None) -> None:
+                      pending: Awaitable[RemotingCommand | AckedAnswer | None],
+                      ack: Any = None) -> None:
+        result: RemotingCommand | AckedAnswer | None
         try:
             result = await pending
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001
             result = self.failure_answer(conn, cmd, err)
-        if result is not None and not cmd.is_oneway:
+        if isinstance(result, AckedAnswer):
+            if not cmd.is_oneway:
+                conn.send_acked(result, cmd)
+        elif result is not None and not cmd.is_oneway:
             conn.send(result, cmd, ack)
 
     def failure_answer(self, conn: Connection, cmd: RemotingCommand,

@@ -53,7 +53,8 @@ def broker_table(b: Broker) -> dict[int, Handler]:
     cfg, store, put = b.config, b.store, b.put_path.put
     send = SendMessageProcessor(topics=b.topics, config=cfg, stats=b.stats, log=b.log,
                                 put=put, offset_msg_id=b.put_path.offset_msg_id,
-                                wait_flushed=b.wait_flushed, clock_ms=store.clock_ms)
+                                wait_flushed=b.wait_flushed, clock_ms=store.clock_ms,
+                                ack_token=store.ack_token)
     pull = PullMessageProcessor(reads=store, topics=b.topics, offsets=b.offsets,
                                 clients=b.clients, notifier=b.notifier, holds=b.pull_holds,
                                 stats=b.stats, config=cfg, log=b.log, msglog=b.msglog,

@@ -96,19 +96,22 @@ async def test_bad_timer_properties_are_refused_and_store_nothing(broker, key, v
     await peer.close()
 
 
-async def test_batch_item_limit(broker_factory) -> None:
-    b = await broker_factory(max_batch_items=8)
+async def test_batch_checks_and_no_count_limit(broker_factory) -> None:
+    b = await broker_factory()
     peer = await RawPeer.connect(b.address)
     ext = send_ext("Batch", batch="true", i="WAIT\x01true")
 
-    async def batch(n: int, props: str = "") -> Any:
-        body = encode_batch([BatchItem(b"m", 0, props) for _ in range(n)])
-        return await peer.call(R.SEND_BATCH_MESSAGE, ext, body)
+    async def batch(n: int, props: str = "", last: str = "") -> Any:
+        items = [BatchItem(b"m", 0, props) for _ in range(n - 1)] + [BatchItem(b"m", 0, last)]
+        return await peer.call(R.SEND_BATCH_MESSAGE, ext, encode_batch(items))
 
-    _refused(await batch(9), ResponseCode.MESSAGE_ILLEGAL, "9 messages", "max_batch_items")
     _refused(await batch(2, "TIMER_DELAY_SEC\x0110"), ResponseCode.MESSAGE_ILLEGAL,
              "TIMER_DELAY_SEC")
+    # a refusal in the last item of a batch validated over several loop turns: nothing
+    # of it is stored either
+    _refused(await batch(5000, last="DELAY\x013"), ResponseCode.MESSAGE_ILLEGAL, "delay")
     assert b.store.commitlog.max_offset == 0
+    assert b.topics.get("Batch") is None, "a refused batch creates no topic"
     r = await batch(8, "KAIROS_SCHEDULE_ORIGIN\x011:1")
     assert r.code == ResponseCode.SUCCESS, r.remark
     msgs = decode_records((await pull(peer, "Batch", suspend_ms=0)).body)

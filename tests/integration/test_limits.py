@@ -349,16 +349,16 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
     d = BrokerConfig()
     names = ("max_connections", "idle_timeout", "partial_frame_timeout", "max_header_bytes",
              "max_held_pulls_per_connection", "max_held_pulls", "max_groups_per_heartbeat",
-             "max_subscriptions_per_heartbeat", "max_batch_items", "max_clients",
+             "max_subscriptions_per_heartbeat", "partial_frame_budget", "max_clients",
              "disk_max_used_ratio", "disk_check_interval", "metrics_host")
     assert {n: getattr(cfg, n) for n in names} == {n: getattr(d, n) for n in names}
     cfg = build_config(ap.parse_args([
         "broker", "--max-connections", "7", "--idle-timeout", "9.5", "--max-header-bytes",
         "100", "--max-held-pulls", "3", "--max-clients", "5", "--disk-max-used-ratio", "0.5",
-        "--metrics-host", "127.0.0.9", "--metrics-port", "0", "--max-batch-items", "2"]))
+        "--metrics-host", "127.0.0.9", "--metrics-port", "0", "--partial-frame-budget", "2"]))
     assert (cfg.max_connections, cfg.idle_timeout, cfg.max_header_bytes, cfg.max_held_pulls,
             cfg.max_clients, cfg.disk_max_used_ratio, cfg.metrics_host, cfg.metrics_port,
-            cfg.max_batch_items) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
+            cfg.partial_frame_budget) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
     with pytest.raises(SystemExit):
         ap.parse_args(["broker", "--help"])
     helptext = capsys.readouterr().out
@@ -368,7 +368,8 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
                          ("--max-held-pulls", "65536"), ("--max-clients", "65536"),
                          ("--max-groups-per-heartbeat", "256"),
                          ("--max-subscriptions-per-heartbeat", "1024"),
-                         ("--max-batch-items", "4096"), ("--disk-max-used-ratio", "0.9"),
+                         ("--partial-frame-budget", str(256 << 20)),
+                         ("--disk-max-used-ratio", "0.9"),
                          ("--disk-check-interval", "1.0")):
         assert opt in helptext
         seg = helptext.rsplit(f"\n  {opt} ", 1)[1].split("\n  --", 1)[0]

@@ -220,12 +220,12 @@ def test_message_properties_refusals(props: dict[str, str], code: int, fragment:
     assert r.code == code and fragment in r.remark
 
 
-def test_batch_size(broker: SimpleNamespace) -> None:
-    limit = broker.config.max_batch_items
-    ingress.check_batch_size(limit, limit)
-    r = _rejected(ingress.check_batch_size, limit, limit + 1)
-    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max_batch_items" in r.remark
-    assert "no messages" in _rejected(ingress.check_batch_size, limit, 0).remark
+def test_batch_items_have_no_upper_count() -> None:
+    # RocketMQ has no count limit: a batch is bounded by its bytes (max_message_size)
+    ingress.check_batch_items(1)
+    ingress.check_batch_items(200_000)
+    r = _rejected(ingress.check_batch_items, 0)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "no messages" in r.remark
 
 
 def test_pull_checks(broker: SimpleNamespace) -> None:
