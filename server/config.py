@@ -115,11 +115,15 @@ class BrokerConfig:
     partial_frame_timeout: float = 30.0
     # bytes of unfinished frames held across all connections (server/transport.py)
     partial_frame_budget: int = 256 * 1024 * 1024
-    max_header_bytes: int = 64 * 1024
-    max_held_pulls_per_connection: int = 1024
+    # RocketMQ: none below the 16 MiB frame; a stock Java client's send with 32,767 bytes
+    # of properties is up to ~197 KB of JSON header (fastjson escapes control characters)
+    max_header_bytes: int = 1024 * 1024
+    max_held_pulls_per_connection: int = 16384
     max_held_pulls: int = 65536
-    max_groups_per_heartbeat: int = 256
-    max_subscriptions_per_heartbeat: int = 1024
+    # None: no count limit, as RocketMQ (a heartbeat is bounded by its bytes, the frame;
+    # a big one is registered over several loop turns: handlers/client.py)
+    max_groups_per_heartbeat: int | None = None
+    max_subscriptions_per_heartbeat: int | None = None
     max_clients: int = 65536
     # disk: refuse writes above this fraction of the data disk used
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue

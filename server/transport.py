@@ -27,7 +27,8 @@ Invariants:
 * Limits (``ConnectionLimits``): beyond ``max_connections`` a new connection is closed at
   once (``conn.refused``); ``sweep()`` (one periodic call, no per-frame timers) closes
   connections with no traffic either way for ``idle_timeout`` seconds and those holding
-  a half-received frame with no frame completed for ``partial_frame_timeout`` seconds.
+  a half-received frame with no frame completed for ``partial_frame_timeout`` seconds
+  whose bytes arrived at under ``MIN_PARTIAL_RATE`` (1 KiB/s) meanwhile (a trickle).
   The per-frame cost is one attribute store (``active``) and a counter.
 * Peer addresses are real or absent: a connection whose peer address cannot be read (the
   client reset it before the accept completed) is closed before a byte of it is read
@@ -80,6 +81,10 @@ Handler = Callable[["Connection", RemotingCommand], Result]
 
 _conn_ids = itertools.count(1)
 FRAMES_PER_TURN = 16
+# a frame still incomplete after partial_frame_timeout is closed only if it arrives slower
+# than this (bytes/s, averaged since it was first seen pending): a slow link sending a big
+# frame is not a stalled one (RocketMQ closes only idle connections)
+MIN_PARTIAL_RATE = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +154,10 @@ class Connection(asyncio.Protocol):
         self.active = True  # traffic since the last sweep (either direction)
         self.frames_in = 0
         self.idle_since = 0.0
+        self.bytes_in = 0
         self._partial_mark = -1  # frames_in when a pending partial frame was first seen
         self._partial_since = 0.0
+        self._partial_bytes = 0  # bytes_in then
         self.authorized = False  # a request passed the auth check (the budget's eviction order)
         self.counted = 0  # reader bytes included in server.buffered
 
@@ -187,6 +194,7 @@ class Connection(asyncio.Protocol):
         if self.closed:  # refused or aborted: nothing more of it is read
             return
         self.active = True
+        self.bytes_in += len(data)
         self.reader.feed(data)
         if not self._busy and not self._write_paused:
             self._process()
@@ -471,7 +479,8 @@ class RemotingServer:
         Called every ``limits.sweep_interval`` seconds: a connection is idle after a
         sweep that saw no traffic plus ``idle_timeout``; a partial frame is stalled when
         bytes of an incomplete frame stay buffered with no frame completed (and the
-        connection not paused by backpressure) for ``partial_frame_timeout``.
+        connection not paused by backpressure) for ``partial_frame_timeout`` while fewer
+        than ``MIN_PARTIAL_RATE`` bytes a second arrived.
         """
         lim = self.limits
         now = asyncio.get_running_loop().time() if now is None else now
@@ -487,9 +496,12 @@ class RemotingServer:
                 if conn._partial_mark != conn.frames_in:
                     conn._partial_mark = conn.frames_in
                     conn._partial_since = now
-                elif now - conn._partial_since >= lim.partial_frame_timeout:
+                    conn._partial_bytes = conn.bytes_in
+                elif ((held := now - conn._partial_since) >= lim.partial_frame_timeout
+                      and conn.bytes_in - conn._partial_bytes < MIN_PARTIAL_RATE * held):
                     closing.append((conn, f"partial frame ({conn.reader.buffered} bytes) "
-                                          f"for more than {lim.partial_frame_timeout:g}s"))
+                                          f"for more than {lim.partial_frame_timeout:g}s at "
+                                          f"under {MIN_PARTIAL_RATE} bytes/s"))
             else:
                 conn._partial_mark = -1
         for conn, reason in closing:

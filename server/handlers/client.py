@@ -9,17 +9,21 @@ topic table, log and config values): turning those bodies into
 the retry topic is routable before the first send-back.
 
 Invariants: a malformed JSON body answers SYSTEM_ERROR with the parse error as remark;
-every name and count is checked by ``ingress`` before anything is registered or created;
-the retry topics one heartbeat creates (at most ``max_groups_per_heartbeat``) are
-persisted with one ``topics.json`` write before the heartbeat is answered; lock
-requests lock only queues that exist.
+every name (and count, when ``max_groups_per_heartbeat`` / ``max_subscriptions_per_heartbeat``
+are set: RocketMQ has no such limit, nor by default kairosmq) is checked by ``ingress``
+before anything is registered or created; a heartbeat of more than ``HEARTBEAT_SLICE``
+groups and subscriptions is registered that many per loop turn (other connections are
+answered meanwhile); the retry topics one heartbeat creates are persisted with one
+``topics.json`` write before it is answered; lock requests lock only queues that exist.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.bodies import (
+    ConsumerData,
     HeartbeatData,
     LockBatchRequest,
     encode_consumer_list,
@@ -38,6 +42,31 @@ if TYPE_CHECKING:
     from ..subscriptions import SubscriptionGroupManager
     from ..topics import TopicConfigManager
     from ..transport import Connection
+
+
+HEARTBEAT_SLICE = 64  # groups plus subscriptions registered per loop turn
+
+
+def heartbeat_parts(data: HeartbeatData) -> list[HeartbeatData]:
+    """``data`` cut into parts of about ``HEARTBEAT_SLICE`` groups and subscriptions each
+    (``[data]`` for an ordinary heartbeat)."""
+    producers = data.producer_groups
+    total = len(producers) + sum(1 + len(c.subscriptions) for c in data.consumers)
+    if total <= HEARTBEAT_SLICE:
+        return [data]
+    parts = [HeartbeatData(data.client_id, producers[i:i + HEARTBEAT_SLICE], [])
+             for i in range(0, len(producers), HEARTBEAT_SLICE)]
+    consumers: list[ConsumerData] = []
+    work = 0
+    for consumer in data.consumers:
+        consumers.append(consumer)
+        work += 1 + len(consumer.subscriptions)
+        if work >= HEARTBEAT_SLICE:
+            parts.append(HeartbeatData(data.client_id, [], consumers))
+            consumers, work = [], 0
+    if consumers:
+        parts.append(HeartbeatData(data.client_id, [], consumers))
+    return parts
 
 
 def _language(cmd: RemotingCommand) -> str:
@@ -62,10 +91,36 @@ class ClientManageProcessor:
         self.config = config
         self.log = log
 
-    def handle_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def handle_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> Any:
         data = HeartbeatData.from_json(cmd.body)
+        ingress.check_heartbeat(self.topics, self.config, data)
+        parts = heartbeat_parts(data)
+        if len(parts) == 1:
+            if self._register(conn, cmd, data):  # one topics.json write, before the answer
+                self.topics.persist()
+            return cmd.response()
+        return self._register_parts(conn, cmd, parts)
+
+    async def _register_parts(self, conn: Connection, cmd: RemotingCommand,
+                              parts: list[HeartbeatData]) -> RemotingCommand:
+        """A big heartbeat (RocketMQ has no count limit: one client instance heartbeats
+        for every group in its JVM) registered ``HEARTBEAT_SLICE`` groups per loop turn."""
+        created = False
+        try:
+            for i, part in enumerate(parts):
+                if i:
+                    await asyncio.sleep(0)
+                    if conn.closed:  # its registrations went with it: register no more
+                        break
+                created |= self._register(conn, cmd, part)
+        finally:
+            if created:  # one topics.json write (in a thread), before the answer
+                await self.topics.persist_async()
+        return cmd.response()
+
+    def _register(self, conn: Connection, cmd: RemotingCommand, data: HeartbeatData) -> bool:
+        """Register the groups of ``data``; True if retry topics were created."""
         config = self.config
-        ingress.check_heartbeat(self.topics, config, data)
         for group in data.producer_groups:
             self.clients.register_producer(group, data.client_id, conn, cmd.version,
                                            _language(cmd))
@@ -87,9 +142,7 @@ class ClientManageProcessor:
             if created:  # a limit stopped the heartbeat half way: keep what was created
                 self.topics.persist()
             raise
-        if created:  # one topics.json write per heartbeat (not one per topic), before the answer
-            self.topics.persist()
-        return cmd.response()
+        return created
 
     def handle_unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext_fields(cmd.ext_fields)

@@ -292,7 +292,7 @@ class SendMessageProcessor:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
                            "a batch cannot carry transaction messages (TRAN_MSG); send "
                            "half messages singly")
-        if DELAY in props:
+        if ingress.delay_level(props) > 0:  # RocketMQ refuses level > 0 only
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
                            "a batch cannot carry a delay level; send delayed messages singly")
         if has_timer(props):

@@ -363,11 +363,11 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
         ap.parse_args(["broker", "--help"])
     helptext = capsys.readouterr().out
     for opt, default in (("--max-connections", "4096"), ("--idle-timeout", "120.0"),
-                         ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "65536"),
-                         ("--max-held-pulls-per-connection", "1024"),
+                         ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "1048576"),
+                         ("--max-held-pulls-per-connection", "16384"),
                          ("--max-held-pulls", "65536"), ("--max-clients", "65536"),
-                         ("--max-groups-per-heartbeat", "256"),
-                         ("--max-subscriptions-per-heartbeat", "1024"),
+                         ("--max-groups-per-heartbeat", "None"),
+                         ("--max-subscriptions-per-heartbeat", "None"),
                          ("--partial-frame-budget", str(256 << 20)),
                          ("--disk-max-used-ratio", "0.9"),
                          ("--disk-check-interval", "1.0")):

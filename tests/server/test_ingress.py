@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -212,12 +213,19 @@ def test_timer_properties_pass_ingress_for_the_send_path(key: str) -> None:
 
 
 @pytest.mark.parametrize(("props", "code", "fragment"), [
-    ({"DELAY": "-1"}, ResponseCode.MESSAGE_ILLEGAL, "negative"),
     ({"DELAY": "soon"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
+    ({"DELAY": "1.5"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
 ])
 def test_message_properties_refusals(props: dict[str, str], code: int, fragment: str) -> None:
     r = _rejected(ingress.message_properties, encode_properties(props))
     assert r.code == code and fragment in r.remark
+
+
+@pytest.mark.parametrize("level", ["-1", "0", "-2147483648"])
+def test_a_delay_level_of_zero_or_below_is_no_delay(level: str) -> None:
+    # Java's setDelayTimeLevel(-1) is sent as is; RocketMQ 4.9.8 delays only levels > 0
+    props = ingress.message_properties(encode_properties({"DELAY": level}))
+    assert ingress.delay_level(props) == int(level) <= 0
 
 
 def test_batch_items_have_no_upper_count() -> None:
@@ -273,19 +281,23 @@ def _heartbeat(producers: int = 1, consumers: int = 1, subs: int = 1,
 
 
 def test_heartbeat_checks(broker: SimpleNamespace) -> None:
-    cfg = broker.config
+    # no count limit by default (RocketMQ has none): thousands of groups pass the checks
+    ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(producers=3000,
+                                                                     consumers=3000))
+    ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(subs=3000))
+    cfg = dataclasses.replace(broker.config, max_groups_per_heartbeat=256,
+                              max_subscriptions_per_heartbeat=1024)
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat())
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat(topic=naming.retry_topic("g" * 240)))
     for hb, fragment in [
-        (_heartbeat(producers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
-        (_heartbeat(consumers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
-        (_heartbeat(subs=cfg.max_subscriptions_per_heartbeat + 1),
-         "max_subscriptions_per_heartbeat"),
+        (_heartbeat(producers=257), "max_groups_per_heartbeat"),
+        (_heartbeat(consumers=257), "max_groups_per_heartbeat"),
+        (_heartbeat(subs=1025), "max_subscriptions_per_heartbeat"),
         (_heartbeat(group="/../x"), "consumerDataSet.groupName"),
         (HeartbeatData("c1", ["bad group"]), "producerDataSet.groupName"),
         (_heartbeat(topic="t\n"), "subscriptionDataSet.topic"),
     ]:
-        r = _rejected(ingress.check_heartbeat, broker.topics, broker.config, hb)
+        r = _rejected(ingress.check_heartbeat, broker.topics, cfg, hb)
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark, r.remark
 
 
