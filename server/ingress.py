@@ -21,8 +21,8 @@ Invariants:
   the rest while decoding, as Java's ``Long.parseLong`` would); fields stored in 32-bit
   record slots (``flag``, ``reconsumeTimes``) are within int32; offsets a client asks
   for or commits (``queueOffset``, ``commitOffset``, commit-log ``offset``) are >= 0; a
-  ``queueId`` is within the topic's queue count (for an unknown topic: within 0..1023,
-  the largest count a topic can have). A ``commitOffset`` below 0 (pull or
+  ``queueId`` is within the topic's queue count (for an unknown topic: within
+  0..MAX_QUEUE_NUMS-1, the largest count a topic can have). A ``commitOffset`` below 0 (pull or
   UPDATE_CONSUMER_OFFSET) means "none" - Java clients send -1 without the commit flag,
   ali-ons sends UPDATE_CONSUMER_OFFSET with -1 - and is ignored (never stored), not
   refused, as RocketMQ does.
@@ -96,7 +96,10 @@ if TYPE_CHECKING:
 
 SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-MAX_QUEUE_NUMS = 1024  # the most queues UPDATE_AND_CREATE_TOPIC gives a topic
+# the most queues UPDATE_AND_CREATE_TOPIC gives a topic. RocketMQ 4.9.8 checks nothing
+# (any int); queues cost nothing until used (consume queues are made on first use), but a
+# topic's statistics answer one entry per queue, so a count stays bounded
+MAX_QUEUE_NUMS = 65535
 PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 SYSFLAG_COMPRESSION_TYPE = 0x700  # RocketMQ 5 MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
 _TRANSACTION_TYPE = SYSFLAG_TRANSACTION_PREPARED | SYSFLAG_TRANSACTION_COMMIT
@@ -383,7 +386,7 @@ def check_create_topic(h: Any) -> int:
             raise Rejected(SYSTEM_ERROR, f"{field} {shown(value)} is outside "
                            f"0..{MAX_QUEUE_NUMS}")
     if max(h.read_queue_nums, h.write_queue_nums) < 1:
-        raise Rejected(SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        raise Rejected(SYSTEM_ERROR, f"queue numbers must be within 1..{MAX_QUEUE_NUMS}")
     if h.perm & ~PERM_ALL:
         raise Rejected(SYSTEM_ERROR, f"perm {shown(h.perm)} has bits outside {PERM_ALL:#x} "
                        f"(PERM_PRIORITY|PERM_READ|PERM_WRITE|PERM_INHERIT)")

@@ -210,8 +210,8 @@ async def test_offset_and_queue_requests_check_names_and_queue_ids(broker) -> No
         (R.GET_MAX_OFFSET, {"topic": "Q", "queueId": -1}, "queueId -1"),
         (R.GET_MIN_OFFSET, {"topic": "a\x00b", "queueId": 0}, "topic"),
         (R.GET_EARLIEST_MSG_STORETIME, {"topic": "Q", "queueId": 4}, "queueId 4"),
-        (R.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "Unknown", "queueId": 5000,
-                                        "timestamp": 0}, "0..1023"),
+        (R.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "Unknown", "queueId": 70000,
+                                        "timestamp": 0}, "0..65534"),
     ]
     for code, ext, fragment in cases:
         _refused(await peer.call(code, ext), SYSTEM_ERROR, fragment)
