@@ -121,7 +121,8 @@ def _security_options(p: argparse.ArgumentParser) -> None:
 # (option, BrokerConfig field, type, help); the default shown is the field's default
 _LIMITS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-connections", "max_connections", int,
-     "open connections across all listeners; beyond, a new one is closed at once"),
+     "open connections across all listeners; beyond, a new one is closed at once (None: "
+     "the file-descriptor limit less 512, the limit raised to its hard value at start)"),
     ("--idle-timeout", "idle_timeout", float,
      "seconds without traffic before a connection is closed (clients heartbeat every 30)"),
     ("--partial-frame-timeout", "partial_frame_timeout", float,
@@ -243,6 +244,19 @@ async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> N
         await broker.stop("signal")
 
 
+def raise_fd_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard one, as the JVM does for RocketMQ
+    (``-XX:+MaxFDLimit``, on by default): the default ``max_connections`` follows it."""
+    import resource
+
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass  # not allowed here: the soft limit stays, and so does the connection limit
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     import uvloop
 
@@ -262,6 +276,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         if (problem := check_available()) is not None:
             print(f"kairosmq broker: --metrics-port: {problem}", file=sys.stderr)
             return 2
+    raise_fd_limit()
     json_mode = {"auto": None, "json": True, "console": False}[args.log_format]
     sink = configure_logging(
         json=json_mode, level=args.log_level, log_dir=config.log_dir,

@@ -110,7 +110,8 @@ class BrokerConfig:
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
     # limits (issue 10; docs/reliability.md lists each with its reason)
-    max_connections: int = 4096
+    # None: what the file-descriptor limit allows (transport.fd_connection_limit), as RocketMQ
+    max_connections: int | None = None
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
     partial_frame_timeout: float = 30.0
     # bytes of unfinished frames held across all connections (server/transport.py)
@@ -124,7 +125,7 @@ class BrokerConfig:
     # a big one is registered over several loop turns: handlers/client.py)
     max_groups_per_heartbeat: int | None = None
     max_subscriptions_per_heartbeat: int | None = None
-    max_clients: int = 65536
+    max_clients: int = 262144  # ~400 bytes each: ~100 MB at the limit (RocketMQ: none)
     # disk: refuse writes above this fraction of the data disk used
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90

@@ -51,6 +51,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable
@@ -87,11 +88,27 @@ FRAMES_PER_TURN = 16
 MIN_PARTIAL_RATE = 1024
 
 
+FD_RESERVE = 512  # file descriptors kept for the store, logs and name-server links
+
+
+def fd_connection_limit() -> int:
+    """Connections the process's file-descriptor limit (soft RLIMIT_NOFILE) allows, less
+    ``FD_RESERVE`` for the store: RocketMQ's only bound is that limit (its JVM raises the
+    soft limit to the hard one at start, as ``kairosmq broker`` does: server/cli.py)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(64, soft - FD_RESERVE)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """Per-server connection limits (BrokerConfig names; docs/reliability.md)."""
+    """Per-server connection limits (BrokerConfig names; docs/reliability.md).
+    ``max_connections`` None: ``fd_connection_limit()``, read when the server is made."""
 
-    max_connections: int = 4096
+    max_connections: int | None = None
     idle_timeout: float = 120.0
     partial_frame_timeout: float = 30.0
     max_header: int | None = 64 * 1024
@@ -177,7 +194,7 @@ class Connection(asyncio.Protocol):
                             reason="peer address unknown (reset before accept); closed unread")
             transport.close()
             return
-        if len(srv.connections) >= srv.limits.max_connections:
+        if len(srv.connections) >= (srv.limits.max_connections or 0):
             self.closed = True
             srv.refused += 1
             srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
@@ -327,7 +344,10 @@ class RemotingServer:
         self.before_write = before_write
         self.on_connection_lost = on_connection_lost
         self.max_frame = max_frame
-        self.limits = limits or ConnectionLimits()
+        limits = limits or ConnectionLimits()
+        if limits.max_connections is None:
+            limits = dataclasses.replace(limits, max_connections=fd_connection_limit())
+        self.limits = limits
         # The store (appends / ack_token() / ack_problem()): an answer to a request that
         # appended leaves only if its records were written (not rolled back).
         self.ack_guard = ack_guard

@@ -362,10 +362,10 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
     with pytest.raises(SystemExit):
         ap.parse_args(["broker", "--help"])
     helptext = capsys.readouterr().out
-    for opt, default in (("--max-connections", "4096"), ("--idle-timeout", "120.0"),
+    for opt, default in (("--max-connections", "None"), ("--idle-timeout", "120.0"),
                          ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "1048576"),
                          ("--max-held-pulls-per-connection", "16384"),
-                         ("--max-held-pulls", "65536"), ("--max-clients", "65536"),
+                         ("--max-held-pulls", "65536"), ("--max-clients", "262144"),
                          ("--max-groups-per-heartbeat", "None"),
                          ("--max-subscriptions-per-heartbeat", "None"),
                          ("--partial-frame-budget", str(256 << 20)),
@@ -397,3 +397,16 @@ def test_broker_command_prints_the_metrics_url_it_bound(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+async def test_default_max_connections_follows_the_fd_limit(broker) -> None:
+    # RocketMQ's only connection bound is the file-descriptor limit (its JVM raises the
+    # soft limit to the hard one; `kairosmq broker` does too): 512 are kept for the store
+    import resource
+
+    from kairosmq.server.transport import FD_RESERVE, fd_connection_limit
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert broker.config.max_connections is None
+    assert broker.server.limits.max_connections == fd_connection_limit() == max(
+        64, soft - FD_RESERVE)
