@@ -17,12 +17,14 @@ legitimate 4 MiB frames from many concurrent senders pass under the default budg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import time
 import urllib.request
 from pathlib import Path
 
+import orjson
 import pytest
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -179,4 +181,55 @@ async def test_concurrent_4mib_frames_pass_under_the_default_budget(hostile) -> 
     t0 = time.monotonic()
     await asyncio.gather(*(big_send(i, p) for i, p in enumerate(senders)))
     print(f"24 concurrent 4 MiB sends in {time.monotonic() - t0:.2f}s")
+    await verify_after_kill9(hb)
+
+
+async def test_a_slow_big_frame_passes_a_trickle_is_closed(hostile) -> None:
+    """partial_frame_timeout closes a frame that trickles (under 1 KiB/s), not one that is
+    slow but steady: RocketMQ closes only idle connections, and a stock client on a slow
+    link (with a long sendMsgTimeout) sends a big message for many seconds."""
+    hb = await hostile("--partial-frame-timeout", "0.5")
+    peer = await hb.connect()
+    await hb.setup_bystander(peer)
+    body = b"s" * (200 * 1024)
+    frame = encode_command(RemotingCommand(
+        code=RequestCode.SEND_MESSAGE_V2, opaque=7,
+        ext_fields={k: str(v) for k, v in send_ext("SlowTopic", {"UNIQ_KEY": "SLOW1"}).items()},
+        body=body))
+    host, port = hb.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    sent = now_ms()
+    t0 = time.monotonic()
+    for i in range(0, len(frame), 10 * 1024):  # ~100 KiB/s: 2 s for the frame
+        writer.write(frame[i:i + 10 * 1024])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    head = await asyncio.wait_for(reader.readexactly(8), 10)
+    took = time.monotonic() - t0
+    length, hlen = struct.unpack(">II", head)
+    answer = orjson.loads(await reader.readexactly(hlen & 0xFFFFFF))
+    await reader.readexactly(length - 4 - (hlen & 0xFFFFFF))
+    assert answer["code"] == ResponseCode.SUCCESS, answer
+    assert took > 1.0, f"the frame took {took:.1f}s, not slow enough to test the timeout"
+    hb.ledger.acked["SLOW1"] = Acked("SLOW1", "SlowTopic", 0, body, 0, sent)
+    writer.close()
+    # a trickle of 20 bytes per 100 ms (200 B/s) is closed after the timeout
+    reader, writer = await asyncio.open_connection(host, int(port))
+    t0 = time.monotonic()
+    closed = False
+    for i in range(0, 2000, 20):
+        try:
+            writer.write(frame[i:i + 20])
+            await writer.drain()
+        except ConnectionError:
+            closed = True
+            break
+        await asyncio.sleep(0.1)
+        with contextlib.suppress(TimeoutError):
+            if await asyncio.wait_for(reader.read(1), 0.001) == b"":
+                closed = True
+                break
+    assert closed, "a trickling partial frame was not closed"
+    assert time.monotonic() - t0 >= 0.5
+    writer.close()
     await verify_after_kill9(hb)
