@@ -1,4 +1,5 @@
-"""Event-loop stall of one big SEND_BATCH_MESSAGE (the loop's other work waits behind it).
+"""Event-loop stall of one big SEND_BATCH_MESSAGE or HEART_BEAT (the loop's other work
+waits behind it).
 
 A broker runs in this process (defaults, message logs off); one ``Connection`` is fed a
 single batch frame of each shape below while a probe task sleeps 1 ms in a loop and
@@ -11,8 +12,10 @@ the loop was blocked: a timer firing then is that late). Shapes, all under Rocke
 * ``java-min``: the smallest messages a stock Java client batches (1-byte body, WAIT and
   UNIQ_KEY properties): 55,000 of them.
 * ``bare``: 1-byte bodies and no properties (another client could send them): 180,000.
+* ``heartbeat``: a HEART_BEAT of 5,000 producer and 5,000 consumer groups (first time:
+  5,000 retry topics created), as tests/hostile/test_findings.py sends it.
 
-    python bench/bench_batch_stall.py [--shapes split,java-min,bare]
+    python bench/bench_batch_stall.py [--shapes split,java-min,bare,heartbeat]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvloop
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode
@@ -78,14 +82,35 @@ SHAPES = {"split": (split_batch, 13_275), "java-min": (java_min, 55_000),
           "bare": (bare, 180_000)}
 
 
+def heartbeat_frame(groups: int) -> tuple[bytes, int]:
+    body = orjson.dumps({
+        "clientID": "127.0.0.1@bench", "producerDataSet": [
+            {"groupName": f"P{i}"} for i in range(groups)],
+        "consumerDataSet": [{
+            "groupName": f"Flood{i}", "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": False, "subscriptionDataSet": [{
+                "topic": f"FloodTopic{i}", "subString": "*", "tagsSet": [], "codeSet": [],
+                "subVersion": 1, "expressionType": "TAG", "classFilterMode": False}],
+        } for i in range(groups)]})
+    return encode_command(request(RequestCode.HEART_BEAT, {}, body=body)), len(body)
+
+
 async def measure(conn: Connection, sink: Sink, name: str) -> str:
-    make, n = SHAPES[name]
-    body = encode_batch(make(n))
-    assert len(body) <= 4 * 1024 * 1024, len(body)
-    ext = {"a": "BatchPG", "b": "BatchTest", "c": "TBW102", "d": "4", "e": "0", "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false",
-           "m": "true"}
-    frame = encode_command(request(RequestCode.SEND_BATCH_MESSAGE, ext, body=body))
+    if name == "heartbeat":
+        n = 5000
+        frame, size = heartbeat_frame(n)
+        what = "groups  "
+    else:
+        make, n = SHAPES[name]
+        body = encode_batch(make(n))
+        size = len(body)
+        assert size <= 4 * 1024 * 1024, size
+        ext = {"a": "BatchPG", "b": "BatchTest", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+               "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false",
+               "m": "true"}
+        frame = encode_command(request(RequestCode.SEND_BATCH_MESSAGE, ext, body=body))
+        what = "messages"
     lags: list[float] = []
     before = sink.bytes
     done = asyncio.Event()
@@ -106,7 +131,7 @@ async def measure(conn: Connection, sink: Sink, name: str) -> str:
     done.set()
     await task
     lags.sort()
-    return (f"{name:9s} {n:7d} messages {len(body) / 2**20:4.2f} MiB: answered after "
+    return (f"{name:9s} {n:7d} {what} {size / 2**20:4.2f} MiB: answered after "
             f"{took * 1e3:6.0f} ms; loop blocked at most {lags[-1] * 1e3:5.1f} ms "
             f"(p99 {lags[int(len(lags) * .99)] * 1e3:4.1f} ms, {len(lags)} probe wake-ups)")
 
@@ -131,5 +156,5 @@ async def main(shapes: list[str]) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default="split,java-min,bare")
+    ap.add_argument("--shapes", default="split,java-min,bare,heartbeat")
     uvloop.run(main(ap.parse_args().shapes.split(",")))
