@@ -111,7 +111,7 @@ class ConnectionLimits:
     max_connections: int | None = None
     idle_timeout: float = 120.0
     partial_frame_timeout: float = 30.0
-    max_header: int | None = 64 * 1024
+    max_header: int | None = 1024 * 1024  # BrokerConfig.max_header_bytes
     partial_frame_budget: int = 256 * 1024 * 1024
 
     @property
