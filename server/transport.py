@@ -24,12 +24,14 @@ Invariants:
   ``max_header``) closes only that connection; an unknown code answers
   REQUEST_CODE_NOT_SUPPORTED; an exception in a handler answers SYSTEM_ERROR with a
   remark (``RequestRefused`` its own code). Nothing a client sends stops the server.
-* Limits (``ConnectionLimits``): beyond ``max_connections`` a new connection is closed at
+* Limits (``ConnectionLimits``): beyond ``max_connections`` (default: what the
+  file-descriptor limit allows, ``fd_connection_limit``) a new connection is closed at
   once (``conn.refused``); ``sweep()`` (one periodic call, no per-frame timers) closes
   connections with no traffic either way for ``idle_timeout`` seconds and those holding
   a half-received frame with no frame completed for ``partial_frame_timeout`` seconds
   whose bytes arrived at under ``MIN_PARTIAL_RATE`` (1 KiB/s) meanwhile (a trickle).
-  The per-frame cost is one attribute store (``active``) and a counter.
+  The per-read cost is one attribute store (``active``), a byte counter and a comparison
+  with the budget's count (``account`` runs only when the buffered size changed).
 * Peer addresses are real or absent: a connection whose peer address cannot be read (the
   client reset it before the accept completed) is closed before a byte of it is read
   (``conn.refused``, counted in ``unknown_peer``), so the ACL white list only ever sees
@@ -86,8 +88,6 @@ FRAMES_PER_TURN = 16
 # than this (bytes/s, averaged since it was first seen pending): a slow link sending a big
 # frame is not a stalled one (RocketMQ closes only idle connections)
 MIN_PARTIAL_RATE = 1024
-
-
 FD_RESERVE = 512  # file descriptors kept for the store, logs and name-server links
 
 
