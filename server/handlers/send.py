@@ -13,7 +13,11 @@ is refused (NO_PERMISSION), and so is a batch carrying ``TRAN_MSG``.
 Invariants: every rejection answers a RocketMQ code with a remark saying what was wrong
 and is logged as ``message.rejected``; nothing is stored for a rejected request; a batch
 is all-or-nothing with respect to validation, and a topic is auto-created only for a
-request that passed every check.
+request that passed every check. A batch has no count limit (RocketMQ has none: its
+4 MiB body bounds it); one of more than ``BATCH_SLICE`` messages is validated, then
+stored, that many per loop turn (a task), and answered only if every stored part is
+written (``transport.AckedAnswer``: one ack token per part); its queue offsets are
+consecutive unless another send to the same queue lands between two parts.
 """
 
 from __future__ import annotations
