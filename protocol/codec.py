@@ -6,6 +6,9 @@ header, body), both header encodings (JSON and ROCKETMQ binary) and the stream r
 Invariants:
 * ``FrameReader`` rejects a declared length above ``max_frame`` as soon as the 4-byte
   prefix is visible, before buffering the rest (RocketMQ's 16 MiB NettyDecoder limit).
+* ``FrameReader.buffered`` is every byte it holds; a checked partial frame of
+  ``LARGE_FRAME`` (1 MiB) or more is held as a list of parts and joined once complete
+  (the broker's budget of unfinished frames counts ``buffered``: server/transport.py).
 * Every length inside a frame is checked against the bytes present before it is used;
   a violation raises ``MalformedFrame`` (close the connection), never IndexError.
 * ``code``/``opaque``/``flag``/``version`` are Java ``int``s: a JSON number or ASCII
@@ -262,6 +265,10 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     return decode_payload(frame[4:])
 
 
+LARGE_FRAME = 1024 * 1024  # a partial frame this big is gathered in parts (FrameReader)
+_PART = 64 * 1024  # smaller reads are coalesced into parts of at least this size
+
+
 class FrameReader:
     """Incremental reader: ``feed(bytes)``, then iterate for the complete commands.
 
@@ -269,28 +276,68 @@ class FrameReader:
     stream is unusable and the connection should be closed. ``max_header`` (if given)
     caps the declared header length, checked as soon as the header-length word arrives
     (before the rest of the frame is buffered).
+
+    A frame of ``LARGE_FRAME`` bytes or more whose prefix was checked but whose rest has
+    not arrived is gathered as a list of parts (reads as received, small ones coalesced
+    into ``_PART``-sized ones) and joined once when complete, instead of growing one
+    buffer read by read: growing many large buffers at once (concurrent big frames)
+    fragments the allocator's heap, which kept far more memory than the bytes held.
+    ``buffered`` counts every byte held either way.
     """
 
-    __slots__ = ("_buf", "max_frame", "max_header")
+    __slots__ = ("_buf", "_need", "_parts", "_parts_len", "_tail", "max_frame", "max_header")
 
     def __init__(self, max_frame: int = MAX_FRAME_LENGTH, *,
                  max_header: int | None = None) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
         self.max_header = max_header
+        self._parts: list[bytes] = []  # a large frame's parts (complete ones)
+        self._tail = bytearray()  # the part being coalesced
+        self._parts_len = 0  # bytes in _parts and _tail
+        self._need = 0  # the large frame's size, prefix included (0: not gathering)
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        if not self._need:
+            self._buf += data
+            return
+        if len(data) >= _PART and not self._tail:
+            self._parts.append(data)
+        else:
+            self._tail += data
+            if len(self._tail) >= _PART:
+                self._parts.append(bytes(self._tail))
+                self._tail = bytearray()
+        self._parts_len += len(data)
+        if self._parts_len >= self._need:  # complete: one buffer, one copy
+            if self._tail:
+                self._parts.append(bytes(self._tail))
+            self._buf = bytearray().join(self._parts)
+            self._parts, self._tail, self._parts_len, self._need = [], bytearray(), 0, 0
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._parts_len
+
+    def clear(self) -> None:
+        """Drop every buffered byte (the stream is closed)."""
+        self._buf = bytearray()
+        self._parts, self._tail, self._parts_len, self._need = [], bytearray(), 0, 0
+
+    def _gather(self, need: int) -> None:
+        """The buffer holds only the start of a large frame of ``need`` bytes whose prefix
+        and header length passed the checks: hold the rest in parts until complete."""
+        self._need = need
+        self._parts = [bytes(self._buf)]
+        self._parts_len = len(self._buf)
+        self._buf = bytearray()
 
     def __iter__(self) -> Generator[RemotingCommand, None, None]:
         # a caller that stops early must close() it: the consumed frames leave the buffer
         # in the ``finally`` (compiled with mypyc, an abandoned generator never runs it)
         buf = self._buf
         pos = 0
+        partial = 0  # the size of a checked frame whose rest has not arrived
         try:
             while len(buf) - pos >= 4:
                 (length,) = _U32.unpack_from(buf, pos)
@@ -298,16 +345,21 @@ class FrameReader:
                     raise FrameTooLarge(length, self.max_frame)
                 if length < 4:
                     raise MalformedFrame(f"frame length {length} is below the minimum 4")
-                if self.max_header is not None and len(buf) - pos >= 8:
+                if len(buf) - pos < 8:
+                    break
+                if self.max_header is not None:
                     hlen = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
                     if hlen > self.max_header:
                         raise MalformedFrame(
                             f"header length {hlen} exceeds the maximum {self.max_header}")
                 end = pos + 4 + length
                 if len(buf) < end:
+                    partial = end - pos
                     break
                 start, pos = pos + 4, end
                 yield decode_payload(buf, start, end)  # slices header and body, no other copy
         finally:
             if pos:
                 del buf[:pos]
+            if partial >= LARGE_FRAME and buf is self._buf:
+                self._gather(partial)

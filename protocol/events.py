@@ -205,6 +205,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # warning level: max_connections reached, the new connection is closed at once
     "conn.refused": {"peer": "string", "listener": "string", "connections": "int",
                      "reason": "string"},
+    # warning: unfinished frames across connections above partial_frame_budget: this
+    # connection (buffered bytes; authorized: a request of it passed the ACL) is closed
+    "conn.over_budget": {"peer": "string", "conn_id": "long", "buffered": "long",
+                         "total": "long", "budget": "long", "authorized": "boolean"},
     "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
     # ---- security (server/acl.py, server/security.py, server/tls.py; docs/security.md)
     # warning: a request refused by the ACL: who (access_key), what (request_code, resource,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
@@ -345,9 +346,9 @@ def encode_batch(items: list[BatchItem]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch(buf: bytes) -> list[BatchItem]:
-    """Decode a batch body; raise ``MessageDecodeError`` on any inconsistency."""
-    out: list[BatchItem] = []
+def iter_batch(buf: bytes) -> Iterator[BatchItem]:
+    """The items of a batch body one by one (a big batch is validated over several loop
+    turns); raise ``MessageDecodeError`` at the first inconsistency."""
     pos, n = 0, len(buf)
     while pos < n:
         if n - pos < _BATCH_HEAD.size + 2:
@@ -367,8 +368,13 @@ def decode_batch(buf: bytes) -> list[BatchItem]:
             props = buf[p : p + plen].decode()
         except UnicodeDecodeError as err:
             raise MessageDecodeError(f"batch item at {pos}: properties not UTF-8") from err
-        out.append(BatchItem(body=body, flag=flag, properties=props))
+        yield BatchItem(body=body, flag=flag, properties=props)
         pos = end
+
+
+def decode_batch(buf: bytes) -> list[BatchItem]:
+    """Decode a batch body; raise ``MessageDecodeError`` on any inconsistency."""
+    out = list(iter_batch(buf))
     if not out:
         raise MessageDecodeError("empty batch")
     return out

@@ -131,6 +131,8 @@ class ServicePlan:
     ports: list[tuple[int, int]]  # (host, container)
     healthcheck: list[str] | None
     profiles: list[str]
+    # container port -> the host address it is published on ("": every interface)
+    published: dict[int, str] = field(default_factory=dict)
 
 
 def plan_services(compose: dict[str, Any], stages: dict[str, Stage],
@@ -149,7 +151,11 @@ def plan_services(compose: dict[str, Any], stages: dict[str, Stage],
         for v in svc.get("volumes", []):
             src, dst, *mode = v.split(":")
             vols.append((src, dst, mode == ["ro"]))
-        ports = [(int(p.split(":")[0]), int(p.split(":")[1])) for p in svc.get("ports", [])]
+        ports, published = [], {}
+        for p in svc.get("ports", []):  # [ip:]host:container
+            *ip, host, container = interpolate(str(p), env).split(":")
+            ports.append((int(host), int(container)))
+            published[int(container)] = ip[0] if ip else ""
         test = (svc.get("healthcheck") or {}).get("test")
         health = stage.healthcheck
         if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
@@ -157,7 +163,7 @@ def plan_services(compose: dict[str, Any], stages: dict[str, Stage],
         plans[name] = ServicePlan(
             name, stage, [interpolate(str(a), env) for a in argv],
             {k: interpolate(str(v), env) for k, v in (svc.get("environment") or {}).items()},
-            vols, ports, health, list(svc.get("profiles") or []))
+            vols, ports, health, list(svc.get("profiles") or []), published)
     return plans
 
 

@@ -158,10 +158,11 @@ class Broker:
             ack_guard=self.store,
             on_connection_lost=self._connection_lost, max_frame=cfg.max_frame_length,
             limits=ConnectionLimits(cfg.max_connections, cfg.idle_timeout,
-                                    cfg.partial_frame_timeout, cfg.max_header_bytes),
+                                    cfg.partial_frame_timeout, cfg.max_header_bytes,
+                                    cfg.partial_frame_budget),
         )
         self.acl: Any = None  # server/acl.py AclGuard with --acl (server/security.py)
-        self.metrics = MetricsEndpoint(self, cfg.metrics_host or cfg.host, cfg.metrics_port)
+        self.metrics = MetricsEndpoint(self, cfg.metrics_host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None

@@ -15,6 +15,11 @@ Invariants:
   sizes of files, listeners, the delay-level table and the flush mode are fixed at start.
 * The overrides file is written atomically in a thread; the change is answered only once
   the file holds it, and a restart applies the same values (``broker.config_loaded``).
+* No settable value can brick the broker: every value is range-checked (RocketMQ's range
+  where it has one), and ``diskMaxUsedSpaceRatio`` (the write watermark here) must be
+  above the data disk's current use, else every send would be refused at once. The same
+  checks run when the file is loaded at start, so a bricking entry in a file written by
+  an older version is skipped (named in ``broker.config_loaded``) and the broker serves.
 """
 
 from __future__ import annotations
@@ -47,6 +52,13 @@ def _int(lo: int, hi: int) -> Callable[[str], int]:
             raise ValueError(f"must be within [{lo}, {hi}]")
         return value
     return parse
+
+
+def disk_used_percent(path: Path) -> float:
+    """How full the data disk is, in percent, counted as ``store/guard.py`` counts it (the
+    root reserve as used)."""
+    st = os.statvfs(path)
+    return 100.0 * (st.f_blocks - st.f_bavail) / st.f_blocks if st.f_blocks > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +136,22 @@ class BrokerSettings:
                                  f"{', '.join(sorted(SETTABLE))}")
             try:
                 out[setting.field] = setting.parse(text)
+                self._check_live(setting.field, out[setting.field])
             except ValueError as err:
                 raise ValueError(f"{key}={text!r}: {err}") from None
         return out
+
+    def _check_live(self, field: str, value: Any) -> None:
+        """Refuse a value that would refuse every send given the broker's state now."""
+        if field == "disk_max_used_ratio":
+            path = Path(self.config.data_dir)
+            try:
+                used = disk_used_percent(path if path.exists() else path.parent)
+            except OSError:
+                return
+            if value * 100 <= used:
+                raise ValueError(f"the data disk is {used:.0f}% used: a watermark at or "
+                                 f"below it would refuse every send (SERVICE_NOT_AVAILABLE)")
 
     def apply(self, props: dict[str, str], known: set[str] | None = None) -> None:
         """Check, then set every field on the live config (all or nothing)."""

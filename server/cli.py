@@ -89,8 +89,9 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
                    "storeReplyMessageEnable; default on)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus metrics on this port (off by default)")
-    p.add_argument("--metrics-host", default=None,
-                   help="address the metrics endpoint binds (default: --host)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address the metrics endpoint binds (default 127.0.0.1, whatever "
+                   "--host is: the endpoint has no authentication)")
     add_security_options(p)
     _limit_options(p)
 
@@ -151,11 +152,15 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
 # (option, BrokerConfig field, type, help); the default shown is the field's default
 _LIMITS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-connections", "max_connections", int,
-     "open connections across all listeners; beyond, a new one is closed at once"),
+     "open connections across all listeners; beyond, a new one is closed at once (None: "
+     "the file-descriptor limit less 512, the limit raised to its hard value at start)"),
     ("--idle-timeout", "idle_timeout", float,
      "seconds without traffic before a connection is closed (clients heartbeat every 30)"),
     ("--partial-frame-timeout", "partial_frame_timeout", float,
      "seconds a connection may hold a half-received frame before it is closed"),
+    ("--partial-frame-budget", "partial_frame_budget", int,
+     "bytes of unfinished frames held across all connections; above, the largest holders "
+     "are closed, those with no authorized request first"),
     ("--max-header-bytes", "max_header_bytes", int,
      "largest request header; a bigger one closes the connection"),
     ("--max-held-pulls-per-connection", "max_held_pulls_per_connection", int,
@@ -163,10 +168,9 @@ _LIMITS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-held-pulls", "max_held_pulls", int,
      "long-polled pulls held in total; beyond, answered PULL_NOT_FOUND at once"),
     ("--max-groups-per-heartbeat", "max_groups_per_heartbeat", int,
-     "producer plus consumer groups in one heartbeat"),
+     "producer groups, and consumer groups, in one heartbeat (None: no limit, as RocketMQ)"),
     ("--max-subscriptions-per-heartbeat", "max_subscriptions_per_heartbeat", int,
-     "subscriptions in one heartbeat"),
-    ("--max-batch-items", "max_batch_items", int, "messages in one batch send"),
+     "subscriptions in one heartbeat (None: no limit, as RocketMQ)"),
     ("--max-clients", "max_clients", int,
      "(group, client id) registrations; beyond, a heartbeat is answered SYSTEM_BUSY"),
     ("--max-open-queue-files", "max_open_queue_files", int,

@@ -119,16 +119,22 @@ class BrokerConfig:
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
     # limits (issue 10; docs/reliability.md lists each with its reason)
-    max_connections: int = 4096
+    # None: what the open-file limit leaves after the rest (server/fdbudget.py), as RocketMQ
+    max_connections: int | None = None
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
     partial_frame_timeout: float = 30.0
-    max_header_bytes: int = 64 * 1024
-    max_held_pulls_per_connection: int = 1024
+    # bytes of unfinished frames held across all connections (server/transport.py)
+    partial_frame_budget: int = 256 * 1024 * 1024
+    # RocketMQ: none below the 16 MiB frame; a stock Java client's send with 32,767 bytes
+    # of properties is up to ~197 KB of JSON header (fastjson escapes control characters)
+    max_header_bytes: int = 1024 * 1024
+    max_held_pulls_per_connection: int = 16384
     max_held_pulls: int = 65536
-    max_groups_per_heartbeat: int = 256
-    max_subscriptions_per_heartbeat: int = 1024
-    max_batch_items: int = 4096
-    max_clients: int = 65536
+    # None: no count limit, as RocketMQ (a heartbeat is bounded by its bytes, the frame;
+    # a big one is registered over several loop turns: handlers/client.py)
+    max_groups_per_heartbeat: int | None = None
+    max_subscriptions_per_heartbeat: int | None = None
+    max_clients: int = 262144  # ~400 bytes each: ~100 MB at the limit (RocketMQ: none)
     # consume-queue files kept mapped at once (each holds a file descriptor; the least
     # recently used is closed first: store/mapped.py). No RocketMQ equivalent (RocketMQ
     # maps every file); lowered at start if the open-file limit cannot hold it with
@@ -145,9 +151,10 @@ class BrokerConfig:
     # (RocketMQ diskSpaceWarningLevelRatio); pulls continue
     disk_max_used_ratio: float = 0.90
     disk_check_interval: float = 1.0
-    # metrics endpoint (None: off; 0: any free port); host None: the broker's --host
+    # metrics endpoint (None: off; 0: any free port). It has no authentication (the ACL
+    # covers the remoting ports only), so it binds loopback unless asked otherwise
     metrics_port: int | None = None
-    metrics_host: str | None = None
+    metrics_host: str = "127.0.0.1"
     # supervised background services: restart backoff base, doubling up to the max
     service_retry_base: float = 0.1
     service_retry_max: float = 30.0

@@ -1,8 +1,11 @@
 """The broker's open-file budget: the soft ``RLIMIT_NOFILE`` raised to the hard one, and
 how many descriptors each part of the broker may hold within it (issue 29).
 
-Owns: ``raise_open_file_limit``, ``open_fds``, ``FdBudget`` (the parts and their sum)
-and ``plan`` (the budget for a configuration), ``FdBudgetError``.
+Owns: ``raise_open_file_limit``, ``open_fds``, ``fd_connection_limit`` (the connections
+a server not given ``max_connections`` takes before a budget is made: the name server),
+``FdBudget`` (the parts and their sum) and ``plan`` (the budget for a configuration;
+``max_connections`` None, the default, as RocketMQ: every descriptor the other parts
+leave), ``FdBudgetError``.
 
 The parts: what the process holds when the broker starts (stdio, the event loop, the log
 files), the listeners, the services' own descriptors (a timerfd per delay level and one
@@ -42,6 +45,16 @@ FLOOR = 16  # connections, and open queue files, below which the broker does not
 TRANSIENT = 16  # descriptors opened for a moment (see the module docstring)
 SEGMENT_MARGIN = 4  # commit-log segments a running broker may add before retention
 INDEX_FDS = 3  # the key index: its mapped file (and CPython's duplicate), a lookup
+FD_RESERVE = 512  # descriptors a server without a budget keeps for everything else
+
+
+def fd_connection_limit() -> int:
+    """Connections the soft RLIMIT_NOFILE allows less ``FD_RESERVE``: a server's default
+    before (or without) a broker's budget; RocketMQ's only bound is that limit."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(64, soft - FD_RESERVE)
 
 
 class FdBudgetError(RuntimeError):
@@ -114,8 +127,9 @@ class FdBudget:
         if self.fits:
             return ""
         besides = self.total - self.connections - self.queue_files
-        return (f"the open-file limit {self.limit} cannot hold --max-connections "
-                f"{cfg.max_connections} and --max-open-queue-files "
+        wanted = "" if cfg.max_connections is None else f" {cfg.max_connections}"
+        return (f"the open-file limit {self.limit} cannot hold --max-connections{wanted} "
+                f"and --max-open-queue-files "
                 f"{cfg.max_open_queue_files} with the {besides} descriptors "
                 f"the broker needs besides: serving with at most {self.connections} "
                 f"connections and {self.queue_files} open queue files; raise the hard "
@@ -132,7 +146,11 @@ def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | Non
     services = len(cfg.delay_levels_ms) + 1 + INDEX_FDS + namesrvs
     fixed = ((open_now if open_now is not None else 8) + listeners + services + TRANSIENT
              + segments + SEGMENT_MARGIN)
-    queue_files, connections = cfg.max_open_queue_files, cfg.max_connections
+    queue_files = cfg.max_open_queue_files
+    if cfg.max_connections is None:  # as RocketMQ: what the limit leaves after the rest
+        connections = max(FLOOR, limit - fixed - queue_files)
+    else:
+        connections = cfg.max_connections
     needed = fixed + queue_files + connections
     fits = needed <= limit
     if not fits:

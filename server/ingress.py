@@ -21,8 +21,8 @@ Invariants:
   the rest while decoding, as Java's ``Long.parseLong`` would); fields stored in 32-bit
   record slots (``flag``, ``reconsumeTimes``) are within int32; offsets a client asks
   for or commits (``queueOffset``, ``commitOffset``, commit-log ``offset``) are >= 0; a
-  ``queueId`` is within the topic's queue count (for an unknown topic: within 0..1023,
-  the largest count a topic can have). A ``commitOffset`` below 0 (pull or
+  ``queueId`` is within the topic's queue count (for an unknown topic: within
+  0..MAX_QUEUE_NUMS-1, the largest count a topic can have). A ``commitOffset`` below 0 (pull or
   UPDATE_CONSUMER_OFFSET) means "none" - Java clients send -1 without the commit flag,
   ali-ons sends UPDATE_CONSUMER_OFFSET with -1 - and is ignored (never stored), not
   refused, as RocketMQ does.
@@ -41,13 +41,15 @@ Invariants:
     addresses. Masking, not refusing, because Java clients on IPv6 hosts set 0x10.
 * Properties of a client send (``message_properties``): ``KAIROS_*`` (the scheduler's
   ``KAIROS_SCHEDULE_ORIGIN``/``KAIROS_DELIVER_MS``), ``REAL_TOPIC`` and ``REAL_QID`` are
-  broker-internal and stripped; ``DELAY`` must be a non-negative integer;
+  broker-internal and stripped; ``DELAY`` must be an integer (a level <= 0 is no
+  delay, as RocketMQ's ``getDelayTimeLevel() > 0``);
   ``TRAN_MSG=true`` makes a single send a half message (``server/transaction/``); a
   batch carrying it is refused (MESSAGE_ILLEGAL). Timer properties are checked on the
   send path (``server/timer/admission.py``: a bad value is MESSAGE_ILLEGAL).
-* Work per request is bounded by ``BrokerConfig``: ``max_batch_items`` per batch,
-  ``max_groups_per_heartbeat`` (producer and consumer groups, each) and
-  ``max_subscriptions_per_heartbeat`` per heartbeat; ``MAX_LOCK_BATCH`` queues per lock.
+* Work per request is bounded by its bytes (the frame), as RocketMQ bounds it: a batch
+  (4 MiB body) and a heartbeat have no count limit (the send and client handlers spread a
+  big one over loop turns); ``max_groups_per_heartbeat`` (producer and consumer groups,
+  each) and ``max_subscriptions_per_heartbeat`` are optional (off by default).
 """
 
 from __future__ import annotations
@@ -94,8 +96,10 @@ if TYPE_CHECKING:
 
 SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-MAX_QUEUE_NUMS = 1024  # the most queues UPDATE_AND_CREATE_TOPIC gives a topic
-MAX_LOCK_BATCH = 16384
+# the most queues UPDATE_AND_CREATE_TOPIC gives a topic. RocketMQ 4.9.8 checks nothing
+# (any int); queues cost nothing until used (consume queues are made on first use), but a
+# topic's statistics answer one entry per queue, so a count stays bounded
+MAX_QUEUE_NUMS = 65535
 PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 SYSFLAG_COMPRESSION_TYPE = 0x700  # RocketMQ 5 MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
 _TRANSACTION_TYPE = SYSFLAG_TRANSACTION_PREPARED | SYSFLAG_TRANSACTION_COMMIT
@@ -276,21 +280,23 @@ def message_properties(raw: str | None) -> dict[str, str]:
     level = props.get(DELAY)
     if level is not None:
         try:
-            n = int(level)
+            int(level)  # <= 0: no delay, as RocketMQ (the put path drops it)
         except ValueError:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
                            f"DELAY must be an integer level, got {shown(level)}") from None
-        if n < 0:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"delay level {n} is negative")
     return props
 
 
-def check_batch_size(limit: int, items: int) -> None:
-    """A batch of ``items`` messages within 1..``limit`` (``max_batch_items``)."""
-    if items > limit:
-        raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                       f"the batch has {items} messages, the limit is {limit} "
-                       f"(max_batch_items)")
+def delay_level(props: dict[str, str]) -> int:
+    """The DELAY level of checked properties (``message_properties``); 0 without one."""
+    level = props.get(DELAY)
+    return int(level) if level is not None else 0
+
+
+def check_batch_items(items: int) -> None:
+    """A batch has at least one message. No upper count: RocketMQ has none, a batch is
+    bounded by its bytes (``max_message_size``, 4 MiB), and the send path stores a big one
+    over several loop turns (``handlers/send.py`` BATCH_SLICE)."""
     if items == 0:
         raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "the batch has no messages")
 
@@ -310,19 +316,9 @@ def check_send_back(h: Any) -> None:
 
 
 def check_heartbeat(topics: TopicConfigManager, cfg: BrokerConfig, data: HeartbeatData) -> None:
-    if len(data.producer_groups) > cfg.max_groups_per_heartbeat:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.producer_groups)} "
-                       f"producer groups, the limit is {cfg.max_groups_per_heartbeat} "
-                       f"(max_groups_per_heartbeat)")
-    if len(data.consumers) > cfg.max_groups_per_heartbeat:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.consumers)} consumer "
-                       f"groups, the limit is {cfg.max_groups_per_heartbeat} "
-                       f"(max_groups_per_heartbeat)")
-    subs = sum(len(c.subscriptions) for c in data.consumers)
-    if subs > cfg.max_subscriptions_per_heartbeat:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat carries {subs} subscriptions, the limit "
-                       f"is {cfg.max_subscriptions_per_heartbeat} "
-                       f"(max_subscriptions_per_heartbeat)")
+    """Names of a heartbeat, and its counts when the (optional) count limits are set."""
+    if cfg.max_groups_per_heartbeat is not None or cfg.max_subscriptions_per_heartbeat:
+        _check_heartbeat_counts(cfg, data)
     for group in data.producer_groups:
         _groups.check(group, "producerDataSet.groupName")
     for consumer in data.consumers:
@@ -331,13 +327,28 @@ def check_heartbeat(topics: TopicConfigManager, cfg: BrokerConfig, data: Heartbe
             check_known_topic(topics, sub.topic, "subscriptionDataSet.topic")
 
 
+def _check_heartbeat_counts(cfg: BrokerConfig, data: HeartbeatData) -> None:
+    groups = cfg.max_groups_per_heartbeat
+    if groups is not None and len(data.producer_groups) > groups:
+        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.producer_groups)} "
+                       f"producer groups, the limit is {cfg.max_groups_per_heartbeat} "
+                       f"(max_groups_per_heartbeat)")
+    if groups is not None and len(data.consumers) > groups:
+        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.consumers)} consumer "
+                       f"groups, the limit is {cfg.max_groups_per_heartbeat} "
+                       f"(max_groups_per_heartbeat)")
+    subs = sum(len(c.subscriptions) for c in data.consumers)
+    limit = cfg.max_subscriptions_per_heartbeat
+    if limit is not None and subs > limit:
+        raise Rejected(SYSTEM_ERROR, f"the heartbeat carries {subs} subscriptions, the limit "
+                       f"is {limit} (max_subscriptions_per_heartbeat)")
+
+
 def check_lock_batch(topics: TopicConfigManager,
                      req: LockBatchRequest) -> list[MessageQueueData]:
-    """Names of a LOCK/UNLOCK_BATCH_MQ body; the queues that exist (others are not locked)."""
+    """Names of a LOCK/UNLOCK_BATCH_MQ body; the queues that exist (others are not locked).
+    No count limit, as RocketMQ: the body's bytes (the frame) bound it."""
     _groups.check(req.consumer_group, "consumerGroup")
-    if len(req.mq_set) > MAX_LOCK_BATCH:
-        raise Rejected(SYSTEM_ERROR, f"the request names {len(req.mq_set)} queues, the limit "
-                       f"is {MAX_LOCK_BATCH}")
     wanted = []
     for mq in req.mq_set:
         cfg = check_known_topic(topics, mq.topic, "mqSet.topic")
@@ -375,7 +386,7 @@ def check_create_topic(h: Any) -> int:
             raise Rejected(SYSTEM_ERROR, f"{field} {shown(value)} is outside "
                            f"0..{MAX_QUEUE_NUMS}")
     if max(h.read_queue_nums, h.write_queue_nums) < 1:
-        raise Rejected(SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        raise Rejected(SYSTEM_ERROR, f"queue numbers must be within 1..{MAX_QUEUE_NUMS}")
     if h.perm & ~PERM_ALL:
         raise Rejected(SYSTEM_ERROR, f"perm {shown(h.perm)} has bits outside {PERM_ALL:#x} "
                        f"(PERM_PRIORITY|PERM_READ|PERM_WRITE|PERM_INHERIT)")

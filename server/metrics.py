@@ -3,8 +3,9 @@
 Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker.stats``
 and live broker state at scrape time; the hot paths only bump plain counters, no
 prometheus calls per message), ``take_snapshot``, ``serve_metrics`` (the endpoint and
-its thread, bound to the given host: the broker passes ``--metrics-host``, else its
-``--host``), ``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
+its thread, bound to the given host: the broker passes ``--metrics-host``, 127.0.0.1
+unless asked, whatever its ``--host``: the endpoint has no authentication),
+``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
 stop) and ``start_metrics(broker, port)``.
 
 Invariants:
@@ -54,6 +55,9 @@ def take_snapshot(broker: Broker) -> dict[str, Any]:
         "held": broker.pull_holds.held, "pulls_not_held": broker.pull_holds.refused,
         "connections": len(broker.server.connections),
         "conn_refused": broker.server.refused, "conn_timed_out": broker.server.timed_out,
+        "conn_unknown_peer": broker.server.unknown_peer,
+        "conn_over_budget": broker.server.over_budget,
+        "partial_frame_bytes": broker.server.buffered,
         "service_failures": dict(st.service_failures),
         "services_degraded": {s["name"]: s["state"] == "degraded"
                               for s in broker.supervisor.status()},
@@ -145,6 +149,10 @@ class BrokerCollector:
              "Connections closed at once: max_connections reached"),
             ("conn_timed_out", "kairosmq_connections_timed_out",
              "Connections closed for idleness or a stalled partial frame"),
+            ("conn_unknown_peer", "kairosmq_connections_unknown_peer",
+             "Connections closed unread: their peer address could not be read"),
+            ("conn_over_budget", "kairosmq_connections_over_budget",
+             "Connections closed because unfinished frames exceeded partial_frame_budget"),
             ("pulls_not_held", "kairosmq_pulls_not_held",
              "Pulls answered at once because a held-pull limit was reached"),
         ):
@@ -185,6 +193,9 @@ class BrokerCollector:
         for name, doc, value in (
             ("kairosmq_pull_held", "PULL requests held by long polling", snap["held"]),
             ("kairosmq_connections", "Open client connections", snap["connections"]),
+            ("kairosmq_partial_frame_bytes",
+             "Bytes of unfinished frames held across connections (partial_frame_budget)",
+             snap["partial_frame_bytes"]),
             ("kairosmq_commitlog_size_bytes", "Commit-log bytes retained (max - min offset)",
              snap["log_max"] - snap["log_min"]),
             ("kairosmq_commitlog_max_offset_bytes", "Commit-log end offset", snap["log_max"]),

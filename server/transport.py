@@ -12,8 +12,11 @@ Invariants:
   answer to a request that appended (``ack_guard.appends`` changed) is checked against
   the store's ``ack_problem`` and becomes SYSTEM_ERROR if a failed write dropped it.
 * Handlers return a ``RemotingCommand`` (answered in this tick), ``None`` (no answer), or
-  an awaitable (run as a tracked task: long polls, sync flush); so many requests can be
-  in flight per connection and answers go out in completion order, matched by opaque.
+  an awaitable (run as a tracked task: long polls, sync flush, a batch stored over several
+  loop turns); so many requests can be in flight per connection and answers go out in
+  completion order, matched by opaque. An awaitable that appends after its handler
+  returned resolves to an ``AckedAnswer``: its answer is checked against every ack token
+  it carries, as an inline answer is against the one taken after its handler.
 * A response frame from a client completes the broker -> client call waiting on its
   opaque (``client_calls.py``: GET_CONSUMER_RUNNING_INFO); any other is dropped, and a
   closing connection fails the calls still waiting on it.
@@ -21,18 +24,38 @@ Invariants:
   ``max_header``) closes only that connection; an unknown code answers
   REQUEST_CODE_NOT_SUPPORTED; an exception in a handler answers SYSTEM_ERROR with a
   remark (``RequestRefused`` its own code). Nothing a client sends stops the server.
-* Limits (``ConnectionLimits``): beyond ``max_connections`` a new connection is closed at
+* Limits (``ConnectionLimits``): beyond ``max_connections`` (default: what the
+  file-descriptor limit allows, ``fdbudget.fd_connection_limit``) a new connection is closed at
   once (``conn.refused``); ``sweep()`` (one periodic call, no per-frame timers) closes
   connections with no traffic either way for ``idle_timeout`` seconds and those holding
-  a half-received frame with no frame completed for ``partial_frame_timeout`` seconds.
-  The per-frame cost is one attribute store (``active``) and a counter.
+  a half-received frame with no frame completed for ``partial_frame_timeout`` seconds
+  whose bytes arrived at under ``MIN_PARTIAL_RATE`` (1 KiB/s) meanwhile (a trickle).
+  The per-read cost is one attribute store (``active``), a byte counter and a comparison
+  with the budget's count (``account`` runs only when the buffered size changed).
+* Peer addresses are real or absent: a connection whose peer address cannot be read (the
+  client reset it before the accept completed) is closed before a byte of it is read
+  (``conn.refused``, counted in ``unknown_peer``), so the ACL white list only ever sees
+  the address the socket reports (``peer_ip``, IPv6 included). ``born_ip`` is the packed
+  form a record's bornHost gets: 4 bytes for IPv4 (and IPv4-mapped IPv6) peers, 16 for
+  IPv6 ones (the store then sets BORNHOST_V6, as RocketMQ does).
+* Memory of unfinished frames is bounded across all connections: every connection's
+  ``FrameReader`` bytes are counted in ``RemotingServer.buffered`` (updated after each
+  read and each processing turn, released when it closes). Above
+  ``partial_frame_budget`` the largest holders are closed until the total is within it
+  (``conn.over_budget``, counted in ``over_budget``): first connections on which no
+  request has been authorized yet (``authorized``: a request passed the ACL, or any
+  request decoded when the ACL is off), largest first, then, if still above, the largest
+  authorized holders. So the held total never exceeds the budget by more than one socket
+  read. A legitimate frame is at most ``max_message_size`` plus its header (4 MiB): the
+  default budget holds 64 of them in flight at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import ipaddress
 import itertools
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,28 +66,62 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError, ProtocolError
 
 from . import client_calls
+from .fdbudget import fd_connection_limit
 
-Result = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+@dataclass(frozen=True, slots=True)
+class AckedAnswer:
+    """What an awaitable handler resolves to when it appended after it returned (a batch
+    stored over several loop turns): the answer leaves only if the records behind every
+    token in ``acks`` (the store's ``ack_token()`` after each part) are written."""
+
+    command: RemotingCommand
+    acks: tuple[Any, ...]
+
+
+Result = RemotingCommand | Awaitable[RemotingCommand | AckedAnswer | None] | None
 # a processor's bound ``handle_x`` (server/handlers/__init__.py builds the tables)
 Handler = Callable[["Connection", RemotingCommand], Result]
 
 _conn_ids = itertools.count(1)
 FRAMES_PER_TURN = 16
-
-
+# a frame still incomplete after partial_frame_timeout is closed only if it arrives slower
+# than this (bytes/s, averaged since it was first seen pending): a slow link sending a big
+# frame is not a stalled one (RocketMQ closes only idle connections)
+MIN_PARTIAL_RATE = 1024
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """Per-server connection limits (BrokerConfig names; docs/reliability.md)."""
+    """Per-server connection limits (BrokerConfig names; docs/reliability.md).
+    ``max_connections`` None: ``fdbudget.fd_connection_limit()``, read when the server is
+    made (a broker then applies its fd budget: server/fdbudget.py)."""
 
-    max_connections: int = 4096
+    max_connections: int | None = None
     idle_timeout: float = 120.0
     partial_frame_timeout: float = 30.0
-    max_header: int | None = 64 * 1024
+    max_header: int | None = 1024 * 1024  # BrokerConfig.max_header_bytes
+    partial_frame_budget: int = 256 * 1024 * 1024
 
     @property
     def sweep_interval(self) -> float:
         """How often ``sweep`` should run: 1 s, finer for tiny (test) timeouts."""
         return max(0.01, min(1.0, self.idle_timeout / 4, self.partial_frame_timeout / 4))
+
+
+def _set_peer(conn: Connection, peer: Any) -> bool:
+    """Fill ``conn``'s peer fields from a ``peername`` tuple; False if it holds no address."""
+    try:
+        ip = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+        port = int(peer[1])
+    except (ValueError, TypeError, IndexError):
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        conn.born_ip = ip.ipv4_mapped.packed  # a dual-stack listener's IPv4 client
+    else:
+        conn.born_ip = ip.packed
+    conn.peer_ip = str(peer[0])
+    conn.peer_port = port
+    conn.peer = f"{peer[0]}:{port}"
+    return True
 
 
 class RequestRefused(Exception):
@@ -85,8 +142,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.conn_id = next(_conn_ids)
         self.peer = "?"
-        self.peer_ip = "127.0.0.1"
-        self.peer_ip4 = b"\x7f\x00\x00\x01"
+        self.peer_ip = ""  # the socket's peer address; never a stand-in (see the module doc)
+        self.born_ip = b"\x00\x00\x00\x00"  # packed peer_ip: a record's bornHost
         self.peer_port = 0
         self._out: list[bytes] = []
         self._acks: list[tuple[int, Any, RemotingCommand]] = []  # see send()
@@ -101,24 +158,30 @@ class Connection(asyncio.Protocol):
         self.active = True  # traffic since the last sweep (either direction)
         self.frames_in = 0
         self.idle_since = 0.0
+        self.bytes_in = 0
         self._partial_mark = -1  # frames_in when a pending partial frame was first seen
         self._partial_since = 0.0
+        self._partial_bytes = 0  # bytes_in then
+        self.authorized = False  # a request passed the auth check (the budget's eviction order)
+        self.counted = 0  # reader bytes included in server.buffered
 
     # ------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer_ip = str(peer[0])
-            self.peer = f"{peer[0]}:{peer[1]}"
-            self.peer_port = int(peer[1])
-            try:
-                self.peer_ip4 = socket.inet_aton(self.peer_ip)
-            except OSError:  # IPv6 peers are stored as loopback: clients read 4-byte hosts
-                self.peer_ip4 = b"\x7f\x00\x00\x01"
         srv = self.server
-        if len(srv.connections) >= srv.limits.max_connections:
+        peer = transport.get_extra_info("peername")
+        if not peer or not _set_peer(self, peer):
+            # reset before the accept completed: getpeername fails. Without an address the
+            # white list cannot be asked, so nothing of it is read (never a stand-in address)
+            self.closed = True
+            srv.unknown_peer += 1
+            srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
+                            connections=len(srv.connections),
+                            reason="peer address unknown (reset before accept); closed unread")
+            transport.close()
+            return
+        if len(srv.connections) >= (srv.limits.max_connections or 0):
             self.closed = True
             srv.refused += 1
             srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
@@ -132,10 +195,15 @@ class Connection(asyncio.Protocol):
                              listener=self.listener)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:  # refused or aborted: nothing more of it is read
+            return
         self.active = True
+        self.bytes_in += len(data)
         self.reader.feed(data)
         if not self._busy and not self._write_paused:
             self._process()
+        if self.reader.buffered != self.counted:
+            self.server.account(self)
 
     def pause_writing(self) -> None:
         """The peer is not reading its answers: stop taking its requests (memory bound)."""
@@ -185,6 +253,8 @@ class Connection(asyncio.Protocol):
             self._busy = True
             asyncio.get_running_loop().call_soon(self._process)
         self._update_reading()
+        if self.reader.buffered != self.counted and not self.closed:
+            self.server.account(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -205,6 +275,12 @@ class Connection(asyncio.Protocol):
         self._out.append(encode_command(cmd))
         if ack is not None and request is not None:
             self._acks.append((len(self._out) - 1, ack, request))
+
+    def send_acked(self, answer: AckedAnswer, request: RemotingCommand) -> None:
+        """``send`` of an answer whose records are behind several ack tokens."""
+        self.send(answer.command)
+        if not self.closed:
+            self._acks.extend((len(self._out) - 1, token, request) for token in answer.acks)
 
     def notify(self, code: int, ext_fields: dict[str, str]) -> None:
         """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
@@ -255,12 +331,18 @@ class RemotingServer:
         self.before_write = before_write
         self.on_connection_lost = on_connection_lost
         self.max_frame = max_frame
-        self.limits = limits or ConnectionLimits()
+        limits = limits or ConnectionLimits()
+        if limits.max_connections is None:
+            limits = dataclasses.replace(limits, max_connections=fd_connection_limit())
+        self.limits = limits
         # The store (appends / ack_token() / ack_problem()): an answer to a request that
         # appended leaves only if its records were written (not rolled back).
         self.ack_guard = ack_guard
         self.refused = 0  # connections refused by max_connections
+        self.unknown_peer = 0  # connections closed unread: no peer address (reset early)
         self.timed_out = 0  # connections closed by the idle / partial-frame sweep
+        self.over_budget = 0  # connections closed by partial_frame_budget
+        self.buffered = 0  # bytes held by every connection's FrameReader (see account)
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -294,6 +376,7 @@ class RemotingServer:
             if not cmd.is_oneway:  # ACL first, as RocketMQ's RPC hook: unknown codes too
                 conn.send(denied)
             return
+        conn.authorized = True
         handler = conn.handlers.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
@@ -318,14 +401,19 @@ class RemotingServer:
         task.add_done_callback(self.tasks.discard)
 
     async def _finish(self, conn: Connection, cmd: RemotingCommand,
-                      pending: Awaitable[RemotingCommand | None], ack: Any = None) -> None:
+                      pending: Awaitable[RemotingCommand | AckedAnswer | None],
+                      ack: Any = None) -> None:
+        result: RemotingCommand | AckedAnswer | None
         try:
             result = await pending
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001
             result = self.failure_answer(conn, cmd, err)
-        if result is not None and not cmd.is_oneway:
+        if isinstance(result, AckedAnswer):
+            if not cmd.is_oneway:
+                conn.send_acked(result, cmd)
+        elif result is not None and not cmd.is_oneway:
             conn.send(result, cmd, ack)
 
     def failure_answer(self, conn: Connection, cmd: RemotingCommand,
@@ -355,6 +443,10 @@ class RemotingServer:
             conn.flush_out()
 
     def connection_lost(self, conn: Connection, reason: str) -> None:
+        if conn.counted:
+            self.buffered -= conn.counted
+            conn.counted = 0
+        conn.reader.clear()  # a closed connection holds no frame bytes (it may be referenced)
         if conn in self.connections:
             self.connections.discard(conn)
             self.log.info("conn.closed", peer=conn.peer, conn_id=conn.conn_id, reason=reason)
@@ -364,13 +456,38 @@ class RemotingServer:
 
     # ------------------------------------------------------------ limits
 
+    def account(self, conn: Connection) -> None:
+        """Carry ``conn``'s FrameReader size into ``buffered``; above
+        ``partial_frame_budget`` close the largest holders (module doc)."""
+        n = conn.reader.buffered
+        self.buffered += n - conn.counted
+        conn.counted = n
+        budget = self.limits.partial_frame_budget
+        if self.buffered <= budget:
+            return
+        # the order: never-authorized connections first, each group largest first
+        holders = sorted((c for c in self.connections if c.counted),
+                         key=lambda c: (c.authorized, -c.counted))
+        for c in holders:
+            if self.buffered <= budget:
+                break
+            self.over_budget += 1
+            held, total = c.counted, self.buffered
+            self.log.warning("conn.over_budget", peer=c.peer, conn_id=c.conn_id,
+                             buffered=held, total=total, budget=budget,
+                             authorized=c.authorized)
+            c.abort(f"unfinished frames hold {total} bytes across connections, above "
+                    f"partial_frame_budget {budget}; this connection held {held} "
+                    f"({'after' if c.authorized else 'before'} any authorized request)")
+
     def sweep(self, now: float | None = None) -> int:
         """Close idle connections and stalled partial frames; return how many closed.
 
         Called every ``limits.sweep_interval`` seconds: a connection is idle after a
         sweep that saw no traffic plus ``idle_timeout``; a partial frame is stalled when
         bytes of an incomplete frame stay buffered with no frame completed (and the
-        connection not paused by backpressure) for ``partial_frame_timeout``.
+        connection not paused by backpressure) for ``partial_frame_timeout`` while fewer
+        than ``MIN_PARTIAL_RATE`` bytes a second arrived.
         """
         lim = self.limits
         now = asyncio.get_running_loop().time() if now is None else now
@@ -386,9 +503,12 @@ class RemotingServer:
                 if conn._partial_mark != conn.frames_in:
                     conn._partial_mark = conn.frames_in
                     conn._partial_since = now
-                elif now - conn._partial_since >= lim.partial_frame_timeout:
+                    conn._partial_bytes = conn.bytes_in
+                elif ((held := now - conn._partial_since) >= lim.partial_frame_timeout
+                      and conn.bytes_in - conn._partial_bytes < MIN_PARTIAL_RATE * held):
                     closing.append((conn, f"partial frame ({conn.reader.buffered} bytes) "
-                                          f"for more than {lim.partial_frame_timeout:g}s"))
+                                          f"for more than {lim.partial_frame_timeout:g}s at "
+                                          f"under {MIN_PARTIAL_RATE} bytes/s"))
             else:
                 conn._partial_mark = -1
         for conn, reason in closing:

@@ -69,17 +69,21 @@ def after_topic_write(topics: TopicConfigManager, handler: Handler) -> Handler:
     def run(conn: Connection, cmd: RemotingCommand) -> Any:
         before = topics.version
         answer = handler(conn, cmd)
-        if topics.version == before:
+        if topics.version == before and not inspect.isawaitable(answer):
             return answer
-        return _when_written(topics, cmd, answer)
+        return _when_written(topics, cmd, answer, before)
 
     return run
 
 
 async def _when_written(topics: TopicConfigManager, cmd: RemotingCommand,
-                        answer: Any) -> Any:
+                        answer: Any, before: int) -> Any:
+    """``answer`` (awaited: a handler may change the table over several loop turns), once
+    ``topics.json`` holds what changed since version ``before``."""
     if inspect.isawaitable(answer):
         answer = await answer
+        if topics.version == before:
+            return answer
     try:
         await topics.flushed()
     except OSError as err:  # logged by the writer (topic.persist_failed), retried there
@@ -102,7 +106,8 @@ def broker_table(b: Broker) -> dict[int, Handler]:
     cfg, store, put = b.config, b.store, b.put_path.put
     send = SendMessageProcessor(topics=b.topics, config=cfg, stats=b.stats, log=b.log,
                                 put=put, offset_msg_id=b.put_path.offset_msg_id,
-                                wait_flushed=b.wait_flushed, clock_ms=store.clock_ms)
+                                wait_flushed=b.wait_flushed, clock_ms=store.clock_ms,
+                                ack_token=store.ack_token)
     pull = PullMessageProcessor(reads=store, topics=b.topics, offsets=b.offsets,
                                 clients=b.clients, notifier=b.notifier, holds=b.pull_holds,
                                 stats=b.stats, config=cfg, log=b.log, msglog=b.msglog,

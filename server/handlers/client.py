@@ -10,20 +10,25 @@ exists (as RocketMQ ClientManageProcessor does, with the group's retryQueueNums)
 retry topic is routable before the first send-back.
 
 Invariants: a malformed JSON body answers SYSTEM_ERROR with the parse error as remark;
-every name and count is checked by ``ingress`` before anything is registered or created;
-a heartbeat whose new subscription groups or retry topics would not fit under
-``max_subscription_groups`` / ``max_topics`` is refused whole with SYSTEM_ERROR naming
-the option, before anything is registered or created; the retry topics one heartbeat
-creates (at most ``max_groups_per_heartbeat``) are in ``topics.json`` before the heartbeat
-is answered (one background write for all of them, ``handlers/__init__.py``); lock
-requests lock only queues that exist.
+every name (and count, when ``max_groups_per_heartbeat`` / ``max_subscriptions_per_heartbeat``
+are set: RocketMQ has no such limit, nor by default kairosmq) is checked by ``ingress``
+before anything is registered or created; a heartbeat whose new subscription groups or
+retry topics would not fit under ``max_subscription_groups`` / ``max_topics`` is refused
+whole with SYSTEM_ERROR naming the option, before anything is registered or created; a
+heartbeat of more than ``HEARTBEAT_SLICE`` groups and subscriptions is registered that
+many per loop turn (other connections are answered meanwhile); the retry topics one
+heartbeat creates are in ``topics.json`` before it is answered (one background write for
+all of them: ``handlers/__init__.py``'s ``after_topic_write``); lock requests lock only
+queues that exist.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.bodies import (
+    ConsumerData,
     HeartbeatData,
     LockBatchRequest,
     encode_consumer_list,
@@ -42,6 +47,31 @@ if TYPE_CHECKING:
     from ..subscriptions import SubscriptionGroupManager
     from ..topics import TopicConfigManager
     from ..transport import Connection
+
+
+HEARTBEAT_SLICE = 64  # groups plus subscriptions registered per loop turn
+
+
+def heartbeat_parts(data: HeartbeatData) -> list[HeartbeatData]:
+    """``data`` cut into parts of about ``HEARTBEAT_SLICE`` groups and subscriptions each
+    (``[data]`` for an ordinary heartbeat)."""
+    producers = data.producer_groups
+    total = len(producers) + sum(1 + len(c.subscriptions) for c in data.consumers)
+    if total <= HEARTBEAT_SLICE:
+        return [data]
+    parts = [HeartbeatData(data.client_id, producers[i:i + HEARTBEAT_SLICE], [])
+             for i in range(0, len(producers), HEARTBEAT_SLICE)]
+    consumers: list[ConsumerData] = []
+    work = 0
+    for consumer in data.consumers:
+        consumers.append(consumer)
+        work += 1 + len(consumer.subscriptions)
+        if work >= HEARTBEAT_SLICE:
+            parts.append(HeartbeatData(data.client_id, [], consumers))
+            consumers, work = [], 0
+    if consumers:
+        parts.append(HeartbeatData(data.client_id, [], consumers))
+    return parts
 
 
 def _language(cmd: RemotingCommand) -> str:
@@ -66,11 +96,31 @@ class ClientManageProcessor:
         self.config = config
         self.log = log
 
-    def handle_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def handle_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> Any:
         data = HeartbeatData.from_json(cmd.body)
-        config = self.config
-        ingress.check_heartbeat(self.topics, config, data)
+        ingress.check_heartbeat(self.topics, self.config, data)
         self._check_room(data)
+        parts = heartbeat_parts(data)
+        if len(parts) == 1:
+            self._register(conn, cmd, data)
+            return cmd.response()
+        return self._register_parts(conn, cmd, parts)
+
+    async def _register_parts(self, conn: Connection, cmd: RemotingCommand,
+                              parts: list[HeartbeatData]) -> RemotingCommand:
+        """A big heartbeat (RocketMQ has no count limit: one client instance heartbeats
+        for every group in its JVM) registered ``HEARTBEAT_SLICE`` groups per loop turn."""
+        for i, part in enumerate(parts):
+            if i:
+                await asyncio.sleep(0)
+                if conn.closed:  # its registrations went with it: register no more
+                    break
+            self._register(conn, cmd, part)
+        return cmd.response()
+
+    def _register(self, conn: Connection, cmd: RemotingCommand, data: HeartbeatData) -> None:
+        """Register the groups of ``data`` (and create their retry topics)."""
+        config = self.config
         for group in data.producer_groups:
             self.clients.register_producer(group, data.client_id, conn, cmd.version,
                                            _language(cmd))
@@ -88,7 +138,6 @@ class ClientManageProcessor:
                 queue_nums = group_cfg.retry_queue_nums
             if consumer.message_model == "CLUSTERING":
                 self.topics.ensure(retry_topic(consumer.group_name), queue_nums)
-        return cmd.response()
 
     def _check_room(self, data: HeartbeatData) -> None:
         """Refuse the heartbeat (nothing registered) if the subscription groups and retry

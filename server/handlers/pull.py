@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,8 @@ class PullMessageProcessor:
         Registered in the same synchronous step as the handler's read: nothing can land
         in between."""
         timeout_ms = max(0, min(h.suspend_timeout_millis, self.config.max_pull_hold_ms))
+        # parsed into ``h``: what is held keeps no raw header (memory per held pull)
+        cmd = dataclasses.replace(cmd, ext_fields={}, body=b"")
         self.log.debug("pull.held", group=h.consumer_group, topic=h.topic,
                        queue_id=h.queue_id, queue_offset=h.queue_offset, timeout_ms=timeout_ms)
 

@@ -138,7 +138,7 @@ class ReplyMessageProcessor:
             r = self.put(MessageInner(
                 topic=h.topic, queue_id=queue_id, body=cmd.body, properties=stored,
                 flag=h.flag, sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-                born_host=(conn.peer_ip4, conn.peer_port),
+                born_host=(conn.born_ip, conn.peer_port),
                 reconsume_times=h.reconsume_times or 0), MessageKind.NORMAL)
             if r.status is PutStatus.PUT_OK:
                 msg_id = r.offset_msg_id or self.offset_msg_id(r.phy_offset)

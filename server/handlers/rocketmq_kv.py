@@ -11,8 +11,11 @@ Invariants:
 * Loading and writing run in a thread (never file I/O on the event loop); a change is
   answered only once the file holds it. Writes are atomic and ordered by generation, so
   an older snapshot never overwrites a newer one.
-* Bounded: namespace and key at most 255 characters, a value at most 16 KiB, at most
-  10,000 entries; beyond that the request gets SYSTEM_ERROR and a remark, nothing changes.
+* Bounded by bytes, not by counts RocketMQ does not have (its KVConfigManager has no
+  limit): namespace and key at most 255 characters; a value as long as a header allows
+  (``max_header_bytes``); the whole table at most ``MAX_TABLE_BYTES`` (8 MiB of UTF-8), so
+  that GET_KVLIST_BY_NAMESPACE always fits in one 16 MiB frame, the most a RocketMQ
+  client reads. Beyond that the request gets SYSTEM_ERROR and a remark, nothing changes.
 * A missing key or namespace answers QUERY_NOT_FOUND (22) with RocketMQ's remark.
 """
 
@@ -33,8 +36,7 @@ if TYPE_CHECKING:
     from ..transport import Connection
 
 MAX_NAME = 255
-MAX_VALUE = 16 * 1024  # a header field: the whole header is capped at 64 KiB
-MAX_ENTRIES = 10_000
+MAX_TABLE_BYTES = 8 * 1024 * 1024  # namespaces, keys and values (UTF-8) together
 
 
 class KvConfig:
@@ -64,6 +66,12 @@ class KvConfig:
     def entries(self) -> int:
         return sum(len(kv) for kv in self.table.values())
 
+    def size(self) -> int:
+        """Bytes of every namespace, key and value (UTF-8)."""
+        return sum(len(ns.encode()) + sum(len(k.encode()) + len(v.encode())
+                                          for k, v in kv.items())
+                   for ns, kv in self.table.items())
+
     async def persist(self) -> None:
         generation = self._file.snapshot_id()
         data = {"configTable": {ns: dict(kv) for ns, kv in self.table.items()}}
@@ -92,8 +100,6 @@ class KvConfigProcessor:
         if cmd.code == RequestCode.PUT_KV_CONFIG:
             if h.value is None:
                 bad = bad or "missing required header field 'value'"
-            elif len(h.value) > MAX_VALUE:
-                bad = bad or f"value is {len(h.value)} characters long, more than {MAX_VALUE}"
         if bad:
             return cmd.error(ResponseCode.SYSTEM_ERROR, bad)
         return self._kv(cmd, h)
@@ -110,9 +116,14 @@ class KvConfigProcessor:
             return cmd.response(ext_fields={"value": value})
         if cmd.code == RequestCode.PUT_KV_CONFIG:
             assert h.value is not None
-            if h.key not in space and kv.entries() >= MAX_ENTRIES:
+            old = space.get(h.key)
+            grown = len(h.value.encode()) + (len(h.key.encode()) + (
+                0 if space else len(h.namespace.encode())) if old is None
+                else -len(old.encode()))
+            if grown > 0 and kv.size() + grown > MAX_TABLE_BYTES:
                 return cmd.error(ResponseCode.SYSTEM_ERROR,
-                                 f"the KV config holds {MAX_ENTRIES} entries already")
+                                 f"the KV config would hold {kv.size() + grown} bytes, more "
+                                 f"than {MAX_TABLE_BYTES} (MAX_TABLE_BYTES)")
             kv.table.setdefault(h.namespace, {})[h.key] = h.value
             event = "kvconfig.updated"
         else:

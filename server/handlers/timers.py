@@ -122,7 +122,7 @@ class RecallMessageProcessor:
                               properties={RECALL_TARGET: format_pair(found.due, found.phy),
                                           RECALL_KIND: found.kind},
                               born_timestamp=self.clock_ms(),
-                              born_host=(conn.peer_ip4, conn.peer_port))
+                              born_host=(conn.born_ip, conn.peer_port))
         result = self.put(marker, MessageKind.RECALL)
         if result.status is not PutStatus.PUT_OK:
             return cmd.error(ResponseCode.SYSTEM_ERROR, f"recall failed, execute error: "

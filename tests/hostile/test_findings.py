@@ -10,9 +10,10 @@ Targets:
 * A huge size word at a client-given offset: refused quickly, no allocation of it.
 * A dead letter whose RETRY_TOPIC names SCHEDULE_TOPIC_XXXX: never resent there (the
   resend reports an error, or the dead letter was refused on the way in).
-* A heartbeat naming thousands of groups: bounded (refused, or at most the per-heartbeat
-  limit applied), other clients answered meanwhile; deeply nested JSON as a body gets an
-  error, as a header closes only that connection.
+* A heartbeat naming thousands of groups: accepted as RocketMQ accepts it (no count
+  limit), registered over several loop turns so that other clients are answered
+  meanwhile; deeply nested JSON as a body gets an error, as a header closes only that
+  connection.
 * The client and topic ``abc\\n``: a non-retriable error at once, not a retry loop.
 """
 
@@ -186,15 +187,19 @@ async def test_heartbeat_with_thousands_of_groups_is_bounded(hostile) -> None:
     r = await hb_task
     after = orjson.loads((await peer.call(RequestCode.KAIROS_GET_BROKER_STATUS, {})).body)
     created = after["topics"] - before["topics"]
-    assert is_error(r) or created <= 256, (
-        f"one heartbeat created {created} topics: {describe(r)}")
+    # RocketMQ 4.9.8 has no count limit (one client instance heartbeats for every group
+    # of its JVM): accepted whole, one %RETRY% topic per clustering group, registered
+    # over several loop turns (the bystander's send above was answered meanwhile)
+    assert r.code == ResponseCode.SUCCESS, describe(r)
+    assert created == groups + 1, (  # + Flooded, the bystander's topic
+        f"one heartbeat of {groups} groups created {created - 1} topics")
     # deeply nested JSON (orjson < 3.9.15 crashed on it: CVE-2024-27454), as a body and
     # as a header: an error answer, resp. only that connection closed
     deep = b"[" * 100_000 + b"]" * 100_000
     r = await peer.call(RequestCode.HEART_BEAT, {}, deep)
     assert is_error(r), describe(r)
     nested = await RawPeer.connect(hb.address)
-    header = b"[" * 30_000 + b"]" * 30_000  # under the 64 KiB header limit
+    header = b"[" * 30_000 + b"]" * 30_000  # under the header limit
     nested.send_raw(struct.pack(">II", 4 + len(header), len(header)) + header)
     try:
         assert await nested.closed(), "a nested JSON header should close its connection"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.message import decode_records
 
 from tests.helpers import pull, send, wait_until
 from tests.wire import RawPeer
@@ -86,8 +87,12 @@ async def test_oversized_body_and_properties(broker_factory) -> None:
 
 async def test_bad_delay_levels(broker) -> None:
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "D", b"x", {"DELAY": "-1"})
-    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "negative" in (r.remark or "")
+    # a level of 0 or below is no delay, as RocketMQ 4.9.8 (getDelayTimeLevel() > 0):
+    # stored in its topic at once, without the DELAY property
+    r = await send(peer, "D", b"neg", {"DELAY": "-1"})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    got = decode_records((await pull(peer, "D", suspend_ms=0)).body)
+    assert [m.body for m in got] == [b"neg"] and "DELAY" not in got[0].properties
     r = await send(peer, "D", b"x", {"DELAY": "soon"})
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "integer" in (r.remark or "")
     await peer.close()

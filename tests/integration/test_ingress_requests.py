@@ -96,19 +96,22 @@ async def test_bad_timer_properties_are_refused_and_store_nothing(broker, key, v
     await peer.close()
 
 
-async def test_batch_item_limit(broker_factory) -> None:
-    b = await broker_factory(max_batch_items=8)
+async def test_batch_checks_and_no_count_limit(broker_factory) -> None:
+    b = await broker_factory()
     peer = await RawPeer.connect(b.address)
     ext = send_ext("Batch", batch="true", i="WAIT\x01true")
 
-    async def batch(n: int, props: str = "") -> Any:
-        body = encode_batch([BatchItem(b"m", 0, props) for _ in range(n)])
-        return await peer.call(R.SEND_BATCH_MESSAGE, ext, body)
+    async def batch(n: int, props: str = "", last: str = "") -> Any:
+        items = [BatchItem(b"m", 0, props) for _ in range(n - 1)] + [BatchItem(b"m", 0, last)]
+        return await peer.call(R.SEND_BATCH_MESSAGE, ext, encode_batch(items))
 
-    _refused(await batch(9), ResponseCode.MESSAGE_ILLEGAL, "9 messages", "max_batch_items")
     _refused(await batch(2, "TIMER_DELAY_SEC\x0110"), ResponseCode.MESSAGE_ILLEGAL,
              "TIMER_DELAY_SEC")
+    # a refusal in the last item of a batch validated over several loop turns: nothing
+    # of it is stored either
+    _refused(await batch(5000, last="DELAY\x013"), ResponseCode.MESSAGE_ILLEGAL, "delay")
     assert b.store.commitlog.max_offset == 0
+    assert b.topics.get("Batch") is None, "a refused batch creates no topic"
     r = await batch(8, "KAIROS_SCHEDULE_ORIGIN\x011:1")
     assert r.code == ResponseCode.SUCCESS, r.remark
     msgs = decode_records((await pull(peer, "Batch", suspend_ms=0)).body)
@@ -207,8 +210,8 @@ async def test_offset_and_queue_requests_check_names_and_queue_ids(broker) -> No
         (R.GET_MAX_OFFSET, {"topic": "Q", "queueId": -1}, "queueId -1"),
         (R.GET_MIN_OFFSET, {"topic": "a\x00b", "queueId": 0}, "topic"),
         (R.GET_EARLIEST_MSG_STORETIME, {"topic": "Q", "queueId": 4}, "queueId 4"),
-        (R.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "Unknown", "queueId": 5000,
-                                        "timestamp": 0}, "0..1023"),
+        (R.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "Unknown", "queueId": 70000,
+                                        "timestamp": 0}, "0..65534"),
     ]
     for code, ext, fragment in cases:
         _refused(await peer.call(code, ext), SYSTEM_ERROR, fragment)
@@ -330,8 +333,8 @@ async def test_admin_requests_check_names_and_integers(broker, tmp_path) -> None
         (R.UPDATE_AND_CREATE_TOPIC, {"topic": "SCHEDULE_TOPIC_XXXX"},
          ResponseCode.NO_PERMISSION, "system topic"),
         (R.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "perm": 64}, SYSTEM_ERROR, "perm 64"),
-        (R.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "readQueueNums": 5000}, SYSTEM_ERROR,
-         "readQueueNums 5000"),
+        (R.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "readQueueNums": 70000}, SYSTEM_ERROR,
+         "readQueueNums 70000"),
         (R.DELETE_TOPIC_IN_BROKER, {"topic": "x\x00"}, SYSTEM_ERROR, "topic"),
         (R.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}, ResponseCode.NO_PERMISSION,
          "system topic"),

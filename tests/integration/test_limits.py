@@ -320,10 +320,10 @@ def _connect_refused(host: str, port: int) -> bool:
     return False
 
 
-async def test_metrics_bind_the_broker_host_or_metrics_host(broker_factory, tmp_path) -> None:
-    b1 = await broker_factory(data_dir=tmp_path / "b1", host="127.0.0.1", metrics_port=0)
+async def test_metrics_bind_loopback_unless_metrics_host(broker_factory, tmp_path) -> None:
+    b1 = await broker_factory(data_dir=tmp_path / "b1", host="0.0.0.0", metrics_port=0)
     host, port = b1.metrics_address.rsplit(":", 1)
-    assert host == "127.0.0.1"  # the broker's --host, not 0.0.0.0
+    assert host == "127.0.0.1"  # not the broker's --host 0.0.0.0: no authentication there
     text = await asyncio.to_thread(_scrape, f"http://127.0.0.1:{port}/metrics")
     assert "kairosmq_up 1.0" in text and "kairosmq_service_failures" in text
     assert await asyncio.to_thread(_connect_refused, "127.0.0.2", int(port))
@@ -349,26 +349,27 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
     d = BrokerConfig()
     names = ("max_connections", "idle_timeout", "partial_frame_timeout", "max_header_bytes",
              "max_held_pulls_per_connection", "max_held_pulls", "max_groups_per_heartbeat",
-             "max_subscriptions_per_heartbeat", "max_batch_items", "max_clients",
+             "max_subscriptions_per_heartbeat", "partial_frame_budget", "max_clients",
              "disk_max_used_ratio", "disk_check_interval", "metrics_host")
     assert {n: getattr(cfg, n) for n in names} == {n: getattr(d, n) for n in names}
     cfg = build_config(ap.parse_args([
         "broker", "--max-connections", "7", "--idle-timeout", "9.5", "--max-header-bytes",
         "100", "--max-held-pulls", "3", "--max-clients", "5", "--disk-max-used-ratio", "0.5",
-        "--metrics-host", "127.0.0.9", "--metrics-port", "0", "--max-batch-items", "2"]))
+        "--metrics-host", "127.0.0.9", "--metrics-port", "0", "--partial-frame-budget", "2"]))
     assert (cfg.max_connections, cfg.idle_timeout, cfg.max_header_bytes, cfg.max_held_pulls,
             cfg.max_clients, cfg.disk_max_used_ratio, cfg.metrics_host, cfg.metrics_port,
-            cfg.max_batch_items) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
+            cfg.partial_frame_budget) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
     with pytest.raises(SystemExit):
         ap.parse_args(["broker", "--help"])
     helptext = capsys.readouterr().out
-    for opt, default in (("--max-connections", "4096"), ("--idle-timeout", "120.0"),
-                         ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "65536"),
-                         ("--max-held-pulls-per-connection", "1024"),
-                         ("--max-held-pulls", "65536"), ("--max-clients", "65536"),
-                         ("--max-groups-per-heartbeat", "256"),
-                         ("--max-subscriptions-per-heartbeat", "1024"),
-                         ("--max-batch-items", "4096"), ("--disk-max-used-ratio", "0.9"),
+    for opt, default in (("--max-connections", "None"), ("--idle-timeout", "120.0"),
+                         ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "1048576"),
+                         ("--max-held-pulls-per-connection", "16384"),
+                         ("--max-held-pulls", "65536"), ("--max-clients", "262144"),
+                         ("--max-groups-per-heartbeat", "None"),
+                         ("--max-subscriptions-per-heartbeat", "None"),
+                         ("--partial-frame-budget", str(256 << 20)),
+                         ("--disk-max-used-ratio", "0.9"),
                          ("--disk-check-interval", "1.0")):
         assert opt in helptext
         seg = helptext.rsplit(f"\n  {opt} ", 1)[1].split("\n  --", 1)[0]
@@ -396,3 +397,17 @@ def test_broker_command_prints_the_metrics_url_it_bound(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+async def test_default_max_connections_follows_the_fd_limit(broker) -> None:
+    # RocketMQ's only connection bound is the file-descriptor limit (its JVM raises the
+    # soft limit to the hard one; the broker does too): the connections get what the
+    # broker's other parts leave of it (server/fdbudget.py)
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    budget = broker.fd_budget
+    assert broker.config.max_connections is None
+    assert budget.fits and budget.limit == soft
+    assert broker.server.limits.max_connections == budget.connections == (
+        soft - (budget.total - budget.connections))

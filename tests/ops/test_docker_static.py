@@ -135,3 +135,35 @@ async def test_healthcheck_command_against_live_broker(broker) -> None:
     proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
     _, err = await proc.communicate()
     assert proc.returncode != 0 and b"cannot reach" in err
+
+
+def test_metrics_published_on_the_docker_host_loopback_only() -> None:
+    """The metrics endpoint has no authentication: every compose file that serves it
+    (docker-compose.yml, and with the ACL overlay) publishes it on 127.0.0.1 only, and the
+    broker binds it on loopback unless --metrics-host says otherwise."""
+    assert _broker_args(["broker"]).metrics_host == "127.0.0.1" == DEFAULTS.metrics_host
+    acl = yaml.safe_load((REPO / "docker-compose.acl.yml").read_text())
+    merged = {**COMPOSE, "services": {**COMPOSE["services"]}}
+    merged["services"]["broker"] = {**COMPOSE["services"]["broker"],
+                                    **acl["services"]["broker"]}
+    for name, compose in (("docker-compose.yml", COMPOSE), ("+ docker-compose.acl.yml", merged)):
+        plans = cod.plan_services(compose, STAGES, env={})
+        served = 0
+        for plan in plans.values():
+            if plan.argv[:2] != ["kairosmq", "broker"]:
+                continue
+            args = _broker_args(plan.argv[1:])
+            for _host, container in plan.ports:
+                if container == args.metrics_port:
+                    served += 1
+                    assert plan.published[container] == "127.0.0.1", (
+                        f"{name}: {plan.name} publishes metrics on "
+                        f"{plan.published[container] or 'every interface'}")
+                else:
+                    assert plan.published[container] == "", (name, plan.name, container)
+            if args.metrics_port is not None:
+                assert args.metrics_host == "0.0.0.0"  # reachable through the port mapping
+        assert served == 1, name
+    # the variable publishes it elsewhere when asked
+    plans = cod.plan_services(COMPOSE, STAGES, env={"KAIROSMQ_METRICS_PUBLISH": "10.0.0.5"})
+    assert plans["broker"].published[9877] == "10.0.0.5"

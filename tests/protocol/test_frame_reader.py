@@ -178,3 +178,49 @@ def test_frame_reader_max_header_checked_on_the_header_word() -> None:
     below.feed(frame)
     with pytest.raises(MalformedFrame):
         list(below)
+
+
+# ---------------------------------------------------------------- large frames in parts
+
+
+def _big_frames() -> tuple[bytes, list[bytes]]:
+    """Two large frames (above LARGE_FRAME) around small ones, and their bodies."""
+    bodies = [bytes(range(256)) * 5000, b"tiny", random.Random(7).randbytes(3 << 20), b"end"]
+    cmds = [request(RequestCode.SEND_MESSAGE_V2, {"a": str(i)}, body=b)
+            for i, b in enumerate(bodies)]
+    return b"".join(encode_command(c) for c in cmds), bodies
+
+
+@pytest.mark.parametrize("chunk", [97, 1000, 65536, 300_000])
+def test_frame_reader_large_frames_gathered_in_parts(chunk: int) -> None:
+    from kairosmq.protocol.codec import LARGE_FRAME
+
+    stream, bodies = _big_frames()
+    reader = FrameReader()
+    got: list[bytes] = []
+    held_max = 0
+    for i in range(0, len(stream), chunk):
+        reader.feed(stream[i: i + chunk])
+        held_max = max(held_max, reader.buffered)
+        got.extend(c.body for c in reader)
+        assert reader.buffered <= min(i + chunk, len(stream))  # nothing counted twice
+    assert got == bodies
+    assert held_max > LARGE_FRAME and reader.buffered == 0
+
+
+def test_frame_reader_counts_and_clears_a_gathered_frame() -> None:
+    stream, _ = _big_frames()
+    reader = FrameReader()
+    reader.feed(stream[:200_000])
+    assert not list(reader)
+    reader.feed(stream[200_000:700_000])
+    assert not list(reader) and reader.buffered == 700_000
+    reader.clear()
+    assert reader.buffered == 0 and not list(reader)
+
+
+def test_frame_reader_oversized_prefix_never_gathered() -> None:
+    reader = FrameReader(max_frame=2 << 20)
+    reader.feed((3 << 20).to_bytes(4, "big") + b"\x00\x00\x00\x10" + b"x" * 100)
+    with pytest.raises(FrameTooLarge):
+        list(reader)

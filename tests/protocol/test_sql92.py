@@ -215,8 +215,11 @@ def test_nesting_is_bounded_and_long_chains_do_not_recurse() -> None:
     assert not chain.matches(props)
     ors = compile_selector(" OR ".join(f"(p{i} = 'x' OR q > {i})" for i in range(1000)))
     assert ors.matches({"q": "999"}) and not ors.matches({"q": "-1"})
+    # RocketMQ has no length limit: an IN list of 10,000 ids (~110 KiB) compiles
+    ids = compile_selector("uid IN (" + ",".join(f"'u{i:06d}'" for i in range(10_000)) + ")")
+    assert ids.matches({"uid": "u009999"}) and not ids.matches({"uid": "u010000"})
     with pytest.raises(SelectorSyntaxError, match="longer than"):
-        compile_selector("a = 1 OR " * 5000 + "a = 1")
+        compile_selector("a = 1 OR " * 30_000 + "a = 1")
 
 
 def test_cache_compiles_once_and_remembers_refusals() -> None:

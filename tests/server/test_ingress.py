@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -170,10 +171,10 @@ def test_send_header_checks(broker: SimpleNamespace) -> None:
     for fields, code, fragment in cases:
         r = _rejected(ingress.check_send_header, broker.topics, _send_header(**fields))
         assert r.code == code and fragment in r.remark, (fields, r.remark)
-    # an unknown but valid topic: no config yet, explicit queue ids within 0..1023
+    # an unknown but valid topic: no config yet, explicit queue ids within 0..65534
     assert ingress.check_send_header(broker.topics, _send_header(b="New", e=7)) is None
-    r = _rejected(ingress.check_send_header, broker.topics, _send_header(b="New", e=1024))
-    assert "0..1023" in r.remark
+    r = _rejected(ingress.check_send_header, broker.topics, _send_header(b="New", e=65535))
+    assert "0..65534" in r.remark
 
 
 def test_int64_is_checked_while_decoding() -> None:
@@ -212,20 +213,27 @@ def test_timer_properties_pass_ingress_for_the_send_path(key: str) -> None:
 
 
 @pytest.mark.parametrize(("props", "code", "fragment"), [
-    ({"DELAY": "-1"}, ResponseCode.MESSAGE_ILLEGAL, "negative"),
     ({"DELAY": "soon"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
+    ({"DELAY": "1.5"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
 ])
 def test_message_properties_refusals(props: dict[str, str], code: int, fragment: str) -> None:
     r = _rejected(ingress.message_properties, encode_properties(props))
     assert r.code == code and fragment in r.remark
 
 
-def test_batch_size(broker: SimpleNamespace) -> None:
-    limit = broker.config.max_batch_items
-    ingress.check_batch_size(limit, limit)
-    r = _rejected(ingress.check_batch_size, limit, limit + 1)
-    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max_batch_items" in r.remark
-    assert "no messages" in _rejected(ingress.check_batch_size, limit, 0).remark
+@pytest.mark.parametrize("level", ["-1", "0", "-2147483648"])
+def test_a_delay_level_of_zero_or_below_is_no_delay(level: str) -> None:
+    # Java's setDelayTimeLevel(-1) is sent as is; RocketMQ 4.9.8 delays only levels > 0
+    props = ingress.message_properties(encode_properties({"DELAY": level}))
+    assert ingress.delay_level(props) == int(level) <= 0
+
+
+def test_batch_items_have_no_upper_count() -> None:
+    # RocketMQ has no count limit: a batch is bounded by its bytes (max_message_size)
+    ingress.check_batch_items(1)
+    ingress.check_batch_items(200_000)
+    r = _rejected(ingress.check_batch_items, 0)
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "no messages" in r.remark
 
 
 def test_pull_checks(broker: SimpleNamespace) -> None:
@@ -273,19 +281,23 @@ def _heartbeat(producers: int = 1, consumers: int = 1, subs: int = 1,
 
 
 def test_heartbeat_checks(broker: SimpleNamespace) -> None:
-    cfg = broker.config
+    # no count limit by default (RocketMQ has none): thousands of groups pass the checks
+    ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(producers=3000,
+                                                                     consumers=3000))
+    ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(subs=3000))
+    cfg = dataclasses.replace(broker.config, max_groups_per_heartbeat=256,
+                              max_subscriptions_per_heartbeat=1024)
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat())
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat(topic=naming.retry_topic("g" * 240)))
     for hb, fragment in [
-        (_heartbeat(producers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
-        (_heartbeat(consumers=cfg.max_groups_per_heartbeat + 1), "max_groups_per_heartbeat"),
-        (_heartbeat(subs=cfg.max_subscriptions_per_heartbeat + 1),
-         "max_subscriptions_per_heartbeat"),
+        (_heartbeat(producers=257), "max_groups_per_heartbeat"),
+        (_heartbeat(consumers=257), "max_groups_per_heartbeat"),
+        (_heartbeat(subs=1025), "max_subscriptions_per_heartbeat"),
         (_heartbeat(group="/../x"), "consumerDataSet.groupName"),
         (HeartbeatData("c1", ["bad group"]), "producerDataSet.groupName"),
         (_heartbeat(topic="t\n"), "subscriptionDataSet.topic"),
     ]:
-        r = _rejected(ingress.check_heartbeat, broker.topics, broker.config, hb)
+        r = _rejected(ingress.check_heartbeat, broker.topics, cfg, hb)
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark, r.remark
 
 
@@ -307,11 +319,13 @@ def test_create_topic_checks() -> None:
         return CreateTopicRequestHeader.from_ext_fields(ext)
 
     assert ingress.check_create_topic(header(readQueueNums=8, writeQueueNums=2)) == 8
+    # mqadmin updateTopic -r 2048 -w 2048: RocketMQ 4.9.8 accepts it (it checks no count)
+    assert ingress.check_create_topic(header(readQueueNums=2048, writeQueueNums=2048)) == 2048
     for fields, code, fragment in [
         (dict(topic="TBW102"), ResponseCode.NO_PERMISSION, "system topic"),
         (dict(topic="x" * 128), ResponseCode.SYSTEM_ERROR, "128 characters"),
-        (dict(readQueueNums=0, writeQueueNums=0), ResponseCode.SYSTEM_ERROR, "1..1024"),
-        (dict(writeQueueNums=1025), ResponseCode.SYSTEM_ERROR, "writeQueueNums 1025"),
+        (dict(readQueueNums=0, writeQueueNums=0), ResponseCode.SYSTEM_ERROR, "1..65535"),
+        (dict(writeQueueNums=65536), ResponseCode.SYSTEM_ERROR, "writeQueueNums 65536"),
         (dict(readQueueNums=-1), ResponseCode.SYSTEM_ERROR, "readQueueNums -1"),
         (dict(perm=0x10), ResponseCode.SYSTEM_ERROR, "perm 16"),
     ]:

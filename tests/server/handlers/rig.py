@@ -43,6 +43,7 @@ class Services:
     def conn(self, port: int = 40001) -> Connection:
         c = Connection(self.broker.server, {}, "broker")
         c.peer, c.peer_port = f"127.0.0.1:{port}", port
+        c.peer_ip, c.born_ip = "127.0.0.1", b"\x7f\x00\x00\x01"  # as connection_made sets them
         return c
 
     def guarded(self, handler: Handler) -> Handler:

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.handlers.rocketmq_kv import MAX_VALUE, KvConfig, KvConfigProcessor
+from kairosmq.server.handlers.rocketmq_kv import MAX_TABLE_BYTES, KvConfig, KvConfigProcessor
 from kairosmq.server.logs import get_logger
 from kairosmq.server.transport import Connection
 
@@ -47,8 +47,20 @@ async def test_put_get_delete_list_persisted(tmp_path: Path) -> None:
 async def test_bounds_are_refused_and_nothing_written(tmp_path: Path) -> None:
     path = tmp_path / "kvConfig.json"
     proc = KvConfigProcessor(kv=KvConfig(path), log=get_logger("test"))
-    big = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="k",
-                      value="v" * (MAX_VALUE + 1))
-    assert big.code == ResponseCode.SYSTEM_ERROR and str(MAX_VALUE) in big.remark
+    # RocketMQ has no value limit: a 100 KiB value (mqadmin updateKvConfig) is kept ...
+    ok = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="k",
+                     value="v" * (100 * 1024))
+    assert ok.code == ResponseCode.SUCCESS
+    for i in range(MAX_TABLE_BYTES // (1024 * 1024) - 1):
+        fill = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key=f"f{i}",
+                           value="v" * (1024 * 1024 - 16))
+        assert fill.code == ResponseCode.SUCCESS, fill.remark
+    # ... up to the table's bytes (its list answer must fit in a frame)
+    big = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="big",
+                      value="v" * (1024 * 1024))
+    assert big.code == ResponseCode.SYSTEM_ERROR and "MAX_TABLE_BYTES" in big.remark
+    assert "big" not in json.loads(path.read_text())["configTable"]["NS"]
+    path.unlink()
+    proc = KvConfigProcessor(kv=KvConfig(path), log=get_logger("test"))
     blank = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace=" ", key="k", value="v")
     assert blank.code == ResponseCode.SYSTEM_ERROR and not path.exists()

@@ -33,7 +33,8 @@ def _processor(s: Services) -> SendMessageProcessor:
 
     return SendMessageProcessor(topics=s.topics, config=s.config, stats=s.stats, log=s.log,
                                 put=s.put, offset_msg_id=s.broker.put_path.offset_msg_id,
-                                wait_flushed=wait_flushed, clock_ms=s.store.clock_ms)
+                                wait_flushed=wait_flushed, clock_ms=s.store.clock_ms,
+                                ack_token=s.store.ack_token)
 
 
 def _send(s: Services, topic: str, body: bytes = b"hello", props: dict[str, str] | None = None,
