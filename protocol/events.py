@@ -47,7 +47,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "broker.fd_budget": {"limit": "int", "raised_from": "int", "open_at_start": "int",
                          "listeners": "int", "services": "int", "transient": "int",
                          "segments": "int", "queue_files": "int", "connections": "int",
-                         "total": "int", "needed": "int", "fits": "boolean",
+                         "total": "long", "needed": "int", "fits": "boolean",
                          "remark": "string"},
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
