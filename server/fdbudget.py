@@ -148,10 +148,11 @@ def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | Non
              + segments + SEGMENT_MARGIN)
     queue_files = cfg.max_open_queue_files
     if cfg.max_connections is None:  # as RocketMQ: what the limit leaves after the rest
+        needed = fixed + queue_files + FLOOR
         connections = max(FLOOR, limit - fixed - queue_files)
     else:
         connections = cfg.max_connections
-    needed = fixed + queue_files + connections
+        needed = fixed + queue_files + connections
     fits = needed <= limit
     if not fits:
         left = limit - fixed
@@ -163,7 +164,8 @@ def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | Non
                 f"needed to serve {FLOOR} connections with {FLOOR} open queue files; "
                 f"raise the hard limit (ulimit -Hn, LimitNOFILE=) to {needed} or more")
         queue_files = min(queue_files, max(FLOOR, left // 4))
-        connections = min(connections, left - queue_files)
+        connections = (left - queue_files if cfg.max_connections is None
+                       else min(connections, left - queue_files))
         queue_files = min(cfg.max_open_queue_files, left - connections)
     return FdBudget(limit=limit, raised_from=raised_from,
                     open_at_start=open_now if open_now is not None else 8,

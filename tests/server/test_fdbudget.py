@@ -21,20 +21,28 @@ def _plan(limit: int, **cfg: Any) -> FdBudget:
 
 def test_the_defaults_fit_a_generous_limit() -> None:
     b = _plan(1 << 16)
-    assert b.fits and b.connections == 4096 and b.queue_files == 1024
-    assert b.needed == b.total <= 1 << 16
+    # max_connections None (the default, as RocketMQ): every descriptor the rest leaves
+    assert b.fits and b.queue_files == 1024 and b.total == 1 << 16
+    assert b.connections == (1 << 16) - (b.total - b.connections) > 60_000
+    assert b.needed == b.total - b.connections + FLOOR
     assert b.segments == 3 + 4 and b.services == 18 + 1 + 3  # 18 delay levels, timers, index
     assert b.remark(BrokerConfig()) == ""
+    c = _plan(1 << 16, max_connections=4096)  # a configured value is kept when it fits
+    assert c.fits and c.connections == 4096 and c.needed == c.total <= 1 << 16
 
 
-@pytest.mark.parametrize("limit", [256, 1024, 4500])
-def test_a_small_limit_lowers_connections_and_queue_files_to_fit(limit: int) -> None:
-    cfg = BrokerConfig()
-    b = _plan(limit)
+@pytest.mark.parametrize(("limit", "connections"),
+                         [(256, 4096), (1024, 4096), (4500, 4096), (256, None), (1000, None)])
+def test_a_small_limit_lowers_connections_and_queue_files_to_fit(
+        limit: int, connections: int | None) -> None:
+    cfg = BrokerConfig(max_connections=connections)
+    b = _plan(limit, max_connections=connections)
     assert not b.fits and b.total == limit and b.needed > limit
     assert FLOOR <= b.queue_files <= 1024 and FLOOR <= b.connections <= 4096
     left = limit - (b.total - b.connections - b.queue_files)
     assert b.queue_files >= min(1024, left // 4)  # at least a quarter of what is left
+    if connections is None:  # the connections get the rest (not queue files beyond that)
+        assert b.queue_files == min(1024, max(FLOOR, left // 4))
     remark = b.remark(cfg)
     assert f"open-file limit {limit}" in remark and f"to {b.needed} or more" in remark
     assert f"at most {b.connections} connections and {b.queue_files} open queue" in remark
