@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from kairosmq.protocol.codes import SerializeType
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY
 
-from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION
+from .producer.fault import LATENCY_MAX, NOT_AVAILABLE_DURATION
 
 Opts = TypeVar("Opts", bound="ClientConfig")
 
@@ -67,7 +67,7 @@ class ClientConfig:
     pull_time_delay_millis_when_exception: int = 3000
     mq_client_api_timeout: float = 3.0
     serialize_type: SerializeType = SerializeType.JSON
-    # ACL and TLS (client/acl.py, docs/security.md): None keys fall back to the environment
+    # ACL and TLS (client/credentials.py, docs/security.md): None keys fall back to the environment
     access_key: str | None = None
     secret_key: str | None = None
     tls: bool | ssl.SSLContext = False
@@ -104,7 +104,7 @@ class ProducerOptions(ClientConfig):
     retry_times_when_send_failed: int = 2
     retry_times_when_send_async_failed: int = 2
     max_message_size: int = MAX_MESSAGE_SIZE
-    # MQFaultStrategy (client/fault.py): latency fault tolerance across brokers
+    # MQFaultStrategy (client/producer/fault.py): latency fault tolerance across brokers
     send_latency_fault_enable: bool = False
     latency_max: tuple[int, ...] = LATENCY_MAX
     not_available_duration: tuple[int, ...] = NOT_AVAILABLE_DURATION

@@ -32,7 +32,7 @@ MIN_OFFSET = "MIN_OFFSET"
 MAX_OFFSET = "MAX_OFFSET"
 CONSUME_START_TIME = "CONSUME_START_TIME"
 CLUSTER = "CLUSTER"
-# request-reply (RocketMQ MessageConst; client/request.py, server/handlers/reply.py)
+# request-reply (RocketMQ MessageConst; client/producer/request.py, server/handlers/reply.py)
 CORRELATION_ID = "CORRELATION_ID"
 REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
 MESSAGE_TTL = "TTL"

@@ -1,4 +1,4 @@
-"""Queue allocation and tag filtering (client/rebalance.py), pure functions."""
+"""Queue allocation and tag filtering (client/consumer/rebalance.py), pure functions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from kairosmq.client import (
     MessageQueue,
 )
-from kairosmq.client.rebalance import allocate_averagely, tag_filter
+from kairosmq.client.consumer.rebalance import allocate_averagely, tag_filter
 from kairosmq.protocol.message import MessageExt
 
 MQS = [MessageQueue("T", "b", i) for i in range(8)]

@@ -31,17 +31,17 @@ from kairosmq.protocol.bodies import decode_consumer_list
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.headers import ConsumerGroupRequestHeader
 
-from .common import Periodic
-from .consume import ConcurrentConsumeService, OrderlyConsumeService
-from .errors import ClientError
-from .message import MessageQueue
+from ..common import Periodic
+from ..errors import ClientError
+from ..message import MessageQueue
+from ..remoting import RemotingPool
+from ..route import RouteCache
+from .consume_service import ConcurrentConsumeService, OrderlyConsumeService
 from .offset_store import ConsumeFromWhere, OffsetStore, compute_start_offset
 from .process_queue import ProcessQueue
 from .pull import PullSettings, Subscription, pull_loop
 from .queue_lock import QueueLocker
 from .rebalance import allocate_averagely
-from .remoting import RemotingPool
-from .route import RouteCache
 
 __all__ = ["QueueOwnership"]
 

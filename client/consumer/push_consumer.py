@@ -45,9 +45,21 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import UnregisterClientRequestHeader
 from kairosmq.protocol.message import MessageExt
 
+from ..common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic, retry_topic
+from ..errors import ClientError, ClientStateError
+from ..lifecycle import ClientLifecycle, ServiceState
+from ..message import MessageQueue
+from ..options import (
+    ClientConfig,
+    MessageModel,
+    ProducerOptions,
+    PushConsumerOptions,
+    build_options,
+)
+from ..producer.producer import Producer
+from ..remoting import RemotingClient
 from . import callbacks
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic, retry_topic
-from .consume import (
+from .consume_service import (
     ConcurrentConsumeService,
     Listener,
     ListenerRunner,
@@ -56,23 +68,11 @@ from .consume import (
     retry_message,
 )
 from .consumer_queues import QueueOwnership
-from .errors import ClientError, ClientStateError
-from .lifecycle import ClientLifecycle, ServiceState
-from .message import MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from .options import (
-    ClientConfig,
-    MessageModel,
-    ProducerOptions,
-    PushConsumerOptions,
-    build_options,
-)
 from .process_queue import ProcessQueue
-from .producer import Producer
 from .pull import PullSettings, Subscription
 from .queue_lock import QueueLocker
 from .rebalance import tag_filter
-from .remoting import RemotingClient
 from .selector import MessageSelector, check_in_brokers
 
 __all__ = ["MessageModel", "PushConsumer"]

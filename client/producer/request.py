@@ -48,8 +48,8 @@ from kairosmq.protocol.properties import (
     decode_properties,
 )
 
-from .errors import ClientError, MessageError
-from .message import Message
+from ..errors import ClientError, MessageError
+from ..message import Message
 
 if TYPE_CHECKING:
     from .producer import Producer

@@ -1,9 +1,9 @@
 """Producer: route lookup, queue choice, retries and every RocketMQ send mode.
 
 Owns: ``Producer`` (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered sends
-through a queue selector; ``request``, whose work is in client/request.py; requests a broker
-sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
-``SendRequest`` and ``hash_selector`` live in client/send.py. Request headers are
+through a queue selector; ``request``, whose reply machinery is in request.py; requests a
+broker sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
+``SendRequest`` and ``hash_selector`` live in send.py. Request headers are
 ``SendMessageRequestHeader`` values written with the V2 short names.
 
 Invariants:
@@ -16,7 +16,7 @@ Invariants:
   ``send_msg_timeout`` budget; only ``retriable`` errors are retried, each time on the
   next queue of another broker when there is one (RocketMQ's ``selectOneMessageQueue``).
   Sends through a selector or to an explicit queue are not retried (order matters more).
-* Queue choice is ``FaultStrategy`` (client/fault.py): round robin over the queues of all
+* Queue choice is ``FaultStrategy`` (client/producer/fault.py): round robin over the queues of all
   brokers of the route, brokers in reconnect backoff last; with
   ``send_latency_fault_enable`` RocketMQ's latency fault tolerance (each attempt's latency
   recorded, a retriable failure isolates its broker).
@@ -54,14 +54,14 @@ from kairosmq.protocol.naming import is_retry_topic
 from kairosmq.protocol.properties import MAX_RECONSUME_TIMES, RECONSUME_TIME, UNIQ_KEY
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
-from .errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from ..common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
+from ..errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from ..lifecycle import ClientLifecycle
+from ..message import Message, MessageExt, MessageQueue, SendResult, wire_properties
+from ..options import ProducerOptions, build_options
+from ..route import TopicRouteInfo
 from .fault import FaultStrategy
-from .lifecycle import ClientLifecycle
-from .message import Message, MessageExt, MessageQueue, SendResult, wire_properties
-from .options import ProducerOptions, build_options
 from .request import ReplyWaiters, send_request
-from .route import TopicRouteInfo
 from .send import STORED, QueueSelector, SendRequest
 
 log = logging.getLogger("kairosmq.client.producer")
@@ -156,7 +156,7 @@ class Producer(ClientLifecycle):
         return info
 
     def _pick(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
-        """The queue of the next attempt (client/fault.py: round robin skipping ``avoid``,
+        """The queue of the next attempt (client/producer/fault.py: round robin skipping ``avoid``,
         or RocketMQ's latency fault tolerance when ``send_latency_fault_enable``)."""
         return self._fault.select(queues, avoid)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from kairosmq.protocol.bodies import parse_tag_expression
 from kairosmq.protocol.message import MessageExt
 
-from .message import MessageQueue
+from ..message import MessageQueue
 
 
 def allocate_averagely(

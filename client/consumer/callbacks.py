@@ -34,11 +34,11 @@ from kairosmq.protocol.bodies import MessageQueueData, encode_mq_table
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
-from .message import MessageQueue
+from ..message import MessageQueue
 from .selector import MessageSelector
 
 if TYPE_CHECKING:
-    from .consumer import PushConsumer
+    from .push_consumer import PushConsumer
 
 log = logging.getLogger("kairosmq.client.callbacks")
 

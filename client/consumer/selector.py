@@ -22,7 +22,7 @@ from kairosmq.protocol.bodies import SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
-from .errors import BrokerError, ConnectionClosed, RequestTimeout
+from ..errors import BrokerError, ConnectionClosed, RequestTimeout
 from .pull import Subscription
 
 log = logging.getLogger("kairosmq.client.selector")

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from kairosmq.protocol.bodies import LockBatchRequest, MessageQueueData, decode_lock_response
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
-from .errors import ClientError
-from .message import MessageQueue
+from ..errors import ClientError
+from ..message import MessageQueue
+from ..remoting import RemotingPool
 from .process_queue import ProcessQueue
-from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.consumer.lock")
 

@@ -48,8 +48,8 @@ from kairosmq.protocol.properties import (
     WAIT,
 )
 
-from .errors import ClientError
-from .message import ConsumeStatus, Message, MessageQueue
+from ..errors import ClientError
+from ..message import ConsumeStatus, Message, MessageQueue
 from .process_queue import ProcessQueue
 
 log = logging.getLogger("kairosmq.client.consume")

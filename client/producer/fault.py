@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .message import MessageQueue
+from ..message import MessageQueue
 
 LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_DURATION = (0, 0, 30000, 60000, 120000, 180000, 600000)

@@ -40,10 +40,10 @@ from kairosmq.protocol.headers import (
 )
 from kairosmq.protocol.naming import is_retry_topic
 
-from .errors import ClientError
-from .message import MessageQueue
-from .options import ConsumeFromWhere
-from .remoting import RemotingPool
+from ..errors import ClientError
+from ..message import MessageQueue
+from ..options import ConsumeFromWhere
+from ..remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.offsets")
 
