@@ -1,10 +1,11 @@
 """Producer: route lookup, queue choice, retries and every RocketMQ send mode.
 
-Owns: ``Producer`` (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered sends
-through a queue selector; ``request``, whose reply machinery is in request.py; requests a
-broker sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
-``SendRequest`` and ``hash_selector`` live in send.py. Request headers are
-``SendMessageRequestHeader`` values written with the V2 short names.
+Owns: ``Producer`` (RocketMQ's DefaultMQProducerImpl: ``send``, ``send_async``,
+``send_oneway``, ``send_batch``; ordered sends through a queue selector; ``recall``;
+``request``, the request-reply flow, over request.py's reply waiters; requests a broker
+sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``).
+``SendRequest`` and ``hash_selector`` live in send.py, queue choice in fault.py. Request
+headers are ``SendMessageRequestHeader`` values written with the V2 short names.
 
 Invariants:
 * Client-side checks (topic, body size against ``max_message_size``, batch rules) run
@@ -61,7 +62,7 @@ from ..message import Message, MessageExt, MessageQueue, SendResult, wire_proper
 from ..options import ProducerOptions, build_options
 from ..route import TopicRouteInfo
 from .fault import FaultStrategy
-from .request import ReplyWaiters, send_request
+from .request import ReplyWaiters, prepare_request
 from .send import STORED, QueueSelector, SendRequest
 
 log = logging.getLogger("kairosmq.client.producer")
@@ -345,9 +346,32 @@ class Producer(ClientLifecycle):
         """Send ``msg`` as a request and await its reply (RocketMQ 4.6+ request-reply):
         ``timeout`` (default ``send_msg_timeout``) bounds the send and the wait. A
         responder answers with ``producer.send(create_reply(msg, body))``
-        (``kairosmq.client.request``). Raises ``ReplyTimeout`` or the send's errors."""
-        return await send_request(self, msg, timeout, selector=selector, arg=arg,
-                                  queue=queue)
+        (``kairosmq.client``). Raises ``ReplyTimeout`` or the send's errors."""
+        budget = self.send_msg_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        request, correlation_id = prepare_request(msg, self.client_id, budget)
+        await self._register_for_replies(msg.topic)
+        fut = self._replies.add(correlation_id)
+        try:
+            await self.send(request, timeout=max(deadline - loop.time(), 0.001),
+                            selector=selector, arg=arg, queue=queue)
+        except BaseException:
+            self._replies.discard(correlation_id)
+            raise
+        return await self._replies.wait(correlation_id, fut, msg.topic,
+                                        deadline - loop.time())
+
+    async def _register_for_replies(self, topic: str) -> None:
+        """HEART_BEAT every broker of ``topic``'s route not yet told about this producer, and
+        wait for it: the broker finds a reply's requester among its registered producers
+        (RocketMQ's prepareSendRequest sends heartbeats the same way)."""
+        info = await self._route(topic)
+        new = set(info.broker_addrs.values()) - self._reply_registered
+        if new:
+            body = self._heartbeat_data().to_json()
+            await asyncio.gather(*(self._heartbeat(addr, body) for addr in new))
+            self._reply_registered |= new
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an acknowledgement (one attempt, no result)."""
