@@ -52,7 +52,13 @@ from kairosmq.protocol.headers import (
 from kairosmq.protocol.ids import UniqIdGenerator
 from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.naming import is_retry_topic
-from kairosmq.protocol.properties import MAX_RECONSUME_TIMES, RECONSUME_TIME, UNIQ_KEY
+from kairosmq.protocol.properties import (
+    MAX_RECONSUME_TIMES,
+    RECONSUME_TIME,
+    UNIQ_KEY,
+    WAIT,
+    encode_properties,
+)
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
 from ..common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
@@ -414,7 +420,7 @@ class Producer(ClientLifecycle):
         if len(body) > limit:
             raise MessageTooLarge(len(body), limit)
         return await self._send(SendRequest(
-            topic, body, ",".join(ids), "WAIT\x01true", batch=True, queue=queue,
+            topic, body, ",".join(ids), encode_properties({WAIT: "true"}), batch=True, queue=queue,
             timeout=timeout, retries=self.options.retry_times_when_send_failed))
 
 
