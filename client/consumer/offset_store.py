@@ -7,8 +7,8 @@ and persisted. ``RemoteOffsetStore`` uses QUERY_CONSUMER_OFFSET / UPDATE_CONSUME
 fsync, ``os.replace``).
 
 Also owns where a queue without a stored offset starts: ``ConsumeFromWhere`` and
-``compute_start_offset`` (RocketMQ ``computePullFromWhere``, moved here from
-``consumer.py``).
+``compute_start_offset`` (RocketMQ ``computePullFromWhere``; the consumer's Rebalance asks
+it when it adds a queue).
 
 Invariants: ``update(..., increase_only=True)`` never moves an offset backwards; a
 queue's offset is only persisted after it changed (or when forced), and a read that finds

@@ -2,8 +2,9 @@
 
 Owns: building the ``LockBatchRequest`` body for ``(group, client_id)`` and sending lock,
 renew and unlock requests, grouped per broker. It holds no table of its own: the
-consumer's ``MessageQueue -> ProcessQueue`` table is passed in, and ``lock`` records the
-outcome on those process queues (``locked``, ``lock_time``).
+Rebalance's ``MessageQueue -> ProcessQueue`` table (rebalance.py, which holds the locker)
+is passed in, and ``lock`` records the outcome on those process queues (``locked``,
+``lock_time``).
 
 Invariants:
 * one lock request only names queues of one broker (``renew``/``unlock`` group them);

@@ -17,13 +17,14 @@ Invariants:
   ``send_msg_timeout`` budget; only ``retriable`` errors are retried, each time on the
   next queue of another broker when there is one (RocketMQ's ``selectOneMessageQueue``).
   Sends through a selector or to an explicit queue are not retried (order matters more).
-* Queue choice is ``FaultStrategy`` (client/producer/fault.py): round robin over the queues of all
+* Queue choice is ``FaultStrategy`` (fault.py): round robin over the queues of all
   brokers of the route, brokers in reconnect backoff last; with
   ``send_latency_fault_enable`` RocketMQ's latency fault tolerance (each attempt's latency
   recorded, a retriable failure isolates its broker).
 * A ``%RETRY%<group>`` send carries reconsumeTimes / maxReconsumeTimes from the message's
   RECONSUME_TIME / MAX_RECONSUME_TIMES (Java's ``sendKernelImpl``); a UNIQ_KEY already in
-  the properties is kept (the consumer's send-back fallback, consume.retry_message).
+  the properties is kept (the consumer's send-back fallback,
+  consumer/consume_service.py's ``retry_message``).
 * Response codes FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE mean
   "stored" and become ``SendStatus`` values; any other non-zero code raises.
 """
@@ -163,7 +164,7 @@ class Producer(ClientLifecycle):
         return info
 
     def _pick(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
-        """The queue of the next attempt (client/producer/fault.py: round robin skipping ``avoid``,
+        """The queue of the next attempt (fault.py: round robin skipping ``avoid``,
         or RocketMQ's latency fault tolerance when ``send_latency_fault_enable``)."""
         return self._fault.select(queues, avoid)
 
