@@ -121,7 +121,7 @@ class PushConsumer(ClientLifecycle):
             directory = opts.offset_store_dir or Path.home() / ".kairosmq_offsets"
             self._offsets = LocalOffsetStore(directory, self.group)
         self._rebalance = Rebalance(self, opts, self._offsets)
-        self._subs = self._rebalance.subscriptions  # the rebalance's table, read here
+        self._subs = self._rebalance.subscriptions  # RocketMQ keeps them in RebalanceImpl
         self._listener: Listener | None = None
         self._orderly = False
         self._service: ConcurrentConsumeService | OrderlyConsumeService | None = None
