@@ -32,11 +32,13 @@ from typing import Any, TypeVar
 from kairosmq.protocol.codes import SerializeType
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY
 
-from .producer.fault import LATENCY_MAX, NOT_AVAILABLE_DURATION
-
 Opts = TypeVar("Opts", bound="ClientConfig")
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+# RocketMQ 4.9's MQFaultStrategy tables (ms), the defaults of ``latency_max`` and
+# ``not_available_duration``; client/producer/fault.py applies them
+LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
+NOT_AVAILABLE_DURATION = (0, 0, 30000, 60000, 120000, 180000, 600000)
 
 
 class MessageModel(Enum):

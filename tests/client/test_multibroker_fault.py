@@ -9,11 +9,9 @@ from collections import Counter
 import pytest
 from kairosmq.client import Producer
 from kairosmq.client.message import MessageQueue
-from kairosmq.client.options import ProducerOptions
+from kairosmq.client.options import LATENCY_MAX, NOT_AVAILABLE_DURATION, ProducerOptions
 from kairosmq.client.producer.fault import (
     ISOLATION_LATENCY_MILLIS,
-    LATENCY_MAX,
-    NOT_AVAILABLE_DURATION,
     FaultStrategy,
     LatencyFaultTolerance,
 )
