@@ -10,12 +10,20 @@ Works against kairosmq brokers and Apache RocketMQ 4.x alike::
     consumer.subscribe("TopicTest", "TagA || TagB")   # or MessageSelector.sql("a > 5")
     consumer.register_listener(on_messages)   # async or sync fn(msgs, context)
     await consumer.start()
+
+The code lives in two rooms: ``producer/`` (Producer, SendRequest and selectors, the fault
+strategy, request-reply, TransactionProducer) and ``consumer/`` (PushConsumer and the
+parts it holds: rebalance, consume services, process queues, pull, offsets, locks,
+selectors, the broker's callbacks); the modules at this level are what both share
+(messages, options, errors, the lifecycle, remoting, routes, credentials) and the
+``kairosmq admin`` client. Import from here; the module paths are not the API.
 """
 
 from __future__ import annotations
 
-from .consume import ConsumeContext
-from .consumer import PushConsumer
+from .consumer.consume_service import ConsumeContext
+from .consumer.push_consumer import PushConsumer
+from .consumer.selector import MessageSelector
 from .errors import (
     BrokerError,
     ClientError,
@@ -45,10 +53,14 @@ from .options import (
     ProducerOptions,
     PushConsumerOptions,
 )
-from .producer import Producer
-from .request import ReplyTimeout, create_reply, get_reply_to_client
-from .selector import MessageSelector
-from .send import SendRequest, hash_selector
+from .producer.producer import Producer
+from .producer.request import ReplyTimeout, create_reply, get_reply_to_client
+from .producer.send import SendRequest, hash_selector
+from .producer.transaction import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "BrokerError",
@@ -60,6 +72,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeStatus",
     "InvalidName",
+    "LocalTransactionState",
     "Message",
     "MessageError",
     "MessageExt",
@@ -79,6 +92,8 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "ServiceState",
+    "TransactionProducer",
+    "TransactionSendResult",
     "format_host",
     "get_reply_to_client",
     "create_reply",

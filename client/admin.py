@@ -45,7 +45,7 @@ from kairosmq.protocol.registration import ClusterInfo
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
 from . import admin_view as view
-from .acl import client_ssl_context, credentials_from, rpc_hook_for
+from .credentials import client_ssl_context, credentials_from, rpc_hook_for
 from .errors import ClientError
 from .remoting import RemotingPool
 
@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def security_options(args: argparse.Namespace) -> dict[str, Any]:
     """RemotingPool keywords from --access-key/--secret-key (or the environment) and
-    --tls/--tls-ca (client/acl.py)."""
+    --tls/--tls-ca (client/credentials.py)."""
     import ssl
 
     creds = credentials_from(getattr(args, "access_key", None),

@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-from kairosmq.protocol.naming import retry_topic, validate_group, validate_topic
+from kairosmq.protocol.naming import validate_group, validate_topic
 
 from .errors import InvalidName
 
@@ -37,8 +37,7 @@ def make_client_id(ip: str, instance_name: str | None = None) -> str:
     return f"{ip}@{name}"
 
 
-__all__ = ["CLIENT_INNER_PRODUCER", "Periodic", "check_group", "check_topic", "make_client_id",
-           "retry_topic"]
+__all__ = ["CLIENT_INNER_PRODUCER", "Periodic", "check_group", "check_topic", "make_client_id"]
 
 
 def check_topic(topic: str) -> None:

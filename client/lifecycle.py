@@ -33,8 +33,8 @@ from kairosmq.protocol.bodies import HeartbeatData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.headers import UnregisterClientRequestHeader
 
-from .acl import client_ssl_context, credentials_from, rpc_hook_for
 from .common import Periodic, make_client_id
+from .credentials import client_ssl_context, credentials_from, rpc_hook_for
 from .errors import ClientError, ClientStateError
 from .options import ClientConfig
 from .remoting import RemotingPool, RequestHandler, local_ip

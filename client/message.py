@@ -27,13 +27,12 @@ from kairosmq.protocol.message import MessageExt
 from kairosmq.protocol.properties import (
     DELAY,
     KEYS,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
     TAGS,
     TIMER_DELAY_MS,
     TIMER_DELIVER_MS,
     UNIQ_KEY,
     WAIT,
+    encode_property_pairs,
 )
 
 __all__ = [
@@ -108,26 +107,25 @@ class Message:
 
 
 def wire_properties(msg: Message, uniq_id: str | None, *, wait: bool = True) -> str:
-    """The properties string for ``msg`` (user properties first, then the system ones)."""
-    parts = [
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in msg.properties.items()
-        if k and v != "" and not (uniq_id and k == UNIQ_KEY)
-    ] if msg.properties else []
+    """The properties string for ``msg``: user properties first, then the system ones
+    (a system one written after a user property of the same name wins when decoded), in
+    the protocol's encoding (``encode_property_pairs``: empty names and values left out)."""
+    pairs = [(k, v) for k, v in msg.properties.items() if not (uniq_id and k == UNIQ_KEY)]
     if msg.tags:
-        parts.append(f"{TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}")
+        pairs.append((TAGS, msg.tags))
     keys = msg.keys_str
     if keys:
-        parts.append(f"{KEYS}{NAME_VALUE_SEPARATOR}{keys}")
+        pairs.append((KEYS, keys))
     if msg.delay_level > 0:
-        parts.append(f"{DELAY}{NAME_VALUE_SEPARATOR}{msg.delay_level}")
+        pairs.append((DELAY, str(msg.delay_level)))
     timer = msg.timer_property
     if timer is not None:
-        parts.append(f"{timer[0]}{NAME_VALUE_SEPARATOR}{timer[1]}")
+        pairs.append(timer)
     if uniq_id:
-        parts.append(f"{UNIQ_KEY}{NAME_VALUE_SEPARATOR}{uniq_id}")
+        pairs.append((UNIQ_KEY, uniq_id))
     if wait:
-        parts.append(f"{WAIT}{NAME_VALUE_SEPARATOR}true")
-    return PROPERTY_SEPARATOR.join(parts)
+        pairs.append((WAIT, "true"))
+    return encode_property_pairs(pairs)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -32,11 +32,13 @@ from typing import Any, TypeVar
 from kairosmq.protocol.codes import SerializeType
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY
 
-from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION
-
 Opts = TypeVar("Opts", bound="ClientConfig")
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+# RocketMQ 4.9's MQFaultStrategy tables (ms), the defaults of ``latency_max`` and
+# ``not_available_duration``; client/producer/fault.py applies them
+LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
+NOT_AVAILABLE_DURATION = (0, 0, 30000, 60000, 120000, 180000, 600000)
 
 
 class MessageModel(Enum):
@@ -67,7 +69,7 @@ class ClientConfig:
     pull_time_delay_millis_when_exception: int = 3000
     mq_client_api_timeout: float = 3.0
     serialize_type: SerializeType = SerializeType.JSON
-    # ACL and TLS (client/acl.py, docs/security.md): None keys fall back to the environment
+    # ACL and TLS (client/credentials.py, docs/security.md): None keys fall back to the environment
     access_key: str | None = None
     secret_key: str | None = None
     tls: bool | ssl.SSLContext = False
@@ -104,7 +106,7 @@ class ProducerOptions(ClientConfig):
     retry_times_when_send_failed: int = 2
     retry_times_when_send_async_failed: int = 2
     max_message_size: int = MAX_MESSAGE_SIZE
-    # MQFaultStrategy (client/fault.py): latency fault tolerance across brokers
+    # MQFaultStrategy (client/producer/fault.py): latency fault tolerance across brokers
     send_latency_fault_enable: bool = False
     latency_max: tuple[int, ...] = LATENCY_MAX
     not_available_duration: tuple[int, ...] = NOT_AVAILABLE_DURATION

@@ -13,14 +13,14 @@ Invariants:
   off exponentially with jitter (``base * 2**n * (1 + random())``, capped), and a request
   whose deadline ends before the next attempt fails fast with ``ConnectionClosed``.
 * ``backing_off(address)`` says whether an address is waiting out that backoff (a
-  producer sends to another broker meanwhile, client/fault.py); ``on_reconnect`` is
+  producer sends to another broker meanwhile, client/producer/fault.py); ``on_reconnect`` is
   called when a connection opens again after one was lost (the client heartbeats a
   broker that may have restarted); ``drop(address)`` closes a broker no route lists.
 * Requests initiated by the peer (e.g. NOTIFY_CONSUMER_IDS_CHANGED, one-way) go to the
   ``on_request`` callback; a two-way one it does not answer gets REQUEST_CODE_NOT_SUPPORTED.
 * Frames are queued whole and flushed together once per loop iteration (one writev),
   so frames never interleave and a burst of sends costs one syscall.
-* Every request passes ``rpc_hook`` (ACL signing, client/acl.py) right before it is
+* Every request passes ``rpc_hook`` (ACL signing, client/credentials.py) right before it is
   encoded, so the signature covers the exact extFields and body sent; answers to the
   peer's requests are not signed. With ``ssl`` the connection is TLS (server name checked
   as the context says).
@@ -52,7 +52,7 @@ from .errors import ConnectionClosed, RequestTimeout
 log = logging.getLogger("kairosmq.client.remoting")
 
 RequestHandler = Callable[["RemotingClient", RemotingCommand], "RemotingCommand | None"]
-# client/acl.py AclRpcHook: (code, extFields, body) -> the extFields to send (signed)
+# client/credentials.py AclRpcHook: (code, extFields, body) -> the extFields to send (signed)
 RpcHook = Callable[[int, Mapping[str, str], bytes], dict[str, str]]
 
 
@@ -140,7 +140,7 @@ class RemotingClient:
         serialize_type: header encoding for our requests (JSON is what stock Java uses).
         backoff_base / backoff_max: reconnect backoff, seconds.
         rpc_hook: applied to every request's extFields just before encoding (signing).
-        ssl: connect with TLS using this context (client/acl.py ``client_ssl_context``).
+        ssl: connect with TLS using this context (client/credentials.py ``client_ssl_context``).
         on_reconnect: called with the address each time a connection opens after an
             earlier one was lost (a restarted broker: the client heartbeats it again).
     """

@@ -1,15 +1,20 @@
 """Message properties string codec and the property names RocketMQ defines.
 
-Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2String),
-its tolerant decoder, and the ``MessageConst`` key names.
+Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2String)
+of a dict (``encode_properties``) or of ordered pairs (``encode_property_pairs``, what the
+bundled client's ``wire_properties`` writes), its tolerant decoder, and the
+``MessageConst`` key names.
 
 Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
-it) and skips pairs with an empty name or value; encoding never writes a trailing
-separator and never writes an empty value. Encoded strings over 32767 UTF-8 bytes are
-the caller's to reject (MESSAGE_ILLEGAL), because the record stores an int16 length.
+it) and skips pairs with an empty name or value (a name given twice: the last value
+wins); encoding never writes a trailing separator and never writes a pair with an empty
+name or value. Encoded strings over 32767 UTF-8 bytes are the caller's to reject
+(MESSAGE_ILLEGAL), because the record stores an int16 length.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -32,7 +37,7 @@ MIN_OFFSET = "MIN_OFFSET"
 MAX_OFFSET = "MAX_OFFSET"
 CONSUME_START_TIME = "CONSUME_START_TIME"
 CLUSTER = "CLUSTER"
-# request-reply (RocketMQ MessageConst; client/request.py, server/handlers/reply.py)
+# request-reply (RocketMQ MessageConst; client/producer/request.py, server/handlers/reply.py)
 CORRELATION_ID = "CORRELATION_ID"
 REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
 MESSAGE_TTL = "TTL"
@@ -65,8 +70,14 @@ BROKER_INTERNAL_PROPERTIES = (REAL_TOPIC, REAL_QID)
 
 def encode_properties(props: dict[str, str]) -> str:
     """Encode properties; pairs with an empty name or value are left out."""
+    return encode_property_pairs(props.items())
+
+
+def encode_property_pairs(pairs: Iterable[tuple[str, str]]) -> str:
+    """Encode ``(name, value)`` pairs in their order; pairs with an empty name or value are
+    left out. A name may come twice (the decoder keeps the last value)."""
     return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if k and v != ""
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in pairs if k and v != ""
     )
 
 

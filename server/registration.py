@@ -8,7 +8,7 @@ on stop), its ``DataVersion`` and the per-name-server state ``status()`` shows. 
 forms are ``kairosmq.protocol.registration``'s; requests go over the client package's
 ``RemotingClient`` (one lazily reconnecting connection per name server), signed with
 ``--namesrv-access-key`` and the secret from ``KAIROS_NAMESRV_SECRET_KEY`` when given
-(RocketMQ's ``AclClientRPCHook``, client/acl.py: a name server with ``--acl`` takes
+(RocketMQ's ``AclClientRPCHook``, client/credentials.py: a name server with ``--acl`` takes
 registrations from an admin account only) and over TLS with ``--namesrv-tls``
 (``namesrv_ssl_context``).
 
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kairosmq.client.acl import SessionCredentials, rpc_hook_for
+from kairosmq.client.credentials import SessionCredentials, rpc_hook_for
 from kairosmq.client.errors import ClientError
 from kairosmq.client.remoting import RemotingClient, split_address
 from kairosmq.protocol.codes import ResponseCode

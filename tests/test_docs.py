@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
-            "spark", "server/namesrv")
+            "client/producer", "client/consumer", "spark", "server/namesrv")
 
 
 def _layout_block() -> str:

@@ -15,7 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # package folder -> its dotted name (pyproject's package-dir mapping)
-PACKAGES = {"spark": "kairosmq.spark", "client": "kairosmq.client"}
+PACKAGES = {"spark": "kairosmq.spark", "client": "kairosmq.client",
+            "client/producer": "kairosmq.client.producer",
+            "client/consumer": "kairosmq.client.consumer"}
 FORBIDDEN = "kairosmq.server"
 
 
@@ -51,7 +53,7 @@ MODULES = [(folder, path) for folder in PACKAGES for path in sorted((ROOT / fold
 
 def test_modules_found() -> None:
     names = {f"{folder}/{p.name}" for folder, p in MODULES}
-    assert {"spark/job.py", "spark/schema.py", "client/producer.py"} <= names
+    assert {"spark/job.py", "spark/schema.py", "client/producer/producer.py"} <= names
 
 
 @pytest.mark.parametrize(("folder", "path"), MODULES,

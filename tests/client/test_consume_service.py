@@ -6,8 +6,8 @@ import asyncio
 import time
 
 from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt, MessageQueue
-from kairosmq.client.consume import ConcurrentConsumeService, ListenerRunner
-from kairosmq.client.process_queue import ProcessQueue
+from kairosmq.client.consumer.consume_service import ConcurrentConsumeService, ListenerRunner
+from kairosmq.client.consumer.process_queue import ProcessQueue
 
 from tests.helpers import wait_until
 

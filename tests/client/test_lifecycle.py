@@ -1,5 +1,5 @@
 """client/lifecycle.py through Producer and PushConsumer: ServiceState transitions, a failed
-start, heartbeats and UNREGISTER_CLIENT from the shared base; client/producer.py's
+start, heartbeats and UNREGISTER_CLIENT from the shared base; client/producer/producer.py's
 SendRequest: attempts per send mode and the typed V2 send header on the wire."""
 
 from __future__ import annotations

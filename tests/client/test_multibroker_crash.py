@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer, SendResult
+from kairosmq.client.consumer.process_queue import ProcessQueue
+from kairosmq.client.consumer.pull import PullSettings, Subscription, pull_loop
 from kairosmq.client.message import MessageQueue
-from kairosmq.client.process_queue import ProcessQueue
-from kairosmq.client.pull import PullSettings, Subscription, pull_loop
 from kairosmq.client.remoting import RemotingPool
 from kairosmq.protocol.message import MessageExt
 

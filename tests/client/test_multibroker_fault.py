@@ -1,4 +1,4 @@
-"""The producer's latency fault tolerance (client/fault.py): RocketMQ 4.9's MQFaultStrategy
+"""The producer's latency fault tolerance (client/producer/fault.py): RocketMQ 4.9's MQFaultStrategy
 and LatencyFaultToleranceImpl semantics on a fake clock, plus the queue choice over the
 queues of two brokers with and without it."""
 
@@ -8,15 +8,13 @@ from collections import Counter
 
 import pytest
 from kairosmq.client import Producer
-from kairosmq.client.fault import (
+from kairosmq.client.message import MessageQueue
+from kairosmq.client.options import LATENCY_MAX, NOT_AVAILABLE_DURATION, ProducerOptions
+from kairosmq.client.producer.fault import (
     ISOLATION_LATENCY_MILLIS,
-    LATENCY_MAX,
-    NOT_AVAILABLE_DURATION,
     FaultStrategy,
     LatencyFaultTolerance,
 )
-from kairosmq.client.message import MessageQueue
-from kairosmq.client.options import ProducerOptions
 
 
 class FakeClock:

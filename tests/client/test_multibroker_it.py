@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from kairosmq.client import (
+    ConsumeContext,
     ConsumeFromWhere,
     ConsumeStatus,
+    LocalTransactionState,
     Message,
     MessageQueue,
     Producer,
     PushConsumer,
+    TransactionProducer,
 )
-from kairosmq.client.consume import ConsumeContext, retry_message
-from kairosmq.client.transaction import LocalTransactionState, TransactionProducer
+from kairosmq.client.consumer.consume_service import retry_message
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt

@@ -3,8 +3,8 @@ and master, in the order every member of a group sees; allocation over them."""
 
 from __future__ import annotations
 
+from kairosmq.client.consumer.rebalance import allocate_averagely
 from kairosmq.client.message import MessageQueue
-from kairosmq.client.rebalance import allocate_averagely
 from kairosmq.client.route import TopicRouteInfo
 from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE

@@ -1,9 +1,10 @@
-"""The process queue (client/process_queue.py): commit offsets, flow control, orderly take."""
+"""The process queue (client/consumer/process_queue.py): commit offsets, flow control,
+orderly take."""
 
 from __future__ import annotations
 
 from kairosmq.client import MessageQueue
-from kairosmq.client.process_queue import ProcessQueue
+from kairosmq.client.consumer.process_queue import ProcessQueue
 from kairosmq.protocol.message import MessageExt
 
 MQS = [MessageQueue("T", "b", i) for i in range(8)]

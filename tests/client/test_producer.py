@@ -1,4 +1,4 @@
-"""Producer checks without a broker (client/producer.py): send header, hash selector,
+"""Producer checks without a broker (client/producer/producer.py): send header, hash selector,
 client-side validation before any I/O, retry queue choice."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from kairosmq.client import (
     MessageQueue,
     MessageTooLarge,
     Producer,
+    SendRequest,
     hash_selector,
 )
-from kairosmq.client.producer import SendRequest
 from kairosmq.protocol.headers import SendMessageRequestHeader
 
 MQS = [MessageQueue("T", "b", i) for i in range(8)]

@@ -1,4 +1,4 @@
-"""Queue allocation and tag filtering (client/rebalance.py), pure functions."""
+"""Queue allocation (client/consumer/rebalance.py's allocate_averagely), a pure function."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from kairosmq.client import (
     MessageQueue,
 )
-from kairosmq.client.rebalance import allocate_averagely, tag_filter
-from kairosmq.protocol.message import MessageExt
+from kairosmq.client.consumer.rebalance import allocate_averagely
 
 MQS = [MessageQueue("T", "b", i) for i in range(8)]
 
@@ -32,12 +31,3 @@ def test_allocate_averagely_splits_evenly_and_disjointly(
 def test_allocate_unknown_client_gets_nothing() -> None:
     assert allocate_averagely("x@1", MQS, ["a@1", "b@1"]) == []
     assert allocate_averagely("a@1", [], ["a@1"]) == []
-
-
-def test_tag_filter() -> None:
-    assert tag_filter("*") is None and tag_filter("") is None
-    keep = tag_filter("TagA || TagB")
-    assert keep is not None
-    mk = lambda tags: MessageExt("T", b"x", properties={"TAGS": tags} if tags else {})  # noqa: E731
-    assert keep(mk("TagA")) and keep(mk("TagB"))
-    assert not keep(mk("TagC")) and not keep(mk(None))

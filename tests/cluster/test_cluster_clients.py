@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 from kairosmq.client import (
+    ConsumeContext,
     ConsumeFromWhere,
     ConsumeStatus,
     Message,
@@ -29,7 +30,6 @@ from kairosmq.client import (
     PushConsumer,
     SendStatus,
 )
-from kairosmq.client.consume import ConsumeContext
 
 from tests.cluster.procs import ClusterProcess, create_topic, wait_route
 

@@ -11,8 +11,16 @@ import asyncio
 from typing import Any
 
 import pytest
-from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from kairosmq.client.request import ReplyTimeout, create_reply, get_reply_to_client
+from kairosmq.client import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    Producer,
+    PushConsumer,
+    ReplyTimeout,
+    create_reply,
+    get_reply_to_client,
+)
 from kairosmq.protocol.bodies import HeartbeatData
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode as R

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from kairosmq.client.acl import AclRpcHook, SessionCredentials
+from kairosmq.client.credentials import AclRpcHook, SessionCredentials
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.bodies import TopicRouteData
 from kairosmq.protocol.codes import RequestCode as R

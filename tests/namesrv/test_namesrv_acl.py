@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import pytest
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
-from kairosmq.client.acl import SessionCredentials
+from kairosmq.client.credentials import SessionCredentials
 from kairosmq.client.errors import ClientError
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C

@@ -13,7 +13,7 @@ import re
 
 import orjson
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
-from kairosmq.client.callbacks import decode_reset_body
+from kairosmq.client.consumer.callbacks import decode_reset_body
 from kairosmq.client.message import MessageQueue
 from kairosmq.protocol.bodies import (
     ConsumerData,

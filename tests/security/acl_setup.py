@@ -18,7 +18,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
-from kairosmq.client.acl import AclRpcHook, SessionCredentials
+from kairosmq.client.credentials import AclRpcHook, SessionCredentials
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.acl import sign_ext_fields
 from kairosmq.protocol.commands import RemotingCommand

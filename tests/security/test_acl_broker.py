@@ -1,7 +1,7 @@
 """Plain ACL on a real in-process broker (server/acl.py through the transport's hook).
 
 Every request here goes over TCP to the broker and name-server ports, signed by the
-bundled client's hook (client/acl.py) or deliberately mis-signed, and each refusal is
+bundled client's hook (client/credentials.py) or deliberately mis-signed, and each refusal is
 checked for RocketMQ's code and remark: SYSTEM_ERROR "...AclException: Check signature
 failed / No acl config / No accessKey is configured", NO_PERMISSION naming the resource
 and the permission. Also: white-listed addresses, admin-only codes, %RETRY% through the

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from kairosmq.client.acl import AclRpcHook, credentials_from
 from kairosmq.client.admin import main as admin_main
+from kairosmq.client.credentials import AclRpcHook, credentials_from
 from kairosmq.client.errors import BrokerError, ClientError, NoPermission
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.codes import RequestCode as R

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from kairosmq.client.acl import AclRpcHook
+from kairosmq.client.credentials import AclRpcHook
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.headers import CreateTopicRequestHeader

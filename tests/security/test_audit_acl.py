@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 import pytest
 import pytest_asyncio
-from kairosmq.client.acl import AclRpcHook, SessionCredentials
+from kairosmq.client.credentials import AclRpcHook, SessionCredentials
 from kairosmq.protocol.acl import BINDING
 from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codec import decode_frame, encode_command

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from kairosmq.client.acl import AclRpcHook, SessionCredentials
+from kairosmq.client.credentials import AclRpcHook, SessionCredentials
 from kairosmq.protocol.acl import (
     ACCESS_KEY,
     BINDING,

@@ -106,12 +106,13 @@ def test_shown_truncates() -> None:
 
 
 def test_server_and_client_share_the_rules() -> None:
-    from kairosmq.client.common import check_topic, retry_topic
+    from kairosmq.client.common import check_topic
+    from kairosmq.client.consumer import push_consumer
     from kairosmq.client.errors import InvalidName
     from kairosmq.server import topics
 
     assert topics.validate_topic is naming.validate_topic
-    assert retry_topic is naming.retry_topic
+    assert push_consumer.retry_topic is naming.retry_topic  # what the consumer subscribes
     with pytest.raises(InvalidName):
         check_topic("abc\n")
 

@@ -1,4 +1,4 @@
-"""The bundled TransactionProducer (client/transaction.py) against a real broker:
+"""The bundled TransactionProducer (client/producer/transaction.py) against a real broker:
 commit, rollback, unknown -> check-back -> commit, a raising callback, async callbacks,
 and a producer gone -> the check goes to a new producer of the group."""
 
@@ -8,8 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from kairosmq.client import Message
-from kairosmq.client.transaction import LocalTransactionState, TransactionProducer
+from kairosmq.client import LocalTransactionState, Message, TransactionProducer
 from kairosmq.protocol.message import MessageExt
 
 from tests.helpers import stays_false, wait_until

@@ -3,8 +3,10 @@
 Owns: the two selector kinds a subscription can carry - ``MessageSelector.tag("A || B")``
 (the tag-hash filter, also what a plain string means to ``PushConsumer.subscribe``) and
 ``MessageSelector.sql("a > 5 AND region = 'eu'")`` (SQL92 over message properties,
-evaluated by the broker) - and ``check_body``, the CHECK_CLIENT_CONFIG body a consumer
-sends for an SQL92 subscription before it starts (Java ``checkClientInBroker``).
+evaluated by the broker) -, ``tag_filter`` (the client-side tag re-check a TAG
+subscription applies to pulled messages after the broker's hash filter, as Java's
+``PullAPIWrapper.processPullResult``) and ``check_body``, the CHECK_CLIENT_CONFIG body a
+consumer sends for an SQL92 subscription before it starts (Java ``checkClientInBroker``).
 
 Invariants: the expression is sent as written (a TAG expression stripped, empty -> ``*``);
 an SQL92 expression is not compiled here - the broker is the authority and answers a
@@ -18,11 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
-from kairosmq.protocol.bodies import SubscriptionData
+from kairosmq.protocol.bodies import SubscriptionData, parse_tag_expression
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.message import MessageExt
+from kairosmq.protocol.properties import TAGS
 
-from .errors import BrokerError, ConnectionClosed, RequestTimeout
+from ..errors import BrokerError, ConnectionClosed, RequestTimeout
 from .pull import Subscription
 
 log = logging.getLogger("kairosmq.client.selector")
@@ -62,6 +66,19 @@ class MessageSelector:
             return SubscriptionData.build(topic, self.expression, sub_version)
         return SubscriptionData(topic, self.expression, [], [], sub_version,
                                 self.expression_type)
+
+
+def tag_filter(expression: str | None) -> Callable[[MessageExt], bool] | None:
+    """A predicate keeping messages whose TAGS is in ``expression``; None means keep all."""
+    tags, _codes = parse_tag_expression(expression)
+    if not tags:
+        return None
+    wanted = frozenset(tags)
+
+    def keep(msg: MessageExt) -> bool:
+        return msg.properties.get(TAGS) in wanted
+
+    return keep
 
 
 def check_body(client_id: str, group: str, sub: SubscriptionData) -> bytes:

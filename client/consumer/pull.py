@@ -42,9 +42,9 @@ from kairosmq.protocol.headers import PullMessageRequestHeader, PullMessageRespo
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from .errors import ClientError
+from ..errors import ClientError
+from ..remoting import RemotingPool
 from .process_queue import ProcessQueue
-from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.pull")
 _NO_MESSAGES = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)

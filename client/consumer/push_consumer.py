@@ -1,13 +1,15 @@
-"""PushConsumer: subscriptions, heartbeats, rebalance, queue ownership and offsets.
+"""PushConsumer: RocketMQ's DefaultMQPushConsumer(Impl) for the bundled client.
 
-Owns: the public consumer API (``subscribe``, ``register_listener``; ``start``,
-``shutdown`` and ``async with`` come from ``ClientLifecycle``), the per-group timers
-(route 30 s, heartbeat 30 s, rebalance 20 s, offset persist 5 s, orderly lock renewal
-20 s), what a heartbeat says (subscriptions) and the broker's
-NOTIFY_CONSUMER_IDS_CHANGED. The rebalance pass and the table ``MessageQueue ->
-ProcessQueue`` of owned queues are ``QueueOwnership`` in ``consumer_queues`` (inherited).
-Orderly locks live in ``queue_lock``, a new queue's start offset
-(``computePullFromWhere``) in ``offset_store``.
+Owns: the public consumer API (``subscribe``, ``unsubscribe``, ``register_listener``,
+``assigned_queues``; ``start``, ``shutdown`` and ``async with`` come from
+``ClientLifecycle``), the per-group timers (route 30 s, heartbeat 30 s, rebalance 20 s,
+offset persist 5 s, orderly lock renewal 20 s), what a heartbeat says (subscriptions),
+building the consume service at start, the broker's requests to a consumer
+(NOTIFY_CONSUMER_IDS_CHANGED here, the others in callbacks.py) and the send-back fallback
+producer. It holds a ``Rebalance`` (rebalance.py, RocketMQ's RebalanceImpl): the
+subscriptions, the table ``MessageQueue -> ProcessQueue`` of owned queues, the rebalance
+pass and the orderly locks; a new queue's start offset (``computePullFromWhere``) is
+offset_store.py's.
 
 Invariants:
 * CLUSTERING: the owned queues are ``allocate_averagely(client_id, queues, members)``;
@@ -22,8 +24,8 @@ Invariants:
   ``%RETRY%<group>`` through an internal producer (``_send_back_fallback``, Java's
   ``sendMessageBack`` fallback); that producer starts on first use, stops on shutdown.
 * BROADCASTING: every queue is owned, offsets live in a local file, nothing is retried.
-* Rebalances run one at a time (one timer task); NOTIFY_CONSUMER_IDS_CHANGED from a
-  broker only wakes that task.
+* Rebalances run one at a time (the rebalance's timer task); NOTIFY_CONSUMER_IDS_CHANGED
+  from a broker only wakes that task.
 * ``shutdown`` stops pulling, lets running listener calls finish (bounded), persists
   offsets, unlocks, unregisters, then closes connections.
 * Options are ``PushConsumerOptions`` (client/options.py); the attributes copied from
@@ -44,10 +46,23 @@ from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import UnregisterClientRequestHeader
 from kairosmq.protocol.message import MessageExt
+from kairosmq.protocol.naming import retry_topic
 
+from ..common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
+from ..errors import ClientError, ClientStateError
+from ..lifecycle import ClientLifecycle, ServiceState
+from ..message import MessageQueue
+from ..options import (
+    ClientConfig,
+    MessageModel,
+    ProducerOptions,
+    PushConsumerOptions,
+    build_options,
+)
+from ..producer.producer import Producer
+from ..remoting import RemotingClient
 from . import callbacks
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic, retry_topic
-from .consume import (
+from .consume_service import (
     ConcurrentConsumeService,
     Listener,
     ListenerRunner,
@@ -55,32 +70,17 @@ from .consume import (
     SendBack,
     retry_message,
 )
-from .consumer_queues import QueueOwnership
-from .errors import ClientError, ClientStateError
-from .lifecycle import ClientLifecycle, ServiceState
-from .message import MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from .options import (
-    ClientConfig,
-    MessageModel,
-    ProducerOptions,
-    PushConsumerOptions,
-    build_options,
-)
-from .process_queue import ProcessQueue
-from .producer import Producer
-from .pull import PullSettings, Subscription
-from .queue_lock import QueueLocker
-from .rebalance import tag_filter
-from .remoting import RemotingClient
-from .selector import MessageSelector, check_in_brokers
+from .pull import Subscription
+from .rebalance import Rebalance
+from .selector import MessageSelector, check_in_brokers, tag_filter
 
 __all__ = ["MessageModel", "PushConsumer"]
 
 log = logging.getLogger("kairosmq.client.consumer")
 
 
-class PushConsumer(ClientLifecycle, QueueOwnership):
+class PushConsumer(ClientLifecycle):
     """An asyncio RocketMQ push consumer (long-poll pulls driven by rebalance).
 
     ``PushConsumer(group, namesrv, options=PushConsumerOptions(...), **overrides)``: the
@@ -113,11 +113,6 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         self.consume_timestamp = opts.consume_timestamp
         self.pull_threshold_for_queue = opts.pull_threshold_for_queue
         self._clustering = opts.message_model is MessageModel.CLUSTERING
-        self._pull_settings = PullSettings(
-            self.group, retry_topic(self.group), pull_batch_size=opts.pull_batch_size,
-            pull_time_delay_millis_when_exception=opts.pull_time_delay_millis_when_exception,
-            pull_interval=opts.pull_interval, commit_offset_on_pull=self._clustering,
-        )
         self._offsets: OffsetStore
         if self._clustering:
             self._offsets = RemoteOffsetStore(self._pool, self.group, self._addr_of,
@@ -125,24 +120,20 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         else:
             directory = opts.offset_store_dir or Path.home() / ".kairosmq_offsets"
             self._offsets = LocalOffsetStore(directory, self.group)
-        self._locker = QueueLocker(self._pool, self.group, self.client_id, self._addr_of,
-                                   self.request_timeout)
-        self._subs: dict[str, Subscription] = {}
+        self._rebalance = Rebalance(self, opts, self._offsets)
+        self._subs = self._rebalance.subscriptions  # RocketMQ keeps them in RebalanceImpl
         self._listener: Listener | None = None
         self._orderly = False
         self._service: ConcurrentConsumeService | OrderlyConsumeService | None = None
         self._runner: ListenerRunner | None = None
-        self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._pq_tasks: dict[MessageQueue, list[asyncio.Task[None]]] = {}
         self._producer: Producer | None = None  # send-back fallback, started on first use
         self._producer_started: asyncio.Task[None] | None = None
-        self._rebalance_timer = Periodic("consumer-rebalance", opts.rebalance_interval,
-                                         self._rebalance)
         self._timers = [
             Periodic("consumer-route", opts.poll_name_server_interval, self._poll_routes),
             Periodic("consumer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
-            Periodic("consumer-offsets", opts.persist_consumer_offset_interval, self._persist),
-            self._rebalance_timer,
+            Periodic("consumer-offsets", opts.persist_consumer_offset_interval,
+                     self._rebalance.persist_offsets),
+            self._rebalance.timer,
         ]
 
     # ------------------------------------------------------------ configuration
@@ -158,12 +149,12 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
                                          sel.expression_type)
         if self.running:
             self._spawn(self._heartbeat_all())
-            self._rebalance_timer.wake()
+            self._rebalance.timer.wake()
 
     def unsubscribe(self, topic: str) -> None:
         self._subs.pop(topic, None)
         if self.running:
-            self._rebalance_timer.wake()
+            self._rebalance.timer.wake()
 
     def register_listener(self, fn: Listener, *, orderly: bool = False) -> None:
         """Set the listener ``fn(msgs, context) -> ConsumeStatus`` (async or sync).
@@ -175,6 +166,11 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
             raise ClientStateError("register the listener before start()")
         self._listener = fn
         self._orderly = orderly
+
+    @property
+    def assigned_queues(self) -> list[MessageQueue]:
+        """Queues this consumer currently owns (sorted)."""
+        return sorted(self._rebalance.process_queues)
 
     # ------------------------------------------------------------ lifecycle hooks
 
@@ -204,23 +200,20 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
             clustering=self._clustering, batch_size=opts.consume_message_batch_max_size,
             max_concurrency=opts.consume_thread_max,
         )
+        record_offset = self._rebalance.record_offset
         if self._orderly:
             self._service = OrderlyConsumeService(
-                self._runner, send_back, self._record_offset,
+                self._runner, send_back, record_offset,
                 suspend_millis=opts.suspend_current_queue_time_millis,
                 max_reconsume_times=limit, **kw,
             )
-            self._pull_settings.orderly = True
-            self._pull_settings.needs_lock = self._clustering
             if self._clustering:
-                self._timers.append(
-                    Periodic("consumer-lock", opts.lock_renew_interval,
-                             lambda: self._locker.renew(self._pqs))
-                )
+                self._timers.append(Periodic("consumer-lock", opts.lock_renew_interval,
+                                             self._rebalance.renew_locks))
         else:
-            self._service = ConcurrentConsumeService(
-                self._runner, send_back, self._record_offset, **kw
-            )
+            self._service = ConcurrentConsumeService(self._runner, send_back, record_offset,
+                                                     **kw)
+        self._rebalance.start(self._service, orderly=self._orderly)
         await self._refresh_routes()
         # SQL92 subscriptions must compile at every broker (Java checkClientInBroker)
         await check_in_brokers(self._pool.invoke, self._routes.broker_addrs(),
@@ -228,28 +221,16 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
                                self.request_timeout)
         await self._heartbeat_all()
         await self._refresh_routes()  # the heartbeat may have created %RETRY%<group>
-        await self._rebalance()
+        await self._rebalance.do_rebalance()
 
     async def _shutdown(self) -> None:
         """Stop pulling, drain listener calls, persist offsets, unlock orderly queues."""
         for bg in list(self._bg):
             bg.cancel()
-        for tasks in self._pq_tasks.values():
-            tasks[0].cancel()  # the pull loop; the orderly task is drained below
+        self._rebalance.stop_pulling()  # the orderly tasks are drained below
         assert self._service is not None
         await self._service.drain(self.options.await_termination_seconds)
-        mqs = list(self._pqs)
-        for mq, pq in self._pqs.items():
-            pq.drop()
-            self._offsets.update(mq, pq.commit_offset)
-        await self._offsets.persist(mqs, final=True)
-        if self._orderly and self._clustering:
-            await self._locker.unlock(mqs)
-        for tasks in self._pq_tasks.values():
-            for t in tasks:
-                t.cancel()
-        every = [t for ts in self._pq_tasks.values() for t in ts]
-        await asyncio.gather(*every, return_exceptions=True)
+        await self._rebalance.release_all()
         if self._producer is not None:
             await self._producer.shutdown()
 
@@ -272,11 +253,6 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         )
         return HeartbeatData(self.client_id, [CLIENT_INNER_PRODUCER], [consumer])
 
-    @property
-    def assigned_queues(self) -> list[MessageQueue]:
-        """Queues this consumer currently owns (sorted)."""
-        return sorted(self._pqs)
-
     # ------------------------------------------------------------ broker plumbing
 
     def _addr_of(self, broker_name: str) -> str | None:
@@ -284,9 +260,9 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
 
     def _on_request(self, _client: RemotingClient, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code in callbacks.CODES:  # consumerStatus / resetOffsetByTime (callbacks.py)
-            return callbacks.on_request(self, cmd)
+            return callbacks.on_request(cmd, self.options, self._rebalance)
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and self.running:
-            self._rebalance_timer.wake()
+            self._rebalance.timer.wake()
             return cmd.response() if not cmd.is_oneway else None
         return None
 
@@ -305,7 +281,7 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         await self._refresh_routes()
         await self._sync_brokers()
         if any(self._queues_of(t) != q for t, q in before.items()):
-            self._rebalance_timer.wake()
+            self._rebalance.timer.wake()
 
     def _queues_of(self, topic: str) -> list[MessageQueue] | None:
         info = self._routes.cached(topic)
@@ -342,12 +318,3 @@ class PushConsumer(ClientLifecycle, QueueOwnership):
         assert self._producer_started is not None
         await asyncio.shield(self._producer_started)
         return self._producer
-
-    async def _persist(self) -> None:
-        for mq, pq in self._pqs.items():
-            self._offsets.update(mq, pq.commit_offset)
-        await self._offsets.persist(list(self._pqs))
-
-    def _record_offset(self, pq: ProcessQueue, offset: int) -> None:
-        if not pq.dropped:
-            self._offsets.update(pq.mq, offset)

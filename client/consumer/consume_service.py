@@ -1,9 +1,11 @@
 """Consume services: hand pulled messages to the listener and settle the outcome.
 
-Owns: ``ConsumeContext``, listener invocation (async listeners awaited on the loop, sync
-ones in a thread pool), ``ConcurrentConsumeService`` (any order, bounded concurrency,
-send-back on RECONSUME_LATER) and ``OrderlyConsumeService`` (one batch at a time per
-queue, in queue order, local retry after a pause).
+Owns: ``ConsumeContext``, listener invocation (``ListenerRunner``: async listeners
+awaited on the loop, sync ones in a thread pool), ``ConcurrentConsumeService`` (RocketMQ's
+ConsumeMessageConcurrentlyService: any order, bounded concurrency, send-back on
+RECONSUME_LATER), ``OrderlyConsumeService`` (ConsumeMessageOrderlyService: one batch at a
+time per queue, in queue order, local retry after a pause), ``SendBack``
+(CONSUMER_SEND_MSG_BACK) and ``retry_message`` (the send-back fallback's message).
 
 Invariants:
 * A listener exception or a ``None`` answer counts as RECONSUME_LATER; so does a concurrent
@@ -48,14 +50,14 @@ from kairosmq.protocol.properties import (
     WAIT,
 )
 
-from .errors import ClientError
-from .message import ConsumeStatus, Message, MessageQueue
+from ..errors import ClientError
+from ..message import ConsumeStatus, Message, MessageQueue
 from .process_queue import ProcessQueue
 
 log = logging.getLogger("kairosmq.client.consume")
 
 Listener = Callable[[list[MessageExt], "ConsumeContext"], Any]
-# (pq, new commit offset) -> None; the consumer records it in its offset store
+# (pq, new commit offset) -> None; Rebalance.record_offset puts it in the offset store
 OffsetSink = Callable[[ProcessQueue, int], None]
 
 

@@ -2,10 +2,11 @@
 ``ClientRemotingProcessor`` for GET_CONSUMER_RUNNING_INFO (307) and
 RESET_CONSUMER_CLIENT_OFFSET (220).
 
-Owns: ``on_request`` (called from ``PushConsumer._on_request`` for ``CODES``),
-``running_info`` (the ``ConsumerRunningInfo`` JSON that ``mqadmin consumerStatus`` prints:
-properties, subscriptionSet, mqTable of ``ProcessQueueInfo``, statusTable) and
-``reset_offset`` (``MQClientInstance.resetOffset``).
+Owns: ``on_request`` (called from ``PushConsumer._on_request`` for ``CODES``, with the
+consumer's options and its ``Rebalance``: the subscriptions, owned queues and offsets it
+reports or moves), ``running_info`` (the ``ConsumerRunningInfo`` JSON that ``mqadmin
+consumerStatus`` prints: properties, subscriptionSet, mqTable of ``ProcessQueueInfo``,
+statusTable) and ``reset_offset`` (``MQClientInstance.resetOffset``).
 
 Invariants:
 * GET_CONSUMER_RUNNING_INFO is answered at once from the consumer's state (no I/O); a
@@ -27,18 +28,17 @@ import dataclasses
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import orjson
 from kairosmq.protocol.bodies import MessageQueueData, encode_mq_table
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.naming import retry_topic
 
-from .message import MessageQueue
+from ..message import MessageQueue
+from ..options import PushConsumerOptions
+from .rebalance import Rebalance
 from .selector import MessageSelector
-
-if TYPE_CHECKING:
-    from .consumer import PushConsumer
 
 log = logging.getLogger("kairosmq.client.callbacks")
 
@@ -48,14 +48,15 @@ CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO,
 CLIENT_VERSION = "V4_9_8"
 
 
-def on_request(consumer: PushConsumer, cmd: RemotingCommand) -> RemotingCommand | None:
+def on_request(cmd: RemotingCommand, options: PushConsumerOptions,
+               rebalance: Rebalance) -> RemotingCommand | None:
     """Answer (or start) one of ``CODES``; ``None`` for a one-way request."""
     group = cmd.ext_fields.get("consumerGroup") or cmd.ext_fields.get("group") or ""
     if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
-        if group != consumer.group:
+        if group != rebalance.group:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"The Consumer Group <{group}> not exist in this consumer")
-        return cmd.response(body=running_info(consumer))
+        return cmd.response(body=running_info(options, rebalance))
     if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
         topic = cmd.ext_fields.get("topic") or ""
         try:
@@ -63,8 +64,9 @@ def on_request(consumer: PushConsumer, cmd: RemotingCommand) -> RemotingCommand 
         except (ValueError, KeyError, TypeError) as err:
             log.warning("unreadable RESET_CONSUMER_CLIENT_OFFSET body: %s", err)
         else:
-            if group == consumer.group and consumer.running:
-                consumer._spawn(reset_offset(consumer, topic, table))
+            client = rebalance.client
+            if group == rebalance.group and client.running:
+                client._spawn(reset_offset(rebalance, topic, table))
         return None if cmd.is_oneway else cmd.response()
     return None
 
@@ -79,47 +81,49 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def _properties(consumer: PushConsumer) -> dict[str, str]:
+def _properties(options: PushConsumerOptions, rebalance: Rebalance) -> dict[str, str]:
     """``MixAll.object2Properties(defaultMQPushConsumer)`` (the options, camelCase, without
     credentials) plus the PROP_* keys. The start time is the ``%RETRY%`` subscription's
     version (set at start)."""
     props: dict[str, str] = {}
-    for f in dataclasses.fields(consumer.options):
+    for f in dataclasses.fields(options):
         if f.name in _NOT_SHOWN or "secret" in f.name:  # credentials never leave the client
             continue
-        value = getattr(consumer.options, f.name)
+        value = getattr(options, f.name)
         value = getattr(value, "value", value)
         if isinstance(value, bool):
             value = str(value).lower()
         if isinstance(value, list):
             value = ";".join(map(str, value))
         props[_camel(f.name)] = "" if value is None else str(value)
-    ns = consumer.options.namesrv_addr
-    versions = [s.sub_version for s in consumer._subs.values()]
-    retry = consumer._subs.get(f"%RETRY%{consumer.group}")
+    ns = options.namesrv_addr
+    subs = rebalance.subscriptions
+    versions = [s.sub_version for s in subs.values()]
+    retry = subs.get(retry_topic(rebalance.group))
     started = retry.sub_version if retry is not None else min(versions, default=0)
     props.update({
         "PROP_NAMESERVER_ADDR": "".join(f"{a};" for a in ([ns] if isinstance(ns, str) else ns)),
         "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-        "PROP_CONSUMEORDERLY": str(consumer._orderly).lower(),
-        "PROP_THREADPOOL_CORE_SIZE": str(consumer.options.consume_thread_max),
+        "PROP_CONSUMEORDERLY": str(rebalance.orderly).lower(),
+        "PROP_THREADPOOL_CORE_SIZE": str(options.consume_thread_max),
         "PROP_CLIENT_VERSION": CLIENT_VERSION,
         "PROP_CONSUMER_START_TIMESTAMP": str(started),
     })
     return props
 
 
-def running_info(consumer: PushConsumer) -> bytes:
+def running_info(options: PushConsumerOptions, rebalance: Rebalance) -> bytes:
     """``ConsumerRunningInfo`` as fastjson writes it (``mqTable`` keyed by MessageQueue)."""
     now = int(time.time() * 1000)
     subs = sorted((MessageSelector(s.expression_type, s.expression).subscription_data(
-        s.topic, s.sub_version).to_dict() for s in consumer._subs.values()),
+        s.topic, s.sub_version).to_dict() for s in rebalance.subscriptions.values()),
         key=lambda d: (d["topic"], d["subString"]))
     entries = []
-    for mq in sorted(consumer._pqs, key=lambda m: (m.topic, m.broker_name, m.queue_id)):
-        pq = consumer._pqs[mq]
+    pqs = rebalance.process_queues
+    for mq in sorted(pqs, key=lambda m: (m.topic, m.broker_name, m.queue_id)):
+        pq = pqs[mq]
         cached = sorted(pq._msgs)  # offsets of pulled, unfinished messages
-        committed = consumer._offsets.cached(mq)
+        committed = rebalance.offsets.cached(mq)
         entries.append((MessageQueueData(mq.topic, mq.broker_name, mq.queue_id), {
             "commitOffset": committed if committed >= 0 else pq.commit_offset,
             "cachedMsgMinOffset": cached[0] if cached else 0,
@@ -136,7 +140,8 @@ def running_info(consumer: PushConsumer) -> bytes:
                            "consumeOKTPS": 0.0, "consumeFailedTPS": 0.0,
                            "consumeFailedMsgs": 0} for s in subs}
     return encode_mq_table("mqTable", entries, {
-        "properties": _properties(consumer), "subscriptionSet": subs, "statusTable": status})
+        "properties": _properties(options, rebalance), "subscriptionSet": subs,
+        "statusTable": status})
 
 
 # ------------------------------------------------------------------ reset offset
@@ -173,19 +178,16 @@ def decode_reset_body(raw: bytes) -> dict[MessageQueue, int]:
     return out
 
 
-async def reset_offset(consumer: PushConsumer, topic: str, table: dict[MessageQueue, int]) -> None:
+async def reset_offset(rebalance: Rebalance, topic: str, table: dict[MessageQueue, int]) -> None:
     """Move the owned queues of ``topic`` to the offsets in ``table`` (see the module doc)."""
     moved: list[MessageQueue] = []
-    for mq in [mq for mq in consumer._pqs if mq.topic == topic and mq in table]:
-        pq = consumer._pqs.pop(mq)
-        pq.drop()
-        for task in consumer._pq_tasks.pop(mq, []):
-            task.cancel()
-        consumer._offsets.update(mq, table[mq], increase_only=False)
+    for mq in [mq for mq in rebalance.process_queues if mq.topic == topic and mq in table]:
+        rebalance.forget_queue(mq)
+        rebalance.offsets.update(mq, table[mq], increase_only=False)
         moved.append(mq)
     if not moved:
         return
-    log.info("reset offsets of %s for %s: %s", topic, consumer.group,
+    log.info("reset offsets of %s for %s: %s", topic, rebalance.group,
              orjson.dumps({str(mq): table[mq] for mq in moved}).decode())
-    await consumer._offsets.persist(moved, final=True)
-    consumer._rebalance_timer.wake()
+    await rebalance.offsets.persist(moved, final=True)
+    rebalance.timer.wake()

@@ -1,10 +1,11 @@
 """Producer: route lookup, queue choice, retries and every RocketMQ send mode.
 
-Owns: ``Producer`` (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered sends
-through a queue selector; ``request``, whose work is in client/request.py; requests a broker
-sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``),
-``SendRequest`` and ``hash_selector`` live in client/send.py. Request headers are
-``SendMessageRequestHeader`` values written with the V2 short names.
+Owns: ``Producer`` (RocketMQ's DefaultMQProducerImpl: ``send``, ``send_async``,
+``send_oneway``, ``send_batch``; ordered sends through a queue selector; ``recall``;
+``request``, the request-reply flow, over request.py's reply waiters; requests a broker
+sends it, by code, in ``_broker_requests``; its lifecycle is ``ClientLifecycle``).
+``SendRequest`` and ``hash_selector`` live in send.py, queue choice in fault.py. Request
+headers are ``SendMessageRequestHeader`` values written with the V2 short names.
 
 Invariants:
 * Client-side checks (topic, body size against ``max_message_size``, batch rules) run
@@ -16,13 +17,14 @@ Invariants:
   ``send_msg_timeout`` budget; only ``retriable`` errors are retried, each time on the
   next queue of another broker when there is one (RocketMQ's ``selectOneMessageQueue``).
   Sends through a selector or to an explicit queue are not retried (order matters more).
-* Queue choice is ``FaultStrategy`` (client/fault.py): round robin over the queues of all
+* Queue choice is ``FaultStrategy`` (fault.py): round robin over the queues of all
   brokers of the route, brokers in reconnect backoff last; with
   ``send_latency_fault_enable`` RocketMQ's latency fault tolerance (each attempt's latency
   recorded, a retriable failure isolates its broker).
 * A ``%RETRY%<group>`` send carries reconsumeTimes / maxReconsumeTimes from the message's
   RECONSUME_TIME / MAX_RECONSUME_TIMES (Java's ``sendKernelImpl``); a UNIQ_KEY already in
-  the properties is kept (the consumer's send-back fallback, consume.retry_message).
+  the properties is kept (the consumer's send-back fallback,
+  consumer/consume_service.py's ``retry_message``).
 * Response codes FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE mean
   "stored" and become ``SendStatus`` values; any other non-zero code raises.
 """
@@ -51,17 +53,23 @@ from kairosmq.protocol.headers import (
 from kairosmq.protocol.ids import UniqIdGenerator
 from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.naming import is_retry_topic
-from kairosmq.protocol.properties import MAX_RECONSUME_TIMES, RECONSUME_TIME, UNIQ_KEY
+from kairosmq.protocol.properties import (
+    MAX_RECONSUME_TIMES,
+    RECONSUME_TIME,
+    UNIQ_KEY,
+    WAIT,
+    encode_properties,
+)
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
-from .common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
-from .errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from ..common import CLIENT_INNER_PRODUCER, Periodic, check_group, check_topic
+from ..errors import BrokerError, ClientError, MessageError, MessageTooLarge
+from ..lifecycle import ClientLifecycle
+from ..message import Message, MessageExt, MessageQueue, SendResult, wire_properties
+from ..options import ProducerOptions, build_options
+from ..route import TopicRouteInfo
 from .fault import FaultStrategy
-from .lifecycle import ClientLifecycle
-from .message import Message, MessageExt, MessageQueue, SendResult, wire_properties
-from .options import ProducerOptions, build_options
-from .request import ReplyWaiters, send_request
-from .route import TopicRouteInfo
+from .request import ReplyWaiters, prepare_request
 from .send import STORED, QueueSelector, SendRequest
 
 log = logging.getLogger("kairosmq.client.producer")
@@ -156,7 +164,7 @@ class Producer(ClientLifecycle):
         return info
 
     def _pick(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
-        """The queue of the next attempt (client/fault.py: round robin skipping ``avoid``,
+        """The queue of the next attempt (fault.py: round robin skipping ``avoid``,
         or RocketMQ's latency fault tolerance when ``send_latency_fault_enable``)."""
         return self._fault.select(queues, avoid)
 
@@ -345,9 +353,32 @@ class Producer(ClientLifecycle):
         """Send ``msg`` as a request and await its reply (RocketMQ 4.6+ request-reply):
         ``timeout`` (default ``send_msg_timeout``) bounds the send and the wait. A
         responder answers with ``producer.send(create_reply(msg, body))``
-        (``kairosmq.client.request``). Raises ``ReplyTimeout`` or the send's errors."""
-        return await send_request(self, msg, timeout, selector=selector, arg=arg,
-                                  queue=queue)
+        (``kairosmq.client``). Raises ``ReplyTimeout`` or the send's errors."""
+        budget = self.send_msg_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        request, correlation_id = prepare_request(msg, self.client_id, budget)
+        await self._register_for_replies(msg.topic)
+        fut = self._replies.add(correlation_id)
+        try:
+            await self.send(request, timeout=max(deadline - loop.time(), 0.001),
+                            selector=selector, arg=arg, queue=queue)
+        except BaseException:
+            self._replies.discard(correlation_id)
+            raise
+        return await self._replies.wait(correlation_id, fut, msg.topic,
+                                        deadline - loop.time())
+
+    async def _register_for_replies(self, topic: str) -> None:
+        """HEART_BEAT every broker of ``topic``'s route not yet told about this producer, and
+        wait for it: the broker finds a reply's requester among its registered producers
+        (RocketMQ's prepareSendRequest sends heartbeats the same way)."""
+        info = await self._route(topic)
+        new = set(info.broker_addrs.values()) - self._reply_registered
+        if new:
+            body = self._heartbeat_data().to_json()
+            await asyncio.gather(*(self._heartbeat(addr, body) for addr in new))
+            self._reply_registered |= new
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an acknowledgement (one attempt, no result)."""
@@ -390,7 +421,7 @@ class Producer(ClientLifecycle):
         if len(body) > limit:
             raise MessageTooLarge(len(body), limit)
         return await self._send(SendRequest(
-            topic, body, ",".join(ids), "WAIT\x01true", batch=True, queue=queue,
+            topic, body, ",".join(ids), encode_properties({WAIT: "true"}), batch=True, queue=queue,
             timeout=timeout, retries=self.options.retry_times_when_send_failed))
 
 

@@ -7,6 +7,7 @@ and ``TTL``, ``MSG_TYPE=reply``), ``get_reply_to_client``, ``is_reply``,
 ``DefaultMQProducerImpl.prepareSendRequest``), ``ReplyWaiters`` (RocketMQ's
 ``RequestFutureHolder``: correlation id -> the future ``Producer.request`` awaits) and
 ``reply_from_push`` (PUSH_REPLY_MESSAGE_TO_CLIENT, 326 -> the reply ``MessageExt``).
+Nothing here sends: the request flow is ``Producer.request``'s (producer.py).
 
 Flow: ``Producer.request`` registers with every broker of the route (HEART_BEAT, so the
 broker can find it by client id), sends the request; a consumer answers with
@@ -29,7 +30,6 @@ import socket
 import time
 import uuid
 import zlib
-from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.codes import SYSFLAG_COMPRESSED, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -48,15 +48,12 @@ from kairosmq.protocol.properties import (
     decode_properties,
 )
 
-from .errors import ClientError, MessageError
-from .message import Message
-
-if TYPE_CHECKING:
-    from .producer import Producer
+from ..errors import ClientError, MessageError
+from ..message import Message
 
 __all__ = [
     "ReplyTimeout", "ReplyWaiters", "create_reply", "get_reply_to_client", "is_reply",
-    "prepare_request", "reply_from_push", "send_request",
+    "prepare_request", "reply_from_push",
 ]
 
 
@@ -181,34 +178,3 @@ class ReplyWaiters:
         else:
             fut.set_result(reply)
         return cmd.response(ResponseCode.SUCCESS)
-
-
-
-async def register_for_replies(producer: Producer, topic: str) -> None:
-    """HEART_BEAT every broker of ``topic``'s route not yet told about this producer, and
-    wait for it: the broker finds a reply's requester among its registered producers
-    (RocketMQ's prepareSendRequest sends heartbeats the same way)."""
-    info = await producer._route(topic)
-    new = set(info.broker_addrs.values()) - producer._reply_registered
-    if new:
-        body = producer._heartbeat_data().to_json()
-        await asyncio.gather(*(producer._heartbeat(addr, body) for addr in new))
-        producer._reply_registered |= new
-
-
-async def send_request(producer: Producer, msg: Message, timeout: float | None,
-                       **where: Any) -> MessageExt:
-    """``Producer.request``: send ``msg`` as a request, await the reply."""
-    budget = producer.send_msg_timeout if timeout is None else timeout
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + budget
-    request, correlation_id = prepare_request(msg, producer.client_id, budget)
-    await register_for_replies(producer, msg.topic)
-    fut = producer._replies.add(correlation_id)
-    try:
-        await producer.send(request, timeout=max(deadline - loop.time(), 0.001), **where)
-    except BaseException:
-        producer._replies.discard(correlation_id)
-        raise
-    return await producer._replies.wait(correlation_id, fut, msg.topic,
-                                        deadline - loop.time())

@@ -24,7 +24,7 @@ from collections import deque
 
 from kairosmq.protocol.message import MessageExt
 
-from .message import MessageQueue
+from ..message import MessageQueue
 
 # A lock older than this is treated as lost (RocketMQ REBALANCE_LOCK_MAX_LIVE_TIME, 30 s).
 LOCK_MAX_LIVE = 30.0

@@ -3,7 +3,8 @@
 
 Owns: ``LatencyFaultTolerance`` (broker name -> ``FaultItem``: the last send latency and
 the instant from which the broker is available again; ``pick_one_at_least``) and
-``FaultStrategy`` (queue choice and the latency -> not-available-duration table).
+``FaultStrategy`` (queue choice and the latency -> not-available-duration table, whose
+default values, Java's, are options.py's ``LATENCY_MAX`` / ``NOT_AVAILABLE_DURATION``).
 
 Invariants (as RocketMQ 4.9.8):
 * Disabled (the default, as in Java), ``select`` is plain round robin that skips the
@@ -32,10 +33,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .message import MessageQueue
+from ..message import MessageQueue
+from ..options import LATENCY_MAX, NOT_AVAILABLE_DURATION
 
-LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)
-NOT_AVAILABLE_DURATION = (0, 0, 30000, 60000, 120000, 180000, 600000)
 ISOLATION_LATENCY_MILLIS = 30000
 
 Clock = Callable[[], float]  # milliseconds

@@ -7,8 +7,8 @@ and persisted. ``RemoteOffsetStore`` uses QUERY_CONSUMER_OFFSET / UPDATE_CONSUME
 fsync, ``os.replace``).
 
 Also owns where a queue without a stored offset starts: ``ConsumeFromWhere`` and
-``compute_start_offset`` (RocketMQ ``computePullFromWhere``, moved here from
-``consumer.py``).
+``compute_start_offset`` (RocketMQ ``computePullFromWhere``; the consumer's Rebalance asks
+it when it adds a queue).
 
 Invariants: ``update(..., increase_only=True)`` never moves an offset backwards; a
 queue's offset is only persisted after it changed (or when forced), and a read that finds
@@ -40,10 +40,10 @@ from kairosmq.protocol.headers import (
 )
 from kairosmq.protocol.naming import is_retry_topic
 
-from .errors import ClientError
-from .message import MessageQueue
-from .options import ConsumeFromWhere
-from .remoting import RemotingPool
+from ..errors import ClientError
+from ..message import MessageQueue
+from ..options import ConsumeFromWhere
+from ..remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.offsets")
 

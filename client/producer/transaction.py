@@ -43,8 +43,8 @@ from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
 
-from .errors import ClientError
-from .message import Message, SendResult, SendStatus
+from ..errors import ClientError
+from ..message import Message, SendResult, SendStatus
 from .producer import Producer
 
 log = logging.getLogger("kairosmq.client.transaction")
@@ -89,7 +89,7 @@ class TransactionProducer(Producer):
         super().__init__(group, namesrv, **kw)
         self.execute_local_transaction = execute_local_transaction
         self.check_local_transaction = check_local_transaction
-        # the producer's hook for broker -> producer requests (client/producer.py)
+        # the producer's hook for broker -> producer requests (client/producer/producer.py)
         self._broker_requests[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
 
     async def send_message_in_transaction(self, msg: Message, arg: Any = None

@@ -2,7 +2,7 @@
 
 Owns: ``SendRequest`` (what goes on the wire and where it may go), ``QueueSelector``,
 ``hash_selector`` (RocketMQ's SelectMessageQueueByHash) and the response codes that mean
-"stored" (``STORED``). The Producer (client/producer.py) sends them.
+"stored" (``STORED``). The Producer (client/producer/producer.py) sends them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import java_string_hash
 
-from .message import Message, MessageQueue, SendStatus
+from ..message import Message, MessageQueue, SendStatus
 from .request import is_reply
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]

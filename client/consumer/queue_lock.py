@@ -2,8 +2,9 @@
 
 Owns: building the ``LockBatchRequest`` body for ``(group, client_id)`` and sending lock,
 renew and unlock requests, grouped per broker. It holds no table of its own: the
-consumer's ``MessageQueue -> ProcessQueue`` table is passed in, and ``lock`` records the
-outcome on those process queues (``locked``, ``lock_time``).
+Rebalance's ``MessageQueue -> ProcessQueue`` table (rebalance.py, which holds the locker)
+is passed in, and ``lock`` records the outcome on those process queues (``locked``,
+``lock_time``).
 
 Invariants:
 * one lock request only names queues of one broker (``renew``/``unlock`` group them);
@@ -22,10 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from kairosmq.protocol.bodies import LockBatchRequest, MessageQueueData, decode_lock_response
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
-from .errors import ClientError
-from .message import MessageQueue
+from ..errors import ClientError
+from ..message import MessageQueue
+from ..remoting import RemotingPool
 from .process_queue import ProcessQueue
-from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.consumer.lock")
 
