@@ -3,8 +3,8 @@
 Owns: ``LOG_FORMAT``, ``COMMON`` (the fields every line may carry), ``CATALOGUE`` (event name ->
 field name -> type name), ``LEAN_EVENTS``, ``FORMAT_1_FIELDS``, ``all_fields()`` and
 ``record()`` (the format-2 dict of one log call). This is the input contract of the Spark job:
-``server/logs.py`` (the logging machinery) and ``spark/`` both import it from here, so neither
-package imports the other (``server -> spark -> protocol`` is one-way; a test checks it).
+``server/observe/logs.py`` (the logging machinery) and ``spark/`` both import it from here, so
+neither package imports the other (``server -> spark -> protocol`` is one-way; a test checks it).
 
 Invariants:
 * Sans-IO data and pure functions only: no structlog, no files (``tests/protocol/
@@ -15,7 +15,7 @@ Invariants:
   ``tests/server/test_log_catalogue.py`` checks every log call in ``server/`` and every line a
   live broker writes. Type names are Spark's: string, long, int, double, boolean (format 1's
   ``timestamp`` is ``timestamp``).
-* Line format ``LOG_FORMAT`` (2): see ``server/logs.py`` and ``record``.
+* Line format ``LOG_FORMAT`` (2): see ``server/observe/logs.py`` and ``record``.
 """
 
 from __future__ import annotations

@@ -53,17 +53,17 @@ from .fdbudget import (
 from .handlers import broker_table, namesrv_table
 from .handlers.reply import ensure_system_topics
 from .handlers.rocketmq_kv import KvConfig
-from .logs import MessageLog, get_logger
-from .logsink import add_health_listener, remove_health_listener
 from .longpoll import ArrivalNotifier, PullHolds
-from .metrics import MetricsEndpoint
+from .observe.logs import MessageLog, get_logger
+from .observe.logsink import add_health_listener, remove_health_listener
+from .observe.metrics import MetricsEndpoint
+from .observe.stats import BrokerStats
+from .observe.stats_items import BrokerStatsManager, counter_sources
 from .offsets import ConsumerOffsetManager
 from .put import MessageKind, PutPath
 from .registration import BrokerRegistration
 from .schedule import ScheduleService
 from .security import install_security
-from .stats import BrokerStats
-from .stats_items import BrokerStatsManager, counter_sources
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
 from .subscriptions import SubscriptionGroupManager

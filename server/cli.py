@@ -308,7 +308,7 @@ async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> N
 def cmd_broker(args: argparse.Namespace) -> int:
     import uvloop
 
-    from .logs import close_sinks, configure_logging
+    from .observe.logs import close_sinks, configure_logging
 
     try:
         config = build_config(args)
@@ -319,7 +319,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print(f"kairosmq broker: {problem}", file=sys.stderr)
         return 2
     if args.metrics_port is not None:
-        from .metrics import check_available
+        from .observe.metrics import check_available
 
         if (problem := check_available()) is not None:
             print(f"kairosmq broker: --metrics-port: {problem}", file=sys.stderr)

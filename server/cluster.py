@@ -453,7 +453,7 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from .logs import close_sinks, configure_logging, get_logger
+    from .observe.logs import close_sinks, configure_logging, get_logger
 
     if args.brokers < 1:
         print("kairosmq cluster: --brokers must be >= 1", file=sys.stderr)

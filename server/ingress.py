@@ -90,7 +90,7 @@ from kairosmq.protocol.properties import (
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
-    from .stats import BrokerStats
+    from .observe.stats import BrokerStats
     from .topics import TopicConfig, TopicConfigManager
     from .transport import Connection, Handler
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from .logs import get_logger
+from .observe.logs import get_logger
 from .store.files import read_json, write_parts_atomic
 from .table_file import PART_ENTRIES
 

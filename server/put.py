@@ -48,8 +48,8 @@ from .transaction.records import transform_half
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
-    from .logs import MessageLog
-    from .stats import BrokerStats
+    from .observe.logs import MessageLog
+    from .observe.stats import BrokerStats
     from .store import MessageStore
     from .timer import TimerService
 

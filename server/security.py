@@ -28,7 +28,7 @@ from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 
 from .acl import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
-from .logs import get_logger
+from .observe.logs import get_logger
 from .tls import TlsMode, TlsServer, TlsSettings
 
 if TYPE_CHECKING:

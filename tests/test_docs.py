@@ -8,7 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
-            "spark", "server/namesrv")
+            "spark", "server/namesrv",
+            "server/observe")
 
 
 def _layout_block() -> str:

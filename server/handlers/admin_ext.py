@@ -41,8 +41,8 @@ from ..topics import TopicTableFull, dlq_topic, retry_topic
 if TYPE_CHECKING:
     from ..clients import ClientRegistry
     from ..config import BrokerConfig
+    from ..observe.stats import BrokerStats
     from ..offsets import ConsumerOffsetManager
-    from ..stats import BrokerStats
     from ..store.message_store import MessageStore
     from ..topics import TopicConfigManager
     from ..transport import Connection

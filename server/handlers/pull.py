@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..longpoll import ArrivalNotifier, PullHolds
+    from ..observe.stats import BrokerStats
     from ..offsets import ConsumerOffsetManager
-    from ..stats import BrokerStats
     from ..store.message_store import MessageStore
     from ..subscriptions import SubscriptionGroupManager
     from ..topics import TopicConfigManager

@@ -14,7 +14,7 @@ bodies and field names
 Invariants:
 * Read-only: nothing here changes broker state except the TPS sampler below (one per
   processor, so per broker).
-* Runtime stats reuse ``BrokerStats`` counters (server/stats.py); put/get TPS are rates of
+* Runtime stats reuse ``BrokerStats`` counters (server/observe/stats.py); put/get TPS are rates of
   those counters over 10 s / 1 min / 10 min windows, from samples taken when runtime info
   is asked for (the first answer is the average since boot). Keys RocketMQ has with no
   meaning here (thread-pool queues, page-cache lock, transient store pool) answer 0, as an
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
+    from ..observe.stats import BrokerStats
     from ..offsets import ConsumerOffsetManager
-    from ..stats import BrokerStats
     from ..store.guard import WriteGuard
     from ..store.message_store import MessageStore
     from ..topics import TopicConfigManager

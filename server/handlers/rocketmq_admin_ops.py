@@ -13,7 +13,7 @@ Invariants:
 * Consume-queue units are shown as stored (physicOffset, physicSize, tagsCode); for a
   delayed message in ``SCHEDULE_TOPIC_XXXX`` the tagsCode is the due time, as in RocketMQ.
 * ``consumeTps`` of each ConsumeStats is the group's GROUP_GET_NUMS rate on the topic over
-  the last minute (``consume_tps``, server/stats_items.py), as RocketMQ's.
+  the last minute (``consume_tps``, server/observe/stats_items.py), as RocketMQ's.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import ViewBrokerStatsDataRequestHeader
 
 if TYPE_CHECKING:
-    from ..stats_items import BrokerStatsManager
+    from ..observe.stats_items import BrokerStatsManager
     from ..transport import Connection
 
 

@@ -68,7 +68,7 @@ from ..transport import AckedAnswer
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from ..stats import BrokerStats
+    from ..observe.stats import BrokerStats
     from ..topics import TopicConfig, TopicConfigManager
     from ..transport import Connection
 

@@ -37,7 +37,7 @@ from ..store.commitlog import RecordProblem
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from ..stats import BrokerStats
+    from ..observe.stats import BrokerStats
     from ..store.reads import StoreReads
     from ..subscriptions import SubscriptionGroupManager
     from ..topics import TopicConfigManager

@@ -67,7 +67,7 @@ async def run_namesrv(ns: NameServer) -> None:
 def cmd_namesrv(args: argparse.Namespace) -> int:
     import uvloop
 
-    from ..logs import close_sinks, configure_logging
+    from ..observe.logs import close_sinks, configure_logging
 
     if not 0 <= args.port < 65536:
         print(f"kairosmq namesrv: --port {args.port} is not in 0..65535", file=sys.stderr)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..acl import AclGuard
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from ..security import secure_server
 from ..supervise import Supervisor
 from ..tls import TlsSettings

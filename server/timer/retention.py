@@ -18,7 +18,7 @@ from typing import Any
 
 from kairosmq.protocol.timer import TIMER_TOPIC
 
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from ..store import MessageStore
 from .buckets import TimerBuckets
 from .records import TIMER_QUEUE

@@ -48,7 +48,7 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
 from ..clock import sub_ms, wall_ms
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from ..requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset

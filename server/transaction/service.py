@@ -44,7 +44,7 @@ from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
 from ..client_calls import notify_client
-from ..logs import MessageLog, get_logger
+from ..observe.logs import MessageLog, get_logger
 from ..put import MessageKind
 from ..store import PutStatus
 from .records import (

@@ -1,6 +1,6 @@
 """Subscription groups, broker settings and stats items as services and processors, built
 with the real services (no broker): server/subscriptions.py, server/broker_settings.py,
-server/stats_items.py, server/handlers/rocketmq_groups.py, rocketmq_stats.py.
+server/observe/stats_items.py, server/handlers/rocketmq_groups.py, rocketmq_stats.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from kairosmq.server.handlers.rocketmq_groups import (
 )
 from kairosmq.server.handlers.rocketmq_stats import BrokerStatsProcessor
 from kairosmq.server.ingress import guarded
+from kairosmq.server.observe.stats import BrokerStats
+from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sources
 from kairosmq.server.offsets import ConsumerOffsetManager
-from kairosmq.server.stats import BrokerStats
-from kairosmq.server.stats_items import BrokerStatsManager, counter_sources
 from kairosmq.server.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
 from kairosmq.server.transport import Connection, RemotingServer
 

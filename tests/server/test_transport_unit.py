@@ -15,7 +15,7 @@ import pytest_asyncio
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand, request
-from kairosmq.server.logs import get_logger
+from kairosmq.server.observe.logs import get_logger
 from kairosmq.server.transport import (
     FRAMES_PER_TURN,
     Connection,

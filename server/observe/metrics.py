@@ -30,7 +30,7 @@ from .stats import LATENESS_BUCKETS_MS
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
-    from .broker import Broker
+    from ..broker import Broker
 
 SNAPSHOT_TIMEOUT = 2.0
 _INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
