@@ -184,7 +184,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
                                    "topic_count": "int", "peer": "string"},
     # UPDATE_NAMESRV_CONFIG (318): the settings changed (in memory), as RocketMQ names them
     "namesrv.config_updated": {"keys": "string", "peer": "string"},
-    # subscription groups (server/subscriptions.py; auto: created by a heartbeat or pull)
+    # subscription groups (server/tables/subscriptions.py; auto: created by a heartbeat or pull)
     "subgroup.created": {"group": "string", "auto": "boolean"},
     "subgroup.updated": {"group": "string", "auto": "boolean"},
     "subgroup.deleted": {"group": "string"},

@@ -38,8 +38,6 @@ import threading
 import time
 from typing import Any
 
-from .broker_settings import BrokerSettings
-from .clients import ClientRegistry, LockManager
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
 from .fdbudget import (
@@ -59,17 +57,19 @@ from .observe.logsink import add_health_listener, remove_health_listener
 from .observe.metrics import MetricsEndpoint
 from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
-from .offsets import ConsumerOffsetManager
 from .put import MessageKind, PutPath
 from .registration import BrokerRegistration
 from .schedule import ScheduleService
 from .security import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
-from .subscriptions import SubscriptionGroupManager
 from .supervise import ServiceState, Supervisor
+from .tables.clients import ClientRegistry, LockManager
+from .tables.offsets import ConsumerOffsetManager
+from .tables.settings import BrokerSettings
+from .tables.subscriptions import SubscriptionGroupManager
+from .tables.topics import TopicConfigManager
 from .timer import TimerBuckets, TimerService
-from .topics import TopicConfigManager
 from .transaction.service import TransactionService
 from .transport import Connection, ConnectionLimits, RemotingServer
 

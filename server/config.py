@@ -98,7 +98,7 @@ class BrokerConfig:
     transaction_check_max: int = 15
     retry_queue_nums: int = 1
     # RocketMQ autoCreateSubscriptionGroup: a heartbeat or pull of an unknown consumer group
-    # creates its subscription group (server/subscriptions.py); off: such pulls are refused
+    # creates its subscription group (server/tables/subscriptions.py); off: such pulls are refused
     auto_create_subscription_group: bool = True
     schedule_batch: int = 256
     # pull

@@ -91,7 +91,7 @@ from kairosmq.protocol.properties import (
 if TYPE_CHECKING:
     from .config import BrokerConfig
     from .observe.stats import BrokerStats
-    from .topics import TopicConfig, TopicConfigManager
+    from .tables.topics import TopicConfig, TopicConfigManager
     from .transport import Connection, Handler
 
 SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR

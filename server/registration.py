@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .config import BrokerConfig
     from .endpoints import Endpoints
     from .supervise import ServiceState, Supervisor
-    from .topics import TopicConfig, TopicConfigManager
+    from .tables.topics import TopicConfig, TopicConfigManager
 
 RETRY_BASE = 0.5  # seconds: first retry after a failed registration (doubles, capped)
 

@@ -14,7 +14,7 @@ counts and logs (``request.rejected``) a refused or undecodable request. A reque
 changed the topic table (a send or send-back that auto-created its topic, a heartbeat
 that created retry topics, UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, a DLQ
 resend) is answered once ``topics.json`` holds the change (``after_topic_write``; the
-write itself runs in the background, coalesced: ``server/table_file.py``). A route lookup
+write itself runs in the background, coalesced: ``server/tables/table_file.py``). A route lookup
 never changes the table.
 """
 
@@ -51,7 +51,7 @@ from .transaction import EndTransactionProcessor, TransactionStatusProcessor
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from ..topics import TopicConfigManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 # the broker requests that may create or delete topics

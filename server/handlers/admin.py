@@ -35,13 +35,13 @@ from kairosmq.protocol.properties import KEYS, UNIQ_KEY
 
 from .. import ingress
 from ..store.index import KIND_KEY, KIND_UNIQ
-from ..table_file import collect, encode_parts
+from ..tables.table_file import collect, encode_parts
 
 if TYPE_CHECKING:
-    from ..offsets import ConsumerOffsetManager
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
-    from ..topics import TopicConfigManager
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"

@@ -36,15 +36,15 @@ from ..put import MessageKind
 from ..requeue import requeue, resend_target
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.commitlog import RecordProblem
-from ..topics import TopicTableFull, dlq_topic, retry_topic
+from ..tables.topics import TopicTableFull, dlq_topic, retry_topic
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
-    from ..offsets import ConsumerOffsetManager
     from ..store.message_store import MessageStore
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 MAX_RESEND = 10_000

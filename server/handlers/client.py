@@ -42,10 +42,10 @@ from kairosmq.protocol.naming import retry_topic
 from .. import ingress, property_filter
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry, LockManager
     from ..config import BrokerConfig
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry, LockManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 

@@ -30,13 +30,13 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHeader
 
 from .. import ingress
-from ..table_file import collect, encode_parts
+from ..tables.table_file import collect, encode_parts
 from .rocketmq_admin import properties_text
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
-    from ..topics import TopicConfig, TopicConfigManager
+    from ..tables.topics import TopicConfig, TopicConfigManager
     from ..transport import Connection
 
 

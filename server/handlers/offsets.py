@@ -40,10 +40,10 @@ from kairosmq.protocol.headers import (
 from .. import ingress
 
 if TYPE_CHECKING:
-    from ..offsets import ConsumerOffsetManager
     from ..store.message_store import MessageStore
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 

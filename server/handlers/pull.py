@@ -40,14 +40,14 @@ from .. import ingress, property_filter
 from ..store import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..longpoll import ArrivalNotifier, PullHolds
     from ..observe.stats import BrokerStats
-    from ..offsets import ConsumerOffsetManager
     from ..store.message_store import MessageStore
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 _CODES = {

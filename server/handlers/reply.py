@@ -52,10 +52,10 @@ from ..put import MessageKind
 from ..store import MessageInner, PutResult, PutStatus
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 PUSH_TIMEOUT = 3.0  # seconds (RocketMQ Broker2Client.callClient: 3 s)

@@ -55,14 +55,14 @@ from ..store import SCHEDULE_TOPIC
 from ..store.consumequeue import UNIT_SIZE
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
     from ..observe.stats import BrokerStats
-    from ..offsets import ConsumerOffsetManager
     from ..store.guard import WriteGuard
     from ..store.message_store import MessageStore
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 VERSION_DESC = "V4_9_8"  # MQVersion.getVersionDesc(BROKER_VERSION)

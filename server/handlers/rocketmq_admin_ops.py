@@ -31,12 +31,12 @@ from .. import ingress
 from .rocketmq_admin import consume_stats_entries
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
-    from ..offsets import ConsumerOffsetManager
     from ..store.message_store import MessageStore
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 MAX_CQ_UNITS = 1000  # units one QUERY_CONSUME_QUEUE answers at most

@@ -40,10 +40,10 @@ from kairosmq.protocol.headers import (
 from .. import client_calls, ingress
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
-    from ..offsets import ConsumerOffsetManager
     from ..store import MessageStore
-    from ..topics import TopicConfigManager
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 

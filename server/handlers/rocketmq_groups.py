@@ -31,14 +31,14 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import DeleteSubscriptionGroupRequestHeader
 
 from .. import ingress
-from ..broker_settings import parse_properties
-from ..subscriptions import SubscriptionGroupConfig
-from ..table_file import collect
+from ..tables.settings import parse_properties
+from ..tables.subscriptions import SubscriptionGroupConfig
+from ..tables.table_file import collect
 
 if TYPE_CHECKING:
-    from ..broker_settings import BrokerSettings
-    from ..offsets import ConsumerOffsetManager
-    from ..subscriptions import SubscriptionGroupManager
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.settings import BrokerSettings
+    from ..tables.subscriptions import SubscriptionGroupManager
     from ..transport import Connection
 
 
@@ -83,7 +83,7 @@ class SubscriptionGroupProcessor:
 
 
 class BrokerConfigProcessor:
-    """UPDATE_BROKER_CONFIG (25): the settable subset (server/broker_settings.py)."""
+    """UPDATE_BROKER_CONFIG (25): the settable subset (server/tables/settings.py)."""
 
     def __init__(self, *, settings: BrokerSettings, known: Callable[[], set[str]],
                  log: Any) -> None:

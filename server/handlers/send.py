@@ -61,15 +61,15 @@ from ..ingress import Rejected
 from ..put import MessageKind
 from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
+from ..tables.topics import TopicTableFull
 from ..timer.admission import recall_handle, timer_due, timer_kind
-from ..topics import TopicTableFull
 from ..transaction.records import is_half
 from ..transport import AckedAnswer
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
-    from ..topics import TopicConfig, TopicConfigManager
+    from ..tables.topics import TopicConfig, TopicConfigManager
     from ..transport import Connection
 
 PutFn = Callable[..., PutResult]  # put.PutPath.put(msg, kind, *, due_ms=0)

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
     from ..store.reads import StoreReads
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
     from ..transport import Connection
 
 _V3_4_9 = 121
@@ -73,7 +73,7 @@ class ConsumerSendMsgBackProcessor:
         except MessageDecodeError as err:
             return cmd.error(ResponseCode.SYSTEM_ERROR,
                              f"message at {h.offset} is unreadable: {err}")
-        # the group's retryMaxTimes / retryQueueNums (server/subscriptions.py), as RocketMQ
+        # the group's retryMaxTimes / retryQueueNums (server/tables/subscriptions.py), as RocketMQ
         group_cfg = self.subscriptions.find(h.group) if self.subscriptions is not None else None
         if self.subscriptions is not None and group_cfg is None:
             return cmd.error(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

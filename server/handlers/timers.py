@@ -52,8 +52,8 @@ from ..timer.records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pai
 if TYPE_CHECKING:
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
+    from ..tables.topics import TopicConfigManager
     from ..timer import TimerService
-    from ..topics import TopicConfigManager
     from ..transport import Connection
 
 ILLEGAL_OPERATION = ResponseCode.ILLEGAL_OPERATION

@@ -54,10 +54,10 @@ from kairosmq.protocol.registration import (
     encode_topic_list,
 )
 
-from ..broker_settings import parse_properties
 from ..handlers.rocketmq_admin import properties_text
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
 from ..ingress import Rejected, guarded
+from ..tables.settings import parse_properties
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:

@@ -62,9 +62,9 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..store import DispatchRequest, MessageStore, PutResult
+    from ..tables.clients import ClientRegistry
 
 PutFn = Callable[..., "PutResult"]
 COMMIT, ROLLBACK, UNKNOWN = 0x8, 0xC, 0x0  # MessageSysFlag TRANSACTION_*_TYPE

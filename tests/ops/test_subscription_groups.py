@@ -1,5 +1,5 @@
 """Subscription groups, broker settings and stats items as services and processors, built
-with the real services (no broker): server/subscriptions.py, server/broker_settings.py,
+with the real services (no broker): server/tables/subscriptions.py, server/tables/settings.py,
 server/observe/stats_items.py, server/handlers/rocketmq_groups.py, rocketmq_stats.py.
 """
 
@@ -14,7 +14,6 @@ import pytest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand, request
-from kairosmq.server.broker_settings import SETTABLE, BrokerSettings, parse_properties
 from kairosmq.server.config import BrokerConfig
 from kairosmq.server.handlers.rocketmq_groups import (
     BrokerConfigProcessor,
@@ -24,8 +23,9 @@ from kairosmq.server.handlers.rocketmq_stats import BrokerStatsProcessor
 from kairosmq.server.ingress import guarded
 from kairosmq.server.observe.stats import BrokerStats
 from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sources
-from kairosmq.server.offsets import ConsumerOffsetManager
-from kairosmq.server.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
+from kairosmq.server.tables.offsets import ConsumerOffsetManager
+from kairosmq.server.tables.settings import SETTABLE, BrokerSettings, parse_properties
+from kairosmq.server.tables.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
 from kairosmq.server.transport import Connection, RemotingServer
 
 

@@ -31,7 +31,7 @@ from kairosmq.protocol.properties import encode_properties
 from kairosmq.server import ingress
 from kairosmq.server.config import BrokerConfig
 from kairosmq.server.ingress import Rejected
-from kairosmq.server.topics import TopicConfigManager
+from kairosmq.server.tables.topics import TopicConfigManager
 
 # ---------------------------------------------------------------- naming
 
@@ -108,7 +108,7 @@ def test_shown_truncates() -> None:
 def test_server_and_client_share_the_rules() -> None:
     from kairosmq.client.common import check_topic, retry_topic
     from kairosmq.client.errors import InvalidName
-    from kairosmq.server import topics
+    from kairosmq.server.tables import topics
 
     assert topics.validate_topic is naming.validate_topic
     assert retry_topic is naming.retry_topic

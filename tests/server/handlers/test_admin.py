@@ -90,7 +90,7 @@ async def test_query_by_key_and_by_msg_id(services: Services) -> None:
 
 async def test_create_answers_system_error_when_topics_json_cannot_be_written(
         services: Services, monkeypatch: Any) -> None:
-    from kairosmq.server import table_file
+    from kairosmq.server.tables import table_file
 
     def full(path: Any, parts: Any) -> None:
         raise OSError(28, "No space left on device")

@@ -41,8 +41,8 @@ from typing import Any
 
 import orjson
 
-from .observe.logs import get_logger
-from .store.files import read_json, write_parts_atomic
+from ..observe.logs import get_logger
+from ..store.files import read_json, write_parts_atomic
 from .table_file import PART_ENTRIES
 
 MAX_OFFSET = (1 << 63) - 1

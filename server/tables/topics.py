@@ -20,7 +20,7 @@ Invariants:
   TOPIC_NOT_EXIST, as RocketMQ when it cannot create a topic) and changes nothing.
   Updating an existing topic is always allowed; ``load`` keeps every valid topic of the
   file even past the limit (lowering it never drops topics).
-* Persistence (``server/table_file.py``): a change marks the table; one background task
+* Persistence (``server/tables/table_file.py``): a change marks the table; one background task
   writes it (encoded in parts between other requests, written and fsync'd in a thread),
   coalescing the changes made meanwhile. No file I/O and no whole-table encoding on the
   event loop. ``await flushed()`` returns once the file holds every change made before
@@ -58,7 +58,7 @@ from kairosmq.protocol.naming import (
     validate_topic,
 )
 
-from .store.files import read_json
+from ..store.files import read_json
 from .table_file import TableFile, join_parts
 
 __all__ = [

@@ -14,7 +14,7 @@ Invariants:
   ``retryQueueNums`` = ``retry_queue_nums``) when ``auto_create`` is on (a heartbeat or a
   pull of a new group), else ``None`` (the caller answers SUBSCRIPTION_GROUP_NOT_EXIST).
 * Every change bumps the data version and marks the table; one background writer
-  (``server/table_file.py``) encodes it in parts between other requests and writes it
+  (``server/tables/table_file.py``) encodes it in parts between other requests and writes it
   in a thread, coalescing the changes made meanwhile (no file I/O and no whole-table
   encoding on the event loop). Admin changes are answered after ``flushed()``; an
   auto-creation is written in the background.
@@ -38,12 +38,12 @@ import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import validate_group
 
-from .store.files import read_json
+from ..store.files import read_json
 from .table_file import TableFile, join_parts
 
 # BrokerConfig.max_subscription_groups' default: RocketMQ 4.9.8's heartbeat creates
 # %RETRY%<group> for every consumer group, so a broker registering with a name server holds
-# no more groups than topics (max_topics' default, server/topics.py)
+# no more groups than topics (max_topics' default, server/tables/topics.py)
 MAX_GROUPS = 150_000
 FILE_NAME = "subscriptionGroup.json"
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from .store.files import write_parts_atomic
+from ..store.files import write_parts_atomic
 
 PART_ENTRIES = 500  # entries encoded per loop step (~1 ms on a busy 2-core machine)
 JOIN_ROWS = 2000  # pre-encoded rows joined per loop step (~0.3 ms)
