@@ -29,9 +29,10 @@ HOT = [
     "server/store/message_store.py", "server/store/commitlog.py", "server/store/index.py",
     "server/store/consumequeue.py", "server/store/reads.py", "server/store/guard.py",
     "server/store/mapped.py",
-    "server/put.py", "server/transport.py", "server/ingress.py", "server/observe/logs.py",
-    "server/schedule.py", "server/requeue.py", "server/longpoll.py", "server/clock.py",
-    "server/observe/logsink.py", "server/handlers/send.py", "server/handlers/pull.py",
+    "server/put.py", "server/schedule.py", "server/requeue.py", "server/clock.py",
+    "server/remoting/transport.py", "server/remoting/ingress.py", "server/remoting/longpoll.py",
+    "server/observe/logs.py", "server/observe/logsink.py",
+    "server/handlers/send.py", "server/handlers/pull.py",
     "server/timer/service.py", "server/timer/admission.py",
 ]
 

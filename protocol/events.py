@@ -235,7 +235,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # event logged that way must list it)
     "request.failed": {"peer": "string", "request_code": "int", "error": "string",
                        "exception": "string"},
-    # a request refused by server/ingress.py (bad name, integer, size, property)
+    # a request refused by server/remoting/ingress.py (bad name, integer, size, property)
     "request.rejected": {"peer": "string", "request_code": "int", "code": "int",
                          "remark": "string"},
     # ---- request-reply (server/handlers/reply.py); warning: the reply did not reach its

@@ -119,7 +119,7 @@ from .acl_rules import Account, AclConfigError, AclRules, load_rules, parse_text
 from .clock import wall_ms
 
 if TYPE_CHECKING:
-    from .transport import Connection
+    from .remoting.transport import Connection
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)

@@ -51,7 +51,6 @@ from .fdbudget import (
 from .handlers import broker_table, namesrv_table
 from .handlers.reply import ensure_system_topics
 from .handlers.rocketmq_kv import KvConfig
-from .longpoll import ArrivalNotifier, PullHolds
 from .observe.logs import MessageLog, get_logger
 from .observe.logsink import add_health_listener, remove_health_listener
 from .observe.metrics import MetricsEndpoint
@@ -59,6 +58,8 @@ from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
 from .put import MessageKind, PutPath
 from .registration import BrokerRegistration
+from .remoting.longpoll import ArrivalNotifier, PullHolds
+from .remoting.transport import Connection, ConnectionLimits, RemotingServer
 from .schedule import ScheduleService
 from .security import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
@@ -71,7 +72,6 @@ from .tables.subscriptions import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
 from .timer import TimerBuckets, TimerService
 from .transaction.service import TransactionService
-from .transport import Connection, ConnectionLimits, RemotingServer
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
 

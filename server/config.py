@@ -123,7 +123,7 @@ class BrokerConfig:
     max_connections: int | None = None
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
     partial_frame_timeout: float = 30.0
-    # bytes of unfinished frames held across all connections (server/transport.py)
+    # bytes of unfinished frames held across all connections (server/remoting/transport.py)
     partial_frame_budget: int = 256 * 1024 * 1024
     # RocketMQ: none below the 16 MiB frame; a stock Java client's send with 32,767 bytes
     # of properties is up to ~197 KB of JSON header (fastjson escapes control characters)

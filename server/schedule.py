@@ -46,8 +46,8 @@ from kairosmq.protocol.properties import (
 )
 
 from .clock import sub_ms, wall_ms
-from .longpoll import ArrivalNotifier
 from .observe.logs import get_logger
+from .remoting.longpoll import ArrivalNotifier
 from .requeue import RequeueError, restore_delayed
 from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
 from .store.consumequeue import HOLE

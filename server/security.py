@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .broker import Broker
+    from .remoting.transport import RemotingServer
     from .supervise import Supervisor
-    from .transport import RemotingServer
 
 
 def is_loopback(host: str) -> bool:

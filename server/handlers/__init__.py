@@ -29,8 +29,8 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
 from ..config import FlushMode
-from ..ingress import guarded
-from ..transport import Handler
+from ..remoting.ingress import guarded
+from ..remoting.transport import Handler
 from .admin import QueryMessageProcessor, TopicAdminProcessor
 from .admin_ext import KairosAdminProcessor
 from .client import ClientManageProcessor
@@ -51,8 +51,8 @@ from .transaction import EndTransactionProcessor, TransactionStatusProcessor
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from ..remoting.transport import Connection
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 # the broker requests that may create or delete topics
 TOPIC_CHANGING = frozenset({

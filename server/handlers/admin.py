@@ -33,16 +33,16 @@ from kairosmq.protocol.headers import (
 from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
 
-from .. import ingress
+from ..remoting import ingress
 from ..store.index import KIND_KEY, KIND_UNIQ
 from ..tables.table_file import collect, encode_parts
 
 if TYPE_CHECKING:
+    from ..remoting.transport import Connection
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
     from ..tables.offsets import ConsumerOffsetManager
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_QUERY = 64

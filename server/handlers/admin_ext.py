@@ -31,8 +31,8 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from .. import ingress
 from ..put import MessageKind
+from ..remoting import ingress
 from ..requeue import requeue, resend_target
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.commitlog import RecordProblem
@@ -41,11 +41,11 @@ from ..tables.topics import TopicTableFull, dlq_topic, retry_topic
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
+    from ..remoting.transport import Connection
     from ..store.message_store import MessageStore
     from ..tables.clients import ClientRegistry
     from ..tables.offsets import ConsumerOffsetManager
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 MAX_RESEND = 10_000
 

@@ -36,19 +36,20 @@ from kairosmq.protocol.headers import PullMessageRequestHeader, PullMessageRespo
 from kairosmq.protocol.message import summarize_records
 from kairosmq.protocol.sql92 import Selector
 
-from .. import ingress, property_filter
+from .. import property_filter
+from ..remoting import ingress
 from ..store import GetResult, GetStatus
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from ..longpoll import ArrivalNotifier, PullHolds
     from ..observe.stats import BrokerStats
+    from ..remoting.longpoll import ArrivalNotifier, PullHolds
+    from ..remoting.transport import Connection
     from ..store.message_store import MessageStore
     from ..tables.clients import ClientRegistry
     from ..tables.offsets import ConsumerOffsetManager
     from ..tables.subscriptions import SubscriptionGroupManager
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 _CODES = {
     GetStatus.FOUND: ResponseCode.SUCCESS,

@@ -27,17 +27,17 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import QueryConsumeQueueRequestHeader
 
-from .. import ingress
+from ..remoting import ingress
 from .rocketmq_admin import consume_stats_entries
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
+    from ..remoting.transport import Connection
     from ..store.message_store import MessageStore
     from ..tables.clients import ClientRegistry
     from ..tables.offsets import ConsumerOffsetManager
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 MAX_CQ_UNITS = 1000  # units one QUERY_CONSUME_QUEUE answers at most
 

@@ -30,16 +30,16 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import DeleteSubscriptionGroupRequestHeader
 
-from .. import ingress
+from ..remoting import ingress
 from ..tables.settings import parse_properties
 from ..tables.subscriptions import SubscriptionGroupConfig
 from ..tables.table_file import collect
 
 if TYPE_CHECKING:
+    from ..remoting.transport import Connection
     from ..tables.offsets import ConsumerOffsetManager
     from ..tables.settings import BrokerSettings
     from ..tables.subscriptions import SubscriptionGroupManager
-    from ..transport import Connection
 
 
 class SubscriptionGroupProcessor:

@@ -33,7 +33,7 @@ from kairosmq.protocol.headers import KvConfigRequestHeader, KvNamespaceRequestH
 from ..store.files import OrderedJsonFile, read_json
 
 if TYPE_CHECKING:
-    from ..transport import Connection
+    from ..remoting.transport import Connection
 
 MAX_NAME = 255
 MAX_TABLE_BYTES = 8 * 1024 * 1024  # namespaces, keys and values (UTF-8) together

@@ -22,7 +22,7 @@ from kairosmq.protocol.headers import ViewBrokerStatsDataRequestHeader
 
 if TYPE_CHECKING:
     from ..observe.stats_items import BrokerStatsManager
-    from ..transport import Connection
+    from ..remoting.transport import Connection
 
 
 class BrokerStatsProcessor:

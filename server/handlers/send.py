@@ -55,22 +55,22 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
-from .. import ingress
 from ..config import FlushMode
-from ..ingress import Rejected
 from ..put import MessageKind
+from ..remoting import ingress
+from ..remoting.ingress import Rejected
+from ..remoting.transport import AckedAnswer
 from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicTableFull
 from ..timer.admission import recall_handle, timer_due, timer_kind
 from ..transaction.records import is_half
-from ..transport import AckedAnswer
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
+    from ..remoting.transport import Connection
     from ..tables.topics import TopicConfig, TopicConfigManager
-    from ..transport import Connection
 
 PutFn = Callable[..., PutResult]  # put.PutPath.put(msg, kind, *, due_ms=0)
 # messages of a batch validated or stored per loop turn: a 4 MiB batch holds up to ~180,000

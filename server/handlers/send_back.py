@@ -28,8 +28,8 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import is_system_topic
 from kairosmq.protocol.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 
-from .. import ingress
 from ..put import MessageKind
+from ..remoting import ingress
 from ..requeue import requeue
 from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
@@ -38,10 +38,10 @@ from ..store.commitlog import RecordProblem
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.stats import BrokerStats
+    from ..remoting.transport import Connection
     from ..store.reads import StoreReads
     from ..tables.subscriptions import SubscriptionGroupManager
     from ..tables.topics import TopicConfigManager
-    from ..transport import Connection
 
 _V3_4_9 = 121
 

@@ -56,12 +56,12 @@ from kairosmq.protocol.registration import (
 
 from ..handlers.rocketmq_admin import properties_text
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
-from ..ingress import Rejected, guarded
+from ..remoting.ingress import Rejected, guarded
 from ..tables.settings import parse_properties
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:
-    from ..transport import Connection, Handler
+    from ..remoting.transport import Connection, Handler
 
 MAX_NAME = 255
 _NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces (TopicConfig.encode splits)

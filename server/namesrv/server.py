@@ -31,10 +31,10 @@ from typing import Any
 from ..acl import AclGuard
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
 from ..observe.logs import get_logger
+from ..remoting.transport import Connection, ConnectionLimits, RemotingServer
 from ..security import secure_server
 from ..supervise import Supervisor
 from ..tls import TlsSettings
-from ..transport import Connection, ConnectionLimits, RemotingServer
 from .processor import NamesrvRequestProcessor, namesrv_handlers
 from .routes import RouteInfoManager
 from .settings import check_settings

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode
 
-from ..transport import RequestRefused
+from ..remoting.transport import RequestRefused
 
 
 class ClientConnection(Protocol):

@@ -11,7 +11,7 @@ the server's modules).
 Invariants:
 * Every topic in the table has a valid name (``naming.validate_queue_topic``: a valid
   topic, or a valid group behind ``%RETRY%``/``%DLQ%``): callers validate before
-  creating (``server/ingress.py``), and ``load`` skips names that break the rules (a file
+  creating (``server/remoting/ingress.py``), and ``load`` skips names that break the rules (a file
   written before they were checked).
 * System topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``TBW102``) are never writable by
   clients.

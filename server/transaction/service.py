@@ -43,9 +43,9 @@ from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
-from ..client_calls import notify_client
 from ..observe.logs import MessageLog, get_logger
 from ..put import MessageKind
+from ..remoting.client_calls import notify_client
 from ..store import PutStatus
 from .records import (
     CHECK_IMMUNITY,

@@ -20,13 +20,13 @@ from kairosmq.server.handlers.rocketmq_groups import (
     SubscriptionGroupProcessor,
 )
 from kairosmq.server.handlers.rocketmq_stats import BrokerStatsProcessor
-from kairosmq.server.ingress import guarded
 from kairosmq.server.observe.stats import BrokerStats
 from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sources
+from kairosmq.server.remoting.ingress import guarded
+from kairosmq.server.remoting.transport import Connection, RemotingServer
 from kairosmq.server.tables.offsets import ConsumerOffsetManager
 from kairosmq.server.tables.settings import SETTABLE, BrokerSettings, parse_properties
 from kairosmq.server.tables.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
-from kairosmq.server.transport import Connection, RemotingServer
 
 
 class _Log:

@@ -1,5 +1,5 @@
 """Unit tests of the naming rules (protocol/naming.py) and the ingress checks
-(server/ingress.py), against a real TopicConfigManager and BrokerConfig."""
+(server/remoting/ingress.py), against a real TopicConfigManager and BrokerConfig."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from kairosmq.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from kairosmq.protocol.properties import encode_properties
-from kairosmq.server import ingress
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.ingress import Rejected
+from kairosmq.server.remoting import ingress
+from kairosmq.server.remoting.ingress import Rejected
 from kairosmq.server.tables.topics import TopicConfigManager
 
 # ---------------------------------------------------------------- naming

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kairosmq.server.longpoll import ArrivalNotifier
+from kairosmq.server.remoting.longpoll import ArrivalNotifier
 from kairosmq.server.schedule import ScheduleService
 from kairosmq.server.store import MessageInner, PutStatus
 from kairosmq.server.store import commitlog as commitlog_mod

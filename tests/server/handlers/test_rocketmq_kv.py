@@ -12,7 +12,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.server.handlers.rocketmq_kv import MAX_TABLE_BYTES, KvConfig, KvConfigProcessor
 from kairosmq.server.observe.logs import get_logger
-from kairosmq.server.transport import Connection
+from kairosmq.server.remoting.transport import Connection
 
 from tests.server.handlers.rig import req
 

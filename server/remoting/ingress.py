@@ -89,9 +89,9 @@ from kairosmq.protocol.properties import (
 )
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
-    from .observe.stats import BrokerStats
-    from .tables.topics import TopicConfig, TopicConfigManager
+    from ..config import BrokerConfig
+    from ..observe.stats import BrokerStats
+    from ..tables.topics import TopicConfig, TopicConfigManager
     from .transport import Connection, Handler
 
 SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR

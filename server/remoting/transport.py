@@ -65,8 +65,8 @@ from kairosmq.protocol.codes import FLAG_ONEWAY, LanguageCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError, ProtocolError
 
+from ..fdbudget import fd_connection_limit
 from . import client_calls
-from .fdbudget import fd_connection_limit
 
 
 @dataclass(frozen=True, slots=True)
