@@ -210,7 +210,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "conn.over_budget": {"peer": "string", "conn_id": "long", "buffered": "long",
                          "total": "long", "budget": "long", "authorized": "boolean"},
     "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
-    # ---- security (server/acl.py, server/security.py, server/tls.py; docs/security.md)
+    # ---- security (server/security/: access.py, install.py, tls.py; docs/security.md)
     # warning: a request refused by the ACL: who (access_key), what (request_code, resource,
     # perm needed), from where (peer, listener); reason: no_access_key, unknown_access_key,
     # signature, binding_code, binding_stale, binding_replay,

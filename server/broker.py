@@ -61,7 +61,7 @@ from .registration import BrokerRegistration
 from .remoting.longpoll import ArrivalNotifier, PullHolds
 from .remoting.transport import Connection, ConnectionLimits, RemotingServer
 from .schedule import ScheduleService
-from .security import install_security
+from .security.install import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
 from .supervise import ServiceState, Supervisor
@@ -161,7 +161,7 @@ class Broker:
                                     cfg.partial_frame_timeout, cfg.max_header_bytes,
                                     cfg.partial_frame_budget),
         )
-        self.acl: Any = None  # server/acl.py AclGuard with --acl (server/security.py)
+        self.acl: Any = None  # security/access.py AclGuard with --acl (security/install.py)
         self.metrics = MetricsEndpoint(self, cfg.metrics_host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()

@@ -262,8 +262,8 @@ def _security_problem(config: BrokerConfig) -> str | None:
     import ssl
 
     from .registration import namesrv_ssl_context
-    from .security import security_problem
-    from .tls import TlsMode, TlsSettings
+    from .security.install import security_problem
+    from .security.tls import TlsMode, TlsSettings
 
     settings = TlsSettings(TlsMode(config.tls_mode), config.tls_cert, config.tls_key,
                            config.tls_ca)

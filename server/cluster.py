@@ -112,7 +112,7 @@ def admin_account(acl_file: Path) -> tuple[str, str]:
     """(access key, secret key) of the first ``admin: true`` account of ``acl_file``: what
     the cluster's brokers sign their registrations with. ``ValueError`` when there is none
     (or the file is unusable)."""
-    from .acl_rules import AclConfigError, load_rules
+    from .security.acl_file import AclConfigError, load_rules
 
     try:
         rules = load_rules(acl_file)
@@ -469,8 +469,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"kairosmq cluster: --data-dir {data}: {err}", file=sys.stderr)
         return 2
-    from .security import security_problem
-    from .tls import TlsMode, TlsSettings
+    from .security.install import security_problem
+    from .security.tls import TlsMode, TlsSettings
 
     tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
     if (problem := security_problem(args.acl, tls)) is not None:

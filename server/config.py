@@ -165,13 +165,13 @@ class BrokerConfig:
     # polled for changes every acl_reload_interval seconds; TLS on every port
     acl_file: Path | None = None
     acl_reload_interval: float = 1.0
-    # kairosmq's checks beyond RocketMQ's signature (server/acl.py RequestPolicy): which
+    # kairosmq's checks beyond RocketMQ's signature (server/security/access.py RequestPolicy): which
     # signed requests must carry the request binding (optional | admin | all), how far a
     # binding's time may be from the broker's clock (seconds), admin accounts over TLS only
     acl_request_binding: str = "optional"
     acl_request_window: float = 300.0
     acl_admin_require_tls: bool = False
-    tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/tls.py)
+    tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/security/tls.py)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None  # client certificates must be signed by this CA

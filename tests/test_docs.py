@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
             "spark", "server/namesrv",
-            "server/observe", "server/tables", "server/remoting")
+            "server/observe", "server/tables", "server/remoting", "server/security")
 
 
 def _layout_block() -> str:

@@ -28,13 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..acl import AclGuard
 from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
 from ..observe.logs import get_logger
 from ..remoting.transport import Connection, ConnectionLimits, RemotingServer
-from ..security import secure_server
+from ..security.access import AclGuard
+from ..security.install import secure_server
+from ..security.tls import TlsSettings
 from ..supervise import Supervisor
-from ..tls import TlsSettings
 from .processor import NamesrvRequestProcessor, namesrv_handlers
 from .routes import RouteInfoManager
 from .settings import check_settings

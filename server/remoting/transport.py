@@ -348,7 +348,7 @@ class RemotingServer:
         self.tasks: set[asyncio.Task[None]] = set()
         self._dirty: list[Connection] = []
         self._tick_scheduled = False
-        # server/security.py: the ACL check of every request (None: let it through, else
+        # server/security/install.py: the ACL check of every request (None: let it through, else
         # the error answer) and the TLS layer each new Connection is wrapped in
         self.auth: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
         self.wrap_protocol: Callable[[Connection], asyncio.Protocol] | None = None

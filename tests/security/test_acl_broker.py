@@ -1,4 +1,4 @@
-"""Plain ACL on a real in-process broker (server/acl.py through the transport's hook).
+"""Plain ACL on a real in-process broker (server/security/access.py through the transport's hook).
 
 Every request here goes over TCP to the broker and name-server ports, signed by the
 bundled client's hook (client/acl.py) or deliberately mis-signed, and each refusal is

@@ -1,5 +1,5 @@
-"""The plain_acl.yml format (server/acl_rules.py): address patterns, permissions, errors,
-and which permission each request needs (server/acl.py ``needed_access``)."""
+"""The plain_acl.yml format (server/security/acl_file.py): address patterns, permissions, errors,
+and which permission each request needs (server/security/access.py ``needed_access``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from kairosmq.protocol.acl import DENY, PUB, SUB, check_permission, parse_perm, 
 from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.acl import Denied, Need, check_request, needed_access
-from kairosmq.server.acl_rules import AclConfigError, AddressPattern, parse_text
+from kairosmq.server.security.access import Denied, Need, check_request, needed_access
+from kairosmq.server.security.acl_file import AclConfigError, AddressPattern, parse_text
 
 RMQ_SAMPLE = """
 globalWhiteRemoteAddresses:

@@ -115,11 +115,11 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic, is_system_topic
 
-from .acl_rules import Account, AclConfigError, AclRules, load_rules, parse_text, yaml_problem
-from .clock import wall_ms
+from ..clock import wall_ms
+from .acl_file import Account, AclConfigError, AclRules, load_rules, parse_text, yaml_problem
 
 if TYPE_CHECKING:
-    from .remoting.transport import Connection
+    from ..remoting.transport import Connection
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
@@ -191,7 +191,7 @@ _OTHER_RESOURCE_CODES = frozenset({
 @dataclass(frozen=True, slots=True)
 class StoreLookups:
     """What the ACL reads from the store for requests naming a message by commit-log
-    offset (server/security.py builds it): each returns None when there is none."""
+    offset (server/security/install.py builds it): each returns None when there is none."""
 
     stored_topic: StoredTopic  # the topic of the record there (what a send-back copies)
     half_topic: StoredTopic  # the real topic of the half message there (END_TRANSACTION)
@@ -479,7 +479,7 @@ class AclGuard:
         self.policy = policy if policy is not None else RequestPolicy()
         self.denied: dict[str, int] = {}
         self.reloads = 0
-        self.lookups: StoreLookups | None = None  # set by server/security.py
+        self.lookups: StoreLookups | None = None  # set by server/security/install.py
         self._stamp: tuple[int, int, int] | None = None
         self._digest = b""
         self.rules = self._read()  # start-up: a bad file fails the start
@@ -553,7 +553,7 @@ class AclGuard:
 
 
 def _is_tls(conn: Connection) -> bool:
-    """Whether ``conn`` speaks TLS (server/tls.py's proxy transport exposes its SSLObject)."""
+    """Whether ``conn`` speaks TLS (tls.py's proxy transport exposes its SSLObject)."""
     transport = conn.transport
     return transport is not None and transport.get_extra_info("ssl_object") is not None
 

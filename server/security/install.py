@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Literal
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 
-from .acl import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
-from .observe.logs import get_logger
+from ..observe.logs import get_logger
+from .access import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
 from .tls import TlsMode, TlsServer, TlsSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .broker import Broker
-    from .remoting.transport import RemotingServer
-    from .supervise import Supervisor
+    from ..broker import Broker
+    from ..remoting.transport import RemotingServer
+    from ..supervise import Supervisor
 
 
 def is_loopback(host: str) -> bool:
@@ -56,7 +56,7 @@ def tls_settings(broker: Broker) -> TlsSettings:
 
 def stored_topic(broker: Broker) -> StoredTopic:
     """Commit-log offset -> the topic of the stored record there (the store's checked read),
-    or None: what a send-back would copy (server/acl.py)."""
+    or None: what a send-back would copy (server/security/access.py)."""
 
     def topic_at(offset: int) -> str | None:
         if offset < 0:
@@ -122,7 +122,7 @@ def security_problem(acl_file: Path | None, tls: TlsSettings) -> str | None:
     """Check the ACL file and TLS files before starting (one clear line, exit code 2)."""
     import ssl
 
-    from .acl_rules import AclConfigError, load_rules
+    from .acl_file import AclConfigError, load_rules
     from .tls import server_context
 
     if acl_file is not None:

@@ -24,7 +24,7 @@ exact addresses and lists; ``*`` / ``n-m`` hextets in the fully written form.
 
 Invariants:
 * Parsing is all or nothing: any bad entry raises ``AclConfigError`` naming it (never
-  the secret), so a reload that fails keeps the rules in force (``server/acl.py``).
+  the secret), so a reload that fails keeps the rules in force (``server/security/access.py``).
 * Scalars are read as text, as RocketMQ does (``secretKey: 12345678`` is "12345678").
 * Unlike RocketMQ, which reads an unknown permission word as DENY, a misspelt one
   (``PUB/SUB``) is an error: it would otherwise lock the account out silently.
