@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from .config import BrokerConfig, FlushMode
+from .delay.service import ScheduleService
 from .endpoints import Endpoints
 from .fdbudget import (
     FdBudget,
@@ -56,11 +57,10 @@ from .observe.logsink import add_health_listener, remove_health_listener
 from .observe.metrics import MetricsEndpoint
 from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
-from .put import MessageKind, PutPath
+from .put.path import MessageKind, PutPath
 from .registration import BrokerRegistration
 from .remoting.longpoll import ArrivalNotifier, PullHolds
 from .remoting.transport import Connection, ConnectionLimits, RemotingServer
-from .schedule import ScheduleService
 from .security.install import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex

@@ -1,7 +1,8 @@
 """Broker configuration: one frozen dataclass with RocketMQ's names and defaults.
 
-Owns: ``BrokerConfig`` and ``parse_delay_levels``. Every knob has an embedded default so
-``kairosmq broker`` runs with no config file.
+Owns: ``BrokerConfig`` (``delay_levels`` is parsed by ``delay/levels.py``'s
+``parse_delay_levels``). Every knob has an embedded default so ``kairosmq broker`` runs with
+no config file.
 
 Invariants: ``delay_levels_ms`` is derived from ``delay_levels`` at construction and a
 bad string raises ``ValueError`` naming the bad token (a clear start-up error).
@@ -9,39 +10,18 @@ bad string raises ``ValueError`` naming the bad token (a clear start-up error).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from .delay.levels import parse_delay_levels
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 
 
 class FlushMode(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """Parse ``"1s 5s 1m ..."`` into milliseconds per level (level n = index n-1)."""
-    tokens = text.split()
-    if not tokens:
-        raise ValueError("message_delay_level is empty: give at least one level like '1s'")
-    out: list[int] = []
-    for i, tok in enumerate(tokens, start=1):
-        m = _LEVEL_RE.match(tok.strip().lower())
-        if not m:
-            raise ValueError(
-                f"message_delay_level token {i} {tok!r} is not <number><unit> "
-                f"with unit one of ms, s, m, h, d"
-            )
-        ms = round(float(m.group(1)) * _UNITS_MS[m.group(2)])
-        if ms <= 0:
-            raise ValueError(f"message_delay_level token {i} {tok!r} must be positive")
-        out.append(ms)
-    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
-            "spark", "server/namesrv",
-            "server/observe", "server/tables", "server/remoting", "server/security")
+PACKAGES = ("protocol", "client", "spark",
+            "server", "server/store", "server/handlers", "server/timer", "server/namesrv",
+            "server/observe", "server/tables", "server/remoting", "server/security",
+            "server/put", "server/delay")
 
 
 def _layout_block() -> str:

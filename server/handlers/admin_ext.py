@@ -31,9 +31,9 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from ..put import MessageKind
+from ..put.path import MessageKind
+from ..put.requeue import requeue, resend_target
 from ..remoting import ingress
-from ..requeue import requeue, resend_target
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.commitlog import RecordProblem
 from ..tables.topics import TopicTableFull, dlq_topic, retry_topic

@@ -56,11 +56,11 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
 from ..config import FlushMode
-from ..put import MessageKind
+from ..put.path import MessageKind
+from ..put.retry import plan_send_back
 from ..remoting import ingress
 from ..remoting.ingress import Rejected
 from ..remoting.transport import AckedAnswer
-from ..retry import plan_send_back
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicTableFull
 from ..timer.admission import recall_handle, timer_due, timer_kind

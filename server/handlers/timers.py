@@ -43,7 +43,7 @@ from kairosmq.protocol.timer import (
     decode_recall_handle,
 )
 
-from ..put import MessageKind
+from ..put.path import MessageKind
 from ..remoting import ingress
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ

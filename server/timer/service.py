@@ -49,7 +49,7 @@ from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
 from ..clock import sub_ms, wall_ms
 from ..observe.logs import get_logger
-from ..requeue import RequeueError
+from ..put.requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
 from ..store.records import stored_physical_offset
 from ..store.undo import UndoLog

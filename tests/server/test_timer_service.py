@@ -23,7 +23,7 @@ from kairosmq.protocol.properties import (
     TIMER_ORIGIN,
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
-from kairosmq.server.requeue import restore_timer
+from kairosmq.server.put.requeue import restore_timer
 from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
 from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService
 from kairosmq.server.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries

@@ -40,18 +40,18 @@ from kairosmq.protocol.properties import (
     UNIQ_KEY,
 )
 
+from ..delay.levels import transform_delayed
+from ..store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
+from ..timer.records import transform_timer
+from ..transaction.records import transform_half
 from .requeue import restore_delayed_view, restore_timer_view
-from .schedule import transform_delayed
-from .store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
-from .timer.records import transform_timer
-from .transaction.records import transform_half
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
-    from .observe.logs import MessageLog
-    from .observe.stats import BrokerStats
-    from .store import MessageStore
-    from .timer import TimerService
+    from ..config import BrokerConfig
+    from ..observe.logs import MessageLog
+    from ..observe.stats import BrokerStats
+    from ..store import MessageStore
+    from ..timer import TimerService
 
 
 class MessageKind(Enum):

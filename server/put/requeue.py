@@ -43,7 +43,7 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS
 
-from .store import MessageInner
+from ..store import MessageInner
 
 # Set by the broker on its way through the store; never copied from a stored record.
 INTERNAL_PROPERTIES: tuple[str, ...] = (DELAY, DELIVER_TIME, SCHEDULE_ORIGIN, REAL_TOPIC,

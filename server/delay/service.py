@@ -1,9 +1,8 @@
-"""Delayed delivery: the delay transform and ScheduleService (one task per level).
+"""Delayed delivery: ScheduleService (one task per level), RocketMQ's delay-level scheduler.
 
-Owns: ``transform_delayed`` (divert a message with a delay level into
-``SCHEDULE_TOPIC_XXXX`` queue ``level-1``, saving REAL_TOPIC/REAL_QID and the due time)
-and ``ScheduleService``; the inverse copy, ``restore_delayed``, lives in ``requeue.py``
-(re-exported here).
+Owns: ``ScheduleService``. The send side's transform into ``SCHEDULE_TOPIC_XXXX`` and the
+level table's parser are ``levels.py``'s; the inverse copy, ``restore_delayed``, is
+``put/requeue.py``'s.
 
 Invariants:
 * Never early, late by milliseconds: a level's queue is FIFO by due time, so each task
@@ -38,50 +37,29 @@ from collections.abc import Callable
 from typing import Any
 
 from kairosmq.protocol.properties import (
-    DELAY,
-    DELIVER_TIME,
-    REAL_QID,
-    REAL_TOPIC,
     SCHEDULE_ORIGIN,
 )
 
-from .clock import sub_ms, wall_ms
-from .observe.logs import get_logger
-from .remoting.longpoll import ArrivalNotifier
-from .requeue import RequeueError, restore_delayed
-from .store import SCHEDULE_TOPIC, DispatchRequest, MessageInner, MessageStore, PutResult, PutStatus
-from .store.consumequeue import HOLE
-from .store.undo import UndoLog
-from .timer.waker import PreciseWaker
-
-__all__ = ["ScheduleService", "restore_delayed", "transform_delayed"]
+from ..clock import sub_ms, wall_ms
+from ..observe.logs import get_logger
+from ..put.requeue import RequeueError, restore_delayed
+from ..remoting.longpoll import ArrivalNotifier
+from ..store import (
+    SCHEDULE_TOPIC,
+    DispatchRequest,
+    MessageInner,
+    MessageStore,
+    PutResult,
+    PutStatus,
+)
+from ..store.consumequeue import HOLE
+from ..store.undo import UndoLog
+from ..timer.waker import PreciseWaker
 
 RETRY_PAUSE = 0.2
 _ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
 _PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 _FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
-
-
-def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
-                      now_ms: int, *, round_up_ms: int = 0) -> int:
-    """Divert ``msg`` into the schedule topic in place; return the (clamped) level.
-
-    The due time is ``now_ms + delay + round_up_ms``. The broker passes ``round_up_ms=1``
-    because its ``now_ms`` is a truncated wall-clock reading (the real instant of the put
-    lies in ``[now_ms, now_ms + 1)``): so the due time never precedes the real put instant
-    plus the delay, and no message is delivered early as seen by a sender's
-    sub-millisecond clock. Exact clocks (tests) pass 0.
-    """
-    level = min(level, len(levels_ms))
-    props = msg.properties
-    props[REAL_TOPIC] = msg.topic
-    props[REAL_QID] = str(msg.queue_id)
-    props[DELAY] = str(level)
-    props[DELIVER_TIME] = str(now_ms + levels_ms[level - 1] + round_up_ms)
-    msg.topic = SCHEDULE_TOPIC
-    msg.queue_id = level - 1
-    msg.store_timestamp = now_ms
-    return level
 
 
 class ScheduleService:
