@@ -64,7 +64,7 @@ from ..remoting.transport import AckedAnswer
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicTableFull
 from ..timer.admission import recall_handle, timer_due, timer_kind
-from ..transaction.records import is_half
+from ..transaction.messages import is_half
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig

@@ -47,7 +47,7 @@ from ..put.path import MessageKind
 from ..remoting import ingress
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
-from ..timer.records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
+from ..timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 
 if TYPE_CHECKING:
     from ..remoting.transport import Connection

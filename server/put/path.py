@@ -42,8 +42,8 @@ from kairosmq.protocol.properties import (
 
 from ..delay.levels import transform_delayed
 from ..store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
-from ..timer.records import transform_timer
-from ..transaction.records import transform_half
+from ..timer.topic import transform_timer
+from ..transaction.messages import transform_half
 from .requeue import restore_delayed_view, restore_timer_view
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ class PutPath:
                 self.store.queue(topic, qid).prepare_first()
 
     def _put_half(self, msg: MessageInner) -> PutResult:
-        """A transaction half message (``transaction/records.py``): stored in the half
+        """A transaction half message (``transaction/messages.py``): stored in the half
         topic, its DELAY and timer properties kept for the commit, not applied."""
         transform_half(msg, msg.properties.get(PGROUP, ""))
         result = self.store.put(msg)

@@ -21,7 +21,7 @@ from kairosmq.protocol.timer import TIMER_TOPIC
 from ..observe.logs import get_logger
 from ..store import MessageStore
 from .buckets import TimerBuckets
-from .records import TIMER_QUEUE
+from .topic import TIMER_QUEUE
 
 
 class RetentionWalk:

@@ -47,7 +47,7 @@ from ..observe.logs import MessageLog, get_logger
 from ..put.path import MessageKind
 from ..remoting.client_calls import notify_client
 from ..store import PutStatus
-from .records import (
+from .messages import (
     CHECK_IMMUNITY,
     HALF_TOPIC,
     OP_CHECK_TAG,

@@ -1,5 +1,5 @@
-"""What the timer records look like: queues of the timer topic, the ``due:phy`` pairs the
-broker writes in properties, the put-side transform and the recall outcomes.
+"""The timer topic (``rmq_sys_wheel_timer``) and its records: its queues, the ``due:phy``
+pairs the broker writes in properties, the put-side transform and the recall outcomes.
 
 Owns: ``TIMER_QUEUE`` / ``RECALL_QUEUE`` (queues 0 and 1 of ``rmq_sys_wheel_timer``),
 ``format_pair`` / ``parse_pair`` (``KAIROS_TIMER_ORIGIN``, ``KAIROS_RECALL_TARGET``),

@@ -1,11 +1,11 @@
-"""server/transaction/records.py: which send is a half message, the half transform, the
+"""server/transaction/messages.py: which send is a half message, the half transform, the
 committed copy (pure)."""
 
 from __future__ import annotations
 
 from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.server.store import MessageInner
-from kairosmq.server.transaction.records import (
+from kairosmq.server.transaction.messages import (
     HALF_TOPIC,
     check_body,
     committed_message,
