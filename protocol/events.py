@@ -52,7 +52,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},
-    # ---- external name servers (--namesrv; server/registration.py): one per registration
+    # ---- external name servers (--namesrv; server/cluster/registration.py): one per registration
     "broker.registered": {"namesrv": "string", "broker_addr": "string", "topic_count": "int",
                           "data_version": "long", "duration_ms": "double"},
     # warning: REGISTER_BROKER failed (unreachable, timeout, refused); retried in retry_in_ms
@@ -67,7 +67,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "service.failed": {"service": "string", "error": "string", "failures": "int",
                        "retry_in_ms": "double"},
     "service.recovered": {"service": "string", "failures": "int", "down_ms": "double"},
-    # ---- `kairosmq cluster` (server/cluster.py): its children are services of the supervisor
+    # ---- `kairosmq cluster` (server/cluster/local.py): its children are services of the supervisor
     "cluster.child_started": {"name": "string", "kind": "string", "address": "string",
                               "pid": "int", "starts": "int"},
     # error level: a child failed --max-failures times in a row; the cluster stops

@@ -38,6 +38,7 @@ import threading
 import time
 from typing import Any
 
+from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
 from .delay.service import ScheduleService
 from .endpoints import Endpoints
@@ -58,7 +59,6 @@ from .observe.metrics import MetricsEndpoint
 from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
 from .put.path import MessageKind, PutPath
-from .registration import BrokerRegistration
 from .remoting.longpoll import ArrivalNotifier, PullHolds
 from .remoting.transport import Connection, ConnectionLimits, RemotingServer
 from .security.install import install_security

@@ -261,7 +261,7 @@ def _security_problem(config: BrokerConfig) -> str | None:
     starting (one clear line, exit code 2)."""
     import ssl
 
-    from .registration import namesrv_ssl_context
+    from .cluster.registration import namesrv_ssl_context
     from .security.install import security_problem
     from .security.tls import TlsMode, TlsSettings
 
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kairosmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _broker_parser(sub)
-    from .cluster import add_cluster_parser, cmd_cluster
+    from .cluster.local import add_cluster_parser, cmd_cluster
 
     add_cluster_parser(sub)
     from .namesrv.cli import add_namesrv_parser, cmd_namesrv

@@ -36,7 +36,7 @@ class BrokerConfig:
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     # External name servers (RocketMQ namesrvAddr, "host:port;host:port"): the broker
-    # registers with them (server/registration.py) and embeds no name server. None: the
+    # registers with them (server/cluster/registration.py) and embeds no name server. None: the
     # embedded name server on namesrv_port (one process, the default).
     namesrv_addr: str | None = None
     broker_id: int = 0  # RocketMQ brokerId: 0 = master (the only role kairosmq has)
@@ -185,7 +185,7 @@ class BrokerConfig:
         if self.max_message_size + 4096 > self.commitlog_segment_size:
             raise ValueError("max_message_size must fit in one commit-log segment")
         if self.namesrv_addr is not None:
-            from .registration import parse_namesrv_addr  # the one parser of the list
+            from .cluster.registration import parse_namesrv_addr  # the one parser of the list
 
             parse_namesrv_addr(self.namesrv_addr)
         if (self.namesrv_access_key is None) != (self.namesrv_secret_key is None):

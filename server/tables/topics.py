@@ -31,7 +31,7 @@ Invariants:
   (copied in one loop step) instead of encoding 100k objects.
 * Every change of the table (``create``, ``delete``; ``ensure`` when it creates) calls
   each ``on_change`` listener with the topic name, after the table changed (the broker's
-  name-server registration re-registers, server/registration.py). ``load`` does not.
+  name-server registration re-registers, server/cluster/registration.py). ``load`` does not.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C
 from kairosmq.server.cli import NAMESRV_SECRET_KEY_ENV
 from kairosmq.server.cli import main as cli_main
-from kairosmq.server.cluster import add_cluster_parser, plan_cluster
+from kairosmq.server.cluster.local import add_cluster_parser, plan_cluster
 from kairosmq.server.security.access import ACL_EXCEPTION
 
 from tests.cluster.procs import ClusterProcess

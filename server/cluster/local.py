@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .supervise import ServiceState, Supervisor
+from ..supervise import ServiceState, Supervisor
 
 CLUSTER_NAME = "DefaultCluster"
 PORT_STEP = 10
@@ -112,7 +112,7 @@ def admin_account(acl_file: Path) -> tuple[str, str]:
     """(access key, secret key) of the first ``admin: true`` account of ``acl_file``: what
     the cluster's brokers sign their registrations with. ``ValueError`` when there is none
     (or the file is unusable)."""
-    from .security.acl_file import AclConfigError, load_rules
+    from ..security.acl_file import AclConfigError, load_rules
 
     try:
         rules = load_rules(acl_file)
@@ -146,7 +146,7 @@ def _namesrv_client(args: argparse.Namespace) -> tuple[list[str], dict[str, str]
     or certificate. Nothing with ``--namesrv``: external name servers are the operator's."""
     if args.namesrv:
         return [], {}
-    from .cli import NAMESRV_SECRET_KEY_ENV
+    from ..cli import NAMESRV_SECRET_KEY_ENV
 
     argv: list[str] = []
     env: dict[str, str] = {}
@@ -406,7 +406,7 @@ async def run_cluster(sup: ClusterSupervisor) -> int:
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from .config import DEFAULT_DELAY_LEVELS, FlushMode
+    from ..config import DEFAULT_DELAY_LEVELS, FlushMode
 
     p = sub.add_parser("cluster", help="run a name server and N brokers on this machine, "
                        "supervised (docs/cluster.md)")
@@ -438,7 +438,7 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="more `kairosmq broker` options for every broker, one string")
     p.add_argument("--namesrv-args", default="", metavar="ARGS",
                    help="more `kairosmq namesrv` options, one string")
-    from .cli import add_security_options
+    from ..cli import add_security_options
 
     add_security_options(p)  # to the name server and every broker (docs/cluster.md)
     g = p.add_argument_group("supervision")
@@ -453,7 +453,7 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from .observe.logs import close_sinks, configure_logging, get_logger
+    from ..observe.logs import close_sinks, configure_logging, get_logger
 
     if args.brokers < 1:
         print("kairosmq cluster: --brokers must be >= 1", file=sys.stderr)
@@ -469,8 +469,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"kairosmq cluster: --data-dir {data}: {err}", file=sys.stderr)
         return 2
-    from .security.install import security_problem
-    from .security.tls import TlsMode, TlsSettings
+    from ..security.install import security_problem
+    from ..security.tls import TlsMode, TlsSettings
 
     tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
     if (problem := security_problem(args.acl, tls)) is not None:

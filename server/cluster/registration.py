@@ -59,13 +59,13 @@ from kairosmq.protocol.registration import (
     register_broker_request,
 )
 
-from .clock import wall_ms
+from ..clock import wall_ms
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
-    from .endpoints import Endpoints
-    from .supervise import ServiceState, Supervisor
-    from .tables.topics import TopicConfig, TopicConfigManager
+    from ..config import BrokerConfig
+    from ..endpoints import Endpoints
+    from ..supervise import ServiceState, Supervisor
+    from ..tables.topics import TopicConfig, TopicConfigManager
 
 RETRY_BASE = 0.5  # seconds: first retry after a failed registration (doubles, capped)
 
