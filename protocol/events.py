@@ -157,7 +157,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "topic.deleted": {"topic": "string"},
     # error level: topics.json could not be written; written again 1 s later (table_file.py)
     "topic.persist_failed": {"path": "string", "error": "string"},
-    # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
+    # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/admin/kv.py)
     "kvconfig.updated": {"namespace": "string", "key": "string"},
     "kvconfig.deleted": {"namespace": "string", "key": "string"},
     # ---- the standalone name server (server/namesrv/, ``kairosmq namesrv``)

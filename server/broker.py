@@ -51,8 +51,8 @@ from .fdbudget import (
     segments_on_disk,
 )
 from .handlers import broker_table, namesrv_table
+from .handlers.admin.kv import KvConfig
 from .handlers.reply import ensure_system_topics
-from .handlers.rocketmq_kv import KvConfig
 from .observe.logs import MessageLog, get_logger
 from .observe.logsink import add_health_listener, remove_health_listener
 from .observe.metrics import MetricsEndpoint

@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "client", "spark",
             "server", "server/store", "server/handlers", "server/timer", "server/namesrv",
             "server/observe", "server/tables", "server/remoting", "server/security",
-            "server/put", "server/delay", "server/transaction", "server/cluster")
+            "server/put", "server/delay", "server/transaction", "server/cluster",
+            "server/handlers/admin")
 
 
 def _layout_block() -> str:

@@ -31,7 +31,7 @@ from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHea
 
 from ..remoting import ingress
 from ..tables.table_file import collect, encode_parts
-from .rocketmq_admin import properties_text
+from .admin.broker import properties_text
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
+from ..handlers.admin.kv import KvConfig, KvConfigProcessor
 from ..observe.logs import get_logger
 from ..remoting.transport import Connection, ConnectionLimits, RemotingServer
 from ..security.access import AclGuard

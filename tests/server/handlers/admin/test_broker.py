@@ -1,4 +1,4 @@
-"""Unit tests of AdminBrokerProcessor (server/handlers/rocketmq_admin.py): the RocketMQ
+"""Unit tests of AdminBrokerProcessor (server/handlers/admin/broker.py): the RocketMQ
 admin answers mqadmin parses, built from the real store, tables and registry."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import orjson
 from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.properties import DELAY
-from kairosmq.server.handlers.rocketmq_admin import AdminBrokerProcessor
+from kairosmq.server.handlers.admin.broker import AdminBrokerProcessor
 from kairosmq.server.put.path import MessageKind
 
 from tests.server.handlers.rig import Services, req

@@ -1,7 +1,6 @@
 """More of RocketMQ's admin requests for ``mqadmin``: GET_BROKER_CONSUME_STATS (317,
 ``brokerConsumeStats``) and QUERY_CONSUME_QUEUE (321, ``queryCq``). (Subscription groups,
-201 included, are rocketmq_groups.py's; INVOKE_BROKER_TO_RESET_OFFSET is
-rocketmq_callbacks.py's.)
+201 included, are groups.py's; INVOKE_BROKER_TO_RESET_OFFSET is callbacks.py's.)
 
 Owns: ``ConsumerAdminProcessor`` (the consumer half of RocketMQ's AdminBrokerProcessor;
 services: store reads, topic table, offset table, client registry, endpoints, config
@@ -27,17 +26,17 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import QueryConsumeQueueRequestHeader
 
-from ..remoting import ingress
-from .rocketmq_admin import consume_stats_entries
+from ...remoting import ingress
+from .broker import consume_stats_entries
 
 if TYPE_CHECKING:
-    from ..config import BrokerConfig
-    from ..endpoints import Endpoints
-    from ..remoting.transport import Connection
-    from ..store.message_store import MessageStore
-    from ..tables.clients import ClientRegistry
-    from ..tables.offsets import ConsumerOffsetManager
-    from ..tables.topics import TopicConfigManager
+    from ...config import BrokerConfig
+    from ...endpoints import Endpoints
+    from ...remoting.transport import Connection
+    from ...store.message_store import MessageStore
+    from ...tables.clients import ClientRegistry
+    from ...tables.offsets import ConsumerOffsetManager
+    from ...tables.topics import TopicConfigManager
 
 MAX_CQ_UNITS = 1000  # units one QUERY_CONSUME_QUEUE answers at most
 

@@ -50,20 +50,20 @@ from kairosmq.protocol.headers import (
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_retry_topic
 
-from ..remoting import ingress
-from ..store import SCHEDULE_TOPIC
-from ..store.consumequeue import UNIT_SIZE
+from ...remoting import ingress
+from ...store import SCHEDULE_TOPIC
+from ...store.consumequeue import UNIT_SIZE
 
 if TYPE_CHECKING:
-    from ..config import BrokerConfig
-    from ..endpoints import Endpoints
-    from ..observe.stats import BrokerStats
-    from ..remoting.transport import Connection
-    from ..store.guard import WriteGuard
-    from ..store.message_store import MessageStore
-    from ..tables.clients import ClientRegistry
-    from ..tables.offsets import ConsumerOffsetManager
-    from ..tables.topics import TopicConfigManager
+    from ...config import BrokerConfig
+    from ...endpoints import Endpoints
+    from ...observe.stats import BrokerStats
+    from ...remoting.transport import Connection
+    from ...store.guard import WriteGuard
+    from ...store.message_store import MessageStore
+    from ...tables.clients import ClientRegistry
+    from ...tables.offsets import ConsumerOffsetManager
+    from ...tables.topics import TopicConfigManager
 
 VERSION_DESC = "V4_9_8"  # MQVersion.getVersionDesc(BROKER_VERSION)
 CLIENT_LANGUAGE = "OTHER"  # a client registered without a language (ClientInfo.language)

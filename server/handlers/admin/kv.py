@@ -30,10 +30,10 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import KvConfigRequestHeader, KvNamespaceRequestHeader
 
-from ..store.files import OrderedJsonFile, read_json
+from ...store.files import OrderedJsonFile, read_json
 
 if TYPE_CHECKING:
-    from ..remoting.transport import Connection
+    from ...remoting.transport import Connection
 
 MAX_NAME = 255
 MAX_TABLE_BYTES = 8 * 1024 * 1024  # namespaces, keys and values (UTF-8) together

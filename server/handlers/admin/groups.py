@@ -1,19 +1,16 @@
-"""Subscription groups and broker settings, as ``mqadmin`` and rocketmq-dashboard change them:
+"""Subscription groups, as ``mqadmin`` and rocketmq-dashboard change them:
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, ``updateSubGroup``), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-(201, the dashboard's consumer list), DELETE_SUBSCRIPTIONGROUP (207, ``deleteSubGroup``) and
-UPDATE_BROKER_CONFIG (25, ``updateBrokerConfig``).
+(201, the dashboard's consumer list) and DELETE_SUBSCRIPTIONGROUP (207, ``deleteSubGroup``).
+(UPDATE_BROKER_CONFIG is ``broker_config.py``'s.)
 
 Owns: ``SubscriptionGroupProcessor`` (services: the subscription-group table, the offset
-table, the log) and ``BrokerConfigProcessor`` (services: ``BrokerSettings``, the log), with
-RocketMQ's bodies: ``SubscriptionGroupConfig`` JSON, ``SubscriptionGroupWrapper``
-(``subscriptionGroupTable`` + ``dataVersion``), properties text for the broker config.
+table, the log), with RocketMQ's bodies: ``SubscriptionGroupConfig`` JSON,
+``SubscriptionGroupWrapper`` (``subscriptionGroupTable`` + ``dataVersion``).
 
 Invariants:
-* A change is answered only once its file holds it (``subscriptionGroup.json``,
-  ``broker.properties``; written in a thread). A bad body, name or value is refused
-  (``ingress.Rejected``: counted, ``request.rejected``) with SYSTEM_ERROR (a setting fixed
-  at start: NO_PERMISSION, as RocketMQ's black list) and a remark naming it, and changes
-  nothing.
+* A change is answered only once ``subscriptionGroup.json`` holds it (written in a
+  thread). A bad body or name is refused (``ingress.Rejected``: counted,
+  ``request.rejected``) with SYSTEM_ERROR and a remark naming it, and changes nothing.
 * UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: fields missing from the body keep the group's
   current values (a new group: the broker's defaults).
 * DELETE_SUBSCRIPTIONGROUP of an unknown group succeeds, as in RocketMQ; with
@@ -22,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -30,16 +26,14 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import DeleteSubscriptionGroupRequestHeader
 
-from ..remoting import ingress
-from ..tables.settings import parse_properties
-from ..tables.subscriptions import SubscriptionGroupConfig
-from ..tables.table_file import collect
+from ...remoting import ingress
+from ...tables.subscriptions import SubscriptionGroupConfig
+from ...tables.table_file import collect
 
 if TYPE_CHECKING:
-    from ..remoting.transport import Connection
-    from ..tables.offsets import ConsumerOffsetManager
-    from ..tables.settings import BrokerSettings
-    from ..tables.subscriptions import SubscriptionGroupManager
+    from ...remoting.transport import Connection
+    from ...tables.offsets import ConsumerOffsetManager
+    from ...tables.subscriptions import SubscriptionGroupManager
 
 
 class SubscriptionGroupProcessor:
@@ -80,33 +74,3 @@ class SubscriptionGroupProcessor:
                                              cmd: RemotingCommand) -> RemotingCommand:
         # encoded in parts between other requests (a large table: table_file.collect)
         return cmd.response(body=await collect(self.subscriptions.json_parts()))
-
-
-class BrokerConfigProcessor:
-    """UPDATE_BROKER_CONFIG (25): the settable subset (server/tables/settings.py)."""
-
-    def __init__(self, *, settings: BrokerSettings, known: Callable[[], set[str]],
-                 log: Any) -> None:
-        self.settings = settings
-        self.known = known  # the names GET_BROKER_CONFIG shows (fixed ones: NO_PERMISSION)
-        self.log = log
-
-    def handle_update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        try:
-            props = parse_properties(cmd.body.decode())
-            self.settings.apply(props, self.known())
-        except UnicodeDecodeError as err:
-            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
-                                   f"string2Properties error: {err}") from None
-        except PermissionError as err:
-            raise ingress.Rejected(ResponseCode.NO_PERMISSION,
-                                   f"Can not update config: {err}") from None
-        except ValueError as err:
-            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
-                                   f"Can not update config: {err}") from None
-        self.log.info("broker.config_updated", keys=",".join(sorted(props)), peer=conn.peer)
-        return self._persisted(cmd)
-
-    async def _persisted(self, cmd: RemotingCommand) -> RemotingCommand:
-        await self.settings.persist_async()
-        return cmd.response()

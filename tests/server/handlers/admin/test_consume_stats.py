@@ -1,4 +1,4 @@
-"""Unit tests of ConsumerAdminProcessor (server/handlers/rocketmq_admin_ops.py):
+"""Unit tests of ConsumerAdminProcessor (server/handlers/admin/consume_stats.py):
 brokerConsumeStats and queryCq, on the real store and tables."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.handlers.rocketmq_admin_ops import ConsumerAdminProcessor
+from kairosmq.server.handlers.admin.consume_stats import ConsumerAdminProcessor
 
 from tests.server.handlers.rig import Services, req
 

@@ -37,14 +37,14 @@ from kairosmq.protocol.headers import (
     ResetOffsetRequestHeader,
 )
 
-from ..remoting import client_calls, ingress
+from ...remoting import client_calls, ingress
 
 if TYPE_CHECKING:
-    from ..remoting.transport import Connection
-    from ..store import MessageStore
-    from ..tables.clients import ClientRegistry
-    from ..tables.offsets import ConsumerOffsetManager
-    from ..tables.topics import TopicConfigManager
+    from ...remoting.transport import Connection
+    from ...store import MessageStore
+    from ...tables.clients import ClientRegistry
+    from ...tables.offsets import ConsumerOffsetManager
+    from ...tables.topics import TopicConfigManager
 
 
 def encode_reset_body(offsets: list[tuple[MessageQueueData, int]], for_c: bool = False) -> bytes:

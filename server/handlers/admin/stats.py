@@ -21,8 +21,8 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import ViewBrokerStatsDataRequestHeader
 
 if TYPE_CHECKING:
-    from ..observe.stats_items import BrokerStatsManager
-    from ..remoting.transport import Connection
+    from ...observe.stats_items import BrokerStatsManager
+    from ...remoting.transport import Connection
 
 
 class BrokerStatsProcessor:

@@ -1,4 +1,4 @@
-"""Unit tests of KairosAdminProcessor (server/handlers/admin_ext.py): consumer groups and
+"""Unit tests of KairosAdminProcessor (server/handlers/admin/kairos.py): consumer groups and
 lag, the schedule backlog, and DLQ resend (progress as the group's offset on its DLQ,
 unresendable letters skipped with a reason), on the broker's real services."""
 
@@ -10,7 +10,7 @@ import orjson
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.naming import dlq_topic
 from kairosmq.protocol.properties import DELAY, RETRY_TOPIC, UNIQ_KEY
-from kairosmq.server.handlers.admin_ext import KairosAdminProcessor
+from kairosmq.server.handlers.admin.kairos import KairosAdminProcessor
 from kairosmq.server.put.path import MessageKind
 from kairosmq.server.store import SCHEDULE_TOPIC
 

@@ -31,21 +31,21 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from ..put.path import MessageKind
-from ..put.requeue import requeue, resend_target
-from ..remoting import ingress
-from ..store import MessageInner, PutResult, PutStatus
-from ..store.commitlog import RecordProblem
-from ..tables.topics import TopicTableFull, dlq_topic, retry_topic
+from ...put.path import MessageKind
+from ...put.requeue import requeue, resend_target
+from ...remoting import ingress
+from ...store import MessageInner, PutResult, PutStatus
+from ...store.commitlog import RecordProblem
+from ...tables.topics import TopicTableFull, dlq_topic, retry_topic
 
 if TYPE_CHECKING:
-    from ..config import BrokerConfig
-    from ..observe.stats import BrokerStats
-    from ..remoting.transport import Connection
-    from ..store.message_store import MessageStore
-    from ..tables.clients import ClientRegistry
-    from ..tables.offsets import ConsumerOffsetManager
-    from ..tables.topics import TopicConfigManager
+    from ...config import BrokerConfig
+    from ...observe.stats import BrokerStats
+    from ...remoting.transport import Connection
+    from ...store.message_store import MessageStore
+    from ...tables.clients import ClientRegistry
+    from ...tables.offsets import ConsumerOffsetManager
+    from ...tables.topics import TopicConfigManager
 
 MAX_RESEND = 10_000
 

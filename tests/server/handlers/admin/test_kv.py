@@ -1,4 +1,4 @@
-"""Unit tests of KvConfigProcessor (server/handlers/rocketmq_kv.py): put/get/delete/list
+"""Unit tests of KvConfigProcessor (server/handlers/admin/kv.py): put/get/delete/list
 answered only once kvConfig.json holds the change, and bounded input refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.handlers.rocketmq_kv import MAX_TABLE_BYTES, KvConfig, KvConfigProcessor
+from kairosmq.server.handlers.admin.kv import MAX_TABLE_BYTES, KvConfig, KvConfigProcessor
 from kairosmq.server.observe.logs import get_logger
 from kairosmq.server.remoting.transport import Connection
 
