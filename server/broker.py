@@ -2,14 +2,14 @@
 
 Owns: construction and wiring of ``MessageStore``, ``ScheduleService``,
 ``TopicConfigManager``, ``ConsumerOffsetManager``, ``ClientRegistry``, ``LockManager``,
-``ArrivalNotifier``, ``PutPath`` (put.py: the one path every message takes into the
+``ArrivalNotifier``, ``PutPath`` (put/path.py: the one path every message takes into the
 store), ``Endpoints`` (the bound ports) and the ``RemotingServer`` (broker port, optional
 VIP port - 2, and the embedded name-server port, with the handler tables that
 handlers/__init__.py builds from these services); background services (flush,
 checkpoint, housekeeping, connection sweep, each delay level, metrics), each run by the
 ``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``. With
 ``namesrv_addr`` (``--namesrv``) there is no embedded name server: ``BrokerRegistration``
-(registration.py) registers the broker with those name servers instead.
+(cluster/registration.py) registers the broker with those name servers instead.
 
 The open-file budget (fdbudget.py) is made first in ``start``: the soft limit raised to
 the hard one, ``broker.fd_budget`` logged, and the open queue files and connection limit
@@ -365,7 +365,7 @@ class Broker:
                 await self._stop_step("checkpoint", asyncio.gather(self._persisting,
                                                                    return_exceptions=True))
             await self._stop_step("flush", self._final_flush())
-            # the topic and subscription-group tables' background writes (table_file.py)
+            # the topic and subscription-group tables' background writes (tables/table_file.py)
             await self._stop_step("tables", asyncio.gather(self.topics.flushed(),
                                                            self.subscriptions.flushed()))
             snap = self.store.checkpoint_snapshot()

@@ -1,5 +1,5 @@
 """The ``kairosmq`` command: ``broker`` (run a broker), ``namesrv`` (a standalone name server,
-namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster.py), ``report`` (the Spark
+namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster/local.py), ``report`` (the Spark
 job), ``admin`` (operate a running broker).
 
 Owns: argument parsing into ``BrokerConfig``, logging setup, uvloop, and signal handling

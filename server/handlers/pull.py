@@ -72,7 +72,7 @@ class PullMessageProcessor:
                  config: BrokerConfig, log: Any, msglog: Any,
                  running: Callable[[], bool],
                  subscriptions: SubscriptionGroupManager | None = None) -> None:
-        self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (subscriptions.py)
+        self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (tables/subscriptions.py)
         self.reads = reads
         self.topics = topics
         self.offsets = offsets

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from ..remoting.transport import Connection
     from ..tables.topics import TopicConfig, TopicConfigManager
 
-PutFn = Callable[..., PutResult]  # put.PutPath.put(msg, kind, *, due_ms=0)
+PutFn = Callable[..., PutResult]  # put/path.py: PutPath.put(msg, kind, *, due_ms=0)
 # messages of a batch validated or stored per loop turn: a 4 MiB batch holds up to ~180,000
 # small messages (RocketMQ has no count limit), each ~50-100 us of put work on this loop
 BATCH_SLICE = 64

@@ -8,10 +8,11 @@ expiry; plus the idle-connection sweep) and the connection-loss hook (a broker w
 registration connection closes is dropped, RocketMQ's ``BrokerHousekeepingService``) and
 ``update_config`` (UPDATE_NAMESRV_CONFIG: ``settings.py``'s subset, applied in memory; the
 housekeeping loop re-reads the scan interval on every turn), and the ACL and TLS of its port
-(``acl_file`` / ``tls``: installed by ``security.secure_server``, the broker's own installer,
-before the port opens; the ACL file's reload runs under this name server's ``Supervisor``).
-With ACL, registrations and writes need an admin account's signature (``acl.ADMIN_CODES``),
-lookups a valid one, as on a broker's ports; white-listed addresses pass unsigned.
+(``acl_file`` / ``tls``: installed by ``security/install.py``'s ``secure_server``, the broker's
+own installer, before the port opens; the ACL file's reload runs under this name server's
+``Supervisor``). With ACL, registrations and writes need an admin account's signature
+(``access.ADMIN_CODES``), lookups a valid one, as on a broker's ports; white-listed
+addresses pass unsigned.
 
 Invariants: ``start`` then ``stop`` (idempotent); after ``stop`` no task of this name server
 runs and the port is closed. Every request goes through the guarded handler table

@@ -8,14 +8,14 @@ answers a refusal, counts it (``stats.rejected``) and logs ``request.rejected``.
 
 Invariants:
 * Nothing is appended, created or committed for a request that fails a check. Internal
-  put paths (scheduler re-put, send-back, DLQ resend) call ``put.PutPath`` directly and do
-  not pass through here: their broker-written properties are kept.
+  put paths (scheduler re-put, send-back, DLQ resend) call ``put/path.py``'s ``PutPath``
+  directly and do not pass through here: their broker-written properties are kept.
 * Names: every topic and group a request carries is checked with ``protocol.naming``
   (1..127 / 1..255 characters of ``[%|a-zA-Z0-9_-]``, fullmatch), so no name reaching
   the file system (consume-queue directories are named after topics; ``%RETRY%`` and
   ``%DLQ%`` topics after groups) contains ``/``, ``.`` or NUL. Bad names answer
   SYSTEM_ERROR, as RocketMQ's ``msgCheck`` does for topics. Topics already in the topic
-  table are valid by construction (``topics.py``), so the send and pull paths skip the
+  table are valid by construction (``tables/topics.py``), so the send and pull paths skip the
   regex for them; validated groups are remembered in a bounded set.
 * Integers: every numeric header field is within int64 (``protocol/headers.py`` refuses
   the rest while decoding, as Java's ``Long.parseLong`` would); fields stored in 32-bit

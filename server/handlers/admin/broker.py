@@ -190,7 +190,7 @@ class AdminBrokerProcessor:
                  endpoints: Endpoints, uptime_ms: Callable[[], float],
                  config: BrokerConfig,
                  consume_tps: Callable[[str, str], float] | None = None) -> None:
-        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (stats_items.py)
+        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (observe/stats_items.py)
         self.reads = reads
         self.guard = guard
         self.topics = topics

@@ -49,7 +49,7 @@ class ConsumerAdminProcessor:
                  endpoints: Endpoints, config: BrokerConfig,
                  clock_ms: Callable[[], int],
                  consume_tps: Callable[[str, str], float] | None = None) -> None:
-        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (stats_items.py)
+        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (observe/stats_items.py)
         self.reads = reads
         self.topics = topics
         self.offsets = offsets
