@@ -29,9 +29,11 @@ HOT = [
     "server/store/message_store.py", "server/store/commitlog.py", "server/store/index.py",
     "server/store/consumequeue.py", "server/store/reads.py", "server/store/guard.py",
     "server/store/mapped.py",
-    "server/put.py", "server/transport.py", "server/ingress.py", "server/logs.py",
-    "server/schedule.py", "server/requeue.py", "server/longpoll.py", "server/clock.py",
-    "server/logsink.py", "server/handlers/send.py", "server/handlers/pull.py",
+    "server/clock.py", "server/put/path.py", "server/put/requeue.py",
+    "server/delay/service.py", "server/delay/levels.py",
+    "server/remoting/transport.py", "server/remoting/ingress.py", "server/remoting/longpoll.py",
+    "server/observe/logs.py", "server/observe/logsink.py",
+    "server/handlers/send.py", "server/handlers/pull.py",
     "server/timer/service.py", "server/timer/admission.py",
 ]
 

@@ -37,7 +37,7 @@ from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.transport import Connection
+from kairosmq.server.remoting.transport import Connection
 
 
 class Sink:

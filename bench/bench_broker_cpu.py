@@ -43,9 +43,9 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.logs import close_sinks, configure_logging
+from kairosmq.server.observe.logs import close_sinks, configure_logging
+from kairosmq.server.remoting.transport import Connection
 from kairosmq.server.store import SCHEDULE_TOPIC
-from kairosmq.server.transport import Connection
 
 TOPIC, GROUP = "BenchTopic", "bench_group"
 

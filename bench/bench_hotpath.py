@@ -36,8 +36,8 @@ from kairosmq.protocol.properties import (
     TAGS,
     UNIQ_KEY,
 )
-from kairosmq.server.logs import MessageLog, close_sinks, configure_logging
-from kairosmq.server.requeue import restore_delayed, restore_delayed_view
+from kairosmq.server.observe.logs import MessageLog, close_sinks, configure_logging
+from kairosmq.server.put.requeue import restore_delayed, restore_delayed_view
 from kairosmq.server.store import MessageInner, MessageStore
 
 _U32 = struct.Struct(">I")

@@ -29,8 +29,8 @@ import uvloop
 from bench_broker_cpu import CountingTransport, send_frame
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.logs import close_sinks, configure_logging
-from kairosmq.server.transport import Connection
+from kairosmq.server.observe.logs import close_sinks, configure_logging
+from kairosmq.server.remoting.transport import Connection
 
 STALL_S = 0.005
 

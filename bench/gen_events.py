@@ -4,11 +4,11 @@ Each message goes through the broker's steps: ``message.stored`` (or ``message.s
 (``message.due`` with ``--due``) -> ``message.delivered`` for a delayed one), then per group
 ``message.pulled``; a failed attempt is ``message.redelivered`` -> scheduled/due/delivered on
 ``%RETRY%<group>`` at level 3 + reconsume_times -> pulled again, until success or
-``message.dead_lettered``. Every event's keys are checked against ``server/logs.py`` at start.
-Lines are in the broker's current log format (``logs.record``: format 2), or with ``--format 1``
-in the old one (ISO ``timestamp``, ``level``, ``component`` and the fields format 2 dropped).
-Files are written in parallel, one msg-id range and time slice per file; ``--gzip`` compresses
-all but the last file (like the sink's rotated files).
+``message.dead_lettered``. Every event's keys are checked against ``server/observe/logs.py`` at
+start. Lines are in the broker's current log format (``logs.record``: format 2), or with
+``--format 1`` in the old one (ISO ``timestamp``, ``level``, ``component`` and the fields
+format 2 dropped). Files are written in parallel, one msg-id range and time slice per file;
+``--gzip`` compresses all but the last file (like the sink's rotated files).
 
     python bench/gen_events.py --events 1000000 --out /tmp/kmq-1m
     python bench/gen_events.py --replicate /tmp/kmq-10m --copies 10 --out /tmp/kmq-100m
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import orjson
-from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, record
+from kairosmq.server.observe.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, record
 
 LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000,
              480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]

@@ -34,7 +34,7 @@ Invariants:
   out, which ``find_binding`` needs).
 * Signatures compare in constant time (``signature_matches``).
 * ``find_binding`` reads the binding from the signed content only; it does not check
-  the code, the time or the nonce (server/acl.py does, with its clock and replay cache).
+  the code, the time or the nonce (server/security/access.py does, with its clock and replay cache).
 * Pure functions over str/bytes: no I/O (``binding_value`` takes its time and nonce as
   arguments).
 """

@@ -8,7 +8,7 @@ Invariants:
   prefix is visible, before buffering the rest (RocketMQ's 16 MiB NettyDecoder limit).
 * ``FrameReader.buffered`` is every byte it holds; a checked partial frame of
   ``LARGE_FRAME`` (1 MiB) or more is held as a list of parts and joined once complete
-  (the broker's budget of unfinished frames counts ``buffered``: server/transport.py).
+  (the broker's budget of unfinished frames counts ``buffered``: server/remoting/transport.py).
 * Every length inside a frame is checked against the bytes present before it is used;
   a violation raises ``MalformedFrame`` (close the connection), never IndexError.
 * ``code``/``opaque``/``flag``/``version`` are Java ``int``s: a JSON number or ASCII

@@ -3,8 +3,8 @@
 Owns: ``LOG_FORMAT``, ``COMMON`` (the fields every line may carry), ``CATALOGUE`` (event name ->
 field name -> type name), ``LEAN_EVENTS``, ``FORMAT_1_FIELDS``, ``all_fields()`` and
 ``record()`` (the format-2 dict of one log call). This is the input contract of the Spark job:
-``server/logs.py`` (the logging machinery) and ``spark/`` both import it from here, so neither
-package imports the other (``server -> spark -> protocol`` is one-way; a test checks it).
+``server/observe/logs.py`` (the logging machinery) and ``spark/`` both import it from here, so
+neither package imports the other (``server -> spark -> protocol`` is one-way; a test checks it).
 
 Invariants:
 * Sans-IO data and pure functions only: no structlog, no files (``tests/protocol/
@@ -15,7 +15,7 @@ Invariants:
   ``tests/server/test_log_catalogue.py`` checks every log call in ``server/`` and every line a
   live broker writes. Type names are Spark's: string, long, int, double, boolean (format 1's
   ``timestamp`` is ``timestamp``).
-* Line format ``LOG_FORMAT`` (2): see ``server/logs.py`` and ``record``.
+* Line format ``LOG_FORMAT`` (2): see ``server/observe/logs.py`` and ``record``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},
-    # ---- external name servers (--namesrv; server/registration.py): one per registration
+    # ---- external name servers (--namesrv; server/cluster/registration.py): one per registration
     "broker.registered": {"namesrv": "string", "broker_addr": "string", "topic_count": "int",
                           "data_version": "long", "duration_ms": "double"},
     # warning: REGISTER_BROKER failed (unreachable, timeout, refused); retried in retry_in_ms
@@ -67,7 +67,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "service.failed": {"service": "string", "error": "string", "failures": "int",
                        "retry_in_ms": "double"},
     "service.recovered": {"service": "string", "failures": "int", "down_ms": "double"},
-    # ---- `kairosmq cluster` (server/cluster.py): its children are services of the supervisor
+    # ---- `kairosmq cluster` (server/cluster/local.py): its children are services of the supervisor
     "cluster.child_started": {"name": "string", "kind": "string", "address": "string",
                               "pid": "int", "starts": "int"},
     # error level: a child failed --max-failures times in a row; the cluster stops
@@ -157,7 +157,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "topic.deleted": {"topic": "string"},
     # error level: topics.json could not be written; written again 1 s later (table_file.py)
     "topic.persist_failed": {"path": "string", "error": "string"},
-    # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/rocketmq_kv.py)
+    # name-server KV config (PUT_KV_CONFIG / DELETE_KV_CONFIG, handlers/admin/kv.py)
     "kvconfig.updated": {"namespace": "string", "key": "string"},
     "kvconfig.deleted": {"namespace": "string", "key": "string"},
     # ---- the standalone name server (server/namesrv/, ``kairosmq namesrv``)
@@ -184,7 +184,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
                                    "topic_count": "int", "peer": "string"},
     # UPDATE_NAMESRV_CONFIG (318): the settings changed (in memory), as RocketMQ names them
     "namesrv.config_updated": {"keys": "string", "peer": "string"},
-    # subscription groups (server/subscriptions.py; auto: created by a heartbeat or pull)
+    # subscription groups (server/tables/subscriptions.py; auto: created by a heartbeat or pull)
     "subgroup.created": {"group": "string", "auto": "boolean"},
     "subgroup.updated": {"group": "string", "auto": "boolean"},
     "subgroup.deleted": {"group": "string"},
@@ -210,7 +210,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "conn.over_budget": {"peer": "string", "conn_id": "long", "buffered": "long",
                          "total": "long", "budget": "long", "authorized": "boolean"},
     "frame.rejected": {"peer": "string", "conn_id": "long", "error": "string"},
-    # ---- security (server/acl.py, server/security.py, server/tls.py; docs/security.md)
+    # ---- security (server/security/: access.py, install.py, tls.py; docs/security.md)
     # warning: a request refused by the ACL: who (access_key), what (request_code, resource,
     # perm needed), from where (peer, listener); reason: no_access_key, unknown_access_key,
     # signature, binding_code, binding_stale, binding_replay,
@@ -235,7 +235,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # event logged that way must list it)
     "request.failed": {"peer": "string", "request_code": "int", "error": "string",
                        "exception": "string"},
-    # a request refused by server/ingress.py (bad name, integer, size, property)
+    # a request refused by server/remoting/ingress.py (bad name, integer, size, property)
     "request.rejected": {"peer": "string", "request_code": "int", "code": "int",
                          "remark": "string"},
     # ---- request-reply (server/handlers/reply.py); warning: the reply did not reach its

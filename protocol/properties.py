@@ -63,7 +63,7 @@ TIMER_DELAY_MS = "TIMER_DELAY_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, START_DELIVER_TIME)
 # Properties only the broker writes: a client's copy is dropped on ingress
-# (``server/ingress.py``); every ``KAIROS_*`` name is the broker's.
+# (``server/remoting/ingress.py``); every ``KAIROS_*`` name is the broker's.
 BROKER_PROPERTY_PREFIX = "KAIROS_"
 BROKER_INTERNAL_PROPERTIES = (REAL_TOPIC, REAL_QID)
 

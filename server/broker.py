@@ -2,14 +2,14 @@
 
 Owns: construction and wiring of ``MessageStore``, ``ScheduleService``,
 ``TopicConfigManager``, ``ConsumerOffsetManager``, ``ClientRegistry``, ``LockManager``,
-``ArrivalNotifier``, ``PutPath`` (put.py: the one path every message takes into the
+``ArrivalNotifier``, ``PutPath`` (put/path.py: the one path every message takes into the
 store), ``Endpoints`` (the bound ports) and the ``RemotingServer`` (broker port, optional
 VIP port - 2, and the embedded name-server port, with the handler tables that
 handlers/__init__.py builds from these services); background services (flush,
 checkpoint, housekeeping, connection sweep, each delay level, metrics), each run by the
 ``Supervisor`` (restart with backoff, ``degraded`` in status); ``start``/``stop``. With
 ``namesrv_addr`` (``--namesrv``) there is no embedded name server: ``BrokerRegistration``
-(registration.py) registers the broker with those name servers instead.
+(cluster/registration.py) registers the broker with those name servers instead.
 
 The open-file budget (fdbudget.py) is made first in ``start``: the soft limit raised to
 the hard one, ``broker.fd_budget`` logged, and the open queue files and connection limit
@@ -38,9 +38,9 @@ import threading
 import time
 from typing import Any
 
-from .broker_settings import BrokerSettings
-from .clients import ClientRegistry, LockManager
+from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
+from .delay.service import ScheduleService
 from .endpoints import Endpoints
 from .fdbudget import (
     FdBudget,
@@ -51,27 +51,27 @@ from .fdbudget import (
     segments_on_disk,
 )
 from .handlers import broker_table, namesrv_table
+from .handlers.admin.kv import KvConfig
 from .handlers.reply import ensure_system_topics
-from .handlers.rocketmq_kv import KvConfig
-from .logs import MessageLog, get_logger
-from .logsink import add_health_listener, remove_health_listener
-from .longpoll import ArrivalNotifier, PullHolds
-from .metrics import MetricsEndpoint
-from .offsets import ConsumerOffsetManager
-from .put import MessageKind, PutPath
-from .registration import BrokerRegistration
-from .schedule import ScheduleService
-from .security import install_security
-from .stats import BrokerStats
-from .stats_items import BrokerStatsManager, counter_sources
+from .observe.logs import MessageLog, get_logger
+from .observe.logsink import add_health_listener, remove_health_listener
+from .observe.metrics import MetricsEndpoint
+from .observe.stats import BrokerStats
+from .observe.stats_items import BrokerStatsManager, counter_sources
+from .put.path import MessageKind, PutPath
+from .remoting.longpoll import ArrivalNotifier, PullHolds
+from .remoting.transport import Connection, ConnectionLimits, RemotingServer
+from .security.install import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
-from .subscriptions import SubscriptionGroupManager
 from .supervise import ServiceState, Supervisor
+from .tables.clients import ClientRegistry, LockManager
+from .tables.offsets import ConsumerOffsetManager
+from .tables.settings import BrokerSettings
+from .tables.subscriptions import SubscriptionGroupManager
+from .tables.topics import TopicConfigManager
 from .timer import TimerBuckets, TimerService
-from .topics import TopicConfigManager
 from .transaction.service import TransactionService
-from .transport import Connection, ConnectionLimits, RemotingServer
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
 
@@ -161,7 +161,7 @@ class Broker:
                                     cfg.partial_frame_timeout, cfg.max_header_bytes,
                                     cfg.partial_frame_budget),
         )
-        self.acl: Any = None  # server/acl.py AclGuard with --acl (server/security.py)
+        self.acl: Any = None  # security/access.py AclGuard with --acl (security/install.py)
         self.metrics = MetricsEndpoint(self, cfg.metrics_host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
@@ -365,7 +365,7 @@ class Broker:
                 await self._stop_step("checkpoint", asyncio.gather(self._persisting,
                                                                    return_exceptions=True))
             await self._stop_step("flush", self._final_flush())
-            # the topic and subscription-group tables' background writes (table_file.py)
+            # the topic and subscription-group tables' background writes (tables/table_file.py)
             await self._stop_step("tables", asyncio.gather(self.topics.flushed(),
                                                            self.subscriptions.flushed()))
             snap = self.store.checkpoint_snapshot()

@@ -1,5 +1,5 @@
 """The ``kairosmq`` command: ``broker`` (run a broker), ``namesrv`` (a standalone name server,
-namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster.py), ``report`` (the Spark
+namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster/local.py), ``report`` (the Spark
 job), ``admin`` (operate a running broker).
 
 Owns: argument parsing into ``BrokerConfig``, logging setup, uvloop, and signal handling
@@ -261,9 +261,9 @@ def _security_problem(config: BrokerConfig) -> str | None:
     starting (one clear line, exit code 2)."""
     import ssl
 
-    from .registration import namesrv_ssl_context
-    from .security import security_problem
-    from .tls import TlsMode, TlsSettings
+    from .cluster.registration import namesrv_ssl_context
+    from .security.install import security_problem
+    from .security.tls import TlsMode, TlsSettings
 
     settings = TlsSettings(TlsMode(config.tls_mode), config.tls_cert, config.tls_key,
                            config.tls_ca)
@@ -308,7 +308,7 @@ async def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> N
 def cmd_broker(args: argparse.Namespace) -> int:
     import uvloop
 
-    from .logs import close_sinks, configure_logging
+    from .observe.logs import close_sinks, configure_logging
 
     try:
         config = build_config(args)
@@ -319,7 +319,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print(f"kairosmq broker: {problem}", file=sys.stderr)
         return 2
     if args.metrics_port is not None:
-        from .metrics import check_available
+        from .observe.metrics import check_available
 
         if (problem := check_available()) is not None:
             print(f"kairosmq broker: --metrics-port: {problem}", file=sys.stderr)
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kairosmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _broker_parser(sub)
-    from .cluster import add_cluster_parser, cmd_cluster
+    from .cluster.local import add_cluster_parser, cmd_cluster
 
     add_cluster_parser(sub)
     from .namesrv.cli import add_namesrv_parser, cmd_namesrv

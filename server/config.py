@@ -1,7 +1,8 @@
 """Broker configuration: one frozen dataclass with RocketMQ's names and defaults.
 
-Owns: ``BrokerConfig`` and ``parse_delay_levels``. Every knob has an embedded default so
-``kairosmq broker`` runs with no config file.
+Owns: ``BrokerConfig`` (``delay_levels`` is parsed by ``delay/levels.py``'s
+``parse_delay_levels``). Every knob has an embedded default so ``kairosmq broker`` runs with
+no config file.
 
 Invariants: ``delay_levels_ms`` is derived from ``delay_levels`` at construction and a
 bad string raises ``ValueError`` naming the bad token (a clear start-up error).
@@ -9,39 +10,18 @@ bad string raises ``ValueError`` naming the bad token (a clear start-up error).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from .delay.levels import parse_delay_levels
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 
 
 class FlushMode(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """Parse ``"1s 5s 1m ..."`` into milliseconds per level (level n = index n-1)."""
-    tokens = text.split()
-    if not tokens:
-        raise ValueError("message_delay_level is empty: give at least one level like '1s'")
-    out: list[int] = []
-    for i, tok in enumerate(tokens, start=1):
-        m = _LEVEL_RE.match(tok.strip().lower())
-        if not m:
-            raise ValueError(
-                f"message_delay_level token {i} {tok!r} is not <number><unit> "
-                f"with unit one of ms, s, m, h, d"
-            )
-        ms = round(float(m.group(1)) * _UNITS_MS[m.group(2)])
-        if ms <= 0:
-            raise ValueError(f"message_delay_level token {i} {tok!r} must be positive")
-        out.append(ms)
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -56,7 +36,7 @@ class BrokerConfig:
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     # External name servers (RocketMQ namesrvAddr, "host:port;host:port"): the broker
-    # registers with them (server/registration.py) and embeds no name server. None: the
+    # registers with them (server/cluster/registration.py) and embeds no name server. None: the
     # embedded name server on namesrv_port (one process, the default).
     namesrv_addr: str | None = None
     broker_id: int = 0  # RocketMQ brokerId: 0 = master (the only role kairosmq has)
@@ -98,7 +78,7 @@ class BrokerConfig:
     transaction_check_max: int = 15
     retry_queue_nums: int = 1
     # RocketMQ autoCreateSubscriptionGroup: a heartbeat or pull of an unknown consumer group
-    # creates its subscription group (server/subscriptions.py); off: such pulls are refused
+    # creates its subscription group (server/tables/subscriptions.py); off: such pulls are refused
     auto_create_subscription_group: bool = True
     schedule_batch: int = 256
     # pull
@@ -123,7 +103,7 @@ class BrokerConfig:
     max_connections: int | None = None
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds
     partial_frame_timeout: float = 30.0
-    # bytes of unfinished frames held across all connections (server/transport.py)
+    # bytes of unfinished frames held across all connections (server/remoting/transport.py)
     partial_frame_budget: int = 256 * 1024 * 1024
     # RocketMQ: none below the 16 MiB frame; a stock Java client's send with 32,767 bytes
     # of properties is up to ~197 KB of JSON header (fastjson escapes control characters)
@@ -165,13 +145,13 @@ class BrokerConfig:
     # polled for changes every acl_reload_interval seconds; TLS on every port
     acl_file: Path | None = None
     acl_reload_interval: float = 1.0
-    # kairosmq's checks beyond RocketMQ's signature (server/acl.py RequestPolicy): which
+    # kairosmq's checks beyond RocketMQ's signature (server/security/access.py RequestPolicy): which
     # signed requests must carry the request binding (optional | admin | all), how far a
     # binding's time may be from the broker's clock (seconds), admin accounts over TLS only
     acl_request_binding: str = "optional"
     acl_request_window: float = 300.0
     acl_admin_require_tls: bool = False
-    tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/tls.py)
+    tls_mode: str = "disabled"  # disabled | permissive | enforcing (server/security/tls.py)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None  # client certificates must be signed by this CA
@@ -205,7 +185,7 @@ class BrokerConfig:
         if self.max_message_size + 4096 > self.commitlog_segment_size:
             raise ValueError("max_message_size must fit in one commit-log segment")
         if self.namesrv_addr is not None:
-            from .registration import parse_namesrv_addr  # the one parser of the list
+            from .cluster.registration import parse_namesrv_addr  # the one parser of the list
 
             parse_namesrv_addr(self.namesrv_addr)
         if (self.namesrv_access_key is None) != (self.namesrv_secret_key is None):

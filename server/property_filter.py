@@ -35,7 +35,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.message import record_properties
 from kairosmq.protocol.sql92 import Selector, SelectorCache, SelectorSyntaxError
 
-from .ingress import Rejected
+from .remoting.ingress import Rejected
 from .store import GetResult, GetStatus
 
 if TYPE_CHECKING:

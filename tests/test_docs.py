@@ -7,8 +7,11 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("protocol", "server", "server/store", "server/handlers", "server/timer", "client",
-            "client/producer", "client/consumer", "spark", "server/namesrv")
+PACKAGES = ("protocol", "client", "client/producer", "client/consumer", "spark",
+            "server", "server/store", "server/handlers", "server/timer", "server/namesrv",
+            "server/observe", "server/tables", "server/remoting", "server/security",
+            "server/put", "server/delay", "server/transaction", "server/cluster",
+            "server/handlers/admin")
 
 
 def _layout_block() -> str:

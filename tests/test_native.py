@@ -57,7 +57,7 @@ def test_native_wheel_imports_compiled_and_passes_the_store_tests(tmp_path: Path
         assert any(n.endswith(".so") for n in z.namelist())
         z.extractall(site)
     run_env = {**os.environ, "PYTHONPATH": str(site)}
-    probe = ("import kairosmq.server.put as p, kairosmq.protocol.codec as c;"
+    probe = ("import kairosmq.server.put.path as p, kairosmq.protocol.codec as c;"
              "assert p.__file__.endswith('.so') and c.__file__.endswith('.so'), "
              "(p.__file__, c.__file__)")
     subprocess.run([sys.executable, "-c", probe], env=run_env, check=True, cwd=tmp_path)

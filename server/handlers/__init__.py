@@ -14,7 +14,7 @@ counts and logs (``request.rejected``) a refused or undecodable request. A reque
 changed the topic table (a send or send-back that auto-created its topic, a heartbeat
 that created retry topics, UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, a DLQ
 resend) is answered once ``topics.json`` holds the change (``after_topic_write``; the
-write itself runs in the background, coalesced: ``server/table_file.py``). A route lookup
+write itself runs in the background, coalesced: ``server/tables/table_file.py``). A route lookup
 never changes the table.
 """
 
@@ -29,21 +29,23 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
 from ..config import FlushMode
-from ..ingress import guarded
-from ..transport import Handler
-from .admin import QueryMessageProcessor, TopicAdminProcessor
-from .admin_ext import KairosAdminProcessor
+from ..remoting.ingress import guarded
+from ..remoting.transport import Handler
+from .admin.broker import AdminBrokerProcessor
+from .admin.broker_config import BrokerConfigProcessor
+from .admin.callbacks import ConsumerCallbackProcessor
+from .admin.consume_stats import ConsumerAdminProcessor
+from .admin.groups import SubscriptionGroupProcessor
+from .admin.kairos import KairosAdminProcessor
+from .admin.kv import KvConfigProcessor
+from .admin.messages import QueryMessageProcessor
+from .admin.stats import BrokerStatsProcessor
+from .admin.topics import TopicAdminProcessor
 from .client import ClientManageProcessor
 from .namesrv import DefaultRequestProcessor
 from .offsets import ConsumerManageProcessor, QueueOffsetProcessor
 from .pull import PullMessageProcessor
 from .reply import ReplyMessageProcessor
-from .rocketmq_admin import AdminBrokerProcessor
-from .rocketmq_admin_ops import ConsumerAdminProcessor
-from .rocketmq_callbacks import ConsumerCallbackProcessor
-from .rocketmq_groups import BrokerConfigProcessor, SubscriptionGroupProcessor
-from .rocketmq_kv import KvConfigProcessor
-from .rocketmq_stats import BrokerStatsProcessor
 from .send import SendMessageProcessor
 from .send_back import ConsumerSendMsgBackProcessor
 from .timers import RecallMessageProcessor, TimerStatusProcessor
@@ -51,8 +53,8 @@ from .transaction import EndTransactionProcessor, TransactionStatusProcessor
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..remoting.transport import Connection
+    from ..tables.topics import TopicConfigManager
 
 # the broker requests that may create or delete topics
 TOPIC_CHANGING = frozenset({
@@ -147,7 +149,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
                                   clients=b.clients, backlog=b.schedule.backlog,
                                   stats=b.stats, put=put, status=b.status, config=cfg,
                                   log=b.log, clock_ms=store.clock_ms)
-    # timers and recall (recall.py; server/timer/)
+    # timers and recall (timers.py; server/timer/)
     recall = RecallMessageProcessor(
         timer=b.timer, reads=store, index=b.index, topics=b.topics, put=put,
         schedule_fired=lambda level, off: b.schedule.progress.get(level, 0) > off,
@@ -189,7 +191,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         R.GET_ALL_TOPIC_CONFIG: topic_admin.handle_all_topic_config,
         R.VIEW_MESSAGE_BY_ID: query.handle_view_message,
         R.QUERY_MESSAGE: query.handle_query_message,
-        # RocketMQ's admin requests (mqadmin, dashboard: rocketmq_admin*.py)
+        # RocketMQ's admin requests (mqadmin, dashboard: admin/broker.py, consume_stats.py)
         R.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
         R.GET_BROKER_CONFIG: admin.handle_broker_config,
         R.GET_TOPIC_STATS_INFO: admin.handle_topic_stats,
@@ -199,7 +201,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         R.QUERY_TOPIC_CONSUME_BY_WHO: admin.handle_consume_by_who,
         R.GET_BROKER_CONSUME_STATS: consumer_admin.handle_broker_consume_stats,
         R.QUERY_CONSUME_QUEUE: consumer_admin.handle_query_consume_queue,
-        # MQADMIN (rocketmq_groups.py, rocketmq_callbacks.py, rocketmq_stats.py)
+        # MQADMIN (admin/groups.py, broker_config.py, callbacks.py, stats.py)
         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.handle_update_subscription_group,
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: groups.handle_all_subscription_groups,
         R.DELETE_SUBSCRIPTIONGROUP: groups.handle_delete_subscription_group,
@@ -207,7 +209,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         R.GET_CONSUMER_RUNNING_INFO: callbacks.handle_consumer_running_info,
         R.INVOKE_BROKER_TO_RESET_OFFSET: callbacks.handle_reset_offset,
         R.VIEW_BROKER_STATS_DATA: stats_view.handle_view_broker_stats,
-        # kairosmq admin (900-range, admin_ext.py)
+        # kairosmq admin (900-range, admin/kairos.py)
         R.KAIROS_GET_CONSUMER_GROUPS: kairos.handle_consumer_groups,
         R.KAIROS_GET_CONSUMER_LAG: kairos.handle_consumer_lag,
         R.KAIROS_GET_SCHEDULE_BACKLOG: kairos.handle_schedule_backlog,

@@ -39,14 +39,15 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import ConsumerGroupRequestHeader, UnregisterClientRequestHeader
 from kairosmq.protocol.naming import retry_topic
 
-from .. import ingress, property_filter
+from .. import property_filter
+from ..remoting import ingress
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry, LockManager
     from ..config import BrokerConfig
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..remoting.transport import Connection
+    from ..tables.clients import ClientRegistry, LockManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
 
 
 HEARTBEAT_SLICE = 64  # groups plus subscriptions registered per loop turn

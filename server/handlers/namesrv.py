@@ -29,15 +29,15 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHeader
 
-from .. import ingress
-from ..table_file import collect, encode_parts
-from .rocketmq_admin import properties_text
+from ..remoting import ingress
+from ..tables.table_file import collect, encode_parts
+from .admin.broker import properties_text
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
-    from ..topics import TopicConfig, TopicConfigManager
-    from ..transport import Connection
+    from ..remoting.transport import Connection
+    from ..tables.topics import TopicConfig, TopicConfigManager
 
 
 class DefaultRequestProcessor:

@@ -37,14 +37,14 @@ from kairosmq.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 
-from .. import ingress
+from ..remoting import ingress
 
 if TYPE_CHECKING:
-    from ..offsets import ConsumerOffsetManager
+    from ..remoting.transport import Connection
     from ..store.message_store import MessageStore
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
 
 
 def _offset(cmd: RemotingCommand, value: int) -> RemotingCommand:

@@ -36,19 +36,20 @@ from kairosmq.protocol.headers import PullMessageRequestHeader, PullMessageRespo
 from kairosmq.protocol.message import summarize_records
 from kairosmq.protocol.sql92 import Selector
 
-from .. import ingress, property_filter
+from .. import property_filter
+from ..remoting import ingress
 from ..store import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
-    from ..longpoll import ArrivalNotifier, PullHolds
-    from ..offsets import ConsumerOffsetManager
-    from ..stats import BrokerStats
+    from ..observe.stats import BrokerStats
+    from ..remoting.longpoll import ArrivalNotifier, PullHolds
+    from ..remoting.transport import Connection
     from ..store.message_store import MessageStore
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..tables.clients import ClientRegistry
+    from ..tables.offsets import ConsumerOffsetManager
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
 
 _CODES = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -71,7 +72,7 @@ class PullMessageProcessor:
                  config: BrokerConfig, log: Any, msglog: Any,
                  running: Callable[[], bool],
                  subscriptions: SubscriptionGroupManager | None = None) -> None:
-        self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (subscriptions.py)
+        self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (tables/subscriptions.py)
         self.reads = reads
         self.topics = topics
         self.offsets = offsets

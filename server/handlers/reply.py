@@ -9,7 +9,7 @@ registered by heartbeat; with ``store_reply_message_enable`` (RocketMQ's default
 reply is also stored in the reply topic. ``ensure_system_topics`` creates the reply topic
 (1 queue, as RocketMQ's TopicConfigManager) and, with ``trace_topic_enable``,
 ``RMQ_SYS_TRACE_TOPIC`` (1 queue) at start; with the flag off the trace topic is taken out
-of the table, so sends to it are refused as to any system topic (server/ingress.py).
+of the table, so sends to it are refused as to any system topic (server/remoting/ingress.py).
 
 Invariants (RocketMQ's answers):
 * The answer is SUCCESS only when the requester took the push (its answer was SUCCESS);
@@ -45,18 +45,18 @@ from kairosmq.protocol.properties import (
     encode_properties,
 )
 
-from .. import ingress
-from ..client_calls import call_client
-from ..ingress import Rejected
-from ..put import MessageKind
+from ..put.path import MessageKind
+from ..remoting import ingress
+from ..remoting.client_calls import call_client
+from ..remoting.ingress import Rejected
 from ..store import MessageInner, PutResult, PutStatus
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..endpoints import Endpoints
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..remoting.transport import Connection
+    from ..tables.clients import ClientRegistry
+    from ..tables.topics import TopicConfigManager
 
 PUSH_TIMEOUT = 3.0  # seconds (RocketMQ Broker2Client.callClient: 3 s)
 

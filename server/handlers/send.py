@@ -55,24 +55,24 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
-from .. import ingress
 from ..config import FlushMode
-from ..ingress import Rejected
-from ..put import MessageKind
-from ..retry import plan_send_back
+from ..put.path import MessageKind
+from ..put.retry import plan_send_back
+from ..remoting import ingress
+from ..remoting.ingress import Rejected
+from ..remoting.transport import AckedAnswer
 from ..store import MessageInner, PutResult, PutStatus
+from ..tables.topics import TopicTableFull
 from ..timer.admission import recall_handle, timer_due, timer_kind
-from ..topics import TopicTableFull
-from ..transaction.records import is_half
-from ..transport import AckedAnswer
+from ..transaction.messages import is_half
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from ..stats import BrokerStats
-    from ..topics import TopicConfig, TopicConfigManager
-    from ..transport import Connection
+    from ..observe.stats import BrokerStats
+    from ..remoting.transport import Connection
+    from ..tables.topics import TopicConfig, TopicConfigManager
 
-PutFn = Callable[..., PutResult]  # put.PutPath.put(msg, kind, *, due_ms=0)
+PutFn = Callable[..., PutResult]  # put/path.py: PutPath.put(msg, kind, *, due_ms=0)
 # messages of a batch validated or stored per loop turn: a 4 MiB batch holds up to ~180,000
 # small messages (RocketMQ has no count limit), each ~50-100 us of put work on this loop
 BATCH_SLICE = 64

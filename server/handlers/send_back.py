@@ -28,20 +28,20 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import is_system_topic
 from kairosmq.protocol.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 
-from .. import ingress
-from ..put import MessageKind
-from ..requeue import requeue
-from ..retry import plan_send_back
+from ..put.path import MessageKind
+from ..put.requeue import requeue
+from ..put.retry import plan_send_back
+from ..remoting import ingress
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.commitlog import RecordProblem
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from ..stats import BrokerStats
+    from ..observe.stats import BrokerStats
+    from ..remoting.transport import Connection
     from ..store.reads import StoreReads
-    from ..subscriptions import SubscriptionGroupManager
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
+    from ..tables.subscriptions import SubscriptionGroupManager
+    from ..tables.topics import TopicConfigManager
 
 _V3_4_9 = 121
 
@@ -73,7 +73,7 @@ class ConsumerSendMsgBackProcessor:
         except MessageDecodeError as err:
             return cmd.error(ResponseCode.SYSTEM_ERROR,
                              f"message at {h.offset} is unreadable: {err}")
-        # the group's retryMaxTimes / retryQueueNums (server/subscriptions.py), as RocketMQ
+        # the group's retryMaxTimes / retryQueueNums (server/tables/subscriptions.py), as RocketMQ
         group_cfg = self.subscriptions.find(h.group) if self.subscriptions is not None else None
         if self.subscriptions is not None and group_cfg is None:
             return cmd.error(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -43,18 +43,18 @@ from kairosmq.protocol.timer import (
     decode_recall_handle,
 )
 
-from .. import ingress
-from ..put import MessageKind
+from ..put.path import MessageKind
+from ..remoting import ingress
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
-from ..timer.records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
+from ..timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 
 if TYPE_CHECKING:
+    from ..remoting.transport import Connection
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
+    from ..tables.topics import TopicConfigManager
     from ..timer import TimerService
-    from ..topics import TopicConfigManager
-    from ..transport import Connection
 
 ILLEGAL_OPERATION = ResponseCode.ILLEGAL_OPERATION
 

@@ -25,13 +25,13 @@ from kairosmq.protocol.headers import (
     TransactionStatusRequestHeader,
 )
 
-from .. import ingress
-from ..ingress import Rejected
+from ..remoting import ingress
+from ..remoting.ingress import Rejected
 from ..transaction.service import COMMIT, ROLLBACK, UNKNOWN, TransactionError
 
 if TYPE_CHECKING:
+    from ..remoting.transport import Connection
     from ..transaction.service import TransactionService
-    from ..transport import Connection
 
 
 class EndTransactionProcessor:

@@ -67,7 +67,7 @@ async def run_namesrv(ns: NameServer) -> None:
 def cmd_namesrv(args: argparse.Namespace) -> int:
     import uvloop
 
-    from ..logs import close_sinks, configure_logging
+    from ..observe.logs import close_sinks, configure_logging
 
     if not 0 <= args.port < 65536:
         print(f"kairosmq namesrv: --port {args.port} is not in 0..65535", file=sys.stderr)
@@ -76,8 +76,8 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
         print("kairosmq namesrv: --scan-not-active-ms and --broker-expiry-ms must be > 0",
               file=sys.stderr)
         return 2
-    from ..security import security_problem
-    from ..tls import TlsMode, TlsSettings
+    from ..security.install import security_problem
+    from ..security.tls import TlsMode, TlsSettings
 
     tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
     if (problem := security_problem(args.acl, tls)) is not None:

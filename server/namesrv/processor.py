@@ -8,7 +8,7 @@ GET_SYSTEM_TOPIC_LIST_FROM_NS (304), DELETE_TOPIC_IN_NAMESRV (216),
 WIPE_WRITE_PERM_OF_BROKER (205), ADD_WRITE_PERM_OF_BROKER (327), GET_NAMESRV_CONFIG (319) and
 UPDATE_NAMESRV_CONFIG (318; body = properties text, the subset in ``settings.py``);
 ``namesrv_handlers`` builds the guarded table (the KV requests come from
-``handlers/rocketmq_kv.py``'s ``KvConfigProcessor``).
+``handlers/admin/kv.py``'s ``KvConfigProcessor``).
 
 Invariants:
 * Bounded: at most ``max_brokers`` live broker addresses (4096); a register body is bounded
@@ -54,14 +54,14 @@ from kairosmq.protocol.registration import (
     encode_topic_list,
 )
 
-from ..broker_settings import parse_properties
-from ..handlers.rocketmq_admin import properties_text
-from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
-from ..ingress import Rejected, guarded
+from ..handlers.admin.broker import properties_text
+from ..handlers.admin.kv import KvConfig, KvConfigProcessor
+from ..remoting.ingress import Rejected, guarded
+from ..tables.settings import parse_properties
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:
-    from ..transport import Connection, Handler
+    from ..remoting.transport import Connection, Handler
 
 MAX_NAME = 255
 _NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces (TopicConfig.encode splits)

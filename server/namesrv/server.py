@@ -8,10 +8,11 @@ expiry; plus the idle-connection sweep) and the connection-loss hook (a broker w
 registration connection closes is dropped, RocketMQ's ``BrokerHousekeepingService``) and
 ``update_config`` (UPDATE_NAMESRV_CONFIG: ``settings.py``'s subset, applied in memory; the
 housekeeping loop re-reads the scan interval on every turn), and the ACL and TLS of its port
-(``acl_file`` / ``tls``: installed by ``security.secure_server``, the broker's own installer,
-before the port opens; the ACL file's reload runs under this name server's ``Supervisor``).
-With ACL, registrations and writes need an admin account's signature (``acl.ADMIN_CODES``),
-lookups a valid one, as on a broker's ports; white-listed addresses pass unsigned.
+(``acl_file`` / ``tls``: installed by ``security/install.py``'s ``secure_server``, the broker's
+own installer, before the port opens; the ACL file's reload runs under this name server's
+``Supervisor``). With ACL, registrations and writes need an admin account's signature
+(``access.ADMIN_CODES``), lookups a valid one, as on a broker's ports; white-listed
+addresses pass unsigned.
 
 Invariants: ``start`` then ``stop`` (idempotent); after ``stop`` no task of this name server
 runs and the port is closed. Every request goes through the guarded handler table
@@ -28,13 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..acl import AclGuard
-from ..handlers.rocketmq_kv import KvConfig, KvConfigProcessor
-from ..logs import get_logger
-from ..security import secure_server
+from ..handlers.admin.kv import KvConfig, KvConfigProcessor
+from ..observe.logs import get_logger
+from ..remoting.transport import Connection, ConnectionLimits, RemotingServer
+from ..security.access import AclGuard
+from ..security.install import secure_server
+from ..security.tls import TlsSettings
 from ..supervise import Supervisor
-from ..tls import TlsSettings
-from ..transport import Connection, ConnectionLimits, RemotingServer
 from .processor import NamesrvRequestProcessor, namesrv_handlers
 from .routes import RouteInfoManager
 from .settings import check_settings

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..broker_settings import _bool, _int
+from ..tables.settings import _bool, _int
 
 SETTABLE: dict[str, Callable[[str], Any]] = {
     "orderMessageEnable": _bool,

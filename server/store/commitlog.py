@@ -38,7 +38,7 @@ from pathlib import Path
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from .files import create_allocated, open_noatime, preallocate
-from .records import (
+from .record_check import (
     MIN_RECORD,
     PROBLEMS,
     RecordProblem,

@@ -48,7 +48,7 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from .allocate import FileAllocator, remove_leftovers
 from .files import sync_mapped
 

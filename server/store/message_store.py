@@ -64,7 +64,7 @@ from kairosmq.protocol.naming import (
 from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 from ..clock import wall_ms
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from .allocate import FileAllocator
 from .checkpoint import read_checkpoint, trusted_offset
 from .commitlog import CommitLog, KeepFrom, WriteFailed

@@ -8,7 +8,7 @@ property rules and the recall handle codec are sans-IO, in ``kairosmq.protocol.t
 from __future__ import annotations
 
 from .buckets import TimerBuckets
-from .records import RecallOutcome
 from .service import TimerService
+from .topic import RecallOutcome
 
 __all__ = ["RecallOutcome", "TimerBuckets", "TimerService"]

@@ -18,10 +18,10 @@ from typing import Any
 
 from kairosmq.protocol.timer import TIMER_TOPIC
 
-from ..logs import get_logger
+from ..observe.logs import get_logger
 from ..store import MessageStore
 from .buckets import TimerBuckets
-from .records import TIMER_QUEUE
+from .topic import TIMER_QUEUE
 
 
 class RetentionWalk:

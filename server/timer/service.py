@@ -48,14 +48,14 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
 from ..clock import sub_ms, wall_ms
-from ..logs import get_logger
-from ..requeue import RequeueError
+from ..observe.logs import get_logger
+from ..put.requeue import RequeueError
 from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
-from ..store.records import stored_physical_offset
+from ..store.record_check import stored_physical_offset
 from ..store.undo import UndoLog
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
-from .records import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .retention import RetentionWalk
+from .topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .waker import PreciseWaker
 from .window import Entry, Slice, TimerWindow, slice_live
 

@@ -43,11 +43,11 @@ from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
-from ..client_calls import notify_client
-from ..logs import MessageLog, get_logger
-from ..put import MessageKind
+from ..observe.logs import MessageLog, get_logger
+from ..put.path import MessageKind
+from ..remoting.client_calls import notify_client
 from ..store import PutStatus
-from .records import (
+from .messages import (
     CHECK_IMMUNITY,
     HALF_TOPIC,
     OP_CHECK_TAG,
@@ -62,9 +62,9 @@ from .records import (
 )
 
 if TYPE_CHECKING:
-    from ..clients import ClientRegistry
     from ..config import BrokerConfig
     from ..store import DispatchRequest, MessageStore, PutResult
+    from ..tables.clients import ClientRegistry
 
 PutFn = Callable[..., "PutResult"]
 COMMIT, ROLLBACK, UNKNOWN = 0x8, 0xC, 0x0  # MessageSysFlag TRANSACTION_*_TYPE

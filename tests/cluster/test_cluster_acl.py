@@ -15,10 +15,10 @@ from kairosmq.client import Message, Producer
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C
-from kairosmq.server.acl import ACL_EXCEPTION
 from kairosmq.server.cli import NAMESRV_SECRET_KEY_ENV
 from kairosmq.server.cli import main as cli_main
-from kairosmq.server.cluster import add_cluster_parser, plan_cluster
+from kairosmq.server.cluster.local import add_cluster_parser, plan_cluster
+from kairosmq.server.security.access import ACL_EXCEPTION
 
 from tests.cluster.procs import ClusterProcess
 from tests.namesrv.acl_calls import (

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from kairosmq.server.cli import main as cli_main
-from kairosmq.server.cluster import add_cluster_parser, broker_name, plan_cluster
+from kairosmq.server.cluster.local import add_cluster_parser, broker_name, plan_cluster
 
 from tests.cluster.procs import ClusterProcess, create_topic, route, wait_route
 

@@ -14,7 +14,7 @@ import math
 
 import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
-from kairosmq.server.broker_settings import disk_used_percent
+from kairosmq.server.tables.settings import disk_used_percent
 
 from tests.helpers import send
 from tests.hostile.harness import describe, verify_after_kill9

@@ -2,7 +2,7 @@
 
 The audit: 16 connections each sent 15 MiB of a 16 MiB frame before any authentication
 and broker RSS went from 159 to 386 MB; the ceiling was max_connections x 16 MiB. Now
-``partial_frame_budget`` bounds the total (server/transport.py): above it the largest
+``partial_frame_budget`` bounds the total (server/remoting/transport.py): above it the largest
 holders are closed, those with no authorized request first.
 
 Against a real broker process with a small budget (16 MiB, so a few hundred MiB of

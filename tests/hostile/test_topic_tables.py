@@ -34,7 +34,7 @@ import pytest
 from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.topics import TopicConfigManager
+from kairosmq.server.tables.topics import TopicConfigManager
 
 from tests.helpers import pull, send
 from tests.hostile.harness import (

@@ -24,7 +24,7 @@ from kairosmq.protocol.registration import (
     build_register_broker,
     build_unregister_broker,
 )
-from kairosmq.server.acl import ACL_EXCEPTION
+from kairosmq.server.security.access import ACL_EXCEPTION
 
 from tests.security.acl_setup import ADMIN, CONSUMER, PRODUCER
 
@@ -94,7 +94,7 @@ async def cluster_info(address: str, *, tls: ssl.SSLContext | None = None) -> Cl
 
 
 async def namesrv_config(address: str, *, tls: ssl.SSLContext | None = None) -> dict[str, str]:
-    """The name server's settings (GET_NAMESRV_CONFIG needs admin: server/acl.py)."""
+    """The name server's settings (GET_NAMESRV_CONFIG needs admin: server/security/access.py)."""
     r = await call(address, req(R.GET_NAMESRV_CONFIG), ADMIN, tls=tls)
     assert r.code == C.SUCCESS, (r.code, r.remark)
     return dict(line.split("=", 1) for line in r.body.decode().splitlines() if "=" in line)

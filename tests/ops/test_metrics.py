@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (server/metrics.py) scraped over HTTP from a live broker."""
+"""The Prometheus endpoint (server/observe/metrics.py) scraped over HTTP from a live broker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 from kairosmq.protocol.codes import PULL_SUSPEND, ResponseCode
-from kairosmq.server.metrics import start_metrics
+from kairosmq.server.observe.metrics import start_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import FAST_LEVELS, pull, send, wait_until
@@ -81,7 +81,7 @@ async def test_busy_loop_reports_down(broker_factory) -> None:
     broker = await broker_factory(checkpoint_interval=60)
     server = start_metrics(broker, 0, addr="127.0.0.1")
     try:
-        from kairosmq.server import metrics
+        from kairosmq.server.observe import metrics
 
         old, metrics.SNAPSHOT_TIMEOUT = metrics.SNAPSHOT_TIMEOUT, 0.2
         try:

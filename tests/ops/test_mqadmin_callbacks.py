@@ -26,9 +26,9 @@ from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import LanguageCode, ResponseCode
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server import client_calls
-from kairosmq.server.broker_settings import SETTABLE
-from kairosmq.server.handlers.rocketmq_callbacks import encode_reset_body
+from kairosmq.server.handlers.admin.callbacks import encode_reset_body
+from kairosmq.server.remoting import client_calls
+from kairosmq.server.tables.settings import SETTABLE
 
 from tests.helpers import Collector, pull, send, wait_until
 from tests.wire import RawPeer

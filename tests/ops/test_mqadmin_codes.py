@@ -1,4 +1,4 @@
-"""Raw-protocol tests of the RocketMQ admin codes mqadmin uses (server/handlers/rocketmq_admin.py):
+"""Raw-protocol tests of the RocketMQ admin codes mqadmin uses (server/handlers/admin/broker.py):
 28, 26, 202, 203, 204, 208, 300 on the broker port and 319 on the name-server port.
 
 They run everywhere (no Java): a RawPeer sends what ``MQClientAPIImpl`` sends and the test

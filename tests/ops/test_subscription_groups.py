@@ -1,6 +1,6 @@
 """Subscription groups, broker settings and stats items as services and processors, built
-with the real services (no broker): server/subscriptions.py, server/broker_settings.py,
-server/stats_items.py, server/handlers/rocketmq_groups.py, rocketmq_stats.py.
+with the real services (no broker): server/tables/subscriptions.py, server/tables/settings.py,
+server/observe/stats_items.py, server/handlers/admin/groups.py, broker_config.py, stats.py.
 """
 
 from __future__ import annotations
@@ -14,19 +14,17 @@ import pytest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand, request
-from kairosmq.server.broker_settings import SETTABLE, BrokerSettings, parse_properties
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.handlers.rocketmq_groups import (
-    BrokerConfigProcessor,
-    SubscriptionGroupProcessor,
-)
-from kairosmq.server.handlers.rocketmq_stats import BrokerStatsProcessor
-from kairosmq.server.ingress import guarded
-from kairosmq.server.offsets import ConsumerOffsetManager
-from kairosmq.server.stats import BrokerStats
-from kairosmq.server.stats_items import BrokerStatsManager, counter_sources
-from kairosmq.server.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
-from kairosmq.server.transport import Connection, RemotingServer
+from kairosmq.server.handlers.admin.broker_config import BrokerConfigProcessor
+from kairosmq.server.handlers.admin.groups import SubscriptionGroupProcessor
+from kairosmq.server.handlers.admin.stats import BrokerStatsProcessor
+from kairosmq.server.observe.stats import BrokerStats
+from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sources
+from kairosmq.server.remoting.ingress import guarded
+from kairosmq.server.remoting.transport import Connection, RemotingServer
+from kairosmq.server.tables.offsets import ConsumerOffsetManager
+from kairosmq.server.tables.settings import SETTABLE, BrokerSettings, parse_properties
+from kairosmq.server.tables.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
 
 
 class _Log:

@@ -19,8 +19,8 @@ from kairosmq.server.cli import (
     build_config,
     main,
 )
+from kairosmq.server.cluster.registration import parse_namesrv_addr
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.registration import parse_namesrv_addr
 
 from tests.helpers import wait_until
 from tests.integration.procs import free_port

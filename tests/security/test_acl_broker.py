@@ -1,4 +1,4 @@
-"""Plain ACL on a real in-process broker (server/acl.py through the transport's hook).
+"""Plain ACL on a real in-process broker (server/security/access.py through the transport's hook).
 
 Every request here goes over TCP to the broker and name-server ports, signed by the
 bundled client's hook (client/credentials.py) or deliberately mis-signed, and each refusal is
@@ -22,7 +22,7 @@ from kairosmq.protocol.codes import ResponseCode as C
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import CreateTopicRequestHeader
 from kairosmq.server.broker import Broker
-from kairosmq.server.metrics import take_snapshot
+from kairosmq.server.observe.metrics import take_snapshot
 
 from tests.helpers import send_ext, stays_false, wait_until
 from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER, PRODUCER, signed_client

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
-from kairosmq.server.acl_rules import load_rules
 from kairosmq.server.broker import Broker
+from kairosmq.server.security.acl_file import load_rules
 
 from tests.helpers import Collector
 

@@ -1,5 +1,5 @@
 """kairosmq's request binding (protocol/acl.py) and the broker's request policy
-(server/acl.py ``RequestPolicy``, ``ReplayCache``), and the classification of every
+(server/security/access.py ``RequestPolicy``, ``ReplayCache``), and the classification of every
 request code the broker and the name servers serve (issue 29, rows 2, 6 and 8a).
 
 The binding is read from the *signed content*, not from a field name: the attacks here
@@ -30,7 +30,10 @@ from kairosmq.protocol.acl import (
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.server.acl import (
+from kairosmq.server.broker import Broker
+from kairosmq.server.handlers import broker_table, namesrv_table
+from kairosmq.server.namesrv.server import NameServer
+from kairosmq.server.security.access import (
     ADMIN_CODES,
     AT_LEAST_ONCE,
     RESOURCE_CODES,
@@ -41,10 +44,7 @@ from kairosmq.server.acl import (
     RequestPolicy,
     check_request,
 )
-from kairosmq.server.acl_rules import parse_text
-from kairosmq.server.broker import Broker
-from kairosmq.server.handlers import broker_table, namesrv_table
-from kairosmq.server.namesrv.server import NameServer
+from kairosmq.server.security.acl_file import parse_text
 
 from tests.security.acl_setup import ACL_FILE, ADMIN, PRODUCER
 from tests.security.java_acl import java_missing, java_signatures

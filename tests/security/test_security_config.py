@@ -18,7 +18,7 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.server import cli
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.security import is_loopback
+from kairosmq.server.security.install import is_loopback
 
 from tests.helpers import send_ext
 from tests.security.acl_setup import ACL_FILE, PRODUCER, signed_client

@@ -1,4 +1,4 @@
-"""TLS on the broker and name-server ports in RocketMQ's three modes (server/tls.py), with
+"""TLS on the broker and name-server ports in RocketMQ's three modes (server/security/tls.py), with
 the bundled client (``tls=`` an ``ssl.SSLContext``) and raw sockets; certificates are made
 for each test module with the ``openssl`` command (skipped without it)."""
 

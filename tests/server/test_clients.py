@@ -1,5 +1,5 @@
-"""The client registry and queue locks (server/clients.py): membership, notifications, expiry,
-subscriptions, producers and lock leases, on an injected clock."""
+"""The client registry and queue locks (server/tables/clients.py): membership, notifications,
+expiry, subscriptions, producers and lock leases, on an injected clock."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode
-from kairosmq.server import clients as clients_mod
-from kairosmq.server.clients import ClientRegistry, LockManager
+from kairosmq.server.tables import clients as clients_mod
+from kairosmq.server.tables.clients import ClientRegistry, LockManager
 
 
 class FakeConn:

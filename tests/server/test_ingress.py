@@ -1,5 +1,5 @@
 """Unit tests of the naming rules (protocol/naming.py) and the ingress checks
-(server/ingress.py), against a real TopicConfigManager and BrokerConfig."""
+(server/remoting/ingress.py), against a real TopicConfigManager and BrokerConfig."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ from kairosmq.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from kairosmq.protocol.properties import encode_properties
-from kairosmq.server import ingress
 from kairosmq.server.config import BrokerConfig
-from kairosmq.server.ingress import Rejected
-from kairosmq.server.topics import TopicConfigManager
+from kairosmq.server.remoting import ingress
+from kairosmq.server.remoting.ingress import Rejected
+from kairosmq.server.tables.topics import TopicConfigManager
 
 # ---------------------------------------------------------------- naming
 
@@ -109,7 +109,7 @@ def test_server_and_client_share_the_rules() -> None:
     from kairosmq.client.common import check_topic
     from kairosmq.client.consumer import push_consumer
     from kairosmq.client.errors import InvalidName
-    from kairosmq.server import topics
+    from kairosmq.server.tables import topics
 
     assert topics.validate_topic is naming.validate_topic
     assert push_consumer.retry_topic is naming.retry_topic  # what the consumer subscribes

@@ -1,4 +1,4 @@
-"""The log catalogue (``server/logs.py`` ``CATALOGUE``) is true to what the broker emits.
+"""The log catalogue (``server/observe/logs.py`` ``CATALOGUE``) is true to what the broker emits.
 
 Two checks: a static one over the source (every event name a log call in ``server/`` uses is
 catalogued, and every keyword it passes is a catalogued field of that event, or a field
@@ -27,8 +27,8 @@ from kairosmq.client.remoting import RemotingPool
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.headers import CreateTopicRequestHeader, SendMessageRequestHeader
-from kairosmq.server import logs
 from kairosmq.server.broker import Broker
+from kairosmq.server.observe import logs
 
 from tests.helpers import pull, send, wait_until
 from tests.wire import RawPeer

@@ -1,11 +1,12 @@
-"""The long-poll arrival notifier (server/longpoll.py): wakes, timeouts, close and cancellation."""
+"""The long-poll arrival notifier (server/remoting/longpoll.py): wakes, timeouts, close and
+cancellation."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from kairosmq.server.longpoll import ArrivalNotifier
+from kairosmq.server.remoting.longpoll import ArrivalNotifier
 
 
 async def test_notifier_wakes_waiter() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kairosmq.server import offsets as offsets_mod
-from kairosmq.server.offsets import MAX_OFFSET, ConsumerOffsetManager
+from kairosmq.server.tables import offsets as offsets_mod
+from kairosmq.server.tables.offsets import MAX_OFFSET, ConsumerOffsetManager
 
 
 @pytest.mark.parametrize("bad", [MAX_OFFSET + 1, 99999999999999999999, -1, -(1 << 70), True])

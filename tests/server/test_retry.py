@@ -1,9 +1,10 @@
-"""Retry/DLQ planning (server/retry.py): which topic and delay level a sent-back message gets."""
+"""Retry/DLQ planning (server/put/retry.py): which topic and delay level a sent-back message
+gets."""
 
 from __future__ import annotations
 
 import pytest
-from kairosmq.server.retry import plan_send_back
+from kairosmq.server.put.retry import plan_send_back
 
 
 @pytest.mark.parametrize(("reconsume", "requested", "max_times", "expected"), [

@@ -1,4 +1,4 @@
-"""The delay transform (server/schedule.py): a delayed message moves to the schedule topic and
+"""The delay transform (server/delay/service.py): a delayed message moves to the schedule topic and
 is restored to its real topic and queue."""
 
 from __future__ import annotations
@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.properties import encode_properties
-from kairosmq.server.config import (
-    DEFAULT_DELAY_LEVELS,
-    parse_delay_levels,
-)
-from kairosmq.server.schedule import restore_delayed, transform_delayed
+from kairosmq.server.config import DEFAULT_DELAY_LEVELS
+from kairosmq.server.delay.levels import parse_delay_levels, transform_delayed
+from kairosmq.server.put.requeue import restore_delayed
 from kairosmq.server.store import SCHEDULE_TOPIC, MessageInner
 
 LEVELS = parse_delay_levels(DEFAULT_DELAY_LEVELS)

@@ -20,7 +20,7 @@ import pytest
 import structlog
 from kairosmq.client import admin as admin_cli
 from kairosmq.protocol.codes import RequestCode
-from kairosmq.server.logsink import StreamSink
+from kairosmq.server.observe.logsink import StreamSink
 from kairosmq.server.supervise import ServiceState, Supervisor
 
 from tests.helpers import send

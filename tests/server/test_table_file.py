@@ -1,4 +1,4 @@
-"""Unit tests of server/table_file.py: coalesced background writes of a JSON table, the
+"""Unit tests of server/tables/table_file.py: coalesced background writes of a JSON table, the
 durability ``flushed()`` promises, a failed write (raised to its waiters, logged through
 ``on_failed``, retried), and the parts encoders against ``orjson.dumps`` of the whole."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
-from kairosmq.server import table_file
-from kairosmq.server.table_file import TableFile, collect, encode_parts, join_parts
+from kairosmq.server.tables import table_file
+from kairosmq.server.tables.table_file import TableFile, collect, encode_parts, join_parts
 
 
 class _Table:

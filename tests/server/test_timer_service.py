@@ -23,11 +23,11 @@ from kairosmq.protocol.properties import (
     TIMER_ORIGIN,
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
-from kairosmq.server.requeue import restore_timer
+from kairosmq.server.put.requeue import restore_timer
 from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
 from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService
 from kairosmq.server.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
-from kairosmq.server.timer.records import RECALL_QUEUE, format_pair
+from kairosmq.server.timer.topic import RECALL_QUEUE, format_pair
 
 from tests.helpers import VirtualLoop, run_virtual
 

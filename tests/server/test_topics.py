@@ -1,9 +1,10 @@
-"""Topic names (server/topics.py): which names the broker accepts and why it refuses the rest."""
+"""Topic names (server/tables/topics.py): which names the broker accepts and why it refuses the
+rest."""
 
 from __future__ import annotations
 
 import pytest
-from kairosmq.server.topics import validate_topic
+from kairosmq.server.tables.topics import validate_topic
 
 
 @pytest.mark.parametrize(("topic", "error"), [

@@ -1,4 +1,4 @@
-"""Unit tests of the remoting server (server/transport.py) on its own: a RemotingServer on
+"""Unit tests of the remoting server (server/remoting/transport.py) on its own: a RemotingServer on
 port 0 with a small handler table of its own (no broker), talked to over real TCP by
 ``tests/wire.py``'s raw peer. Framing, dispatch (``handler(conn, cmd)``), error answers,
 one-way requests, answers in completion order, the outbox (``before_write`` runs before
@@ -15,8 +15,8 @@ import pytest_asyncio
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand, request
-from kairosmq.server.logs import get_logger
-from kairosmq.server.transport import (
+from kairosmq.server.observe.logs import get_logger
+from kairosmq.server.remoting.transport import (
     FRAMES_PER_TURN,
     Connection,
     Handler,

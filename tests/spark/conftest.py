@@ -22,7 +22,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install kai
 # with its own cache directory).
 os.environ.setdefault("KAIROSMQ_SPARK_CDS", "off")
 
-from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, record  # noqa: E402
+from kairosmq.server.observe.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, record  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch ms

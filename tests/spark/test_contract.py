@@ -21,8 +21,8 @@ import kairosmq.client as client
 import pytest
 import structlog
 from kairosmq.protocol.codes import RequestCode, ResponseCode
-from kairosmq.server import logs
 from kairosmq.server.broker import Broker
+from kairosmq.server.observe import logs
 from kairosmq.spark.job import main
 from kairosmq.spark.tables import TIMER_LEVEL
 

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from kairosmq.server.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, all_fields
+from kairosmq.server.observe.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, all_fields
 from kairosmq.spark import report, svg, tables
 from kairosmq.spark.job import InputError, parse_args, resolve_inputs
 from kairosmq.spark.schema import (

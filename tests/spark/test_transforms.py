@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from kairosmq.server.logs import CATALOGUE
+from kairosmq.server.observe.logs import CATALOGUE
 from kairosmq.spark import tables
 from kairosmq.spark import transforms as T
 from kairosmq.spark.job import extract

@@ -20,7 +20,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.naming import retry_topic
 from kairosmq.server.handlers.client import ClientManageProcessor
-from kairosmq.server.transport import Connection
+from kairosmq.server.remoting.transport import Connection
 
 from tests.server.handlers.rig import Services, req
 

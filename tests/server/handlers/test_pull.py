@@ -18,7 +18,7 @@ from kairosmq.protocol.codes import (
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.message import decode_records
 from kairosmq.server.handlers.pull import PullMessageProcessor
-from kairosmq.server.transport import Connection
+from kairosmq.server.remoting.transport import Connection
 
 from tests.helpers import wait_until
 from tests.server.handlers.rig import Services, req

@@ -1,0 +1,50 @@
+"""The timer topic (``rmq_sys_wheel_timer``) and its records: its queues, the ``due:phy``
+pairs the broker writes in properties, the put-side transform and the recall outcomes.
+
+Owns: ``TIMER_QUEUE`` / ``RECALL_QUEUE`` (queues 0 and 1 of ``rmq_sys_wheel_timer``),
+``format_pair`` / ``parse_pair`` (``KAIROS_TIMER_ORIGIN``, ``KAIROS_RECALL_TARGET``),
+``transform_timer`` (a timer send into the timer topic) and ``RecallOutcome``.
+
+Invariant: a pair parses only as two decimal numbers of at most 18 digits (int64-safe);
+anything else is ignored by the timer service, never trusted.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from kairosmq.protocol.properties import REAL_QID, REAL_TOPIC
+from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+
+from ..store import MessageInner
+
+TIMER_QUEUE = 0
+RECALL_QUEUE = 1
+_PAIR = re.compile(r"(\d{1,18}):(\d{1,18})", re.ASCII)
+
+
+class RecallOutcome(Enum):
+    RECALLED = "recalled"
+    ALREADY_FIRED = "already fired"
+    ALREADY_RECALLED = "already recalled"
+
+
+def format_pair(due_ms: int, phy: int) -> str:
+    return f"{due_ms}:{phy}"
+
+
+def parse_pair(text: str) -> tuple[int, int] | None:
+    m = _PAIR.fullmatch(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def transform_timer(msg: MessageInner, due_ms: int) -> None:
+    """Divert ``msg`` into the timer topic in place, due at ``due_ms``: REAL_TOPIC and
+    REAL_QID keep where it fires to, ``TIMER_OUT_MS`` when (RocketMQ 5's names)."""
+    props = msg.properties
+    props[REAL_TOPIC] = msg.topic
+    props[REAL_QID] = str(msg.queue_id)
+    props[TIMER_OUT_MS] = str(due_ms)
+    msg.topic = TIMER_TOPIC
+    msg.queue_id = TIMER_QUEUE
