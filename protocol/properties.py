@@ -2,8 +2,9 @@
 
 Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2String)
 of a dict (``encode_properties``) or of ordered pairs (``encode_property_pairs``, what the
-bundled client's ``wire_properties`` writes), its tolerant decoder, and the
-``MessageConst`` key names.
+bundled client's ``wire_properties`` writes), its tolerant decoder, the
+``MessageConst`` key names, and ``parse_decimal`` (the one rule for a number read back
+from a property value: a queue id, a due instant, a stored offset).
 
 Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
 it) and skips pairs with an empty name or value (a name given twice: the last value
@@ -66,6 +67,21 @@ TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, START_DEL
 # (``server/remoting/ingress.py``); every ``KAIROS_*`` name is the broker's.
 BROKER_PROPERTY_PREFIX = "KAIROS_"
 BROKER_INTERNAL_PROPERTIES = (REAL_TOPIC, REAL_QID)
+
+
+INT32_DIGITS = 9  # decimal digits that always fit a Java int (queue ids, counts)
+INT64_DIGITS = 18  # ... a Java long (offsets, epoch milliseconds)
+
+
+def parse_decimal(raw: str | None, max_digits: int) -> int | None:
+    """``raw`` as a non-negative int when it is 1..``max_digits`` ASCII digits, else None.
+
+    Properties are client text (or the broker's own, read back after a crash): a value
+    that is not a short decimal is never trusted as a number. ``INT32_DIGITS`` /
+    ``INT64_DIGITS`` bound it to what a Java int / long holds."""
+    if raw and len(raw) <= max_digits and raw.isascii() and raw.isdigit():
+        return int(raw)
+    return None
 
 
 def encode_properties(props: dict[str, str]) -> str:

@@ -360,3 +360,17 @@ def test_json_bodies_raise_only_value_error(decoder, raw: bytes) -> None:
         decoder(raw)
     except ValueError:
         pass
+
+
+@given(st.text(max_size=24))
+def test_parse_decimal_takes_only_short_ascii_decimals(raw: str) -> None:
+    from kairosmq.protocol.properties import INT32_DIGITS, INT64_DIGITS, parse_decimal
+
+    for digits in (INT32_DIGITS, INT64_DIGITS):
+        got = parse_decimal(raw, digits)
+        if raw and len(raw) <= digits and all("0" <= c <= "9" for c in raw):
+            assert got == int(raw) and 0 <= got < 10 ** digits
+        else:
+            assert got is None
+    assert parse_decimal(None, INT64_DIGITS) is None
+    assert parse_decimal("٣", INT32_DIGITS) is None  # a non-ASCII digit is not a number
