@@ -45,6 +45,7 @@ from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY, group_of_retry_topic
 from kairosmq.protocol.properties import (
     CLUSTER,
     DELAY,
+    INT32_DIGITS,
     MAX_RECONSUME_TIMES,
     PGROUP,
     RETRY_TOPIC,
@@ -52,6 +53,7 @@ from kairosmq.protocol.properties import (
     TRAN_MSG,
     UNIQ_KEY,
     WAIT,
+    parse_decimal,
 )
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
@@ -195,9 +197,9 @@ class SendMessageProcessor:
             return kind
         max_times = h.max_reconsume_times
         if max_times is None:
-            raw = msg.properties.get(MAX_RECONSUME_TIMES) or ""
-            max_times = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 \
-                else self.config.max_reconsume_times
+            max_times = parse_decimal(msg.properties.get(MAX_RECONSUME_TIMES), INT32_DIGITS)
+            if max_times is None:
+                max_times = self.config.max_reconsume_times
         plan = plan_send_back(group, msg.reconsume_times, 0, max_times)
         if plan.dead_letter:
             self.topics.ensure(plan.topic, 1)
