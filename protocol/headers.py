@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .errors import HeaderError
+from .errors import HeaderError, shown
 
 _REQ = dataclasses.MISSING
 H = TypeVar("H", bound="Header")
@@ -41,9 +41,8 @@ def _parse_int(key: str, raw: str) -> int:
         value = None
     if value is not None and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    shown = repr(raw) if len(raw) <= 64 else f"{raw[:64]!r}...({len(raw)} chars)"
     raise HeaderError(f"header field {key!r} must be an integer in the int64 range, "
-                      f"got {shown}")
+                      f"got {shown(raw)}")
 
 
 def _compile(cls: type, v2: bool) -> tuple[Any, Any]:

@@ -8,7 +8,7 @@ the request-reply topic ``<cluster>_REPLY_TOPIC``.
 
 Invariants:
 * ``validate_topic``/``validate_group`` return ``None`` for a valid name, else a reason fit
-  for a response remark (it names the bad value, ``repr``'d and truncated to 64 chars).
+  for a response remark (it names the bad value as ``errors.shown`` quotes it).
 * Matching is ``fullmatch``: ``re.match`` with ``$`` would accept a trailing ``"\\n"``.
 * A valid name contains no ``/``, ``.``, NUL or whitespace, so it is safe as one
   file-name component (consume-queue directories are named after topics).
@@ -22,6 +22,8 @@ Invariants:
 from __future__ import annotations
 
 import re
+
+from .errors import shown
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
@@ -40,14 +42,6 @@ MAX_FILE_NAME = 255
 MAX_GROUP_LENGTH_WITH_RETRY = MAX_FILE_NAME - len(RETRY_GROUP_TOPIC_PREFIX)
 CHARSET = "[%|a-zA-Z0-9_-]"
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
-
-
-def shown(value: object, limit: int = 64) -> str:
-    """``repr`` of a value for a remark or log, truncated to about ``limit`` characters."""
-    text = repr(value)
-    if len(text) > limit:
-        text = text[:limit] + f"...({len(str(value))} chars)"
-    return text
 
 
 def _validate(kind: str, name: object, limit: int) -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import RecallMessageRequestHeader, RecallMessageResponseHeader
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
@@ -97,7 +98,7 @@ class RecallMessageProcessor:
         if handle.broker_name != self.broker_name:
             return cmd.error(ILLEGAL_OPERATION,
                              f"recall failed, broker service not available (the handle names "
-                             f"broker {handle.broker_name[:64]}, this is {self.broker_name})")
+                             f"broker {shown(handle.broker_name)}, this is {self.broker_name})")
         found, delivered = self._find(handle)
         if delivered is not None:
             return self._already_delivered(cmd, handle, delivered)

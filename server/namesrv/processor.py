@@ -35,6 +35,7 @@ from kairosmq.protocol.bodies import encode_kv_table
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader
 from kairosmq.protocol.registration import (
     ORDER_TOPIC_CONFIG,
@@ -70,9 +71,8 @@ _ADDR = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
 
 def check_name(value: str, field: str) -> None:
     if not _NAME.fullmatch(value):
-        shown = value if len(value) <= 64 else f"{value[:64]}...({len(value)} chars)"
         raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {shown!r} must be 1..{MAX_NAME} printable characters "
+                       f"{field} {shown(value)} must be 1..{MAX_NAME} printable characters "
                        "without spaces")
 
 
@@ -81,7 +81,7 @@ def check_addr(value: str, field: str) -> None:
     port = int(m.group(1) or m.group(2)) if m else 0
     if not 0 < port < 65536:
         raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {value[:80]!r} is not host:port with a port in 1..65535")
+                       f"{field} {shown(value, 80)} is not host:port with a port in 1..65535")
 
 
 def check_broker_id(value: int) -> None:
