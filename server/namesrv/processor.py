@@ -13,8 +13,8 @@ UPDATE_NAMESRV_CONFIG (318; body = properties text, the subset in ``settings.py`
 Invariants:
 * Bounded: at most ``max_brokers`` live broker addresses (4096); a register body is bounded
   by the frame limit (and, compressed, by ``registration.MAX_INFLATED``).
-* A bad request never changes a table: header fields are decoded and checked (names 1..255
-  printable characters without spaces, ``brokerAddr`` ``host:port``, ``brokerId`` >= 0),
+* A bad request never changes a table: header fields are decoded and checked (names by
+  ``naming.validate_registered_name``, ``brokerAddr`` ``host:port``, ``brokerId`` >= 0),
   ``bodyCrc32`` is verified when non-zero (RocketMQ: SYSTEM_ERROR "crc32 not match") and the
   body decoded (JSON, or RocketMQ's compressed form when ``compressed=true``) before the
   route tables are touched; every refusal is a ``Rejected`` (code + remark, logged by
@@ -37,6 +37,7 @@ from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader
+from kairosmq.protocol.naming import validate_registered_name
 from kairosmq.protocol.registration import (
     ORDER_TOPIC_CONFIG,
     AddWritePermOfBrokerResponseHeader,
@@ -64,16 +65,13 @@ from .routes import RouteInfoManager
 if TYPE_CHECKING:
     from ..remoting.transport import Connection, Handler
 
-MAX_NAME = 255
-_NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces (TopicConfig.encode splits)
 _ADDR = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
 
 
 def check_name(value: str, field: str) -> None:
-    if not _NAME.fullmatch(value):
-        raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {shown(value)} must be 1..{MAX_NAME} printable characters "
-                       "without spaces")
+    bad = validate_registered_name(value, field)
+    if bad is not None:
+        raise Rejected(ResponseCode.SYSTEM_ERROR, bad)
 
 
 def check_addr(value: str, field: str) -> None:
