@@ -39,7 +39,11 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
-from kairosmq.protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from kairosmq.protocol.headers import (
+    DEFAULT_REGION,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from kairosmq.protocol.message import BatchItem, iter_batch
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY, group_of_retry_topic
 from kairosmq.protocol.properties import (
@@ -329,10 +333,8 @@ class SendMessageProcessor:
         ext = SendMessageResponseHeader(
             msg_id=",".join(msg_ids),
             queue_id=queue_id, queue_offset=results[0].queue_offset, recall_handle=recall,
-            transaction_id=transaction_id,
+            transaction_id=transaction_id, msg_region=DEFAULT_REGION, trace_on=True,
         ).to_ext_fields()
-        ext["MSG_REGION"] = "DefaultRegion"
-        ext["TRACE_ON"] = "true"
         response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return self._after_flush(cmd, response, results[-1].phy_offset + results[-1].size)

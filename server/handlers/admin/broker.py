@@ -45,6 +45,7 @@ from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import (
     ConsumerGroupRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
     TopicRequestHeader,
 )
 from kairosmq.protocol.message import decode_record
@@ -320,7 +321,8 @@ class AdminBrokerProcessor:
 
     def handle_producer_connections(self, conn: Connection,
                                     cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.ext_fields.get("producerGroup") or ""
+        group = GetProducerConnectionListRequestHeader.from_ext_fields(
+            cmd.ext_fields).producer_group
         ingress.check_group(group, "producerGroup")
         clients = self.clients.producers.get(group) or {}
         if not clients:

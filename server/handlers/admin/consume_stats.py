@@ -24,7 +24,7 @@ import orjson
 from kairosmq.protocol.bodies import encode_mq_table
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.headers import QueryConsumeQueueRequestHeader
+from kairosmq.protocol.headers import GetConsumeStatsInBrokerHeader, QueryConsumeQueueRequestHeader
 
 from ...remoting import ingress
 from .broker import consume_stats_entries
@@ -62,7 +62,7 @@ class ConsumerAdminProcessor:
                                     cmd: RemotingCommand) -> RemotingCommand:
         """Every group with offsets or online clients: one ConsumeStats per topic it has
         offsets on (``isOrder=true``: order topics only), and the broker's total diff."""
-        only_order = (cmd.ext_fields.get("isOrder") or "").lower() == "true"
+        only_order = GetConsumeStatsInBrokerHeader.from_ext_fields(cmd.ext_fields).is_order
         groups = sorted(set(self.offsets.table) | set(self.clients.consumers))
         total = 0
         per_group: list[bytes] = []
