@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from kairosmq.protocol.bodies import encode_kv_table
+from kairosmq.protocol.bodies import encode_kv_table, properties_to_string, string_to_properties
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -56,10 +56,8 @@ from kairosmq.protocol.registration import (
     encode_topic_list,
 )
 
-from ..handlers.admin.broker import properties_text
 from ..handlers.admin.kv import KvConfig, KvConfigProcessor
 from ..remoting.ingress import Rejected, guarded
-from ..tables.settings import parse_properties
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:
@@ -208,7 +206,7 @@ class NamesrvRequestProcessor:
         return cmd.response(body=encode_topic_list(topics, addr))
 
     def handle_namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=properties_text(self.config()))
+        return cmd.response(body=properties_to_string(self.config()).encode())
 
     # ------------------------------------------------------------ admin writes
 
@@ -218,7 +216,7 @@ class NamesrvRequestProcessor:
             raise Rejected(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                            "this name server's settings cannot be changed at run time")
         try:
-            applied = self.update_config(parse_properties(cmd.body.decode()))
+            applied = self.update_config(string_to_properties(cmd.body.decode()))
         except UnicodeDecodeError as err:
             raise Rejected(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {err}") from None
         except PermissionError as err:

@@ -38,6 +38,7 @@ from kairosmq.protocol.bodies import (
     encode_consumer_connection,
     encode_kv_table,
     encode_mq_table,
+    properties_to_string,
 )
 from kairosmq.protocol.codes import BROKER_VERSION, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -136,11 +137,6 @@ def _camel(name: str) -> str:
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p.title() for p in rest)
-
-
-def properties_text(props: dict[str, str]) -> bytes:
-    """MixAll.properties2String: ``key=value`` lines."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
 
 
 def consume_stats_entries(reads: MessageStore, topics: TopicConfigManager,
@@ -272,7 +268,7 @@ class AdminBrokerProcessor:
         return out
 
     def handle_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=properties_text(self.broker_config()))
+        return cmd.response(body=properties_to_string(self.broker_config()).encode())
 
     def handle_topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
