@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from .errors import HeaderError, shown
+from .naming import AUTO_CREATE_TOPIC_KEY
 
 _REQ = dataclasses.MISSING
 H = TypeVar("H", bound="Header")
@@ -111,7 +112,7 @@ class Header:
 class SendMessageRequestHeader(Header):
     producer_group: str = wire("producerGroup", v2="a")
     topic: str = wire("topic", v2="b")
-    default_topic: str = wire("defaultTopic", v2="c", default="TBW102")
+    default_topic: str = wire("defaultTopic", v2="c", default=AUTO_CREATE_TOPIC_KEY)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", v2="d", default=4)
     queue_id: int = wire("queueId", v2="e", default=-1)
     sys_flag: int = wire("sysFlag", v2="f", default=0)
@@ -240,7 +241,7 @@ class GetRouteInfoRequestHeader(Header):
 @dataclass(slots=True)
 class CreateTopicRequestHeader(Header):
     topic: str = wire("topic")
-    default_topic: str = wire("defaultTopic", default="TBW102")
+    default_topic: str = wire("defaultTopic", default=AUTO_CREATE_TOPIC_KEY)
     read_queue_nums: int = wire("readQueueNums", default=4)
     write_queue_nums: int = wire("writeQueueNums", default=4)
     perm: int = wire("perm", default=6)
@@ -428,7 +429,7 @@ class ReplyMessageRequestHeader(Header):
 
     producer_group: str = wire("producerGroup")
     topic: str = wire("topic")
-    default_topic: str = wire("defaultTopic", default="TBW102")
+    default_topic: str = wire("defaultTopic", default=AUTO_CREATE_TOPIC_KEY)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", default=4)
     queue_id: int = wire("queueId", default=-1)
     sys_flag: int = wire("sysFlag", default=0)

@@ -40,9 +40,9 @@ from concurrent import futures
 from pathlib import Path
 
 from kairosmq.protocol.message import tags_code
-from kairosmq.protocol.naming import SCHEDULE_TOPIC
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from kairosmq.protocol.properties import DELIVER_TIME, INT64_DIGITS, TAGS, parse_decimal
-from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.protocol.timer import TIMER_OUT_MS
 
 from .allocate import SUFFIX, FileAllocator, create_zeroed, extend_zeroed, first_size, next_size
 from .files import sync_filesystem, sync_path

@@ -114,9 +114,7 @@ def test_server_and_client_share_the_rules() -> None:
     from kairosmq.client.common import check_topic
     from kairosmq.client.consumer import push_consumer
     from kairosmq.client.errors import InvalidName
-    from kairosmq.server.tables import topics
-
-    assert topics.validate_topic is naming.validate_topic
+    assert ingress.validate_topic is naming.validate_topic  # what the broker checks
     assert push_consumer.retry_topic is naming.retry_topic  # what the consumer subscribes
     with pytest.raises(InvalidName):
         check_topic("abc\n")

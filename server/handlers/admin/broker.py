@@ -50,10 +50,9 @@ from kairosmq.protocol.headers import (
     TopicRequestHeader,
 )
 from kairosmq.protocol.message import decode_record
-from kairosmq.protocol.naming import group_of_retry_topic
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, group_of_retry_topic
 
 from ...remoting import ingress
-from ...store import SCHEDULE_TOPIC
 from ...store.consumequeue import UNIT_SIZE
 
 if TYPE_CHECKING:
