@@ -42,27 +42,21 @@ _INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
 class ListenerCounters(Protocol):
     """What a scrape reads of the transport (``RemotingServer``)."""
 
+    refused: int
+    timed_out: int
+    unknown_peer: int
+    over_budget: int
+    buffered: int
+
     @property
     def connections(self) -> Sized: ...
-    @property
-    def refused(self) -> int: ...
-    @property
-    def timed_out(self) -> int: ...
-    @property
-    def unknown_peer(self) -> int: ...
-    @property
-    def over_budget(self) -> int: ...
-    @property
-    def buffered(self) -> int: ...
 
 
 class HeldPulls(Protocol):
     """What a scrape reads of the held pulls (``longpoll.PullHolds``)."""
 
-    @property
-    def held(self) -> int: ...
-    @property
-    def refused(self) -> int: ...
+    held: int
+    refused: int
 
 
 @dataclass(frozen=True, slots=True)
