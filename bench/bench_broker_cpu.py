@@ -40,12 +40,12 @@ import uvloop
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.broker import Broker
 from kairosmq.server.config import BrokerConfig
 from kairosmq.server.observe.logs import close_sinks, configure_logging
 from kairosmq.server.remoting.transport import Connection
-from kairosmq.server.store import SCHEDULE_TOPIC
 
 TOPIC, GROUP = "BenchTopic", "bench_group"
 

@@ -34,6 +34,7 @@ from kairosmq.protocol.headers import (
     QueryMessageRequestHeader,
     QueueRequestHeader,
     RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
     ResendDlqRequestHeader,
     TopicRequestHeader,
     TransactionStatusRequestHeader,
@@ -69,9 +70,8 @@ class Admin:
         self._broker: str | None = args.broker
 
     async def call(self, addr: str, code: int, header: Header | None = None,
-                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
-                   extra: dict[str, str] | None = None) -> RemotingCommand:
-        fields = {**(header.to_ext_fields() if header is not None else {}), **(extra or {})}
+                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        fields = header.to_ext_fields() if header is not None else {}
         resp = await self.pool.invoke(addr, code, fields, timeout=self.args.timeout)
         if resp.code not in ok:
             raise AdminError(resp.remark or f"request {code} failed with code {resp.code}")
@@ -202,7 +202,8 @@ async def _recall(a: Admin, handle: str) -> dict[str, Any]:
         raise AdminError(str(err)) from None
     resp = await a.call(await a.broker(), R.RECALL_MESSAGE, RecallMessageRequestHeader(
         producer_group=ADMIN_GROUP, topic=h.topic, recall_handle=handle))
-    return {"msgId": resp.ext_fields.get("msgId"), "topic": h.topic,
+    msg_id = RecallMessageResponseHeader.from_ext_fields(resp.ext_fields).msg_id
+    return {"msgId": msg_id, "topic": h.topic,
             "dueMs": h.deliver_ms, "recalled": True, "remark": resp.remark or ""}
 
 
@@ -221,9 +222,9 @@ async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
             raise AdminError(f"not an offsetMsgId: {err}") from None
         resp = await a.call(broker, R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phy))
     else:
-        query = QueryMessageRequestHeader(args.id or args.key, args.topic or "", args.max)
-        unique = {"_UNIQUE_KEY_QUERY": "true"} if args.id else None
-        resp = await a.call(broker, R.QUERY_MESSAGE, query, extra=unique)
+        query = QueryMessageRequestHeader(args.id or args.key, args.topic or "", args.max,
+                                          unique_key_query="true" if args.id else None)
+        resp = await a.call(broker, R.QUERY_MESSAGE, query)
     msgs: list[MessageExt] = decode_records(resp.body)
     return [view.message_dict(m, args.body) for m in sorted(msgs, key=view.message_order)]
 

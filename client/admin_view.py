@@ -15,7 +15,7 @@ from typing import Any
 
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
 from kairosmq.protocol.message import MessageExt
-from kairosmq.protocol.naming import is_dlq_topic, is_retry_topic, is_system_topic
+from kairosmq.protocol.naming import dlq_topic, is_dlq_topic, is_retry_topic, is_system_topic
 
 BODY_PREVIEW = 120
 
@@ -198,7 +198,7 @@ def render(args: argparse.Namespace, result: Any) -> str:
     if cmd == "dlq":
         return table(result["resent"], [("MSG ID", "msgId"), ("TO TOPIC", "topic"),
                                         ("QUEUE", "queueId"), ("OFFSET", "queueOffset")]) + (
-            f"\nresent {len(result['resent'])}; still in %DLQ%{result['group']}: "
+            f"\nresent {len(result['resent'])}; still in {dlq_topic(result['group'])}: "
             f"{result['remaining']}")
     if cmd == "status":
         return _status(result)

@@ -35,6 +35,7 @@ import random
 import socket
 import ssl
 from collections.abc import Callable, Mapping
+from typing import TypedDict, Unpack
 
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import (
@@ -54,6 +55,19 @@ log = logging.getLogger("kairosmq.client.remoting")
 RequestHandler = Callable[["RemotingClient", RemotingCommand], "RemotingCommand | None"]
 # client/credentials.py AclRpcHook: (code, extFields, body) -> the extFields to send (signed)
 RpcHook = Callable[[int, Mapping[str, str], bytes], dict[str, str]]
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """``RemotingClient``'s keyword options (its defaults apply to what is left out); a
+    ``RemotingPool`` hands the same to each client it makes."""
+
+    on_request: RequestHandler | None
+    serialize_type: SerializeType
+    backoff_base: float
+    backoff_max: float
+    rpc_hook: RpcHook | None
+    ssl: ssl.SSLContext | None
+    on_reconnect: Callable[[str], None] | None
 
 
 def local_ip() -> str:
@@ -337,23 +351,9 @@ def _expire(fut: asyncio.Future[RemotingCommand], address: str, code: int, timeo
 class RemotingPool:
     """Address -> RemotingClient, created on first use; one per Producer/PushConsumer."""
 
-    def __init__(
-        self,
-        *,
-        on_request: RequestHandler | None = None,
-        serialize_type: SerializeType = SerializeType.JSON,
-        backoff_base: float = 0.05,
-        backoff_max: float = 2.0,
-        rpc_hook: RpcHook | None = None,
-        ssl: ssl.SSLContext | None = None,
-        on_reconnect: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, **options: Unpack[ConnectionOptions]) -> None:
         self._clients: dict[str, RemotingClient] = {}
-        self._kw = dict(
-            on_request=on_request, serialize_type=serialize_type,
-            backoff_base=backoff_base, backoff_max=backoff_max, rpc_hook=rpc_hook, ssl=ssl,
-            on_reconnect=on_reconnect,
-        )
+        self._options = options  # each client's (RemotingClient's keywords)
         self._closed = False
 
     def get(self, address: str) -> RemotingClient:
@@ -361,7 +361,7 @@ class RemotingPool:
         if client is None:
             if self._closed:
                 raise ConnectionClosed(address, "client pool is closed")
-            client = self._clients[address] = RemotingClient(address, **self._kw)  # type: ignore[arg-type]
+            client = self._clients[address] = RemotingClient(address, **self._options)
         return client
 
     def backing_off(self, address: str) -> bool:

@@ -33,7 +33,6 @@ from .remoting import RemotingPool
 
 log = logging.getLogger("kairosmq.client.route")
 
-DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 
@@ -80,7 +79,7 @@ class RouteCache:
         self._routes: dict[str, TopicRouteInfo] = {}
         self._allow_default: dict[str, bool] = {}
         self._inflight: dict[str, asyncio.Future[TopicRouteInfo]] = {}
-        self.default_topic = DEFAULT_TOPIC  # a producer's create_topic_key
+        self.default_topic = AUTO_CREATE_TOPIC_KEY  # a producer's create_topic_key
 
     def cached(self, topic: str) -> TopicRouteInfo | None:
         return self._routes.get(topic)

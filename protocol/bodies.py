@@ -6,7 +6,10 @@ Owns: typed values for the JSON bodies RocketMQ carries besides message records
 ``LockBatchResponseBody``/``UnlockBatchRequestBody``), their ``to_json``/``from_json``, and
 the tag-expression parser both sides share (``parse_tag_expression``); at the end, the admin
 bodies mqadmin reads (``KVTable``, MessageQueue-keyed ``TopicStatsTable``/``ConsumeStats``
-in fastjson's object-key form, ``ConsumerConnection``).
+in fastjson's object-key form, ``ConsumerConnection``); and the one non-JSON body, the
+``key=value`` properties text of the broker's and the name server's config requests
+(``properties_to_string`` / ``string_to_properties``, RocketMQ's MixAll pair; also the
+broker's ``config/broker.properties``).
 
 Invariants:
 * Encoding writes standard JSON with quoted map keys and the field names Java uses.
@@ -22,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,6 +373,28 @@ def decode_lock_response(raw: bytes | str) -> list[MessageQueueData]:
 # ConsumerConnection. Maps keyed by MessageQueue are written the way fastjson writes a map
 # with object keys (``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``): not standard
 # JSON, but exactly what the Java tools' fastjson parser reads back.
+
+
+def properties_to_string(props: Mapping[str, str]) -> str:
+    """``MixAll.properties2String``: ``key=value`` lines, by key (GET_BROKER_CONFIG and
+    GET_NAMESRV_CONFIG bodies, the broker's ``config/broker.properties``)."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """``MixAll.string2Properties``: ``key=value`` lines (``key:value`` too; ``#``/``!``
+    comments and blank lines skipped; keys and values stripped; the last of a key wins)
+    (UPDATE_BROKER_CONFIG and UPDATE_NAMESRV_CONFIG bodies, ``config/broker.properties``)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, _, value = line.partition(":")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def encode_kv_table(table: dict[str, str]) -> bytes:

@@ -40,7 +40,7 @@ from construct import ConstructError
 from . import schema
 from .codes import LanguageCode, SerializeType
 from .commands import RemotingCommand
-from .errors import FrameTooLarge, MalformedFrame
+from .errors import FrameTooLarge, MalformedFrame, shown
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
@@ -138,8 +138,8 @@ def _int_field(h: dict[str, object], name: str, default: int | None = None) -> i
     if type(v) is str and _ASCII_INT.fullmatch(v):
         v = int(v)
     if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
-        shown = repr(v) if len(repr(v)) <= 40 else f"{repr(v)[:40]}..."
-        raise MalformedFrame(f"header field {name!r} must be a 32-bit integer, got {shown}")
+        raise MalformedFrame(f"header field {name!r} must be a 32-bit integer, "
+                             f"got {shown(v, 40)}")
     return v
 
 

@@ -5,6 +5,9 @@ can continue. ``FrameTooLarge`` and ``MalformedFrame`` mean the byte stream can 
 be trusted: close that connection (RocketMQ's NettyDecoder does the same).
 ``HeaderError`` means one request's header fields are missing or ill-typed: answer that
 request with ``response_code`` and the message as remark, and keep the connection.
+
+Also owns ``shown``: the one way a value (a client's, most often) is quoted in a remark or an
+error message, ``repr``'d and cut after a limit, so a remark stays short whatever the value.
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ class ProtocolError(Exception):
         if type(self) is ProtocolError:
             raise TypeError("ProtocolError is abstract; raise a subclass")
         super().__init__(message)
+
+
+def shown(value: object, limit: int = 64) -> str:
+    """``repr`` of ``value`` for a remark or an error message, cut after ``limit``
+    characters; a cut one ends in ``...(N chars)``, N the length of the value."""
+    text = repr(value)
+    if len(text) > limit:
+        size = len(value) if isinstance(value, str | bytes) else len(text)
+        text = text[:limit] + f"...({size} chars)"
+    return text
 
 
 class FrameTooLarge(ProtocolError):

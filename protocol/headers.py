@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .errors import HeaderError
+from .errors import HeaderError, shown
+from .naming import AUTO_CREATE_TOPIC_KEY
 
 _REQ = dataclasses.MISSING
 H = TypeVar("H", bound="Header")
@@ -31,6 +32,7 @@ def wire(name: str, *, v2: str | None = None, default: Any = _REQ) -> Any:
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+DEFAULT_REGION = "DefaultRegion"  # BrokerConfig.regionId: a send answer's MSG_REGION
 
 
 def _parse_int(key: str, raw: str) -> int:
@@ -41,9 +43,8 @@ def _parse_int(key: str, raw: str) -> int:
         value = None
     if value is not None and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    shown = repr(raw) if len(raw) <= 64 else f"{raw[:64]!r}...({len(raw)} chars)"
     raise HeaderError(f"header field {key!r} must be an integer in the int64 range, "
-                      f"got {shown}")
+                      f"got {shown(raw)}")
 
 
 def _compile(cls: type, v2: bool) -> tuple[Any, Any]:
@@ -111,7 +112,7 @@ class Header:
 class SendMessageRequestHeader(Header):
     producer_group: str = wire("producerGroup", v2="a")
     topic: str = wire("topic", v2="b")
-    default_topic: str = wire("defaultTopic", v2="c", default="TBW102")
+    default_topic: str = wire("defaultTopic", v2="c", default=AUTO_CREATE_TOPIC_KEY)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", v2="d", default=4)
     queue_id: int = wire("queueId", v2="e", default=-1)
     sys_flag: int = wire("sysFlag", v2="f", default=0)
@@ -132,6 +133,9 @@ class SendMessageResponseHeader(Header):
     queue_offset: int = wire("queueOffset")
     transaction_id: str | None = wire("transactionId", default=None)
     recall_handle: str | None = wire("recallHandle", default=None)  # RocketMQ 5.3
+    # the extra fields RocketMQ's SendMessageProcessor adds to the answer (addExtField)
+    msg_region: str | None = wire("MSG_REGION", default=None)  # DEFAULT_REGION
+    trace_on: bool | None = wire("TRACE_ON", default=None)
 
 
 @dataclass(slots=True)
@@ -213,7 +217,7 @@ class UnregisterClientRequestHeader(Header):
 
 @dataclass(slots=True)
 class ConsumerGroupRequestHeader(Header):
-    """GET_CONSUMER_LIST_BY_GROUP and NOTIFY_CONSUMER_IDS_CHANGED."""
+    """GET_CONSUMER_LIST_BY_GROUP and NOTIFY_CONSUMER_IDS_CHANGED (the broker's call)."""
 
     consumer_group: str = wire("consumerGroup")
 
@@ -237,7 +241,7 @@ class GetRouteInfoRequestHeader(Header):
 @dataclass(slots=True)
 class CreateTopicRequestHeader(Header):
     topic: str = wire("topic")
-    default_topic: str = wire("defaultTopic", default="TBW102")
+    default_topic: str = wire("defaultTopic", default=AUTO_CREATE_TOPIC_KEY)
     read_queue_nums: int = wire("readQueueNums", default=4)
     write_queue_nums: int = wire("writeQueueNums", default=4)
     perm: int = wire("perm", default=6)
@@ -255,7 +259,9 @@ class TopicRequestHeader(Header):
 
 @dataclass(slots=True)
 class QueryMessageRequestHeader(Header):
-    """QUERY_MESSAGE (12): by key, or by msgId when ext field ``_UNIQUE_KEY_QUERY`` is true.
+    """QUERY_MESSAGE (12): by key, or by msgId when ext field ``_UNIQUE_KEY_QUERY`` is
+    ``"true"`` (exactly, as RocketMQ compares it; MixAll.UNIQUE_MSG_QUERY_FLAG, an extra
+    field RocketMQ adds beside its header).
 
     RocketMQ requires ``topic``; kairosmq also accepts it empty (any topic).
     """
@@ -265,6 +271,7 @@ class QueryMessageRequestHeader(Header):
     max_num: int = wire("maxNum", default=32)
     begin_timestamp: int = wire("beginTimestamp", default=0)
     end_timestamp: int = wire("endTimestamp", default=0)
+    unique_key_query: str | None = wire("_UNIQUE_KEY_QUERY", default=None)
 
 
 @dataclass(slots=True)
@@ -303,9 +310,25 @@ class QueryConsumeQueueRequestHeader(Header):
 
 
 @dataclass(slots=True)
+class GetConsumeStatsInBrokerHeader(Header):
+    """GET_BROKER_CONSUME_STATS (317, ``mqadmin brokerConsumeStats``)."""
+
+    is_order: bool = wire("isOrder", default=False)
+
+
+@dataclass(slots=True)
+class GetProducerConnectionListRequestHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST (204). Missing, the group is empty (refused by the
+    handler's group check, whose remark names it)."""
+
+    producer_group: str = wire("producerGroup", default="")
+
+
+@dataclass(slots=True)
 class ResetOffsetRequestHeader(Header):
     """INVOKE_BROKER_TO_RESET_OFFSET (222): move ``group``'s offsets on ``topic`` to the
-    first message stored at or after ``timestamp`` (-1: the queue's end)."""
+    first message stored at or after ``timestamp`` (-1: the queue's end); the broker relays
+    the same header to each consumer as RESET_CONSUMER_CLIENT_OFFSET (220)."""
 
     topic: str = wire("topic")
     group: str = wire("group")
@@ -320,6 +343,13 @@ class KvConfigRequestHeader(Header):
     namespace: str = wire("namespace")
     key: str = wire("key")
     value: str | None = wire("value", default=None)
+
+
+@dataclass(slots=True)
+class KvConfigResponseHeader(Header):
+    """GET_KV_CONFIG's answer (GetKVConfigResponseHeader)."""
+
+    value: str = wire("value")
 
 
 @dataclass(slots=True)
@@ -399,7 +429,7 @@ class ReplyMessageRequestHeader(Header):
 
     producer_group: str = wire("producerGroup")
     topic: str = wire("topic")
-    default_topic: str = wire("defaultTopic", default="TBW102")
+    default_topic: str = wire("defaultTopic", default=AUTO_CREATE_TOPIC_KEY)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", default=4)
     queue_id: int = wire("queueId", default=-1)
     sys_flag: int = wire("sysFlag", default=0)

@@ -4,11 +4,13 @@ Owns: the topic and group character rules (RocketMQ 4.9 ``TopicValidator`` and
 ``Validators.checkGroup``: ``[%|a-zA-Z0-9_-]``, topic 1..127 characters, group 1..255),
 the derived topic names (``%RETRY%<group>``, ``%DLQ%<group>``), the system topic names
 (``TBW102``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, the trace topic) and their predicates,
-the request-reply topic ``<cluster>_REPLY_TOPIC``.
+the request-reply topic ``<cluster>_REPLY_TOPIC``, and the wider rule for a name a broker
+registers with a name server (``validate_registered_name``: cluster, broker and topic names
+in the route tables).
 
 Invariants:
 * ``validate_topic``/``validate_group`` return ``None`` for a valid name, else a reason fit
-  for a response remark (it names the bad value, ``repr``'d and truncated to 64 chars).
+  for a response remark (it names the bad value as ``errors.shown`` quotes it).
 * Matching is ``fullmatch``: ``re.match`` with ``$`` would accept a trailing ``"\\n"``.
 * A valid name contains no ``/``, ``.``, NUL or whitespace, so it is safe as one
   file-name component (consume-queue directories are named after topics).
@@ -22,6 +24,8 @@ Invariants:
 from __future__ import annotations
 
 import re
+
+from .errors import shown
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
@@ -40,14 +44,8 @@ MAX_FILE_NAME = 255
 MAX_GROUP_LENGTH_WITH_RETRY = MAX_FILE_NAME - len(RETRY_GROUP_TOPIC_PREFIX)
 CHARSET = "[%|a-zA-Z0-9_-]"
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
-
-
-def shown(value: object, limit: int = 64) -> str:
-    """``repr`` of a value for a remark or log, truncated to about ``limit`` characters."""
-    text = repr(value)
-    if len(text) > limit:
-        text = text[:limit] + f"...({len(str(value))} chars)"
-    return text
+MAX_REGISTERED_NAME = 255
+_REGISTERED = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces
 
 
 def _validate(kind: str, name: object, limit: int) -> str | None:
@@ -90,6 +88,23 @@ def validate_queue_topic(name: object) -> str | None:
     if group is not None and validate_group(group) is None:
         return None
     return bad
+
+
+def validate_registered_name(name: str, field: str) -> str | None:
+    """None if ``name`` may stand in a name server's route tables (``field``: clusterName,
+    brokerName, a registered topicName, the topic to delete), else the reason.
+
+    Wider than ``validate_topic`` on purpose: a RocketMQ 4.9 broker registers a topic named
+    after its cluster and one after its broker name (TopicConfigManager), neither checked by
+    TopicValidator (the default broker name is the host name, dots and all), and Apache's
+    name server keeps whatever is registered. Refused is only what the route tables'
+    encodings cannot carry: spaces (``TopicConfig.encode``, the compressed register body,
+    splits on them), control and non-ASCII characters, and more than
+    ``MAX_REGISTERED_NAME`` characters."""
+    if _REGISTERED.fullmatch(name):
+        return None
+    return (f"{field} {shown(name)} must be 1..{MAX_REGISTERED_NAME} printable characters "
+            "without spaces")
 
 
 def retry_topic(group: str) -> str:

@@ -39,6 +39,7 @@ import orjson
 from .bodies import BrokerData, _obj
 from .codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from .commands import RemotingCommand, request
+from .errors import shown
 from .headers import Header, wire
 
 MAX_INFLATED = 64 * 1024 * 1024  # a compressed register body inflates to at most this
@@ -207,12 +208,12 @@ class TopicConfigData:
     def decode_compact(cls, raw: bytes) -> TopicConfigData:
         parts = raw.decode("utf-8", errors="replace").split(" ")
         if len(parts) != 5 or not parts[0] or parts[4] not in TOPIC_FILTER_TYPES:
-            raise ValueError(f"bad compressed topic config {raw[:200]!r}: expected "
+            raise ValueError(f"bad compressed topic config {shown(raw, 200)}: expected "
                              "'name readQueueNums writeQueueNums perm topicFilterType'")
         try:
             nums = [int(p) for p in parts[1:4]]
         except ValueError as err:
-            raise ValueError(f"bad compressed topic config {raw[:200]!r}: {err}") from err
+            raise ValueError(f"bad compressed topic config {shown(raw, 200)}: {err}") from err
         return cls(parts[0], nums[0], nums[1], nums[2], parts[4])
 
 

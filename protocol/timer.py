@@ -31,9 +31,12 @@ import re
 from dataclasses import dataclass
 
 from . import naming
+from .errors import shown
 from .properties import START_DELIVER_TIME, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS
 
-TIMER_TOPIC = naming.TIMER_TOPIC  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC
+# TIMER_TOPIC's home is protocol/naming.py; importable from here only for server/timer/
+# (topic.py, service.py, retention.py) until they import it from naming (then drop this).
+TIMER_TOPIC = naming.TIMER_TOPIC
 TIMER_OUT_MS = "TIMER_OUT_MS"  # on the stored timer record: its due instant (epoch ms)
 DEFAULT_TIMER_MAX_DELAY_MS = 40 * 86_400_000  # 40 days (RocketMQ 5: 3 days, ONS: 40 days)
 RECALL_HANDLE_VERSION = "v1"
@@ -52,11 +55,11 @@ class RecallHandleInvalid(ValueError):
 
 def _java_long(name: str, value: str) -> int:
     if not _JAVA_LONG.fullmatch(value):
-        raise TimerIllegal(f"timer message illegal: property {name}={value[:40]!r} is not a "
+        raise TimerIllegal(f"timer message illegal: property {name}={shown(value, 40)} is not a "
                            f"long integer")
     n = int(value)
     if not -_INT64_MAX - 1 <= n <= _INT64_MAX:
-        raise TimerIllegal(f"timer message illegal: property {name}={value[:40]!r} does not "
+        raise TimerIllegal(f"timer message illegal: property {name}={shown(value, 40)} does not "
                            f"fit a 64-bit long")
     return n
 

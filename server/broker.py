@@ -55,7 +55,7 @@ from .handlers.admin.kv import KvConfig
 from .handlers.reply import ensure_system_topics
 from .observe.logs import MessageLog, get_logger
 from .observe.logsink import add_health_listener, remove_health_listener
-from .observe.metrics import MetricsEndpoint
+from .observe.metrics import MetricsEndpoint, MetricsSources
 from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
 from .put.path import MessageKind, PutPath
@@ -162,7 +162,13 @@ class Broker:
                                     cfg.partial_frame_budget),
         )
         self.acl: Any = None  # security/access.py AclGuard with --acl (security/install.py)
-        self.metrics = MetricsEndpoint(self, cfg.metrics_host, cfg.metrics_port)
+        self.metrics = MetricsEndpoint(MetricsSources(
+            stats=self.stats, listeners=self.server, pull_holds=self.pull_holds,
+            log_range=self.store.phy_range, clock_ms=self.store.clock_ms,
+            timer_next_due=self.timer.next_due, schedule_backlog=self.schedule.backlog,
+            services=self.supervisor.status, uptime_ms=lambda: self.uptime_ms,
+            acl_denied=lambda: self.acl.denied if self.acl is not None else {},
+        ), cfg.metrics_host, cfg.metrics_port)
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None
@@ -304,7 +310,9 @@ class Broker:
     async def _start_serving(self) -> None:
         cfg = self.config
         await asyncio.to_thread(self.index.open)
-        self.acl = install_security(self)  # ACL hook + TLS wrapper before any listener
+        self.acl = install_security(  # ACL hook + TLS wrapper before any listener
+            cfg, self.server, self.supervisor, read_record=self.store.read_record,
+            half_topic=self.transactions.half_topic)
         self.endpoints.port = await self.server.listen(cfg.host, cfg.port,
                                                        self.broker_handlers, "broker")
         self.store.store_host = (self.store.store_host[0], self.port)

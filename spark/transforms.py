@@ -36,6 +36,7 @@ import math
 from typing import Any
 
 from kairosmq.protocol.events import LOG_FORMAT
+from kairosmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX
 from kairosmq.spark.schema import CORRUPT
 from kairosmq.spark.tables import TIMER_LEVEL
 from pyspark.sql import Column, DataFrame
@@ -212,7 +213,8 @@ def facts(lines_df: DataFrame) -> DataFrame:
     label, ts, lat = F.col("label"), F.col("ts_ms"), F.col("lateness_ms")
     code = F.coalesce(*(F.when(label == name, F.lit(c)) for name, c in CODES.items()),
                       F.lit(0)).cast("tinyint")
-    dlq_copy = F.coalesce((label == STORED) & F.col("topic").startswith("%DLQ%"), F.lit(False))
+    dlq_copy = F.coalesce((label == STORED) & F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX),
+                          F.lit(False))
     df = lines_df.select("*", code.alias("code"), dlq_copy.alias("dlq_copy"))
     c, att, mid, grp = F.col("code"), F.col("attempt"), F.col("msg_id"), F.col("group")
 

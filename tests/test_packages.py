@@ -86,6 +86,18 @@ def test_checker_allows_other_imports(src: str) -> None:
     assert _server_imports(src, "kairosmq.spark") == []
 
 
+@pytest.mark.parametrize(("path", "package"), [
+    ("server/observe/metrics.py", "kairosmq.server.observe"),
+    ("server/security/install.py", "kairosmq.server.security"),
+])
+def test_narrow_views_do_not_import_the_broker(path: str, package: str) -> None:
+    """The metrics endpoint and the security installer get what they read (MetricsSources;
+    config, server, supervisor, store lookups), never the ``Broker`` (not even for types)."""
+    found = [mod for _line, mod in _imported(ast.parse((ROOT / path).read_text()), package)]
+    assert not [m for m in found if m == "kairosmq.server.broker"
+                or m.startswith("kairosmq.server.broker.")], found
+
+
 def test_every_package_is_in_pyproject() -> None:
     """A package folder missing from pyproject's ``packages``/``package-dir`` works in the
     editable install but is left out of a wheel (the Docker image)."""

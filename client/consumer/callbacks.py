@@ -16,8 +16,8 @@ Invariants:
   in-flight consumption are no longer recorded) before anything is awaited, its offset is
   set to the broker's value and persisted with an acknowledged UPDATE_CONSUMER_OFFSET, then
   the rebalance re-adds it and pulls from that offset. Queues this consumer does not own
-  are left to their owners (every member gets the request). A request for another group
-  or an unreadable body changes nothing (logged).
+  are left to their owners (every member gets the request). A request for another group,
+  or an unreadable header or body, changes nothing (logged).
 * Not tracked by this client, so reported as RocketMQ's idle values: pull/consume RT and
   TPS (0), and the last pull/consume time of a queue (the time of the answer).
 """
@@ -33,6 +33,8 @@ import orjson
 from kairosmq.protocol.bodies import MessageQueueData, encode_mq_table
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.headers import GetConsumerRunningInfoRequestHeader, ResetOffsetRequestHeader
 from kairosmq.protocol.naming import retry_topic
 
 from ..message import MessageQueue
@@ -51,22 +53,28 @@ CLIENT_VERSION = "V4_9_8"
 def on_request(cmd: RemotingCommand, options: PushConsumerOptions,
                rebalance: Rebalance) -> RemotingCommand | None:
     """Answer (or start) one of ``CODES``; ``None`` for a one-way request."""
-    group = cmd.ext_fields.get("consumerGroup") or cmd.ext_fields.get("group") or ""
     if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+        try:
+            group = GetConsumerRunningInfoRequestHeader.from_ext_fields(
+                cmd.ext_fields).consumer_group
+        except HeaderError as err:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(err))
         if group != rebalance.group:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"The Consumer Group <{group}> not exist in this consumer")
         return cmd.response(body=running_info(options, rebalance))
     if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-        topic = cmd.ext_fields.get("topic") or ""
         try:
+            h = ResetOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
             table = decode_reset_body(cmd.body)
+        except HeaderError as err:
+            log.warning("unreadable RESET_CONSUMER_CLIENT_OFFSET header: %s", err)
         except (ValueError, KeyError, TypeError) as err:
             log.warning("unreadable RESET_CONSUMER_CLIENT_OFFSET body: %s", err)
         else:
             client = rebalance.client
-            if group == rebalance.group and client.running:
-                client._spawn(reset_offset(rebalance, topic, table))
+            if h.group == rebalance.group and client.running:
+                client._spawn(reset_offset(rebalance, h.topic, table))
         return None if cmd.is_oneway else cmd.response()
     return None
 

@@ -42,7 +42,7 @@ from typing import Any
 from kairosmq.protocol.bodies import HeartbeatData
 from kairosmq.protocol.codes import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.errors import HeaderError, shown
 from kairosmq.protocol.headers import (
     RecallMessageRequestHeader,
     RecallMessageResponseHeader,
@@ -329,7 +329,7 @@ class Producer(ClientLifecycle):
         try:
             h = decode_recall_handle(handle)
         except RecallHandleInvalid as err:
-            raise MessageError(f"{err}: {handle[:80]!r}") from None
+            raise MessageError(f"{err}: {shown(handle, 80)}") from None
         if h.topic != topic:
             raise MessageError(f"the recall handle is for topic {h.topic}, not {topic}")
         info = await self._route(topic)

@@ -130,11 +130,10 @@ def broker_table(b: Broker) -> dict[int, Handler]:
                                  offsets=b.offsets, clients=b.clients,
                                  schedule_progress=lambda: b.schedule.progress,
                                  stats=b.stats, endpoints=b.endpoints,
-                                 uptime_ms=lambda: b.uptime_ms, config=cfg,
-                                 consume_tps=b.stats_manager.consume_tps)  # MQADMIN
+                                 uptime_ms=lambda: b.uptime_ms, config=cfg)
     consumer_admin = ConsumerAdminProcessor(reads=store, topics=b.topics, offsets=b.offsets,
                                             clients=b.clients, endpoints=b.endpoints,
-                                            config=cfg, clock_ms=store.clock_ms,
+                                            broker_name=cfg.broker_name,
                                             consume_tps=b.stats_manager.consume_tps)  # MQADMIN
     # MQADMIN: subscription groups, broker settings, broker -> consumer calls, stats items
     groups = SubscriptionGroupProcessor(subscriptions=b.subscriptions, offsets=b.offsets,
@@ -197,7 +196,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         R.GET_TOPIC_STATS_INFO: admin.handle_topic_stats,
         R.GET_CONSUMER_CONNECTION_LIST: admin.handle_consumer_connections,
         R.GET_PRODUCER_CONNECTION_LIST: admin.handle_producer_connections,
-        R.GET_CONSUME_STATS: admin.handle_consume_stats,
+        R.GET_CONSUME_STATS: consumer_admin.handle_consume_stats,
         R.QUERY_TOPIC_CONSUME_BY_WHO: admin.handle_consume_by_who,
         R.GET_BROKER_CONSUME_STATS: consumer_admin.handle_broker_consume_stats,
         R.QUERY_CONSUME_QUEUE: consumer_admin.handle_query_consume_queue,

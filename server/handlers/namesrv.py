@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
-from kairosmq.protocol.bodies import BrokerData, QueueData, TopicRouteData
+from kairosmq.protocol.bodies import (
+    BrokerData,
+    QueueData,
+    TopicRouteData,
+    properties_to_string,
+)
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader, TopicRequestHeader
 
 from ..remoting import ingress
 from ..tables.table_file import collect, encode_parts
-from .admin.broker import properties_text
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -90,7 +94,7 @@ class DefaultRequestProcessor:
                  "orderMessageEnable": "false", "productEnvName": "center",
                  "rocketmqHome": str(Path(self.config.data_dir).resolve()),
                  "serverChannelMaxIdleTimeSeconds": f"{self.config.idle_timeout:g}"}
-        return cmd.response(body=properties_text(props))
+        return cmd.response(body=properties_to_string(props).encode())
 
     def handle_delete_topic_in_namesrv(self, conn: Connection,
                                        cmd: RemotingCommand) -> RemotingCommand:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import (
+    DEFAULT_REGION,
     ReplyMessageRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
@@ -150,10 +151,9 @@ class ReplyMessageProcessor:
             self.log.warning("reply.push_failed", client_id=props.get(REPLY_TO_CLIENT, ""),
                              topic=h.topic, remark=remark, peer=conn.peer)
             return cmd.error(ResponseCode.SYSTEM_ERROR, remark)
-        ext = SendMessageResponseHeader(msg_id=msg_id, queue_id=queue_id,
-                                        queue_offset=offset).to_ext_fields()
-        ext["MSG_REGION"] = "DefaultRegion"
-        ext["TRACE_ON"] = "true"
+        ext = SendMessageResponseHeader(msg_id=msg_id, queue_id=queue_id, queue_offset=offset,
+                                        msg_region=DEFAULT_REGION,
+                                        trace_on=True).to_ext_fields()
         return cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
 
     async def _push(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader,

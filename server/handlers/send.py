@@ -39,12 +39,17 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
-from kairosmq.protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from kairosmq.protocol.headers import (
+    DEFAULT_REGION,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from kairosmq.protocol.message import BatchItem, iter_batch
 from kairosmq.protocol.naming import AUTO_CREATE_TOPIC_KEY, group_of_retry_topic
 from kairosmq.protocol.properties import (
     CLUSTER,
     DELAY,
+    INT32_DIGITS,
     MAX_RECONSUME_TIMES,
     PGROUP,
     RETRY_TOPIC,
@@ -52,6 +57,7 @@ from kairosmq.protocol.properties import (
     TRAN_MSG,
     UNIQ_KEY,
     WAIT,
+    parse_decimal,
 )
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
@@ -195,9 +201,9 @@ class SendMessageProcessor:
             return kind
         max_times = h.max_reconsume_times
         if max_times is None:
-            raw = msg.properties.get(MAX_RECONSUME_TIMES) or ""
-            max_times = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 \
-                else self.config.max_reconsume_times
+            max_times = parse_decimal(msg.properties.get(MAX_RECONSUME_TIMES), INT32_DIGITS)
+            if max_times is None:
+                max_times = self.config.max_reconsume_times
         plan = plan_send_back(group, msg.reconsume_times, 0, max_times)
         if plan.dead_letter:
             self.topics.ensure(plan.topic, 1)
@@ -327,10 +333,8 @@ class SendMessageProcessor:
         ext = SendMessageResponseHeader(
             msg_id=",".join(msg_ids),
             queue_id=queue_id, queue_offset=results[0].queue_offset, recall_handle=recall,
-            transaction_id=transaction_id,
+            transaction_id=transaction_id, msg_region=DEFAULT_REGION, trace_on=True,
         ).to_ext_fields()
-        ext["MSG_REGION"] = "DefaultRegion"
-        ext["TRACE_ON"] = "true"
         response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return self._after_flush(cmd, response, results[-1].phy_offset + results[-1].size)

@@ -24,16 +24,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import RecallMessageRequestHeader, RecallMessageResponseHeader
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
     DELIVER_TIME,
+    INT64_DIGITS,
     REAL_TOPIC,
     RECALL_KIND,
     RECALL_TARGET,
     TIMER_ORIGIN,
     UNIQ_KEY,
+    parse_decimal,
 )
 from kairosmq.protocol.timer import (
     TIMER_OUT_MS,
@@ -95,7 +98,7 @@ class RecallMessageProcessor:
         if handle.broker_name != self.broker_name:
             return cmd.error(ILLEGAL_OPERATION,
                              f"recall failed, broker service not available (the handle names "
-                             f"broker {handle.broker_name[:64]}, this is {self.broker_name})")
+                             f"broker {shown(handle.broker_name)}, this is {self.broker_name})")
         found, delivered = self._find(handle)
         if delivered is not None:
             return self._already_delivered(cmd, handle, delivered)
@@ -157,12 +160,15 @@ class RecallMessageProcessor:
             if props.get(UNIQ_KEY) != handle.uniq_key:
                 continue
             if m.topic == handle.topic and (TIMER_ORIGIN in props or DELIVER_TIME in props):
-                delivered = _ms(props.get(TIMER_OUT_MS) or props.get(DELIVER_TIME))
+                due = props.get(TIMER_OUT_MS) or props.get(DELIVER_TIME)
+                delivered = parse_decimal(due, INT64_DIGITS) or 0
             elif props.get(REAL_TOPIC) == handle.topic and target is None:
                 if m.topic == TIMER_TOPIC and m.queue_id == TIMER_QUEUE:
-                    target = Target("timer", _ms(props.get(TIMER_OUT_MS)), phy)
+                    due = props.get(TIMER_OUT_MS)
+                    target = Target("timer", parse_decimal(due, INT64_DIGITS) or 0, phy)
                 elif m.topic == SCHEDULE_TOPIC:
-                    target = Target("level", _ms(props.get(DELIVER_TIME)), phy,
+                    due = props.get(DELIVER_TIME)
+                    target = Target("level", parse_decimal(due, INT64_DIGITS) or 0, phy,
                                     m.queue_id + 1, m.queue_offset)
         return target, delivered
 
@@ -173,10 +179,6 @@ class Target(NamedTuple):
     phy: int
     level: int = 0
     queue_offset: int = 0
-
-
-def _ms(raw: str | None) -> int:
-    return int(raw) if raw and raw.isascii() and raw.isdigit() and len(raw) <= 18 else 0
 
 
 class TimerStatusProcessor:

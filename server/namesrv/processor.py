@@ -13,8 +13,8 @@ UPDATE_NAMESRV_CONFIG (318; body = properties text, the subset in ``settings.py`
 Invariants:
 * Bounded: at most ``max_brokers`` live broker addresses (4096); a register body is bounded
   by the frame limit (and, compressed, by ``registration.MAX_INFLATED``).
-* A bad request never changes a table: header fields are decoded and checked (names 1..255
-  printable characters without spaces, ``brokerAddr`` ``host:port``, ``brokerId`` >= 0),
+* A bad request never changes a table: header fields are decoded and checked (names by
+  ``naming.validate_registered_name``, ``brokerAddr`` ``host:port``, ``brokerId`` >= 0),
   ``bodyCrc32`` is verified when non-zero (RocketMQ: SYSTEM_ERROR "crc32 not match") and the
   body decoded (JSON, or RocketMQ's compressed form when ``compressed=true``) before the
   route tables are touched; every refusal is a ``Rejected`` (code + remark, logged by
@@ -31,11 +31,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from kairosmq.protocol.bodies import encode_kv_table
+from kairosmq.protocol.bodies import encode_kv_table, properties_to_string, string_to_properties
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import GetRouteInfoRequestHeader
+from kairosmq.protocol.naming import validate_registered_name
 from kairosmq.protocol.registration import (
     ORDER_TOPIC_CONFIG,
     AddWritePermOfBrokerResponseHeader,
@@ -54,26 +56,20 @@ from kairosmq.protocol.registration import (
     encode_topic_list,
 )
 
-from ..handlers.admin.broker import properties_text
 from ..handlers.admin.kv import KvConfig, KvConfigProcessor
 from ..remoting.ingress import Rejected, guarded
-from ..tables.settings import parse_properties
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:
     from ..remoting.transport import Connection, Handler
 
-MAX_NAME = 255
-_NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces (TopicConfig.encode splits)
 _ADDR = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
 
 
 def check_name(value: str, field: str) -> None:
-    if not _NAME.fullmatch(value):
-        shown = value if len(value) <= 64 else f"{value[:64]}...({len(value)} chars)"
-        raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {shown!r} must be 1..{MAX_NAME} printable characters "
-                       "without spaces")
+    bad = validate_registered_name(value, field)
+    if bad is not None:
+        raise Rejected(ResponseCode.SYSTEM_ERROR, bad)
 
 
 def check_addr(value: str, field: str) -> None:
@@ -81,7 +77,7 @@ def check_addr(value: str, field: str) -> None:
     port = int(m.group(1) or m.group(2)) if m else 0
     if not 0 < port < 65536:
         raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {value[:80]!r} is not host:port with a port in 1..65535")
+                       f"{field} {shown(value, 80)} is not host:port with a port in 1..65535")
 
 
 def check_broker_id(value: int) -> None:
@@ -210,7 +206,7 @@ class NamesrvRequestProcessor:
         return cmd.response(body=encode_topic_list(topics, addr))
 
     def handle_namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=properties_text(self.config()))
+        return cmd.response(body=properties_to_string(self.config()).encode())
 
     # ------------------------------------------------------------ admin writes
 
@@ -220,7 +216,7 @@ class NamesrvRequestProcessor:
             raise Rejected(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                            "this name server's settings cannot be changed at run time")
         try:
-            applied = self.update_config(parse_properties(cmd.body.decode()))
+            applied = self.update_config(string_to_properties(cmd.body.decode()))
         except UnicodeDecodeError as err:
             raise Rejected(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {err}") from None
         except PermissionError as err:

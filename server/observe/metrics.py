@@ -1,12 +1,13 @@
 """Prometheus metrics endpoint (optional extra ``metrics``: prometheus-client).
 
-Owns: ``BrokerCollector`` (a custom collector: every value is read from ``broker.stats``
-and live broker state at scrape time; the hot paths only bump plain counters, no
-prometheus calls per message), ``take_snapshot``, ``serve_metrics`` (the endpoint and
-its thread, bound to the given host: the broker passes ``--metrics-host``, 127.0.0.1
-unless asked, whatever its ``--host``: the endpoint has no authentication),
-``MetricsEndpoint`` (its lifecycle in the broker: start, supervised watch,
-stop) and ``start_metrics(broker, port)``.
+Owns: ``MetricsSources`` (the narrow view a scrape reads: the stats counters and the few
+live values, built by ``server/broker.py``; this module knows nothing else of the broker),
+``BrokerCollector`` (a custom collector: every value is read from the sources at scrape
+time; the hot paths only bump plain counters, no prometheus calls per message),
+``take_snapshot``, ``serve_metrics`` (the endpoint and its thread, bound to the given host:
+the broker passes ``--metrics-host``, 127.0.0.1 unless asked, whatever its ``--host``: the
+endpoint has no authentication), ``MetricsEndpoint`` (its lifecycle in the broker: start,
+supervised watch, stop) and ``start_metrics(sources, port)``.
 
 Invariants:
 * The HTTP server runs in prometheus-client's daemon thread, but broker state is only
@@ -22,55 +23,92 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sized
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .stats import LATENESS_BUCKETS_MS
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
-    from ..broker import Broker
+    from .stats import BrokerStats
 
 SNAPSHOT_TIMEOUT = 2.0
 _INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
                  "pip install 'kairosmq[metrics]' (or pip install prometheus-client)")
 
 
-def take_snapshot(broker: Broker) -> dict[str, Any]:
+class ListenerCounters(Protocol):
+    """What a scrape reads of the transport (``RemotingServer``)."""
+
+    refused: int
+    timed_out: int
+    unknown_peer: int
+    over_budget: int
+    buffered: int
+
+    @property
+    def connections(self) -> Sized: ...
+
+
+class HeldPulls(Protocol):
+    """What a scrape reads of the held pulls (``longpoll.PullHolds``)."""
+
+    held: int
+    refused: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSources:
+    """Everything a scrape reads, and nothing else (built by ``server/broker.py``)."""
+
+    stats: BrokerStats
+    listeners: ListenerCounters
+    pull_holds: HeldPulls
+    log_range: Callable[[], tuple[int, int]]  # the commit log's (min, max) offsets
+    clock_ms: Callable[[], int]  # the broker's clock
+    timer_next_due: Callable[[], int | None]
+    schedule_backlog: Callable[[], dict[int, tuple[int, int | None]]]
+    services: Callable[[], list[dict[str, Any]]]  # the supervisor's status
+    uptime_ms: Callable[[], float]
+    acl_denied: Callable[[], Mapping[str, int]]  # refusals by reason ({} without --acl)
+
+
+def take_snapshot(src: MetricsSources) -> dict[str, Any]:
     """Copy everything a scrape exports (call on the broker's event loop)."""
-    st = broker.stats
-    log_min, log_max = broker.store.phy_range()
+    st = src.stats
+    log_min, log_max = src.log_range()
+    server = src.listeners
     return {
         "stored": dict(st.stored), "scheduled": dict(st.scheduled),
         "delivered": dict(st.delivered), "pulled": dict(st.pulled),
         "retried": dict(st.redelivered), "dead": dict(st.dead_lettered),
         "rejected": st.rejected,
-        "acl_denied": dict(broker.acl.denied) if broker.acl is not None else {},
+        "acl_denied": dict(src.acl_denied()),
         "lateness": {lv: (list(h.counts), h.total, h.sum_ms) for lv, h in st.lateness.items()},
         "timer_lateness": (list(st.timer_lateness.counts), st.timer_lateness.sum_ms),
         "timers_scheduled": st.timers_scheduled, "timers_fired": st.timers_fired,
-        "timer_next_due": broker.timer.next_due(),
-        "backlog": broker.schedule.backlog(), "now_ms": broker.store.clock_ms(),
-        "held": broker.pull_holds.held, "pulls_not_held": broker.pull_holds.refused,
-        "connections": len(broker.server.connections),
-        "conn_refused": broker.server.refused, "conn_timed_out": broker.server.timed_out,
-        "conn_unknown_peer": broker.server.unknown_peer,
-        "conn_over_budget": broker.server.over_budget,
-        "partial_frame_bytes": broker.server.buffered,
+        "timer_next_due": src.timer_next_due(),
+        "backlog": src.schedule_backlog(), "now_ms": src.clock_ms(),
+        "held": src.pull_holds.held, "pulls_not_held": src.pull_holds.refused,
+        "connections": len(server.connections),
+        "conn_refused": server.refused, "conn_timed_out": server.timed_out,
+        "conn_unknown_peer": server.unknown_peer,
+        "conn_over_budget": server.over_budget,
+        "partial_frame_bytes": server.buffered,
         "service_failures": dict(st.service_failures),
-        "services_degraded": {s["name"]: s["state"] == "degraded"
-                              for s in broker.supervisor.status()},
+        "services_degraded": {s["name"]: s["state"] == "degraded" for s in src.services()},
         "log_min": log_min, "log_max": log_max,
-        "uptime_s": broker.uptime_ms / 1000,
+        "uptime_s": src.uptime_ms() / 1000,
     }
 
 
 class BrokerCollector:
     """Yields the broker's metric families at each scrape (see module docstring)."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
-        self.broker = broker
+    def __init__(self, sources: MetricsSources, loop: asyncio.AbstractEventLoop) -> None:
+        self.sources = sources
         self.loop = loop
 
     def _snapshot(self) -> dict[str, Any] | None:
@@ -78,7 +116,7 @@ class BrokerCollector:
 
         def take() -> None:
             try:
-                fut.set_result(take_snapshot(self.broker))
+                fut.set_result(take_snapshot(self.sources))
             except Exception as err:  # noqa: BLE001 - handed to the scraping thread
                 fut.set_exception(err)
 
@@ -204,16 +242,17 @@ class BrokerCollector:
             yield GaugeMetricFamily(name, doc, value=value)
 
 
-def make_registry(broker: Broker, loop: asyncio.AbstractEventLoop) -> Any:
+def make_registry(sources: MetricsSources, loop: asyncio.AbstractEventLoop) -> Any:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    collector: Collector = BrokerCollector(broker, loop)  # type: ignore[assignment]
+    collector: Collector = BrokerCollector(sources, loop)  # type: ignore[assignment]
     registry.register(collector)
     return registry
 
 
-def serve_metrics(broker: Broker, port: int, addr: str) -> tuple[Any, threading.Thread]:
+def serve_metrics(sources: MetricsSources, port: int,
+                  addr: str) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread; call on the broker's loop.
 
     Returns (server, thread): ``server.shutdown()`` stops it, ``server.server_address``
@@ -224,16 +263,16 @@ def serve_metrics(broker: Broker, port: int, addr: str) -> tuple[Any, threading.
         from prometheus_client import start_http_server
     except ImportError as err:
         raise RuntimeError(_INSTALL_HINT) from err
-    registry = make_registry(broker, asyncio.get_running_loop())
+    registry = make_registry(sources, asyncio.get_running_loop())
     started = start_http_server(port, addr=addr, registry=registry)
     if not isinstance(started, tuple):  # prometheus-client < 0.19 returned nothing useful
         raise RuntimeError("prometheus-client >= 0.19 is required for the metrics endpoint")
     return started[0], started[1]
 
 
-def start_metrics(broker: Broker, port: int, addr: str = "127.0.0.1") -> Any:
+def start_metrics(sources: MetricsSources, port: int, addr: str = "127.0.0.1") -> Any:
     """``serve_metrics`` returning only the server object (tests, embedding)."""
-    return serve_metrics(broker, port, addr)[0]
+    return serve_metrics(sources, port, addr)[0]
 
 
 class MetricsEndpoint:
@@ -242,15 +281,15 @@ class MetricsEndpoint:
     died, stopped with the broker. ``port`` 0 binds any free port (``address`` says which);
     a restart binds the same port again."""
 
-    def __init__(self, broker: Broker, host: str, port: int | None) -> None:
-        self.broker = broker
+    def __init__(self, sources: MetricsSources, host: str, port: int | None) -> None:
+        self.sources = sources
         self.host = host
         self.port = port
         self._served: tuple[Any, threading.Thread] | None = None
 
     def start(self) -> None:
         assert self.port is not None
-        self._served = serve_metrics(self.broker, self.port, self.host)
+        self._served = serve_metrics(self.sources, self.port, self.host)
         self.port = int(self._served[0].server_address[1])
 
     def stop(self) -> None:

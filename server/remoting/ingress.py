@@ -72,11 +72,10 @@ from kairosmq.protocol.codes import (
     ResponseCode,
 )
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.errors import HeaderError
+from kairosmq.protocol.errors import HeaderError, shown
 from kairosmq.protocol.naming import (
     TRACE_TOPIC,
     is_system_topic,
-    shown,
     validate_group,
     validate_queue_topic,
     validate_topic,

@@ -113,7 +113,12 @@ from kairosmq.protocol.bodies import HeartbeatData, LockBatchRequest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic, is_system_topic
+from kairosmq.protocol.naming import (
+    TRACE_TOPIC,
+    group_of_dlq_topic,
+    group_of_retry_topic,
+    is_system_topic,
+)
 
 from ..clock import wall_ms
 from .acl_file import Account, AclConfigError, AclRules, load_rules, parse_text, yaml_problem
@@ -123,7 +128,6 @@ if TYPE_CHECKING:
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 ADMIN_CODES = frozenset({
     # RocketMQ 4.9.8's Permission.ADMIN_CODE
     R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG, R.DELETE_TOPIC_IN_BROKER,

@@ -6,10 +6,11 @@ transport's auth hook plus its supervised reload service (``acl``) and its reque
 ``TlsServer`` as
 the transport's protocol wrapper for ``--tls-mode permissive|enforcing``, and the
 start-up warning ``acl.disabled`` for a server reachable beyond loopback without
-``--acl``), ``install_security(broker)`` (called by ``Broker`` before its first listener
-opens; adds the guard's ``StoreLookups``: the store's checked read for send-backs, the
-transaction service's half messages for END_TRANSACTION; the standalone name server
-calls ``secure_server`` itself),
+``--acl``), ``install_security`` (called by ``Broker`` before its first listener opens,
+with only what it reads: the config, the server, the supervisor and the store reads
+behind the guard's ``StoreLookups``: the store's checked read for send-backs, the
+transaction service's half messages for END_TRANSACTION; it never sees the ``Broker``;
+the standalone name server calls ``secure_server`` itself),
 ``security_problem`` (the start-up check of the files, one line for the command) and
 ``is_loopback``.
 
@@ -22,6 +23,7 @@ protection; silently running without it would be worse).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from kairosmq.protocol.errors import MessageDecodeError
@@ -34,8 +36,9 @@ from .tls import TlsMode, TlsServer, TlsSettings
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..broker import Broker
+    from ..config import BrokerConfig
     from ..remoting.transport import RemotingServer
+    from ..store.commitlog import RecordProblem
     from ..supervise import Supervisor
 
 
@@ -49,19 +52,18 @@ def is_loopback(host: str) -> bool:
         return False  # a name or a wildcard ("", "0.0.0.0" parses and is not loopback)
 
 
-def tls_settings(broker: Broker) -> TlsSettings:
-    cfg = broker.config
+def tls_settings(cfg: BrokerConfig) -> TlsSettings:
     return TlsSettings(TlsMode(cfg.tls_mode), cfg.tls_cert, cfg.tls_key, cfg.tls_ca)
 
 
-def stored_topic(broker: Broker) -> StoredTopic:
-    """Commit-log offset -> the topic of the stored record there (the store's checked read),
-    or None: what a send-back would copy (server/security/access.py)."""
+def stored_topic(read_record: Callable[[int], bytes | RecordProblem]) -> StoredTopic:
+    """Commit-log offset -> the topic of the stored record there (``read_record``: the
+    store's checked read), or None: what a send-back would copy (server/security/access.py)."""
 
     def topic_at(offset: int) -> str | None:
         if offset < 0:
             return None
-        rec = broker.store.read_record(offset)
+        rec = read_record(offset)
         if not isinstance(rec, bytes):
             return None  # no record there: the send-back handler refuses it
         try:
@@ -104,17 +106,20 @@ def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: P
     return guard
 
 
-def install_security(broker: Broker) -> AclGuard | None:
-    """Set the ACL hook and the TLS wrapper on ``broker.server``; the guard or None."""
-    cfg = broker.config
+def install_security(cfg: BrokerConfig, server: RemotingServer, supervisor: Supervisor, *,
+                     read_record: Callable[[int], bytes | RecordProblem],
+                     half_topic: StoredTopic) -> AclGuard | None:
+    """Set the ACL hook and the TLS wrapper on a broker's ``server``; the guard or None.
+    ``read_record`` is the store's checked read, ``half_topic`` the transaction service's
+    lookup of a half message's real topic (the guard's ``StoreLookups``)."""
     policy = RequestPolicy(cfg.acl_request_binding, int(cfg.acl_request_window * 1000),
                            cfg.acl_admin_require_tls)
-    guard = secure_server(broker.server, broker.supervisor, acl_file=cfg.acl_file,
+    guard = secure_server(server, supervisor, acl_file=cfg.acl_file,
                           acl_reload_interval=cfg.acl_reload_interval,
-                          tls=tls_settings(broker), host=cfg.host, policy=policy)
+                          tls=tls_settings(cfg), host=cfg.host, policy=policy)
     if guard is not None:
-        guard.lookups = StoreLookups(stored_topic=stored_topic(broker),
-                                     half_topic=broker.transactions.half_topic)
+        guard.lookups = StoreLookups(stored_topic=stored_topic(read_record),
+                                     half_topic=half_topic)
     return guard
 
 

@@ -40,9 +40,9 @@ from concurrent import futures
 from pathlib import Path
 
 from kairosmq.protocol.message import tags_code
-from kairosmq.protocol.naming import SCHEDULE_TOPIC
-from kairosmq.protocol.properties import DELIVER_TIME, TAGS
-from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
+from kairosmq.protocol.properties import DELIVER_TIME, INT64_DIGITS, TAGS, parse_decimal
+from kairosmq.protocol.timer import TIMER_OUT_MS
 
 from .allocate import SUFFIX, FileAllocator, create_zeroed, extend_zeroed, first_size, next_size
 from .files import sync_filesystem, sync_path
@@ -453,10 +453,7 @@ def compute_tags_code(topic: str, props: dict[str, str]) -> int:
     due = (DELIVER_TIME if topic == SCHEDULE_TOPIC
            else TIMER_OUT_MS if topic == TIMER_TOPIC else None)
     if due is not None and due in props:
-        raw = props[due]
-        if raw.isascii() and raw.isdigit() and len(raw) <= 18:
-            return int(raw)
-        return 0
+        return parse_decimal(props[due], INT64_DIGITS) or 0
     return tags_code(props.get(TAGS))
 
 

@@ -57,10 +57,7 @@ from kairosmq.protocol.message import (
     patch_record,
     patched_size,
 )
-from kairosmq.protocol.naming import (
-    SCHEDULE_TOPIC,  # re-exported by .store
-    validate_queue_topic,
-)
+from kairosmq.protocol.naming import validate_queue_topic
 from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 from ..clock import wall_ms
@@ -84,7 +81,7 @@ from .types import (
     StateProvider,
 )
 
-__all__ = ["SCHEDULE_TOPIC", "DispatchRequest", "GetResult", "GetStatus", "MessageInner",
+__all__ = ["DispatchRequest", "GetResult", "GetStatus", "MessageInner",
            "MessageStore", "PutResult", "PutStatus", "StateProvider", "compute_tags_code"]
 
 _INT64_MAX = (1 << 63) - 1

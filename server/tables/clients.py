@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode
+from kairosmq.protocol.headers import ConsumerGroupRequestHeader
 
 from ..remoting.transport import RequestRefused
 
@@ -220,7 +221,7 @@ class ClientRegistry:
     def _notify_group(self, info: ConsumerGroupInfo) -> None:
         for client in info.clients.values():
             client.conn.notify(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                               {"consumerGroup": info.group})
+                               ConsumerGroupRequestHeader(info.group).to_ext_fields())
 
     # ---------------------------------------------------------------- queries
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kairosmq.protocol.bodies import properties_to_string, string_to_properties
+
 FILE_NAME = "broker.properties"
 
 
@@ -93,20 +95,6 @@ SETTABLE: dict[str, Setting] = {
     "maxPullHoldMs": Setting("max_pull_hold_ms", _int(0, 60_000), str),
     "pullMaxBytes": Setting("pull_max_bytes", _int(1024, 64 << 20), str),
 }
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """``MixAll.string2Properties``: ``key=value`` lines (``#``/``!`` comments, blank lines)."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, _, value = line.partition(":")
-        out[key.strip()] = value.strip()
-    return out
 
 
 class BrokerSettings:
@@ -173,7 +161,7 @@ class BrokerSettings:
         except FileNotFoundError:
             return []
         skipped = []
-        for key, value in parse_properties(text).items():
+        for key, value in string_to_properties(text).items():
             try:
                 self.apply({key: value})
             except (ValueError, PermissionError):
@@ -195,5 +183,5 @@ class BrokerSettings:
 
     async def persist_async(self) -> None:
         self._generation += 1
-        text = "".join(f"{k}={v}\n" for k, v in sorted(self.overrides.items()))
+        text = properties_to_string(self.overrides)
         await asyncio.to_thread(self._write, self._generation, text)

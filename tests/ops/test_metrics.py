@@ -28,7 +28,7 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
     # the last level is 60 s so the "far" message stays pending however slow the box is
     broker = await broker_factory(delay_levels=FAST_LEVELS.rsplit(" ", 1)[0] + " 60s")
-    server = start_metrics(broker, 0, addr="127.0.0.1")
+    server = start_metrics(broker.metrics.sources, 0, addr="127.0.0.1")
     try:
         port = server.server_port
         peer = await RawPeer.connect(broker.address)
@@ -79,7 +79,7 @@ async def test_busy_loop_reports_down(broker_factory) -> None:
     # no checkpoint during the blocked loop: a checkpoint thread still running when stop()
     # writes its own checkpoint races on the same temp file (reported to the lead)
     broker = await broker_factory(checkpoint_interval=60)
-    server = start_metrics(broker, 0, addr="127.0.0.1")
+    server = start_metrics(broker.metrics.sources, 0, addr="127.0.0.1")
     try:
         from kairosmq.server.observe import metrics
 

@@ -23,7 +23,7 @@ from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sour
 from kairosmq.server.remoting.ingress import guarded
 from kairosmq.server.remoting.transport import Connection, RemotingServer
 from kairosmq.server.tables.offsets import ConsumerOffsetManager
-from kairosmq.server.tables.settings import SETTABLE, BrokerSettings, parse_properties
+from kairosmq.server.tables.settings import SETTABLE, BrokerSettings
 from kairosmq.server.tables.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
 
 
@@ -144,10 +144,6 @@ async def test_processor_update_delete_and_list(tmp_path: Path) -> None:
     r = await _answer(proc.handle_delete_subscription_group, request(
         R.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Unknown"}))
     assert r.code == ResponseCode.SUCCESS  # as RocketMQ
-
-
-def test_properties_text_parses_like_java() -> None:
-    assert parse_properties("# c\n a = 1\n\nb:2\n!x\nc=\n") == {"a": "1", "b": "2", "c": ""}
 
 
 async def test_broker_settings_apply_all_or_nothing_and_persist(tmp_path: Path) -> None:

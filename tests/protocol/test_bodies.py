@@ -108,3 +108,19 @@ def test_consumer_list_and_lock_bodies() -> None:
         "brokerName": "broker-a", "queueId": 3, "topic": "T"}
     assert decode_lock_response(encode_lock_response(mqs[:1])) == mqs[:1]
     assert decode_lock_response(b"{}") == []
+
+
+def test_properties_text_parses_like_java() -> None:
+    """Moved here with the codec (from tests/ops/test_subscription_groups.py)."""
+    from kairosmq.protocol.bodies import string_to_properties
+
+    assert string_to_properties("# c\n a = 1\n\nb:2\n!x\nc=\n") == {"a": "1", "b": "2", "c": ""}
+
+
+def test_properties_text_round_trips() -> None:
+    from kairosmq.protocol.bodies import properties_to_string, string_to_properties
+
+    props = {"b": "2", "a": "x=y", "c": ""}
+    text = properties_to_string(props)
+    assert text == "a=x=y\nb=2\nc=\n"
+    assert string_to_properties(text) == props

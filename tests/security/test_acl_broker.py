@@ -292,7 +292,7 @@ async def test_denials_are_logged_and_counted(acl_broker: Broker) -> None:
     assert (event["request_code"], event["resource"], event["perm"], event["code"]) == (
         R.SEND_MESSAGE_V2, "topic:Audit", "PUB", C.NO_PERMISSION)
     assert event["listener"] == "broker" and event["reason"] == "permission"
-    assert take_snapshot(acl_broker)["acl_denied"] == {"permission": 1}
+    assert take_snapshot(acl_broker.metrics.sources)["acl_denied"] == {"permission": 1}
 
 
 async def test_non_loopback_broker_without_acl_warns(

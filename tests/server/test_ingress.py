@@ -100,18 +100,21 @@ def test_derived_topic_names() -> None:
     assert naming.validate_queue_topic("%RETRY%/../x") is not None
 
 
-def test_shown_truncates() -> None:
-    text = naming.shown("x" * 10_000)
-    assert len(text) < 100 and "10000 chars" in text
+def test_registered_names_are_wider_than_topic_names() -> None:
+    """A RocketMQ broker registers a topic named after its broker name (a host name by
+    default): the name server keeps it, spaces and long names are refused."""
+    assert naming.validate_topic("host-1.example") is not None
+    assert naming.validate_registered_name("host-1.example", "topicName") is None
+    assert "brokerName" in (naming.validate_registered_name("has space", "brokerName") or "")
+    assert naming.validate_registered_name("c" * 256, "clusterName") is not None
+    assert naming.validate_registered_name("c" * 255, "clusterName") is None
 
 
 def test_server_and_client_share_the_rules() -> None:
     from kairosmq.client.common import check_topic
     from kairosmq.client.consumer import push_consumer
     from kairosmq.client.errors import InvalidName
-    from kairosmq.server.tables import topics
-
-    assert topics.validate_topic is naming.validate_topic
+    assert ingress.validate_topic is naming.validate_topic  # what the broker checks
     assert push_consumer.retry_topic is naming.retry_topic  # what the consumer subscribes
     with pytest.raises(InvalidName):
         check_topic("abc\n")

@@ -19,12 +19,10 @@ from pathlib import Path
 
 import pytest
 from kairosmq.protocol.message import decode_records
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import SCHEDULE_ORIGIN
 from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
-from kairosmq.server.store import (
-    SCHEDULE_TOPIC,
-)
 
 from tests.helpers import VirtualDeadlock, VirtualLoop, run_virtual
 from tests.server.schedule_rig import BASE_MS, Rig

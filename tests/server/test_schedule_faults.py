@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELIVER_TIME
 from kairosmq.server.delay.levels import transform_delayed
 from kairosmq.server.put.requeue import resend_target, restore_delayed
 from kairosmq.server.store import (
-    SCHEDULE_TOPIC,
     MessageInner,
     MessageStore,
     PutResult,

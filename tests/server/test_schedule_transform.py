@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 from kairosmq.protocol.message import decode_record, encode_record
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.config import DEFAULT_DELAY_LEVELS
 from kairosmq.server.delay.levels import parse_delay_levels, transform_delayed
 from kairosmq.server.put.requeue import restore_delayed
-from kairosmq.server.store import SCHEDULE_TOPIC, MessageInner
+from kairosmq.server.store import MessageInner
 
 LEVELS = parse_delay_levels(DEFAULT_DELAY_LEVELS)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.naming import TIMER_TOPIC
 from kairosmq.protocol.properties import (
     REAL_QID,
     REAL_TOPIC,
@@ -22,7 +23,7 @@ from kairosmq.protocol.properties import (
     TIMER_DELIVER_MS,
     TIMER_ORIGIN,
 )
-from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.protocol.timer import TIMER_OUT_MS
 from kairosmq.server.put.requeue import restore_timer
 from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
 from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService

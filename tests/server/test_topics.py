@@ -4,7 +4,7 @@ rest."""
 from __future__ import annotations
 
 import pytest
-from kairosmq.server.tables.topics import validate_topic
+from kairosmq.protocol.naming import validate_topic
 
 
 @pytest.mark.parametrize(("topic", "error"), [

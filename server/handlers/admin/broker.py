@@ -1,13 +1,13 @@
 """RocketMQ's own admin requests, as ``mqadmin`` and rocketmq-dashboard send them:
 GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), GET_TOPIC_STATS_INFO (202),
-GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
-GET_CONSUME_STATS (208) and QUERY_TOPIC_CONSUME_BY_WHO (300).
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204) and
+QUERY_TOPIC_CONSUME_BY_WHO (300). (GET_CONSUME_STATS, 208, is consume_stats.py's.)
 
 Owns: ``AdminBrokerProcessor`` (RocketMQ's name; services: store reads, the disk guard,
 topic table, offset table, client registry, the scheduler's progress, stats, endpoints,
 uptime and config values), the broker side of those codes, answered with RocketMQ's
 bodies and field names
-(``KVTable``, ``TopicStatsTable``, ``ConsumeStats``, ``ConsumerConnection``,
+(``KVTable``, ``TopicStatsTable``, ``ConsumerConnection``,
 ``ProducerConnection``, ``GroupList``; properties text for configs). Maps keyed by
 ``MessageQueue`` are written as fastjson writes them (``bodies.encode_mq_map``).
 
@@ -19,8 +19,6 @@ Invariants:
   is asked for (the first answer is the average since boot). Keys RocketMQ has with no
   meaning here (thread-pool queues, page-cache lock, transient store pool) answer 0, as an
   idle Java broker does, so the Java tools can parse them.
-* Offsets follow RocketMQ's AdminBrokerProcessor: a missing consumer offset reads 0; a topic a
-  group has subscriptions but no subscription for is left out of its consume stats.
 """
 
 from __future__ import annotations
@@ -38,20 +36,20 @@ from kairosmq.protocol.bodies import (
     encode_consumer_connection,
     encode_kv_table,
     encode_mq_table,
+    properties_to_string,
 )
 from kairosmq.protocol.codes import BROKER_VERSION, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import (
     ConsumerGroupRequestHeader,
-    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
     TopicRequestHeader,
 )
 from kairosmq.protocol.message import decode_record
-from kairosmq.protocol.naming import group_of_retry_topic
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, group_of_retry_topic
 
 from ...remoting import ingress
-from ...store import SCHEDULE_TOPIC
 from ...store.consumequeue import UNIT_SIZE
 
 if TYPE_CHECKING:
@@ -137,42 +135,6 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def properties_text(props: dict[str, str]) -> bytes:
-    """MixAll.properties2String: ``key=value`` lines."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
-
-
-def consume_stats_entries(reads: MessageStore, topics: TopicConfigManager,
-                          offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                          broker_name: str, group: str, topic: str | None) -> list[
-        tuple[MessageQueueData, dict[str, Any]]]:
-    """Per queue of each topic the group has offsets on (or ``topic``): the queue's max
-    offset, the group's committed offset (0 when none) and the store time of the last
-    consumed message (0 when none)."""
-    info = clients.consumers.get(group)
-    if topic:
-        wanted = {topic}
-    else:
-        wanted = set(offsets.table.get(group, {}))
-        if info is not None:
-            wanted.update(info.subscriptions)
-    entries = []
-    for t in sorted(wanted):
-        cfg = topics.get(t)
-        if cfg is None:
-            continue
-        if info is not None and info.subscriptions and t not in info.subscriptions:
-            continue
-        for qid in range(cfg.read_queue_nums):
-            hi = max(0, reads.max_offset(t, qid))
-            committed = offsets.query(group, t, qid)
-            off = committed if committed is not None and committed > 0 else 0
-            ts = (reads.store_time_at(t, qid, off - 1) or 0) if off > 0 else 0
-            entries.append((MessageQueueData(t, broker_name, qid),
-                            {"brokerOffset": hi, "consumerOffset": off, "lastTimestamp": ts}))
-    return entries
-
-
 def _connection(client_id: str, peer: str, version: int,
                 language: str = CLIENT_LANGUAGE) -> dict[str, Any]:
     return {"clientAddr": peer, "clientId": client_id, "language": language,
@@ -181,16 +143,14 @@ def _connection(client_id: str, peer: str, version: int,
 
 class AdminBrokerProcessor:
     """GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, GET_TOPIC_STATS_INFO,
-    GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST, GET_CONSUME_STATS and
+    GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and
     QUERY_TOPIC_CONSUME_BY_WHO."""
 
     def __init__(self, *, reads: MessageStore, guard: WriteGuard, topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, clients: ClientRegistry,
                  schedule_progress: Callable[[], dict[int, int]], stats: BrokerStats,
                  endpoints: Endpoints, uptime_ms: Callable[[], float],
-                 config: BrokerConfig,
-                 consume_tps: Callable[[str, str], float] | None = None) -> None:
-        self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (observe/stats_items.py)
+                 config: BrokerConfig) -> None:
         self.reads = reads
         self.guard = guard
         self.topics = topics
@@ -271,7 +231,7 @@ class AdminBrokerProcessor:
         return out
 
     def handle_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=properties_text(self.broker_config()))
+        return cmd.response(body=properties_to_string(self.broker_config()).encode())
 
     def handle_topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
@@ -287,21 +247,6 @@ class AdminBrokerProcessor:
             entries.append((MessageQueueData(h.topic, name, qid),
                             {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo}))
         return cmd.response(body=encode_mq_table("offsetTable", entries))
-
-    def consume_stats_entries(self, group: str, topic: str | None) -> list[
-            tuple[MessageQueueData, dict[str, Any]]]:
-        return consume_stats_entries(self.reads, self.topics, self.offsets, self.clients,
-                                     self.config.broker_name, group, topic)
-
-    def handle_consume_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        h = GetConsumeStatsRequestHeader.from_ext_fields(cmd.ext_fields)
-        ingress.check_group(h.consumer_group, "consumerGroup")
-        if h.topic:
-            ingress.check_known_topic(self.topics, h.topic)
-        entries = self.consume_stats_entries(h.consumer_group, h.topic)
-        tps = 0.0 if self.consume_tps is None else sum(
-            self.consume_tps(h.consumer_group, t) for t in {mq.topic for mq, _ in entries})
-        return cmd.response(body=encode_mq_table("offsetTable", entries, {"consumeTps": tps}))
 
     def handle_consumer_connections(self, conn: Connection,
                                     cmd: RemotingCommand) -> RemotingCommand:
@@ -320,7 +265,8 @@ class AdminBrokerProcessor:
 
     def handle_producer_connections(self, conn: Connection,
                                     cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.ext_fields.get("producerGroup") or ""
+        group = GetProducerConnectionListRequestHeader.from_ext_fields(
+            cmd.ext_fields).producer_group
         ingress.check_group(group, "producerGroup")
         clients = self.clients.producers.get(group) or {}
         if not clients:

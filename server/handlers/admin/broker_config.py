@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kairosmq.protocol.bodies import string_to_properties
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
 from ...remoting import ingress
-from ...tables.settings import parse_properties
 
 if TYPE_CHECKING:
     from ...remoting.transport import Connection
@@ -38,7 +38,7 @@ class BrokerConfigProcessor:
 
     def handle_update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> Any:
         try:
-            props = parse_properties(cmd.body.decode())
+            props = string_to_properties(cmd.body.decode())
             self.settings.apply(props, self.known())
         except UnicodeDecodeError as err:
             raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,

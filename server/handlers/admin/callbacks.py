@@ -126,8 +126,7 @@ class ConsumerCallbackProcessor:
                              f"Consumer not online, so can not reset offset, Group: {h.group} "
                              f"Topic: {h.topic} Timestamp: {h.timestamp}")
         body = encode_reset_body(table, for_c=cmd.language == LanguageCode.CPP)
-        ext = {"topic": h.topic, "group": h.group, "timestamp": str(h.timestamp),
-               "isForce": str(h.is_force).lower()}
+        ext = h.to_ext_fields()  # relayed as RESET_CONSUMER_CLIENT_OFFSET (Broker2Client)
         for client in info.clients.values():
             client_calls.notify_client(client.conn, RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
                                        ext, body)

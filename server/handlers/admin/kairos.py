@@ -28,7 +28,12 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import ConsumerGroupRequestHeader, ResendDlqRequestHeader
 from kairosmq.protocol.message import decode_record
-from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
+from kairosmq.protocol.naming import (
+    dlq_topic,
+    group_of_dlq_topic,
+    group_of_retry_topic,
+    retry_topic,
+)
 from kairosmq.protocol.properties import RETRY_TOPIC
 
 from ...put.path import MessageKind
@@ -36,7 +41,7 @@ from ...put.requeue import requeue, resend_target
 from ...remoting import ingress
 from ...store import MessageInner, PutResult, PutStatus
 from ...store.commitlog import RecordProblem
-from ...tables.topics import TopicTableFull, dlq_topic, retry_topic
+from ...tables.topics import TopicTableFull
 
 if TYPE_CHECKING:
     from ...config import BrokerConfig

@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 from kairosmq.protocol.bodies import encode_kv_table
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.headers import KvConfigRequestHeader, KvNamespaceRequestHeader
+from kairosmq.protocol.headers import (
+    KvConfigRequestHeader,
+    KvConfigResponseHeader,
+    KvNamespaceRequestHeader,
+)
 
 from ...store.files import OrderedJsonFile, read_json
 
@@ -113,7 +117,7 @@ class KvConfigProcessor:
             if value is None:
                 return cmd.error(ResponseCode.QUERY_NOT_FOUND,
                                  f"No config item, Namespace: {h.namespace} Key: {h.key}")
-            return cmd.response(ext_fields={"value": value})
+            return cmd.response(ext_fields=KvConfigResponseHeader(value).to_ext_fields())
         if cmd.code == RequestCode.PUT_KV_CONFIG:
             assert h.value is not None
             old = space.get(h.key)

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from ...store.index import KeyIndex
     from ...store.reads import StoreReads
 
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 MAX_QUERY = 64
 
 
@@ -63,7 +62,7 @@ class QueryMessageProcessor:
     def handle_query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_query_message(h)
-        kind = KIND_UNIQ if cmd.ext_fields.get(UNIQUE_KEY_QUERY) == "true" else KIND_KEY
+        kind = KIND_UNIQ if h.unique_key_query == "true" else KIND_KEY
         want = max(1, min(h.max_num, MAX_QUERY))
         end_ts = h.end_timestamp if h.end_timestamp > 0 else 1 << 62
         found: list[bytes] = []

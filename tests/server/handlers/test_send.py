@@ -10,7 +10,7 @@ from pathlib import Path
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.message import BatchItem, encode_batch
-from kairosmq.protocol.naming import dlq_topic, retry_topic
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from kairosmq.protocol.properties import (
     DELAY,
     MAX_RECONSUME_TIMES,
@@ -20,7 +20,6 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.server.config import FlushMode
 from kairosmq.server.handlers.send import SendMessageProcessor
-from kairosmq.server.store import SCHEDULE_TOPIC
 
 from tests.helpers import send_ext
 from tests.server.handlers.rig import Services, req

@@ -9,7 +9,7 @@ from typing import Any
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.naming import dlq_topic, retry_topic
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from kairosmq.protocol.properties import (
     DELAY,
     ORIGIN_MESSAGE_ID,
@@ -18,7 +18,6 @@ from kairosmq.protocol.properties import (
     UNIQ_KEY,
 )
 from kairosmq.server.handlers.send_back import ConsumerSendMsgBackProcessor
-from kairosmq.server.store import SCHEDULE_TOPIC
 
 from tests.server.handlers.rig import Services, req
 

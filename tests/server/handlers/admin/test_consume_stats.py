@@ -16,8 +16,18 @@ from tests.server.handlers.rig import Services, req
 def _call(s: Services, name: str, code: int, **ext: Any) -> RemotingCommand:
     proc = ConsumerAdminProcessor(reads=s.store, topics=s.topics, offsets=s.offsets,
                                   clients=s.clients, endpoints=s.broker.endpoints,
-                                  config=s.config, clock_ms=s.store.clock_ms)
+                                  broker_name=s.config.broker_name)
     return s.guarded(getattr(proc, name))(s.conn(), req(code, ext))
+
+
+async def test_consume_stats(services: Services) -> None:
+    """(Moved here with GET_CONSUME_STATS from test_broker.py's topic and consume stats.)"""
+    for _ in range(3):
+        services.store_message("T", b"x")
+    services.offsets.commit("G", "T", 0, 1)
+    consume = _call(services, "handle_consume_stats", RequestCode.GET_CONSUME_STATS,
+                    consumerGroup="G")
+    assert b'"brokerOffset":3,"consumerOffset":1' in consume.body
 
 
 async def test_broker_consume_stats_total_diff(services: Services) -> None:

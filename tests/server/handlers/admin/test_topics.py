@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.server.handlers.admin.topics import TopicAdminProcessor
-from kairosmq.server.store import SCHEDULE_TOPIC
 
 from tests.server.handlers.rig import Services, req
 
