@@ -3,8 +3,9 @@
 Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2String)
 of a dict (``encode_properties``) or of ordered pairs (``encode_property_pairs``, what the
 bundled client's ``wire_properties`` writes), its tolerant decoder, the
-``MessageConst`` key names, and ``parse_decimal`` (the one rule for a number read back
-from a property value: a queue id, a due instant, a stored offset).
+``MessageConst`` key names, ``parse_decimal`` (the one rule for a number read back
+from a property value: a queue id, a due instant, a stored offset) and ``parse_java_int``
+(a signed int32 as Java parses it).
 
 Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
 it) and skips pairs with an empty name or value (a name given twice: the last value
@@ -82,6 +83,19 @@ def parse_decimal(raw: str | None, max_digits: int) -> int | None:
     if raw and len(raw) <= max_digits and raw.isascii() and raw.isdigit():
         return int(raw)
     return None
+
+
+def parse_java_int(raw: str | None) -> int | None:
+    """``raw`` as Java's ``Integer.parseInt`` reads it (an optional sign, ASCII digits,
+    within int32), else None: a signed count a client wrote (``MAX_RECONSUME_TIMES`` may be
+    ``Integer.MAX_VALUE``, ten digits, or -1)."""
+    if not raw or len(raw) > 11:
+        return None
+    digits = raw[1:] if raw[0] in "+-" else raw
+    if not (digits and digits.isascii() and digits.isdigit()):
+        return None
+    value = int(raw)
+    return value if -(1 << 31) <= value < 1 << 31 else None
 
 
 def encode_properties(props: dict[str, str]) -> str:

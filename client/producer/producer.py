@@ -59,6 +59,7 @@ from kairosmq.protocol.properties import (
     UNIQ_KEY,
     WAIT,
     encode_properties,
+    parse_java_int,
 )
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
@@ -426,7 +427,8 @@ class Producer(ClientLifecycle):
 
 
 def _int_prop(raw: str | None, default: int | None) -> int | None:
-    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else default
+    value = parse_java_int(raw)
+    return default if value is None else value
 
 
 def _master(info: TopicRouteInfo, mq: MessageQueue) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import validate_group
+from kairosmq.protocol.properties import parse_java_int
 
 from ..store.files import read_json
 from .table_file import TableFile, join_parts
@@ -101,8 +102,8 @@ class SubscriptionGroupConfig:
                 continue
             value = data[_JSON[f.name]]
             if f.name in _INT_RANGES:
-                if isinstance(value, str) and value.lstrip("-").isdigit():
-                    value = int(value)
+                if isinstance(value, str) and (parsed := parse_java_int(value)) is not None:
+                    value = parsed
                 lo, hi = _INT_RANGES[f.name]
                 if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                     raise ValueError(f"{_JSON[f.name]} must be an integer in [{lo}, {hi}], "

@@ -374,3 +374,20 @@ def test_parse_decimal_takes_only_short_ascii_decimals(raw: str) -> None:
             assert got is None
     assert parse_decimal(None, INT64_DIGITS) is None
     assert parse_decimal("٣", INT32_DIGITS) is None  # a non-ASCII digit is not a number
+
+
+@given(st.text(max_size=14))
+@example("--5")
+@example("+7")
+@example("2147483647")
+@example("-2147483648")
+@example("2147483648")
+def test_parse_java_int_is_integer_parse_int(raw: str) -> None:
+    from kairosmq.protocol.properties import parse_java_int
+
+    got = parse_java_int(raw)
+    body = raw[1:] if raw[:1] in ("+", "-") else raw
+    if body and all("0" <= c <= "9" for c in body) and -(1 << 31) <= int(raw) < 1 << 31:
+        assert got == int(raw)
+    else:
+        assert got is None
