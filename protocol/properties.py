@@ -51,8 +51,9 @@ REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
 SCHEDULE_ORIGIN = "KAIROS_SCHEDULE_ORIGIN"
 # kairosmq: the due time (ms) a delayed message was scheduled for, carried on re-put.
 DELIVER_TIME = "KAIROS_DELIVER_MS"
-# kairosmq timers (server/timer/): a fired copy names its timer record (``due:phy``), so the
-# fired cursor is derived from the commit log; a recall record names its target and kind.
+# kairosmq timers (server/schedule/timer/): a fired copy names its timer record
+# (``due:phy``), so the fired cursor is derived from the commit log; a recall record names
+# its target and kind.
 TIMER_ORIGIN = "KAIROS_TIMER_ORIGIN"
 RECALL_TARGET = "KAIROS_RECALL_TARGET"
 RECALL_KIND = "KAIROS_RECALL_KIND"  # "timer" (default) or "level"

@@ -40,7 +40,6 @@ from typing import Any
 
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
-from .delay.service import ScheduleService
 from .endpoints import Endpoints
 from .fdbudget import (
     FdBudget,
@@ -61,6 +60,8 @@ from .observe.stats_items import BrokerStatsManager, counter_sources
 from .put.path import MessageKind, PutPath
 from .remoting.longpoll import ArrivalNotifier, PullHolds
 from .remoting.transport import Connection, ConnectionLimits, RemotingServer
+from .schedule.delay.service import ScheduleService
+from .schedule.timer import TimerBuckets, TimerService
 from .security.install import install_security
 from .store import DispatchRequest, MessageInner, MessageStore, PutResult
 from .store.index import KeyIndex
@@ -70,7 +71,6 @@ from .tables.offsets import ConsumerOffsetManager
 from .tables.settings import BrokerSettings
 from .tables.subscriptions import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
-from .timer import TimerBuckets, TimerService
 from .transaction.service import TransactionService
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
@@ -127,7 +127,7 @@ class Broker:
         self.store.providers.append(self.schedule)
         self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
-        # timer messages (server/timer/): any due ms, pending ones on disk; recall
+        # timer messages (server/schedule/timer/): any due ms, pending ones on disk; recall
         self.timer_buckets = TimerBuckets(self.store.data_dir / "timer")
         self.timer = TimerService(self.store, self.timer_buckets,
                                   reput=self.put_path.reput_timer,

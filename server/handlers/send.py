@@ -61,9 +61,9 @@ from ..put.retry import plan_send_back
 from ..remoting import ingress
 from ..remoting.ingress import Rejected
 from ..remoting.transport import AckedAnswer
+from ..schedule.timer.admission import recall_handle, timer_due, timer_kind
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicTableFull
-from ..timer.admission import recall_handle, timer_due, timer_kind
 from ..transaction.messages import is_half
 
 if TYPE_CHECKING:

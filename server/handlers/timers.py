@@ -45,16 +45,16 @@ from kairosmq.protocol.timer import (
 
 from ..put.path import MessageKind
 from ..remoting import ingress
+from ..schedule.timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
-from ..timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 
 if TYPE_CHECKING:
     from ..remoting.transport import Connection
+    from ..schedule.timer import TimerService
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
     from ..tables.topics import TopicConfigManager
-    from ..timer import TimerService
 
 ILLEGAL_OPERATION = ResponseCode.ILLEGAL_OPERATION
 

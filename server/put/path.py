@@ -40,9 +40,9 @@ from kairosmq.protocol.properties import (
     UNIQ_KEY,
 )
 
-from ..delay.levels import transform_delayed
+from ..schedule.delay.levels import transform_delayed
+from ..schedule.timer.topic import transform_timer
 from ..store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
-from ..timer.topic import transform_timer
 from ..transaction.messages import transform_half
 from .requeue import restore_delayed_view, restore_timer_view
 
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.logs import MessageLog
     from ..observe.stats import BrokerStats
+    from ..schedule.timer import TimerService
     from ..store import MessageStore
-    from ..timer import TimerService
 
 
 class MessageKind(Enum):

@@ -139,7 +139,7 @@ def _timer_properties(props: dict[str, str], due: int, phy: int) -> dict[str, st
 
 
 def restore_timer(record: bytes, due: int, phy: int) -> MessageInner:
-    """The message to re-put for a due timer record (server/timer/): its real topic and
+    """The message to re-put for a due timer record (server/schedule/timer/): its real topic and
     queue, the timer properties gone except ``TIMER_OUT_MS`` (when it was due), and
     ``KAIROS_TIMER_ORIGIN=due:phy``. Raises ``RequeueError`` for a record that cannot be
     decoded or whose REAL_TOPIC/REAL_QID do not name a queue."""

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from kairosmq.protocol.message import decode_records
 from kairosmq.protocol.properties import DELIVER_TIME
-from kairosmq.server.delay.levels import transform_delayed
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.levels import transform_delayed
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import (
     DispatchRequest,
     MessageInner,

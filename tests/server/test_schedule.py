@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from kairosmq.protocol.message import decode_records
 from kairosmq.protocol.properties import SCHEDULE_ORIGIN
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import (
     SCHEDULE_TOPIC,
 )

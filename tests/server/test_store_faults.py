@@ -22,8 +22,8 @@ from kairosmq.protocol.codes import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.properties import SCHEDULE_ORIGIN
 from kairosmq.protocol.schema import MESSAGE_MAGIC_CODE
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import MessageInner, MessageStore, PutStatus
 from kairosmq.server.store.commitlog import RecordProblem, check_record
 from kairosmq.server.store.consumequeue import HOLE

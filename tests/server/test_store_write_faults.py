@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import MessageInner, PutStatus
 from kairosmq.server.store import commitlog as commitlog_mod
 from kairosmq.server.store.consumequeue import HOLE

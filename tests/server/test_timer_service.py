@@ -24,10 +24,10 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 from kairosmq.server.put.requeue import restore_timer
+from kairosmq.server.schedule.timer import RecallOutcome, TimerBuckets, TimerService
+from kairosmq.server.schedule.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
+from kairosmq.server.schedule.timer.topic import RECALL_QUEUE, format_pair
 from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
-from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService
-from kairosmq.server.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
-from kairosmq.server.timer.topic import RECALL_QUEUE, format_pair
 
 from tests.helpers import VirtualLoop, run_virtual
 
@@ -246,7 +246,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
     slices about to fall due (no heapify of a whole bucket on the loop), every timer still
     fires at its millisecond in (due, phy) order, and a recall inside a slice not yet in
     the heap wins."""
-    from kairosmq.server.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
+    from kairosmq.server.schedule.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
 
     async def body(rig: Rig) -> None:
         await rig.timer.stop()
@@ -403,7 +403,7 @@ def test_firing_goes_on_while_the_next_bucket_loads(tmp_path: Path) -> None:
 
 
 def test_slice_live_filters_dedupes_and_cuts_sorted_slices() -> None:
-    from kairosmq.server.timer.window import SLICE_MS, slice_live
+    from kairosmq.server.schedule.timer.window import SLICE_MS, slice_live
 
     def e(due: int, phy: int, kind: int = KIND_TIMER) -> bytes:
         return ENTRY.pack(due, phy, 10, kind)

@@ -17,7 +17,7 @@ from enum import Enum
 from kairosmq.protocol.properties import REAL_QID, REAL_TOPIC
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
-from ..store import MessageInner
+from ...store import MessageInner
 
 TIMER_QUEUE = 0
 RECALL_QUEUE = 1

@@ -21,7 +21,7 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELAY, DELIVER_TIME, REAL_QID, REAL_TOPIC
 
 if TYPE_CHECKING:
-    from ..store import MessageInner
+    from ...store import MessageInner
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")

@@ -40,11 +40,11 @@ from kairosmq.protocol.properties import (
     SCHEDULE_ORIGIN,
 )
 
-from ..clock import sub_ms, wall_ms
-from ..observe.logs import get_logger
-from ..put.requeue import RequeueError, restore_delayed
-from ..remoting.longpoll import ArrivalNotifier
-from ..store import (
+from ...clock import sub_ms, wall_ms
+from ...observe.logs import get_logger
+from ...put.requeue import RequeueError, restore_delayed
+from ...remoting.longpoll import ArrivalNotifier
+from ...store import (
     SCHEDULE_TOPIC,
     DispatchRequest,
     MessageInner,
@@ -52,9 +52,9 @@ from ..store import (
     PutResult,
     PutStatus,
 )
-from ..store.consumequeue import HOLE
-from ..store.undo import UndoLog
-from ..timer.waker import PreciseWaker
+from ...store.consumequeue import HOLE
+from ...store.undo import UndoLog
+from ..waker import PreciseWaker
 
 RETRY_PAUSE = 0.2
 _ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
@@ -223,7 +223,7 @@ class ScheduleService:
             wait_ms = self._due(level, off, head[2], now) - now
             if wait_ms > 0:
                 waker = self._wakers.get(level)
-                if waker is not None:  # a timerfd at the due ms (timer/waker.py)
+                if waker is not None:  # a timerfd at the due ms (schedule/waker.py)
                     await waker.wait_until(now + wait_ms)
                 else:  # to the due instant on the sub-millisecond clock (clock_ms
                     # truncates); the loop re-checks, so an early wake never delivers early

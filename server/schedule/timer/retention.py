@@ -18,8 +18,8 @@ from typing import Any
 
 from kairosmq.protocol.timer import TIMER_TOPIC
 
-from ..observe.logs import get_logger
-from ..store import MessageStore
+from ...observe.logs import get_logger
+from ...store import MessageStore
 from .buckets import TimerBuckets
 from .topic import TIMER_QUEUE
 

@@ -47,16 +47,16 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
 
-from ..clock import sub_ms, wall_ms
-from ..observe.logs import get_logger
-from ..put.requeue import RequeueError
-from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
-from ..store.record_check import stored_physical_offset
-from ..store.undo import UndoLog
+from ...clock import sub_ms, wall_ms
+from ...observe.logs import get_logger
+from ...put.requeue import RequeueError
+from ...store import DispatchRequest, MessageStore, PutResult, PutStatus
+from ...store.record_check import stored_physical_offset
+from ...store.undo import UndoLog
+from ..waker import PreciseWaker
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .retention import RetentionWalk
 from .topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
-from .waker import PreciseWaker
 from .window import Entry, Slice, TimerWindow, slice_live
 
 RETRY_PAUSE = 0.2
