@@ -56,7 +56,7 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
 from ..config import FlushMode
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..put.retry import plan_send_back
 from ..remoting import ingress
 from ..remoting.ingress import Rejected

@@ -43,7 +43,7 @@ from kairosmq.protocol.timer import (
     decode_recall_handle,
 )
 
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..remoting import ingress
 from ..schedule.timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 from ..store import MessageInner, PutResult, PutStatus

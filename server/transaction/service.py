@@ -44,7 +44,7 @@ from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
 from ..observe.logs import MessageLog, get_logger
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..remoting.client_calls import notify_client
 from ..store import PutStatus
 from .messages import (

@@ -216,8 +216,8 @@ def test_failed_reput_does_not_advance_progress_across_a_restart(tmp_path: Path)
             assert snap["1"] == 0
         finally:
             await rig.sched.stop()
-        fresh = ScheduleService(rig.store, ArrivalNotifier(), LEVELS, put=rig.put,
-                                clock_ms=rig.clock_ms)
+        fresh = ScheduleService(rig.store, ArrivalNotifier(), LEVELS, clock_ms=rig.clock_ms,
+                                put_patched=rig.put_patched)
         fresh.restore(snap)
         rig.sched = fresh
         rig.fail_next = 0

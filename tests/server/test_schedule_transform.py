@@ -7,8 +7,8 @@ import pytest
 from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.config import DEFAULT_DELAY_LEVELS
-from kairosmq.server.put.requeue import restore_delayed
 from kairosmq.server.schedule.delay.levels import parse_delay_levels, transform_delayed
+from kairosmq.server.schedule.reput import restore_delayed
 from kairosmq.server.store import SCHEDULE_TOPIC, MessageInner
 
 LEVELS = parse_delay_levels(DEFAULT_DELAY_LEVELS)

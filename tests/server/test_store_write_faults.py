@@ -128,7 +128,7 @@ async def test_failed_write_undoes_scheduler_progress(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_store(root, disk_check_interval=0.0)
     notifier = ArrivalNotifier()
-    sched = ScheduleService(s, notifier, (1000,), put=s.put, clock_ms=lambda: 10_000)
+    sched = ScheduleService(s, notifier, (1000,), clock_ms=lambda: 10_000)
     s.dispatchers.append(sched.on_dispatch)
     try:
         s.put(MessageInner(topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"due",

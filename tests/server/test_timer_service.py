@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.message import RecordView, decode_record, decode_records
 from kairosmq.protocol.properties import (
     REAL_QID,
     REAL_TOPIC,
@@ -23,7 +23,7 @@ from kairosmq.protocol.properties import (
     TIMER_ORIGIN,
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
-from kairosmq.server.put.requeue import restore_timer
+from kairosmq.server.schedule.reput import restore_timer
 from kairosmq.server.schedule.timer import RecallOutcome, TimerBuckets, TimerService
 from kairosmq.server.schedule.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
 from kairosmq.server.schedule.timer.topic import RECALL_QUEUE, format_pair
@@ -54,8 +54,8 @@ class Rig:
         self.store = MessageStore(self.root / "store", store_host=HOST, segment_size=1 << 20,
                                   units_per_file=1000, clock_ms=self.now)
         self.buckets = TimerBuckets(self.root / "store" / "timer")
-        self.timer = TimerService(self.store, self.buckets, reput=self.reput,
-                                  clock_ms=self.now, run_blocking=inline)
+        self.timer = TimerService(self.store, self.buckets, clock_ms=self.now,
+                                  run_blocking=inline, put_patched=self.put_patched)
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
         self.store.open()
@@ -63,13 +63,16 @@ class Rig:
     def now(self) -> int:
         return BASE_MS + round(self.loop.time() * 1000)
 
-    def reput(self, record: bytes, due: int, phy: int) -> PutResult:
+    def put_patched(self, record: bytes, view: RecordView, topic: str, queue_id: int,
+                    props: dict[str, str]) -> PutResult:
+        """The store write of the timer service's re-put (schedule/reput.py): the real
+        store, failing ``fail_next`` times first."""
         if self.fail_next:
             self.fail_next -= 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
-        msg = restore_timer(record, due, phy)
-        result = self.store.put(msg)
-        self.fired.append((msg.body, due, self.now()))
+        result = self.store.put_patched(record, view, topic, queue_id, props)
+        self.fired.append((record[view.body_start:view.body_end], int(props[TIMER_OUT_MS]),
+                           self.now()))
         return result
 
     def schedule(self, body: bytes, due: int) -> int:

@@ -31,7 +31,7 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import group_of_dlq_topic, group_of_retry_topic
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from ...put.path import MessageKind
+from ...put.kind import MessageKind
 from ...put.requeue import requeue, resend_target
 from ...remoting import ingress
 from ...store import MessageInner, PutResult, PutStatus

@@ -24,7 +24,7 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, RecallHandle, has_timer, resolve_timer
 
-from ...put.path import MessageKind
+from ...put.kind import MessageKind
 from ...store import MessageInner
 
 
