@@ -4,7 +4,8 @@ Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2
 of a dict (``encode_properties``) or of ordered pairs (``encode_property_pairs``, what the
 bundled client's ``wire_properties`` writes), its tolerant decoder, the
 ``MessageConst`` key names, and ``parse_decimal`` (the one rule for a number read back
-from a property value: a queue id, a due instant, a stored offset).
+from a property value: a queue id, a due instant, a stored offset) with
+``parse_decimal_pair`` (two of them joined by ``:``).
 
 Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
 it) and skips pairs with an empty name or value (a name given twice: the last value
@@ -83,6 +84,20 @@ def parse_decimal(raw: str | None, max_digits: int) -> int | None:
     if raw and len(raw) <= max_digits and raw.isascii() and raw.isdigit():
         return int(raw)
     return None
+
+
+def parse_decimal_pair(raw: str | None, first_digits: int, second_digits: int
+                       ) -> tuple[int, int] | None:
+    """``"<a>:<b>"`` (the broker's own pairs: a re-put's origin, a recall target, a
+    committed copy's half message) as two ints, each side by ``parse_decimal`` with its
+    bound, else None."""
+    if not raw:
+        return None
+    a, sep, b = raw.partition(":")
+    first, second = parse_decimal(a, first_digits), parse_decimal(b, second_digits)
+    if not sep or first is None or second is None:
+        return None
+    return first, second
 
 
 def encode_properties(props: dict[str, str]) -> str:

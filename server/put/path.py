@@ -4,8 +4,9 @@ Owns: ``PutPath`` (the delay transform, the timer transform at the due time the 
 admission gives, the half-message transform, the store put, the stats counters and the
 ``message.stored``/``message.scheduled``/``timer.scheduled``/``transaction.prepared``
 log events, decided by the ``MessageKind`` (``kind.py``) the caller states, never
-guessed from properties). The scheduler's and the timer service's re-puts of due
-records patch the stored bytes instead (``schedule/reput.py``).
+guessed from properties) and ``response_code`` (a refused put's status -> the response
+code its request gets). The scheduler's and the timer service's re-puts of due records
+patch the stored bytes instead (``schedule/reput.py``).
 
 Invariants:
 * The kind decides: only DELAYED and RETRY messages with a positive DELAY level are
@@ -23,6 +24,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.properties import (
     DELAY,
@@ -49,6 +51,18 @@ if TYPE_CHECKING:
 
 
 _DELAYABLE = frozenset((MessageKind.DELAYED, MessageKind.RETRY))
+# a refused put's answer on the wire (RocketMQ's SendMessageProcessor); others SYSTEM_ERROR
+_RESPONSE_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+}
+
+
+def response_code(status: PutStatus) -> ResponseCode:
+    """The response code answering a put that ended with ``status`` (a send, a commit)."""
+    return _RESPONSE_CODES.get(status, ResponseCode.SYSTEM_ERROR)
 
 
 class PutPath:

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from kairosmq.protocol.ids import create_offset_msg_id
-from kairosmq.protocol.properties import SCHEDULE_ORIGIN, UNIQ_KEY
+from kairosmq.protocol.properties import UNIQ_KEY
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -47,21 +47,19 @@ class DeliveryLog:
         return target.properties.get(UNIQ_KEY) or create_offset_msg_id(ip, port,
                                                                        result.phy_offset)
 
-    def delivered(self, target: Target, result: PutResult, level: int, deliver_ts: int,
-                  woke_ms: int) -> None:
-        """A level's re-put of a message due at ``deliver_ts`` (its task woke at
-        ``woke_ms``)."""
+    def delivered(self, target: Target, result: PutResult, level: int, schedule_offset: int,
+                  deliver_ts: int, woke_ms: int) -> None:
+        """A level's re-put of the message at ``schedule_offset`` in its queue, due at
+        ``deliver_ts`` (the task woke at ``woke_ms``)."""
         lateness = round(time.time() * 1000 - deliver_ts, 3)
         self.stats.delivered[target.topic] += 1
         self.stats.lateness[level].observe(lateness)
         if not self._logging():
             return
-        props = target.properties
         msg_id = self._msg_id(target, result)
         if self.msglog.debug_enabled:
             self.msglog.debug(
-                "message.due", msg_id=msg_id, delay_level=level,
-                queue_offset=int(props.get(SCHEDULE_ORIGIN, "0:0").split(":")[1]),
+                "message.due", msg_id=msg_id, delay_level=level, queue_offset=schedule_offset,
                 deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))
         self.msglog.info("message.delivered", msg_id=msg_id, topic=target.topic,
                          queue_id=target.queue_id, queue_offset=result.queue_offset,

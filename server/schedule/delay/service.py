@@ -34,11 +34,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from typing import Any
 
-from kairosmq.protocol.properties import SCHEDULE_ORIGIN
+from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_decimal_pair
 
 from ...clock import sub_ms, wall_ms
 from ...observe.logs import get_logger
@@ -48,7 +47,7 @@ from ...store.consumequeue import HOLE
 from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_delayed_view
 from ..waker import PreciseWaker
 
-_ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
+_LEVEL_DIGITS = 4  # an origin's level: at most 4 digits (then checked against the table)
 _FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
 
 
@@ -63,7 +62,7 @@ class ScheduleService:
         notifier: ArrivalNotifier,
         levels_ms: tuple[int, ...],
         *,
-        on_delivered: Callable[[Target, PutResult, int, int, int], None] | None = None,
+        on_delivered: Callable[[Target, PutResult, int, int, int, int], None] | None = None,
         recalled: Callable[[int], bool] | None = None,
         batch: int = 256,
         clock_ms: Callable[[], int] | None = None,
@@ -123,10 +122,10 @@ class ScheduleService:
 
     def _parse_origin(self, origin: str, replay: bool) -> tuple[int, int] | str:
         """(level, offset) of an origin the scheduler may trust, else the reason not to."""
-        m = _ORIGIN.fullmatch(origin)
-        if m is None:
+        pair = parse_decimal_pair(origin, _LEVEL_DIGITS, INT64_DIGITS)
+        if pair is None:
             return "not <level>:<offset>"
-        level, off = int(m.group(1)), int(m.group(2))
+        level, off = pair
         if level not in self.progress:
             return f"no delay level {level}"
         if not replay:
@@ -298,5 +297,5 @@ class ScheduleService:
                 self.progress[level] = off + 1
             if self.on_delivered is not None:
                 assert attempt.target is not None and attempt.result is not None
-                self.on_delivered(attempt.target, attempt.result, level, deliver_ts, now)
+                self.on_delivered(attempt.target, attempt.result, level, off, deliver_ts, now)
         return True
