@@ -31,6 +31,7 @@ HOT = [
     "server/store/mapped.py",
     "server/clock.py", "server/put/path.py", "server/put/requeue.py",
     "server/schedule/delay/service.py", "server/schedule/delay/levels.py",
+    "server/schedule/reput.py", "server/schedule/delivered.py", "server/schedule/recalls.py",
     "server/remoting/transport.py", "server/remoting/ingress.py", "server/remoting/longpoll.py",
     "server/observe/logs.py", "server/observe/logsink.py",
     "server/handlers/send.py", "server/handlers/pull.py",
