@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import create_offset_msg_id
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
     DELAY,
     DELIVER_TIME,
@@ -39,7 +40,7 @@ from kairosmq.protocol.properties import (
 
 from ..schedule.delay.levels import transform_delayed
 from ..schedule.timer.topic import transform_timer
-from ..store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
+from ..store import MessageInner, PutResult, PutStatus
 from ..transaction.messages import transform_half
 from .kind import MessageKind
 

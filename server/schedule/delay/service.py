@@ -37,12 +37,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_decimal_pair
 
 from ...clock import sub_ms, wall_ms
 from ...observe.logs import get_logger
 from ...remoting.longpoll import ArrivalNotifier
-from ...store import SCHEDULE_TOPIC, DispatchRequest, MessageStore, PutResult
+from ...store import DispatchRequest, MessageStore, PutResult
 from ...store.consumequeue import HOLE
 from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_delayed_view
 from ..waker import PreciseWaker
