@@ -30,11 +30,12 @@ HOT = [
     "server/store/consumequeue.py", "server/store/reads.py", "server/store/guard.py",
     "server/store/mapped.py",
     "server/clock.py", "server/put/path.py", "server/put/requeue.py",
-    "server/delay/service.py", "server/delay/levels.py",
+    "server/schedule/delay/service.py", "server/schedule/delay/levels.py",
+    "server/schedule/reput.py", "server/schedule/delivered.py", "server/schedule/recalls.py",
     "server/remoting/transport.py", "server/remoting/ingress.py", "server/remoting/longpoll.py",
     "server/observe/logs.py", "server/observe/logsink.py",
     "server/handlers/send.py", "server/handlers/pull.py",
-    "server/timer/service.py", "server/timer/admission.py",
+    "server/schedule/timer/service.py", "server/schedule/timer/admission.py",
 ]
 
 

@@ -37,7 +37,7 @@ from kairosmq.protocol.properties import (
     UNIQ_KEY,
 )
 from kairosmq.server.observe.logs import MessageLog, close_sinks, configure_logging
-from kairosmq.server.put.requeue import restore_delayed, restore_delayed_view
+from kairosmq.server.schedule.reput import restore_delayed, restore_delayed_view
 from kairosmq.server.store import MessageInner, MessageStore
 
 _U32 = struct.Struct(">I")

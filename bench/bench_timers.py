@@ -241,7 +241,7 @@ def bulk_load(data: Path, pending: int) -> float:
     """Store ``pending`` timers (due 1..40 days ahead) through the broker's put path."""
     from kairosmq.server.broker import Broker
     from kairosmq.server.config import BrokerConfig
-    from kairosmq.server.put.path import MessageKind
+    from kairosmq.server.put.kind import MessageKind
     from kairosmq.server.store import MessageInner
 
     async def load() -> float:

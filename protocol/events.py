@@ -102,7 +102,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # correctDeliverTimestamp)
     "schedule.due_capped": {"delay_level": "int", "queue_offset": "long", "deliver_ts": "long",
                             "capped_ts": "long"},
-    # ---- timer messages (server/timer/): any due millisecond, recall
+    # ---- timer messages (server/schedule/timer/): any due millisecond, recall
     "timer.scheduled": {"msg_id": "string", "real_topic": "string", "real_queue_id": "int",
                         "queue_offset": "long", "phy_offset": "long", "deliver_ts": "long"},
     "timer.fired": {"msg_id": "string", "topic": "string", "queue_id": "int",

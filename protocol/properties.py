@@ -4,8 +4,9 @@ Owns: ``name \\x01 value \\x02 ...`` encoding (MessageDecoder.messageProperties2
 of a dict (``encode_properties``) or of ordered pairs (``encode_property_pairs``, what the
 bundled client's ``wire_properties`` writes), its tolerant decoder, the
 ``MessageConst`` key names, ``parse_decimal`` (the one rule for a number read back
-from a property value: a queue id, a due instant, a stored offset) and ``parse_java_int``
-(a signed int32 as Java parses it).
+from a property value: a queue id, a due instant, a stored offset) with
+``parse_decimal_pair`` (two of them joined by ``:``), and ``parse_java_int`` (a signed
+int32 as Java parses it).
 
 Invariants: decoding accepts a trailing ``\\x02`` or none (Java omits it, C++ and Node add
 it) and skips pairs with an empty name or value (a name given twice: the last value
@@ -52,8 +53,9 @@ REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
 SCHEDULE_ORIGIN = "KAIROS_SCHEDULE_ORIGIN"
 # kairosmq: the due time (ms) a delayed message was scheduled for, carried on re-put.
 DELIVER_TIME = "KAIROS_DELIVER_MS"
-# kairosmq timers (server/timer/): a fired copy names its timer record (``due:phy``), so the
-# fired cursor is derived from the commit log; a recall record names its target and kind.
+# kairosmq timers (server/schedule/timer/): a fired copy names its timer record
+# (``due:phy``), so the fired cursor is derived from the commit log; a recall record names
+# its target and kind.
 TIMER_ORIGIN = "KAIROS_TIMER_ORIGIN"
 RECALL_TARGET = "KAIROS_RECALL_TARGET"
 RECALL_KIND = "KAIROS_RECALL_KIND"  # "timer" (default) or "level"
@@ -83,6 +85,20 @@ def parse_decimal(raw: str | None, max_digits: int) -> int | None:
     if raw and len(raw) <= max_digits and raw.isascii() and raw.isdigit():
         return int(raw)
     return None
+
+
+def parse_decimal_pair(raw: str | None, first_digits: int, second_digits: int
+                       ) -> tuple[int, int] | None:
+    """``"<a>:<b>"`` (the broker's own pairs: a re-put's origin, a recall target, a
+    committed copy's half message) as two ints, each side by ``parse_decimal`` with its
+    bound, else None."""
+    if not raw:
+        return None
+    a, sep, b = raw.partition(":")
+    first, second = parse_decimal(a, first_digits), parse_decimal(b, second_digits)
+    if not sep or first is None or second is None:
+        return None
+    return first, second
 
 
 def parse_java_int(raw: str | None) -> int | None:

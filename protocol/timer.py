@@ -30,13 +30,9 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from . import naming
 from .errors import shown
 from .properties import START_DELIVER_TIME, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS
 
-# TIMER_TOPIC's home is protocol/naming.py; importable from here only for server/timer/
-# (topic.py, service.py, retention.py) until they import it from naming (then drop this).
-TIMER_TOPIC = naming.TIMER_TOPIC
 TIMER_OUT_MS = "TIMER_OUT_MS"  # on the stored timer record: its due instant (epoch ms)
 DEFAULT_TIMER_MAX_DELAY_MS = 40 * 86_400_000  # 40 days (RocketMQ 5: 3 days, ONS: 40 days)
 RECALL_HANDLE_VERSION = "v1"

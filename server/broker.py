@@ -40,7 +40,6 @@ from typing import Any
 
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
-from .delay.service import ScheduleService
 from .endpoints import Endpoints
 from .fdbudget import (
     FdBudget,
@@ -58,11 +57,15 @@ from .observe.logsink import add_health_listener, remove_health_listener
 from .observe.metrics import MetricsEndpoint, MetricsSources
 from .observe.stats import BrokerStats
 from .observe.stats_items import BrokerStatsManager, counter_sources
-from .put.path import MessageKind, PutPath
+from .put.path import PutPath
 from .remoting.longpoll import ArrivalNotifier, PullHolds
 from .remoting.transport import Connection, ConnectionLimits, RemotingServer
+from .schedule.delay.service import ScheduleService
+from .schedule.delivered import DeliveryLog
+from .schedule.recalls import LevelRecalls
+from .schedule.timer import TimerBuckets, TimerService
 from .security.install import install_security
-from .store import DispatchRequest, MessageInner, MessageStore, PutResult
+from .store import DispatchRequest, MessageStore
 from .store.index import KeyIndex
 from .supervise import ServiceState, Supervisor
 from .tables.clients import ClientRegistry, LockManager
@@ -70,7 +73,6 @@ from .tables.offsets import ConsumerOffsetManager
 from .tables.settings import BrokerSettings
 from .tables.subscriptions import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
-from .timer import TimerBuckets, TimerService
 from .transaction.service import TransactionService
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
@@ -118,23 +120,26 @@ class Broker:
         self.supervisor = Supervisor(get_logger("supervisor"), self.stats.service_failures,
                                      base_delay=cfg.service_retry_base,
                                      max_delay=cfg.service_retry_max)
-        self.put_path = PutPath(self.store, self.stats, self.msglog, cfg)
+        # scheduled delivery (server/schedule/), built in dependency order: the recall
+        # marks (timer writes, levels read), the delivery log, the timer service (its
+        # admission is what the put path asks), the put path, then the delay levels
+        self.level_recalls = LevelRecalls()
+        deliveries = DeliveryLog(self.store, self.stats, self.msglog, cfg)
+        self.timer_buckets = TimerBuckets(self.store.data_dir / "timer")
+        self.timer = TimerService(self.store, self.timer_buckets,
+                                  on_fired=deliveries.timer_fired,
+                                  level_recalls=self.level_recalls,
+                                  batch=cfg.schedule_batch, clock_ms=self.store.clock_ms)
+        self.put_path = PutPath(self.store, self.stats, self.msglog, cfg,
+                                admit_timer=self.timer.admit)
         self.schedule = ScheduleService(
-            self.store, self.notifier, cfg.delay_levels_ms, put=self._reput_object,
-            reput=self.put_path.reput, on_delivered=self.put_path.delivered,
+            self.store, self.notifier, cfg.delay_levels_ms,
+            on_delivered=deliveries.delivered, recalled=self.level_recalls.pass_record,
             batch=cfg.schedule_batch, clock_ms=self.store.clock_ms,  # one clock
         )
         self.store.providers.append(self.schedule)
         self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
-        # timer messages (server/timer/): any due ms, pending ones on disk; recall
-        self.timer_buckets = TimerBuckets(self.store.data_dir / "timer")
-        self.timer = TimerService(self.store, self.timer_buckets,
-                                  reput=self.put_path.reput_timer,
-                                  on_fired=self.put_path.timer_fired,
-                                  batch=cfg.schedule_batch, clock_ms=self.store.clock_ms)
-        self.put_path.timer = self.timer
-        self.schedule.recalled = self.timer.pass_level_record
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
         # transactional messages (server/transaction/): pending half messages, check-back
@@ -449,10 +454,6 @@ class Broker:
     @property
     def metrics_address(self) -> str | None:
         return self.metrics.address
-
-    def _reput_object(self, msg: MessageInner) -> PutResult:
-        """The scheduler's object-path re-put (its byte-patching ``reput`` is the default)."""
-        return self.put_path.put(msg, MessageKind.REPUT)
 
     def _on_dispatch(self, req: DispatchRequest) -> None:
         if not req.replay:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("protocol", "client", "client/producer", "client/consumer", "spark",
-            "server", "server/store", "server/handlers", "server/timer", "server/namesrv",
+            "server", "server/store", "server/handlers", "server/schedule", "server/schedule/delay",
+            "server/schedule/timer", "server/namesrv",
             "server/observe", "server/tables", "server/remoting", "server/security",
-            "server/put", "server/delay", "server/transaction", "server/cluster",
+            "server/put", "server/transaction", "server/cluster",
             "server/handlers/admin")
 
 

@@ -148,7 +148,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
                                   clients=b.clients, backlog=b.schedule.backlog,
                                   stats=b.stats, put=put, status=b.status, config=cfg,
                                   log=b.log, clock_ms=store.clock_ms)
-    # timers and recall (timers.py; server/timer/)
+    # timers and recall (timers.py; server/schedule/timer/)
     recall = RecallMessageProcessor(
         timer=b.timer, reads=store, index=b.index, topics=b.topics, put=put,
         schedule_fired=lambda level, off: b.schedule.progress.get(level, 0) > off,

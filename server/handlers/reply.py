@@ -46,7 +46,7 @@ from kairosmq.protocol.properties import (
     encode_properties,
 )
 
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..remoting import ingress
 from ..remoting.client_calls import call_client
 from ..remoting.ingress import Rejected

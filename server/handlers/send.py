@@ -62,14 +62,15 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import TimerIllegal, has_timer
 
 from ..config import FlushMode
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
+from ..put.path import response_code
 from ..put.retry import plan_send_back
 from ..remoting import ingress
 from ..remoting.ingress import Rejected
 from ..remoting.transport import AckedAnswer
+from ..schedule.timer.admission import recall_handle, timer_due, timer_kind
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicTableFull
-from ..timer.admission import recall_handle, timer_due, timer_kind
 from ..transaction.messages import is_half
 
 if TYPE_CHECKING:
@@ -82,13 +83,6 @@ PutFn = Callable[..., PutResult]  # put/path.py: PutPath.put(msg, kind, *, due_m
 # messages of a batch validated or stored per loop turn: a 4 MiB batch holds up to ~180,000
 # small messages (RocketMQ has no count limit), each ~50-100 us of put work on this loop
 BATCH_SLICE = 64
-
-_STATUS_CODES = {
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-}
 
 
 class SendMessageProcessor:
@@ -326,8 +320,8 @@ class SendMessageProcessor:
         put results and ``msg_ids`` (the offset msg ids, joined along the way)."""
         bad = results[-1]  # a batch stops at its first failed put
         if bad.status is not PutStatus.PUT_OK:
-            code = _STATUS_CODES.get(bad.status, ResponseCode.SYSTEM_ERROR)
-            return self._reject(conn, cmd, h, code, bad.remark or bad.status.value)
+            return self._reject(conn, cmd, h, response_code(bad.status),
+                                bad.remark or bad.status.value)
         if msg_ids is None:
             msg_ids = [r.offset_msg_id or self.offset_msg_id(r.phy_offset) for r in results]
         ext = SendMessageResponseHeader(

@@ -28,7 +28,7 @@ from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import is_system_topic
 from kairosmq.protocol.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..put.requeue import requeue
 from ..put.retry import plan_send_back
 from ..remoting import ingress

@@ -27,7 +27,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import shown
 from kairosmq.protocol.headers import RecallMessageRequestHeader, RecallMessageResponseHeader
 from kairosmq.protocol.message import decode_record
-from kairosmq.protocol.naming import SCHEDULE_TOPIC
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from kairosmq.protocol.properties import (
     DELIVER_TIME,
     INT64_DIGITS,
@@ -40,24 +40,23 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import (
     TIMER_OUT_MS,
-    TIMER_TOPIC,
     RecallHandle,
     RecallHandleInvalid,
     decode_recall_handle,
 )
 
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
 from ..remoting import ingress
+from ..schedule.timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
-from ..timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
 
 if TYPE_CHECKING:
     from ..remoting.transport import Connection
+    from ..schedule.timer import TimerService
     from ..store.index import KeyIndex
     from ..store.reads import StoreReads
     from ..tables.topics import TopicConfigManager
-    from ..timer import TimerService
 
 ILLEGAL_OPERATION = ResponseCode.ILLEGAL_OPERATION
 

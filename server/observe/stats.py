@@ -46,7 +46,7 @@ class BrokerStats:
         # background service name -> failures (server/supervise.py)
         self.service_failures: dict[str, int] = {}
         self.lateness: defaultdict[int, LatenessHistogram] = defaultdict(LatenessHistogram)
-        # timer messages (server/timer/): scheduled, fired, lateness of the fire
+        # timer messages (server/schedule/timer/): scheduled, fired, lateness of the fire
         self.timers_scheduled = 0
         self.timers_fired = 0
         self.timer_lateness = LatenessHistogram()

@@ -1,33 +1,32 @@
 """The one put path: every message the broker stores goes through ``PutPath.put``.
 
-Owns: ``MessageKind`` (what a put is: a plain send, a delayed send, the scheduler's
-re-put, a retry, a dead letter, a RocketMQ 5 timer message, a recall record, a
-transaction half message or op record), ``PutPath`` (the delay transform, the store put, the stats
-counters and the ``message.stored``/``message.scheduled`` log events, decided by the
-kind the caller states, never guessed from properties), ``PutPath.reput`` (a due
-schedule record re-put by patching its stored bytes, no object round trip) and
-``PutPath.delivered`` (stats and the ``message.due``/``message.delivered`` events).
+Owns: ``PutPath`` (the delay transform, the timer transform at the due time the timer
+admission gives, the half-message transform, the store put, the stats counters and the
+``message.stored``/``message.scheduled``/``timer.scheduled``/``transaction.prepared``
+log events, decided by the ``MessageKind`` (``kind.py``) the caller states, never
+guessed from properties) and ``response_code`` (a refused put's status -> the response
+code its request gets). The scheduler's and the timer service's re-puts of due records
+patch the stored bytes instead (``schedule/reput.py``).
 
 Invariants:
 * The kind decides: only DELAYED and RETRY messages with a positive DELAY level are
   diverted into the schedule topic; NORMAL and DLQ drop a stray DELAY; a REPUT is
   stored as it is (its properties are the scheduler's). A refused put changes no
   counter and logs nothing.
-* ``reput`` stores exactly the record the object path (``requeue.restore_delayed`` then
-  ``put``) would store (tests/server/test_reput_parity.py), and raises
-  ``RequeueError`` for a record that path could not restore.
+* A timer is never stored behind the fired cursor: its due time is the one
+  ``admit_timer`` (``TimerService.admit``) gives, passed in at construction.
 * Synchronous, on the event loop, like ``MessageStore.put``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from enum import Enum
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import create_offset_msg_id
-from kairosmq.protocol.message import record_properties
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
     DELAY,
     DELIVER_TIME,
@@ -35,68 +34,48 @@ from kairosmq.protocol.properties import (
     PGROUP,
     REAL_QID,
     REAL_TOPIC,
-    SCHEDULE_ORIGIN,
     TAGS,
     UNIQ_KEY,
 )
 
-from ..delay.levels import transform_delayed
-from ..store import SCHEDULE_TOPIC, MessageInner, PutResult, PutStatus
-from ..timer.topic import transform_timer
+from ..schedule.delay.levels import transform_delayed
+from ..schedule.timer.topic import transform_timer
+from ..store import MessageInner, PutResult, PutStatus
 from ..transaction.messages import transform_half
-from .requeue import restore_delayed_view, restore_timer_view
+from .kind import MessageKind
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..observe.logs import MessageLog
     from ..observe.stats import BrokerStats
     from ..store import MessageStore
-    from ..timer import TimerService
-
-
-class MessageKind(Enum):
-    """What a put is; the caller knows it, the put path does not infer it."""
-
-    NORMAL = "NORMAL"  # a plain send
-    DELAYED = "DELAYED"  # a send with a DELAY level: diverted into the schedule topic
-    REPUT = "REPUT"  # the scheduler moving a due message to its real topic
-    RETRY = "RETRY"  # CONSUMER_SEND_MSG_BACK into %RETRY% (with a DELAY level)
-    DLQ = "DLQ"  # a dead letter into %DLQ%
-    TIMER = "TIMER"  # a send with a due instant (RocketMQ 5 timer properties): timer topic
-    RECALL = "RECALL"  # a recall record (RECALL_MESSAGE): stored as it is
-    # a half message: into RMQ_SYS_TRANS_HALF_TOPIC queue 0, DELAY/timer parked until commit
-    TRANSACTION_HALF = "TRANSACTION_HALF"
-    TRANSACTION_OP = "TRANSACTION_OP"  # an op record (RMQ_SYS_TRANS_OP_HALF_TOPIC): as it is
 
 
 _DELAYABLE = frozenset((MessageKind.DELAYED, MessageKind.RETRY))
+# a refused put's answer on the wire (RocketMQ's SendMessageProcessor); others SYSTEM_ERROR
+_RESPONSE_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+}
 
 
-class Reput:
-    """What a raw re-put stored, as the delivered log needs it (duck-types MessageInner)."""
-
-    __slots__ = ("topic", "queue_id", "properties", "reconsume_times")
-
-    def __init__(self, topic: str, queue_id: int, properties: dict[str, str],
-                 reconsume_times: int) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.properties = properties
-        self.reconsume_times = reconsume_times
+def response_code(status: PutStatus) -> ResponseCode:
+    """The response code answering a put that ended with ``status`` (a send, a commit)."""
+    return _RESPONSE_CODES.get(status, ResponseCode.SYSTEM_ERROR)
 
 
 class PutPath:
     """The delay transform, store put, stats and per-message logs of every put."""
 
     def __init__(self, store: MessageStore, stats: BrokerStats, msglog: MessageLog,
-                 config: BrokerConfig) -> None:
+                 config: BrokerConfig, *, admit_timer: Callable[[int], int]) -> None:
         self.store = store
         self.stats = stats
         self.msglog = msglog
         self.config = config
-        self.timer: TimerService | None = None  # set by the broker (timers need the path)
-        # (phy, topic, queue id, UNIQ_KEY) of the last timer re-put, for its fired event
-        self._fired_target: tuple[int, str, int, str | None] | None = None
+        self.admit_timer = admit_timer  # TimerService.admit: never behind the fired cursor
 
     def offset_msg_id(self, phy_offset: int) -> str:
         ip, port = self.store.store_host
@@ -152,52 +131,12 @@ class PutPath:
                 )
         return result
 
-    # ------------------------------------------------------------------ re-put
-
-    def reput(self, record: bytes, level: int, schedule_offset: int
-              ) -> tuple[PutResult, Reput]:
-        """Re-put a due schedule record into its real topic by patching its bytes.
-
-        The same record as ``restore_delayed`` + ``put(msg, REPUT)``: real topic and
-        queue, internal properties dropped except REAL_TOPIC/REAL_QID/the due time,
-        ``KAIROS_SCHEDULE_ORIGIN=level:offset`` added, a fresh store time. Raises
-        ``RequeueError`` when the record cannot be restored.
-        """
-        view, topic, queue_id, new = restore_delayed_view(record, level, schedule_offset)
-        result = self.store.put_patched(record, view, topic, queue_id, new)
-        return result, Reput(topic, queue_id, new, view.reconsume_times)
-
-    def delivered(self, msg: Any, result: PutResult, level: int, deliver_ts: int,
-                  woke_ms: int) -> None:
-        """Stats and log events of a message the scheduler re-put (``msg``: a
-        MessageInner or a ``Reput``)."""
-        # sub-millisecond lateness from the wall clock right after the re-put (store
-        # timestamps are whole milliseconds)
-        lateness = round(time.time() * 1000 - deliver_ts, 3)
-        self.stats.delivered[msg.topic] += 1
-        self.stats.lateness[level].observe(lateness)
-        if not (self.config.log_messages and self.msglog.enabled):
-            return
-        props = msg.properties
-        msg_id = props.get(UNIQ_KEY) or self.offset_msg_id(result.phy_offset)
-        if self.msglog.debug_enabled:
-            self.msglog.debug(
-                "message.due", msg_id=msg_id, delay_level=level,
-                queue_offset=int(props.get(SCHEDULE_ORIGIN, "0:0").split(":")[1]),
-                deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))
-        self.msglog.info("message.delivered", msg_id=msg_id, topic=msg.topic,
-                         queue_id=msg.queue_id, queue_offset=result.queue_offset,
-                         phy_offset=result.phy_offset, delay_level=level,
-                         deliver_ts=deliver_ts, lateness_ms=lateness,
-                         reconsume_times=msg.reconsume_times)
-
     # ------------------------------------------------------------------ timers
 
     def _put_timer(self, msg: MessageInner, due_ms: int) -> PutResult:
         """Divert a timer send into the timer topic, due at ``due_ms`` (never behind the
         fired cursor: ``TimerService.admit``)."""
-        assert self.timer is not None, "timer messages need the broker's TimerService"
-        due = self.timer.admit(due_ms)
+        due = self.admit_timer(due_ms)
         transform_timer(msg, due)
         result = self.store.put(msg)
         if result.status is not PutStatus.PUT_OK:
@@ -237,35 +176,3 @@ class PutPath:
                              real_topic=props[REAL_TOPIC], real_queue_id=int(props[REAL_QID]),
                              queue_offset=result.queue_offset, phy_offset=result.phy_offset)
         return result
-
-    def reput_timer(self, record: bytes, due: int, phy: int) -> PutResult:
-        """The timer service's re-put of a due timer record into its real topic, by
-        patching its bytes (the same record as ``requeue.restore_timer`` + ``put``)."""
-        view, topic, queue_id, new = restore_timer_view(record, due, phy)
-        self._fired_target = (phy, topic, queue_id, new.get(UNIQ_KEY))
-        return self.store.put_patched(record, view, topic, queue_id, new)
-
-    def timer_fired(self, record: bytes, result: PutResult, due: int, phy: int) -> None:
-        """Stats and the ``timer.fired`` event of a timer the service re-put (its target
-        as ``reput_timer`` just decoded it; the record is decoded again only otherwise)."""
-        lateness = round(time.time() * 1000 - due, 3)
-        self.stats.timers_fired += 1
-        self.stats.timer_lateness.observe(lateness)
-        if not (self.config.log_messages and self.msglog.enabled):
-            return
-        target = self._fired_target
-        if target is not None and target[0] == phy:
-            _phy, topic, queue_id, uniq = target
-        else:
-            props = record_properties(record)
-            topic, queue_id = props.get(REAL_TOPIC, ""), _int(props.get(REAL_QID))
-            uniq = props.get(UNIQ_KEY)
-        self.msglog.info("timer.fired",
-                         msg_id=uniq or self.offset_msg_id(result.phy_offset),
-                         topic=topic, queue_id=queue_id,
-                         queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                         deliver_ts=due, lateness_ms=lateness)
-
-
-def _int(raw: str | None) -> int:
-    return int(raw) if raw and raw.isascii() and raw.isdigit() and len(raw) < 10 else 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..tables.topics import dlq_topic, retry_topic
+from kairosmq.protocol.naming import dlq_topic, retry_topic
 
 
 @dataclass(frozen=True, slots=True)

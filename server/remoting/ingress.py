@@ -45,7 +45,7 @@ Invariants:
   delay, as RocketMQ's ``getDelayTimeLevel() > 0``);
   ``TRAN_MSG=true`` makes a single send a half message (``server/transaction/``); a
   batch carrying it is refused (MESSAGE_ILLEGAL). Timer properties are checked on the
-  send path (``server/timer/admission.py``: a bad value is MESSAGE_ILLEGAL).
+  send path (``server/schedule/timer/admission.py``: a bad value is MESSAGE_ILLEGAL).
 * Work per request is bounded by its bytes (the frame), as RocketMQ bounds it: a batch
   (4 MiB body) and a heartbeat have no count limit (the send and client handlers spread a
   big one over loop turns); ``max_groups_per_heartbeat`` (producer and consumer groups,

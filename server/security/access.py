@@ -476,14 +476,15 @@ class AclGuard:
     """The ACL in force on a broker: ``check`` is the transport's auth hook."""
 
     def __init__(self, path: Path, log: Any, reload_interval: float = 1.0,
-                 policy: RequestPolicy | None = None) -> None:
+                 policy: RequestPolicy | None = None, lookups: StoreLookups | None = None
+                 ) -> None:
         self.path = Path(path)
         self.log = log
         self.reload_interval = reload_interval
         self.policy = policy if policy is not None else RequestPolicy()
         self.denied: dict[str, int] = {}
         self.reloads = 0
-        self.lookups: StoreLookups | None = None  # set by server/security/install.py
+        self.lookups = lookups  # a broker's (server/security/install.py); none on a name server
         self._stamp: tuple[int, int, int] | None = None
         self._digest = b""
         self.rules = self._read()  # start-up: a bad file fails the start
@@ -563,9 +564,10 @@ def _is_tls(conn: Connection) -> bool:
 
 
 def load_guard(path: Path, log: Any, reload_interval: float = 1.0,
-               policy: RequestPolicy | None = None) -> AclGuard:
+               policy: RequestPolicy | None = None, lookups: StoreLookups | None = None
+               ) -> AclGuard:
     """An ``AclGuard`` for ``path`` (raises ``AclConfigError``/``OSError`` if unusable)."""
-    guard = AclGuard(path, log, reload_interval, policy)
+    guard = AclGuard(path, log, reload_interval, policy, lookups)
     log.info("acl.loaded", path=str(path), accounts=len(guard.rules.accounts),
              global_white=len(guard.rules.global_white),
              request_binding=guard.policy.binding.value,

@@ -8,9 +8,10 @@ the transport's protocol wrapper for ``--tls-mode permissive|enforcing``, and th
 start-up warning ``acl.disabled`` for a server reachable beyond loopback without
 ``--acl``), ``install_security`` (called by ``Broker`` before its first listener opens,
 with only what it reads: the config, the server, the supervisor and the store reads
-behind the guard's ``StoreLookups``: the store's checked read for send-backs, the
-transaction service's half messages for END_TRANSACTION; it never sees the ``Broker``;
-the standalone name server calls ``secure_server`` itself),
+behind the guard's ``StoreLookups``, given at construction: the store's checked read for
+send-backs, the transaction service's half messages for END_TRANSACTION; it never sees
+the ``Broker``; the standalone name server calls ``secure_server`` itself, without
+lookups),
 ``security_problem`` (the start-up check of the files, one line for the command) and
 ``is_loopback``.
 
@@ -85,14 +86,15 @@ _OPEN: dict[Role, str] = {
 
 def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: Path | None,
                   acl_reload_interval: float, tls: TlsSettings, host: str,
-                  role: Role = "broker", policy: RequestPolicy | None = None
-                  ) -> AclGuard | None:
+                  role: Role = "broker", policy: RequestPolicy | None = None,
+                  lookups: StoreLookups | None = None) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``server`` (before it listens); the guard
-    or None. ``role`` names the server in the ``acl.disabled`` warning."""
+    or None. ``role`` names the server in the ``acl.disabled`` warning; ``lookups`` are a
+    broker's reads for the codes whose resource is a stored message."""
     log = get_logger("acl")
     guard = None
     if acl_file is not None:
-        guard = load_guard(acl_file, log, acl_reload_interval, policy)
+        guard = load_guard(acl_file, log, acl_reload_interval, policy, lookups)
         server.auth = guard.check
         supervisor.spawn("acl", guard.watch, reports_progress=True)
     elif not is_loopback(host):
@@ -114,13 +116,11 @@ def install_security(cfg: BrokerConfig, server: RemotingServer, supervisor: Supe
     lookup of a half message's real topic (the guard's ``StoreLookups``)."""
     policy = RequestPolicy(cfg.acl_request_binding, int(cfg.acl_request_window * 1000),
                            cfg.acl_admin_require_tls)
-    guard = secure_server(server, supervisor, acl_file=cfg.acl_file,
-                          acl_reload_interval=cfg.acl_reload_interval,
-                          tls=tls_settings(cfg), host=cfg.host, policy=policy)
-    if guard is not None:
-        guard.lookups = StoreLookups(stored_topic=stored_topic(read_record),
-                                     half_topic=half_topic)
-    return guard
+    lookups = StoreLookups(stored_topic=stored_topic(read_record), half_topic=half_topic)
+    return secure_server(server, supervisor, acl_file=cfg.acl_file,
+                         acl_reload_interval=cfg.acl_reload_interval,
+                         tls=tls_settings(cfg), host=cfg.host, policy=policy,
+                         lookups=lookups)
 
 
 def security_problem(acl_file: Path | None, tls: TlsSettings) -> str | None:

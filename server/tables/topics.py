@@ -5,8 +5,7 @@ Owns: ``TopicConfig``, ``TopicConfigManager`` (create on demand, persist to
 RocketMQ's TopicConfigManager: ``TBW102`` is the auto-create template,
 ``SCHEDULE_TOPIC_XXXX`` has one queue per delay level, ``%RETRY%<group>`` and
 ``%DLQ%<group>`` are created on demand (a heartbeat, a send-back, a send to them; never a
-route lookup). The naming rules live in ``kairosmq.protocol.naming`` (re-exported here for
-the server's modules).
+route lookup). The naming rules live in ``kairosmq.protocol.naming``.
 
 Invariants:
 * Every topic in the table has a valid name (``naming.validate_queue_topic``: a valid
@@ -50,12 +49,6 @@ from kairosmq.protocol.naming import (
     is_system_topic,
     validate_queue_topic,
 )
-
-# isort: off
-# dlq_topic / retry_topic live in protocol/naming.py; importable from here only for
-# server/put/retry.py, until it imports them from naming (then drop these lines).
-from kairosmq.protocol.naming import dlq_topic, retry_topic  # noqa: F401
-# isort: on
 
 from ..store.files import read_json
 from .table_file import TableFile, join_parts

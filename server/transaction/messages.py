@@ -4,8 +4,9 @@ Owns: the names (``RMQ_SYS_TRANS_HALF_TOPIC``, ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, 
 tags, kairosmq's ``KAIROS_TX_HALF``/``KAIROS_TX_END`` properties), ``is_half`` (which
 send is a half message: RocketMQ 4.9.8 SendMessageProcessor's test), ``transform_half``
 (RocketMQ's ``parseHalfMessageInner``), ``committed_message`` (its
-``endMessageTransaction``), ``op_message`` (an op record) and ``check_body`` (the
-CHECK_TRANSACTION_STATE body: the half message as the producer sent it).
+``endMessageTransaction``: ``put/requeue.py``'s copy without ``COMMIT_STRIP``),
+``op_message`` (an op record) and ``check_body`` (the CHECK_TRANSACTION_STATE body: the
+half message as the producer sent it).
 
 Invariants:
 * A half message keeps every client property, DELAY and timer properties included:
@@ -29,14 +30,19 @@ from kairosmq.protocol.codes import (
 from kairosmq.protocol.message import MessageExt, encode_record
 from kairosmq.protocol.properties import (
     DELAY,
+    INT32_DIGITS,
+    INT64_DIGITS,
     PGROUP,
     REAL_QID,
     REAL_TOPIC,
     TAGS,
     TRAN_MSG,
     encode_properties,
+    parse_decimal,
+    parse_decimal_pair,
 )
 
+from ..put.requeue import copy_record
 from ..store import MessageInner
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # TransactionalMessageUtil.buildHalfTopic()
@@ -48,7 +54,9 @@ OP_CHECK_TAG = "c"  # kairosmq: the half message was checked once more
 TX_HALF = "KAIROS_TX_HALF"  # "<half queue offset>:<half commit-log offset>"
 TX_END = "KAIROS_TX_END"  # on an op record tagged "d": commit | rollback | discard
 _TX_TYPE = SYSFLAG_TRANSACTION_ROLLBACK  # 0xC: both transaction-type bits
-_MAX_DIGITS = 18
+# what a committed copy does not inherit from its half message (DELAY and the timer
+# properties stay: they apply at commit)
+COMMIT_STRIP = (REAL_TOPIC, REAL_QID, TRAN_MSG, TX_HALF, TX_END)
 
 
 def is_half(props: dict[str, str], reconsume_times: int) -> bool:
@@ -77,33 +85,24 @@ def format_key(queue_offset: int, phy: int) -> str:
 
 def parse_key(raw: str) -> tuple[int, int] | None:
     """``queueOffset:phy`` -> the pair, None unless both are small decimals."""
-    a, sep, b = raw.partition(":")
-    if not sep or not (a.isascii() and a.isdigit() and b.isascii() and b.isdigit()):
-        return None
-    if len(a) > _MAX_DIGITS or len(b) > _MAX_DIGITS:
-        return None
-    return int(a), int(b)
+    return parse_decimal_pair(raw, INT64_DIGITS, INT64_DIGITS)
 
 
 def real_address(props: dict[str, str]) -> tuple[str, int] | None:
     """A half record's (REAL_TOPIC, REAL_QID), None if they do not name a queue."""
-    topic, qid = props.get(REAL_TOPIC, ""), props.get(REAL_QID, "")
-    if not topic or not (qid.isascii() and qid.isdigit() and len(qid) <= 9):
+    topic, qid = props.get(REAL_TOPIC, ""), parse_decimal(props.get(REAL_QID), INT32_DIGITS)
+    if not topic or qid is None:
         return None
-    return topic, int(qid)
+    return topic, qid
 
 
 def committed_message(m: MessageExt, topic: str, queue_id: int) -> MessageInner:
-    """The message a commit puts into ``topic``/``queue_id`` for the half record ``m``."""
-    props = {k: v for k, v in m.properties.items()
-             if k not in (REAL_TOPIC, REAL_QID, TRAN_MSG, TX_HALF, TX_END)}
-    props[TX_HALF] = format_key(m.queue_offset, m.commit_log_offset)
-    return MessageInner(
-        topic=topic, queue_id=queue_id, body=m.body, properties=props, flag=m.flag,
-        sys_flag=(m.sys_flag & ~_TX_TYPE) | SYSFLAG_TRANSACTION_COMMIT,
-        born_timestamp=m.born_timestamp, born_host=m.born_host,
-        reconsume_times=m.reconsume_times,
-    )
+    """The message a commit puts into ``topic``/``queue_id`` for the half record ``m``
+    (``put/requeue.py``'s copy, ``COMMIT_STRIP`` dropped, ``KAIROS_TX_HALF`` naming it)."""
+    return copy_record(
+        m, topic, queue_id, COMMIT_STRIP,
+        properties={TX_HALF: format_key(m.queue_offset, m.commit_log_offset)},
+        sys_flag=(m.sys_flag & ~_TX_TYPE) | SYSFLAG_TRANSACTION_COMMIT)
 
 
 def op_message(queue_offset: int, phy: int, tag: str, end: str | None,

@@ -40,11 +40,19 @@ from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_record
-from kairosmq.protocol.properties import DELAY, PGROUP, TAGS, UNIQ_KEY
+from kairosmq.protocol.properties import (
+    DELAY,
+    INT32_DIGITS,
+    PGROUP,
+    TAGS,
+    UNIQ_KEY,
+    parse_decimal,
+)
 from kairosmq.protocol.timer import TimerIllegal, has_timer, resolve_timer
 
 from ..observe.logs import MessageLog, get_logger
-from ..put.path import MessageKind
+from ..put.kind import MessageKind
+from ..put.path import response_code
 from ..remoting.client_calls import notify_client
 from ..store import PutStatus
 from .messages import (
@@ -172,9 +180,9 @@ class TransactionService:
     def _entry(self, req: DispatchRequest) -> HalfEntry:
         props = req.properties
         immunity = int(self.config.transaction_timeout * 1000)
-        raw = props.get(CHECK_IMMUNITY, "")
-        if raw.isascii() and raw.isdigit() and len(raw) <= 9:
-            immunity = int(raw) * 1000  # getImmunityTime: seconds replace the timeout
+        seconds = parse_decimal(props.get(CHECK_IMMUNITY), INT32_DIGITS)
+        if seconds is not None:
+            immunity = seconds * 1000  # getImmunityTime: seconds replace the timeout
         addr = real_address(props)
         return HalfEntry(req.queue_offset, req.phy_offset, req.size, props.get(PGROUP, ""),
                          addr[0] if addr else "", props.get(UNIQ_KEY, ""),
@@ -225,7 +233,7 @@ class TransactionService:
         op = self._op(entry, OP_REMOVE_TAG, how)
         if kind == ROLLBACK:
             if op.status is not PutStatus.PUT_OK:
-                raise TransactionError(_code(op.status), op.remark or op.status.value)
+                raise TransactionError(response_code(op.status), op.remark or op.status.value)
             self.pending.pop(entry.phy, None)
         fields = dict(msg_id=entry.msg_id, producer_group=group, topic=entry.topic,
                       half_offset=entry.phy, checks=entry.checks, from_check=from_check,
@@ -301,7 +309,8 @@ class TransactionService:
         finally:
             self._ending = None
         if result.status is not PutStatus.PUT_OK:
-            raise TransactionError(_code(result.status), result.remark or result.status.value)
+            raise TransactionError(response_code(result.status),
+                                   result.remark or result.status.value)
 
     def _op(self, entry: HalfEntry, tag: str, end: str | None) -> PutResult:
         msg = op_message(entry.queue_offset, entry.phy, tag, end, self.store.store_host,
@@ -415,9 +424,3 @@ class TransactionService:
                 "transactionCheckMax": self.config.transaction_check_max}
 
 
-def _code(status: PutStatus) -> ResponseCode:
-    if status is PutStatus.SERVICE_NOT_AVAILABLE:
-        return ResponseCode.SERVICE_NOT_AVAILABLE
-    if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
-        return ResponseCode.MESSAGE_ILLEGAL
-    return ResponseCode.SYSTEM_ERROR

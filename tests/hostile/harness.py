@@ -29,7 +29,7 @@ from typing import Any
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.message import MessageExt, decode_records
-from kairosmq.server.delay.levels import parse_delay_levels
+from kairosmq.server.schedule.delay.levels import parse_delay_levels
 
 from tests.helpers import FAST_LEVELS, pull, send
 from tests.integration.procs import BrokerProcess

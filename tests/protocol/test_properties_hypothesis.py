@@ -376,6 +376,23 @@ def test_parse_decimal_takes_only_short_ascii_decimals(raw: str) -> None:
     assert parse_decimal("٣", INT32_DIGITS) is None  # a non-ASCII digit is not a number
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.text("0123456789:", max_size=40),
+                 st.tuples(st.integers(0, 10**20), st.integers(0, 10**20)).map(
+                     lambda t: f"{t[0]}:{t[1]}")))
+def test_parse_decimal_pair_is_two_bounded_decimals(raw: str) -> None:
+    """The pair is exactly what ``(\\d{1,a}):(\\d{1,b})`` (ASCII) matches in full."""
+    import re
+
+    from kairosmq.protocol.properties import INT64_DIGITS, parse_decimal_pair
+
+    for a, b in ((INT64_DIGITS, INT64_DIGITS), (4, INT64_DIGITS)):
+        m = re.fullmatch(rf"(\d{{1,{a}}}):(\d{{1,{b}}})", raw, re.ASCII)
+        expected = (int(m.group(1)), int(m.group(2))) if m else None
+        assert parse_decimal_pair(raw, a, b) == expected
+    assert parse_decimal_pair(None, INT64_DIGITS, INT64_DIGITS) is None
+
+
 @given(st.text(max_size=14))
 @example("--5")
 @example("+7")

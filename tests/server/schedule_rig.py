@@ -4,7 +4,9 @@ Shared by tests/server/test_schedule.py (wake instants, retries, retention) and
 tests/server/test_schedule_faults.py (a wall clock that steps back, bad records).
 
 Owns: ``Rig`` (a real MessageStore on a tmp directory, the ScheduleService built through
-its public constructor, the scheduler's ``put`` recording each attempt) and ``Attempt``.
+its public constructor with the broker's re-put, ``schedule/reput.py``: the restore view
+and the patched put; the store write under it, ``put_patched``, records each attempt and
+fails on demand) and ``Attempt``.
 The scheduler's clock is ``BASE_MS + loop ms + step_ms``: tests move ``step_ms`` to step
 the wall clock; ``Attempt.loop_ms`` is the loop's own (never stepped) time.
 """
@@ -15,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kairosmq.protocol.message import decode_records
+from kairosmq.protocol.message import RecordView, decode_records
 from kairosmq.protocol.properties import DELIVER_TIME
-from kairosmq.server.delay.levels import transform_delayed
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.levels import transform_delayed
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import (
     DispatchRequest,
     MessageInner,
@@ -60,8 +62,8 @@ class Rig:
                                   units_per_file=upf, clock_ms=self.clock_ms)
         self.store.open()
         self.notifier = ArrivalNotifier()
-        self.sched = ScheduleService(self.store, self.notifier, levels, put=self.put,
-                                     batch=batch, clock_ms=self.clock_ms)
+        self.sched = ScheduleService(self.store, self.notifier, levels, batch=batch,
+                                     clock_ms=self.clock_ms, put_patched=self.put_patched)
         self.store.providers.append(self.sched)
         self.store.dispatchers.append(self._notify)
         self.store.dispatchers.append(self.sched.on_dispatch)
@@ -78,16 +80,19 @@ class Rig:
         if not req.replay:
             self.notifier.notify(req.topic, req.queue_id)
 
-    def put(self, msg: MessageInner) -> PutResult:
-        """The scheduler's re-put: the real store, failing ``fail_next`` times first."""
-        deliver = int(msg.properties[DELIVER_TIME])
+    def put_patched(self, record: bytes, view: RecordView, topic: str, queue_id: int,
+                    props: dict[str, str]) -> PutResult:
+        """The store write of the scheduler's re-put: the real store, failing
+        ``fail_next`` times first."""
+        body = record[view.body_start:view.body_end]
+        deliver = int(props[DELIVER_TIME])
         if self.fail_next > 0:
             self.fail_next -= 1
-            self.attempts.append(Attempt(self.clock_ms(), msg.body, deliver, False,
+            self.attempts.append(Attempt(self.clock_ms(), body, deliver, False,
                                          self.loop_ms()))
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected failure")
-        result = self.store.put(msg)
-        self.attempts.append(Attempt(self.clock_ms(), msg.body, deliver,
+        result = self.store.put_patched(record, view, topic, queue_id, props)
+        self.attempts.append(Attempt(self.clock_ms(), body, deliver,
                                      result.status is PutStatus.PUT_OK, self.loop_ms()))
         return result
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kairosmq.server.config import DEFAULT_DELAY_LEVELS, BrokerConfig, FlushMode
-from kairosmq.server.delay.levels import parse_delay_levels
+from kairosmq.server.schedule.delay.levels import parse_delay_levels
 
 S, M, H = 1000, 60_000, 3_600_000
 

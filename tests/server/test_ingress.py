@@ -211,7 +211,7 @@ def test_message_properties_strips_broker_internal(props: dict[str, str],
 @pytest.mark.parametrize("key", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
                                  "__STARTDELIVERTIME"])
 def test_timer_properties_pass_ingress_for_the_send_path(key: str) -> None:
-    # checked by server/timer/admission.py (tests/integration/test_timers.py)
+    # checked by server/schedule/timer/admission.py (tests/integration/test_timers.py)
     props = {key: "1700000000000", "K": "v"}
     assert ingress.message_properties(encode_properties(props)) == props
 

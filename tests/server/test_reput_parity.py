@@ -34,7 +34,7 @@ from kairosmq.protocol.properties import (
     encode_properties,
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS
-from kairosmq.server.put.requeue import (
+from kairosmq.server.schedule.reput import (
     RequeueError,
     restore_delayed,
     restore_delayed_view,

@@ -21,8 +21,8 @@ import pytest
 from kairosmq.protocol.message import decode_records
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import SCHEDULE_ORIGIN
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 
 from tests.helpers import VirtualDeadlock, VirtualLoop, run_virtual
 from tests.server.schedule_rig import BASE_MS, Rig
@@ -214,8 +214,8 @@ def test_failed_reput_does_not_advance_progress_across_a_restart(tmp_path: Path)
             assert snap["1"] == 0
         finally:
             await rig.sched.stop()
-        fresh = ScheduleService(rig.store, ArrivalNotifier(), LEVELS, put=rig.put,
-                                clock_ms=rig.clock_ms)
+        fresh = ScheduleService(rig.store, ArrivalNotifier(), LEVELS, clock_ms=rig.clock_ms,
+                                put_patched=rig.put_patched)
         fresh.restore(snap)
         rig.sched = fresh
         rig.fail_next = 0

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELIVER_TIME
-from kairosmq.server.delay.levels import transform_delayed
-from kairosmq.server.put.requeue import resend_target, restore_delayed
+from kairosmq.server.put.requeue import resend_target
+from kairosmq.server.schedule.delay.levels import transform_delayed
+from kairosmq.server.schedule.reput import restore_delayed
 from kairosmq.server.store import (
     MessageInner,
     MessageStore,

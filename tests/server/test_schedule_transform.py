@@ -1,5 +1,5 @@
-"""The delay transform (server/delay/service.py): a delayed message moves to the schedule topic and
-is restored to its real topic and queue."""
+"""The delay transform (server/schedule/delay/levels.py): a delayed message moves to the
+schedule topic and is restored to its real topic and queue."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.config import DEFAULT_DELAY_LEVELS
-from kairosmq.server.delay.levels import parse_delay_levels, transform_delayed
-from kairosmq.server.put.requeue import restore_delayed
+from kairosmq.server.schedule.delay.levels import parse_delay_levels, transform_delayed
+from kairosmq.server.schedule.reput import restore_delayed
 from kairosmq.server.store import MessageInner
 
 LEVELS = parse_delay_levels(DEFAULT_DELAY_LEVELS)

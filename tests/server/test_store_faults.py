@@ -22,8 +22,8 @@ from kairosmq.protocol.codes import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from kairosmq.protocol.message import decode_record, encode_record
 from kairosmq.protocol.properties import SCHEDULE_ORIGIN
 from kairosmq.protocol.schema import MESSAGE_MAGIC_CODE
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import MessageInner, MessageStore, PutStatus
 from kairosmq.server.store.commitlog import RecordProblem, check_record
 from kairosmq.server.store.consumequeue import HOLE
@@ -175,7 +175,7 @@ async def test_schedule_origin_from_content_never_raises_nor_moves_progress(
         root: Path, origin: str) -> None:
     """Online and on replay: an origin the scheduler did not put is ignored."""
     s = open_store(root)
-    sched = ScheduleService(s, ArrivalNotifier(), (1000, 2000), put=s.put)
+    sched = ScheduleService(s, ArrivalNotifier(), (1000, 2000))
     s.providers.append(sched)
     s.dispatchers.append(sched.on_dispatch)
     for i in range(3):  # level 1 has 3 pending messages
@@ -189,7 +189,7 @@ async def test_schedule_origin_from_content_never_raises_nor_moves_progress(
     s.close()
     (root / "checkpoint.json").unlink(missing_ok=True)
     s2 = MessageStore(root, store_host=HOST, segment_size=SEG, units_per_file=100)
-    sched2 = ScheduleService(s2, ArrivalNotifier(), (1000, 2000), put=s2.put)
+    sched2 = ScheduleService(s2, ArrivalNotifier(), (1000, 2000))
     s2.providers.append(sched2)
     s2.dispatchers.append(sched2.on_dispatch)
     try:

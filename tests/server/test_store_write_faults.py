@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kairosmq.server.delay.service import ScheduleService
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
+from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import MessageInner, PutStatus
 from kairosmq.server.store import commitlog as commitlog_mod
 from kairosmq.server.store.consumequeue import HOLE
@@ -128,7 +128,7 @@ async def test_failed_write_undoes_scheduler_progress(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_store(root, disk_check_interval=0.0)
     notifier = ArrivalNotifier()
-    sched = ScheduleService(s, notifier, (1000,), put=s.put, clock_ms=lambda: 10_000)
+    sched = ScheduleService(s, notifier, (1000,), clock_ms=lambda: 10_000)
     s.dispatchers.append(sched.on_dispatch)
     try:
         s.put(MessageInner(topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"due",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kairosmq.protocol.message import decode_record, decode_records
+from kairosmq.protocol.message import RecordView, decode_record, decode_records
 from kairosmq.protocol.naming import TIMER_TOPIC
 from kairosmq.protocol.properties import (
     REAL_QID,
@@ -24,11 +24,11 @@ from kairosmq.protocol.properties import (
     TIMER_ORIGIN,
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS
-from kairosmq.server.put.requeue import restore_timer
+from kairosmq.server.schedule.reput import restore_timer
+from kairosmq.server.schedule.timer import RecallOutcome, TimerBuckets, TimerService
+from kairosmq.server.schedule.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
+from kairosmq.server.schedule.timer.topic import RECALL_QUEUE, format_pair
 from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus
-from kairosmq.server.timer import RecallOutcome, TimerBuckets, TimerService
-from kairosmq.server.timer.buckets import ENTRY, KIND_CANCEL, KIND_TIMER, live_entries
-from kairosmq.server.timer.topic import RECALL_QUEUE, format_pair
 
 from tests.helpers import VirtualLoop, run_virtual
 
@@ -55,8 +55,8 @@ class Rig:
         self.store = MessageStore(self.root / "store", store_host=HOST, segment_size=1 << 20,
                                   units_per_file=1000, clock_ms=self.now)
         self.buckets = TimerBuckets(self.root / "store" / "timer")
-        self.timer = TimerService(self.store, self.buckets, reput=self.reput,
-                                  clock_ms=self.now, run_blocking=inline)
+        self.timer = TimerService(self.store, self.buckets, clock_ms=self.now,
+                                  run_blocking=inline, put_patched=self.put_patched)
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
         self.store.open()
@@ -64,13 +64,16 @@ class Rig:
     def now(self) -> int:
         return BASE_MS + round(self.loop.time() * 1000)
 
-    def reput(self, record: bytes, due: int, phy: int) -> PutResult:
+    def put_patched(self, record: bytes, view: RecordView, topic: str, queue_id: int,
+                    props: dict[str, str]) -> PutResult:
+        """The store write of the timer service's re-put (schedule/reput.py): the real
+        store, failing ``fail_next`` times first."""
         if self.fail_next:
             self.fail_next -= 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
-        msg = restore_timer(record, due, phy)
-        result = self.store.put(msg)
-        self.fired.append((msg.body, due, self.now()))
+        result = self.store.put_patched(record, view, topic, queue_id, props)
+        self.fired.append((record[view.body_start:view.body_end], int(props[TIMER_OUT_MS]),
+                           self.now()))
         return result
 
     def schedule(self, body: bytes, due: int) -> int:
@@ -247,7 +250,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
     slices about to fall due (no heapify of a whole bucket on the loop), every timer still
     fires at its millisecond in (due, phy) order, and a recall inside a slice not yet in
     the heap wins."""
-    from kairosmq.server.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
+    from kairosmq.server.schedule.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
 
     async def body(rig: Rig) -> None:
         await rig.timer.stop()
@@ -404,7 +407,7 @@ def test_firing_goes_on_while_the_next_bucket_loads(tmp_path: Path) -> None:
 
 
 def test_slice_live_filters_dedupes_and_cuts_sorted_slices() -> None:
-    from kairosmq.server.timer.window import SLICE_MS, slice_live
+    from kairosmq.server.schedule.timer.window import SLICE_MS, slice_live
 
     def e(due: int, phy: int, kind: int = KIND_TIMER) -> bytes:
         return ENTRY.pack(due, phy, 10, kind)

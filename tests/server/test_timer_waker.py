@@ -1,4 +1,4 @@
-"""PreciseWaker (server/timer/waker.py): a wall-clock instant, never early, re-armable."""
+"""PreciseWaker (server/schedule/waker.py): a wall-clock instant, never early, re-armable."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 from kairosmq.server.clock import wall_ms
-from kairosmq.server.timer.waker import PreciseWaker
+from kairosmq.server.schedule.waker import PreciseWaker
 
 
 async def test_wakes_at_the_instant_never_before_and_rearms() -> None:

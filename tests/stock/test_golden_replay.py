@@ -42,7 +42,7 @@ from kairosmq.protocol.codes import (
     ResponseCode,
 )
 from kairosmq.protocol.ids import decode_offset_msg_id
-from kairosmq.server.delay.levels import parse_delay_levels
+from kairosmq.server.schedule.delay.levels import parse_delay_levels
 
 from tests.helpers import FAST_LEVELS, FIXTURES
 from tests.protocol.captures import MOCK_REPLIES, REQUEST_CLIENTS, expected_ext, index

@@ -36,7 +36,7 @@ from kairosmq.protocol.naming import (
 )
 from kairosmq.protocol.properties import RETRY_TOPIC
 
-from ...put.path import MessageKind
+from ...put.kind import MessageKind
 from ...put.requeue import requeue, resend_target
 from ...remoting import ingress
 from ...store import MessageInner, PutResult, PutStatus

@@ -21,7 +21,7 @@ from kairosmq.protocol.commands import RemotingCommand, request
 from kairosmq.protocol.message import MessageExt, decode_record
 from kairosmq.server.broker import Broker
 from kairosmq.server.handlers import after_topic_write
-from kairosmq.server.put.path import MessageKind
+from kairosmq.server.put.kind import MessageKind
 from kairosmq.server.remoting.ingress import guarded
 from kairosmq.server.remoting.transport import Connection, Handler
 from kairosmq.server.store import GetStatus, MessageInner, PutResult, PutStatus

@@ -10,7 +10,7 @@ from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.properties import DELAY
 from kairosmq.server.handlers.admin.broker import AdminBrokerProcessor
-from kairosmq.server.put.path import MessageKind
+from kairosmq.server.put.kind import MessageKind
 
 from tests.server.handlers.rig import Services, req
 

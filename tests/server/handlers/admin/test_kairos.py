@@ -11,7 +11,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.naming import SCHEDULE_TOPIC, dlq_topic
 from kairosmq.protocol.properties import DELAY, RETRY_TOPIC, UNIQ_KEY
 from kairosmq.server.handlers.admin.kairos import KairosAdminProcessor
-from kairosmq.server.put.path import MessageKind
+from kairosmq.server.put.kind import MessageKind
 
 from tests.server.handlers.rig import Services, req
 

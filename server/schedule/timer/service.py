@@ -1,8 +1,11 @@
 """TimerService: fire timer messages at their due millisecond, exactly once; recall them.
 
 Owns: the loaded buckets (a ``TimerWindow`` of ``(due_ms, phy, size)`` entries), the
-firing task, the fired cursor and its checkpoint state, the dispatch listener that feeds
-``TimerBuckets`` from timer and recall records, and the recall decision.
+firing task, the fired cursor and its checkpoint state (with the level recall marks it
+writes, ``schedule/recalls.py``), the dispatch listener that feeds ``TimerBuckets`` from
+timer and recall records, and the recall decision. The re-put of a due timer (restore,
+patched put, outcome, skips, the origin in flight) is ``schedule/reput.py``'s, shared
+with the delay levels.
 
 Records (all in the commit log; ``TIMER_TOPIC`` is a system topic no client may send to):
 * a timer record: ``TIMER_TOPIC`` queue 0, properties ``TIMER_OUT_MS`` (due ms),
@@ -40,28 +43,29 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kairosmq.protocol.naming import TIMER_TOPIC
 from kairosmq.protocol.properties import (
+    INT64_DIGITS,
     RECALL_KIND,
     RECALL_TARGET,
     TIMER_ORIGIN,
+    parse_decimal,
 )
-from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.protocol.timer import TIMER_OUT_MS
 
-from ..clock import sub_ms, wall_ms
-from ..observe.logs import get_logger
-from ..put.requeue import RequeueError
-from ..store import DispatchRequest, MessageStore, PutResult, PutStatus
-from ..store.record_check import stored_physical_offset
-from ..store.undo import UndoLog
+from ...clock import sub_ms, wall_ms
+from ...observe.logs import get_logger
+from ...store import DispatchRequest, MessageStore, PutResult
+from ...store.record_check import stored_physical_offset
+from ..recalls import LevelRecalls
+from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_timer_view
+from ..waker import PreciseWaker
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .retention import RetentionWalk
 from .topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
-from .waker import PreciseWaker
 from .window import Entry, Slice, TimerWindow, slice_live
 
-RETRY_PAUSE = 0.2
 PACE_UNTIL_MS = 500  # a bucket load runs unpaced from this long before the bucket starts
-_PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
 class TimerService:
@@ -70,26 +74,31 @@ class TimerService:
     name = "timer"
 
     def __init__(self, store: MessageStore, buckets: TimerBuckets, *,
-                 reput: Callable[[bytes, int, int], PutResult],
-                 on_fired: Callable[[bytes, PutResult, int, int], None] | None = None,
+                 on_fired: Callable[[Target, PutResult, int], None] | None = None,
+                 level_recalls: LevelRecalls | None = None,
                  clock_ms: Callable[[], int] | None = None, batch: int = 256,
                  lookahead_ms: int = 2_000, max_loaded: int = 400_000,
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None) -> None:
+                 run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                 put_patched: PutPatched | None = None) -> None:
         self.store = store
         self.buckets = buckets
-        self.reput = reput  # (record, due, phy) -> result: the put path, told "re-put"
-        self.on_fired = on_fired
+        self.on_fired = on_fired  # DeliveryLog.timer_fired: stats, timer.fired
+        # recalled schedule records not yet passed (the level tasks read them)
+        self.level_recalls = level_recalls if level_recalls is not None else LevelRecalls()
         self.clock_ms = clock_ms or wall_ms  # the broker passes the store's clock
         self.batch = batch
         self.lookahead_ms = lookahead_ms
         self.max_loaded = max_loaded
         self.run_blocking = run_blocking or asyncio.to_thread  # file reads (tests: inline)
         self.cursor: tuple[int, int] = (0, -1)
-        self.skipped = 0
         self.log = get_logger("timer")
+        # the re-puts (reput.py): in flight (due, phy); undo: (previous cursor, the entry
+        # to re-arm) per fired copy not yet written
+        self.reputs: Reputs[tuple[tuple[int, int], Entry]] = Reputs(
+            store, restore_timer_view, put_patched=put_patched)
+        self.skipped = 0
         self.window = TimerWindow()  # the loaded buckets' timers
         self._cancelled: set[int] = set()  # recalled phys inside the loaded window
-        self.level_recalls: set[int] = set()  # recalled schedule records not yet passed
         self._future: list[int] = []  # heap of buckets beyond the window
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
@@ -99,10 +108,6 @@ class TimerService:
         self._loading: int | None = None
         self._loading_min: int | None = None  # the loading bucket's earliest known due
         self._loading_extra: list[Entry] = []
-        self._putting: tuple[int, int] | None = None
-        # (previous cursor, the entry to re-arm) per fired copy not yet written
-        self._undo: UndoLog[tuple[tuple[int, int], Entry]] = UndoLog(
-            lambda: store.commitlog.written_offset)
         self._wake: asyncio.Future[None] | None = None  # what the sleeping task awaits
         self._task: asyncio.Task[None] | None = None
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
@@ -113,7 +118,7 @@ class TimerService:
     # ------------------------------------------------------------- StateProvider
 
     def snapshot(self) -> dict[str, Any]:
-        return {"cursor": list(self.cursor), "level_recalls": sorted(self.level_recalls)}
+        return {"cursor": list(self.cursor), "level_recalls": self.level_recalls.snapshot()}
 
     def restore(self, state: Any) -> None:
         if isinstance(state, dict):
@@ -121,9 +126,7 @@ class TimerService:
             if (isinstance(cur, list) and len(cur) == 2
                     and all(isinstance(v, int) and 0 <= v < 1 << 63 for v in cur)):
                 self.cursor = (cur[0], cur[1])
-            recalls = state.get("level_recalls")
-            if isinstance(recalls, list):
-                self.level_recalls = {v for v in recalls if isinstance(v, int) and v >= 0}
+            self.level_recalls.restore(state.get("level_recalls"))
 
     # ------------------------------------------------------------- admission
 
@@ -154,8 +157,9 @@ class TimerService:
         if req.topic == TIMER_TOPIC:
             if req.queue_id == TIMER_QUEUE:
                 raw = props.get(TIMER_OUT_MS, "")
-                if raw.isascii() and raw.isdigit() and len(raw) <= 18:
-                    self._add((int(raw), req.phy_offset, req.size))
+                due = parse_decimal(raw, INT64_DIGITS)
+                if due is not None:
+                    self._add((due, req.phy_offset, req.size))
                 else:
                     self.log.error("timer.record_skipped", phy_offset=req.phy_offset,
                                    reason=f"{TIMER_OUT_MS}={raw[:40]!r} is not a due time")
@@ -164,7 +168,7 @@ class TimerService:
                 if target is None:
                     return
                 if props.get(RECALL_KIND) == "level":
-                    self.level_recalls.add(target[1])
+                    self.level_recalls.mark(target[1])
                 else:
                     self._cancel(*target)
             return
@@ -172,7 +176,7 @@ class TimerService:
         if origin is None:
             return
         pair = parse_pair(origin)
-        if pair is None or (not req.replay and pair != self._putting):
+        if pair is None or (not req.replay and not self.reputs.made(pair)):
             self.log.warning("timer.origin_ignored", phy_offset=req.phy_offset,
                              origin=origin[:64])
             return
@@ -180,7 +184,7 @@ class TimerService:
             prev = self.cursor
             self.cursor = pair
             if not req.replay:
-                self._undo.add(req.phy_offset, (prev, (pair[0], pair[1], 0)))
+                self.reputs.undo.add(req.phy_offset, (prev, (pair[0], pair[1], 0)))
 
     def _add(self, entry: Entry) -> None:
         bucket = self.buckets.add(entry[0], entry[1], entry[2])
@@ -208,7 +212,7 @@ class TimerService:
     def rollback(self, kept: int) -> None:
         """Store rollback listener: fired copies at or after ``kept`` were dropped, so
         their timers are pending again."""
-        for prev, entry in self._undo.rollback_from(kept):
+        for prev, entry in self.reputs.undo.rollback_from(kept):
             self.cursor = min(self.cursor, prev)
             self.window.push(entry)  # size 0: re-read by phy when it fires
         self._poke()
@@ -243,14 +247,6 @@ class TimerService:
         if fired:
             return RecallOutcome.ALREADY_FIRED
         return RecallOutcome.ALREADY_RECALLED if phy in self.level_recalls else None
-
-    def pass_level_record(self, phy: int) -> bool:
-        """The scheduler's check before a re-put: True if the schedule record at ``phy`` was
-        recalled (the scheduler then skips it; the mark is dropped once passed)."""
-        if phy in self.level_recalls:
-            self.level_recalls.discard(phy)
-            return True
-        return False
 
     # ------------------------------------------------------------- task
 
@@ -396,21 +392,11 @@ class TimerService:
                 if rec is None or stored_physical_offset(rec) != phy:
                     self._skip(due, phy, "the timer record cannot be read (retention or damage)")
                     continue
-                self._putting = (due, phy)
-                try:  # mypyc: no ``continue`` inside try/finally
-                    result: PutResult | None = self.reput(rec, due, phy)
-                except RequeueError as err:
-                    result = None
-                    self._skip(due, phy, f"cannot restore the message: {err}")
-                finally:
-                    self._putting = None
-                if result is None:
+                attempt = self.reputs.put(rec, due, phy)
+                if attempt.outcome is Outcome.SKIP:
+                    self._skip(due, phy, attempt.reason)
                     continue
-                if result.status in _PERMANENT:
-                    self._skip(due, phy, f"the re-put was refused: "
-                               f"{result.remark or result.status.value}")
-                    continue
-                if result.status is not PutStatus.PUT_OK:
+                if attempt.outcome is Outcome.RETRY:
                     for e in due_now[i:]:  # back at the head: nothing overtakes them
                         self.window.push(e)
                     return False
@@ -418,7 +404,8 @@ class TimerService:
                     self.cursor = (due, phy)
                 fired += 1
                 if self.on_fired is not None:
-                    self.on_fired(rec, result, due, phy)
+                    assert attempt.target is not None and attempt.result is not None
+                    self.on_fired(attempt.target, attempt.result, due)
         return True
 
     def _skip(self, due: int, phy: int, reason: str) -> None:

@@ -5,7 +5,7 @@ Owns: ``parse_delay_levels`` (``"1s 5s 10s ..."`` -> milliseconds per level; ``B
 derives ``delay_levels_ms`` with it) and ``transform_delayed`` (divert a message with a delay
 level into ``SCHEDULE_TOPIC_XXXX`` queue ``level-1``, saving REAL_TOPIC/REAL_QID and the due
 time; the put path calls it for DELAYED and RETRY puts). ``service.py``'s ``ScheduleService``
-moves the due messages back; the inverse copy is ``put/requeue.py``'s ``restore_delayed``.
+moves the due messages back; the inverse, ``restore_delayed_view``, is ``schedule/reput.py``'s.
 
 Invariants: a bad level string raises ``ValueError`` naming the bad token (a clear start-up
 error); a level above the table's last is clamped to it; the due time never precedes the
@@ -21,7 +21,7 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELAY, DELIVER_TIME, REAL_QID, REAL_TOPIC
 
 if TYPE_CHECKING:
-    from ..store import MessageInner
+    from ...store import MessageInner
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")

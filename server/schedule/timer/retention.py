@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kairosmq.protocol.timer import TIMER_TOPIC
+from kairosmq.protocol.naming import TIMER_TOPIC
 
-from ..observe.logs import get_logger
-from ..store import MessageStore
+from ...observe.logs import get_logger
+from ...store import MessageStore
 from .buckets import TimerBuckets
 from .topic import TIMER_QUEUE
 

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..store.files import sync_filesystem
+from ...store.files import sync_filesystem
 
 ENTRY = struct.Struct("<qqii")  # due_ms, phy_offset, size, kind
 KIND_TIMER = 0

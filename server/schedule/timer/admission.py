@@ -24,8 +24,8 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS, RecallHandle, has_timer, resolve_timer
 
-from ..put.path import MessageKind
-from ..store import MessageInner
+from ...put.kind import MessageKind
+from ...store import MessageInner
 
 
 def timer_due(props: dict[str, str], now_ms: int, max_delay_ms: int) -> int:

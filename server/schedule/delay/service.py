@@ -1,8 +1,9 @@
 """Delayed delivery: ScheduleService (one task per level), RocketMQ's delay-level scheduler.
 
 Owns: ``ScheduleService``. The send side's transform into ``SCHEDULE_TOPIC_XXXX`` and the
-level table's parser are ``levels.py``'s; the inverse copy, ``restore_delayed``, is
-``put/requeue.py``'s.
+level table's parser are ``levels.py``'s; the re-put of a due record (its restore, the
+patched put, its outcome, skips, the origin in flight) is ``schedule/reput.py``'s, shared
+with the timer service; the recall marks it consults are ``schedule/recalls.py``'s.
 
 Invariants:
 * Never early, late by milliseconds: a level's queue is FIFO by due time, so each task
@@ -18,6 +19,7 @@ Invariants:
   and no later message of that level overtakes it. A record that can never be delivered
   (undecodable, bad REAL_QID, a re-put refused as illegal) is skipped with an ``error``
   event ``schedule.record_skipped``: a level task never stalls or dies on a record.
+* A recalled record (``recalled``: RECALL_MESSAGE won) is passed over, never re-put.
 * Only the scheduler moves progress: online, ``on_dispatch`` accepts an origin only for
   the re-put the scheduler itself is making (``level:offset`` equal to the one in
   flight); on replay, only a level in range with an offset below the schedule queue's
@@ -32,33 +34,21 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from typing import Any
 
-from kairosmq.protocol.properties import (
-    SCHEDULE_ORIGIN,
-)
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
+from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_decimal_pair
 
-from ..clock import sub_ms, wall_ms
-from ..observe.logs import get_logger
-from ..put.requeue import RequeueError, restore_delayed
-from ..remoting.longpoll import ArrivalNotifier
-from ..store import (
-    SCHEDULE_TOPIC,
-    DispatchRequest,
-    MessageInner,
-    MessageStore,
-    PutResult,
-    PutStatus,
-)
-from ..store.consumequeue import HOLE
-from ..store.undo import UndoLog
-from ..timer.waker import PreciseWaker
+from ...clock import sub_ms, wall_ms
+from ...observe.logs import get_logger
+from ...remoting.longpoll import ArrivalNotifier
+from ...store import DispatchRequest, MessageStore, PutResult
+from ...store.consumequeue import HOLE
+from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_delayed_view
+from ..waker import PreciseWaker
 
-RETRY_PAUSE = 0.2
-_ORIGIN = re.compile(r"(\d{1,4}):(\d{1,18})", re.ASCII)
-_PERMANENT = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+_LEVEL_DIGITS = 4  # an origin's level: at most 4 digits (then checked against the table)
 _FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
 
 
@@ -73,31 +63,29 @@ class ScheduleService:
         notifier: ArrivalNotifier,
         levels_ms: tuple[int, ...],
         *,
-        put: Callable[[MessageInner], Any],
-        reput: Callable[[bytes, int, int], tuple[Any, Any]] | None = None,
-        on_delivered: Callable[[MessageInner, Any, int, int, int], None] | None = None,
+        on_delivered: Callable[[Target, PutResult, int, int, int, int], None] | None = None,
+        recalled: Callable[[int], bool] | None = None,
         batch: int = 256,
         clock_ms: Callable[[], int] | None = None,
+        put_patched: PutPatched | None = None,
     ) -> None:
         self.store = store
         self.notifier = notifier
         self.levels_ms = levels_ms
-        self.put = put
-        self.reput = reput  # PutPath.reput: the re-put without decoding the record
-        self.on_delivered = on_delivered
+        self.on_delivered = on_delivered  # DeliveryLog.delivered: stats, message.delivered
+        # LevelRecalls.pass_record: a recalled schedule record is passed over
+        self.recalled = recalled
         self.batch = batch
         self.clock_ms = clock_ms or wall_ms  # the broker passes the store's clock
         self.progress: dict[int, int] = {lvl: 0 for lvl in range(1, len(levels_ms) + 1)}
         self.tasks: list[asyncio.Task[None]] = []
-        self.skipped = 0
         self.log = get_logger("schedule")
-        self._putting: tuple[int, int] | None = None  # (level, offset) of the re-put in flight
-        # (level, previous progress) per re-put not yet written
-        self._undo: UndoLog[tuple[int, int]] = UndoLog(lambda: store.commitlog.written_offset)
+        # the re-puts (reput.py): in flight (level, offset); undo: (level, previous progress)
+        self.reputs: Reputs[tuple[int, int]] = Reputs(store, restore_delayed_view,
+                                                      put_patched=put_patched)
+        self.skipped = 0
         self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
         self._wakers: dict[int, PreciseWaker] = {}  # level -> its task's timerfd
-        # TimerService.pass_level_record: a recalled schedule record is passed over
-        self.recalled: Callable[[int], bool] | None = None
         store.rollback_listeners.append(self.rollback)
 
     # ------------------------------------------------------------- StateProvider
@@ -131,18 +119,18 @@ class ScheduleService:
         if prev <= off:
             self.progress[level] = off + 1
             if not req.replay:
-                self._undo.add(req.phy_offset, (level, prev))
+                self.reputs.undo.add(req.phy_offset, (level, prev))
 
     def _parse_origin(self, origin: str, replay: bool) -> tuple[int, int] | str:
         """(level, offset) of an origin the scheduler may trust, else the reason not to."""
-        m = _ORIGIN.fullmatch(origin)
-        if m is None:
+        pair = parse_decimal_pair(origin, _LEVEL_DIGITS, INT64_DIGITS)
+        if pair is None:
             return "not <level>:<offset>"
-        level, off = int(m.group(1)), int(m.group(2))
+        level, off = pair
         if level not in self.progress:
             return f"no delay level {level}"
         if not replay:
-            if self._putting != (level, off):
+            if not self.reputs.made((level, off)):
                 return "not a re-put the scheduler is making"
             return level, off
         cq = self.store.find_queue(SCHEDULE_TOPIC, level - 1)
@@ -153,7 +141,7 @@ class ScheduleService:
     def rollback(self, kept: int) -> None:
         """Store rollback listener: undo progress made by re-puts at or after ``kept``."""
         levels: set[int] = set()
-        for level, prev in self._undo.rollback_from(kept):
+        for level, prev in self.reputs.undo.rollback_from(kept):
             self.progress[level] = min(self.progress[level], prev)
             levels.add(level)
         for level in levels:  # wake a level task that went to wait on the notifier
@@ -223,7 +211,7 @@ class ScheduleService:
             wait_ms = self._due(level, off, head[2], now) - now
             if wait_ms > 0:
                 waker = self._wakers.get(level)
-                if waker is not None:  # a timerfd at the due ms (timer/waker.py)
+                if waker is not None:  # a timerfd at the due ms (schedule/waker.py)
                     await waker.wait_until(now + wait_ms)
                 else:  # to the due instant on the sub-millisecond clock (clock_ms
                     # truncates); the loop re-checks, so an early wake never delivers early
@@ -300,29 +288,15 @@ class ScheduleService:
                 if self.progress[level] <= off:
                     self.progress[level] = off + 1
                 continue
-            self._putting = (level, off)
-            result: PutResult | None
-            try:  # mypyc: no ``continue`` inside try/finally
-                if self.reput is not None:
-                    result, msg = self.reput(records[i], level, off)
-                else:
-                    msg = restore_delayed(records[i], level, off)
-                    result = self.put(msg)
-            except RequeueError as err:
-                result = None
-                self._skip(level, off, phy, f"cannot restore the message: {err}")
-            finally:
-                self._putting = None
-            if result is None:
-                continue
-            if result.status in _PERMANENT:
-                self._skip(level, off, phy, f"the re-put was refused: "
-                           f"{result.remark or result.status.value}")
-                continue
-            if result.status is not PutStatus.PUT_OK:
+            attempt = self.reputs.put(records[i], level, off)
+            if attempt.outcome is Outcome.RETRY:
                 return False
+            if attempt.outcome is Outcome.SKIP:
+                self._skip(level, off, phy, attempt.reason)
+                continue
             if self.progress[level] <= off:  # dispatch did not see the origin: never loop
                 self.progress[level] = off + 1
             if self.on_delivered is not None:
-                self.on_delivered(msg, result, level, deliver_ts, now)
+                assert attempt.target is not None and attempt.result is not None
+                self.on_delivered(attempt.target, attempt.result, level, off, deliver_ts, now)
         return True

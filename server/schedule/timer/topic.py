@@ -11,17 +11,16 @@ anything else is ignored by the timer service, never trusted.
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 
-from kairosmq.protocol.properties import REAL_QID, REAL_TOPIC
-from kairosmq.protocol.timer import TIMER_OUT_MS, TIMER_TOPIC
+from kairosmq.protocol.naming import TIMER_TOPIC
+from kairosmq.protocol.properties import INT64_DIGITS, REAL_QID, REAL_TOPIC, parse_decimal_pair
+from kairosmq.protocol.timer import TIMER_OUT_MS
 
-from ..store import MessageInner
+from ...store import MessageInner
 
 TIMER_QUEUE = 0
 RECALL_QUEUE = 1
-_PAIR = re.compile(r"(\d{1,18}):(\d{1,18})", re.ASCII)
 
 
 class RecallOutcome(Enum):
@@ -35,8 +34,7 @@ def format_pair(due_ms: int, phy: int) -> str:
 
 
 def parse_pair(text: str) -> tuple[int, int] | None:
-    m = _PAIR.fullmatch(text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return parse_decimal_pair(text, INT64_DIGITS, INT64_DIGITS)
 
 
 def transform_timer(msg: MessageInner, due_ms: int) -> None:
