@@ -24,18 +24,38 @@ HERE = Path(__file__).resolve().parent
 # package dir -> import name (pyproject.toml's package-dir)
 PACKAGES = {"protocol": "kairosmq/protocol", "server": "kairosmq/server"}
 HOT = [
-    "protocol/codec.py", "protocol/message.py", "protocol/properties.py", "protocol/events.py",
-    "protocol/commands.py", "protocol/timer.py", "protocol/ids.py", "protocol/naming.py",
-    "server/store/message_store.py", "server/store/commitlog.py", "server/store/index.py",
-    "server/store/consumequeue.py", "server/store/reads.py", "server/store/guard.py",
+    "protocol/codec.py",
+    "protocol/message.py",
+    "protocol/properties.py",
+    "protocol/events.py",
+    "protocol/commands.py",
+    "protocol/timer.py",
+    "protocol/ids.py",
+    "protocol/naming.py",
+    "server/store/message_store.py",
+    "server/store/commitlog.py",
+    "server/store/index.py",
+    "server/store/consumequeue.py",
+    "server/store/reads.py",
+    "server/store/guard.py",
     "server/store/mapped.py",
-    "server/clock.py", "server/put/path.py", "server/put/requeue.py",
-    "server/schedule/delay/service.py", "server/schedule/delay/levels.py",
-    "server/schedule/reput.py", "server/schedule/delivered.py", "server/schedule/recalls.py",
-    "server/remoting/transport.py", "server/remoting/ingress.py", "server/remoting/longpoll.py",
-    "server/observe/logs.py", "server/observe/logsink.py",
-    "server/handlers/send.py", "server/handlers/pull.py",
-    "server/schedule/timer/service.py", "server/schedule/timer/admission.py",
+    "server/clock.py",
+    "server/put/path.py",
+    "server/put/requeue.py",
+    "server/schedule/delay/service.py",
+    "server/schedule/delay/levels.py",
+    "server/schedule/reput.py",
+    "server/schedule/delivered.py",
+    "server/schedule/recalls.py",
+    "server/remoting/transport.py",
+    "server/remoting/ingress.py",
+    "server/remoting/longpoll.py",
+    "server/observe/logs.py",
+    "server/observe/logsink.py",
+    "server/handlers/send.py",
+    "server/handlers/pull.py",
+    "server/schedule/timer/service.py",
+    "server/schedule/timer/admission.py",
 ]
 
 
@@ -60,16 +80,20 @@ def native_extensions() -> list:  # type: ignore[type-arg]
     stage = HERE / "build" / "native-src"
     shutil.rmtree(stage, ignore_errors=True)
     for src, dst in PACKAGES.items():
-        shutil.copytree(HERE / src, stage / dst,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copytree(
+            HERE / src, stage / dst, ignore=shutil.ignore_patterns("__pycache__", "*.so")
+        )
     (stage / "mypy.ini").write_text(
         f"[mypy]\nmypy_path = {stage}\nexplicit_package_bases = True\n"
-        "ignore_missing_imports = True\nfollow_imports = silent\n")
+        "ignore_missing_imports = True\nfollow_imports = silent\n"
+    )
     try:
-        return mypycify(["--config-file", str(stage / "mypy.ini")]
-                        + [str(stage / "kairosmq" / p) for p in HOT],
-                        opt_level="3", group_name="kairosmq_native",
-                        target_dir=str(stage / "c"))
+        return mypycify(
+            ["--config-file", str(stage / "mypy.ini")] + [str(stage / "kairosmq" / p) for p in HOT],
+            opt_level="3",
+            group_name="kairosmq_native",
+            target_dir=str(stage / "c"),
+        )
     except BaseException as err:  # noqa: BLE001 - mypyc exits (SystemExit) on type errors
         _warn(f"mypyc refused the modules ({err!r})")
         return []

@@ -63,36 +63,65 @@ class Sink:
 
 
 def split_batch(n: int) -> list[BatchItem]:
-    return [BatchItem(f"Hello world {i}".encode(), 0, encode_properties(
-        {"KEYS": f"OrderID{i}", "TAGS": "Tag", "WAIT": "true",
-         "UNIQ_KEY": f"7F000001{i:024X}"})) for i in range(n)]
+    return [
+        BatchItem(
+            f"Hello world {i}".encode(),
+            0,
+            encode_properties(
+                {
+                    "KEYS": f"OrderID{i}",
+                    "TAGS": "Tag",
+                    "WAIT": "true",
+                    "UNIQ_KEY": f"7F000001{i:024X}",
+                }
+            ),
+        )
+        for i in range(n)
+    ]
 
 
 def java_min(n: int) -> list[BatchItem]:
-    return [BatchItem(b"x", 0, encode_properties({"WAIT": "true",
-                                                  "UNIQ_KEY": f"7F000001{i:024X}"}))
-            for i in range(n)]
+    return [
+        BatchItem(b"x", 0, encode_properties({"WAIT": "true", "UNIQ_KEY": f"7F000001{i:024X}"}))
+        for i in range(n)
+    ]
 
 
 def bare(n: int) -> list[BatchItem]:
     return [BatchItem(b"x", 0, "") for _ in range(n)]
 
 
-SHAPES = {"split": (split_batch, 13_275), "java-min": (java_min, 55_000),
-          "bare": (bare, 180_000)}
+SHAPES = {"split": (split_batch, 13_275), "java-min": (java_min, 55_000), "bare": (bare, 180_000)}
 
 
 def heartbeat_frame(groups: int) -> tuple[bytes, int]:
-    body = orjson.dumps({
-        "clientID": "127.0.0.1@bench", "producerDataSet": [
-            {"groupName": f"P{i}"} for i in range(groups)],
-        "consumerDataSet": [{
-            "groupName": f"Flood{i}", "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "unitMode": False, "subscriptionDataSet": [{
-                "topic": f"FloodTopic{i}", "subString": "*", "tagsSet": [], "codeSet": [],
-                "subVersion": 1, "expressionType": "TAG", "classFilterMode": False}],
-        } for i in range(groups)]})
+    body = orjson.dumps(
+        {
+            "clientID": "127.0.0.1@bench",
+            "producerDataSet": [{"groupName": f"P{i}"} for i in range(groups)],
+            "consumerDataSet": [
+                {
+                    "groupName": f"Flood{i}",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "topic": f"FloodTopic{i}",
+                            "subString": "*",
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "subVersion": 1,
+                            "expressionType": "TAG",
+                            "classFilterMode": False,
+                        }
+                    ],
+                }
+                for i in range(groups)
+            ],
+        }
+    )
     return encode_command(request(RequestCode.HEART_BEAT, {}, body=body)), len(body)
 
 
@@ -106,9 +135,20 @@ async def measure(conn: Connection, sink: Sink, name: str) -> str:
         body = encode_batch(make(n))
         size = len(body)
         assert size <= 4 * 1024 * 1024, size
-        ext = {"a": "BatchPG", "b": "BatchTest", "c": "TBW102", "d": "4", "e": "0", "f": "0",
-               "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false",
-               "m": "true"}
+        ext = {
+            "a": "BatchPG",
+            "b": "BatchTest",
+            "c": "TBW102",
+            "d": "4",
+            "e": "0",
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "i": "",
+            "j": "0",
+            "k": "false",
+            "m": "true",
+        }
         frame = encode_command(request(RequestCode.SEND_BATCH_MESSAGE, ext, body=body))
         what = "messages"
     lags: list[float] = []
@@ -131,15 +171,23 @@ async def measure(conn: Connection, sink: Sink, name: str) -> str:
     done.set()
     await task
     lags.sort()
-    return (f"{name:9s} {n:7d} {what} {size / 2**20:4.2f} MiB: answered after "
-            f"{took * 1e3:6.0f} ms; loop blocked at most {lags[-1] * 1e3:5.1f} ms "
-            f"(p99 {lags[int(len(lags) * .99)] * 1e3:4.1f} ms, {len(lags)} probe wake-ups)")
+    return (
+        f"{name:9s} {n:7d} {what} {size / 2**20:4.2f} MiB: answered after "
+        f"{took * 1e3:6.0f} ms; loop blocked at most {lags[-1] * 1e3:5.1f} ms "
+        f"(p99 {lags[int(len(lags) * 0.99)] * 1e3:4.1f} ms, {len(lags)} probe wake-ups)"
+    )
 
 
 async def main(shapes: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="kq-batch-") as d:
-        cfg = BrokerConfig(data_dir=Path(d), port=0, namesrv_port=0, vip_channel=False,
-                           commitlog_segment_size=256 << 20, log_messages=False)
+        cfg = BrokerConfig(
+            data_dir=Path(d),
+            port=0,
+            namesrv_port=0,
+            vip_channel=False,
+            commitlog_segment_size=256 << 20,
+            log_messages=False,
+        )
         broker = Broker(cfg)
         await broker.start()
         conn = Connection(broker.server, broker.broker_handlers, "bench")

@@ -49,9 +49,21 @@ def rss_mb(pid: int) -> float:
 
 
 def start_broker(data: Path, port: int, message_logs: bool) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-           "--namesrv-port", str(free_port()), "--data-dir", str(data), "--no-vip-channel",
-           "--log-format", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kairosmq.server",
+        "broker",
+        "--port",
+        str(port),
+        "--namesrv-port",
+        str(free_port()),
+        "--data-dir",
+        str(data),
+        "--no-vip-channel",
+        "--log-format",
+        "json",
+    ]
     if not message_logs:
         cmd.append("--no-message-logs")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -68,8 +80,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def report(name: str, r: dict[str, float]) -> None:
-    print(f"{name:<28} {r['rate']:>10,.0f} msg/s   p50 {r['p50_ms']:6.2f} ms   "
-          f"p99 {r['p99_ms']:6.2f} ms   acked {int(r['acked'])} errors {int(r['errors'])}")
+    print(
+        f"{name:<28} {r['rate']:>10,.0f} msg/s   p50 {r['p50_ms']:6.2f} ms   "
+        f"p99 {r['p99_ms']:6.2f} ms   acked {int(r['acked'])} errors {int(r['errors'])}"
+    )
 
 
 def main() -> None:
@@ -79,17 +93,31 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--rss-messages", type=int, default=1_000_000)
-    ap.add_argument("--binary", action="store_true",
-                    help="ROCKETMQ binary headers (default: JSON, what stock clients send)")
-    ap.add_argument("--message-logs", action="store_true",
-                    help="keep per-message log events on (the default broker setting)")
+    ap.add_argument(
+        "--binary",
+        action="store_true",
+        help="ROCKETMQ binary headers (default: JSON, what stock clients send)",
+    )
+    ap.add_argument(
+        "--message-logs",
+        action="store_true",
+        help="keep per-message log events on (the default broker setting)",
+    )
     args = ap.parse_args()
-    kw = dict(total=args.total, concurrency=args.concurrency, connections=args.connections,
-              body_size=args.body, topic="BenchTopic", binary=args.binary)
+    kw = dict(
+        total=args.total,
+        concurrency=args.concurrency,
+        connections=args.connections,
+        body_size=args.body,
+        topic="BenchTopic",
+        binary=args.binary,
+    )
 
     port = free_port()
-    null = subprocess.Popen([sys.executable, str(Path(__file__).parent / "null_server.py"),
-                             str(port)], stdout=subprocess.PIPE)
+    null = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "null_server.py"), str(port)],
+        stdout=subprocess.PIPE,
+    )
     wait_port(port)
     ceiling = uvloop.run(run_load("127.0.0.1", port, **kw))
     stop(null)
@@ -104,13 +132,22 @@ def main() -> None:
             print(f"ratio broker/ceiling: {result['rate'] / ceiling['rate']:.1%}")
             if args.rss_messages:
                 before = rss_mb(proc.pid)
-                uvloop.run(run_load("127.0.0.1", port, total=args.rss_messages,
-                                    concurrency=args.concurrency,
-                                    connections=args.connections, body_size=100,
-                                    topic="RssTopic"))
+                uvloop.run(
+                    run_load(
+                        "127.0.0.1",
+                        port,
+                        total=args.rss_messages,
+                        concurrency=args.concurrency,
+                        connections=args.connections,
+                        body_size=100,
+                        topic="RssTopic",
+                    )
+                )
                 after = rss_mb(proc.pid)
-                print(f"broker RSS: {before:.1f} MB before, {after:.1f} MB after storing "
-                      f"{args.rss_messages:,} more 100-byte messages")
+                print(
+                    f"broker RSS: {before:.1f} MB before, {after:.1f} MB after storing "
+                    f"{args.rss_messages:,} more 100-byte messages"
+                )
         finally:
             stop(proc)
     os.environ.pop("KAIROS_BENCH", None)

@@ -72,31 +72,58 @@ class CountingTransport:
         pass
 
 
-def send_frame(i: int, topic: str = TOPIC, delay: bool = True,
-               deliver_ms: int | None = None) -> bytes:
-    timing = ({"DELAY": "1"} if delay else {}) if deliver_ms is None else {
-        "TIMER_DELIVER_MS": str(deliver_ms)}
+def send_frame(
+    i: int, topic: str = TOPIC, delay: bool = True, deliver_ms: int | None = None
+) -> bytes:
+    timing = (
+        ({"DELAY": "1"} if delay else {})
+        if deliver_ms is None
+        else {"TIMER_DELIVER_MS": str(deliver_ms)}
+    )
     props = encode_properties({**timing, "UNIQ_KEY": f"7F0000010000{i:020X}", "WAIT": "true"})
-    ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
-           "m": "false"}
-    return encode_command(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=i,
-                                          ext_fields=ext, body=b"\xab" * 1024))
+    ext = {
+        "a": "bench_pg",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(i % 4),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": props,
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    return encode_command(
+        RemotingCommand(
+            code=RequestCode.SEND_MESSAGE_V2, opaque=i, ext_fields=ext, body=b"\xab" * 1024
+        )
+    )
 
 
 def pull_frame(i: int, queue_id: int, offset: int, topic: str = TOPIC) -> bytes:
-    ext = {"consumerGroup": GROUP, "topic": topic, "queueId": str(queue_id),
-           "queueOffset": str(offset), "maxMsgNums": "1", "sysFlag": "6",
-           "commitOffset": "0", "suspendTimeoutMillis": "15000", "subscription": "*",
-           "subVersion": "0", "expressionType": "TAG"}
-    return encode_command(RemotingCommand(code=RequestCode.PULL_MESSAGE, opaque=i,
-                                          ext_fields=ext))
+    ext = {
+        "consumerGroup": GROUP,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "1",
+        "sysFlag": "6",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "15000",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    return encode_command(RemotingCommand(code=RequestCode.PULL_MESSAGE, opaque=i, ext_fields=ext))
 
 
 async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
     configure_logging(json=True, log_dir=data_dir / "logs", stdout=False)
-    broker = Broker(BrokerConfig(data_dir=data_dir / "store", port=0, namesrv_port=0,
-                                 vip_channel=False))
+    broker = Broker(
+        BrokerConfig(data_dir=data_dir / "store", port=0, namesrv_port=0, vip_channel=False)
+    )
     await broker.start()
     gc.freeze()  # keep the start-up objects out of the scans, as ``kairosmq broker`` does
     gc.disable()  # timed loops without collections (gc.collect() between them): the
@@ -107,8 +134,13 @@ async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
     try:
         conn = Connection(broker.server, broker.broker_handlers, "bench")
         conn.connection_made(CountingTransport())  # type: ignore[arg-type]
-        best = {"delayed send": float("inf"), "re-put": float("inf"), "pull": float("inf"),
-                "timer fire": float("inf"), "held pull": float("inf")}
+        best = {
+            "delayed send": float("inf"),
+            "re-put": float("inf"),
+            "pull": float("inf"),
+            "timer fire": float("inf"),
+            "held pull": float("inf"),
+        }
         sent = 0
         for _ in range(repeat):
             frames = [send_frame(sent + i) for i in range(n)]
@@ -221,12 +253,16 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         got = uvloop.run(figures(Path(d), a.n, a.repeat))  # the broker's loop (cli.py)
-    print("broker CPU µs per request, warm, no network (best of "
-          f"{a.repeat} loops of {a.n}; re-put: one pass over all)")
+    print(
+        "broker CPU µs per request, warm, no network (best of "
+        f"{a.repeat} loops of {a.n}; re-put: one pass over all)"
+    )
     for k, v in got.items():
         print(f"  {k:13s} {v:7.1f}")
-    print(f"  {'per delayed message (send + re-put + pull of 1)':13s} "
-          f"{got['delayed send'] + got['re-put'] + got['pull']:7.1f}")
+    print(
+        f"  {'per delayed message (send + re-put + pull of 1)':13s} "
+        f"{got['delayed send'] + got['re-put'] + got['pull']:7.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -69,8 +69,10 @@ async def produce(namesrv: str, topic: str, n: int, inflight: int, body: bytes) 
         await asyncio.gather(*(sender() for _ in range(inflight)))
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     rate = n / elapsed
-    print(f"send:    {n} x {len(body)} B, {inflight} in flight: {elapsed:.2f}s  {rate:,.0f} msgs/s"
-          f"  (this process: {cpu / n * 1e6:.1f} us CPU/msg)")
+    print(
+        f"send:    {n} x {len(body)} B, {inflight} in flight: {elapsed:.2f}s  {rate:,.0f} msgs/s"
+        f"  (this process: {cpu / n * 1e6:.1f} us CPU/msg)"
+    )
     return rate
 
 
@@ -89,9 +91,11 @@ async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
         return ConsumeStatus.CONSUME_SUCCESS
 
     consumer = PushConsumer(
-        f"bench_cg_{os.getpid()}_{time.time_ns()}", namesrv,
+        f"bench_cg_{os.getpid()}_{time.time_ns()}",
+        namesrv,
         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        consume_message_batch_max_size=batch, pull_batch_size=32,
+        consume_message_batch_max_size=batch,
+        pull_batch_size=32,
     )
     consumer.subscribe(topic)
     consumer.register_listener(listener)
@@ -103,9 +107,11 @@ async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
     rate = count / elapsed
     start_s = (first or t0) - t0
     steady = count / (elapsed - start_s) if elapsed > start_s else rate
-    print(f"consume: {count} msgs (listener batch {batch}): {elapsed:.2f}s  {rate:,.0f} msgs/s"
-          f"  (this process: {cpu / count * 1e6:.1f} us CPU/msg); first message after "
-          f"{start_s:.2f}s (start-up), then {steady:,.0f} msgs/s")
+    print(
+        f"consume: {count} msgs (listener batch {batch}): {elapsed:.2f}s  {rate:,.0f} msgs/s"
+        f"  (this process: {cpu / count * 1e6:.1f} us CPU/msg); first message after "
+        f"{start_s:.2f}s (start-up), then {steady:,.0f} msgs/s"
+    )
     return rate
 
 
@@ -129,16 +135,35 @@ async def main(argv: list[str] | None = None) -> None:
             from kairosmq.server.broker import Broker
             from kairosmq.server.config import BrokerConfig
 
-            broker = Broker(BrokerConfig(data_dir=Path(tmp), port=0, namesrv_port=0,
-                                         vip_channel=False, log_messages=False))
+            broker = Broker(
+                BrokerConfig(
+                    data_dir=Path(tmp),
+                    port=0,
+                    namesrv_port=0,
+                    vip_channel=False,
+                    log_messages=False,
+                )
+            )
             await broker.start()
             namesrv = broker.namesrv_address
         else:
             port, ns_port = _free_port(), _free_port()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-                "--namesrv-port", str(ns_port), "--data-dir", tmp, "--no-message-logs",
-                "--no-vip-channel", "--no-log-file", "--log-level", "WARNING",
+                sys.executable,
+                "-m",
+                "kairosmq.server",
+                "broker",
+                "--port",
+                str(port),
+                "--namesrv-port",
+                str(ns_port),
+                "--data-dir",
+                tmp,
+                "--no-message-logs",
+                "--no-vip-channel",
+                "--no-log-file",
+                "--log-level",
+                "WARNING",
                 stdout=asyncio.subprocess.DEVNULL,
             )
             await _wait_port(ns_port)

@@ -87,10 +87,20 @@ async def _prepare(namesrv: str, brokers: list[str], queues: int) -> None:
     from kairosmq.protocol.codes import RequestCode, ResponseCode
 
     for addr in brokers:
-        resp = await _call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-            "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0", "order": "false"})
+        resp = await _call(
+            addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": TOPIC,
+                "defaultTopic": "TBW102",
+                "readQueueNums": str(queues),
+                "writeQueueNums": str(queues),
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": "0",
+                "order": "false",
+            },
+        )
         if resp.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"create topic on {addr}: {resp.remark}")
     deadline = time.monotonic() + 60
@@ -106,6 +116,7 @@ async def _prepare(namesrv: str, brokers: list[str], queues: int) -> None:
 
 # ---------------------------------------------------------------------- producer worker
 
+
 async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     from kairosmq.client import Message, Producer, SendStatus
 
@@ -117,6 +128,7 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     per_broker: dict[str, int] = {}
 
     async with Producer(f"bench_cluster_{os.getpid()}", args.namesrv) as p:
+
         async def loop() -> None:
             nonlocal acked, failed
             while (now := time.time()) < t_end:
@@ -134,23 +146,48 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
                         per_broker[b] = per_broker.get(b, 0) + 1
                     else:
                         failed += 1
+
         await asyncio.sleep(max(0.0, args.start_at - time.time()))
         await asyncio.gather(*(loop() for _ in range(args.inflight)))
     lat.sort()
-    return {"acked": acked, "failed": failed, "per_broker": per_broker,
-            "lat": lat[:: max(1, len(lat) // 2000)]}
+    return {
+        "acked": acked,
+        "failed": failed,
+        "per_broker": per_broker,
+        "lat": lat[:: max(1, len(lat) // 2000)],
+    }
 
 
 # ---------------------------------------------------------------------- orchestration
 
-def _start_cluster(n: int, data: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str,
-                                                                    list[str]]:
+
+def _start_cluster(
+    n: int, data: Path, extra: list[str]
+) -> tuple[subprocess.Popen[bytes], str, list[str]]:
     ns_port, base = _free_port(), _free_base(n)
-    cmd = [sys.executable, "-m", "kairosmq.server", "cluster", "--brokers", str(n),
-           "--data-dir", str(data), "--namesrv-port", str(ns_port), "--base-port", str(base),
-           "--no-vip-channel", "--log-level", "warning", "--segment-size-mb", "256", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "kairosmq.server",
+        "cluster",
+        "--brokers",
+        str(n),
+        "--data-dir",
+        str(data),
+        "--namesrv-port",
+        str(ns_port),
+        "--base-port",
+        str(base),
+        "--no-vip-channel",
+        "--log-level",
+        "warning",
+        "--segment-size-mb",
+        "256",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
     status = data / "cluster.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -160,8 +197,11 @@ def _start_cluster(n: int, data: Path, extra: list[str]) -> tuple[subprocess.Pop
         try:
             st = json.loads(status.read_text())["cluster"]
             if len(st) == n + 1 and all(c["state"] == "running" for c in st):
-                return proc, f"127.0.0.1:{ns_port}", [
-                    f"127.0.0.1:{base + 10 * i}" for i in range(n)]
+                return (
+                    proc,
+                    f"127.0.0.1:{ns_port}",
+                    [f"127.0.0.1:{base + 10 * i}" for i in range(n)],
+                )
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.1)
@@ -204,12 +244,31 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
         try:
             asyncio.run(_prepare(namesrv, brokers, args.queues))
             start_at = time.time() + 3.0  # every worker connected and routed by then
-            workers = [subprocess.Popen(
-                [sys.executable, __file__, "--worker", "--namesrv", namesrv,
-                 "--start-at", repr(start_at), "--warmup", str(args.warmup),
-                 "--seconds", str(args.seconds), "--inflight", str(args.inflight),
-                 "--delay-level", str(args.delay_level), "--body", str(args.body)],
-                stdout=subprocess.PIPE) for _ in range(args.producers)]
+            workers = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        "--namesrv",
+                        namesrv,
+                        "--start-at",
+                        repr(start_at),
+                        "--warmup",
+                        str(args.warmup),
+                        "--seconds",
+                        str(args.seconds),
+                        "--inflight",
+                        str(args.inflight),
+                        "--delay-level",
+                        str(args.delay_level),
+                        "--body",
+                        str(args.body),
+                    ],
+                    stdout=subprocess.PIPE,
+                )
+                for _ in range(args.producers)
+            ]
             time.sleep(max(0.0, start_at + args.warmup - time.time()))
             cpu0 = _cpu_seconds(pids)
             time.sleep(max(0.0, start_at + args.warmup + args.seconds - time.time()))
@@ -230,12 +289,18 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
     def pct(q: float) -> float:
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
 
-    return {"brokers": n, "producers": args.producers, "acked": acked,
-            "rate": acked / args.seconds, "failed": sum(r["failed"] for r in results),
-            "per_broker": {b: round(k / args.seconds) for b, k in sorted(per.items())},
-            "broker_cpu": broker_cpu,
-            "per_broker_core": acked / args.seconds / broker_cpu if broker_cpu else float("nan"),
-            "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
+    return {
+        "brokers": n,
+        "producers": args.producers,
+        "acked": acked,
+        "rate": acked / args.seconds,
+        "failed": sum(r["failed"] for r in results),
+        "per_broker": {b: round(k / args.seconds) for b, k in sorted(per.items())},
+        "broker_cpu": broker_cpu,
+        "per_broker_core": acked / args.seconds / broker_cpu if broker_cpu else float("nan"),
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,11 +313,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-level", type=int, default=4, help="delay level of every message")
     ap.add_argument("--queues", type=int, default=4, help="write queues per broker")
     ap.add_argument("--body", type=int, default=1024, help="body bytes")
-    ap.add_argument("--cluster-arg", action="append", default=["--no-message-logs"],
-                    help="extra `kairosmq cluster` option (repeat; default --no-message-logs)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run the broker counts this many times, interleaved (1,2,3,1,2,3,..."
-                    "); the table shows each count's median run")
+    ap.add_argument(
+        "--cluster-arg",
+        action="append",
+        default=["--no-message-logs"],
+        help="extra `kairosmq cluster` option (repeat; default --no-message-logs)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the broker counts this many times, interleaved (1,2,3,1,2,3,..."
+        "); the table shows each count's median run",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--namesrv", help=argparse.SUPPRESS)
@@ -265,37 +338,60 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     counts = [int(x) for x in args.brokers.split(",")]
     load0 = os.getloadavg()
-    print(f"# {platform.node()} cpus={os.cpu_count()} python={platform.python_version()} "
-          f"loadavg at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
-    print(f"# {args.producers} producer processes x {args.inflight} in flight, "
-          f"{args.body} B bodies, delay level {args.delay_level}, {args.seconds:.0f} s window")
+    print(
+        f"# {platform.node()} cpus={os.cpu_count()} python={platform.python_version()} "
+        f"loadavg at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}"
+    )
+    print(
+        f"# {args.producers} producer processes x {args.inflight} in flight, "
+        f"{args.body} B bodies, delay level {args.delay_level}, {args.seconds:.0f} s window"
+    )
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     for rep in range(args.repeat):
         for n in counts:
             row = run_one(n, args)
             row["loadavg"] = os.getloadavg()[0]
             runs[n].append(row)
-            print(f"#   run {rep + 1}, brokers={n}: {row['rate']:.0f} acked delayed sends/s "
-                  f"(load {row['loadavg']:.2f})", flush=True)
+            print(
+                f"#   run {rep + 1}, brokers={n}: {row['rate']:.0f} acked delayed sends/s "
+                f"(load {row['loadavg']:.2f})",
+                flush=True,
+            )
     rows = [sorted(runs[n], key=lambda r: r["rate"])[(len(runs[n]) - 1) // 2] for n in counts]
     base = rows[0]["rate"] or float("nan")
     print()
-    print(f"{'brokers':>7} {'sends/s':>9} {'x vs 1':>7} {'failed':>6} {'p50 ms':>7} "
-          f"{'p99 ms':>7} {'brk CPU':>7} {'/core':>7} {'load1':>6}  per broker sends/s")
+    print(
+        f"{'brokers':>7} {'sends/s':>9} {'x vs 1':>7} {'failed':>6} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'brk CPU':>7} {'/core':>7} {'load1':>6}  per broker sends/s"
+    )
     for r in rows:
-        print(f"{r['brokers']:>7} {r['rate']:>9.0f} {r['rate'] / base:>7.2f} {r['failed']:>6} "
-              f"{r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['broker_cpu']:>7.2f} "
-              f"{r['per_broker_core']:>7.0f} {r['loadavg']:>6.2f}  "
-              f"{' '.join(f'{b}={k}' for b, k in r['per_broker'].items())}")
-    print("# brk CPU: cores the broker processes used together in the window (utime+stime);"
-          " /core: acked sends per broker CPU-second")
+        print(
+            f"{r['brokers']:>7} {r['rate']:>9.0f} {r['rate'] / base:>7.2f} {r['failed']:>6} "
+            f"{r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['broker_cpu']:>7.2f} "
+            f"{r['per_broker_core']:>7.0f} {r['loadavg']:>6.2f}  "
+            f"{' '.join(f'{b}={k}' for b, k in r['per_broker'].items())}"
+        )
+    print(
+        "# brk CPU: cores the broker processes used together in the window (utime+stime);"
+        " /core: acked sends per broker CPU-second"
+    )
     load1 = os.getloadavg()
     print(f"# loadavg at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"rows": rows, "runs": runs, "loadavg_start": load0,
-                                         "loadavg_end": load1, "args": {
-                                             k: v for k, v in vars(args).items()
-                                             if isinstance(v, int | float | str)}}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "runs": runs,
+                    "loadavg_start": load0,
+                    "loadavg_end": load1,
+                    "args": {
+                        k: v for k, v in vars(args).items() if isinstance(v, int | float | str)
+                    },
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -64,8 +64,11 @@ class Peer(asyncio.Protocol):
         fut = asyncio.get_running_loop().create_future()
         self.waiters[self.opaque] = fut
         assert self.transport is not None
-        self.transport.write(encode_command(request(code, ext, body, opaque=self.opaque,
-                                                    serialize_type=SerializeType.ROCKETMQ)))
+        self.transport.write(
+            encode_command(
+                request(code, ext, body, opaque=self.opaque, serialize_type=SerializeType.ROCKETMQ)
+            )
+        )
         return fut
 
 
@@ -84,10 +87,23 @@ async def sender(port: int, topic: str, rate: int, seconds: float, level: int) -
         due = int((time.perf_counter() - t0) * rate) - sent
         for _ in range(max(0, due)):
             props = encode_properties({"DELAY": str(level), "UNIQ_KEY": f"B{sent:08d}"})
-            pending.append(peer.call(RequestCode.SEND_MESSAGE_V2, {
-                "a": "bench", "b": topic, "c": "TBW102", "d": "4", "e": str(sent % QUEUES),
-                "f": "0", "g": str(int(time.time() * 1000)), "h": "0", "i": props},
-                b"x" * 1024))
+            pending.append(
+                peer.call(
+                    RequestCode.SEND_MESSAGE_V2,
+                    {
+                        "a": "bench",
+                        "b": topic,
+                        "c": "TBW102",
+                        "d": "4",
+                        "e": str(sent % QUEUES),
+                        "f": "0",
+                        "g": str(int(time.time() * 1000)),
+                        "h": "0",
+                        "i": props,
+                    },
+                    b"x" * 1024,
+                )
+            )
             sent += 1
         if len(pending) > 5000:
             await asyncio.gather(*pending)
@@ -97,15 +113,31 @@ async def sender(port: int, topic: str, rate: int, seconds: float, level: int) -
     return sent
 
 
-async def consumer(port: int, topic: str, queue: int, expect: list[int],
-                   broker_late: list[float], observed_late: list[float]) -> None:
+async def consumer(
+    port: int,
+    topic: str,
+    queue: int,
+    expect: list[int],
+    broker_late: list[float],
+    observed_late: list[float],
+) -> None:
     peer = await connect(port)
     offset = 0
     while len(broker_late) < expect[0]:
-        r = await peer.call(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": "bench", "topic": topic, "queueId": str(queue),
-            "queueOffset": str(offset), "maxMsgNums": "64", "sysFlag": str(PULL_SUSPEND),
-            "commitOffset": "0", "suspendTimeoutMillis": "1000", "subVersion": "0"})
+        r = await peer.call(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "bench",
+                "topic": topic,
+                "queueId": str(queue),
+                "queueOffset": str(offset),
+                "maxMsgNums": "64",
+                "sysFlag": str(PULL_SUSPEND),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "1000",
+                "subVersion": "0",
+            },
+        )
         now = time.time() * 1000
         if r.code == 0:
             body = r.body  # lean: find the due time in each record, no full decode
@@ -122,11 +154,26 @@ async def consumer(port: int, topic: str, queue: int, expect: list[int],
             offset = int(r.ext_fields["nextBeginOffset"])
 
 
-def start_broker(data: Path, port: int, levels: str,
-                 message_logs: bool = False) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-           "--namesrv-port", str(free_port()), "--data-dir", str(data), "--no-vip-channel",
-           "--delay-levels", levels, "--log-format", "json"]
+def start_broker(
+    data: Path, port: int, levels: str, message_logs: bool = False
+) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "kairosmq.server",
+        "broker",
+        "--port",
+        str(port),
+        "--namesrv-port",
+        str(free_port()),
+        "--data-dir",
+        str(data),
+        "--no-vip-channel",
+        "--delay-levels",
+        levels,
+        "--log-format",
+        "json",
+    ]
     if not message_logs:
         cmd.append("--no-message-logs")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -134,14 +181,17 @@ def start_broker(data: Path, port: int, levels: str,
     return proc
 
 
-async def precision(port: int, rate: int, seconds: float,
-                    level: int) -> tuple[int, float, list[float], list[float]]:
+async def precision(
+    port: int, rate: int, seconds: float, level: int
+) -> tuple[int, float, list[float], list[float]]:
     topic = "DelayBench"
     broker_late: list[float] = []
     observed_late: list[float] = []
     expect = [10**12]
-    consumers = [asyncio.ensure_future(consumer(port, topic, q, expect, broker_late,
-                                                observed_late)) for q in range(QUEUES)]
+    consumers = [
+        asyncio.ensure_future(consumer(port, topic, q, expect, broker_late, observed_late))
+        for q in range(QUEUES)
+    ]
     t0 = time.perf_counter()
     sent = await sender(port, topic, rate, seconds, level)
     expect[0] = sent
@@ -166,13 +216,19 @@ def broker_lateness(log_dir: Path) -> list[float]:
 
 
 def report(rate: int, sent: int, send_elapsed: float, b: list[float], o: list[float]) -> None:
-    print(f"rate target {rate}/s: sent {sent} in {send_elapsed:.1f}s "
-          f"({sent / send_elapsed:,.0f}/s), delivered {len(b)}")
+    print(
+        f"rate target {rate}/s: sent {sent} in {send_elapsed:.1f}s "
+        f"({sent / send_elapsed:,.0f}/s), delivered {len(b)}"
+    )
     early = sum(1 for x in b if x < 0)
-    print(f"  broker   lateness ms: p50 {pct(b, .5):.2f}  p99 {pct(b, .99):.2f}  "
-          f"p99.9 {pct(b, .999):.2f}  max {b[-1] if b else float('nan'):.2f}  early {early}")
-    print(f"  observed lateness ms: p50 {pct(o, .5):.2f}  p99 {pct(o, .99):.2f}  "
-          f"p99.9 {pct(o, .999):.2f}  max {o[-1] if o else float('nan'):.2f}")
+    print(
+        f"  broker   lateness ms: p50 {pct(b, 0.5):.2f}  p99 {pct(b, 0.99):.2f}  "
+        f"p99.9 {pct(b, 0.999):.2f}  max {b[-1] if b else float('nan'):.2f}  early {early}"
+    )
+    print(
+        f"  observed lateness ms: p50 {pct(o, 0.5):.2f}  p99 {pct(o, 0.99):.2f}  "
+        f"p99.9 {pct(o, 0.999):.2f}  max {o[-1] if o else float('nan'):.2f}"
+    )
 
 
 def backlog(count: int, levels: str) -> None:
@@ -183,13 +239,23 @@ def backlog(count: int, levels: str) -> None:
         base = rss_mb(proc.pid)
         n_levels = len(levels.split())
         t0 = time.perf_counter()
-        r = uvloop.run(run_load("127.0.0.1", port, total=count, concurrency=256, connections=4,
-                                body_size=100, topic="Backlog",
-                                props=f"DELAY\x01{n_levels}"))
-        print(f"stored {int(r['acked']):,} delayed messages in {time.perf_counter() - t0:.1f}s "
-              f"({r['rate']:,.0f}/s)")
-        print(f"broker RSS: {base:.1f} MB empty, {rss_mb(proc.pid):.1f} MB with "
-              f"{count:,} pending")
+        r = uvloop.run(
+            run_load(
+                "127.0.0.1",
+                port,
+                total=count,
+                concurrency=256,
+                connections=4,
+                body_size=100,
+                topic="Backlog",
+                props=f"DELAY\x01{n_levels}",
+            )
+        )
+        print(
+            f"stored {int(r['acked']):,} delayed messages in {time.perf_counter() - t0:.1f}s "
+            f"({r['rate']:,.0f}/s)"
+        )
+        print(f"broker RSS: {base:.1f} MB empty, {rss_mb(proc.pid):.1f} MB with {count:,} pending")
         for how in ("SIGTERM", "SIGKILL"):
             if how == "SIGTERM":
                 proc.terminate()
@@ -198,8 +264,10 @@ def backlog(count: int, levels: str) -> None:
             proc.wait()
             t1 = time.perf_counter()
             proc = start_broker(data, port, levels)
-            print(f"restart after {how} to serving: {time.perf_counter() - t1:.2f}s, "
-                  f"RSS {rss_mb(proc.pid):.1f} MB")
+            print(
+                f"restart after {how} to serving: {time.perf_counter() - t1:.2f}s, "
+                f"RSS {rss_mb(proc.pid):.1f} MB"
+            )
         proc.terminate()
         proc.wait()
 
@@ -211,8 +279,11 @@ def main() -> None:
     ap.add_argument("--level", type=int, default=1)
     ap.add_argument("--delay-levels", default="1s 2s 5s 10s 2h")
     ap.add_argument("--rss-pending", type=int, default=0)
-    ap.add_argument("--no-message-logs", action="store_true",
-                    help="broker without per-message log events (lateness in whole ms)")
+    ap.add_argument(
+        "--no-message-logs",
+        action="store_true",
+        help="broker without per-message log events (lateness in whole ms)",
+    )
     args = ap.parse_args()
     if args.rss_pending:
         backlog(args.rss_pending, args.delay_levels)
@@ -225,7 +296,8 @@ def main() -> None:
             proc = start_broker(data, port, args.delay_levels, message_logs=logs)
             try:
                 sent, elapsed, observed, from_records = uvloop.run(
-                    precision(port, rate, args.seconds, args.level))
+                    precision(port, rate, args.seconds, args.level)
+                )
             finally:
                 proc.terminate()
                 proc.wait()

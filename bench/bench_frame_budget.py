@@ -67,16 +67,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--connections", type=int, default=1000)
     ap.add_argument("--each-mib", type=float, default=15.0)
-    ap.add_argument("--budget", type=int, default=None, help="--partial-frame-budget "
-                    "(default: the broker's default)")
+    ap.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="--partial-frame-budget (default: the broker's default)",
+    )
     ap.add_argument("--threads", type=int, default=8)
     args = ap.parse_args()
     port, nport, mport = free_port(), free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="kq-budget-") as tmp:
-        cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-               "--namesrv-port", str(nport), "--no-vip-channel", "--data-dir", tmp,
-               "--no-log-file", "--log-level", "error", "--segment-size-mb", "16",
-               "--metrics-port", str(mport)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--port",
+            str(port),
+            "--namesrv-port",
+            str(nport),
+            "--no-vip-channel",
+            "--data-dir",
+            tmp,
+            "--no-log-file",
+            "--log-level",
+            "error",
+            "--segment-size-mb",
+            "16",
+            "--metrics-port",
+            str(mport),
+        ]
         if args.budget is not None:
             cmd += ["--partial-frame-budget", str(args.budget)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -104,9 +124,13 @@ def main() -> None:
             each = int(args.each_mib * MIB)
             per = -(-args.connections // args.threads)
             t0 = time.monotonic()
-            threads = [threading.Thread(target=attack, args=(
-                port, min(per, args.connections - i * per), each, socks))
-                for i in range(args.threads) if args.connections - i * per > 0]
+            threads = [
+                threading.Thread(
+                    target=attack, args=(port, min(per, args.connections - i * per), each, socks)
+                )
+                for i in range(args.threads)
+                if args.connections - i * per > 0
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -119,10 +143,12 @@ def main() -> None:
             held = metric(mport, "kairosmq_partial_frame_bytes")
             closed = metric(mport, "kairosmq_connections_over_budget")
             budget = "default" if args.budget is None else f"{args.budget / MIB:g} MiB"
-            print(f"budget {budget}: {args.connections} connections x {args.each_mib:g} MiB "
-                  f"sent in {took:.1f}s; broker RSS {base / MIB:.0f} MiB before, peak "
-                  f"{peak[0] / MIB:.0f} MiB, {after / MIB:.0f} MiB after; holding "
-                  f"{held / MIB:.1f} MiB; {closed:.0f} connections closed by the budget")
+            print(
+                f"budget {budget}: {args.connections} connections x {args.each_mib:g} MiB "
+                f"sent in {took:.1f}s; broker RSS {base / MIB:.0f} MiB before, peak "
+                f"{peak[0] / MIB:.0f} MiB, {after / MIB:.0f} MiB after; holding "
+                f"{held / MIB:.1f} MiB; {closed:.0f} connections closed by the budget"
+            )
             for s in socks:
                 s.close()
         finally:

@@ -56,6 +56,7 @@ def best_us(fn: Callable[[], object], n: int = 2000, repeat: int = 7) -> float:
 
 # ------------------------------------------------------------------ the replaced reader
 
+
 def struct_decode_payload(payload: bytes) -> RemotingCommand:
     """The struct envelope + binary-header reader that codec.py had before construct ran
     at runtime (the measuring stick; JSON headers went to the same orjson path)."""
@@ -63,7 +64,7 @@ def struct_decode_payload(payload: bytes) -> RemotingCommand:
     stype, hlen = word >> 24, word & 0xFFFFFF
     if hlen > len(payload) - 4:
         raise MalformedFrame("header length exceeds the frame")
-    raw, body = bytes(payload[4:4 + hlen]), bytes(payload[4 + hlen:])
+    raw, body = bytes(payload[4 : 4 + hlen]), bytes(payload[4 + hlen :])
     if stype == SerializeType.JSON:
         return codec._decode_json_header(raw, body)
     n = len(raw)
@@ -71,7 +72,7 @@ def struct_decode_payload(payload: bytes) -> RemotingCommand:
     pos = _BIN_FIXED.size
     (rlen,) = _U32.unpack_from(raw, pos)
     pos += 4
-    remark = raw[pos:pos + rlen].decode() if rlen else None
+    remark = raw[pos : pos + rlen].decode() if rlen else None
     pos += rlen
     (elen,) = _U32.unpack_from(raw, pos)
     pos += 4
@@ -88,42 +89,85 @@ def struct_decode_payload(payload: bytes) -> RemotingCommand:
             raise MalformedFrame("truncated extFields value")
         fields[raw[kstart:kend].decode()] = raw[vstart:vend].decode()
         pos = vend
-    return RemotingCommand(code=code, opaque=opaque, flag=flag,
-                           language=LanguageCode(lang), version=version, remark=remark,
-                           ext_fields=fields, body=body,
-                           serialize_type=SerializeType.ROCKETMQ)
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        language=LanguageCode(lang),
+        version=version,
+        remark=remark,
+        ext_fields=fields,
+        body=body,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
 
 
 def send_frame(stype: SerializeType) -> bytes:
-    ext = {"producerGroup": "bench_pg", "topic": "bench_topic", "defaultTopic": "TBW102",
-           "defaultTopicQueueNums": "4", "queueId": "2", "sysFlag": "0",
-           "bornTimestamp": "1700000000000", "flag": "0",
-           "properties": "UNIQ_KEY\x017F000001ABCD0000000000000001\x02DELAY\x011\x02WAIT\x01true",
-           "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
-    short = {"a": ext["producerGroup"], "b": ext["topic"], "c": ext["defaultTopic"],
-             "d": "4", "e": "2", "f": "0", "g": ext["bornTimestamp"], "h": "0",
-             "i": ext["properties"], "j": "0", "k": "false", "m": "false"}
-    cmd = RemotingCommand(code=310, opaque=12345, ext_fields=short, body=b"x" * 1024,
-                          serialize_type=stype)
+    ext = {
+        "producerGroup": "bench_pg",
+        "topic": "bench_topic",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "2",
+        "sysFlag": "0",
+        "bornTimestamp": "1700000000000",
+        "flag": "0",
+        "properties": "UNIQ_KEY\x017F000001ABCD0000000000000001\x02DELAY\x011\x02WAIT\x01true",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+        "batch": "false",
+    }
+    short = {
+        "a": ext["producerGroup"],
+        "b": ext["topic"],
+        "c": ext["defaultTopic"],
+        "d": "4",
+        "e": "2",
+        "f": "0",
+        "g": ext["bornTimestamp"],
+        "h": "0",
+        "i": ext["properties"],
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    cmd = RemotingCommand(
+        code=310, opaque=12345, ext_fields=short, body=b"x" * 1024, serialize_type=stype
+    )
     return codec.encode_command(cmd)[4:]
 
 
 # ------------------------------------------------------------------ re-put
 
+
 def reput_figures(tmp: Path) -> tuple[float, float]:
     async def run() -> tuple[float, float]:
         stores = {}
         for name in ("object", "patch"):
-            s = MessageStore(tmp / name, store_host=(b"\x7f\0\0\1", 10911),
-                             segment_size=1 << 30, units_per_file=300_000)
+            s = MessageStore(
+                tmp / name,
+                store_host=(b"\x7f\0\0\1", 10911),
+                segment_size=1 << 30,
+                units_per_file=300_000,
+            )
             s.open()
             stores[name] = s
         sched = MessageInner(
-            topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"x" * 1024,
-            properties={UNIQ_KEY: "7F000001ABCD0000000000000001", TAGS: "t", DELAY: "1",
-                        REAL_TOPIC: "bench_topic", REAL_QID: "2",
-                        DELIVER_TIME: "1700000001000", "CLUSTER": "DefaultCluster"},
-            born_host=(b"\x7f\0\0\1", 50000), born_timestamp=1_700_000_000_000)
+            topic="SCHEDULE_TOPIC_XXXX",
+            queue_id=0,
+            body=b"x" * 1024,
+            properties={
+                UNIQ_KEY: "7F000001ABCD0000000000000001",
+                TAGS: "t",
+                DELAY: "1",
+                REAL_TOPIC: "bench_topic",
+                REAL_QID: "2",
+                DELIVER_TIME: "1700000001000",
+                "CLUSTER": "DefaultCluster",
+            },
+            born_host=(b"\x7f\0\0\1", 50000),
+            born_timestamp=1_700_000_000_000,
+        )
         r = stores["object"].put(sched)
         record = stores["object"].read(r.phy_offset, r.size)
         assert record is not None
@@ -157,10 +201,20 @@ def log_figure(tmp: Path) -> float:
     configure_logging(json=True, log_dir=tmp / "logs", stdout=False)
     log = MessageLog("broker")
     try:
-        return best_us(lambda: log.info(
-            "message.delivered", msg_id="7F000001ABCD0000000000000001", topic="bench_topic",
-            queue_id=2, queue_offset=12345, phy_offset=987654321, delay_level=1,
-            deliver_ts=1_700_000_001_000, lateness_ms=1.234, reconsume_times=0))
+        return best_us(
+            lambda: log.info(
+                "message.delivered",
+                msg_id="7F000001ABCD0000000000000001",
+                topic="bench_topic",
+                queue_id=2,
+                queue_offset=12345,
+                phy_offset=987654321,
+                delay_level=1,
+                deliver_ts=1_700_000_001_000,
+                lateness_ms=1.234,
+                reconsume_times=0,
+            )
+        )
     finally:
         close_sinks()
 
@@ -169,16 +223,19 @@ def main() -> None:
     print("CPU µs per operation (best of 7 loops of process time)")
     for stype in (SerializeType.JSON, SerializeType.ROCKETMQ):
         payload = send_frame(stype)
-        assert struct_decode_payload(payload).ext_fields == \
-            codec.decode_payload(payload).ext_fields
+        assert struct_decode_payload(payload).ext_fields == codec.decode_payload(payload).ext_fields
         old = best_us(lambda p=payload: struct_decode_payload(p))
         new = best_us(lambda p=payload: codec.decode_payload(p))
-        print(f"frame decode ({stype.name} header): struct {old:6.2f}  construct {new:6.2f}"
-              f"  (+{new - old:.2f} µs/frame)")
+        print(
+            f"frame decode ({stype.name} header): struct {old:6.2f}  construct {new:6.2f}"
+            f"  (+{new - old:.2f} µs/frame)"
+        )
     with tempfile.TemporaryDirectory() as d:
         old, new = reput_figures(Path(d))
-        print(f"re-put (1 KiB):                  object {old:6.2f}  patch     {new:6.2f}"
-              f"  ({new - old:+.2f} µs/message)")
+        print(
+            f"re-put (1 KiB):                  object {old:6.2f}  patch     {new:6.2f}"
+            f"  ({new - old:+.2f} µs/message)"
+        )
         print(f"log event message.delivered:     {log_figure(Path(d)):6.2f}")
 
 

@@ -35,10 +35,23 @@ def instructions(n: int, pythonpath: str | None) -> int:
         env["PYTHONPATH"] = pythonpath
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run(
-            ["valgrind", "--tool=cachegrind", "--cache-sim=no",
-             f"--cachegrind-out-file={d}/cg.out", sys.executable,
-             str(HERE / "bench_broker_cpu.py"), "--n", str(n), "--repeat", "1"],
-            env=env, capture_output=True, text=True, check=True)
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                f"--cachegrind-out-file={d}/cg.out",
+                sys.executable,
+                str(HERE / "bench_broker_cpu.py"),
+                "--n",
+                str(n),
+                "--repeat",
+                "1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     m = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
     if m is None:
         raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
@@ -61,8 +74,10 @@ def main() -> None:
     print(f"this checkout: {this / 1e3:,.0f} k instructions per round of every phase")
     if a.tree:
         other = per_round(a.n1, a.n2, a.tree)
-        print(f"{a.tree}: {other / 1e3:,.0f} k instructions per round "
-              f"(this / other = {this / other:.3f})")
+        print(
+            f"{a.tree}: {other / 1e3:,.0f} k instructions per round "
+            f"(this / other = {this / other:.3f})"
+        )
 
 
 if __name__ == "__main__":

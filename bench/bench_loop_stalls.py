@@ -46,13 +46,19 @@ async def probe(lags: list[float], stalls: list[tuple[float, float]], until: flo
             stalls.append((t, now))
 
 
-def summary(name: str, lags: list[float], stalls: list[tuple[float, float]],
-            spans: list[tuple[float, float]] | None) -> str:
+def summary(
+    name: str,
+    lags: list[float],
+    stalls: list[tuple[float, float]],
+    spans: list[tuple[float, float]] | None,
+) -> str:
     lags.sort()
     n = len(lags)
-    line = (f"{name:10s} wake-ups {n}  late p50 {lags[n // 2] * 1e3:.2f}  p99 "
-            f"{lags[int(n * .99)] * 1e3:.2f}  max {lags[-1] * 1e3:.1f} ms  stalls > 5 ms "
-            f"{len(stalls)} (> 10 ms {sum(1 for x in lags if x > .01)})")
+    line = (
+        f"{name:10s} wake-ups {n}  late p50 {lags[n // 2] * 1e3:.2f}  p99 "
+        f"{lags[int(n * 0.99)] * 1e3:.2f}  max {lags[-1] * 1e3:.1f} ms  stalls > 5 ms "
+        f"{len(stalls)} (> 10 ms {sum(1 for x in lags if x > 0.01)})"
+    )
     if spans is not None:
         inside = sum(1 for a, z in stalls if any(a < s1 and z > s0 for s0, s1 in spans))
         line += f", {inside} in a checkpoint ({len(spans)} checkpoints)"
@@ -61,8 +67,15 @@ def summary(name: str, lags: list[float], stalls: list[tuple[float, float]],
 
 async def with_broker(data: Path, seconds: float, rate: int, interval: float) -> str:
     configure_logging(json=True, log_dir=data / "logs", stdout=False)
-    broker = Broker(BrokerConfig(data_dir=data / "store", port=0, namesrv_port=0,
-                                 vip_channel=False, checkpoint_interval=interval))
+    broker = Broker(
+        BrokerConfig(
+            data_dir=data / "store",
+            port=0,
+            namesrv_port=0,
+            vip_channel=False,
+            checkpoint_interval=interval,
+        )
+    )
     await broker.start()
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)  # as ``kairosmq broker`` (server/cli.py)

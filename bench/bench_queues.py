@@ -51,6 +51,7 @@ UPDATE_AND_CREATE_TOPIC = 17
 def _limit(nofile: int) -> Any:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     return apply
 
 
@@ -64,15 +65,38 @@ class Proc:
 
     def start(self, timeout: float = 600.0) -> float:
         """Start; return seconds until the broker port accepts a connection."""
-        cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(self.port),
-               "--namesrv-port", str(self.ns_port), "--data-dir", str(self.data),
-               "--no-vip-channel", "--log-dir", str(self.data / "logs"), "--log-format",
-               "json", "--no-message-logs", "--segment-size-mb", "64",
-               "--disk-max-used-ratio", "0.995", *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--port",
+            str(self.port),
+            "--namesrv-port",
+            str(self.ns_port),
+            "--data-dir",
+            str(self.data),
+            "--no-vip-channel",
+            "--log-dir",
+            str(self.data / "logs"),
+            "--log-format",
+            "json",
+            "--no-message-logs",
+            "--segment-size-mb",
+            "64",
+            "--disk-max-used-ratio",
+            "0.995",
+            *self.extra,
+        ]
         t0 = time.monotonic()
-        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  stdin=subprocess.DEVNULL, cwd=REPO,
-                                  preexec_fn=_limit(self.nofile))
+        self.p = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            preexec_fn=_limit(self.nofile),
+        )
         import socket
 
         while time.monotonic() - t0 < timeout:
@@ -146,25 +170,37 @@ async def _window(calls: list[Any], width: int) -> list[Any]:
                 return await c
             except (ConnectionError, TimeoutError) as err:
                 return err
+
     return await asyncio.gather(*(one(c) for c in calls))
 
 
 def _send_ext(topic: str, qid: int) -> dict[str, Any]:
-    return {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0,
-            "g": int(time.time() * 1000), "h": 0, "i": ""}
+    return {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": qid,
+        "f": 0,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": "",
+    }
 
 
-async def fill(port: int, pairs: list[tuple[str, int]], topics: dict[str, int],
-               width: int) -> tuple[list[tuple[str, int]], dict[int, int], float]:
+async def fill(
+    port: int, pairs: list[tuple[str, int]], topics: dict[str, int], width: int
+) -> tuple[list[tuple[str, int]], dict[int, int], float]:
     c = RemotingClient()
     await c.open("127.0.0.1", port)
     for t, n in topics.items():
-        h, _ = await c.call(UPDATE_AND_CREATE_TOPIC, {"topic": t, "readQueueNums": n,
-                                                      "writeQueueNums": n, "perm": 6})
+        h, _ = await c.call(
+            UPDATE_AND_CREATE_TOPIC,
+            {"topic": t, "readQueueNums": n, "writeQueueNums": n, "perm": 6},
+        )
         assert h["code"] == SUCCESS, h
     t0 = time.monotonic()
-    res = await _window([c.call(SEND_MESSAGE_V2, _send_ext(t, q), b"x") for t, q in pairs],
-                        width)
+    res = await _window([c.call(SEND_MESSAGE_V2, _send_ext(t, q), b"x") for t, q in pairs], width)
     took = time.monotonic() - t0
     await c.close()
     acked: list[tuple[str, int]] = []
@@ -199,20 +235,40 @@ async def verify(port: int, pairs: list[tuple[str, int]], width: int) -> tuple[i
     except OSError:
         return 0, 0.0
     t0 = time.monotonic()
-    res = await _window([c.call(PULL_MESSAGE, {
-        "consumerGroup": "BenchQueuesCheck", "topic": t, "queueId": q, "queueOffset": 0,
-        "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
-        "subVersion": 0}) for t, q in pairs], width)
+    res = await _window(
+        [
+            c.call(
+                PULL_MESSAGE,
+                {
+                    "consumerGroup": "BenchQueuesCheck",
+                    "topic": t,
+                    "queueId": q,
+                    "queueOffset": 0,
+                    "maxMsgNums": 32,
+                    "sysFlag": 0,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subVersion": 0,
+                },
+            )
+            for t, q in pairs
+        ],
+        width,
+    )
     took = time.monotonic() - t0
     await c.close()
-    good = sum(1 for r in res if isinstance(r, tuple) and r[0]["code"] == SUCCESS
-               and list(decode_bodies(r[1])) == [b"x"])
+    good = sum(
+        1
+        for r in res
+        if isinstance(r, tuple) and r[0]["code"] == SUCCESS and list(decode_bodies(r[1])) == [b"x"]
+    )
     return good, took
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--queues", type=int, default=2000)
     ap.add_argument("--nofile", type=int, default=256, help="RLIMIT_NOFILE (soft = hard)")
     ap.add_argument("--queues-per-topic", type=int, default=1024)
@@ -245,13 +301,24 @@ def main() -> None:
             ("queues made / sends acked", f"{a.queues:,} / {len(acked):,} in {took:.1f} s"),
             ("sends refused (code: count)", json.dumps(refused) if refused else "none"),
             ("broker fds at start / after", f"{base_fds} / {fds} (limit {a.nofile})"),
-            ("fd budget (broker.fd_budget)",
-             json.dumps({k: v for k, v in budget[-1].items()
-                         if k not in ("ts", "v", "event", "level", "component")})
-             if budget else "not logged"),
+            (
+                "fd budget (broker.fd_budget)",
+                json.dumps(
+                    {
+                        k: v
+                        for k, v in budget[-1].items()
+                        if k not in ("ts", "v", "event", "level", "component")
+                    }
+                )
+                if budget
+                else "not logged",
+            ),
             ("RSS after the sends", f"{rss:.0f} MB"),
-            ("consume-queue disk", f"{used / 1e6:.1f} MB in {files:,} files, "
-             f"{used / max(1, a.queues) / 1024:.1f} KiB per queue"),
+            (
+                "consume-queue disk",
+                f"{used / 1e6:.1f} MB in {files:,} files, "
+                f"{used / max(1, a.queues) / 1024:.1f} KiB per queue",
+            ),
             ("new connection + send after", "yes" if serving else "NO"),
             ("time to first serving", f"{first:.2f} s"),
         ]
@@ -263,12 +330,18 @@ def main() -> None:
         good, vt = asyncio.run(verify(proc.port, acked, a.window))
         rows += [
             ("restart (kill -9) to serving", f"{t_restart:.2f} s"),
-            ("store recovery", f"{rec[-1]['duration_ms']:.0f} ms, "
-             f"{rec[-1]['records_replayed']:,} records replayed" if rec else "not logged"),
+            (
+                "store recovery",
+                f"{rec[-1]['duration_ms']:.0f} ms, {rec[-1]['records_replayed']:,} records replayed"
+                if rec
+                else "not logged",
+            ),
             ("fds / RSS after restart", f"{proc.fds()} / {proc.rss_mb():.0f} MB"),
             ("new connection + send after restart", "yes" if serving2 else "NO"),
-            ("queues with their message after restart",
-             f"{good:,} of {len(acked):,} acked (pulled in {vt:.1f} s)"),
+            (
+                "queues with their message after restart",
+                f"{good:,} of {len(acked):,} acked (pulled in {vt:.1f} s)",
+            ),
             ("fds after pulling every queue", f"{proc.fds()} (limit {a.nofile})"),
         ]
     finally:
@@ -277,8 +350,9 @@ def main() -> None:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     width = max(len(k) for k, _ in rows)
-    print(f"bench_queues: {a.queues:,} queues, RLIMIT_NOFILE {a.nofile}, "
-          f"{time.strftime('%Y-%m-%d')}")
+    print(
+        f"bench_queues: {a.queues:,} queues, RLIMIT_NOFILE {a.nofile}, {time.strftime('%Y-%m-%d')}"
+    )
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
 

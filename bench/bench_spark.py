@@ -63,8 +63,14 @@ def parse_only(logs: str, out: str) -> None:
     spark = build_session()
     paths = resolve_inputs([logs])
     t = time.perf_counter()
-    (spark.read.schema(LOG_EVENT_SCHEMA).options(**read_options("PERMISSIVE")).json(paths)
-     .write.format("noop").mode("overwrite").save())
+    (
+        spark.read.schema(LOG_EVENT_SCHEMA)
+        .options(**read_options("PERMISSIVE"))
+        .json(paths)
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
     Path(out).write_text(json.dumps({"parse_s": round(time.perf_counter() - t, 1)}))
     spark.stop()
 
@@ -74,12 +80,37 @@ def make_archive(a: argparse.Namespace, dump: str, pending: Path, env: dict[str,
     write the class archive at JVM exit), as a user's first report would."""
     with tempfile.TemporaryDirectory(prefix="kmq-cds-") as tmp:
         logs = Path(tmp) / "logs"
-        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_events.py"), "--events",
-                        "2000", "--out", str(logs)], check=True, capture_output=True)
-        subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
-                        "--conf", "spark.ui.enabled=false", "--driver-java-options", dump,
-                        str(ROOT / "spark" / "job.py"), str(logs), "-o", str(Path(tmp) / "o"),
-                        "-q"], check=True, env=env, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "gen_events.py"),
+                "--events",
+                "2000",
+                "--out",
+                str(logs),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "spark-submit"),
+                "--master",
+                a.master,
+                "--conf",
+                "spark.ui.enabled=false",
+                "--driver-java-options",
+                dump,
+                str(ROOT / "spark" / "job.py"),
+                str(logs),
+                "-o",
+                str(Path(tmp) / "o"),
+                "-q",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
     print(f"class archive written: {pending.name.rsplit('.', 2)[0]}", file=sys.stderr)
 
 
@@ -92,13 +123,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", type=int, choices=(1, 2), default=2, help="log line format")
     p.add_argument("--no-parse", action="store_true", help="time the job only")
     p.add_argument("--messages", action="store_true", help="the job also writes messages/")
-    p.add_argument("--gc", choices=("parallel", "default"), default="parallel",
-                   help="JVM collector of every run: the job's (parallel) or the JVM's (G1)")
-    p.add_argument("--jit", choices=("short", "default"), default="short",
-                   help="JIT thresholds of every run: the job's (short) or the JVM's own")
+    p.add_argument(
+        "--gc",
+        choices=("parallel", "default"),
+        default="parallel",
+        help="JVM collector of every run: the job's (parallel) or the JVM's (G1)",
+    )
+    p.add_argument(
+        "--jit",
+        choices=("short", "default"),
+        default="short",
+        help="JIT thresholds of every run: the job's (short) or the JVM's own",
+    )
     p.add_argument("--g1", action="store_true", help="also run the job with the JVM's G1")
-    p.add_argument("--no-cds", action="store_true",
-                   help="start the JVMs without the class archive (preflight.class_archive)")
+    p.add_argument(
+        "--no-cds",
+        action="store_true",
+        help="start the JVMs without the class archive (preflight.class_archive)",
+    )
     p.add_argument("--parse-only", nargs=2, metavar=("LOGS", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.parse_only:
@@ -119,54 +161,103 @@ def main(argv: list[str] | None = None) -> None:
     def submit_cmd(gc: str) -> list[str]:
         java = quiet_log4j_options() + (f" {JVM_GC}" if gc == "parallel" else "")
         java += f" {JVM_JIT}" if a.jit == "short" else ""
-        return [str(Path(sys.executable).parent / "spark-submit"), "--master", a.master,
-                "--driver-memory", a.driver_memory, "--conf", "spark.ui.enabled=false",
-                "--driver-java-options", f"{java} {archive}".strip()]
+        return [
+            str(Path(sys.executable).parent / "spark-submit"),
+            "--master",
+            a.master,
+            "--driver-memory",
+            a.driver_memory,
+            "--conf",
+            "spark.ui.enabled=false",
+            "--driver-java-options",
+            f"{java} {archive}".strip(),
+        ]
 
     submit = submit_cmd(a.gc)
     rows = []
     for n in a.sizes:
         logs = Path(a.work) / (f"logs-{n}" + ("" if a.format == 2 else f"-v{a.format}"))
         if not logs.exists():
-            subprocess.run([sys.executable, str(ROOT / "bench" / "gen_events.py"),
-                            "--events", str(n), "--out", str(logs), "--format", str(a.format)],
-                           check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "gen_events.py"),
+                    "--events",
+                    str(n),
+                    "--out",
+                    str(logs),
+                    "--format",
+                    str(a.format),
+                ],
+                check=True,
+            )
         size_mb = sum(f.stat().st_size for f in logs.iterdir()) / 1e6
         parse = parse_wall = parse_cpu = None
         parse_load = "-"
         if not a.no_parse:
             parse_wall, parse_cpu, parse_load = timed(
-                [*submit, __file__, "--parse-only", str(logs), str(logs) + ".parse"], env)
+                [*submit, __file__, "--parse-only", str(logs), str(logs) + ".parse"], env
+            )
             parse = json.loads(Path(str(logs) + ".parse").read_text())["parse_s"]
         out = Path(a.work) / f"out-{n}"
         for gc in (a.gc, "default") if a.g1 and a.gc != "default" else (a.gc,):
-            job_cmd = [*submit_cmd(gc), str(ROOT / "spark" / "job.py"), str(logs), "-o",
-                       str(out), "-q", *(["--messages"] if a.messages else [])]
+            job_cmd = [
+                *submit_cmd(gc),
+                str(ROOT / "spark" / "job.py"),
+                str(logs),
+                "-o",
+                str(out),
+                "-q",
+                *(["--messages"] if a.messages else []),
+            ]
             wall, cpu, load = timed(job_cmd, env)
             summary = json.loads((out / "summary.json").read_text())
-            rows.append((n, gc, summary.get("lines"), size_mb, parse_wall, parse, parse_cpu,
-                         parse_load, wall, summary["meta"]["elapsed_s"], cpu, load))
-    print(f"\n({a.master}, format {a.format}, messages/ {'on' if a.messages else 'off'}, "
-          f"parse with gc {a.gc}, jit {a.jit}; wall = spark-submit incl. JVM start, "
-          "s = timed inside Spark, cpu = user+sys s)")
-    print(f"{'events':>12} {'job gc':>8} {'MB':>6} {'parse wall':>10} {'parse s':>8} "
-          f"{'parse cpu':>9} {'job wall':>9} {'job s':>7} {'job cpu':>8} {'job/parse':>9} "
-          f"{'cpu ratio':>9}  "
-          "load parse | job")
+            rows.append(
+                (
+                    n,
+                    gc,
+                    summary.get("lines"),
+                    size_mb,
+                    parse_wall,
+                    parse,
+                    parse_cpu,
+                    parse_load,
+                    wall,
+                    summary["meta"]["elapsed_s"],
+                    cpu,
+                    load,
+                )
+            )
+    print(
+        f"\n({a.master}, format {a.format}, messages/ {'on' if a.messages else 'off'}, "
+        f"parse with gc {a.gc}, jit {a.jit}; wall = spark-submit incl. JVM start, "
+        "s = timed inside Spark, cpu = user+sys s)"
+    )
+    print(
+        f"{'events':>12} {'job gc':>8} {'MB':>6} {'parse wall':>10} {'parse s':>8} "
+        f"{'parse cpu':>9} {'job wall':>9} {'job s':>7} {'job cpu':>8} {'job/parse':>9} "
+        f"{'cpu ratio':>9}  "
+        "load parse | job"
+    )
     for n, gc, _ev, mb, pw, ps, pc, pl, wall, job, cpu, load in rows:
         ratio = f"{job / ps:9.2f}" if ps else f"{'-':>9}"
         cratio = f"{cpu / pc:9.2f}" if pc else f"{'-':>9}"
-        print(f"{n:>12,} {gc:>8} {mb:6.0f} {pw or 0:10.1f} {ps or 0:8.1f} {pc or 0:9.1f} "
-              f"{wall:9.1f} {job:7.1f} {cpu:8.1f} {ratio} {cratio}  {pl} | {load}")
+        print(
+            f"{n:>12,} {gc:>8} {mb:6.0f} {pw or 0:10.1f} {ps or 0:8.1f} {pc or 0:9.1f} "
+            f"{wall:9.1f} {job:7.1f} {cpu:8.1f} {ratio} {cratio}  {pl} | {load}"
+        )
     for n, gc, ev, _mb, _pw, ps, _pc, _pl, wall, job, _cpu, _load in rows:
-        verdict = [f"job wall {wall:.1f} s {'<=' if wall <= WALL_GOAL_S else '>'} "
-                   f"{WALL_GOAL_S:.0f} s: {'met' if wall <= WALL_GOAL_S else 'NOT met'}"]
+        verdict = [
+            f"job wall {wall:.1f} s {'<=' if wall <= WALL_GOAL_S else '>'} "
+            f"{WALL_GOAL_S:.0f} s: {'met' if wall <= WALL_GOAL_S else 'NOT met'}"
+        ]
         if ps:
             r = job / ps
-            verdict.append(f"job/parse {r:.2f} {'<=' if r <= RATIO_GOAL else '>'} {RATIO_GOAL}: "
-                           f"{'met' if r <= RATIO_GOAL else 'NOT met'}")
-        print(f"verdict {n:,} events, job gc {gc} ({ev or '?'} lines read): "
-              + "; ".join(verdict))
+            verdict.append(
+                f"job/parse {r:.2f} {'<=' if r <= RATIO_GOAL else '>'} {RATIO_GOAL}: "
+                f"{'met' if r <= RATIO_GOAL else 'NOT met'}"
+            )
+        print(f"verdict {n:,} events, job gc {gc} ({ev or '?'} lines read): " + "; ".join(verdict))
 
 
 if __name__ == "__main__":

@@ -77,9 +77,23 @@ from bench.peers.timeragents import QUEUES, TOPIC, consumer, producer  # noqa: E
 
 def start_broker(data_dir: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
     """Start a broker process; return it and the seconds until it answered a send."""
-    cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-           "--namesrv-port", str(free_port()), "--data-dir", str(data_dir),
-           "--no-vip-channel", "--no-log-file", "--log-level", "warning", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kairosmq.server",
+        "broker",
+        "--port",
+        str(port),
+        "--namesrv-port",
+        str(free_port()),
+        "--data-dir",
+        str(data_dir),
+        "--no-vip-channel",
+        "--no-log-file",
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while True:
@@ -98,8 +112,17 @@ async def _probe_send(port: int) -> None:
     """One plain send, answered SUCCESS (the broker serves, not just listens)."""
     c = RemotingClient()
     await c.open("127.0.0.1", port)
-    ext = {"a": "BenchPG", "b": "BenchProbe", "c": "TBW102", "d": 1, "e": 0, "f": 0,
-           "g": int(time.time() * 1000), "h": 0, "i": ""}
+    ext = {
+        "a": "BenchPG",
+        "b": "BenchProbe",
+        "c": "TBW102",
+        "d": 1,
+        "e": 0,
+        "f": 0,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": "",
+    }
     hdr, _ = await c.call(SEND_MESSAGE_V2, ext, b"probe", timeout=30.0)
     await c.close()
     if hdr["code"] != SUCCESS:
@@ -122,26 +145,48 @@ def first_due(n: int, rate: int, margin_s: float, cross_bucket: bool) -> int:
 
 
 def run_agent(kind: str, args: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--agent", kind, *args],
-                         capture_output=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--agent", kind, *args], capture_output=True, check=True
+    )
     return json.loads(out.stdout)
 
 
 def start_namesrv(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     """A ``kairosmq namesrv`` process for several brokers (RocketMQ's model)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kairosmq.server", "namesrv", "--port",
-                             str(port), "--data-dir", str(workdir / "namesrv"),
-                             "--no-log-file", "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "namesrv",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(workdir / "namesrv"),
+            "--no-log-file",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_port(port, 60, proc)
     return proc, port
 
 
-def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
-                   restart: bool = False, cross_bucket: bool = False,
-                   broker_args: tuple[str, ...] = (), brokers: int = 1,
-                   py_spy: Path | None = None) -> dict[str, Any]:
+def lateness_round(
+    rate: int,
+    seconds: float,
+    body: int,
+    workdir: Path,
+    *,
+    restart: bool = False,
+    cross_bucket: bool = False,
+    broker_args: tuple[str, ...] = (),
+    brokers: int = 1,
+    py_spy: Path | None = None,
+) -> dict[str, Any]:
     """One rate. ``restart``: the brokers are killed (-9) once every timer is stored and
     started again on their files before the first one is due (timers then come from the
     bucket files and the log); the consumer starts after. ``brokers`` > 1: that many broker
@@ -155,8 +200,10 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
     extra = [(*broker_args, "--metrics-port", str(m)) for m in mports]
     if brokers > 1:
         namesrv, ns_port = start_namesrv(workdir)
-        extra = [(*e, "--namesrv", f"127.0.0.1:{ns_port}", "--broker-name",
-                  f"broker-{chr(97 + k)}") for k, e in enumerate(extra)]
+        extra = [
+            (*e, "--namesrv", f"127.0.0.1:{ns_port}", "--broker-name", f"broker-{chr(97 + k)}")
+            for k, e in enumerate(extra)
+        ]
 
     def start_all() -> list[subprocess.Popen[bytes]]:
         return [start_broker(d, p, *e)[0] for d, p, e in zip(datas, ports, extra, strict=True)]
@@ -169,8 +216,10 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
     ready_ms = 0.0  # when the restarted brokers served (0: no restart)
     try:
         if not restart:
-            cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
-                                     at, str(n), str(wait)], stdout=subprocess.PIPE)
+            cons = subprocess.Popen(
+                [sys.executable, __file__, "--agent", "consumer", at, str(n), str(wait)],
+                stdout=subprocess.PIPE,
+            )
             time.sleep(0.5)
         prod = run_agent("producer", [at, str(n), str(rate), str(body), "256", str(t0)])
         if restart:
@@ -179,8 +228,10 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
                 b.wait()
             procs = start_all()
             ready_ms = time.time() * 1000
-            cons = subprocess.Popen([sys.executable, __file__, "--agent", "consumer",
-                                     at, str(n), str(wait)], stdout=subprocess.PIPE)
+            cons = subprocess.Popen(
+                [sys.executable, __file__, "--agent", "consumer", at, str(n), str(wait)],
+                stdout=subprocess.PIPE,
+            )
         cpu0 = sum(cpu_seconds(b.pid) for b in procs)
         steal = HostSteal().start()
         host = hostcontrol.start(t0, seconds, workdir / f"control-{rate}.json")
@@ -206,32 +257,56 @@ def lateness_round(rate: int, seconds: float, body: int, workdir: Path, *,
     worst = worst_windows(cres["dues"], cres["lateness"], steal=steal)
     last_due = max(cres["dues"], default=t0)
     return {
-        "rate": rate, "n": n, "send/s": n / prod["send_s"],
+        "rate": rate,
+        "n": n,
+        "send/s": n / prod["send_s"],
         "stored before due": prod["stored_before_first_due"] and ready_ms < t0,
         "send errors": prod["errors"],
-        "p50": percentile(lat, 50), "p90": percentile(lat, 90), "p99": percentile(lat, 99),
-        "p99.9": percentile(lat, 99.9), "max": lat[-1] if lat else None,
-        "early": sum(1 for v in lat if v < 0), "lost": n - cres["received"],
-        "dup": cres["dups"], "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
+        "p50": percentile(lat, 50),
+        "p90": percentile(lat, 90),
+        "p99": percentile(lat, 99),
+        "p99.9": percentile(lat, 99.9),
+        "max": lat[-1] if lat else None,
+        "early": sum(1 for v in lat if v < 0),
+        "lost": n - cres["received"],
+        "dup": cres["dups"],
+        "cpu_us_per_fired": cpu / max(1, cres["received"]) * 1e6,
         "consumer_us": cres["cpu_s"] / max(1, cres["received"]) * 1e6,
-        "rss_mb": rss, "worst": worst,
+        "rss_mb": rss,
+        "worst": worst,
         "per_answer": cres["received"] / max(1, cres["answers"]),
-        "steal_ms": steal.ms(t0, last_due + (lat[-1] if lat else 0)), "fire": fire,
+        "steal_ms": steal.ms(t0, last_due + (lat[-1] if lat else 0)),
+        "fire": fire,
         "host": hres,
     }
 
 
-def start_py_spy(out_dir: Path, pid: int, rate: int, t0: int,
-                 seconds: float) -> subprocess.Popen[bytes]:
+def start_py_spy(
+    out_dir: Path, pid: int, rate: int, t0: int, seconds: float
+) -> subprocess.Popen[bytes]:
     """py-spy on ``pid`` over the due span only (starts at ``t0``, epoch ms)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     time.sleep(max(0.0, t0 / 1000 - time.time()))
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200",
-                             "--duration", str(max(1, int(seconds))), "--format", "raw",
-                             "--nonblocking", "--output",
-                             str(out_dir / f"timers-{rate}.collapsed")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "200",
+            "--duration",
+            str(max(1, int(seconds))),
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--output",
+            str(out_dir / f"timers-{rate}.collapsed"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 # ---------------------------------------------------------------- pending
@@ -245,8 +320,14 @@ def bulk_load(data: Path, pending: int) -> float:
     from kairosmq.server.store import MessageInner
 
     async def load() -> float:
-        cfg = BrokerConfig(data_dir=data, port=0, namesrv_port=0, vip_channel=False,
-                           log_messages=False, checkpoint_interval=30.0)
+        cfg = BrokerConfig(
+            data_dir=data,
+            port=0,
+            namesrv_port=0,
+            vip_channel=False,
+            log_messages=False,
+            checkpoint_interval=30.0,
+        )
         b = Broker(cfg)
         await b.start()
         rnd = random.Random(13)
@@ -255,9 +336,13 @@ def bulk_load(data: Path, pending: int) -> float:
         b.topics.ensure(TOPIC, QUEUES)
         for i in range(pending):
             due = now + 86_400_000 + rnd.randrange(39 * 86_400_000)
-            msg = MessageInner(topic=TOPIC, queue_id=i % QUEUES, body=b"p" * 64,
-                               properties={"UNIQ_KEY": f"P{i:016d}"},
-                               born_timestamp=now)
+            msg = MessageInner(
+                topic=TOPIC,
+                queue_id=i % QUEUES,
+                body=b"p" * 64,
+                properties={"UNIQ_KEY": f"P{i:016d}"},
+                born_timestamp=now,
+            )
             r = b.put_path.put(msg, MessageKind.TIMER, due_ms=due)
             if r.status.value != "PUT_OK":
                 raise RuntimeError(f"put {i}: {r.status}")
@@ -265,8 +350,7 @@ def bulk_load(data: Path, pending: int) -> float:
                 b.store.write_out()
                 await asyncio.sleep(0)
                 if i and i % 1_000_000 == 0:
-                    print(f"  stored {i:,} timers ({time.monotonic() - t0:.0f} s)",
-                          file=sys.stderr)
+                    print(f"  stored {i:,} timers ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
         elapsed = time.monotonic() - t0
         await b.stop("bulk load done")
         return elapsed
@@ -289,11 +373,16 @@ def pending_round(pending: int, workdir: Path) -> dict[str, Any]:
         st = status_kib(broker.pid)
     finally:
         stop_proc(broker, 30)
-    return {"pending": pending, "bulk load s": load_s, "restart to serving s": start_s,
-            "rss at start MB": rss_start, "rss after 10 s MB": st.get("VmRSS", 0) / 1024,
-            "peak rss MB": st.get("VmHWM", 0) / 1024,
-            "timer files MB": disk_mb(data / "store" / "timer"),
-            "commit log MB": disk_mb(data / "store" / "commitlog")}
+    return {
+        "pending": pending,
+        "bulk load s": load_s,
+        "restart to serving s": start_s,
+        "rss at start MB": rss_start,
+        "rss after 10 s MB": st.get("VmRSS", 0) / 1024,
+        "peak rss MB": st.get("VmHWM", 0) / 1024,
+        "timer files MB": disk_mb(data / "store" / "timer"),
+        "commit log MB": disk_mb(data / "store" / "commitlog"),
+    }
 
 
 def main() -> None:
@@ -303,19 +392,37 @@ def main() -> None:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--pending", type=int, default=0, help="timers for the pending part")
     ap.add_argument("--skip-lateness", action="store_true")
-    ap.add_argument("--restart", action="store_true",
-                    help="kill -9 and restart the broker between the sends and the first due")
-    ap.add_argument("--kairos-arg", action="append", default=[],
-                    help="a broker option (repeat), e.g. --kairos-arg=--no-message-logs")
-    ap.add_argument("--cross-bucket", action="store_true",
-                    help="place the due span across a minute-bucket boundary")
+    ap.add_argument(
+        "--restart",
+        action="store_true",
+        help="kill -9 and restart the broker between the sends and the first due",
+    )
+    ap.add_argument(
+        "--kairos-arg",
+        action="append",
+        default=[],
+        help="a broker option (repeat), e.g. --kairos-arg=--no-message-logs",
+    )
+    ap.add_argument(
+        "--cross-bucket",
+        action="store_true",
+        help="place the due span across a minute-bucket boundary",
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=1, help="rounds per rate (p99 spread)")
-    ap.add_argument("--brokers", default="1",
-                    help="broker processes per round behind one name server; a list "
-                         "(1,2) alternates the counts round by round")
-    ap.add_argument("--py-spy", dest="py_spy", type=Path, default=None,
-                    help="sample the broker with py-spy over the due span into this dir")
+    ap.add_argument(
+        "--brokers",
+        default="1",
+        help="broker processes per round behind one name server; a list "
+        "(1,2) alternates the counts round by round",
+    )
+    ap.add_argument(
+        "--py-spy",
+        dest="py_spy",
+        type=Path,
+        default=None,
+        help="sample the broker with py-spy over the due span into this dir",
+    )
     ap.add_argument("--agent", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.agent:
@@ -332,44 +439,62 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     if not a.skip_lateness:
-        print("| due/s | brokers | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost "
-              "| dup | CPU µs/fired | consumer µs/msg | RSS MB |")
+        print(
+            "| due/s | brokers | n | send/s | p50 ms | p90 | p99 | p99.9 | max | early | lost "
+            "| dup | CPU µs/fired | consumer µs/msg | RSS MB |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         p99s, steals, hosts = {}, {}, {}  # (rate, brokers) -> per round: p99, steal, control
         counts = [int(b) for b in a.brokers.split(",")]
-        for rate, nb in [(int(r), nb) for r in a.rates.split(",") for _ in range(a.repeat)
-                         for nb in counts]:
-            r = lateness_round(rate, a.seconds, a.body, workdir, restart=a.restart,
-                               cross_bucket=a.cross_bucket, brokers=nb,
-                               broker_args=tuple(a.kairos_arg), py_spy=a.py_spy)
+        for rate, nb in [
+            (int(r), nb) for r in a.rates.split(",") for _ in range(a.repeat) for nb in counts
+        ]:
+            r = lateness_round(
+                rate,
+                a.seconds,
+                a.body,
+                workdir,
+                restart=a.restart,
+                cross_bucket=a.cross_bucket,
+                brokers=nb,
+                broker_args=tuple(a.kairos_arg),
+                py_spy=a.py_spy,
+            )
             key = (rate, nb)
             p99s.setdefault(key, []).append(r["p99"])
             steals.setdefault(key, []).append(r["steal_ms"])
             hosts.setdefault(key, []).append(r["host"]["p99"])
             f = {k: (f"{v:.1f}" if isinstance(v, float) else v) for k, v in r.items()}
-            print(f"| {f['rate']} | {nb} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
-                  f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
-                  f"{f['dup']} | {f['cpu_us_per_fired']} | {f['consumer_us']} | {f['rss_mb']} |"
-                  + ("" if r["stored before due"] else "  (sends overran the first due)"))
+            print(
+                f"| {f['rate']} | {nb} | {f['n']} | {f['send/s']} | {f['p50']} | {f['p90']} | "
+                f"{f['p99']} | {f['p99.9']} | {f['max']} | {f['early']} | {f['lost']} | "
+                f"{f['dup']} | {f['cpu_us_per_fired']} | {f['consumer_us']} | {f['rss_mb']} |"
+                + ("" if r["stored before due"] else "  (sends overran the first due)")
+            )
             print(f"    worst {250} ms windows of due time (max/p99 ms): {r['worst']}")
-            print(f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; messages per "
-                  f"pull answer {r['per_answer']:.2f}; broker fire lateness (store - due): "
-                  + ", ".join(
-                      f"<= {b:g} ms {v:.2f} %" for b, v in r["fire"].items()))
+            print(
+                f"    host steal over the due span: {r['steal_ms']:.0f} vCPU-ms; messages per "
+                f"pull answer {r['per_answer']:.2f}; broker fire lateness (store - due): "
+                + ", ".join(f"<= {b:g} ms {v:.2f} %" for b, v in r["fire"].items())
+            )
             print(f"    {r['host']['line']}")
             if a.py_spy:
                 from bench.profile_delayed import top_functions
+
                 print("    py-spy top functions over the due span (own %, total %):")
                 for fn, own, tot in top_functions(a.py_spy / f"timers-{rate}.collapsed"):
                     print(f"      {own:5.1f} {tot:5.1f}  {fn}")
         for (rate, nb), got in p99s.items():
             if len(got) > 1:
-                print(f"p99 at {rate} due/s, {nb} broker(s), over {len(got)} runs: "
-                      + ", ".join(f"{v:.1f}" for v in got)
-                      + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)}); host "
-                      "steal over each due span: "
-                      + ", ".join(f"{v:.0f}" for v in steals[rate, nb]) + " vCPU-ms; host "
-                      "control p99: " + ", ".join(f"{v:.1f}" for v in hosts[rate, nb]) + " ms")
+                print(
+                    f"p99 at {rate} due/s, {nb} broker(s), over {len(got)} runs: "
+                    + ", ".join(f"{v:.1f}" for v in got)
+                    + f" ms (<= 5 ms in {sum(v <= 5 for v in got)} of {len(got)}); host "
+                    "steal over each due span: "
+                    + ", ".join(f"{v:.0f}" for v in steals[rate, nb])
+                    + " vCPU-ms; host "
+                    "control p99: " + ", ".join(f"{v:.1f}" for v in hosts[rate, nb]) + " ms"
+                )
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():

@@ -58,10 +58,27 @@ def free_port() -> int:
 def seed_topics(config_dir: Path, n: int) -> None:
     """``n`` topics in ``topics.json`` (the broker's format; 4 queues each)."""
     config_dir.mkdir(parents=True, exist_ok=True)
-    rows = [{"topic_name": f"BenchSeed{i:07d}", "read_queue_nums": 4, "write_queue_nums": 4,
-             "perm": 6, "topic_sys_flag": 0, "order": False} for i in range(n)]
-    rows.append({"topic_name": PROBE_TOPIC, "read_queue_nums": 4, "write_queue_nums": 4,
-                 "perm": 6, "topic_sys_flag": 0, "order": False})
+    rows = [
+        {
+            "topic_name": f"BenchSeed{i:07d}",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+            "order": False,
+        }
+        for i in range(n)
+    ]
+    rows.append(
+        {
+            "topic_name": PROBE_TOPIC,
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+            "order": False,
+        }
+    )
     (config_dir / "topics.json").write_bytes(orjson.dumps(rows))
 
 
@@ -95,29 +112,48 @@ class Creator:
         self.n += 1
         n = self.n
         if scenario == "route":
-            return await self.namesrv.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                             {"topic": f"%RETRY%BenchRoute{n}"}, timeout=60)
+            return await self.namesrv.invoke(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"%RETRY%BenchRoute{n}"}, timeout=60
+            )
         if scenario == "heartbeat":
-            consumers = [ConsumerData(f"BenchHb{n}x{i}", [SubscriptionData(PROBE_TOPIC)])
-                         for i in range(256)]
+            consumers = [
+                ConsumerData(f"BenchHb{n}x{i}", [SubscriptionData(PROBE_TOPIC)]) for i in range(256)
+            ]
             body = HeartbeatData(f"bench-{n}", [], consumers).to_json()
             return await self.broker.invoke(RequestCode.HEART_BEAT, {}, body, timeout=60)
         if scenario == "send":
-            ext = {"a": "BenchPG", "b": f"BenchSend{n}", "c": "TBW102", "d": "4", "e": "0",
-                   "f": "0", "g": str(int(time.time() * 1000)), "h": "0",
-                   "i": encode_properties({})}
+            ext = {
+                "a": "BenchPG",
+                "b": f"BenchSend{n}",
+                "c": "TBW102",
+                "d": "4",
+                "e": "0",
+                "f": "0",
+                "g": str(int(time.time() * 1000)),
+                "h": "0",
+                "i": encode_properties({}),
+            }
             return await self.broker.invoke(RequestCode.SEND_MESSAGE_V2, ext, b"x", timeout=60)
         if scenario == "create":
-            ext = {"topic": f"BenchCreate{n}", "defaultTopic": "TBW102", "readQueueNums": "4",
-                   "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
-                   "topicSysFlag": "0", "order": "false"}
-            return await self.broker.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, ext,
-                                            timeout=60)
+            ext = {
+                "topic": f"BenchCreate{n}",
+                "defaultTopic": "TBW102",
+                "readQueueNums": "4",
+                "writeQueueNums": "4",
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": "0",
+                "order": "false",
+            }
+            return await self.broker.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, timeout=60)
         if scenario == "offset":
-            ext = {"consumerGroup": "BenchOffsets", "topic": f"BenchGhost{n}", "queueId": "0",
-                   "commitOffset": "1"}
-            return await self.broker.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, ext,
-                                            timeout=60)
+            ext = {
+                "consumerGroup": "BenchOffsets",
+                "topic": f"BenchGhost{n}",
+                "queueId": "0",
+                "commitOffset": "1",
+            }
+            return await self.broker.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout=60)
         raise ValueError(scenario)
 
 
@@ -131,8 +167,7 @@ async def probe(client: RemotingClient, lat: list[float], stop: asyncio.Event) -
         await asyncio.sleep(0.002)
 
 
-async def run_scenario(creator: Creator, prober: RemotingClient, scenario: str,
-                       rounds: int) -> str:
+async def run_scenario(creator: Creator, prober: RemotingClient, scenario: str, rounds: int) -> str:
     lat: list[float] = []
     stop = asyncio.Event()
     task = asyncio.create_task(probe(prober, lat, stop))
@@ -150,10 +185,12 @@ async def run_scenario(creator: Creator, prober: RemotingClient, scenario: str,
     stop.set()
     await task
     busy = lat[idle:]
-    return (f"{scenario:9s} requests {rounds} codes {codes}  request ms median "
-            f"{statistics.median(made) * 1e3:8.1f} max {max(made) * 1e3:8.1f}  |  "
-            f"probe ({len(busy)}) ms median {statistics.median(busy) * 1e3:6.2f} "
-            f"p99 {percentile(busy, .99) * 1e3:7.2f} max {max(busy) * 1e3:7.2f}")
+    return (
+        f"{scenario:9s} requests {rounds} codes {codes}  request ms median "
+        f"{statistics.median(made) * 1e3:8.1f} max {max(made) * 1e3:8.1f}  |  "
+        f"probe ({len(busy)}) ms median {statistics.median(busy) * 1e3:6.2f} "
+        f"p99 {percentile(busy, 0.99) * 1e3:7.2f} max {max(busy) * 1e3:7.2f}"
+    )
 
 
 async def measure(args: argparse.Namespace, port: int, ns_port: int) -> None:
@@ -173,16 +210,35 @@ def run(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         seed_topics(tmp / "config", args.topics)
         port, ns_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-               "--namesrv-port", str(ns_port), "--data-dir", str(tmp), "--no-vip-channel",
-               "--no-log-file", "--log-format", "json", "--log-level", "warning",
-               "--segment-size-mb", "64", *args.broker_arg]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--port",
+            str(port),
+            "--namesrv-port",
+            str(ns_port),
+            "--data-dir",
+            str(tmp),
+            "--no-vip-channel",
+            "--no-log-file",
+            "--log-format",
+            "json",
+            "--log-level",
+            "warning",
+            "--segment-size-mb",
+            "64",
+            *args.broker_arg,
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_port(port, proc)
-            print(f"broker pid {proc.pid} holding {args.topics + 1} seeded topics "
-                  f"(started in {time.perf_counter() - t0:.1f} s); python "
-                  f"{sys.version.split()[0]}")
+            print(
+                f"broker pid {proc.pid} holding {args.topics + 1} seeded topics "
+                f"(started in {time.perf_counter() - t0:.1f} s); python "
+                f"{sys.version.split()[0]}"
+            )
             uvloop.run(measure(args, port, ns_port))
         finally:
             proc.terminate()
@@ -196,13 +252,18 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--topics", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
-    ap.add_argument("--broker-arg", action="append", default=[],
-                    help="an extra `kairosmq broker` option (repeat; use --broker-arg=--x)")
+    ap.add_argument(
+        "--broker-arg",
+        action="append",
+        default=[],
+        help="an extra `kairosmq broker` option (repeat; use --broker-arg=--x)",
+    )
     args = ap.parse_args()
     run(args)
 

@@ -72,9 +72,17 @@ class Peer:
 
 
 def send_ext(topic: str, props: dict[str, str], sys_flag: int, qid: int) -> dict[str, str]:
-    return {"a": "BenchPG", "b": topic, "c": "TBW102", "d": "4", "e": str(qid),
-            "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": "0",
-            "i": encode_properties(props)}
+    return {
+        "a": "BenchPG",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(qid),
+        "f": str(sys_flag),
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": encode_properties(props),
+    }
 
 
 async def worker(peer: Peer, mode: str, n: int, body: bytes, tag: int) -> None:
@@ -82,24 +90,32 @@ async def worker(peer: Peer, mode: str, n: int, body: bytes, tag: int) -> None:
         props = {"UNIQ_KEY": f"B{tag}-{i}-{mode}"}
         if mode == "transactional":
             props.update({"TRAN_MSG": "true", "PGROUP": "BenchPG"})
-        r = await peer.call(RequestCode.SEND_MESSAGE_V2,
-                            send_ext(f"Bench_{mode}", props, 4 if mode != "plain" else 0,
-                                     i % 4), body)
+        r = await peer.call(
+            RequestCode.SEND_MESSAGE_V2,
+            send_ext(f"Bench_{mode}", props, 4 if mode != "plain" else 0, i % 4),
+            body,
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
         if mode == "transactional":
             _ip, _port, phy = decode_offset_msg_id(r.ext_fields["msgId"])
-            peer.oneway(RequestCode.END_TRANSACTION, {
-                "producerGroup": "BenchPG", "tranStateTableOffset": r.ext_fields["queueOffset"],
-                "commitLogOffset": str(phy), "commitOrRollback": "8",
-                "msgId": r.ext_fields["msgId"], "fromTransactionCheck": "false"})
+            peer.oneway(
+                RequestCode.END_TRANSACTION,
+                {
+                    "producerGroup": "BenchPG",
+                    "tranStateTableOffset": r.ext_fields["queueOffset"],
+                    "commitLogOffset": str(phy),
+                    "commitOrRollback": "8",
+                    "msgId": r.ext_fields["msgId"],
+                    "fromTransactionCheck": "false",
+                },
+            )
 
 
 async def run_mode(port: int, mode: str, count: int, peers: int, size: int) -> float:
     conns = [Peer(*await asyncio.open_connection("127.0.0.1", port)) for _ in range(peers)]
     body = b"x" * size
     start = time.perf_counter()
-    await asyncio.gather(*(worker(p, mode, count // peers, body, i)
-                           for i, p in enumerate(conns)))
+    await asyncio.gather(*(worker(p, mode, count // peers, body, i) for i, p in enumerate(conns)))
     if mode == "transactional":
         sent = time.perf_counter() - start
         print(f"  (half sends done after {sent:.2f} s)")
@@ -117,10 +133,27 @@ async def run_mode(port: int, mode: str, count: int, peers: int, size: int) -> f
 
 def spawn_broker(data: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(port),
-         "--namesrv-port", str(free_port()), "--data-dir", str(data), "--no-vip-channel",
-         "--no-log-file", "--log-level", "warning", "--no-message-logs",
-         "--segment-size-mb", "256"], stdout=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--port",
+            str(port),
+            "--namesrv-port",
+            str(free_port()),
+            "--data-dir",
+            str(data),
+            "--no-vip-channel",
+            "--no-log-file",
+            "--log-level",
+            "warning",
+            "--no-message-logs",
+            "--segment-size-mb",
+            "256",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     ep = select.epoll()
     idle_r, idle_w = socket.socketpair()  # registered, never written: epoll times out
     ep.register(idle_r.fileno(), select.EPOLLIN)
-    print(f"thread CPU µs per wake-up, {a.n} wake-ups per row "
-          f"(load average {os.getloadavg()[0]:.2f})")
+    print(
+        f"thread CPU µs per wake-up, {a.n} wake-ups per row (load average {os.getloadavg()[0]:.2f})"
+    )
     print(f"  {'mode, way, gap':<26} {'mean':>8} {'p50':>8} {'p90':>8}")
     print(_row("uvloop, never blocks", uvloop.run(_loop_wakes(0, a.n))))
     for mode in ("idle", "busy"):
@@ -101,8 +102,9 @@ def main(argv: list[str] | None = None) -> None:
                 g = gap / 1000
                 print(_row(f"{mode}, nanosleep, {gap:g} ms", _wakes(time.sleep, g, a.n)))
                 print(_row(f"{mode}, epoll, {gap:g} ms", _wakes(ep.poll, g, a.n)))
-                print(_row(f"{mode}, uvloop, {gap:g} ms", uvloop.run(_loop_wakes(g, a.n))),
-                      flush=True)
+                print(
+                    _row(f"{mode}, uvloop, {gap:g} ms", uvloop.run(_loop_wakes(g, a.n))), flush=True
+                )
         finally:
             for proc in spin:
                 proc.kill()

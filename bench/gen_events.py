@@ -27,25 +27,95 @@ from pathlib import Path
 import orjson
 from kairosmq.server.observe.logs import CATALOGUE, COMMON, FORMAT_1_FIELDS, LEAN_EVENTS, record
 
-LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000,
-             480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]
+LEVELS_MS = [
+    1000,
+    5000,
+    10000,
+    30000,
+    60000,
+    120000,
+    180000,
+    240000,
+    300000,
+    360000,
+    420000,
+    480000,
+    540000,
+    600000,
+    1200000,
+    1800000,
+    3600000,
+    7200000,
+]
 EVENTS_PER_MSG = 3.1  # measured average with the defaults, to lay files out in time
 FIELDS = {
-    "message.stored": ("msg_id", "offset_msg_id", "topic", "queue_id", "queue_offset",
-                       "phy_offset", "size", "store_ts", "born_ts", "tags", "keys",
-                       "reconsume_times", "producer_group"),
-    "message.scheduled": ("msg_id", "offset_msg_id", "real_topic", "real_queue_id",
-                          "delay_level", "queue_offset", "phy_offset", "store_ts", "deliver_ts",
-                          "reconsume_times", "tags"),
+    "message.stored": (
+        "msg_id",
+        "offset_msg_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "phy_offset",
+        "size",
+        "store_ts",
+        "born_ts",
+        "tags",
+        "keys",
+        "reconsume_times",
+        "producer_group",
+    ),
+    "message.scheduled": (
+        "msg_id",
+        "offset_msg_id",
+        "real_topic",
+        "real_queue_id",
+        "delay_level",
+        "queue_offset",
+        "phy_offset",
+        "store_ts",
+        "deliver_ts",
+        "reconsume_times",
+        "tags",
+    ),
     "message.due": ("msg_id", "delay_level", "queue_offset", "deliver_ts", "wake_lag_ms"),
-    "message.delivered": ("msg_id", "topic", "queue_id", "queue_offset", "phy_offset",
-                          "delay_level", "deliver_ts", "lateness_ms", "reconsume_times"),
-    "message.pulled": ("msg_id", "group", "topic", "queue_id", "queue_offset", "store_ts",
-                       "born_ts", "reconsume_times"),
-    "message.redelivered": ("msg_id", "group", "topic", "origin_topic", "origin_msg_id",
-                            "reconsume_times", "delay_level"),
-    "message.dead_lettered": ("msg_id", "group", "topic", "origin_topic", "origin_msg_id",
-                              "reconsume_times"),
+    "message.delivered": (
+        "msg_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "phy_offset",
+        "delay_level",
+        "deliver_ts",
+        "lateness_ms",
+        "reconsume_times",
+    ),
+    "message.pulled": (
+        "msg_id",
+        "group",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "store_ts",
+        "born_ts",
+        "reconsume_times",
+    ),
+    "message.redelivered": (
+        "msg_id",
+        "group",
+        "topic",
+        "origin_topic",
+        "origin_msg_id",
+        "reconsume_times",
+        "delay_level",
+    ),
+    "message.dead_lettered": (
+        "msg_id",
+        "group",
+        "topic",
+        "origin_topic",
+        "origin_msg_id",
+        "reconsume_times",
+    ),
 }
 for _event, _keys in FIELDS.items():  # the generator must speak the catalogue, nothing else
     _known = set(CATALOGUE[_event]) | set(LEAN_EVENTS.get(_event, ()))
@@ -73,8 +143,13 @@ class Writer:
 
     def emit(self, ts: float, event: str, component: str, **fields: object) -> None:
         if self.fmt == 1:
-            rec = {"timestamp": self.iso(ts), "level": "info", "event": event,
-                   "component": component, **fields}
+            rec = {
+                "timestamp": self.iso(ts),
+                "level": "info",
+                "event": event,
+                "component": component,
+                **fields,
+            }
         else:
             rec = record(event, {"component": component, **fields}, int(ts))
         self.buf.append(orjson.dumps(rec))
@@ -108,17 +183,30 @@ def _file(task: tuple[int, int, argparse.Namespace]) -> int:
         seq += 1
         off += 1
         topic = rng.choice(topics)
-        base = dict(msg_id=mid, offset_msg_id=f"0A000001{off:016X}", queue_offset=off,
-                    phy_offset=off * 300)
+        base = dict(
+            msg_id=mid, offset_msg_id=f"0A000001{off:016X}", queue_offset=off, phy_offset=off * 300
+        )
         store = born + rng.uniform(0.2, 2.0)
         if rng.random() < a.delayed:
             level = min(18, int(rng.expovariate(0.35)) + 1)
             _delay(w, rng, base, store, level, topic, 0)
             visible = w.last_deliver
         else:
-            w.emit(store, "message.stored", "store", topic=topic, queue_id=off % 4, size=300,
-                   store_ts=int(store), born_ts=int(born), tags="TagA", keys=f"k{seq}",
-                   reconsume_times=0, producer_group="pg", **base)
+            w.emit(
+                store,
+                "message.stored",
+                "store",
+                topic=topic,
+                queue_id=off % 4,
+                size=300,
+                store_ts=int(store),
+                born_ts=int(born),
+                tags="TagA",
+                keys=f"k{seq}",
+                reconsume_times=0,
+                producer_group="pg",
+                **base,
+            )
             visible = store
         for g in groups:
             _consume(w, rng, a, base, mid, topic, g, int(born), int(store), visible)
@@ -126,44 +214,110 @@ def _file(task: tuple[int, int, argparse.Namespace]) -> int:
     return w.n
 
 
-def _delay(w: Writer, rng: random.Random, base: dict, store: float, level: int, topic: str,
-           rt: int) -> None:
+def _delay(
+    w: Writer, rng: random.Random, base: dict, store: float, level: int, topic: str, rt: int
+) -> None:
     deliver = store + LEVELS_MS[level - 1]
     lag = rng.expovariate(1 / 0.8)
     late = lag + rng.expovariate(1 / 1.5) + (rng.uniform(50, 400) if rng.random() < 1e-3 else 0)
-    w.emit(store, "message.scheduled", "schedule", real_topic=topic, real_queue_id=0,
-           delay_level=level, store_ts=int(store), deliver_ts=int(deliver), reconsume_times=rt,
-           tags="TagA", **base)
+    w.emit(
+        store,
+        "message.scheduled",
+        "schedule",
+        real_topic=topic,
+        real_queue_id=0,
+        delay_level=level,
+        store_ts=int(store),
+        deliver_ts=int(deliver),
+        reconsume_times=rt,
+        tags="TagA",
+        **base,
+    )
     if w.due:  # debug level: only with the broker's --log-level debug
-        w.emit(deliver + lag, "message.due", "schedule", msg_id=base["msg_id"],
-               delay_level=level, queue_offset=base["queue_offset"], deliver_ts=int(deliver),
-               wake_lag_ms=round(lag, 3))
-    w.emit(deliver + late, "message.delivered", "schedule", topic=topic, queue_id=0,
-           delay_level=level, deliver_ts=int(deliver), lateness_ms=round(late, 3),
-           reconsume_times=rt, msg_id=base["msg_id"], queue_offset=base["queue_offset"],
-           phy_offset=base["phy_offset"])
+        w.emit(
+            deliver + lag,
+            "message.due",
+            "schedule",
+            msg_id=base["msg_id"],
+            delay_level=level,
+            queue_offset=base["queue_offset"],
+            deliver_ts=int(deliver),
+            wake_lag_ms=round(lag, 3),
+        )
+    w.emit(
+        deliver + late,
+        "message.delivered",
+        "schedule",
+        topic=topic,
+        queue_id=0,
+        delay_level=level,
+        deliver_ts=int(deliver),
+        lateness_ms=round(late, 3),
+        reconsume_times=rt,
+        msg_id=base["msg_id"],
+        queue_offset=base["queue_offset"],
+        phy_offset=base["phy_offset"],
+    )
     w.last_deliver = deliver + late
 
 
-def _consume(w: Writer, rng: random.Random, a: argparse.Namespace, base: dict, mid: str,
-             topic: str, group: str, born: int, store: int, visible: float) -> None:
+def _consume(
+    w: Writer,
+    rng: random.Random,
+    a: argparse.Namespace,
+    base: dict,
+    mid: str,
+    topic: str,
+    group: str,
+    born: int,
+    store: int,
+    visible: float,
+) -> None:
     rt, cur_topic = 0, topic
     while True:
         t = visible + rng.expovariate(1 / 3.0)
-        w.emit(t, "message.pulled", "pull", msg_id=mid, group=group, topic=cur_topic,
-               queue_id=0, queue_offset=base["queue_offset"], store_ts=store, born_ts=born,
-               reconsume_times=rt)
+        w.emit(
+            t,
+            "message.pulled",
+            "pull",
+            msg_id=mid,
+            group=group,
+            topic=cur_topic,
+            queue_id=0,
+            queue_offset=base["queue_offset"],
+            store_ts=store,
+            born_ts=born,
+            reconsume_times=rt,
+        )
         if rng.random() >= a.fail:
             return
         if rt >= a.max_reconsume:
-            w.emit(t + 5, "message.dead_lettered", "retry", msg_id=mid, group=group,
-                   topic=f"%DLQ%{group}", origin_topic=topic, origin_msg_id=mid,
-                   reconsume_times=rt)
+            w.emit(
+                t + 5,
+                "message.dead_lettered",
+                "retry",
+                msg_id=mid,
+                group=group,
+                topic=f"%DLQ%{group}",
+                origin_topic=topic,
+                origin_msg_id=mid,
+                reconsume_times=rt,
+            )
             return
         rt += 1
         cur_topic = f"%RETRY%{group}"
-        w.emit(t + 5, "message.redelivered", "retry", msg_id=mid, group=group, topic=cur_topic,
-               origin_topic=topic, origin_msg_id=mid, reconsume_times=rt, delay_level=2 + rt)
+        w.emit(
+            t + 5,
+            "message.redelivered",
+            "retry",
+            msg_id=mid,
+            group=group,
+            topic=cur_topic,
+            origin_topic=topic,
+            origin_msg_id=mid,
+            reconsume_times=rt,
+            delay_level=2 + rt,
+        )
         _delay(w, rng, base, t + 6, min(18, 2 + rt), cur_topic, rt)
         visible = w.last_deliver
 
@@ -204,14 +358,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-reconsume", type=int, default=3)
     p.add_argument("--rate", type=float, default=2000.0, help="sends per second")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--due", action="store_true",
-                   help="also write message.due (debug level; the broker logs it only with "
-                        "--log-level debug)")
-    p.add_argument("--format", type=int, choices=(1, 2), default=2,
-                   help="log line format: 2 (current broker) or 1 (before the lean format)")
-    p.add_argument("--replicate", metavar="SRC", default=None,
-                   help="instead of generating: copy SRC's files --copies times with distinct "
-                        "msg_ids (e.g. 100M events from a 10M set)")
+    p.add_argument(
+        "--due",
+        action="store_true",
+        help="also write message.due (debug level; the broker logs it only with --log-level debug)",
+    )
+    p.add_argument(
+        "--format",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="log line format: 2 (current broker) or 1 (before the lean format)",
+    )
+    p.add_argument(
+        "--replicate",
+        metavar="SRC",
+        default=None,
+        help="instead of generating: copy SRC's files --copies times with distinct "
+        "msg_ids (e.g. 100M events from a 10M set)",
+    )
     p.add_argument("--copies", type=int, default=10)
     a = p.parse_args(argv)
     if a.replicate:

@@ -21,20 +21,37 @@ _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
-def send_frame(topic: str, body: bytes, queue_id: int, props: str = "",
-               serialize_type: SerializeType = SerializeType.ROCKETMQ) -> bytearray:
-    ext = {"a": "bench", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
-           "m": "false"}
-    cmd = request(RequestCode.SEND_MESSAGE_V2, ext, body, serialize_type=serialize_type,
-                  opaque=OPAQUE_MARK)
+def send_frame(
+    topic: str,
+    body: bytes,
+    queue_id: int,
+    props: str = "",
+    serialize_type: SerializeType = SerializeType.ROCKETMQ,
+) -> bytearray:
+    ext = {
+        "a": "bench",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": props,
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    cmd = request(
+        RequestCode.SEND_MESSAGE_V2, ext, body, serialize_type=serialize_type, opaque=OPAQUE_MARK
+    )
     return bytearray(encode_command(cmd))
 
 
 class Conn(asyncio.Protocol):
     def __init__(self, template: bytearray) -> None:
         self.template = template
-        self.binary = (template[4] == 1)
+        self.binary = template[4] == 1
         self.opaque_at = _OPAQUE_AT if self.binary else template.index(b'"opaque":') + 9
         self.buf = bytearray()
         self.sent_at: dict[int, float] = {}
@@ -89,15 +106,30 @@ class Conn(asyncio.Protocol):
         del buf[:pos]
 
 
-async def run_load(host: str, port: int, *, total: int, concurrency: int, connections: int,
-                   body_size: int, topic: str, queues: int = 4,
-                   props: str = "", binary: bool = False) -> dict[str, float]:
+async def run_load(
+    host: str,
+    port: int,
+    *,
+    total: int,
+    concurrency: int,
+    connections: int,
+    body_size: int,
+    topic: str,
+    queues: int = 4,
+    props: str = "",
+    binary: bool = False,
+) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     per_conn = max(1, concurrency // connections)
     conns: list[Conn] = []
     for i in range(connections):
-        tmpl = send_frame(topic, b"x" * body_size, i % queues, props,
-                          SerializeType.ROCKETMQ if binary else SerializeType.JSON)
+        tmpl = send_frame(
+            topic,
+            b"x" * body_size,
+            i % queues,
+            props,
+            SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+        )
         _t, proto = await loop.create_connection(lambda t=tmpl: Conn(t), host, port)
         proto.window = asyncio.Semaphore(per_conn)
         conns.append(proto)
@@ -132,7 +164,9 @@ async def run_load(host: str, port: int, *, total: int, concurrency: int, connec
         c.transport.close()
     done = len(lat)
     return {
-        "acked": codes.get(0, 0), "errors": done - codes.get(0, 0), "seconds": elapsed,
+        "acked": codes.get(0, 0),
+        "errors": done - codes.get(0, 0),
+        "seconds": elapsed,
         "rate": done / elapsed if elapsed else 0.0,
         "p50_ms": lat[len(lat) // 2] * 1000 if lat else 0.0,
         "p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else 0.0,

@@ -29,9 +29,15 @@ class NullConn(asyncio.Protocol):
         out = []
         for cmd in self.reader:
             self.n += 1
-            resp: RemotingCommand = cmd.response(ext_fields={
-                "msgId": "7F00000100002A9F0000000000000000", "queueId": "0",
-                "queueOffset": str(self.n), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+            resp: RemotingCommand = cmd.response(
+                ext_fields={
+                    "msgId": "7F00000100002A9F0000000000000000",
+                    "queueId": "0",
+                    "queueOffset": str(self.n),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                }
+            )
             out.append(encode_command(resp))
         if out and self.transport is not None:
             self.transport.write(b"".join(out))

@@ -51,8 +51,12 @@ def top_functions(collapsed: Path, n: int = 25) -> list[tuple[str, float, float]
         if not stack:
             continue
         k = int(count)
-        frames = [f.split(" (")[0] + " " + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
-                  if " (" in f else f for f in stack.split(";")]
+        frames = [
+            f.split(" (")[0] + " " + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
+            if " (" in f
+            else f
+            for f in stack.split(";")
+        ]
         samples += k
         own[frames[-1]] += k
         for f in set(frames):
@@ -71,17 +75,32 @@ def thread_cpu(pid: int) -> dict[str, tuple[str, int, int]]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[11]), int(fields[12]))
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[tid] = (stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]), int(fields[12]))
     return out
 
 
 def perf_dsos(data: Path, n: int = 8) -> list[str]:
     """The ``perf report`` lines: share of on-CPU samples per shared object."""
-    rep = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children",
-                          "--sort", "dso", "-g", "none"], capture_output=True, text=True)
-    return [ln.strip() for ln in rep.stdout.splitlines()
-            if ln.strip() and not ln.startswith("#")][:n]
+    rep = subprocess.run(
+        [
+            "perf",
+            "report",
+            "-i",
+            str(data),
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "dso",
+            "-g",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return [ln.strip() for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#")][
+        :n
+    ]
 
 
 def main() -> None:
@@ -93,15 +112,27 @@ def main() -> None:
     ap.add_argument("--perf", help="perf record the broker into this directory")
     ap.add_argument("--threads", action="store_true", help="broker CPU per thread")
     ap.add_argument("--kairos-arg", action="append")
-    ap.add_argument("--kairos-python", default=str(bench_peers.REPO / ".venv" / "bin" / "python")
-                    if (bench_peers.REPO / ".venv" / "bin" / "python").exists()
-                    else sys.executable)
+    ap.add_argument(
+        "--kairos-python",
+        default=str(bench_peers.REPO / ".venv" / "bin" / "python")
+        if (bench_peers.REPO / ".venv" / "bin" / "python").exists()
+        else sys.executable,
+    )
     ap.add_argument("--bench-venv", default=str(Path.home() / ".cache" / "kairosmq-bench-venv"))
     ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"))
     a = ap.parse_args()
-    ns = argparse.Namespace(n=a.n, body=1024, delay_ms=1000, window=256, max_send_s=120.0,
-                            kairos_python=a.kairos_python, kairos_arg=a.kairos_arg or [],
-                            workdir=a.workdir, keep=False, rocketmq_dir="")
+    ns = argparse.Namespace(
+        n=a.n,
+        body=1024,
+        delay_ms=1000,
+        window=256,
+        max_send_s=120.0,
+        kairos_python=a.kairos_python,
+        kairos_arg=a.kairos_arg or [],
+        workdir=a.workdir,
+        keep=False,
+        rocketmq_dir="",
+    )
     py = bench_peers.ensure_venv(Path(a.bench_venv))
     spy = shutil.which("py-spy") or str(Path(a.kairos_python).parent / "py-spy")
     out = Path(a.pyspy) if a.pyspy else None
@@ -120,8 +151,13 @@ def main() -> None:
 
             perf_data = perf_dir / f"{raw}.data" if perf_dir else None
 
-            def make_profiled(system: str, args: argparse.Namespace, _t: Any = target,
-                              _p: dict[str, Any] = prof, _pd: Any = perf_data) -> Any:
+            def make_profiled(
+                system: str,
+                args: argparse.Namespace,
+                _t: Any = target,
+                _p: dict[str, Any] = prof,
+                _pd: Any = perf_data,
+            ) -> Any:
                 server = make(system, args)
                 start, stop = server.start, server.stop
 
@@ -130,13 +166,28 @@ def main() -> None:
                     pid = str(server.pids[0])
                     if _t is not None:
                         _p["proc"] = subprocess.Popen(
-                            [spy, "record", "--pid", pid, "--rate", "250",
-                             "--format", "raw", "--output", str(_t), "--nonblocking"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            [
+                                spy,
+                                "record",
+                                "--pid",
+                                pid,
+                                "--rate",
+                                "250",
+                                "--format",
+                                "raw",
+                                "--output",
+                                str(_t),
+                                "--nonblocking",
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
                     if _pd is not None:
                         _p["perf"] = subprocess.Popen(
                             ["perf", "record", "-F", "999", "-g", "-o", str(_pd), "-p", pid],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
                     if a.threads:
                         _p["t0"] = thread_cpu(server.pids[0])
                     return opts
@@ -158,19 +209,24 @@ def main() -> None:
                     if key in prof:
                         prof[key].send_signal(signal.SIGINT)
                         prof[key].wait(60)
-            print(f"round {rnd + 1} rate {raw}: send/s {row['send_rate']:,.0f} "
-                  f"p50 {row['lateness_ms']['p50']:.1f} ms p99 {row['lateness_ms']['p99']:.1f} ms "
-                  f"lost {row['lost']} early {row['early']} | broker CPU "
-                  f"{row['broker_cpu_us_per_msg']:.0f} µs/msg | RSS {row['broker_rss_mb']} MB "
-                  f"| load "
-                  f"{row['loadavg_1m_at_start']}", flush=True)
+            print(
+                f"round {rnd + 1} rate {raw}: send/s {row['send_rate']:,.0f} "
+                f"p50 {row['lateness_ms']['p50']:.1f} ms p99 {row['lateness_ms']['p99']:.1f} ms "
+                f"lost {row['lost']} early {row['early']} | broker CPU "
+                f"{row['broker_cpu_us_per_msg']:.0f} µs/msg | RSS {row['broker_rss_mb']} MB "
+                f"| load "
+                f"{row['loadavg_1m_at_start']}",
+                flush=True,
+            )
             if "t1" in prof:
                 delivered = max(1, a.n)
                 for tid, (name, u, st) in sorted(prof["t1"].items()):
                     _, u0, s0 = prof["t0"].get(tid, (name, 0, 0))
                     if u - u0 or st - s0:
-                        print(f"  thread {name} ({tid}): user {(u - u0) * tick_us / delivered:.0f}"
-                              f" + system {(st - s0) * tick_us / delivered:.0f} µs/msg")
+                        print(
+                            f"  thread {name} ({tid}): user {(u - u0) * tick_us / delivered:.0f}"
+                            f" + system {(st - s0) * tick_us / delivered:.0f} µs/msg"
+                        )
             if perf_data is not None and perf_data.exists():
                 print(f"  perf: on-CPU samples per shared object at {raw}/s:")
                 for line in perf_dsos(perf_data):

@@ -69,8 +69,13 @@ class Admin:
         self.pool = RemotingPool(**security_options(args))
         self._broker: str | None = args.broker
 
-    async def call(self, addr: str, code: int, header: Header | None = None,
-                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+    async def call(
+        self,
+        addr: str,
+        code: int,
+        header: Header | None = None,
+        ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
         fields = header.to_ext_fields() if header is not None else {}
         resp = await self.pool.invoke(addr, code, fields, timeout=self.args.timeout)
         if resp.code not in ok:
@@ -92,15 +97,23 @@ class Admin:
         (GET_BROKER_CLUSTER_INFO); ``names`` is ``all`` or a comma-separated list."""
         resp = await self.call(self.args.namesrv, R.GET_BROKER_CLUSTER_INFO)
         table = cluster_json(resp.body).get("brokerAddrTable", {})
-        known = {n: str(b["brokerAddrs"]["0"]) for n, b in table.items()
-                 if b.get("brokerAddrs", {}).get("0")}
-        wanted = sorted(known) if names.strip() == "all" else [
-            n.strip() for n in names.split(",") if n.strip()]
+        known = {
+            n: str(b["brokerAddrs"]["0"])
+            for n, b in table.items()
+            if b.get("brokerAddrs", {}).get("0")
+        }
+        wanted = (
+            sorted(known)
+            if names.strip() == "all"
+            else [n.strip() for n in names.split(",") if n.strip()]
+        )
         missing = [n for n in wanted if n not in known]
         if missing or not wanted:
-            raise AdminError(f"name server {self.args.namesrv} has no master for "
-                             f"{', '.join(missing) or names!r} (known: "
-                             f"{', '.join(sorted(known)) or 'none'})")
+            raise AdminError(
+                f"name server {self.args.namesrv} has no master for "
+                f"{', '.join(missing) or names!r} (known: "
+                f"{', '.join(sorted(known)) or 'none'})"
+            )
         return {n: known[n] for n in wanted}
 
     async def json(self, code: int, header: Header | None = None) -> Any:
@@ -114,18 +127,31 @@ class Admin:
 async def cmd_topic(a: Admin, args: argparse.Namespace) -> Any:
     if args.action == "list":
         table = await a.topics()
-        return [{"topic": name, "kind": view.topic_kind(name),
-                 "readQueues": c["read_queue_nums"], "writeQueues": c["write_queue_nums"],
-                 "perm": view.perm(c["perm"]), "order": c["order"]}
-                for name, c in sorted(table.items())]
+        return [
+            {
+                "topic": name,
+                "kind": view.topic_kind(name),
+                "readQueues": c["read_queue_nums"],
+                "writeQueues": c["write_queue_nums"],
+                "perm": view.perm(c["perm"]),
+                "order": c["order"],
+            }
+            for name, c in sorted(table.items())
+        ]
     # --brokers a,b|all: every named master of the name server's cluster info, else one
-    targets = (await a.masters(args.brokers) if getattr(args, "brokers", None)
-               else {"": await a.broker()})
+    targets = (
+        await a.masters(args.brokers) if getattr(args, "brokers", None) else {"": await a.broker()}
+    )
     names = {"brokers": sorted(targets)} if "" not in targets else {}
     if args.action == "create":
         perm = (PERM_READ if "r" in args.perm else 0) | (PERM_WRITE if "w" in args.perm else 0)
-        h = CreateTopicRequestHeader(topic=args.topic, read_queue_nums=args.queues,
-                                     write_queue_nums=args.queues, perm=perm, order=args.order)
+        h = CreateTopicRequestHeader(
+            topic=args.topic,
+            read_queue_nums=args.queues,
+            write_queue_nums=args.queues,
+            perm=perm,
+            order=args.order,
+        )
         for addr in targets.values():
             await a.call(addr, R.UPDATE_AND_CREATE_TOPIC, h)
         return {"topic": args.topic, "created": True, "queues": args.queues, **names}
@@ -152,8 +178,15 @@ async def cmd_offsets(a: Admin, args: argparse.Namespace) -> Any:
         q = QueueRequestHeader(args.topic, qid)
         lo = _offset(await a.call(broker, R.GET_MIN_OFFSET, q))
         hi = _offset(await a.call(broker, R.GET_MAX_OFFSET, q))
-        rows.append({"topic": args.topic, "queueId": qid, "minOffset": lo, "maxOffset": hi,
-                     "messages": hi - lo})
+        rows.append(
+            {
+                "topic": args.topic,
+                "queueId": qid,
+                "minOffset": lo,
+                "maxOffset": hi,
+                "messages": hi - lo,
+            }
+        )
     return rows
 
 
@@ -170,8 +203,17 @@ async def cmd_groups(a: Admin, args: argparse.Namespace) -> Any:
     groups = {g["group"]: g for g in (await a.json(R.KAIROS_GET_CONSUMER_GROUPS))["groups"]}
     table = (await a.json(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).get("subscriptionGroupTable", {})
     for name, cfg in table.items():
-        row = groups.setdefault(name, {"group": name, "online": 0, "messageModel": None,
-                                       "subscriptions": [], "lag": 0, "dlq": 0})
+        row = groups.setdefault(
+            name,
+            {
+                "group": name,
+                "online": 0,
+                "messageModel": None,
+                "subscriptions": [],
+                "lag": 0,
+                "dlq": 0,
+            },
+        )
         row["subscriptionGroup"] = cfg
     return [groups[g] for g in sorted(groups)]
 
@@ -190,8 +232,9 @@ async def cmd_timers(a: Admin, args: argparse.Namespace) -> Any:
 
 async def cmd_transactions(a: Admin, args: argparse.Namespace) -> Any:
     """Pending half messages per producer group (906), counters, check settings."""
-    return await a.json(R.KAIROS_GET_TRANSACTION_STATUS,
-                        TransactionStatusRequestHeader(producer_group=args.group))
+    return await a.json(
+        R.KAIROS_GET_TRANSACTION_STATUS, TransactionStatusRequestHeader(producer_group=args.group)
+    )
 
 
 async def _recall(a: Admin, handle: str) -> dict[str, Any]:
@@ -200,11 +243,19 @@ async def _recall(a: Admin, handle: str) -> dict[str, Any]:
         h = decode_recall_handle(handle)
     except RecallHandleInvalid as err:
         raise AdminError(str(err)) from None
-    resp = await a.call(await a.broker(), R.RECALL_MESSAGE, RecallMessageRequestHeader(
-        producer_group=ADMIN_GROUP, topic=h.topic, recall_handle=handle))
+    resp = await a.call(
+        await a.broker(),
+        R.RECALL_MESSAGE,
+        RecallMessageRequestHeader(producer_group=ADMIN_GROUP, topic=h.topic, recall_handle=handle),
+    )
     msg_id = RecallMessageResponseHeader.from_ext_fields(resp.ext_fields).msg_id
-    return {"msgId": msg_id, "topic": h.topic,
-            "dueMs": h.deliver_ms, "recalled": True, "remark": resp.remark or ""}
+    return {
+        "msgId": msg_id,
+        "topic": h.topic,
+        "dueMs": h.deliver_ms,
+        "recalled": True,
+        "remark": resp.remark or "",
+    }
 
 
 async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
@@ -222,23 +273,36 @@ async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
             raise AdminError(f"not an offsetMsgId: {err}") from None
         resp = await a.call(broker, R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phy))
     else:
-        query = QueryMessageRequestHeader(args.id or args.key, args.topic or "", args.max,
-                                          unique_key_query="true" if args.id else None)
+        query = QueryMessageRequestHeader(
+            args.id or args.key,
+            args.topic or "",
+            args.max,
+            unique_key_query="true" if args.id else None,
+        )
         resp = await a.call(broker, R.QUERY_MESSAGE, query)
     msgs: list[MessageExt] = decode_records(resp.body)
     return [view.message_dict(m, args.body) for m in sorted(msgs, key=view.message_order)]
 
 
 async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
-    out = await a.json(R.KAIROS_RESEND_DLQ,
-                       ResendDlqRequestHeader(args.group, args.max, args.to_retry))
+    out = await a.json(
+        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry)
+    )
     if out.get("error"):
         raise AdminError(f"resent {len(out['resent'])}, then stopped: {out['error']}")
     return out
 
 
-RUNTIME_KEYS = ("brokerVersionDesc", "bootTimestamp", "runtime", "putTps", "getTransferedTps",
-                "msgPutTotalTodayNow", "msgGetTotalTodayNow", "commitLogDiskRatio")
+RUNTIME_KEYS = (
+    "brokerVersionDesc",
+    "bootTimestamp",
+    "runtime",
+    "putTps",
+    "getTransferedTps",
+    "msgPutTotalTodayNow",
+    "msgGetTotalTodayNow",
+    "commitLogDiskRatio",
+)
 
 
 async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
@@ -248,53 +312,87 @@ async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
     runtime = (await a.json(R.GET_BROKER_RUNTIME_INFO))["table"]
     for key in RUNTIME_KEYS:
         status[key] = runtime.get(key)
-    status.update({k: v for k, v in sorted(runtime.items())
-                   if k.startswith("scheduleMessageOffset_")})
+    status.update(
+        {k: v for k, v in sorted(runtime.items()) if k.startswith("scheduleMessageOffset_")}
+    )
     status["namesrv"] = args.namesrv
     status["clusters"] = sorted(cluster.get("clusterAddrTable", {}))
     return status
 
 
-COMMANDS = {"topic": cmd_topic, "offsets": cmd_offsets, "groups": cmd_groups, "lag": cmd_lag,
-            "schedule": cmd_schedule, "timers": cmd_timers, "msg": cmd_msg, "dlq": cmd_dlq,
-            "status": cmd_status, "transactions": cmd_transactions,
-            "health": cmd_status}
+COMMANDS = {
+    "topic": cmd_topic,
+    "offsets": cmd_offsets,
+    "groups": cmd_groups,
+    "lag": cmd_lag,
+    "schedule": cmd_schedule,
+    "timers": cmd_timers,
+    "msg": cmd_msg,
+    "dlq": cmd_dlq,
+    "status": cmd_status,
+    "transactions": cmd_transactions,
+    "health": cmd_status,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     def common(suppress: bool) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(add_help=False)
         d: Any = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
-        p.add_argument("--namesrv", default=d(os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")),
-                       help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
-        p.add_argument("--broker", default=d(None),
-                       help="broker host:port (default: ask the name server)")
+        p.add_argument(
+            "--namesrv",
+            default=d(os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")),
+            help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
+        )
+        p.add_argument(
+            "--broker", default=d(None), help="broker host:port (default: ask the name server)"
+        )
         p.add_argument("--json", action="store_true", default=d(False), help="JSON output")
         p.add_argument("--timeout", type=float, default=d(5.0), help="per-request seconds")
-        p.add_argument("--access-key", default=d(None),
-                       help="ACL account: sign every request (default $KAIROS_ACCESS_KEY)")
-        p.add_argument("--secret-key", default=d(None),
-                       help="its secret (prefer $KAIROS_SECRET_KEY: arguments show in ps)")
-        p.add_argument("--tls", action="store_true", default=d(False),
-                       help="connect with TLS (broker verified against the system CAs)")
-        p.add_argument("--tls-ca", default=d(None), metavar="FILE",
-                       help="connect with TLS, verifying the broker against this CA (PEM)")
+        p.add_argument(
+            "--access-key",
+            default=d(None),
+            help="ACL account: sign every request (default $KAIROS_ACCESS_KEY)",
+        )
+        p.add_argument(
+            "--secret-key",
+            default=d(None),
+            help="its secret (prefer $KAIROS_SECRET_KEY: arguments show in ps)",
+        )
+        p.add_argument(
+            "--tls",
+            action="store_true",
+            default=d(False),
+            help="connect with TLS (broker verified against the system CAs)",
+        )
+        p.add_argument(
+            "--tls-ca",
+            default=d(None),
+            metavar="FILE",
+            help="connect with TLS, verifying the broker against this CA (PEM)",
+        )
         return p
 
     sub_common = [common(True)]
-    ap = argparse.ArgumentParser(prog="kairosmq admin", parents=[common(False)],
-                                 description="Operate a running kairosmq broker.")
+    ap = argparse.ArgumentParser(
+        prog="kairosmq admin",
+        parents=[common(False)],
+        description="Operate a running kairosmq broker.",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     topic = sub.add_parser("topic", help="list, create or delete topics").add_subparsers(
-        dest="action", required=True)
+        dest="action", required=True
+    )
     topic.add_parser("list", parents=sub_common, help="topics with their queue counts")
     p = topic.add_parser("create", parents=sub_common, help="create or update a topic")
     p.add_argument("topic")
     p.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
     p.add_argument("--perm", default="rw", choices=("rw", "r", "w"))
     p.add_argument("--order", action="store_true", help="mark the topic as ordered")
-    brokers_help = ("on these brokers (names from the name server's cluster info, "
-                    "comma-separated) or `all`; default: --broker, else the first master")
+    brokers_help = (
+        "on these brokers (names from the name server's cluster info, "
+        "comma-separated) or `all`; default: --broker, else the first master"
+    )
     p.add_argument("--brokers", default=None, metavar="NAME,..|all", help=brokers_help)
     p = topic.add_parser("delete", parents=sub_common, help="delete a topic")
     p.add_argument("topic")
@@ -305,15 +403,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lag", parents=sub_common, help="per-queue lag of a consumer group")
     p.add_argument("group")
     sub.add_parser("schedule", parents=sub_common, help="delayed backlog per delay level")
-    sub.add_parser("timers", parents=sub_common,
-                   help="timer messages: pending per hour, next due, fired")
-    p = sub.add_parser("transactions", parents=sub_common,
-                       help="pending transaction half messages per producer group")
+    sub.add_parser(
+        "timers", parents=sub_common, help="timer messages: pending per hour, next due, fired"
+    )
+    p = sub.add_parser(
+        "transactions",
+        parents=sub_common,
+        help="pending transaction half messages per producer group",
+    )
     p.add_argument("--group", default=None, help="only this producer group")
-    p = sub.add_parser("msg", parents=sub_common,
-                       help="look up a message, or recall a timer/delayed one")
-    p.add_argument("recall", nargs="?", choices=["recall"],
-                   help="recall (cancel) the message a send's recallHandle names")
+    p = sub.add_parser(
+        "msg", parents=sub_common, help="look up a message, or recall a timer/delayed one"
+    )
+    p.add_argument(
+        "recall",
+        nargs="?",
+        choices=["recall"],
+        help="recall (cancel) the message a send's recallHandle names",
+    )
     p.add_argument("handle", nargs="?", help="the recallHandle (with `recall`)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--id", help="msgId (the producer's UNIQ_KEY)")
@@ -323,16 +430,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=int, default=32, help="at most this many (default 32)")
     p.add_argument("--body", action="store_true", help="print whole bodies")
     dlq = sub.add_parser("dlq", help="dead-letter queue tools").add_subparsers(
-        dest="action", required=True)
-    p = dlq.add_parser("resend", parents=sub_common,
-                       help="resend %%DLQ%%<group> messages to their original topic")
+        dest="action", required=True
+    )
+    p = dlq.add_parser(
+        "resend", parents=sub_common, help="resend %%DLQ%%<group> messages to their original topic"
+    )
     p.add_argument("group")
     p.add_argument("--max", type=int, default=1000, help="at most this many (default 1000)")
-    p.add_argument("--to-retry", action="store_true",
-                   help="resend to %%RETRY%%<group> instead (only this group sees them)")
+    p.add_argument(
+        "--to-retry",
+        action="store_true",
+        help="resend to %%RETRY%%<group> instead (only this group sees them)",
+    )
     sub.add_parser("status", parents=sub_common, help="broker status")
-    sub.add_parser("health", parents=sub_common,
-                   help="exit 0 if the name server and broker answer (container healthcheck)")
+    sub.add_parser(
+        "health",
+        parents=sub_common,
+        help="exit 0 if the name server and broker answer (container healthcheck)",
+    )
     return ap
 
 
@@ -341,8 +456,7 @@ def security_options(args: argparse.Namespace) -> dict[str, Any]:
     --tls/--tls-ca (client/credentials.py)."""
     import ssl
 
-    creds = credentials_from(getattr(args, "access_key", None),
-                             getattr(args, "secret_key", None))
+    creds = credentials_from(getattr(args, "access_key", None), getattr(args, "secret_key", None))
     ca = getattr(args, "tls_ca", None)
     tls: bool | ssl.SSLContext = bool(getattr(args, "tls", False))
     if ca is not None:
@@ -350,8 +464,9 @@ def security_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"rpc_hook": rpc_hook_for(creds), "ssl": client_ssl_context(tls)}
 
 
-async def run(args: argparse.Namespace, out: TextIO | None = None,
-              err: TextIO | None = None) -> int:
+async def run(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
         a = Admin(args)
@@ -375,9 +490,9 @@ async def run(args: argparse.Namespace, out: TextIO | None = None,
     return 0
 
 
-def main(argv: list[str] | None = None, *, out: TextIO | None = None,
-         err: TextIO | None = None) -> int:
+def main(
+    argv: list[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Run one admin command; ``out``/``err`` default to sys.stdout/sys.stderr."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     return asyncio.run(run(args, out, err))
-

@@ -58,12 +58,20 @@ def message_dict(m: MessageExt, full_body: bool) -> dict[str, Any]:
     if not full_body and len(text) > BODY_PREVIEW:
         text = text[:BODY_PREVIEW] + "..."
     return {
-        "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "topic": m.topic,
-        "queueId": m.queue_id, "queueOffset": m.queue_offset,
-        "commitLogOffset": m.commit_log_offset, "tags": m.tags, "keys": m.keys,
-        "storeTimestamp": m.store_timestamp, "bornTimestamp": m.born_timestamp,
-        "reconsumeTimes": m.reconsume_times, "size": m.store_size,
-        "properties": m.properties, "body": text,
+        "msgId": m.msg_id,
+        "offsetMsgId": m.offset_msg_id,
+        "topic": m.topic,
+        "queueId": m.queue_id,
+        "queueOffset": m.queue_offset,
+        "commitLogOffset": m.commit_log_offset,
+        "tags": m.tags,
+        "keys": m.keys,
+        "storeTimestamp": m.store_timestamp,
+        "bornTimestamp": m.born_timestamp,
+        "reconsumeTimes": m.reconsume_times,
+        "size": m.store_size,
+        "properties": m.properties,
+        "body": text,
     }
 
 
@@ -76,8 +84,10 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     numeric = [bool(rows) and all(isinstance(r.get(k), int) for r in rows) for _, k in columns]
     lines = []
     for row in cells:
-        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric,
-                                                                      strict=True)]
+        parts = [
+            c.rjust(w) if num else c.ljust(w)
+            for c, w, num in zip(row, widths, numeric, strict=True)
+        ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
@@ -87,26 +97,41 @@ def _schedule(result: dict[str, Any]) -> str:
     rows = []
     for lv in result["levels"]:
         due = lv["nextDueMs"]
-        rows.append({**lv, "delay": fmt_ms(lv["delayMs"]), "next": fmt_time(due),
-                     "in": "-" if due is None else fmt_ms(max(0, due - now))})
-    cols = [("LEVEL", "level"), ("DELAY", "delay"), ("PENDING", "pending"),
-            ("NEXT DUE", "next"), ("DUE IN", "in"), ("SCHEDULED", "scheduled"),
-            ("DELIVERED", "delivered")]
+        rows.append(
+            {
+                **lv,
+                "delay": fmt_ms(lv["delayMs"]),
+                "next": fmt_time(due),
+                "in": "-" if due is None else fmt_ms(max(0, due - now)),
+            }
+        )
+    cols = [
+        ("LEVEL", "level"),
+        ("DELAY", "delay"),
+        ("PENDING", "pending"),
+        ("NEXT DUE", "next"),
+        ("DUE IN", "in"),
+        ("SCHEDULED", "scheduled"),
+        ("DELIVERED", "delivered"),
+    ]
     return table(rows, cols) + f"\npending total: {sum(r['pending'] for r in rows)}"
 
 
 def _timers(result: dict[str, Any]) -> str:
     now, due = result["nowMs"], result["nextDueMs"]
-    rows = [{"hour": fmt_time(h["hourMs"]), "entries": h["entries"]}
-            for h in result["entriesPerHour"]]
-    lines = [table(rows, [("HOUR", "hour"), ("ENTRIES", "entries")]) if rows
-             else "no pending timer messages",
-             f"next due: {fmt_time(due)}" + ("" if due is None
-                                              else f" (in {fmt_ms(max(0, due - now))})"),
-             f"scheduled: {result['scheduled']}  fired: {result['fired']}  mean lateness: "
-             + ("-" if result["meanLatenessMs"] is None
-                else f"{result['meanLatenessMs']} ms"),
-             f"max delay: {fmt_ms(result['maxDelayMs'])}"]
+    rows = [
+        {"hour": fmt_time(h["hourMs"]), "entries": h["entries"]} for h in result["entriesPerHour"]
+    ]
+    lines = [
+        table(rows, [("HOUR", "hour"), ("ENTRIES", "entries")])
+        if rows
+        else "no pending timer messages",
+        f"next due: {fmt_time(due)}"
+        + ("" if due is None else f" (in {fmt_ms(max(0, due - now))})"),
+        f"scheduled: {result['scheduled']}  fired: {result['fired']}  mean lateness: "
+        + ("-" if result["meanLatenessMs"] is None else f"{result['meanLatenessMs']} ms"),
+        f"max delay: {fmt_ms(result['maxDelayMs'])}",
+    ]
     return "\n".join(lines)
 
 
@@ -116,11 +141,28 @@ def _status(result: dict[str, Any]) -> str:
     services = result.get("services") or []
     lines = [f"{k}: {v}" for k, v in result.items() if k not in ("services", "degraded")]
     if services:
-        rows = [{**sv, "retry": "-" if sv["retryInMs"] is None else fmt_ms(sv["retryInMs"]),
-                 "since": fmt_time(sv["lastErrorTs"])} for sv in services]
-        lines += ["", table(rows, [("SERVICE", "name"), ("STATE", "state"),
-                                   ("FAILURES", "failures"), ("RETRY IN", "retry"),
-                                   ("LAST ERROR AT", "since"), ("LAST ERROR", "lastError")])]
+        rows = [
+            {
+                **sv,
+                "retry": "-" if sv["retryInMs"] is None else fmt_ms(sv["retryInMs"]),
+                "since": fmt_time(sv["lastErrorTs"]),
+            }
+            for sv in services
+        ]
+        lines += [
+            "",
+            table(
+                rows,
+                [
+                    ("SERVICE", "name"),
+                    ("STATE", "state"),
+                    ("FAILURES", "failures"),
+                    ("RETRY IN", "retry"),
+                    ("LAST ERROR AT", "since"),
+                    ("LAST ERROR", "lastError"),
+                ],
+            ),
+        ]
     bad = [sv for sv in services if sv["state"] == "degraded"]
     if bad:
         lines.append("degraded: " + "; ".join(f"{sv['name']} ({sv['lastError']})" for sv in bad))
@@ -133,14 +175,17 @@ def _messages(result: list[dict[str, Any]]) -> str:
     cards = []
     for m in result:
         props = {k: v for k, v in m["properties"].items()}
-        lines = [f"msgId:          {m['msgId']}", f"offsetMsgId:    {m['offsetMsgId']}",
-                 f"topic:          {m['topic']}  queue {m['queueId']}  "
-                 f"offset {m['queueOffset']}",
-                 f"tags / keys:    {m['tags'] or '-'} / {m['keys'] or '-'}",
-                 f"stored:         {fmt_time(m['storeTimestamp'])}  "
-                 f"(born {fmt_time(m['bornTimestamp'])})",
-                 f"reconsumeTimes: {m['reconsumeTimes']}  size {m['size']} B",
-                 f"properties:     {props}", f"body:           {m['body']!r}"]
+        lines = [
+            f"msgId:          {m['msgId']}",
+            f"offsetMsgId:    {m['offsetMsgId']}",
+            f"topic:          {m['topic']}  queue {m['queueId']}  offset {m['queueOffset']}",
+            f"tags / keys:    {m['tags'] or '-'} / {m['keys'] or '-'}",
+            f"stored:         {fmt_time(m['storeTimestamp'])}  "
+            f"(born {fmt_time(m['bornTimestamp'])})",
+            f"reconsumeTimes: {m['reconsumeTimes']}  size {m['size']} B",
+            f"properties:     {props}",
+            f"body:           {m['body']!r}",
+        ]
         cards.append("\n".join(lines))
     return "\n\n".join(cards) + f"\n\n{len(result)} message(s)"
 
@@ -153,59 +198,114 @@ def _subgroup(group: dict[str, Any]) -> dict[str, Any]:
     consume = "on" if cfg.get("consumeEnable") else "off"
     if cfg.get("consumeEnable") and not cfg.get("consumeBroadcastEnable"):
         consume = "on (no broadcast)"
-    return {"consume": consume, "retryMaxTimes": cfg.get("retryMaxTimes"),
-            "retryQueueNums": cfg.get("retryQueueNums")}
+    return {
+        "consume": consume,
+        "retryMaxTimes": cfg.get("retryMaxTimes"),
+        "retryQueueNums": cfg.get("retryQueueNums"),
+    }
 
 
 def render(args: argparse.Namespace, result: Any) -> str:
     cmd = args.command
     if cmd == "topic" and args.action == "list":
-        return table(result, [("TOPIC", "topic"), ("KIND", "kind"), ("READ Q", "readQueues"),
-                              ("WRITE Q", "writeQueues"), ("PERM", "perm"), ("ORDER", "order")])
+        return table(
+            result,
+            [
+                ("TOPIC", "topic"),
+                ("KIND", "kind"),
+                ("READ Q", "readQueues"),
+                ("WRITE Q", "writeQueues"),
+                ("PERM", "perm"),
+                ("ORDER", "order"),
+            ],
+        )
     if cmd == "offsets":
-        return table(result, [("TOPIC", "topic"), ("QUEUE", "queueId"), ("MIN", "minOffset"),
-                              ("MAX", "maxOffset"), ("MESSAGES", "messages")])
+        return table(
+            result,
+            [
+                ("TOPIC", "topic"),
+                ("QUEUE", "queueId"),
+                ("MIN", "minOffset"),
+                ("MAX", "maxOffset"),
+                ("MESSAGES", "messages"),
+            ],
+        )
     if cmd == "groups":
-        rows = [{**g, "subs": ",".join(g["subscriptions"]) or "-", **_subgroup(g)}
-                for g in result]
-        return table(rows, [("GROUP", "group"), ("ONLINE", "online"), ("MODEL", "messageModel"),
-                            ("SUBSCRIPTIONS", "subs"), ("LAG", "lag"), ("DLQ", "dlq"),
-                            ("CONSUME", "consume"), ("RETRY MAX", "retryMaxTimes"),
-                            ("RETRY Q", "retryQueueNums")])
+        rows = [{**g, "subs": ",".join(g["subscriptions"]) or "-", **_subgroup(g)} for g in result]
+        return table(
+            rows,
+            [
+                ("GROUP", "group"),
+                ("ONLINE", "online"),
+                ("MODEL", "messageModel"),
+                ("SUBSCRIPTIONS", "subs"),
+                ("LAG", "lag"),
+                ("DLQ", "dlq"),
+                ("CONSUME", "consume"),
+                ("RETRY MAX", "retryMaxTimes"),
+                ("RETRY Q", "retryQueueNums"),
+            ],
+        )
     if cmd == "lag":
-        return table(result["queues"], [
-            ("TOPIC", "topic"), ("QUEUE", "queueId"), ("BROKER OFFSET", "brokerOffset"),
-            ("CONSUMER OFFSET", "consumerOffset"), ("LAG", "lag")]) + (
-            f"\ntotal lag of {result['group']}: {result['lag']}")
+        return table(
+            result["queues"],
+            [
+                ("TOPIC", "topic"),
+                ("QUEUE", "queueId"),
+                ("BROKER OFFSET", "brokerOffset"),
+                ("CONSUMER OFFSET", "consumerOffset"),
+                ("LAG", "lag"),
+            ],
+        ) + (f"\ntotal lag of {result['group']}: {result['lag']}")
     if cmd == "schedule":
         return _schedule(result)
     if cmd == "timers":
         return _timers(result)
     if cmd == "transactions":
-        rows = [{"group": g, **m} for g, info in sorted(result["groups"].items())
-                for m in info["messages"]]
+        rows = [
+            {"group": g, **m}
+            for g, info in sorted(result["groups"].items())
+            for m in info["messages"]
+        ]
         counters = ", ".join(f"{k} {v}" for k, v in sorted(result["counters"].items()))
-        return table(rows, [("GROUP", "group"), ("MSG ID", "msgId"), ("TOPIC", "topic"),
-                            ("AGE MS", "ageMs"), ("CHECKS", "checks"),
-                            ("NEXT CHECK MS", "nextCheckInMs")]) + (
-            f"\npending {result['pending']}" + (f"; {counters}" if counters else ""))
+        return table(
+            rows,
+            [
+                ("GROUP", "group"),
+                ("MSG ID", "msgId"),
+                ("TOPIC", "topic"),
+                ("AGE MS", "ageMs"),
+                ("CHECKS", "checks"),
+                ("NEXT CHECK MS", "nextCheckInMs"),
+            ],
+        ) + (f"\npending {result['pending']}" + (f"; {counters}" if counters else ""))
     if cmd == "msg" and isinstance(result, dict):  # msg recall
-        return (f"recalled {result['msgId']} of {result['topic']} (was due "
-                f"{fmt_time(result['dueMs'])})" + (f": {result['remark']}"
-                                                   if result["remark"] else ""))
+        return (
+            f"recalled {result['msgId']} of {result['topic']} (was due "
+            f"{fmt_time(result['dueMs'])})" + (f": {result['remark']}" if result["remark"] else "")
+        )
     if cmd == "msg":
         return _messages(result)
     if cmd == "dlq":
-        return table(result["resent"], [("MSG ID", "msgId"), ("TO TOPIC", "topic"),
-                                        ("QUEUE", "queueId"), ("OFFSET", "queueOffset")]) + (
+        return table(
+            result["resent"],
+            [
+                ("MSG ID", "msgId"),
+                ("TO TOPIC", "topic"),
+                ("QUEUE", "queueId"),
+                ("OFFSET", "queueOffset"),
+            ],
+        ) + (
             f"\nresent {len(result['resent'])}; still in {dlq_topic(result['group'])}: "
-            f"{result['remaining']}")
+            f"{result['remaining']}"
+        )
     if cmd == "status":
         return _status(result)
     if cmd == "health":
         bad = result.get("degraded") or []
-        return (f"ok: broker {result['address']} up {result['uptimeMs'] / 1000:.1f}s"
-                + (f"; degraded: {', '.join(bad)}" if bad else ""))
+        return f"ok: broker {result['address']} up {result['uptimeMs'] / 1000:.1f}s" + (
+            f"; degraded: {', '.join(bad)}" if bad else ""
+        )
     if isinstance(result, dict):
         return "\n".join(f"{k}: {v}" for k, v in result.items())
     return str(result)

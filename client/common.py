@@ -62,7 +62,11 @@ class Periodic:
     """Run ``fn`` every ``interval`` seconds in a task until ``stop()``; ``wake()`` runs it now."""
 
     def __init__(
-        self, name: str, interval: float, fn: Callable[[], Awaitable[None]], *,
+        self,
+        name: str,
+        interval: float,
+        fn: Callable[[], Awaitable[None]],
+        *,
         run_first: bool = False,
     ) -> None:
         self.name = name

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 
 from kairosmq.protocol.acl import binding_value, sign_ext_fields
 
-ENV_NAMES = (("KAIROS_ACCESS_KEY", "KAIROS_SECRET_KEY"),
-             ("ROCKETMQ_ACCESS_KEY", "ROCKETMQ_SECRET_KEY"))
+ENV_NAMES = (
+    ("KAIROS_ACCESS_KEY", "KAIROS_SECRET_KEY"),
+    ("ROCKETMQ_ACCESS_KEY", "ROCKETMQ_SECRET_KEY"),
+)
 
 RpcHook = Callable[[int, Mapping[str, str], bytes], dict[str, str]]
 
@@ -48,8 +50,11 @@ class SessionCredentials:
         return f"SessionCredentials(access_key={self.access_key!r}, secret_key='***')"
 
 
-def credentials_from(access_key: str | None = None, secret_key: str | None = None,
-                     env: Mapping[str, str] | None = None) -> SessionCredentials | None:
+def credentials_from(
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SessionCredentials | None:
     """Credentials from the arguments, else from the environment; None when there are
     none. One of the two given without the other is a ``ValueError``."""
     if access_key is None and secret_key is None:
@@ -73,18 +78,25 @@ class AclRpcHook:
     binding it to its request code, the time and a nonce (``bind=False``: RocketMQ's
     signature alone, byte for byte what a stock client sends)."""
 
-    def __init__(self, credentials: SessionCredentials, *, bind: bool = True,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        credentials: SessionCredentials,
+        *,
+        bind: bool = True,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.credentials = credentials
         self.bind = bind
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
     def __call__(self, code: int, ext_fields: Mapping[str, str], body: bytes) -> dict[str, str]:
         c = self.credentials
-        binding = binding_value(int(code), self.clock_ms(), secrets.token_hex(16)) \
-            if self.bind else None
-        return sign_ext_fields(ext_fields, body, c.access_key, c.secret_key, c.security_token,
-                               binding)
+        binding = (
+            binding_value(int(code), self.clock_ms(), secrets.token_hex(16)) if self.bind else None
+        )
+        return sign_ext_fields(
+            ext_fields, body, c.access_key, c.secret_key, c.security_token, binding
+        )
 
 
 def rpc_hook_for(credentials: SessionCredentials | None) -> RpcHook | None:

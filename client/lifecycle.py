@@ -58,18 +58,24 @@ class ClientLifecycle:
     kind: ClassVar[str] = "client"
 
     def __init__(
-        self, options: ClientConfig, on_request: RequestHandler | None = None,
+        self,
+        options: ClientConfig,
+        on_request: RequestHandler | None = None,
         route_timeout: float | None = None,
     ) -> None:
         self.client_ip = options.client_ip or local_ip()
         self.client_id = make_client_id(self.client_ip, options.instance_name)
         self.request_timeout = options.mq_client_api_timeout
         self._pool = RemotingPool(
-            on_request=on_request, serialize_type=options.serialize_type,
+            on_request=on_request,
+            serialize_type=options.serialize_type,
             rpc_hook=rpc_hook_for(credentials_from(options.access_key, options.secret_key)),
-            ssl=client_ssl_context(options.tls), on_reconnect=self._on_reconnect)
-        self._routes = RouteCache(self._pool, options.namesrv_addr,
-                                  route_timeout or options.mq_client_api_timeout)
+            ssl=client_ssl_context(options.tls),
+            on_reconnect=self._on_reconnect,
+        )
+        self._routes = RouteCache(
+            self._pool, options.namesrv_addr, route_timeout or options.mq_client_api_timeout
+        )
         self._heartbeated: set[str] = set()
         self._bg: set[asyncio.Task[Any]] = set()
         self._timers: list[Periodic] = []
@@ -169,8 +175,9 @@ class ClientLifecycle:
     async def _heartbeat(self, addr: str, body: bytes) -> None:
         self._heartbeated.add(addr)
         try:
-            resp = await self._pool.invoke(addr, RequestCode.HEART_BEAT, None, body,
-                                           timeout=self.request_timeout)
+            resp = await self._pool.invoke(
+                addr, RequestCode.HEART_BEAT, None, body, timeout=self.request_timeout
+            )
             if resp.code != ResponseCode.SUCCESS:
                 log.warning("heartbeat to %s answered %d %s", addr, resp.code, resp.remark)
         except ClientError as err:
@@ -210,4 +217,5 @@ def _reap(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
                 log.warning("background task failed: %s", exc)
             else:
                 log.error("background task failed", exc_info=exc)
+
     return done

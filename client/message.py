@@ -78,11 +78,20 @@ class Message:
     def __post_init__(self) -> None:
         if isinstance(self.body, str):
             self.body = self.body.encode()
-        timing = [n for n, v in (("delay_level", self.delay_level), ("deliver_at",
-                  self.deliver_at), ("delay", self.delay)) if v]
+        timing = [
+            n
+            for n, v in (
+                ("delay_level", self.delay_level),
+                ("deliver_at", self.deliver_at),
+                ("delay", self.delay),
+            )
+            if v
+        ]
         if len(timing) > 1:
-            raise ValueError(f"a message takes one of delay_level, deliver_at and delay, "
-                             f"not {' and '.join(timing)}")
+            raise ValueError(
+                f"a message takes one of delay_level, deliver_at and delay, "
+                f"not {' and '.join(timing)}"
+            )
         if isinstance(self.deliver_at, datetime) and self.deliver_at.tzinfo is None:
             raise ValueError("deliver_at must be timezone-aware (or epoch milliseconds)")
         if self.delay is not None and self.delay < timedelta(0):

@@ -78,20 +78,27 @@ class ClientConfig:
         self.validate()
 
     def validate(self) -> None:
-        _positive(self, "poll_name_server_interval", "heartbeat_broker_interval",
-                  "persist_consumer_offset_interval", "mq_client_api_timeout")
+        _positive(
+            self,
+            "poll_name_server_interval",
+            "heartbeat_broker_interval",
+            "persist_consumer_offset_interval",
+            "mq_client_api_timeout",
+        )
         _in_range(self, 0, None, "pull_time_delay_millis_when_exception")
         if self.client_ip is not None:
             try:
                 ipaddress.IPv4Address(self.client_ip)  # it goes into message ids (4 bytes)
             except ValueError:
-                raise ValueError(f"client_ip must be an IPv4 address, got "
-                                 f"{self.client_ip!r}") from None
+                raise ValueError(
+                    f"client_ip must be an IPv4 address, got {self.client_ip!r}"
+                ) from None
         if (self.access_key is None) != (self.secret_key is None):
             raise ValueError("access_key and secret_key go together: give both, or neither")
         if not isinstance(self.tls, bool | ssl.SSLContext):
-            raise ValueError(f"tls must be True, False or an ssl.SSLContext, got "
-                             f"{type(self.tls).__name__}")
+            raise ValueError(
+                f"tls must be True, False or an ssl.SSLContext, got {type(self.tls).__name__}"
+            )
 
 
 @dataclass(slots=True)
@@ -118,12 +125,20 @@ class ProducerOptions(ClientConfig):
         self.not_available_duration = tuple(int(v) for v in self.not_available_duration)
         if len(self.latency_max) != len(self.not_available_duration):
             raise ValueError("latency_max and not_available_duration need the same length")
-        if list(self.latency_max) != sorted(self.latency_max) or min(
-                self.latency_max + self.not_available_duration, default=0) < 0:
+        if (
+            list(self.latency_max) != sorted(self.latency_max)
+            or min(self.latency_max + self.not_available_duration, default=0) < 0
+        ):
             raise ValueError("latency_max must ascend and no latency or duration be negative")
         _in_range(self, 1, None, "max_message_size")
-        _in_range(self, 0, None, "retry_times_when_send_failed",
-                  "retry_times_when_send_async_failed", "compress_msg_body_over_howmuch")
+        _in_range(
+            self,
+            0,
+            None,
+            "retry_times_when_send_failed",
+            "retry_times_when_send_async_failed",
+            "compress_msg_body_over_howmuch",
+        )
         _in_range(self, 1, 1024, "default_topic_queue_nums")
 
 
@@ -162,8 +177,14 @@ class PushConsumerOptions(ClientConfig):
             raise ValueError("need 1 <= consume_thread_min <= consume_thread_max")
         _in_range(self, 1, 1024, "consume_message_batch_max_size", "pull_batch_size")
         _in_range(self, 1, None, "pull_threshold_for_queue")
-        _in_range(self, 0, None, "pull_interval", "suspend_current_queue_time_millis",
-                  "await_termination_seconds")
+        _in_range(
+            self,
+            0,
+            None,
+            "pull_interval",
+            "suspend_current_queue_time_millis",
+            "await_termination_seconds",
+        )
         _positive(self, "consume_timeout", "rebalance_interval", "lock_renew_interval")
         if self.max_reconsume_times is not None and self.max_reconsume_times < -1:
             raise ValueError("max_reconsume_times must be >= -1 (or None)")

@@ -230,7 +230,10 @@ class RemotingClient:
             try:
                 async with asyncio.timeout(remaining):
                     _, proto = await loop.create_connection(
-                        lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
+                        lambda: _Connection(self),
+                        self._host,
+                        self._port,
+                        ssl=self._ssl,
                         server_hostname=self._host if self._ssl is not None else None,
                     )
             except TimeoutError:
@@ -262,15 +265,27 @@ class RemotingClient:
         delay = min(self._backoff_max, self._backoff_base * 2 ** (self._failures - 1))
         self._retry_at = loop.time() + delay * (1 + random.random())
 
-    def _command(self, code: int, ext: dict[str, str] | None, body: bytes, flag: int,
-                 opaque: int | None = None) -> bytes:
+    def _command(
+        self,
+        code: int,
+        ext: dict[str, str] | None,
+        body: bytes,
+        flag: int,
+        opaque: int | None = None,
+    ) -> bytes:
         """One request frame (the rpc hook applied); a new opaque unless one is given."""
         if self._rpc_hook is not None:
             ext = self._rpc_hook(int(code), ext or {}, body)
         return encode_command(
             RemotingCommand(
-                int(code), next(self._opaque) if opaque is None else opaque, flag,
-                LanguageCode.PYTHON, BROKER_VERSION, None, ext or {}, body,
+                int(code),
+                next(self._opaque) if opaque is None else opaque,
+                flag,
+                LanguageCode.PYTHON,
+                BROKER_VERSION,
+                None,
+                ext or {},
+                body,
                 self._serialize_type,
             )
         )
@@ -377,14 +392,24 @@ class RemotingPool:
             client.close()
 
     async def invoke(
-        self, address: str, code: int, ext_fields: dict[str, str] | None = None,
-        body: bytes = b"", *, timeout: float,
+        self,
+        address: str,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
     ) -> RemotingCommand:
         return await self.get(address).invoke(code, ext_fields, body, timeout=timeout)
 
     async def invoke_oneway(
-        self, address: str, code: int, ext_fields: dict[str, str] | None = None,
-        body: bytes = b"", *, timeout: float,
+        self,
+        address: str,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
     ) -> None:
         await self.get(address).invoke_oneway(code, ext_fields, body, timeout=timeout)
 

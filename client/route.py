@@ -61,8 +61,12 @@ class TopicRouteInfo:
             if q.perm & PERM_READ:
                 sub.extend(MessageQueue(topic, q.broker_name, i) for i in range(rn))
         return cls(
-            topic, route, sorted(pub), sorted(sub),
-            {k: v for k, v in masters.items() if v}, from_default,
+            topic,
+            route,
+            sorted(pub),
+            sorted(sub),
+            {k: v for k, v in masters.items() if v},
+            from_default,
         )
 
 
@@ -159,7 +163,8 @@ class RouteCache:
             addr = self._namesrv[0]
             try:
                 resp = await self._pool.invoke(
-                    addr, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                    addr,
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC,
                     GetRouteInfoRequestHeader(topic).to_ext_fields(),
                     timeout=self._timeout,
                 )

@@ -25,8 +25,11 @@ from kairosmq.client import (
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
-                    help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+    ap.add_argument(
+        "--namesrv",
+        default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+        help="name server host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
+    )
     ap.add_argument("--topic", default="TopicTest")
     ap.add_argument("--tags", default="*", help="tag expression, e.g. 'TagA || TagB'")
     ap.add_argument("-n", type=int, default=100, help="stop after this many (0: never)")
@@ -39,14 +42,17 @@ async def main() -> None:
         nonlocal received
         for m in msgs:
             received += 1
-            print(f"[{received}] {m.msg_id} {ctx.message_queue} tags={m.tags} "
-                  f"body={m.body.decode(errors='replace')!r}")
+            print(
+                f"[{received}] {m.msg_id} {ctx.message_queue} tags={m.tags} "
+                f"body={m.body.decode(errors='replace')!r}"
+            )
         if args.n and received >= args.n:
             enough.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer("example_consumer_group", args.namesrv,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        "example_consumer_group", args.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe(args.topic, args.tags)
     consumer.register_listener(on_messages)
     async with consumer:

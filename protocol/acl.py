@@ -70,11 +70,14 @@ def _java_order(key: str) -> tuple[int, ...]:
     if key.isascii():
         return tuple(key.encode())
     units = key.encode("utf-16-be")
-    return tuple(int.from_bytes(units[i:i + 2], "big") for i in range(0, len(units), 2))
+    return tuple(int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2))
 
 
-def request_content(ext_fields: Mapping[str, str], body: bytes | None,
-                    exclude: frozenset[str] = frozenset((SIGNATURE,))) -> bytes:
+def request_content(
+    ext_fields: Mapping[str, str],
+    body: bytes | None,
+    exclude: frozenset[str] = frozenset((SIGNATURE,)),
+) -> bytes:
     """``AclUtils.combineRequestContent``: values sorted by key (``exclude`` left out),
     concatenated, UTF-8, then the body."""
     keys = [k for k in ext_fields if k not in exclude]
@@ -100,8 +103,9 @@ _SERVER_EXCLUDE = frozenset((SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
 _CLIENT_EXCLUDE = frozenset((SIGNATURE,))
 
 
-def content_forms(ext_fields: Mapping[str, str], body: bytes | None
-                  ) -> list[tuple[frozenset[str], bytes]]:
+def content_forms(
+    ext_fields: Mapping[str, str], body: bytes | None
+) -> list[tuple[frozenset[str], bytes]]:
     """What a server may check a signature against, each with the extField names it leaves
     out: RocketMQ's server form (without ``_UNIQUE_KEY_QUERY``) first, then the form a Java
     client signs when it added that field before its RPC hook ran (only when present)."""
@@ -116,9 +120,14 @@ def content_variants(ext_fields: Mapping[str, str], body: bytes | None) -> list[
     return [content for _exclude, content in content_forms(ext_fields, body)]
 
 
-def sign_ext_fields(ext_fields: Mapping[str, str], body: bytes | None, access_key: str,
-                    secret_key: str, security_token: str | None = None,
-                    binding: str | None = None) -> dict[str, str]:
+def sign_ext_fields(
+    ext_fields: Mapping[str, str],
+    body: bytes | None,
+    access_key: str,
+    secret_key: str,
+    security_token: str | None = None,
+    binding: str | None = None,
+) -> dict[str, str]:
     """``AclClientRPCHook.doBeforeRequest``: a copy of ``ext_fields`` with ``AccessKey``
     (and ``SecurityToken`` when given, and ``KairosBinding`` when ``binding`` is given: a
     ``binding_value``) added and then ``Signature`` over all of them."""
@@ -184,9 +193,12 @@ def binding_value(code: int, timestamp_ms: int, nonce: str) -> str:
     return f"{BINDING_PREFIX}{code}:{timestamp_ms:013d}:{nonce}"
 
 
-def find_binding(ext_fields: Mapping[str, str], body: bytes | None,
-                 exclude: frozenset[str] = _SERVER_EXCLUDE,
-                 content: bytes | None = None) -> Binding | None:
+def find_binding(
+    ext_fields: Mapping[str, str],
+    body: bytes | None,
+    exclude: frozenset[str] = _SERVER_EXCLUDE,
+    content: bytes | None = None,
+) -> Binding | None:
     """The binding in the signed content of a request, read right after the ``AccessKey``
     value whatever the fields are named; ``exclude``: the names left out of the content
     form whose signature verified, ``content``: that form (``content_forms``; built here
@@ -201,8 +213,11 @@ def find_binding(ext_fields: Mapping[str, str], body: bytes | None,
     at = len(access_key.encode("utf-8"))
     mine = _java_order(ACCESS_KEY)
     for key, value in ext_fields.items():  # the values sorted before the access key's
-        if key not in exclude and key != ACCESS_KEY and (
-                key < ACCESS_KEY if key.isascii() else _java_order(key) < mine):
+        if (
+            key not in exclude
+            and key != ACCESS_KEY
+            and (key < ACCESS_KEY if key.isascii() else _java_order(key) < mine)
+        ):
             at += len(value.encode("utf-8"))
     m = _BINDING_RE.match(content, at)
     return None if m is None else Binding(int(m.group(1)), int(m.group(2)), m.group(3).decode())

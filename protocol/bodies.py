@@ -408,8 +408,11 @@ def encode_mq_map(entries: list[tuple[MessageQueueData, dict[str, Any]]]) -> byt
     return b"{" + b",".join(parts) + b"}"
 
 
-def encode_mq_table(field_name: str, entries: list[tuple[MessageQueueData, dict[str, Any]]],
-                    extra: dict[str, Any] | None = None) -> bytes:
+def encode_mq_table(
+    field_name: str,
+    entries: list[tuple[MessageQueueData, dict[str, Any]]],
+    extra: dict[str, Any] | None = None,
+) -> bytes:
     """``{<extra fields>, "<field_name>": <mq map>}`` (RocketMQ ``TopicStatsTable``: offsetTable
     of TopicOffset; ``ConsumeStats``: consumeTps + offsetTable of OffsetWrapper)."""
     head = orjson.dumps(extra or {})[:-1]  # '{...' without the closing brace
@@ -417,8 +420,9 @@ def encode_mq_table(field_name: str, entries: list[tuple[MessageQueueData, dict[
     return head + sep + orjson.dumps(field_name) + b":" + encode_mq_map(entries) + b"}"
 
 
-def decode_mq_table(raw: bytes | str, field_name: str) -> tuple[
-        dict[MessageQueueData, dict[str, Any]], dict[str, Any]]:
+def decode_mq_table(
+    raw: bytes | str, field_name: str
+) -> tuple[dict[MessageQueueData, dict[str, Any]], dict[str, Any]]:
     """Read back what ``encode_mq_table`` writes (tests and kairosmq tools): the map by
     queue, and the other top-level fields."""
     text = raw.decode() if isinstance(raw, bytes) else raw
@@ -428,19 +432,19 @@ def decode_mq_table(raw: bytes | str, field_name: str) -> tuple[
         raise ValueError(f"no {field_name} in body")
     dec = _json_decoder()
     pos = at + len(marker)
-    if text[pos:pos + 1] != "{":
+    if text[pos : pos + 1] != "{":
         raise ValueError(f"{field_name} is not a map")
     pos += 1
     table: dict[MessageQueueData, dict[str, Any]] = {}
-    while text[pos:pos + 1] != "}":
+    while text[pos : pos + 1] != "}":
         key, pos = dec.raw_decode(text, pos)
-        if text[pos:pos + 1] != ":":
+        if text[pos : pos + 1] != ":":
             raise ValueError(f"{field_name}: ':' expected at {pos}")
         value, pos = dec.raw_decode(text, pos + 1)
         table[MessageQueueData.from_dict(key)] = value
-        if text[pos:pos + 1] == ",":
+        if text[pos : pos + 1] == ",":
             pos += 1
-    rest = text[:at] + '"_":0' + text[pos + 1:]
+    rest = text[:at] + '"_":0' + text[pos + 1 :]
     others = dict(_loads(rest.replace("{,", "{")))
     others.pop("_", None)
     return table, others
@@ -452,15 +456,21 @@ def _json_decoder() -> Any:
     return json.JSONDecoder()
 
 
-def encode_consumer_connection(connections: list[dict[str, Any]],
-                               subscriptions: list[SubscriptionData], consume_type: str,
-                               message_model: str, consume_from_where: str) -> bytes:
+def encode_consumer_connection(
+    connections: list[dict[str, Any]],
+    subscriptions: list[SubscriptionData],
+    consume_type: str,
+    message_model: str,
+    consume_from_where: str,
+) -> bytes:
     """RocketMQ ``ConsumerConnection``: connectionSet of ``Connection`` (clientId, clientAddr,
     language, version), subscriptionTable by topic, and the group's enums."""
-    return orjson.dumps({
-        "connectionSet": connections,
-        "consumeFromWhere": consume_from_where,
-        "consumeType": consume_type,
-        "messageModel": message_model,
-        "subscriptionTable": {s.topic: s.to_dict() for s in subscriptions},
-    })
+    return orjson.dumps(
+        {
+            "connectionSet": connections,
+            "consumeFromWhere": consume_from_where,
+            "consumeType": consume_type,
+            "messageModel": message_model,
+            "subscriptionTable": {s.topic: s.to_dict() for s in subscriptions},
+        }
+    )

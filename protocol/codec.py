@@ -92,10 +92,15 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
         kb, vb = k.encode(), v.encode()
         parts.append(len(kb).to_bytes(2, "big") + kb + len(vb).to_bytes(4, "big") + vb)
     ext = b"".join(parts)
-    return b"".join((
-        _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
-        len(remark).to_bytes(4, "big"), remark, len(ext).to_bytes(4, "big"), ext,
-    ))
+    return b"".join(
+        (
+            _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag),
+            len(remark).to_bytes(4, "big"),
+            remark,
+            len(ext).to_bytes(4, "big"),
+            ext,
+        )
+    )
 
 
 def encode_command(cmd: RemotingCommand) -> bytes:
@@ -138,8 +143,7 @@ def _int_field(h: dict[str, object], name: str, default: int | None = None) -> i
     if type(v) is str and _ASCII_INT.fullmatch(v):
         v = int(v)
     if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
-        raise MalformedFrame(f"header field {name!r} must be a 32-bit integer, "
-                             f"got {shown(v, 40)}")
+        raise MalformedFrame(f"header field {name!r} must be a 32-bit integer, got {shown(v, 40)}")
     return v
 
 
@@ -154,8 +158,9 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     if type(fields) is not dict:  # orjson makes plain dicts only
         raise MalformedFrame("extFields is not an object")
     if not set(map(type, fields.values())) <= _JUST_STR:  # the usual case keeps orjson's dict
-        fields = {k: v if type(v) is str else _coerce(v) for k, v in fields.items()
-                  if v is not None}
+        fields = {
+            k: v if type(v) is str else _coerce(v) for k, v in fields.items() if v is not None
+        }
     lang = h.get("language", "JAVA")
     if type(lang) is str:
         language = _LANG_BY_NAME.get(lang, LanguageCode.OTHER)
@@ -165,11 +170,21 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
         language = _LANG_BY_NAME.get(str(lang), LanguageCode.OTHER)
     remark = h.get("remark")
     code, opaque, flag, version = (
-        h.get("code"), h.get("opaque", 0), h.get("flag", 0), h.get("version", 0))
-    if not (type(code) is int and type(opaque) is int and type(flag) is int
-            and type(version) is int and _I32_MIN <= opaque <= _I32_MAX
-            and _I32_MIN <= code <= _I32_MAX and _I32_MIN <= flag <= _I32_MAX
-            and _I32_MIN <= version <= _I32_MAX):  # the common case skips four calls
+        h.get("code"),
+        h.get("opaque", 0),
+        h.get("flag", 0),
+        h.get("version", 0),
+    )
+    if not (
+        type(code) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and type(version) is int
+        and _I32_MIN <= opaque <= _I32_MAX
+        and _I32_MIN <= code <= _I32_MAX
+        and _I32_MIN <= flag <= _I32_MAX
+        and _I32_MIN <= version <= _I32_MAX
+    ):  # the common case skips four calls
         code, opaque = _int_field(h, "code"), _int_field(h, "opaque", 0)
         flag, version = _int_field(h, "flag", 0), _int_field(h, "version", 0)
     return RemotingCommand(
@@ -236,8 +251,9 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
     )
 
 
-def decode_payload(payload: bytes | bytearray, start: int = 0,
-                   end: int | None = None) -> RemotingCommand:
+def decode_payload(
+    payload: bytes | bytearray, start: int = 0, end: int | None = None
+) -> RemotingCommand:
     """Decode a frame without its 4-byte length prefix (``payload[start:end]``)."""
     end = len(payload) if end is None else end
     size = end - start
@@ -287,8 +303,7 @@ class FrameReader:
 
     __slots__ = ("_buf", "_need", "_parts", "_parts_len", "_tail", "max_frame", "max_header")
 
-    def __init__(self, max_frame: int = MAX_FRAME_LENGTH, *,
-                 max_header: int | None = None) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME_LENGTH, *, max_header: int | None = None) -> None:
         self._buf = bytearray()
         self.max_frame = max_frame
         self.max_header = max_header
@@ -351,7 +366,8 @@ class FrameReader:
                     hlen = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
                     if hlen > self.max_header:
                         raise MalformedFrame(
-                            f"header length {hlen} exceeds the maximum {self.max_header}")
+                            f"header length {hlen} exceeds the maximum {self.max_header}"
+                        )
                 end = pos + 4 + length
                 if len(buf) < end:
                     partial = end - pos

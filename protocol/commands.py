@@ -73,7 +73,6 @@ class RemotingCommand:
         return self.response(code, remark=remark)
 
 
-
 def request(
     code: int,
     ext_fields: dict[str, str] | None = None,

@@ -43,8 +43,9 @@ def _parse_int(key: str, raw: str) -> int:
         value = None
     if value is not None and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    raise HeaderError(f"header field {key!r} must be an integer in the int64 range, "
-                      f"got {shown(raw)}")
+    raise HeaderError(
+        f"header field {key!r} must be an integer in the int64 range, got {shown(raw)}"
+    )
 
 
 def _compile(cls: type, v2: bool) -> tuple[Any, Any]:
@@ -65,8 +66,11 @@ def _compile(cls: type, v2: bool) -> tuple[Any, Any]:
         else:
             lines_from.append(f"    if not ({empty}):")
             indent = "        "
-        conv = {"int": f"_parse_int({key!r}, raw)", "bool": "raw.lower() in ('true', '1')",
-                "str": "raw"}[kind]
+        conv = {
+            "int": f"_parse_int({key!r}, raw)",
+            "bool": "raw.lower() in ('true', '1')",
+            "str": "raw",
+        }[kind]
         lines_from.append(f"{indent}kw[{f.name!r}] = {conv}")
         lines_to.append(f"    v = self.{f.name}")
         value = {"int": "str(v)", "str": "v", "bool": "'true' if v else 'false'"}[kind]

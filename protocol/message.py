@@ -136,8 +136,11 @@ def encode_record(
     sh_ip, sh_port = store_host
     if len(bh_ip) not in (4, 16) or len(sh_ip) not in (4, 16):
         raise ValueError(f"host addresses must be 4 or 16 bytes, got {len(bh_ip)}/{len(sh_ip)}")
-    sys_flag = (sys_flag & ~_HOST_V6_BITS) | (SYSFLAG_BORNHOST_V6 if len(bh_ip) == 16 else 0) \
+    sys_flag = (
+        (sys_flag & ~_HOST_V6_BITS)
+        | (SYSFLAG_BORNHOST_V6 if len(bh_ip) == 16 else 0)
         | (SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0)
+    )
     total = RECORD_OVERHEAD_V4 + len(body) + len(topic) + len(properties)
     total += len(bh_ip) - 4 + len(sh_ip) - 4
     if crc is None:
@@ -145,8 +148,15 @@ def encode_record(
     return b"".join(
         (
             _HEAD.pack(
-                total, MESSAGE_MAGIC_CODE, crc, queue_id, flag,
-                queue_offset, physical_offset, sys_flag, born_timestamp,
+                total,
+                MESSAGE_MAGIC_CODE,
+                crc,
+                queue_id,
+                flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                born_timestamp,
             ),
             bh_ip,
             _I32.pack(bh_port),
@@ -165,14 +175,13 @@ def encode_record(
     )
 
 
-def decode_record(
-    buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False
-) -> MessageExt:
+def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
     """Decode the record at ``pos``; raise ``MessageDecodeError`` if it does not fit."""
     n = len(buf)
     if n - pos < _HEAD.size:
         raise MessageDecodeError(
-            f"record at {pos}: {n - pos} bytes left, header needs {_HEAD.size}")
+            f"record at {pos}: {n - pos} bytes left, header needs {_HEAD.size}"
+        )
     (total, magic, crc, qid, flag, qoff, phy, sysflag, born_ts) = _HEAD.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
         raise MessageDecodeError(f"record at {pos}: bad magic {magic:#x}")
@@ -210,11 +219,22 @@ def decode_record(
     if check_crc and body_crc(body) != crc:
         raise MessageDecodeError(f"record at {pos}: body CRC mismatch")
     return MessageExt(
-        topic=topic, body=body, queue_id=qid, flag=flag, queue_offset=qoff,
-        commit_log_offset=phy, sys_flag=sysflag, born_timestamp=born_ts,
-        born_host=born_host, store_timestamp=store_ts, store_host=store_host,
-        reconsume_times=reconsume, prepared_transaction_offset=prep,
-        properties=props, body_crc=crc, store_size=total,
+        topic=topic,
+        body=body,
+        queue_id=qid,
+        flag=flag,
+        queue_offset=qoff,
+        commit_log_offset=phy,
+        sys_flag=sysflag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prep,
+        properties=props,
+        body_crc=crc,
+        store_size=total,
     )
 
 
@@ -279,20 +299,49 @@ def view_record(buf: bytes) -> RecordView:
             raise MessageDecodeError(f"record: lengths do not add up to size {total}")
     except (IndexError, struct.error, UnicodeDecodeError) as err:
         raise MessageDecodeError(f"record: truncated or corrupt ({err})") from err
-    return RecordView(total, flag, sysflag, born_ts, born_end, rpos, reconsume, body_start,
-                      body_end, topic, ppos, ppos + plen)
+    return RecordView(
+        total,
+        flag,
+        sysflag,
+        born_ts,
+        born_end,
+        rpos,
+        reconsume,
+        body_start,
+        body_end,
+        topic,
+        ppos,
+        ppos + plen,
+    )
 
 
-def patched_size(view: RecordView, topic: bytes, properties: bytes,
-                 store_host: tuple[bytes, int]) -> int:
+def patched_size(
+    view: RecordView, topic: bytes, properties: bytes, store_host: tuple[bytes, int]
+) -> int:
     """The size of ``patch_record``'s result."""
-    return (RECORD_OVERHEAD_V4 + (view.body_end - view.body_start) + len(topic)
-            + len(properties) + (view.born_end - _HEAD.size - 8) + len(store_host[0]) - 4)
+    return (
+        RECORD_OVERHEAD_V4
+        + (view.body_end - view.body_start)
+        + len(topic)
+        + len(properties)
+        + (view.born_end - _HEAD.size - 8)
+        + len(store_host[0])
+        - 4
+    )
 
 
-def patch_record(buf: bytes, view: RecordView, *, topic: bytes, properties: bytes,
-                 queue_id: int, queue_offset: int, physical_offset: int,
-                 store_timestamp: int, store_host: tuple[bytes, int]) -> bytes:
+def patch_record(
+    buf: bytes,
+    view: RecordView,
+    *,
+    topic: bytes,
+    properties: bytes,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: tuple[bytes, int],
+) -> bytes:
     """A new record from the one in ``buf``: the same body, flag, born time and host and
     reconsume count, with a new topic, queue, properties, offsets, store time and host,
     the body CRC computed again and no prepared-transaction offset. Byte for byte what
@@ -303,23 +352,34 @@ def patch_record(buf: bytes, view: RecordView, *, topic: bytes, properties: byte
     mv = memoryview(buf)
     body = mv[view.body_start : view.body_end]
     sys_flag = (view.sys_flag & ~SYSFLAG_STOREHOST_V6) | (
-        SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0)
-    return b"".join((
-        _HEAD.pack(patched_size(view, topic, properties, store_host), MESSAGE_MAGIC_CODE,
-                   zlib.crc32(body) & 0x7FFFFFFF, queue_id, view.flag, queue_offset,
-                   physical_offset, sys_flag, view.born_timestamp),
-        mv[_HEAD.size : view.born_end],
-        _I64.pack(store_timestamp),
-        sh_ip,
-        _I32.pack(sh_port),
-        mv[view.reconsume_pos : view.reconsume_pos + 4],
-        _ZERO64,
-        mv[view.body_start - 4 : view.body_end],
-        bytes((len(topic),)),
-        topic,
-        _I16.pack(len(properties)),
-        properties,
-    ))
+        SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0
+    )
+    return b"".join(
+        (
+            _HEAD.pack(
+                patched_size(view, topic, properties, store_host),
+                MESSAGE_MAGIC_CODE,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                view.flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                view.born_timestamp,
+            ),
+            mv[_HEAD.size : view.born_end],
+            _I64.pack(store_timestamp),
+            sh_ip,
+            _I32.pack(sh_port),
+            mv[view.reconsume_pos : view.reconsume_pos + 4],
+            _ZERO64,
+            mv[view.body_start - 4 : view.body_end],
+            bytes((len(topic),)),
+            topic,
+            _I16.pack(len(properties)),
+            properties,
+        )
+    )
 
 
 # ------------------------------------------------------------------ batch bodies
@@ -404,8 +464,11 @@ def summarize_records(buf: bytes) -> list[RecordSummary]:
     while pos + RECORD_OVERHEAD_V4 <= n:
         total, _magic, _crc, _q, _f, qoff, phy, sysflag, born = _HEAD.unpack_from(buf, pos)
         end = pos + total
-        if (sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
-                or total < RECORD_OVERHEAD_V4 or end > n):
+        if (
+            sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+            or total < RECORD_OVERHEAD_V4
+            or end > n
+        ):
             break
         store_ts = _I64.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
         reconsume = _I32.unpack_from(buf, pos + 72)[0]
@@ -425,8 +488,9 @@ def summarize_records(buf: bytes) -> list[RecordSummary]:
             except UnicodeDecodeError:
                 break
         if not msg_id:  # no UNIQ_KEY (or an empty one, which decode_properties skips)
-            msg_id = create_offset_msg_id(buf[pos + 64 : pos + 68],
-                                          _I32.unpack_from(buf, pos + 68)[0], phy)
+            msg_id = create_offset_msg_id(
+                buf[pos + 64 : pos + 68], _I32.unpack_from(buf, pos + 68)[0], phy
+            )
         out.append(RecordSummary(total, qoff, phy, born, store_ts, reconsume, msg_id))
         pos = end
     return out
@@ -438,8 +502,12 @@ def record_properties(buf: bytes | memoryview, pos: int = 0) -> dict[str, str]:
     try:
         total = _I32.unpack_from(buf, pos)[0]
         sysflag = _I32.unpack_from(buf, pos + 36)[0]
-        blen_pos = (pos + 84 + (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0)
-                    + (12 if sysflag & SYSFLAG_STOREHOST_V6 else 0))
+        blen_pos = (
+            pos
+            + 84
+            + (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0)
+            + (12 if sysflag & SYSFLAG_STOREHOST_V6 else 0)
+        )
         body_len = _I32.unpack_from(buf, blen_pos)[0]
         tpos = blen_pos + 4 + body_len
         ppos = tpos + 1 + buf[tpos]

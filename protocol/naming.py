@@ -69,9 +69,11 @@ def validate_group(name: object) -> str | None:
     """None if ``name`` is a valid (producer or consumer) group name, else the reason."""
     bad = _validate("group", name, MAX_GROUP_LENGTH)
     if bad is None and isinstance(name, str) and len(name) > MAX_GROUP_LENGTH_WITH_RETRY:
-        return (f"the group {shown(name)} is {len(name)} characters: its retry topic "
-                f"{RETRY_GROUP_TOPIC_PREFIX}<group> must fit a {MAX_FILE_NAME}-byte file "
-                f"name, so the limit is {MAX_GROUP_LENGTH_WITH_RETRY}")
+        return (
+            f"the group {shown(name)} is {len(name)} characters: its retry topic "
+            f"{RETRY_GROUP_TOPIC_PREFIX}<group> must fit a {MAX_FILE_NAME}-byte file "
+            f"name, so the limit is {MAX_GROUP_LENGTH_WITH_RETRY}"
+        )
     return bad
 
 
@@ -103,8 +105,10 @@ def validate_registered_name(name: str, field: str) -> str | None:
     ``MAX_REGISTERED_NAME`` characters."""
     if _REGISTERED.fullmatch(name):
         return None
-    return (f"{field} {shown(name)} must be 1..{MAX_REGISTERED_NAME} printable characters "
-            "without spaces")
+    return (
+        f"{field} {shown(name)} must be 1..{MAX_REGISTERED_NAME} printable characters "
+        "without spaces"
+    )
 
 
 def retry_topic(group: str) -> str:
@@ -127,14 +131,14 @@ def group_of_retry_topic(topic: str) -> str | None:
     """The group of ``%RETRY%<group>``, or None when ``topic`` is not a retry topic."""
     if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return None
-    return topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+    return topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
 
 
 def group_of_dlq_topic(topic: str) -> str | None:
     """The group of ``%DLQ%<group>``, or None when ``topic`` is not a DLQ topic."""
     if not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
         return None
-    return topic[len(DLQ_GROUP_TOPIC_PREFIX):]
+    return topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
 
 
 def reply_topic(cluster: str) -> str:

@@ -87,8 +87,9 @@ def parse_decimal(raw: str | None, max_digits: int) -> int | None:
     return None
 
 
-def parse_decimal_pair(raw: str | None, first_digits: int, second_digits: int
-                       ) -> tuple[int, int] | None:
+def parse_decimal_pair(
+    raw: str | None, first_digits: int, second_digits: int
+) -> tuple[int, int] | None:
     """``"<a>:<b>"`` (the broker's own pairs: a re-put's origin, a recall target, a
     committed copy's half message) as two ints, each side by ``parse_decimal`` with its
     bound, else None."""

@@ -179,9 +179,15 @@ class TopicConfigData:
     order: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
     @classmethod
     def from_dict(cls, d: Any, name: str | None = None) -> TopicConfigData:
@@ -195,21 +201,31 @@ class TopicConfigData:
             ftype = TOPIC_FILTER_TYPES[ftype]
         if ftype not in TOPIC_FILTER_TYPES:
             raise ValueError(f"topic {topic}: unknown topicFilterType {ftype!r}")
-        return cls(topic, _int(d, "readQueueNums", 16), _int(d, "writeQueueNums", 16),
-                   _int(d, "perm", 6), ftype, _int(d, "topicSysFlag", 0),
-                   bool(d.get("order", False)))
+        return cls(
+            topic,
+            _int(d, "readQueueNums", 16),
+            _int(d, "writeQueueNums", 16),
+            _int(d, "perm", 6),
+            ftype,
+            _int(d, "topicSysFlag", 0),
+            bool(d.get("order", False)),
+        )
 
     def encode_compact(self) -> bytes:
         """``TopicConfig.encode()`` of the compressed register body."""
-        return (f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} "
-                f"{self.perm} {self.topic_filter_type}").encode()
+        return (
+            f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} "
+            f"{self.perm} {self.topic_filter_type}"
+        ).encode()
 
     @classmethod
     def decode_compact(cls, raw: bytes) -> TopicConfigData:
         parts = raw.decode("utf-8", errors="replace").split(" ")
         if len(parts) != 5 or not parts[0] or parts[4] not in TOPIC_FILTER_TYPES:
-            raise ValueError(f"bad compressed topic config {shown(raw, 200)}: expected "
-                             "'name readQueueNums writeQueueNums perm topicFilterType'")
+            raise ValueError(
+                f"bad compressed topic config {shown(raw, 200)}: expected "
+                "'name readQueueNums writeQueueNums perm topicFilterType'"
+            )
         try:
             nums = [int(p) for p in parts[1:4]]
         except ValueError as err:
@@ -225,8 +241,10 @@ class TopicConfigSerializeWrapper:
     data_version: DataVersion = DataVersion()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataVersion": self.data_version.to_dict(),
-                "topicConfigTable": {k: v.to_dict() for k, v in self.topic_config_table.items()}}
+        return {
+            "dataVersion": self.data_version.to_dict(),
+            "topicConfigTable": {k: v.to_dict() for k, v in self.topic_config_table.items()},
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> TopicConfigSerializeWrapper:
@@ -241,8 +259,9 @@ class TopicConfigSerializeWrapper:
             cfg = TopicConfigData.from_dict(value, str(name))
             configs[cfg.topic_name] = cfg
         version = d.get("dataVersion")
-        return cls(configs, DataVersion.from_dict(version) if version is not None
-                   else DataVersion())
+        return cls(
+            configs, DataVersion.from_dict(version) if version is not None else DataVersion()
+        )
 
 
 def _int_bytes(n: int) -> bytes:
@@ -264,9 +283,10 @@ class _Inflated:
 
     def read(self, n: int, what: str) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
-            raise ValueError(f"compressed register body: {what} needs {n} bytes, "
-                             f"{len(self.buf) - self.pos} left")
-        out = self.buf[self.pos:self.pos + n]
+            raise ValueError(
+                f"compressed register body: {what} needs {n} bytes, {len(self.buf) - self.pos} left"
+            )
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -278,8 +298,12 @@ class _Inflated:
 REGISTER_PART_TOPICS = 200  # topic configs encoded per part of a register body
 
 
-def register_body_parts(configs: list[TopicConfigData], data_version: DataVersion,
-                        filter_servers: list[str], compressed: bool) -> Iterator[bytes]:
+def register_body_parts(
+    configs: list[TopicConfigData],
+    data_version: DataVersion,
+    filter_servers: list[str],
+    compressed: bool,
+) -> Iterator[bytes]:
     """``RegisterBrokerBody.encode``'s bytes in parts of ``REGISTER_PART_TOPICS`` topics
     (``compressed``: the bytes before deflating), so a broker with 100k topics can build
     its registration between other work. ``configs`` have distinct names (a topic table's
@@ -289,19 +313,24 @@ def register_body_parts(configs: list[TopicConfigData], data_version: DataVersio
         yield _int_bytes(len(version)) + version + _int_bytes(len(configs))
         for i in range(0, len(configs), REGISTER_PART_TOPICS):
             part = []
-            for cfg in configs[i:i + REGISTER_PART_TOPICS]:
+            for cfg in configs[i : i + REGISTER_PART_TOPICS]:
                 one = cfg.encode_compact()
                 part += [_int_bytes(len(one)), one]
             yield b"".join(part)
         servers = orjson.dumps(filter_servers)
         yield _int_bytes(len(servers)) + servers
         return
-    yield (b'{"filterServerList":' + orjson.dumps(filter_servers) +
-           b',"topicConfigSerializeWrapper":{"dataVersion":' + data_version.to_json() +
-           b',"topicConfigTable":{')
+    yield (
+        b'{"filterServerList":'
+        + orjson.dumps(filter_servers)
+        + b',"topicConfigSerializeWrapper":{"dataVersion":'
+        + data_version.to_json()
+        + b',"topicConfigTable":{'
+    )
     for i in range(0, len(configs), REGISTER_PART_TOPICS):
-        chunk = orjson.dumps({c.topic_name: c.to_dict()
-                              for c in configs[i:i + REGISTER_PART_TOPICS]})[1:-1]
+        chunk = orjson.dumps(
+            {c.topic_name: c.to_dict() for c in configs[i : i + REGISTER_PART_TOPICS]}
+        )[1:-1]
         yield chunk if i == 0 else b"," + chunk
     yield b"}}}"
 
@@ -315,9 +344,14 @@ class RegisterBrokerBody:
 
     def encode(self, compressed: bool = False) -> bytes:
         wrapper = self.topic_config_wrapper
-        raw = b"".join(register_body_parts(list(wrapper.topic_config_table.values()),
-                                           wrapper.data_version, self.filter_server_list,
-                                           compressed))
+        raw = b"".join(
+            register_body_parts(
+                list(wrapper.topic_config_table.values()),
+                wrapper.data_version,
+                self.filter_server_list,
+                compressed,
+            )
+        )
         return zlib.compress(raw, 9) if compressed else raw
 
     @classmethod
@@ -329,11 +363,14 @@ class RegisterBrokerBody:
             if not isinstance(servers, list):
                 raise ValueError("filterServerList is not a JSON array")
             wrapper = d.get("topicConfigSerializeWrapper")
-            return cls(TopicConfigSerializeWrapper.from_dict(wrapper) if wrapper is not None
-                       else TopicConfigSerializeWrapper(), [str(s) for s in servers])
+            return cls(
+                TopicConfigSerializeWrapper.from_dict(wrapper)
+                if wrapper is not None
+                else TopicConfigSerializeWrapper(),
+                [str(s) for s in servers],
+            )
         src = _Inflated(raw)
-        version = DataVersion.from_json(src.read(src.read_int("dataVersion length"),
-                                                 "dataVersion"))
+        version = DataVersion.from_json(src.read(src.read_int("dataVersion length"), "dataVersion"))
         count = src.read_int("topic count")
         if count < 0:
             raise ValueError(f"compressed register body: negative topic count {count}")
@@ -370,19 +407,23 @@ class ClusterInfo:
     cluster_addr_table: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return orjson.dumps({
-            "brokerAddrTable": {k: v.to_dict() for k, v in self.broker_addr_table.items()},
-            "clusterAddrTable": {k: sorted(v) for k, v in self.cluster_addr_table.items()},
-        })
+        return orjson.dumps(
+            {
+                "brokerAddrTable": {k: v.to_dict() for k, v in self.broker_addr_table.items()},
+                "clusterAddrTable": {k: sorted(v) for k, v in self.cluster_addr_table.items()},
+            }
+        )
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ClusterInfo:
         d = _obj(raw)
         try:
-            brokers = {str(k): BrokerData.from_dict(v)
-                       for k, v in (d.get("brokerAddrTable") or {}).items()}
-            clusters = {str(k): [str(n) for n in v]
-                        for k, v in (d.get("clusterAddrTable") or {}).items()}
+            brokers = {
+                str(k): BrokerData.from_dict(v) for k, v in (d.get("brokerAddrTable") or {}).items()
+            }
+            clusters = {
+                str(k): [str(n) for n in v] for k, v in (d.get("clusterAddrTable") or {}).items()
+            }
         except (KeyError, TypeError, AttributeError, ValueError) as err:
             raise ValueError(f"cluster info is malformed: {err!r}") from err
         return cls(brokers, clusters)
@@ -416,29 +457,53 @@ def decode_kv_table(raw: bytes | str) -> dict[str, str]:
 # ------------------------------------------------------------------ builders (broker side)
 
 
-def build_register_broker(*, cluster_name: str, broker_name: str, broker_addr: str,
-                          ha_server_addr: str, topic_configs: Iterable[TopicConfigData],
-                          data_version: DataVersion, broker_id: int = 0,
-                          filter_servers: Iterable[str] = (), compressed: bool = False,
-                          oneway: bool = False) -> RemotingCommand:
+def build_register_broker(
+    *,
+    cluster_name: str,
+    broker_name: str,
+    broker_addr: str,
+    ha_server_addr: str,
+    topic_configs: Iterable[TopicConfigData],
+    data_version: DataVersion,
+    broker_id: int = 0,
+    filter_servers: Iterable[str] = (),
+    compressed: bool = False,
+    oneway: bool = False,
+) -> RemotingCommand:
     """A REGISTER_BROKER (103) request as RocketMQ 4.9's ``BrokerOuterAPI.registerBrokerAll``
     builds it (body encoded per ``compressed``, ``bodyCrc32`` set)."""
     wrapper = TopicConfigSerializeWrapper({c.topic_name: c for c in topic_configs}, data_version)
     body = RegisterBrokerBody(wrapper, list(filter_servers)).encode(compressed)
     return register_broker_request(
-        body, cluster_name=cluster_name, broker_name=broker_name, broker_addr=broker_addr,
-        ha_server_addr=ha_server_addr, broker_id=broker_id, compressed=compressed,
-        crc32=body_crc32(body), oneway=oneway)
+        body,
+        cluster_name=cluster_name,
+        broker_name=broker_name,
+        broker_addr=broker_addr,
+        ha_server_addr=ha_server_addr,
+        broker_id=broker_id,
+        compressed=compressed,
+        crc32=body_crc32(body),
+        oneway=oneway,
+    )
 
 
-def register_broker_request(body: bytes, *, cluster_name: str, broker_name: str,
-                            broker_addr: str, ha_server_addr: str, broker_id: int,
-                            compressed: bool, crc32: int,
-                            oneway: bool = False) -> RemotingCommand:
+def register_broker_request(
+    body: bytes,
+    *,
+    cluster_name: str,
+    broker_name: str,
+    broker_addr: str,
+    ha_server_addr: str,
+    broker_id: int,
+    compressed: bool,
+    crc32: int,
+    oneway: bool = False,
+) -> RemotingCommand:
     """REGISTER_BROKER around a body already encoded (``register_body_parts``, deflated
     when ``compressed``) and its ``body_crc32``."""
-    header = RegisterBrokerRequestHeader(broker_name, broker_addr, cluster_name, ha_server_addr,
-                                         broker_id, compressed, crc32)
+    header = RegisterBrokerRequestHeader(
+        broker_name, broker_addr, cluster_name, ha_server_addr, broker_id, compressed, crc32
+    )
     return request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body, oneway=oneway)
 
 
@@ -451,17 +516,23 @@ def decode_register_response(cmd: RemotingCommand) -> RegisterBrokerResult:
     return RegisterBrokerResult(h.ha_server_addr, h.master_addr, decode_kv_table(cmd.body))
 
 
-def build_unregister_broker(*, cluster_name: str, broker_name: str, broker_addr: str,
-                            broker_id: int = 0) -> RemotingCommand:
+def build_unregister_broker(
+    *, cluster_name: str, broker_name: str, broker_addr: str, broker_id: int = 0
+) -> RemotingCommand:
     header = UnRegisterBrokerRequestHeader(broker_name, broker_addr, cluster_name, broker_id)
     return request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields())
 
 
-def build_query_data_version(*, cluster_name: str, broker_name: str, broker_addr: str,
-                             data_version: DataVersion, broker_id: int = 0) -> RemotingCommand:
+def build_query_data_version(
+    *,
+    cluster_name: str,
+    broker_name: str,
+    broker_addr: str,
+    data_version: DataVersion,
+    broker_id: int = 0,
+) -> RemotingCommand:
     header = QueryDataVersionRequestHeader(broker_name, broker_addr, cluster_name, broker_id)
-    return request(RequestCode.QUERY_DATA_VERSION, header.to_ext_fields(),
-                   data_version.to_json())
+    return request(RequestCode.QUERY_DATA_VERSION, header.to_ext_fields(), data_version.to_json())
 
 
 def decode_query_data_version(cmd: RemotingCommand, mine: DataVersion) -> bool:

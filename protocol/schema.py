@@ -90,8 +90,10 @@ class Pair(Construct):
 
     def _build(self, obj: Any, stream: Any, context: Any, path: str) -> tuple[Any, Any]:
         a, b = obj
-        return (self.first._build(a, stream, context, path),
-                self.second._build(b, stream, context, path))
+        return (
+            self.first._build(a, stream, context, path),
+            self.second._build(b, stream, context, path),
+        )
 
     def _sizeof(self, context: Any, path: str) -> int:
         return int(self.first._sizeof(context, path) + self.second._sizeof(context, path))
@@ -112,8 +114,10 @@ BinaryHeaderCounted = Struct(
     "flag" / Int32sb,
     "remark" / PascalString(Int32ub, "utf8"),
     "ext_length" / Int32ub,
-    "ext_fields" / Array(this._params.ext_count,
-                         Pair(PascalString(Int16ub, "utf8"), PascalString(Int32ub, "utf8"))),
+    "ext_fields"
+    / Array(
+        this._params.ext_count, Pair(PascalString(Int16ub, "utf8"), PascalString(Int32ub, "utf8"))
+    ),
 )
 
 # A frame after its 4-byte length prefix: the type/length word, header and body.

@@ -72,8 +72,15 @@ from .sql92_eval import (
     show,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_EXPRESSION_CHARS", "JLong", "Selector", "SelectorCache",
-           "SelectorSyntaxError", "compile_selector"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_EXPRESSION_CHARS",
+    "JLong",
+    "Selector",
+    "SelectorCache",
+    "SelectorSyntaxError",
+    "compile_selector",
+]
 
 MAX_DEPTH = 64
 # RocketMQ's parser has no length limit: long ``IN`` lists are real (an IN of 20,000 ids is
@@ -98,8 +105,10 @@ class SelectorSyntaxError(ValueError):
 
     @property
     def remark(self) -> str:
-        return (f"invalid SQL92 selector at line {self.line}, column {self.column} "
-                f"(offset {self.offset}): {self.message}")
+        return (
+            f"invalid SQL92 selector at line {self.line}, column {self.column} "
+            f"(offset {self.offset}): {self.message}"
+        )
 
 
 # ------------------------------------------------------------------ lexer
@@ -107,8 +116,13 @@ class SelectorSyntaxError(ValueError):
 _KEYWORDS = frozenset({"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"})
 _SKIP = re.compile(r"(?:[ \t\n\r\f]+|--[^\n\r]*(?:\r\n|\n|\r)|/\*[^*]*\*+(?:[^*/][^*]*\*+)*/)+")
 _CANDIDATES = (
-    ("FLOAT", re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
-                         r"|[0-9]+[eE][+-]?[0-9]+")),
+    (
+        "FLOAT",
+        re.compile(
+            r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+            r"|[0-9]+[eE][+-]?[0-9]+"
+        ),
+    ),
     ("DEC", re.compile(r"0|[1-9][0-9]*[lL]?")),
     ("STR", re.compile(r"'(?:''|[^'])*'")),
     ("ID", re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")),
@@ -256,11 +270,13 @@ class _Parser:
                 high = self.unary()
                 if k == "BETWEEN":
                     self.check_between(low, high, t)
-                    left = and_node(self.ordered(left, low, ">=", t),
-                                 self.ordered(left, high, "<=", t))
+                    left = and_node(
+                        self.ordered(left, low, ">=", t), self.ordered(left, high, "<=", t)
+                    )
                 else:
-                    left = or_node(self.ordered(left, low, "<", t),
-                                   self.ordered(left, high, ">", t))
+                    left = or_node(
+                        self.ordered(left, low, "<", t), self.ordered(left, high, ">", t)
+                    )
             elif k == "IN" or (k == "NOT" and self.la(2).kind == "IN"):
                 if k == "NOT":
                     self.take("NOT")
@@ -271,8 +287,7 @@ class _Parser:
                     self.take(",")
                     items.append(self.string())
                 self.take(")")
-                self.check(left.kind == "prop", f"expected a property for IN, got {show(left)}",
-                           t)
+                self.check(left.kind == "prop", f"expected a property for IN, got {show(left)}", t)
                 left = in_node(left, frozenset(items), k == "NOT")
             elif k == "NOT":
                 self.fail("expected BETWEEN or IN after NOT", self.la(2))
@@ -346,8 +361,11 @@ class _Parser:
     def check_less_than_operand(self, n: Node, t: _Tok) -> None:
         if n.kind == "const":
             v = n.value
-            self.check(type(v) in (int, JLong, float),
-                       f"value {show(n)} cannot be compared with {t.text}", t)
+            self.check(
+                type(v) in (int, JLong, float),
+                f"value {show(n)} cannot be compared with {t.text}",
+                t,
+            )
         self.check(not n.boolean, f"a boolean expression cannot be compared with {t.text}", t)
 
     def ordered(self, left: Node, right: Node, op: str, t: _Tok) -> Node:
@@ -357,11 +375,17 @@ class _Parser:
 
     def check_equal_operands(self, left: Node, right: Node, t: _Tok) -> None:
         for n in (left, right):
-            self.check(not (n.kind == "const" and n.value is None),
-                       "NULL cannot be compared with = or <>; use IS [NOT] NULL", t)
+            self.check(
+                not (n.kind == "const" and n.value is None),
+                "NULL cannot be compared with = or <>; use IS [NOT] NULL",
+                t,
+            )
         if left.kind == "const" and right.kind == "const":
-            self.check(not (left.boolean and not right.boolean),
-                       f"{show(left)} cannot be compared with {show(right)}", t)
+            self.check(
+                not (left.boolean and not right.boolean),
+                f"{show(left)} cannot be compared with {show(right)}",
+                t,
+            )
 
     def check_between(self, low: Node, high: Node, t: _Tok) -> None:
         if low.kind == "const" and high.kind == "const":
@@ -375,6 +399,7 @@ class _Parser:
 
 
 # ------------------------------------------------------------------ public API
+
 
 class Selector:
     """A compiled SQL92 selector; ``matches(properties)`` is what the broker calls."""
@@ -407,8 +432,11 @@ def compile_selector(expression: str) -> Selector:
     """Parse and compile; raise ``SelectorSyntaxError`` (with the position) if RocketMQ's
     SelectorParser would refuse the expression."""
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise SelectorSyntaxError(f"expression longer than {MAX_EXPRESSION_CHARS} characters",
-                                  expression, MAX_EXPRESSION_CHARS)
+        raise SelectorSyntaxError(
+            f"expression longer than {MAX_EXPRESSION_CHARS} characters",
+            expression,
+            MAX_EXPRESSION_CHARS,
+        )
     node = _Parser(expression).selector()
     return Selector(expression, node.ev)
 
@@ -434,8 +462,9 @@ class SelectorCache:
                 item = err
             self._items[expression] = item
             self.chars += len(expression)
-            while len(self._items) > 1 and (len(self._items) > self.maxsize
-                                             or self.chars > self.max_chars):
+            while len(self._items) > 1 and (
+                len(self._items) > self.maxsize or self.chars > self.max_chars
+            ):
                 old, _ = self._items.popitem(last=False)
                 self.chars -= len(old)
         else:

@@ -38,10 +38,12 @@ class EvalError(Exception):
 # ------------------------------------------------------------------ Java conversions
 
 _JINT = re.compile(r"[+-]?\d+\Z")
-_JDBL = re.compile(r"[+-]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fFdD]?)\Z",
-                   re.ASCII)
-_JHEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
-                   r"[pP][+-]?\d+[fFdD]?\Z", re.ASCII)
+_JDBL = re.compile(r"[+-]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fFdD]?)\Z", re.ASCII)
+_JHEX = re.compile(
+    r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
+    r"[pP][+-]?\d+[fFdD]?\Z",
+    re.ASCII,
+)
 _D2Q = struct.Struct(">d")
 _Q = struct.Struct(">q")
 
@@ -152,19 +154,26 @@ def const_node(v: Any, boolean: bool = False) -> Node:
 
 
 def bool_node(ev: Eval, *children: Node, op: str = "", terms: tuple[Eval, ...] = ()) -> Node:
-    return Node(ev, "bool", 1 + max(c.depth for c in children), boolean=True, op=op,
-                 terms=terms)
+    return Node(ev, "bool", 1 + max(c.depth for c in children), boolean=True, op=op, terms=terms)
 
 
 def show(n: Node) -> str:
     if n.kind == "const":
         v = n.value
-        return ("NULL" if v is None else ("TRUE" if v else "FALSE") if type(v) is bool
-                else "'" + v.replace("'", "''") + "'" if type(v) is str else repr(v))
+        return (
+            "NULL"
+            if v is None
+            else ("TRUE" if v else "FALSE")
+            if type(v) is bool
+            else "'" + v.replace("'", "''") + "'"
+            if type(v) is str
+            else repr(v)
+        )
     return n.name or "expression"
 
 
 # ------------------------------------------------------------------ evaluators
+
 
 def not_node(n: Node) -> Node:
     ev = n.ev
@@ -172,6 +181,7 @@ def not_node(n: Node) -> Node:
     def not_(p: Mapping[str, str]) -> Any:
         v = ev(p)
         return None if v is None else not v
+
     return bool_node(not_, n)
 
 
@@ -186,6 +196,7 @@ def and_node(a: Node, b: Node) -> Node:
         if y is False:
             return False
         return None if x is None or y is None else True
+
     return bool_node(and_, a, b)
 
 
@@ -200,6 +211,7 @@ def or_node(a: Node, b: Node) -> Node:
         if y is True:
             return True
         return None if x is None or y is None else False
+
     return bool_node(or_, a, b)
 
 
@@ -209,11 +221,15 @@ def in_node(prop: Node, items: frozenset[str], negated: bool) -> Node:
     def in_(p: Mapping[str, str]) -> Any:
         v = p.get(name)
         return None if v is None else (v in items) is not negated
+
     return bool_node(in_, prop)
 
 
 _TESTS: dict[str, Callable[[int], bool]] = {
-    ">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0,
+    ">": lambda c: c > 0,
+    ">=": lambda c: c >= 0,
+    "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0,
 }
 
 
@@ -221,8 +237,7 @@ def ordered_node(left: Node, right: Node, op: str) -> Node:
     test = _TESTS[op]
     if left.kind == "prop" and right.kind == "const" and type(right.value) is not float:
         # the common ``a > 5``: the property converts to the literal's type (int or long)
-        name, c, conv = left.name, right.value, (to_long if type(right.value) is JLong
-                                                  else to_int)
+        name, c, conv = left.name, right.value, (to_long if type(right.value) is JLong else to_int)
 
         def prop_num(p: Mapping[str, str]) -> Any:
             v = p.get(name)
@@ -230,6 +245,7 @@ def ordered_node(left: Node, right: Node, op: str) -> Node:
                 return None
             n = conv(v)
             return test((n > c) - (n < c))
+
         return bool_node(prop_num, left, right)
     lev, rev = left.ev, right.ev
 
@@ -243,6 +259,7 @@ def ordered_node(left: Node, right: Node, op: str) -> Node:
         if type(lv) is str and type(rv) is str:
             return test(dcmp(to_double(lv), to_double(rv)))
         return test(compare(lv, rv))
+
     return bool_node(ordered, left, right)
 
 
@@ -253,6 +270,7 @@ def equal_node(left: Node, right: Node) -> Node:
         def prop_str(p: Mapping[str, str]) -> Any:
             v = p.get(name)
             return None if v is None else v == c
+
         return bool_node(prop_str, left, right)
     lev, rev = left.ev, right.ev
 
@@ -266,8 +284,8 @@ def equal_node(left: Node, right: Node) -> Node:
         if type(lv) is type(rv) and type(lv) is not float:
             return lv == rv
         return compare(lv, rv) == 0
-    return bool_node(equal, left, right)
 
+    return bool_node(equal, left, right)
 
 
 def cast_node(prop: Node) -> Node:
@@ -277,6 +295,7 @@ def cast_node(prop: Node) -> Node:
     def cast(p: Mapping[str, str]) -> Any:
         v = ev(p)
         return None if v is None else (v if type(v) is bool else False)
+
     return bool_node(cast, prop)
 
 
@@ -298,4 +317,5 @@ def chain_node(terms: list[Node], kw: str) -> Node:
             elif v is stop:
                 return stop
         return None if unknown else not stop
+
     return bool_node(chain, *terms, op=kw, terms=evs)

@@ -51,23 +51,30 @@ class RecallHandleInvalid(ValueError):
 
 def _java_long(name: str, value: str) -> int:
     if not _JAVA_LONG.fullmatch(value):
-        raise TimerIllegal(f"timer message illegal: property {name}={shown(value, 40)} is not a "
-                           f"long integer")
+        raise TimerIllegal(
+            f"timer message illegal: property {name}={shown(value, 40)} is not a long integer"
+        )
     n = int(value)
     if not -_INT64_MAX - 1 <= n <= _INT64_MAX:
-        raise TimerIllegal(f"timer message illegal: property {name}={shown(value, 40)} does not "
-                           f"fit a 64-bit long")
+        raise TimerIllegal(
+            f"timer message illegal: property {name}={shown(value, 40)} does not fit a 64-bit long"
+        )
     return n
 
 
 def has_timer(props: dict[str, str]) -> bool:
     """True if any timer property is present (before validation)."""
-    return (TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props or TIMER_DELIVER_MS in props
-            or START_DELIVER_TIME in props)
+    return (
+        TIMER_DELAY_SEC in props
+        or TIMER_DELAY_MS in props
+        or TIMER_DELIVER_MS in props
+        or START_DELIVER_TIME in props
+    )
 
 
-def resolve_timer(props: dict[str, str], now_ms: int, max_delay_ms: int, *,
-                  round_up_ms: int = 0) -> int | None:
+def resolve_timer(
+    props: dict[str, str], now_ms: int, max_delay_ms: int, *, round_up_ms: int = 0
+) -> int | None:
     """The due instant (epoch ms, > now_ms) of a timer send, or None to deliver now.
 
     ``None`` too when no timer property is present. Raises ``TimerIllegal``.
@@ -91,8 +98,10 @@ def resolve_timer(props: dict[str, str], now_ms: int, max_delay_ms: int, *,
     if due <= now_ms:
         return None
     if due - now_ms > max_delay_ms:
-        raise TimerIllegal(f"timer message illegal, the delay time should not be bigger than "
-                           f"the max delay {max_delay_ms}ms")
+        raise TimerIllegal(
+            f"timer message illegal, the delay time should not be bigger than "
+            f"the max delay {max_delay_ms}ms"
+        )
     return due
 
 
@@ -106,8 +115,15 @@ class RecallHandle:
     uniq_key: str
 
     def encode(self) -> str:
-        raw = " ".join((RECALL_HANDLE_VERSION, self.topic, self.broker_name,
-                        str(self.deliver_ms), self.uniq_key))
+        raw = " ".join(
+            (
+                RECALL_HANDLE_VERSION,
+                self.topic,
+                self.broker_name,
+                str(self.deliver_ms),
+                self.uniq_key,
+            )
+        )
         return base64.urlsafe_b64encode(raw.encode()).decode("ascii")
 
 

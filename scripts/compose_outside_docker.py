@@ -106,7 +106,7 @@ def parse_dockerfile(text: str) -> dict[str, Stage]:
         elif instr == "RUN":
             cur.run.append(rest)
         elif instr == "HEALTHCHECK":
-            cmd = rest[rest.index("CMD") + 3:] if "CMD" in rest else ""
+            cmd = rest[rest.index("CMD") + 3 :] if "CMD" in rest else ""
             cur.healthcheck = _exec_form(cmd) if cmd else None
     return stages
 
@@ -135,10 +135,14 @@ class ServicePlan:
     published: dict[int, str] = field(default_factory=dict)
 
 
-def plan_services(compose: dict[str, Any], stages: dict[str, Stage],
-                  env: dict[str, str] | None = None) -> dict[str, ServicePlan]:
-    images = {s["image"]: s["build"]["target"] for s in compose["services"].values()
-              if "build" in s and "image" in s}
+def plan_services(
+    compose: dict[str, Any], stages: dict[str, Stage], env: dict[str, str] | None = None
+) -> dict[str, ServicePlan]:
+    images = {
+        s["image"]: s["build"]["target"]
+        for s in compose["services"].values()
+        if "build" in s and "image" in s
+    }
     plans = {}
     for name, svc in compose["services"].items():
         target = svc["build"]["target"] if "build" in svc else images[svc["image"]]
@@ -161,9 +165,16 @@ def plan_services(compose: dict[str, Any], stages: dict[str, Stage],
         if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
             health = test[1:] if test[0] == "CMD" else ["/bin/sh", "-c", " ".join(test[1:])]
         plans[name] = ServicePlan(
-            name, stage, [interpolate(str(a), env) for a in argv],
+            name,
+            stage,
+            [interpolate(str(a), env) for a in argv],
             {k: interpolate(str(v), env) for k, v in (svc.get("environment") or {}).items()},
-            vols, ports, health, list(svc.get("profiles") or []), published)
+            vols,
+            ports,
+            health,
+            list(svc.get("profiles") or []),
+            published,
+        )
     return plans
 
 
@@ -171,7 +182,7 @@ def repo_path(stage: Stage, p: str) -> str:
     """The repository file an image path was COPY'd from (else ``p`` unchanged)."""
     for src, dst in stage.copies:
         if p == dst or p.startswith(dst + "/"):
-            return str(REPO / src) + p[len(dst):]
+            return str(REPO / src) + p[len(dst) :]
     return p
 
 
@@ -186,8 +197,9 @@ class HostMap:
 
     def __init__(self, plans: dict[str, ServicePlan], workdir: Path) -> None:
         self.hosts = set(plans)
-        self.volumes = {src: workdir / "volumes" / src for p in plans.values()
-                        for src, _, _ in p.volumes}
+        self.volumes = {
+            src: workdir / "volumes" / src for p in plans.values() for src, _, _ in p.volumes
+        }
         for d in self.volumes.values():
             d.mkdir(parents=True, exist_ok=True)
         self.ports = {c: free_port() for p in plans.values() for _, c in p.ports}
@@ -195,7 +207,7 @@ class HostMap:
     def path(self, plan: ServicePlan, p: str) -> str:
         for src, dst, _ in plan.volumes:
             if p == dst or p.startswith(dst + "/"):
-                return str(self.volumes[src]) + p[len(dst):]
+                return str(self.volumes[src]) + p[len(dst) :]
         return repo_path(plan.stage, p)
 
     def arg(self, plan: ServicePlan, a: str, option_value: bool = True) -> str:
@@ -212,8 +224,13 @@ class HostMap:
 
     def argv(self, plan: ServicePlan, argv: list[str]) -> list[str]:
         head = {"kairosmq": str(BIN / "kairosmq"), "python": sys.executable}.get(argv[0], argv[0])
-        out = [head, *(self.arg(plan, a, prev.startswith("-"))
-                       for prev, a in zip(argv, argv[1:], strict=False))]
+        out = [
+            head,
+            *(
+                self.arg(plan, a, prev.startswith("-"))
+                for prev, a in zip(argv, argv[1:], strict=False)
+            ),
+        ]
         if argv[:2] == ["kairosmq", "broker"]:  # listen ports are defaults, not in argv
             out += ["--port", str(self.ports[10911]), "--namesrv-port", str(self.ports[9876])]
         return out
@@ -250,8 +267,9 @@ def run(workdir: Path, skip_report: bool) -> int:
         env = "".join(f"{k}={hm.arg(plan, v)} " for k, v in plan.environment.items())
         step(f"{plan.name}: {shlex.join(plan.argv)}\n    outside Docker: {env}{shlex.join(argv)}")
         out = (logs / f"{plan.name}.out").open("wb")
-        p = subprocess.Popen(argv, env=hm.env(plan), stdout=out, stderr=subprocess.STDOUT,
-                             cwd=workdir)
+        p = subprocess.Popen(
+            argv, env=hm.env(plan), stdout=out, stderr=subprocess.STDOUT, cwd=workdir
+        )
         procs.append(p)
         return p
 
@@ -298,8 +316,7 @@ def run(workdir: Path, skip_report: bool) -> int:
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as err:
         print(f"FAILED: {err}", file=sys.stderr)
         for f in sorted(logs.glob("*.out")):
-            print(f"--- {f.name} (tail)\n{f.read_text(errors='replace')[-3000:]}",
-                  file=sys.stderr)
+            print(f"--- {f.name} (tail)\n{f.read_text(errors='replace')[-3000:]}", file=sys.stderr)
         return 1
     finally:
         for p in procs:

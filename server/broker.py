@@ -92,9 +92,11 @@ class Broker:
         self.log = get_logger("broker")
         self.msglog = MessageLog("broker")
         self.endpoints = Endpoints(
-            cfg.advertised_host or ("127.0.0.1" if cfg.host in ("0.0.0.0", "", "::")
-                                    else cfg.host), cfg.port,
-            0 if cfg.namesrv_addr else cfg.namesrv_port, cfg.namesrv_addr)
+            cfg.advertised_host or ("127.0.0.1" if cfg.host in ("0.0.0.0", "", "::") else cfg.host),
+            cfg.port,
+            0 if cfg.namesrv_addr else cfg.namesrv_port,
+            cfg.namesrv_addr,
+        )
         self.store = MessageStore(
             cfg.data_dir / "store",
             store_host=(_ipv4(self.endpoints.advertised_host), cfg.port),
@@ -105,37 +107,54 @@ class Broker:
             disk_check_interval=cfg.disk_check_interval,
             max_open_queue_files=cfg.max_open_queue_files,
         )
-        self.topics = TopicConfigManager(cfg.data_dir / "config",
-                                         default_queue_nums=cfg.default_queue_nums,
-                                         delay_levels=cfg.max_delay_level,
-                                         max_topics=cfg.max_topics, log=get_logger("topics"))
-        self.offsets = ConsumerOffsetManager(cfg.data_dir / "config",
-                                             max_offsets=cfg.max_consumer_offsets)
-        self.clients = ClientRegistry(cfg.client_expire_seconds, log=get_logger("clients"),
-                                      max_clients=cfg.max_clients)
+        self.topics = TopicConfigManager(
+            cfg.data_dir / "config",
+            default_queue_nums=cfg.default_queue_nums,
+            delay_levels=cfg.max_delay_level,
+            max_topics=cfg.max_topics,
+            log=get_logger("topics"),
+        )
+        self.offsets = ConsumerOffsetManager(
+            cfg.data_dir / "config", max_offsets=cfg.max_consumer_offsets
+        )
+        self.clients = ClientRegistry(
+            cfg.client_expire_seconds, log=get_logger("clients"), max_clients=cfg.max_clients
+        )
         self.locks = LockManager(cfg.lock_expire_seconds)
         self.notifier = ArrivalNotifier()
         self.pull_holds = PullHolds(cfg.max_held_pulls_per_connection, cfg.max_held_pulls)
         self.stats = BrokerStats()
-        self.supervisor = Supervisor(get_logger("supervisor"), self.stats.service_failures,
-                                     base_delay=cfg.service_retry_base,
-                                     max_delay=cfg.service_retry_max)
+        self.supervisor = Supervisor(
+            get_logger("supervisor"),
+            self.stats.service_failures,
+            base_delay=cfg.service_retry_base,
+            max_delay=cfg.service_retry_max,
+        )
         # scheduled delivery (server/schedule/), built in dependency order: the recall
         # marks (timer writes, levels read), the delivery log, the timer service (its
         # admission is what the put path asks), the put path, then the delay levels
         self.level_recalls = LevelRecalls()
         deliveries = DeliveryLog(self.store, self.stats, self.msglog, cfg)
         self.timer_buckets = TimerBuckets(self.store.data_dir / "timer")
-        self.timer = TimerService(self.store, self.timer_buckets,
-                                  on_fired=deliveries.timer_fired,
-                                  level_recalls=self.level_recalls,
-                                  batch=cfg.schedule_batch, clock_ms=self.store.clock_ms)
-        self.put_path = PutPath(self.store, self.stats, self.msglog, cfg,
-                                admit_timer=self.timer.admit)
+        self.timer = TimerService(
+            self.store,
+            self.timer_buckets,
+            on_fired=deliveries.timer_fired,
+            level_recalls=self.level_recalls,
+            batch=cfg.schedule_batch,
+            clock_ms=self.store.clock_ms,
+        )
+        self.put_path = PutPath(
+            self.store, self.stats, self.msglog, cfg, admit_timer=self.timer.admit
+        )
         self.schedule = ScheduleService(
-            self.store, self.notifier, cfg.delay_levels_ms,
-            on_delivered=deliveries.delivered, recalled=self.level_recalls.pass_record,
-            batch=cfg.schedule_batch, clock_ms=self.store.clock_ms,  # one clock
+            self.store,
+            self.notifier,
+            cfg.delay_levels_ms,
+            on_delivered=deliveries.delivered,
+            recalled=self.level_recalls.pass_record,
+            batch=cfg.schedule_batch,
+            clock_ms=self.store.clock_ms,  # one clock
         )
         self.store.providers.append(self.schedule)
         self.store.dispatchers.append(self._on_dispatch)
@@ -143,8 +162,9 @@ class Broker:
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
         # transactional messages (server/transaction/): pending half messages, check-back
-        self.transactions = TransactionService(self.store, cfg, self.clients,
-                                               self.put_path.put, clock_ms=self.store.clock_ms)
+        self.transactions = TransactionService(
+            self.store, cfg, self.clients, self.put_path.put, clock_ms=self.store.clock_ms
+        )
         self.store.providers.append(self.transactions)
         self.store.dispatchers.append(self.transactions.on_dispatch)
         # msgId/key index for admin lookups (store/index.py); opened after the store
@@ -152,28 +172,46 @@ class Broker:
         self.store.dispatchers.append(self.index.dispatch)
         self.kv_config = KvConfig(cfg.data_dir / "config" / "kvConfig.json")
         # MQADMIN: subscription groups, UPDATE_BROKER_CONFIG's overrides, per-minute stats
-        self.subscriptions = SubscriptionGroupManager(cfg.data_dir / "config", cfg,
-                                                      max_groups=cfg.max_subscription_groups,
-                                                      log=get_logger("subscriptions"))
+        self.subscriptions = SubscriptionGroupManager(
+            cfg.data_dir / "config",
+            cfg,
+            max_groups=cfg.max_subscription_groups,
+            log=get_logger("subscriptions"),
+        )
         self.settings = BrokerSettings(cfg, cfg.data_dir / "config")
         self.settings.on_change.append(self._setting_changed)
         self.stats_manager = BrokerStatsManager(counter_sources(self.stats, cfg.cluster_name))
         self.server = RemotingServer(
-            log=get_logger("transport"), before_write=self.store.write_out,
+            log=get_logger("transport"),
+            before_write=self.store.write_out,
             ack_guard=self.store,
-            on_connection_lost=self._connection_lost, max_frame=cfg.max_frame_length,
-            limits=ConnectionLimits(cfg.max_connections, cfg.idle_timeout,
-                                    cfg.partial_frame_timeout, cfg.max_header_bytes,
-                                    cfg.partial_frame_budget),
+            on_connection_lost=self._connection_lost,
+            max_frame=cfg.max_frame_length,
+            limits=ConnectionLimits(
+                cfg.max_connections,
+                cfg.idle_timeout,
+                cfg.partial_frame_timeout,
+                cfg.max_header_bytes,
+                cfg.partial_frame_budget,
+            ),
         )
         self.acl: Any = None  # security/access.py AclGuard with --acl (security/install.py)
-        self.metrics = MetricsEndpoint(MetricsSources(
-            stats=self.stats, listeners=self.server, pull_holds=self.pull_holds,
-            log_range=self.store.phy_range, clock_ms=self.store.clock_ms,
-            timer_next_due=self.timer.next_due, schedule_backlog=self.schedule.backlog,
-            services=self.supervisor.status, uptime_ms=lambda: self.uptime_ms,
-            acl_denied=lambda: self.acl.denied if self.acl is not None else {},
-        ), cfg.metrics_host, cfg.metrics_port)
+        self.metrics = MetricsEndpoint(
+            MetricsSources(
+                stats=self.stats,
+                listeners=self.server,
+                pull_holds=self.pull_holds,
+                log_range=self.store.phy_range,
+                clock_ms=self.store.clock_ms,
+                timer_next_due=self.timer.next_due,
+                schedule_backlog=self.schedule.backlog,
+                services=self.supervisor.status,
+                uptime_ms=lambda: self.uptime_ms,
+                acl_denied=lambda: self.acl.denied if self.acl is not None else {},
+            ),
+            cfg.metrics_host,
+            cfg.metrics_port,
+        )
         self._sink_listener: Any = None
         self._persist_lock = threading.Lock()
         self._persisting: asyncio.Future[None] | None = None
@@ -188,9 +226,16 @@ class Broker:
         self.broker_handlers = broker_table(self)
         self.namesrv_handlers = namesrv_table(self)
         # --namesrv: registration with external name servers (no embedded one then)
-        self.registration = BrokerRegistration(
-            config=cfg, endpoints=self.endpoints, topics=self.topics,
-            log=get_logger("registration")) if cfg.namesrv_addr else None
+        self.registration = (
+            BrokerRegistration(
+                config=cfg,
+                endpoints=self.endpoints,
+                topics=self.topics,
+                log=get_logger("registration"),
+            )
+            if cfg.namesrv_addr
+            else None
+        )
 
     # ------------------------------------------------------------------ addresses
 
@@ -219,23 +264,32 @@ class Broker:
         """What KAIROS_GET_BROKER_STATUS answers (``kairosmq admin status``)."""
         log_min, log_max = self.store.phy_range()
         status: dict[str, Any] = {
-            "running": self.running, "address": self.address,
-            "namesrvAddress": self.namesrv_address, "brokerName": self.config.broker_name,
+            "running": self.running,
+            "address": self.address,
+            "namesrvAddress": self.namesrv_address,
+            "brokerName": self.config.broker_name,
             "uptimeMs": round(self.uptime_ms),
-            "connections": len(self.server.connections), "heldPulls": self.pull_holds.held,
-            "commitLogMinOffset": log_min, "commitLogMaxOffset": log_max,
-            "topics": len(self.topics.topics), "indexEndOffset": self.index.end_phy,
+            "connections": len(self.server.connections),
+            "heldPulls": self.pull_holds.held,
+            "commitLogMinOffset": log_min,
+            "commitLogMaxOffset": log_max,
+            "topics": len(self.topics.topics),
+            "indexEndOffset": self.index.end_phy,
             # supervised services (server/supervise.py): state, failures, last error
-            "services": self.supervisor.status(), "degraded": self.supervisor.degraded,
+            "services": self.supervisor.status(),
+            "degraded": self.supervisor.degraded,
         }
         if self.registration is not None:  # --namesrv: each name server's registration
             status["registration"] = self.registration.status()
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
-            status["fds"] = {"open": open_fds(), "limit": self.fd_budget.limit,
-                             "budget": self.fd_budget.total,
-                             "queueFilesOpen": self.store.maps.open_count,
-                             "maxOpenQueueFiles": self.store.maps.capacity,
-                             "maxConnections": self.server.limits.max_connections}
+            status["fds"] = {
+                "open": open_fds(),
+                "limit": self.fd_budget.limit,
+                "budget": self.fd_budget.total,
+                "queueFilesOpen": self.store.maps.open_count,
+                "maxOpenQueueFiles": self.store.maps.capacity,
+                "maxConnections": self.server.limits.max_connections,
+            }
         return status
 
     @property
@@ -255,9 +309,12 @@ class Broker:
         self.subscriptions.load(seed=self.offsets.groups)
         skipped = self.settings.load()  # UPDATE_BROKER_CONFIG's values win over the CLI's
         if self.settings.overrides or skipped:
-            self.log.info("broker.config_loaded", path=str(self.settings.path),
-                          keys=",".join(sorted(self.settings.overrides)),
-                          skipped=",".join(skipped))
+            self.log.info(
+                "broker.config_loaded",
+                path=str(self.settings.path),
+                keys=",".join(sorted(self.settings.overrides)),
+                skipped=",".join(skipped),
+            )
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
         try:
@@ -274,11 +331,17 @@ class Broker:
         cfg = self.config
         before, limit = raise_open_file_limit()
         try:
-            b = plan(cfg, limit=limit, raised_from=before, open_now=open_fds(),
-                     segments=segments_on_disk(cfg.data_dir))
+            b = plan(
+                cfg,
+                limit=limit,
+                raised_from=before,
+                open_now=open_fds(),
+                segments=segments_on_disk(cfg.data_dir),
+            )
         except FdBudgetError as err:
-            self.log.error("broker.fd_budget", limit=limit, raised_from=before, fits=False,
-                           remark=str(err))
+            self.log.error(
+                "broker.fd_budget", limit=limit, raised_from=before, fits=False, remark=str(err)
+            )
             raise
         if b.fits:
             self.log.info("broker.fd_budget", **b.fields(), remark="")
@@ -286,8 +349,9 @@ class Broker:
             self.log.warning("broker.fd_budget", **b.fields(), remark=b.remark(cfg))
         self.store.maps.capacity = b.queue_files
         if b.connections != self.server.limits.max_connections:
-            self.server.limits = dataclasses.replace(self.server.limits,
-                                                     max_connections=b.connections)
+            self.server.limits = dataclasses.replace(
+                self.server.limits, max_connections=b.connections
+            )
         return b
 
     def rebudget_fds(self) -> None:
@@ -303,23 +367,42 @@ class Broker:
             return
         lowered = cap < self.store.maps.capacity
         self.store.maps.capacity = cap
-        remark = (f"{segments} commit-log segments, {b.segments} in the start's budget: "
-                  f"at most {cap} open queue files")
+        remark = (
+            f"{segments} commit-log segments, {b.segments} in the start's budget: "
+            f"at most {cap} open queue files"
+        )
         if lowered:
-            self.log.warning("broker.fd_budget", limit=b.limit, segments=segments,
-                             queue_files=cap, fits=False, remark=remark)
+            self.log.warning(
+                "broker.fd_budget",
+                limit=b.limit,
+                segments=segments,
+                queue_files=cap,
+                fits=False,
+                remark=remark,
+            )
         else:
-            self.log.info("broker.fd_budget", limit=b.limit, segments=segments,
-                          queue_files=cap, fits=cap == b.queue_files, remark=remark)
+            self.log.info(
+                "broker.fd_budget",
+                limit=b.limit,
+                segments=segments,
+                queue_files=cap,
+                fits=cap == b.queue_files,
+                remark=remark,
+            )
 
     async def _start_serving(self) -> None:
         cfg = self.config
         await asyncio.to_thread(self.index.open)
         self.acl = install_security(  # ACL hook + TLS wrapper before any listener
-            cfg, self.server, self.supervisor, read_record=self.store.read_record,
-            half_topic=self.transactions.half_topic)
-        self.endpoints.port = await self.server.listen(cfg.host, cfg.port,
-                                                       self.broker_handlers, "broker")
+            cfg,
+            self.server,
+            self.supervisor,
+            read_record=self.store.read_record,
+            half_topic=self.transactions.half_topic,
+        )
+        self.endpoints.port = await self.server.listen(
+            cfg.host, cfg.port, self.broker_handlers, "broker"
+        )
         self.store.store_host = (self.store.store_host[0], self.port)
         if cfg.vip_channel and self.port > 2:
             try:
@@ -328,7 +411,8 @@ class Broker:
                 self.log.warning("broker.vip_unavailable", port=self.port - 2, error=str(err))
         if self.registration is None:  # embedded name server (default)
             self.endpoints.namesrv_port = await self.server.listen(
-                cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv")
+                cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv"
+            )
         sup = self.supervisor
         self.schedule.start(sup.spawn)
         self.timer.start(sup.spawn)
@@ -355,10 +439,16 @@ class Broker:
         self.running = True
         if self.registration is not None:  # serving: now tell the name servers
             self.registration.start(sup)
-        self.log.info("broker.started", host=cfg.host, port=self.port,
-                      namesrv_port=self.namesrv_port, data_dir=str(cfg.data_dir),
-                      delay_levels=cfg.delay_levels, flush_mode=cfg.flush_mode.value,
-                      namesrv=self.namesrv_address)
+        self.log.info(
+            "broker.started",
+            host=cfg.host,
+            port=self.port,
+            namesrv_port=self.namesrv_port,
+            data_dir=str(cfg.data_dir),
+            delay_levels=cfg.delay_levels,
+            flush_mode=cfg.flush_mode.value,
+            namesrv=self.namesrv_address,
+        )
 
     async def stop(self, reason: str = "requested") -> None:
         if not self.running:
@@ -375,20 +465,22 @@ class Broker:
             await self._stop_step("services", self.supervisor.stop())
             self.metrics.stop()
             if self._persisting is not None:  # an in-flight checkpoint finishes first
-                await self._stop_step("checkpoint", asyncio.gather(self._persisting,
-                                                                   return_exceptions=True))
+                await self._stop_step(
+                    "checkpoint", asyncio.gather(self._persisting, return_exceptions=True)
+                )
             await self._stop_step("flush", self._final_flush())
             # the topic and subscription-group tables' background writes (tables/table_file.py)
-            await self._stop_step("tables", asyncio.gather(self.topics.flushed(),
-                                                           self.subscriptions.flushed()))
+            await self._stop_step(
+                "tables", asyncio.gather(self.topics.flushed(), self.subscriptions.flushed())
+            )
             snap = self.store.checkpoint_snapshot()
             offsets = self.offsets.snapshot()
             timers = self.timer_buckets.take_dirty()
-            await self._stop_step("persist", asyncio.to_thread(self._persist, snap, offsets,
-                                                               timers))
+            await self._stop_step(
+                "persist", asyncio.to_thread(self._persist, snap, offsets, timers)
+            )
         except Exception as err:  # noqa: BLE001 - never skip closing the files
-            self.log.error("broker.stop_failed", step="stop", error=f"{type(err).__name__}: "
-                           f"{err}")
+            self.log.error("broker.stop_failed", step="stop", error=f"{type(err).__name__}: {err}")
         finally:
             if self._sink_listener is not None:
                 remove_health_listener(self._sink_listener)
@@ -396,10 +488,12 @@ class Broker:
                 try:
                     close()
                 except Exception as err:  # noqa: BLE001
-                    self.log.error("broker.stop_failed", step=f"close {name}",
-                                   error=f"{type(err).__name__}: {err}")
-            self.log.info("broker.stopped",
-                          uptime_ms=(time.monotonic() - self._started_at) * 1000)
+                    self.log.error(
+                        "broker.stop_failed",
+                        step=f"close {name}",
+                        error=f"{type(err).__name__}: {err}",
+                    )
+            self.log.info("broker.stopped", uptime_ms=(time.monotonic() - self._started_at) * 1000)
 
     async def _stop_step(self, step: str, aw: Any) -> None:
         try:
@@ -417,8 +511,11 @@ class Broker:
         # not stop consumer offsets from being saved); the first error is raised after.
         first: Exception | None = None
         with self._persist_lock:
-            for part in (self.index.flush, lambda: self._persist_checkpoint(snap, timers),
-                         lambda: self.offsets.persist(offsets)):
+            for part in (
+                self.index.flush,
+                lambda: self._persist_checkpoint(snap, timers),
+                lambda: self.offsets.persist(offsets),
+            ):
                 try:
                     part()
                 except Exception as err:  # noqa: BLE001
@@ -508,7 +605,8 @@ class Broker:
             # Shielded: cancelling this service must not abandon a write in its thread;
             # stop() waits for it before writing the final (newer) checkpoint.
             self._persisting = asyncio.ensure_future(
-                asyncio.to_thread(self._persist, snap, offsets, timers))
+                asyncio.to_thread(self._persist, snap, offsets, timers)
+            )
             await asyncio.shield(self._persisting)
             st.ok()
 
@@ -524,12 +622,21 @@ class Broker:
             if time.monotonic() - last_retention >= self.config.retention_check_interval:
                 last_retention = time.monotonic()
                 gone = self.store.delete_expired(  # asks the timers only if a segment expired
-                    self.config.file_reserved_hours * 3600, self.timer.retention_floor)
+                    self.config.file_reserved_hours * 3600, self.timer.retention_floor
+                )
                 if gone.segments:
-                    self.log.info("store.files_deleted", kind="commitlog", count=gone.segments,
-                                  bytes=gone.segment_bytes)
+                    self.log.info(
+                        "store.files_deleted",
+                        kind="commitlog",
+                        count=gone.segments,
+                        bytes=gone.segment_bytes,
+                    )
                 if gone.queue_files:
-                    self.log.info("store.files_deleted", kind="consumequeue",
-                                  count=gone.queue_files, bytes=gone.queue_file_bytes)
+                    self.log.info(
+                        "store.files_deleted",
+                        kind="consumequeue",
+                        count=gone.queue_files,
+                        bytes=gone.queue_file_bytes,
+                    )
             await self.timer.delete_fired_buckets()
             st.ok()

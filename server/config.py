@@ -166,19 +166,24 @@ class BrokerConfig:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         if self.tls_mode not in ("disabled", "permissive", "enforcing"):
-            raise ValueError(f"tls_mode {self.tls_mode!r} must be disabled, permissive "
-                             f"or enforcing")
+            raise ValueError(
+                f"tls_mode {self.tls_mode!r} must be disabled, permissive or enforcing"
+            )
         if self.tls_mode != "disabled" and self.tls_cert is None:
             raise ValueError(f"tls_mode {self.tls_mode} needs tls_cert (and tls_key)")
         if self.acl_request_binding not in ("optional", "admin", "all"):
-            raise ValueError(f"acl_request_binding {self.acl_request_binding!r} must be "
-                             f"optional, admin or all")
+            raise ValueError(
+                f"acl_request_binding {self.acl_request_binding!r} must be optional, admin or all"
+            )
         if not 1.0 <= self.acl_request_window <= 86400.0:
-            raise ValueError(f"acl_request_window {self.acl_request_window} must be between "
-                             f"1 and 86400 seconds")
+            raise ValueError(
+                f"acl_request_window {self.acl_request_window} must be between 1 and 86400 seconds"
+            )
         if self.acl_admin_require_tls and self.tls_mode == "disabled":
-            raise ValueError("acl_admin_require_tls needs tls_mode permissive or enforcing "
-                             "(else no admin request could ever be taken)")
+            raise ValueError(
+                "acl_admin_require_tls needs tls_mode permissive or enforcing "
+                "(else no admin request could ever be taken)"
+            )
         object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.delay_levels))
         if self.commitlog_segment_size < 4096:
             raise ValueError("commitlog_segment_size must be at least 4096 bytes")
@@ -189,20 +194,25 @@ class BrokerConfig:
 
             parse_namesrv_addr(self.namesrv_addr)
         if (self.namesrv_access_key is None) != (self.namesrv_secret_key is None):
-            raise ValueError("namesrv_access_key and namesrv_secret_key go together: give "
-                             "both, or neither")
+            raise ValueError(
+                "namesrv_access_key and namesrv_secret_key go together: give both, or neither"
+            )
         if self.namesrv_access_key == "" or self.namesrv_secret_key == "":
             raise ValueError("namesrv_access_key and namesrv_secret_key must not be empty")
-        uses_namesrv = (self.namesrv_access_key is not None or self.namesrv_tls
-                        or self.namesrv_tls_ca is not None)
+        uses_namesrv = (
+            self.namesrv_access_key is not None
+            or self.namesrv_tls
+            or self.namesrv_tls_ca is not None
+        )
         if uses_namesrv and self.namesrv_addr is None:
-            raise ValueError("namesrv credentials and TLS are for external name servers: "
-                             "they need namesrv_addr (--namesrv)")
+            raise ValueError(
+                "namesrv credentials and TLS are for external name servers: "
+                "they need namesrv_addr (--namesrv)"
+            )
         if self.namesrv_tls_ca is not None and not self.namesrv_tls:
             raise ValueError("namesrv_tls_ca needs namesrv_tls")
         if self.broker_id != 0:
-            raise ValueError("broker_id must be 0: kairosmq brokers are masters "
-                             "(no replication)")
+            raise ValueError("broker_id must be 0: kairosmq brokers are masters (no replication)")
         if self.register_period <= 0 or self.register_timeout <= 0:
             raise ValueError("register_period and register_timeout must be positive")
 

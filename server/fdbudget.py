@@ -89,8 +89,9 @@ def open_fds() -> int | None:
 def segments_on_disk(data_dir: Path) -> int:
     """Commit-log segments the store will open (``<data-dir>/store/commitlog``)."""
     try:
-        return sum(1 for n in os.listdir(data_dir / "store" / "commitlog")
-                   if n.isdigit() and len(n) == 20)
+        return sum(
+            1 for n in os.listdir(data_dir / "store" / "commitlog") if n.isdigit() and len(n) == 20
+        )
     except OSError:
         return 0
 
@@ -111,8 +112,15 @@ class FdBudget:
 
     @property
     def total(self) -> int:
-        return (self.open_at_start + self.listeners + self.services + self.transient
-                + self.segments + self.queue_files + self.connections)
+        return (
+            self.open_at_start
+            + self.listeners
+            + self.services
+            + self.transient
+            + self.segments
+            + self.queue_files
+            + self.connections
+        )
 
     def queue_files_with(self, segments: int) -> int:
         """Open queue files the budget allows while ``segments`` commit-log segments are
@@ -128,24 +136,37 @@ class FdBudget:
             return ""
         besides = self.total - self.connections - self.queue_files
         wanted = "" if cfg.max_connections is None else f" {cfg.max_connections}"
-        return (f"the open-file limit {self.limit} cannot hold --max-connections{wanted} "
-                f"and --max-open-queue-files "
-                f"{cfg.max_open_queue_files} with the {besides} descriptors "
-                f"the broker needs besides: serving with at most {self.connections} "
-                f"connections and {self.queue_files} open queue files; raise the hard "
-                f"limit (ulimit -Hn, LimitNOFILE=) to {self.needed} or more")
+        return (
+            f"the open-file limit {self.limit} cannot hold --max-connections{wanted} "
+            f"and --max-open-queue-files "
+            f"{cfg.max_open_queue_files} with the {besides} descriptors "
+            f"the broker needs besides: serving with at most {self.connections} "
+            f"connections and {self.queue_files} open queue files; raise the hard "
+            f"limit (ulimit -Hn, LimitNOFILE=) to {self.needed} or more"
+        )
 
 
-def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | None,
-         segments: int) -> FdBudget:
+def plan(
+    cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | None, segments: int
+) -> FdBudget:
     """The budget of a broker with ``cfg`` under ``limit`` (``FdBudgetError`` if even
     ``FLOOR`` connections and queue files do not fit)."""
-    listeners = (1 + (1 if cfg.vip_channel else 0) + (0 if cfg.namesrv_addr else 1)
-                 + (1 if cfg.metrics_port is not None else 0))
+    listeners = (
+        1
+        + (1 if cfg.vip_channel else 0)
+        + (0 if cfg.namesrv_addr else 1)
+        + (1 if cfg.metrics_port is not None else 0)
+    )
     namesrvs = len([a for a in (cfg.namesrv_addr or "").split(";") if a.strip()])
     services = len(cfg.delay_levels_ms) + 1 + INDEX_FDS + namesrvs
-    fixed = ((open_now if open_now is not None else 8) + listeners + services + TRANSIENT
-             + segments + SEGMENT_MARGIN)
+    fixed = (
+        (open_now if open_now is not None else 8)
+        + listeners
+        + services
+        + TRANSIENT
+        + segments
+        + SEGMENT_MARGIN
+    )
     queue_files = cfg.max_open_queue_files
     if cfg.max_connections is None:  # as RocketMQ: what the limit leaves after the rest
         needed = fixed + queue_files + FLOOR
@@ -162,13 +183,25 @@ def plan(cfg: BrokerConfig, *, limit: int, raised_from: int, open_now: int | Non
                 f"{fixed} the broker needs for itself (listeners, timers, index, "
                 f"{segments} commit-log segments, ...): at least {fixed + 2 * FLOOR} are "
                 f"needed to serve {FLOOR} connections with {FLOOR} open queue files; "
-                f"raise the hard limit (ulimit -Hn, LimitNOFILE=) to {needed} or more")
+                f"raise the hard limit (ulimit -Hn, LimitNOFILE=) to {needed} or more"
+            )
         queue_files = min(queue_files, max(FLOOR, left // 4))
-        connections = (left - queue_files if cfg.max_connections is None
-                       else min(connections, left - queue_files))
+        connections = (
+            left - queue_files
+            if cfg.max_connections is None
+            else min(connections, left - queue_files)
+        )
         queue_files = min(cfg.max_open_queue_files, left - connections)
-    return FdBudget(limit=limit, raised_from=raised_from,
-                    open_at_start=open_now if open_now is not None else 8,
-                    listeners=listeners, services=services, transient=TRANSIENT,
-                    segments=segments + SEGMENT_MARGIN, queue_files=queue_files,
-                    connections=connections, needed=needed, fits=fits)
+    return FdBudget(
+        limit=limit,
+        raised_from=raised_from,
+        open_at_start=open_now if open_now is not None else 8,
+        listeners=listeners,
+        services=services,
+        transient=TRANSIENT,
+        segments=segments + SEGMENT_MARGIN,
+        queue_files=queue_files,
+        connections=connections,
+        needed=needed,
+        fits=fits,
+    )

@@ -53,8 +53,9 @@ def is_tag_type(expression_type: str | None) -> bool:
     return not expression_type or expression_type.upper() == TAG
 
 
-def sql_subscription(topic: str, expression: str, sub_version: int,
-                     expression_type: str = SQL92) -> SubscriptionData:
+def sql_subscription(
+    topic: str, expression: str, sub_version: int, expression_type: str = SQL92
+) -> SubscriptionData:
     """A pull header's own non-TAG subscription (checked by ``selector_for``)."""
     return SubscriptionData(topic, expression, [], [], sub_version, expression_type)
 
@@ -64,12 +65,16 @@ def compile_for(enabled: bool, expression_type: str, expression: str) -> Selecto
     off (``enabled``: ``enable_property_filter``; RocketMQ's answer),
     SUBSCRIPTION_PARSE_FAILED with the position otherwise."""
     if not enabled:
-        raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"The broker does not support consumer to filter message by "
-                       f"{expression_type} (enable_property_filter is off)")
+        raise Rejected(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by "
+            f"{expression_type} (enable_property_filter is off)",
+        )
     if expression_type.upper() != SQL92:
-        raise Rejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                       f"expression type {expression_type!r} is not supported (TAG or SQL92)")
+        raise Rejected(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"expression type {expression_type!r} is not supported (TAG or SQL92)",
+        )
     try:
         return SELECTORS.get(expression)
     except SelectorSyntaxError as err:
@@ -91,8 +96,13 @@ def try_compile(enabled: bool, log: Any, group: str, sub: SubscriptionData) -> N
     try:
         compile_for(enabled, sub.expression_type, sub.sub_string)
     except Rejected as err:
-        log.warning("filter.compile_failed", group=group, topic=sub.topic,
-                           expression=sub.sub_string[:512], remark=err.remark)
+        log.warning(
+            "filter.compile_failed",
+            group=group,
+            topic=sub.topic,
+            expression=sub.sub_string[:512],
+            remark=err.remark,
+        )
 
 
 def check_client_config(enabled: bool, body: bytes | None) -> None:
@@ -115,12 +125,18 @@ def check_client_config(enabled: bool, body: bytes | None) -> None:
     if is_tag_type(None if expression_type is None else str(expression_type)):
         return
     expression = raw.get("subString")
-    compile_for(enabled, str(expression_type),
-                expression if isinstance(expression, str) else "")
+    compile_for(enabled, str(expression_type), expression if isinstance(expression, str) else "")
 
 
-def get_filtered(store: MessageStore, topic: str, queue_id: int, offset: int, max_count: int,
-                 max_bytes: int, selector: Selector) -> GetResult:
+def get_filtered(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    max_bytes: int,
+    selector: Selector,
+) -> GetResult:
     """``store.get`` with ``selector`` evaluated over each record's properties."""
     pos = offset
     scanned = 0
@@ -140,7 +156,9 @@ def get_filtered(store: MessageStore, topic: str, queue_id: int, offset: int, ma
             if kept:
                 return _result(res, view, kept, max_count)
         elif res.next_begin_offset <= pos or res.status not in (
-                GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL):
+            GetStatus.NO_MATCHED_MESSAGE,
+            GetStatus.OFFSET_FOUND_NULL,
+        ):
             if pos == offset:
                 return res  # nothing examined: the store's own answer (overflow, moved, ...)
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, pos, res.min_offset, res.max_offset)
@@ -155,7 +173,7 @@ def _result(res: GetResult, view: memoryview, kept: list[int], max_count: int) -
     for unit in res.units:
         starts.append(starts[-1] + unit[1])
     out = GetResult(GetStatus.FOUND, res.next_begin_offset, res.min_offset, res.max_offset)
-    out.chunks = [b"".join(view[starts[i]:starts[i + 1]] for i in kept)]
+    out.chunks = [b"".join(view[starts[i] : starts[i + 1]] for i in kept)]
     out.units = [res.units[i] for i in kept]
     out.queue_offsets = [res.queue_offsets[i] for i in kept]
     if len(kept) >= max_count:  # stopped early: continue after the last one delivered

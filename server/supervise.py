@@ -53,15 +53,26 @@ class ServiceState:
         retry_in = None
         if self.retry_at is not None:
             retry_in = max(0, round((self.retry_at - time.monotonic()) * 1000))
-        return {"name": self.name, "state": self.state, "failures": self.failures,
-                "lastError": self.last_error, "lastErrorTs": self.last_error_ts,
-                "retryInMs": retry_in}
+        return {
+            "name": self.name,
+            "state": self.state,
+            "failures": self.failures,
+            "lastError": self.last_error,
+            "lastErrorTs": self.last_error_ts,
+            "retryInMs": retry_in,
+        }
 
 
 class Supervisor:
-    def __init__(self, log: Any, failures: dict[str, int] | None = None, *,
-                 base_delay: float = 0.1, max_delay: float = 30.0,
-                 healthy_after: float = 2.0) -> None:
+    def __init__(
+        self,
+        log: Any,
+        failures: dict[str, int] | None = None,
+        *,
+        base_delay: float = 0.1,
+        max_delay: float = 30.0,
+        healthy_after: float = 2.0,
+    ) -> None:
         self.log = log
         self.counts: dict[str, int] = failures if failures is not None else {}
         self.base_delay = base_delay
@@ -78,8 +89,9 @@ class Supervisor:
             st = self.services[name] = ServiceState(name, self)
         return st
 
-    def spawn(self, name: str, factory: Factory, *, reports_progress: bool = False
-              ) -> asyncio.Task[None]:
+    def spawn(
+        self, name: str, factory: Factory, *, reports_progress: bool = False
+    ) -> asyncio.Task[None]:
         """Run ``factory(state)`` under supervision as task ``name``.
 
         ``reports_progress``: the service calls ``state.ok()`` after each good round, so
@@ -88,7 +100,8 @@ class Supervisor:
         st = self.state(name)
         st.state = "running"
         task = asyncio.get_running_loop().create_task(
-            self._supervise(st, factory, reports_progress), name=name)
+            self._supervise(st, factory, reports_progress), name=name
+        )
         self.tasks[name] = task
         task.add_done_callback(lambda t, n=name: self._done(n, t))
         return task
@@ -102,8 +115,7 @@ class Supervisor:
         if st is not None:
             st.retry_at = None
 
-    async def _supervise(self, st: ServiceState, factory: Factory,
-                         reports_progress: bool) -> None:
+    async def _supervise(self, st: ServiceState, factory: Factory, reports_progress: bool) -> None:
         loop = asyncio.get_running_loop()
         while True:
             timer = None
@@ -125,8 +137,9 @@ class Supervisor:
 
     # ------------------------------------------------------------------ state changes
 
-    def failed(self, st: ServiceState, err: BaseException, *, retry_in: float | None = None
-               ) -> float:
+    def failed(
+        self, st: ServiceState, err: BaseException, *, retry_in: float | None = None
+    ) -> float:
         """Record a failure of ``st``; return the backoff before its restart
         (``retry_in``: the service retries on its own schedule, e.g. a thread)."""
         st.failures += 1
@@ -141,8 +154,13 @@ class Supervisor:
         if retry_in is not None:
             delay = retry_in
         st.retry_at = time.monotonic() + delay
-        self.log.error("service.failed", service=st.name, error=st.last_error,
-                       failures=st.failures, retry_in_ms=round(delay * 1000, 3))
+        self.log.error(
+            "service.failed",
+            service=st.name,
+            error=st.last_error,
+            failures=st.failures,
+            retry_in_ms=round(delay * 1000, 3),
+        )
         return delay
 
     def recovered(self, st: ServiceState) -> None:
@@ -151,8 +169,12 @@ class Supervisor:
         st.state = "running"
         st.consecutive = 0
         st.retry_at = None
-        self.log.info("service.recovered", service=st.name, failures=st.failures,
-                      down_ms=round((time.monotonic() - st.degraded_since) * 1000, 3))
+        self.log.info(
+            "service.recovered",
+            service=st.name,
+            failures=st.failures,
+            down_ms=round((time.monotonic() - st.degraded_since) * 1000, 3),
+        )
 
     # ------------------------------------------------------------------ threads
 

@@ -43,8 +43,12 @@ def cache_key(path: str) -> str:
     return f"{stem}-{st.st_size}-{st.st_mtime_ns}-{COLUMNS_DIGEST}.parquet"
 
 
-def lines_frame(spark: SparkSession, paths: Sequence[str], cache_dir: Path,
-                read_json: Callable[[Sequence[str]], DataFrame]) -> tuple[DataFrame, int]:
+def lines_frame(
+    spark: SparkSession,
+    paths: Sequence[str],
+    cache_dir: Path,
+    read_json: Callable[[Sequence[str]], DataFrame],
+) -> tuple[DataFrame, int]:
     """The ``lines`` frame of ``paths``; returns it and how many files were converted now.
 
     ``read_json(paths)`` is the job's own JSON extract (the same mode and schema).

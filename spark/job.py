@@ -47,6 +47,7 @@ def _bootstrap() -> None:
         sys.path.pop(0)  # spark/ itself must not shadow top-level modules
     try:
         import kairosmq.spark.transforms  # noqa: F401 - installed, or shipped with --py-files
+
         return
     except ImportError:
         pass
@@ -61,8 +62,10 @@ def _bootstrap() -> None:
     pkg.protocol = protocol  # type: ignore[attr-defined]
     for sub in ("spark",):
         spec = importlib.util.spec_from_file_location(
-            f"kairosmq.{sub}", here.parent / sub / "__init__.py",
-            submodule_search_locations=[str(here.parent / sub)])
+            f"kairosmq.{sub}",
+            here.parent / sub / "__init__.py",
+            submodule_search_locations=[str(here.parent / sub)],
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
@@ -74,7 +77,8 @@ def _bootstrap() -> None:
         raise SystemExit(
             f"spark/job.py: cannot import the log catalogue kairosmq.protocol.events ({exc}); "
             "install kairosmq on the driver (pip install 'kairosmq[spark]') or point "
-            "PYSPARK_PYTHON at an environment that has it") from exc
+            "PYSPARK_PYTHON at an environment that has it"
+        ) from exc
 
 
 if __package__ in (None, ""):
@@ -105,16 +109,32 @@ JVM_GC = "-XX:+UseParallelGC"
 # while the per-row code, called millions of times, still gets there. Measured: a third less
 # JIT CPU at 2M and 10M lines, 8 % less CPU in all at 2M, within the noise at 10M (docs/spark.md,
 # "Performance"); 30 times the defaults slowed the tasks. "" restores HotSpot's own thresholds.
-JVM_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-           "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+JVM_JIT = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
 JVM_OPTIONS = f"{JVM_GC} {JVM_JIT}"
 LOG_FILE = re.compile(r"^[^._].*\.(jsonl|json|log)(\.gz)?$")
 Rows = list[dict[str, Any]]
 # The small tables, computed on the driver (tables.py) and written there as JSON lines.
-TABLES = ("event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
-          "e2e_latency", "added_delay", "added_delay_by_topic", "retry_funnel", "dlq_counts",
-          "throughput_per_minute", "top_late", "timer_lateness", "timer_lateness_by_topic",
-          "timer_added_delay", "timer_counts", "transaction_counts")
+TABLES = (
+    "event_counts",
+    "lateness_by_level",
+    "lateness_by_topic",
+    "lateness_overall",
+    "e2e_latency",
+    "added_delay",
+    "added_delay_by_topic",
+    "retry_funnel",
+    "dlq_counts",
+    "throughput_per_minute",
+    "top_late",
+    "timer_lateness",
+    "timer_lateness_by_topic",
+    "timer_added_delay",
+    "timer_counts",
+    "transaction_counts",
+)
 
 
 class InputError(ValueError):
@@ -145,9 +165,15 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def build_session(master: str | None = None, *, app_name: str = "kairosmq-report",
-                  driver_memory: str | None = None, verbose: bool = False,
-                  jvm_options: str = "", conf: Mapping[str, str] | None = None) -> SparkSession:
+def build_session(
+    master: str | None = None,
+    *,
+    app_name: str = "kairosmq-report",
+    driver_memory: str | None = None,
+    verbose: bool = False,
+    jvm_options: str = "",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
     """Get or create the session: UTC; ``local[*]`` unless told or submitted.
 
     Spark logs errors only (a log4j2 file for the driver JVM this process starts, then
@@ -167,8 +193,10 @@ def build_session(master: str | None = None, *, app_name: str = "kairosmq-report
         if driver_memory:
             builder = builder.config("spark.driver.memory", driver_memory)
         java_options = [] if verbose else [preflight.quiet_log4j_options()]
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 " ".join([*java_options, JVM_OPTIONS, jvm_options]).strip())
+        builder = builder.config(
+            "spark.driver.extraJavaOptions",
+            " ".join([*java_options, JVM_OPTIONS, jvm_options]).strip(),
+        )
         # executors of a cluster master get the same options (spark-submit: user's choice)
         builder = builder.config("spark.executor.extraJavaOptions", JVM_OPTIONS)
     # Spark's stage progress bar on a terminal; plain step lines only when piped.
@@ -196,8 +224,14 @@ def extract(spark: SparkSession, paths: Sequence[str], mode: str = "PERMISSIVE")
 def check_every_field(spark: SparkSession, paths: Sequence[str]) -> None:
     """FAILFAST: parse every field of every line with ``LOG_EVENT_SCHEMA`` (raises on the
     first line the contract cannot hold; the metrics themselves parse only what they read)."""
-    (spark.read.schema(LOG_EVENT_SCHEMA).options(**read_options("FAILFAST")).json(list(paths))
-     .write.format("noop").mode("overwrite").save())
+    (
+        spark.read.schema(LOG_EVENT_SCHEMA)
+        .options(**read_options("FAILFAST"))
+        .json(list(paths))
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
 
 
 class Progress:
@@ -223,10 +257,19 @@ def _rows(df: DataFrame) -> Rows:
     return [row.asDict() for row in df.collect()]
 
 
-def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
-        mode: str = "PERMISSIVE", top_n: int = 100, quiet: bool = False,
-        parallel: int = 2, png: bool = False, write_messages: bool = False,
-        cache_dir: str | Path | None = None) -> dict[str, Any]:
+def run(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    output: str | Path,
+    *,
+    mode: str = "PERMISSIVE",
+    top_n: int = 100,
+    quiet: bool = False,
+    parallel: int = 2,
+    png: bool = False,
+    write_messages: bool = False,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """Extract, transform and load; return the summary written to ``summary.json``.
 
     One pass: the input is parsed once and every aggregate comes out of one hash aggregation
@@ -243,8 +286,9 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
     out.mkdir(parents=True, exist_ok=True)
     paths = resolve_inputs(inputs)
     strict = mode.upper() == "FAILFAST"
-    progress = Progress(total=(9 if write_messages else 3) + strict + (cache_dir is not None),
-                        quiet=quiet)
+    progress = Progress(
+        total=(9 if write_messages else 3) + strict + (cache_dir is not None), quiet=quiet
+    )
     if strict:
         check_every_field(spark, paths)
         progress.step("check every field")
@@ -252,27 +296,34 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
         source = extract(spark, paths, mode).transform(T.lines)
     else:
         source, converted = incremental.lines_frame(
-            spark, paths, Path(cache_dir), lambda p: extract(spark, p, mode))
+            spark, paths, Path(cache_dir), lambda p: extract(spark, p, mode)
+        )
         progress.step(f"parquet cache (+{converted})")
     if write_messages:
         got = _via_work_dir(spark, source, out, top_n, parallel, progress)
     else:
         # The one pass and every result from it in ONE query: one scan, the one-pass
         # aggregation, a second small one; nothing written in between.
-        got = T.split_results(_rows(source.transform(T.facts).transform(T.one_pass)
-                                    .transform(T.results_of, top_n)))
+        got = T.split_results(
+            _rows(source.transform(T.facts).transform(T.one_pass).transform(T.results_of, top_n))
+        )
         progress.step("one pass")
     tables = derive_tables(got)
     for name in TABLES:
         write_table(out, name, tables[name])
     progress.step("tables written")
     summary = report.summarize(tables)
-    meta = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "inputs": f"{len(paths)} file(s)" if len(paths) > 3 else ", ".join(paths),
-            "mode": mode.upper(), "output": str(out), "elapsed_s": round(progress.elapsed, 1)}
+    meta = {
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "inputs": f"{len(paths)} file(s)" if len(paths) > 3 else ", ".join(paths),
+        "mode": mode.upper(),
+        "output": str(out),
+        "elapsed_s": round(progress.elapsed, 1),
+    }
     (out / "report.html").write_text(report.render_html(tables, summary, meta), encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps({**summary, "meta": meta}, indent=2,
-                                                 default=str), encoding="utf-8")
+    (out / "summary.json").write_text(
+        json.dumps({**summary, "meta": meta}, indent=2, default=str), encoding="utf-8"
+    )
     notes = export_charts(report.charts(tables), out / "charts") if png else []
     progress.step("report")
     for note in notes:
@@ -283,8 +334,9 @@ def run(spark: SparkSession, inputs: Sequence[str], output: str | Path, *,
     return summary
 
 
-def _via_work_dir(spark: SparkSession, source: DataFrame, out: Path, top_n: int, parallel: int,
-                  progress: Progress) -> dict[str, Rows]:
+def _via_work_dir(
+    spark: SparkSession, source: DataFrame, out: Path, top_n: int, parallel: int, progress: Progress
+) -> dict[str, Rows]:
     """With ``messages/``: the one pass written once as a parquet work directory partitioned
     by row kind (``_one_pass/``, removed at the end), then ``messages/`` and the results read
     from it as columns, ``parallel`` jobs at a time (the table needs every message's row, so
@@ -298,23 +350,37 @@ def _via_work_dir(spark: SparkSession, source: DataFrame, out: Path, top_n: int,
 
     def messages() -> str:
         # no dictionary encoding: msg_id and the times are unique per row
-        (agg.transform(T.lifecycle_of).write.mode("overwrite")
-         .option("parquet.enable.dictionary", "false").parquet(str(out / "messages")))
+        (
+            agg.transform(T.lifecycle_of)
+            .write.mode("overwrite")
+            .option("parquet.enable.dictionary", "false")
+            .parquet(str(out / "messages"))
+        )
         return "messages"
 
     try:
-        (source.transform(T.facts).transform(T.one_pass).write.mode("overwrite")
-         .option("parquet.enable.dictionary", "false").partitionBy("kind").parquet(str(work)))
+        (
+            source.transform(T.facts)
+            .transform(T.one_pass)
+            .write.mode("overwrite")
+            .option("parquet.enable.dictionary", "false")
+            .partitionBy("kind")
+            .parquet(str(work))
+        )
         progress.step("one pass")
         agg = spark.read.parquet(str(work))
         with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="metric") as pool:
             running = [pool.submit(messages)]
-            running += [pool.submit(collect, name, df) for name, df in (
-                ("latency", agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
-                ("retry_funnel", agg.transform(T.outcomes_of).transform(T.retry_funnel)),
-                ("line_counts", agg.transform(T.counts_of)),
-                ("lateness", agg.transform(T.lateness_of)),
-                ("top_late", agg.transform(T.top_late_of, top_n)))]
+            running += [
+                pool.submit(collect, name, df)
+                for name, df in (
+                    ("latency", agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
+                    ("retry_funnel", agg.transform(T.outcomes_of).transform(T.retry_funnel)),
+                    ("line_counts", agg.transform(T.counts_of)),
+                    ("lateness", agg.transform(T.lateness_of)),
+                    ("top_late", agg.transform(T.top_late_of, top_n)),
+                )
+            ]
             for fut in as_completed(running):
                 progress.step(fut.result())
     finally:
@@ -340,8 +406,10 @@ def derive_tables(got: Mapping[str, Rows]) -> dict[str, Rows]:
         "timer_counts": tables.timer_counts(counts),
         "transaction_counts": tables.transaction_counts(counts),
         "retry_funnel": funnel,
-        "top_late": [{**r, "delivered_at": tables.utc(r.pop("delivered_ms"))}
-                     for r in sorted(got["top_late"], key=lambda r: r["rank"])],
+        "top_late": [
+            {**r, "delivered_at": tables.utc(r.pop("delivered_ms"))}
+            for r in sorted(got["top_late"], key=lambda r: r["rank"])
+        ],
         **tables.lateness_tables(got["lateness"]),
         **tables.latency_tables(got["latency"]),
     }
@@ -353,6 +421,7 @@ def write_table(out: Path, name: str, rows: Rows) -> None:
     Written by the driver: a Spark job per table of a few dozen rows cost more than the rest
     of a small report, and ``spark.read.json``, pandas and jq all read this directly.
     """
+
     def default(value: Any) -> str:
         if isinstance(value, dt.datetime):
             return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).isoformat()
@@ -386,15 +455,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Spark's classes from the JVM's class archive (a first run dumps it): half the start CPU
     archive, pending = preflight.class_archive() if owned and not submitted else ("", None)
-    spark = build_session(args.master, driver_memory=args.driver_memory, verbose=args.verbose,
-                          jvm_options=archive)
+    spark = build_session(
+        args.master, driver_memory=args.driver_memory, verbose=args.verbose, jvm_options=archive
+    )
     if args.shuffle_partitions or spark.sparkContext.master.startswith("local"):
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions or 8))
     try:
-        run(spark, args.inputs, args.output, mode=args.mode, top_n=args.top, quiet=args.quiet,
-            png=args.png, write_messages=args.messages,
+        run(
+            spark,
+            args.inputs,
+            args.output,
+            mode=args.mode,
+            top_n=args.top,
+            quiet=args.quiet,
+            png=args.png,
+            write_messages=args.messages,
             cache_dir=(args.cache_dir or Path(args.output) / "parquet-cache")
-            if args.incremental else None)
+            if args.incremental
+            else None,
+        )
     except (Py4JJavaError, PySparkException) as exc:
         print(f"kairosmq report: Spark job failed ({args.mode}): {_reason(exc)}", file=sys.stderr)
         return 1

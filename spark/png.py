@@ -23,8 +23,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome",
-                  "chromium-headless-shell")
+CHROMIUM_NAMES = (
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+    "chrome",
+    "chromium-headless-shell",
+)
 
 
 def find_chromium() -> str | None:
@@ -35,8 +40,16 @@ def find_chromium() -> str | None:
 
 
 def chromium_args(browser: str, profile: str) -> list[str]:
-    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={profile}"]
+    return [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+    ]
 
 
 def render_png(browser: str, svg_file: Path, png_file: Path, timeout: float = 60) -> bool:
@@ -46,9 +59,17 @@ def render_png(browser: str, svg_file: Path, png_file: Path, timeout: float = 60
     width, height = (m.group(1), m.group(2)) if m else ("760", "300")
     with tempfile.TemporaryDirectory(prefix="kairosmq-chromium-") as profile:
         try:
-            subprocess.run([*chromium_args(browser, profile), f"--screenshot={png_file}",
-                            f"--window-size={width},{height}", svg_file.resolve().as_uri()],
-                           capture_output=True, timeout=timeout, check=False)
+            subprocess.run(
+                [
+                    *chromium_args(browser, profile),
+                    f"--screenshot={png_file}",
+                    f"--window-size={width},{height}",
+                    svg_file.resolve().as_uri(),
+                ],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
     return png_file.exists() and png_file.stat().st_size > 0
@@ -60,8 +81,10 @@ def export_charts(svgs: Mapping[str, str], directory: Path, *, png: bool = True)
     notes: list[str] = []
     browser = find_chromium() if png else None
     if png and browser is None:
-        notes.append("charts: PNG skipped, no Chromium found (apt-get install -y chromium, or "
-                     "set KAIROSMQ_CHROMIUM); SVG files written")
+        notes.append(
+            "charts: PNG skipped, no Chromium found (apt-get install -y chromium, or "
+            "set KAIROSMQ_CHROMIUM); SVG files written"
+        )
     for name, svg in svgs.items():
         svg_file = directory / f"{name}.svg"
         svg_file.write_text(svg, encoding="utf-8")

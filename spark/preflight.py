@@ -32,8 +32,10 @@ import tempfile
 from pathlib import Path
 
 INSTALL_SPARK = "pip install 'kairosmq[spark]'"
-INSTALL_JAVA = ("install Java 17 or newer (Debian/Ubuntu: apt-get install -y "
-                "openjdk-17-jre-headless) and put `java` on PATH or set JAVA_HOME")
+INSTALL_JAVA = (
+    "install Java 17 or newer (Debian/Ubuntu: apt-get install -y "
+    "openjdk-17-jre-headless) and put `java` on PATH or set JAVA_HOME"
+)
 MIN_JAVA = 17
 
 QUIET_LOG4J2 = """\
@@ -80,9 +82,11 @@ def problem(*, need_java: bool = True) -> str | None:
     try:
         import pyspark  # noqa: F401
     except ImportError as exc:
-        return (f"the report needs PySpark, which is not installed ({exc}).\n"
-                f"  install it with:  {INSTALL_SPARK}\n"
-                f"  Spark also needs Java {MIN_JAVA}+: {INSTALL_JAVA}")
+        return (
+            f"the report needs PySpark, which is not installed ({exc}).\n"
+            f"  install it with:  {INSTALL_SPARK}\n"
+            f"  Spark also needs Java {MIN_JAVA}+: {INSTALL_JAVA}"
+        )
     if not need_java:
         return None
     java = java_binary()
@@ -139,8 +143,7 @@ def class_archive() -> tuple[str, Path | None]:
         import pyspark
 
         jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-        ident = "\n".join([os.path.realpath(java), _version_text(java),
-                           pyspark.__version__, *jars])
+        ident = "\n".join([os.path.realpath(java), _version_text(java), pyspark.__version__, *jars])
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kairosmq"
         cache.mkdir(parents=True, exist_ok=True)
     except (ImportError, OSError):
@@ -153,8 +156,9 @@ def class_archive() -> tuple[str, Path | None]:
     return f"-XX:ArchiveClassesAtExit={pending} {CDS_QUIET}", pending
 
 
-def keep_archive(pending: Path | None, proc: subprocess.Popen[bytes] | None = None,
-                 timeout: float = 120.0) -> None:
+def keep_archive(
+    pending: Path | None, proc: subprocess.Popen[bytes] | None = None, timeout: float = 120.0
+) -> None:
     """After the session stopped: end the driver JVM this process started (``proc``, its
     stdin closed: Spark's gateway exits; None: the JVM has already exited with 0) and, once
     it exited with 0, rename the archive it dumped at exit to its final name; otherwise drop

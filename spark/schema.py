@@ -82,7 +82,8 @@ def contract_fields() -> dict[str, str]:
 
 LOG_EVENT_SCHEMA: StructType = build_schema(contract_fields())
 FAST_READ_SCHEMA: StructType = build_schema(
-    {name: "string" if name == "timestamp" else kind for name, kind in contract_fields().items()})
+    {name: "string" if name == "timestamp" else kind for name, kind in contract_fields().items()}
+)
 
 
 def event_time(df: DataFrame) -> DataFrame:
@@ -94,8 +95,9 @@ def event_time(df: DataFrame) -> DataFrame:
     stamp = F.col("timestamp")
     if df.schema["timestamp"].dataType == StringType():
         parsed = stamp.try_cast("timestamp")
-        bad: Column = F.when(stamp.isNotNull() & parsed.isNull(),
-                             F.concat(F.lit("unparsable timestamp: "), stamp))
+        bad: Column = F.when(
+            stamp.isNotNull() & parsed.isNull(), F.concat(F.lit("unparsable timestamp: "), stamp)
+        )
         df = df.withColumn(CORRUPT, F.coalesce(F.col(CORRUPT), bad))
         stamp = parsed
     return df.withColumn("ts_ms", F.coalesce(F.col("ts"), F.unix_millis(stamp)))

@@ -26,15 +26,23 @@ from typing import Any
 
 Rows = list[dict[str, Any]]
 TIMER_LEVEL = -1  # the delay_level of a timer message in the Spark aggregates
-TIMER_EVENTS = (("scheduled", "timer.scheduled"), ("fired", "timer.fired"),
-                ("recalled", "timer.recalled"))
-TRANSACTION_EVENTS = (("prepared", "transaction.prepared"),
-                      ("committed", "transaction.committed"),
-                      ("rolled_back", "transaction.rolled_back"),
-                      ("checked", "transaction.checked"),
-                      ("discarded", "transaction.discarded"))
+TIMER_EVENTS = (
+    ("scheduled", "timer.scheduled"),
+    ("fired", "timer.fired"),
+    ("recalled", "timer.recalled"),
+)
+TRANSACTION_EVENTS = (
+    ("prepared", "transaction.prepared"),
+    ("committed", "transaction.committed"),
+    ("rolled_back", "transaction.rolled_back"),
+    ("checked", "transaction.checked"),
+    ("discarded", "transaction.discarded"),
+)
 QUANTILES: tuple[tuple[str, float], ...] = (
-    ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999),
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p99", 0.99),
+    ("p999", 0.999),
 )
 STATS = ("count", *(name for name, _ in QUANTILES), "max", "mean")
 
@@ -69,28 +77,37 @@ def summary_rows(hist: Iterable[Mapping[str, Any]], by: Sequence[str]) -> Rows:
         cell[2] += r["total"]
         if "early" in r:
             early[key] = early.get(key, 0) + (r["early"] or 0)
-    rows = [{**dict(zip(by, key, strict=True)), **_summary(b),
-             **({"early": early[key]} if key in early else {})}
-            for key, b in groups.items() if b]
-    return sorted(rows, key=lambda r: [(r[k] is None, r[k] if r[k] is not None else 0)
-                                       for k in by])
+    rows = [
+        {
+            **dict(zip(by, key, strict=True)),
+            **_summary(b),
+            **({"early": early[key]} if key in early else {}),
+        }
+        for key, b in groups.items()
+        if b
+    ]
+    return sorted(rows, key=lambda r: [(r[k] is None, r[k] if r[k] is not None else 0) for k in by])
 
 
 def _split(hist: Rows) -> tuple[Rows, Rows]:
     """(level rows, timer rows) of a histogram keyed by ``delay_level``."""
-    return ([r for r in hist if r["delay_level"] != TIMER_LEVEL],
-            [r for r in hist if r["delay_level"] == TIMER_LEVEL])
+    return (
+        [r for r in hist if r["delay_level"] != TIMER_LEVEL],
+        [r for r in hist if r["delay_level"] == TIMER_LEVEL],
+    )
 
 
 def lateness_tables(hist: Rows) -> dict[str, Rows]:
     """``lateness_by_level``, ``lateness_by_topic``, ``lateness_overall`` (delay levels only)
     and ``timer_lateness`` (one row), ``timer_lateness_by_topic`` from one histogram."""
     levels, timers = _split(hist)
-    return {"lateness_by_level": summary_rows(levels, ["delay_level"]),
-            "lateness_by_topic": summary_rows(levels, ["topic"]),
-            "lateness_overall": summary_rows(levels, []),
-            "timer_lateness": summary_rows(timers, []),
-            "timer_lateness_by_topic": summary_rows(timers, ["topic"])}
+    return {
+        "lateness_by_level": summary_rows(levels, ["delay_level"]),
+        "lateness_by_topic": summary_rows(levels, ["topic"]),
+        "lateness_overall": summary_rows(levels, []),
+        "timer_lateness": summary_rows(timers, []),
+        "timer_lateness_by_topic": summary_rows(timers, ["topic"]),
+    }
 
 
 def latency_tables(hist: Rows) -> dict[str, Rows]:
@@ -101,10 +118,12 @@ def latency_tables(hist: Rows) -> dict[str, Rows]:
     e2e = [r for r in hist if r["kind"] == "e2e"]
     added = [r for r in hist if r["kind"] == "added"]
     levels, timers = _split(added)
-    return {"e2e_latency": summary_rows(e2e, ["topic", "delay_level"]),
-            "added_delay": summary_rows(levels, ["delay_level"]),
-            "timer_added_delay": summary_rows(timers, []),
-            "added_delay_by_topic": summary_rows(added, ["topic", "delay_level"])}
+    return {
+        "e2e_latency": summary_rows(e2e, ["topic", "delay_level"]),
+        "added_delay": summary_rows(levels, ["delay_level"]),
+        "timer_added_delay": summary_rows(timers, []),
+        "added_delay_by_topic": summary_rows(added, ["topic", "delay_level"]),
+    }
 
 
 def event_counts(counts: Rows, catalogue: Iterable[str]) -> Rows:
@@ -126,8 +145,9 @@ def throughput_per_minute(counts: Rows, events: Sequence[tuple[str, str]]) -> Ro
         if col is None or r["minute"] is None or r["dlq_copy"]:
             continue
         per[r["minute"]][col] += r["lines"]
-    return [{"minute": dt.datetime.fromtimestamp(m * 60, dt.UTC), **c}
-            for m, c in sorted(per.items())]
+    return [
+        {"minute": dt.datetime.fromtimestamp(m * 60, dt.UTC), **c} for m, c in sorted(per.items())
+    ]
 
 
 def dlq_counts(counts: Rows, funnel: Rows, dead_lettered: str) -> Rows:
@@ -137,8 +157,16 @@ def dlq_counts(counts: Rows, funnel: Rows, dead_lettered: str) -> Rows:
     for r in counts:
         if r["label"] != dead_lettered:
             continue
-        g = per.setdefault(r["group"], {"group": r["group"], "dead_lettered": 0, "messages": 0,
-                                        "first_ms": None, "last_ms": None})
+        g = per.setdefault(
+            r["group"],
+            {
+                "group": r["group"],
+                "dead_lettered": 0,
+                "messages": 0,
+                "first_ms": None,
+                "last_ms": None,
+            },
+        )
         g["dead_lettered"] += r["lines"]
         for key, pick in (("first_ms", min), ("last_ms", max)):
             if r[key] is not None:
@@ -153,8 +181,9 @@ def dlq_counts(counts: Rows, funnel: Rows, dead_lettered: str) -> Rows:
     return sorted(out, key=lambda r: (r["group"] is None, r["group"] or ""))
 
 
-def _per_key(counts: Rows, events: Sequence[tuple[str, str]], key: str
-             ) -> dict[Any, dict[str, Any]]:
+def _per_key(
+    counts: Rows, events: Sequence[tuple[str, str]], key: str
+) -> dict[Any, dict[str, Any]]:
     column = {event: col for col, event in events}
     per: dict[Any, dict[str, Any]] = {}
     for r in counts:
@@ -170,11 +199,11 @@ def timer_counts(counts: Rows) -> Rows:
     """Per real ``topic``: timers ``scheduled``, ``fired``, ``recalled`` (timer recalls),
     ``pending`` (scheduled - fired - recalled, at least 0: the logs may begin after some
     were scheduled) and ``level_recalled`` (recalls of level-delayed messages)."""
-    relabelled = [{**r, "label": "<level recall>"} if r.get("level_recall") else r
-                  for r in counts]
+    relabelled = [{**r, "label": "<level recall>"} if r.get("level_recall") else r for r in counts]
     per = _per_key(relabelled, (*TIMER_EVENTS, ("level_recalled", "<level recall>")), "topic")
-    out = [{**r, "pending": max(0, r["scheduled"] - r["fired"] - r["recalled"])}
-           for r in per.values()]
+    out = [
+        {**r, "pending": max(0, r["scheduled"] - r["fired"] - r["recalled"])} for r in per.values()
+    ]
     return sorted(out, key=lambda r: (r["topic"] is None, r["topic"] or ""))
 
 
@@ -182,9 +211,10 @@ def transaction_counts(counts: Rows) -> Rows:
     """Per ``producer_group``: half messages ``prepared``, ``committed``, ``rolled_back``,
     ``checked`` (CHECK_TRANSACTION_STATE requests sent), ``discarded`` and ``pending``
     (prepared - committed - rolled back - discarded, at least 0)."""
-    out = [{**r, "pending": max(0, r["prepared"] - r["committed"] - r["rolled_back"]
-                                - r["discarded"])}
-           for r in _per_key(counts, TRANSACTION_EVENTS, "producer_group").values()]
+    out = [
+        {**r, "pending": max(0, r["prepared"] - r["committed"] - r["rolled_back"] - r["discarded"])}
+        for r in _per_key(counts, TRANSACTION_EVENTS, "producer_group").values()
+    ]
     return sorted(out, key=lambda r: (r["producer_group"] is None, r["producer_group"] or ""))
 
 

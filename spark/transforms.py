@@ -61,18 +61,46 @@ FLOOR_MS = 0.001  # values up to 1 microsecond (and negative ones) share the low
 FLOOR_BUCKET = -10_000
 # The columns the job caches after parsing (one row per line).
 LINE_COLUMNS: tuple[str, ...] = (
-    "label", "ts_ms", "msg_id", "topic", "real_topic", "group", "delay_level", "attempt",
-    "lateness_ms", "deliver_ts", "born_ts", "producer_group", "recall_kind",
+    "label",
+    "ts_ms",
+    "msg_id",
+    "topic",
+    "real_topic",
+    "group",
+    "delay_level",
+    "attempt",
+    "lateness_ms",
+    "deliver_ts",
+    "born_ts",
+    "producer_group",
+    "recall_kind",
 )
 # The parsed fields those are made of (the JSON reader parses no other field).
 READ_COLUMNS: tuple[str, ...] = (
-    "ts", "timestamp", "v", "event", "msg_id", "topic", "real_topic", "group", "delay_level",
-    "reconsume_times", "lateness_ms", "deliver_ts", "born_ts", "producer_group", "kind",
+    "ts",
+    "timestamp",
+    "v",
+    "event",
+    "msg_id",
+    "topic",
+    "real_topic",
+    "group",
+    "delay_level",
+    "reconsume_times",
+    "lateness_ms",
+    "deliver_ts",
+    "born_ts",
+    "producer_group",
+    "kind",
     CORRUPT,
 )
 THROUGHPUT_EVENTS: tuple[tuple[str, str], ...] = (
-    ("stored", STORED), ("scheduled", SCHEDULED), ("delivered", DELIVERED),
-    ("consumed", PULLED), ("redelivered", REDELIVERED), ("dead_lettered", DEAD_LETTERED),
+    ("stored", STORED),
+    ("scheduled", SCHEDULED),
+    ("delivered", DELIVERED),
+    ("consumed", PULLED),
+    ("redelivered", REDELIVERED),
+    ("dead_lettered", DEAD_LETTERED),
     ("rejected", REJECTED),
 )
 
@@ -80,29 +108,49 @@ THROUGHPUT_EVENTS: tuple[tuple[str, str], ...] = (
 def lines(parsed: DataFrame) -> DataFrame:
     """One narrow row per line (``LINE_COLUMNS``); see the module docstring for ``label``."""
     v = F.col("v")
-    label = (F.when(F.col(CORRUPT).isNotNull(), F.lit(MALFORMED))
-             .when(v > LOG_FORMAT, F.format_string("<format v%d>", v))
-             .when(F.col("event").isNull(), F.lit(NO_EVENT))
-             .otherwise(F.col("event")))
+    label = (
+        F.when(F.col(CORRUPT).isNotNull(), F.lit(MALFORMED))
+        .when(v > LOG_FORMAT, F.format_string("<format v%d>", v))
+        .when(F.col("event").isNull(), F.lit(NO_EVENT))
+        .otherwise(F.col("event"))
+    )
     return parsed.select(
-        label.alias("label"), "ts_ms", "msg_id", "topic", "real_topic", "group", "delay_level",
+        label.alias("label"),
+        "ts_ms",
+        "msg_id",
+        "topic",
+        "real_topic",
+        "group",
+        "delay_level",
         F.coalesce(F.col("reconsume_times"), F.lit(0)).alias("attempt"),
-        "lateness_ms", "deliver_ts", "born_ts", "producer_group",
-        F.col("kind").alias("recall_kind"))
+        "lateness_ms",
+        "deliver_ts",
+        "born_ts",
+        "producer_group",
+        F.col("kind").alias("recall_kind"),
+    )
 
 
 def bucket(value: Column) -> Column:
     """Log-bucket id of a latency in ms: monotonic in ``value``, 1 % wide."""
-    return (F.when(value <= FLOOR_MS, F.lit(FLOOR_BUCKET))
-            .otherwise(F.ceil(F.log(value) / math.log(BUCKET_GROWTH)))).cast("int")
+    return (
+        F.when(value <= FLOOR_MS, F.lit(FLOOR_BUCKET)).otherwise(
+            F.ceil(F.log(value) / math.log(BUCKET_GROWTH))
+        )
+    ).cast("int")
 
 
 def _histogram(df: DataFrame, keys: list[str], value: str) -> DataFrame:
     """``keys, bucket, n, hi, total``: per key and bucket the count, max and sum of ``value``."""
-    return (df.where(F.col(value).isNotNull())
-            .groupBy(*keys, bucket(F.col(value)).alias("bucket"))
-            .agg(F.count(F.lit(1)).alias("n"), F.max(value).cast("double").alias("hi"),
-                 F.sum(value).cast("double").alias("total")))
+    return (
+        df.where(F.col(value).isNotNull())
+        .groupBy(*keys, bucket(F.col(value)).alias("bucket"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.max(value).cast("double").alias("hi"),
+            F.sum(value).cast("double").alias("total"),
+        )
+    )
 
 
 def line_counts(lines_df: DataFrame) -> DataFrame:
@@ -147,10 +195,18 @@ def message_lifecycle(lines_df: DataFrame) -> DataFrame:
 def e2e_histogram(lifecycle: DataFrame) -> DataFrame:
     """``topic, delay_level, kind, bucket, n, hi, total`` of ``e2e_ms`` (kind ``e2e``) and of
     ``added_ms`` (kind ``added``) from ``message_lifecycle``, in one aggregation."""
-    both = lifecycle.select("topic", "delay_level", F.explode(F.array(
-        F.struct(F.lit("e2e").alias("kind"), F.col("e2e_ms").cast("double").alias("ms")),
-        F.struct(F.lit("added").alias("kind"), F.col("added_ms").cast("double").alias("ms")),
-    )).alias("x")).select("topic", "delay_level", "x.kind", "x.ms")
+    both = lifecycle.select(
+        "topic",
+        "delay_level",
+        F.explode(
+            F.array(
+                F.struct(F.lit("e2e").alias("kind"), F.col("e2e_ms").cast("double").alias("ms")),
+                F.struct(
+                    F.lit("added").alias("kind"), F.col("added_ms").cast("double").alias("ms")
+                ),
+            )
+        ).alias("x"),
+    ).select("topic", "delay_level", "x.kind", "x.ms")
     return _histogram(both, ["topic", "delay_level", "kind"], "ms")
 
 
@@ -165,25 +221,49 @@ def consumer_outcomes(lines_df: DataFrame) -> DataFrame:
 
 def retry_funnel(outcomes: DataFrame) -> DataFrame:
     """``group, attempts, outcome, messages`` from ``consumer_outcomes``."""
-    return (outcomes.groupBy("group", "attempts", "outcome")
-            .agg(F.count(F.lit(1)).alias("messages"))
-            .orderBy("group", "attempts", "outcome"))
+    return (
+        outcomes.groupBy("group", "attempts", "outcome")
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy("group", "attempts", "outcome")
+    )
 
 
 # ---- the one pass: every aggregate the report needs, from one scan and one shuffle ----------
 # Row kinds of ``facts``/``one_pass``; each line feeds one to three of them.
 COUNTS, HIST, MESSAGE, CONSUMER = 0, 1, 2, 3
 # Event codes carried as numbers (conditions on a byte are cheaper than on the event name).
-CODES: dict[str, int] = {STORED: 1, SCHEDULED: 2, DELIVERED: 3, PULLED: 4, REDELIVERED: 5,
-                         DEAD_LETTERED: 6, TIMER_SCHEDULED: 7, TIMER_FIRED: 8}
+CODES: dict[str, int] = {
+    STORED: 1,
+    SCHEDULED: 2,
+    DELIVERED: 3,
+    PULLED: 4,
+    REDELIVERED: 5,
+    DEAD_LETTERED: 6,
+    TIMER_SCHEDULED: 7,
+    TIMER_FIRED: 8,
+}
 # The key of a fact: what ``s1, s2, k1, k2`` hold depends on ``kind`` (see ``facts``).
 FACT_KEY: tuple[tuple[str, str], ...] = (
-    ("kind", "tinyint"), ("s1", "string"), ("s2", "string"), ("k1", "long"), ("k2", "int"))
+    ("kind", "tinyint"),
+    ("s1", "string"),
+    ("s2", "string"),
+    ("k1", "long"),
+    ("k2", "int"),
+)
 # The values, each read by plain min/max/sum/count (null where a kind has no such value).
 FACT_VALUES: tuple[tuple[str, str], ...] = (
-    ("min1", "long"), ("min2", "long"), ("min3", "long"), ("min4", "long"), ("min5", "long"),
-    ("max1", "double"), ("max2", "int"), ("sum1", "double"), ("pull", "int"),
-    ("lat", "double"), ("lat_at", "long"))
+    ("min1", "long"),
+    ("min2", "long"),
+    ("min3", "long"),
+    ("min4", "long"),
+    ("min5", "long"),
+    ("max1", "double"),
+    ("max2", "int"),
+    ("sum1", "double"),
+    ("pull", "int"),
+    ("lat", "double"),
+    ("lat_at", "long"),
+)
 
 
 def facts(lines_df: DataFrame) -> DataFrame:
@@ -211,10 +291,12 @@ def facts(lines_df: DataFrame) -> DataFrame:
     The values (``FACT_VALUES``) are what ``one_pass`` takes the min/max/sum/count of.
     """
     label, ts, lat = F.col("label"), F.col("ts_ms"), F.col("lateness_ms")
-    code = F.coalesce(*(F.when(label == name, F.lit(c)) for name, c in CODES.items()),
-                      F.lit(0)).cast("tinyint")
-    dlq_copy = F.coalesce((label == STORED) & F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX),
-                          F.lit(False))
+    code = F.coalesce(
+        *(F.when(label == name, F.lit(c)) for name, c in CODES.items()), F.lit(0)
+    ).cast("tinyint")
+    dlq_copy = F.coalesce(
+        (label == STORED) & F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX), F.lit(False)
+    )
     df = lines_df.select("*", code.alias("code"), dlq_copy.alias("dlq_copy"))
     c, att, mid, grp = F.col("code"), F.col("attempt"), F.col("msg_id"), F.col("group")
 
@@ -228,32 +310,58 @@ def facts(lines_df: DataFrame) -> DataFrame:
     delivered = c.isin(3, 8)
     real_topic = F.coalesce(F.col("real_topic"), F.col("topic"))
     level = F.when(c.isin(7, 8), F.lit(TIMER_LEVEL)).otherwise(F.col("delay_level"))
-    level_recall = (label == TIMER_RECALLED) & (F.coalesce(F.col("recall_kind"), F.lit("timer"))
-                                                != "timer")
+    level_recall = (label == TIMER_RECALLED) & (
+        F.coalesce(F.col("recall_kind"), F.lit("timer")) != "timer"
+    )
     rows = F.array(
-        row(COUNTS, F.lit(True),
-            {"s1": label, "s2": F.when(c == 6, grp)
-             .when(label.startswith("timer."), real_topic)
-             .when(label.startswith("transaction."), F.col("producer_group")),
-             "k1": F.floor(ts / 60_000),
-             "k2": F.when(F.col("dlq_copy"), F.lit(1)).when(level_recall, F.lit(2))
-             .otherwise(F.lit(0))},
-            {"min1": ts, "max1": ts}),
-        row(HIST, delivered & lat.isNotNull(),
+        row(
+            COUNTS,
+            F.lit(True),
+            {
+                "s1": label,
+                "s2": F.when(c == 6, grp)
+                .when(label.startswith("timer."), real_topic)
+                .when(label.startswith("transaction."), F.col("producer_group")),
+                "k1": F.floor(ts / 60_000),
+                "k2": F.when(F.col("dlq_copy"), F.lit(1))
+                .when(level_recall, F.lit(2))
+                .otherwise(F.lit(0)),
+            },
+            {"min1": ts, "max1": ts},
+        ),
+        row(
+            HIST,
+            delivered & lat.isNotNull(),
             {"s2": F.col("topic"), "k1": bucket(lat), "k2": level},
-            {"max1": lat, "sum1": lat, "pull": F.when(lat < 0, F.lit(1))}),
-        row(MESSAGE, mid.isNotNull() & (first | delivered),
+            {"max1": lat, "sum1": lat, "pull": F.when(lat < 0, F.lit(1))},
+        ),
+        row(
+            MESSAGE,
+            mid.isNotNull() & (first | delivered),
             {"s1": mid, "s2": real_topic, "k2": att},
-            {"min1": F.when(c.isin(1, 2, 7), ts), "min2": F.when(c.isin(2, 7), ts),
-             "min3": F.when(c.isin(2, 7), F.col("deliver_ts")), "min4": F.when(delivered, ts),
-             "min5": F.when(c == 4, ts), "max1": F.when(c.isin(1, 4), F.col("born_ts")),
-             "max2": F.when(c.isin(2, 3, 7, 8), level),
-             "pull": F.when(c == 4, F.lit(1)),
-             "lat": F.when(delivered, lat), "lat_at": F.when(delivered, ts)}),
-        row(CONSUMER, mid.isNotNull() & grp.isNotNull() & c.isin(4, 5, 6),
+            {
+                "min1": F.when(c.isin(1, 2, 7), ts),
+                "min2": F.when(c.isin(2, 7), ts),
+                "min3": F.when(c.isin(2, 7), F.col("deliver_ts")),
+                "min4": F.when(delivered, ts),
+                "min5": F.when(c == 4, ts),
+                "max1": F.when(c.isin(1, 4), F.col("born_ts")),
+                "max2": F.when(c.isin(2, 3, 7, 8), level),
+                "pull": F.when(c == 4, F.lit(1)),
+                "lat": F.when(delivered, lat),
+                "lat_at": F.when(delivered, ts),
+            },
+        ),
+        row(
+            CONSUMER,
+            mid.isNotNull() & grp.isNotNull() & c.isin(4, 5, 6),
             {"s1": mid, "s2": grp},
-            {"min1": F.when(c == 6, F.lit(1)), "max1": F.when(c == 4, att),
-             "max2": F.when(c == 5, att)}),
+            {
+                "min1": F.when(c == 6, F.lit(1)),
+                "max1": F.when(c == 4, att),
+                "max2": F.when(c == 5, att),
+            },
+        ),
     )
     return df.select(F.explode(rows).alias("r")).where(F.col("r").isNotNull()).select("r.*")
 
@@ -265,9 +373,12 @@ def one_pass(facts_df: DataFrame) -> DataFrame:
     return facts_df.groupBy(*(k for k, _ in FACT_KEY)).agg(
         F.count(F.lit(1)).alias("n"),
         *(F.min(f"min{i}").alias(f"min{i}") for i in range(1, 6)),
-        F.max("max1").alias("max1"), F.max("max2").alias("max2"),
-        F.sum("sum1").alias("sum1"), F.count("pull").alias("pulls"),
-        F.min_by("lat", "lat_at").alias("lateness_ms"))
+        F.max("max1").alias("max1"),
+        F.max("max2").alias("max2"),
+        F.sum("sum1").alias("sum1"),
+        F.count("pull").alias("pulls"),
+        F.min_by("lat", "lat_at").alias("lateness_ms"),
+    )
 
 
 def _kind(agg: DataFrame, kind: int) -> DataFrame:
@@ -277,39 +388,65 @@ def _kind(agg: DataFrame, kind: int) -> DataFrame:
 def counts_of(agg: DataFrame) -> DataFrame:
     """``line_counts`` rows from ``one_pass``."""
     return _kind(agg, COUNTS).select(
-        F.col("s1").alias("label"), F.col("k1").alias("minute"),
-        (F.col("k2") == 1).alias("dlq_copy"), (F.col("k2") == 2).alias("level_recall"),
+        F.col("s1").alias("label"),
+        F.col("k1").alias("minute"),
+        (F.col("k2") == 1).alias("dlq_copy"),
+        (F.col("k2") == 2).alias("level_recall"),
         F.col("s2").alias("group"),
-        F.col("n").alias("lines"), F.col("min1").alias("first_ms"),
-        F.col("max1").cast("long").alias("last_ms"))
+        F.col("n").alias("lines"),
+        F.col("min1").alias("first_ms"),
+        F.col("max1").cast("long").alias("last_ms"),
+    )
 
 
 def lateness_of(agg: DataFrame) -> DataFrame:
     """``lateness_histogram`` rows from ``one_pass``."""
     return _kind(agg, HIST).select(
-        F.col("k2").alias("delay_level"), F.col("s2").alias("topic"),
-        F.col("k1").cast("int").alias("bucket"), "n", F.col("max1").alias("hi"),
-        F.col("sum1").alias("total"), F.col("pulls").alias("early"))
+        F.col("k2").alias("delay_level"),
+        F.col("s2").alias("topic"),
+        F.col("k1").cast("int").alias("bucket"),
+        "n",
+        F.col("max1").alias("hi"),
+        F.col("sum1").alias("total"),
+        F.col("pulls").alias("early"),
+    )
 
 
 def _messages(agg: DataFrame) -> DataFrame:
     return _kind(agg, MESSAGE).select(
-        F.col("s1").alias("msg_id"), F.col("s2").alias("topic"), F.col("k2").alias("attempt"),
-        F.col("max2").alias("level"), F.col("min1").alias("accepted_ts"),
-        F.col("min2").alias("scheduled_ts"), F.col("min3").alias("deliver_ts"),
-        F.col("min4").alias("delivered_ms"), "lateness_ms",
-        F.col("max1").cast("long").alias("born_ts"), F.col("min5").alias("first_consume_ts"),
-        F.col("pulls").alias("first_pulls"))
+        F.col("s1").alias("msg_id"),
+        F.col("s2").alias("topic"),
+        F.col("k2").alias("attempt"),
+        F.col("max2").alias("level"),
+        F.col("min1").alias("accepted_ts"),
+        F.col("min2").alias("scheduled_ts"),
+        F.col("min3").alias("deliver_ts"),
+        F.col("min4").alias("delivered_ms"),
+        "lateness_ms",
+        F.col("max1").cast("long").alias("born_ts"),
+        F.col("min5").alias("first_consume_ts"),
+        F.col("pulls").alias("first_pulls"),
+    )
 
 
 def top_late_of(agg: DataFrame, n: int = 100) -> DataFrame:
     """``top_late`` rows from ``one_pass`` (one delivery per message and attempt: the
     broker transfers each attempt out of the schedule topic once)."""
     order = [F.col("lateness_ms").desc(), F.col("msg_id")]
-    top = (_messages(agg).where(F.col("lateness_ms").isNotNull())
-           .select("delivered_ms", "msg_id", "topic", F.col("level").alias("delay_level"),
-                   F.col("attempt").alias("reconsume_times"), "lateness_ms")
-           .orderBy(*order).limit(n))
+    top = (
+        _messages(agg)
+        .where(F.col("lateness_ms").isNotNull())
+        .select(
+            "delivered_ms",
+            "msg_id",
+            "topic",
+            F.col("level").alias("delay_level"),
+            F.col("attempt").alias("reconsume_times"),
+            "lateness_ms",
+        )
+        .orderBy(*order)
+        .limit(n)
+    )
     rank = F.row_number().over(Window.partitionBy(F.lit(1)).orderBy(*order))
     return top.select(rank.alias("rank"), "*")
 
@@ -320,21 +457,35 @@ def lifecycle_of(agg: DataFrame) -> DataFrame:
     e2e = F.col("first_consume_ts") - F.col("born_ts")
     nominal = F.coalesce(F.col("deliver_ts") - F.col("scheduled_ts"), F.lit(0))
     return first.select(
-        "msg_id", "topic", F.coalesce(F.col("level"), F.lit(0)).alias("delay_level"),
-        "accepted_ts", "deliver_ts", "lateness_ms", "born_ts", "first_consume_ts",
-        "first_pulls", e2e.alias("e2e_ms"), nominal.alias("nominal_ms"),
-        (e2e - nominal).alias("added_ms"))
+        "msg_id",
+        "topic",
+        F.coalesce(F.col("level"), F.lit(0)).alias("delay_level"),
+        "accepted_ts",
+        "deliver_ts",
+        "lateness_ms",
+        "born_ts",
+        "first_consume_ts",
+        "first_pulls",
+        e2e.alias("e2e_ms"),
+        nominal.alias("nominal_ms"),
+        (e2e - nominal).alias("added_ms"),
+    )
 
 
 def outcomes_of(agg: DataFrame) -> DataFrame:
     """``consumer_outcomes`` rows (``group, msg_id, attempts, outcome``) from ``one_pass``."""
     pulled, sent_back = F.coalesce(F.col("max1"), F.lit(-1)), F.coalesce(F.col("max2"), F.lit(-1))
-    outcome = (F.when(F.col("min1") == 1, F.lit("dead_lettered"))
-               .when(sent_back > pulled, F.lit("in_retry"))
-               .otherwise(F.lit("succeeded")))
+    outcome = (
+        F.when(F.col("min1") == 1, F.lit("dead_lettered"))
+        .when(sent_back > pulled, F.lit("in_retry"))
+        .otherwise(F.lit("succeeded"))
+    )
     return _kind(agg, CONSUMER).select(
-        F.col("s2").alias("group"), F.col("s1").alias("msg_id"),
-        (pulled + 1).cast("int").alias("attempts"), outcome.alias("outcome"))
+        F.col("s2").alias("group"),
+        F.col("s1").alias("msg_id"),
+        (pulled + 1).cast("int").alias("attempts"),
+        outcome.alias("outcome"),
+    )
 
 
 # ---- every small result from ``one_pass`` in ONE query (no work directory) -----------------
@@ -342,8 +493,14 @@ def outcomes_of(agg: DataFrame) -> DataFrame:
 LATENCY, FUNNEL, TOP = 4, 5, 6
 # ``results_of``'s columns: the key of ``FACT_KEY``, then its values.
 RESULT_VALUES: tuple[tuple[str, str], ...] = (
-    ("n", "long"), ("min1", "long"), ("max1", "double"), ("max2", "int"), ("sum1", "double"),
-    ("pulls", "long"), ("lat", "double"))
+    ("n", "long"),
+    ("min1", "long"),
+    ("max1", "double"),
+    ("max2", "int"),
+    ("sum1", "double"),
+    ("pulls", "long"),
+    ("lat", "double"),
+)
 
 
 def results_of(agg: DataFrame, n: int = 100) -> DataFrame:
@@ -363,14 +520,17 @@ def results_of(agg: DataFrame, n: int = 100) -> DataFrame:
     kind, k2 = F.col("kind"), F.col("k2")
     born, first_consume = F.col("max1").cast("long"), F.col("min5")
     e2e = (first_consume - born).cast("double")
-    added = (first_consume - born
-             - F.coalesce(F.col("min3") - F.col("min2"), F.lit(0))).cast("double")
+    added = (first_consume - born - F.coalesce(F.col("min3") - F.col("min2"), F.lit(0))).cast(
+        "double"
+    )
     level = F.coalesce(F.col("max2"), F.lit(0))
     pulled = F.coalesce(F.col("max1").cast("int"), F.lit(-1))
     sent_back = F.coalesce(F.col("max2"), F.lit(-1))
-    outcome = (F.when(F.col("min1") == 1, F.lit("dead_lettered"))
-               .when(sent_back > pulled, F.lit("in_retry"))
-               .otherwise(F.lit("succeeded")))
+    outcome = (
+        F.when(F.col("min1") == 1, F.lit("dead_lettered"))
+        .when(sent_back > pulled, F.lit("in_retry"))
+        .otherwise(F.lit("succeeded"))
+    )
 
     def row(rkind: int, when: Column, keys: dict[str, Column], values: dict[str, Column]) -> Column:
         fields = [F.lit(rkind).cast("tinyint").alias("kind")]
@@ -380,33 +540,75 @@ def results_of(agg: DataFrame, n: int = 100) -> DataFrame:
 
     message, first = kind == MESSAGE, (kind == MESSAGE) & (k2 == 0)
     rows = F.array(
-        row(COUNTS, kind == COUNTS, {"s1": F.col("s1"), "s2": F.col("s2"), "k1": F.col("k1"),
-                                     "k2": k2},
-            {"n": F.col("n"), "min1": F.col("min1"), "max1": F.col("max1")}),
-        row(HIST, kind == HIST, {"s2": F.col("s2"), "k1": F.col("k1"), "k2": k2},
-            {"n": F.col("n"), "max1": F.col("max1"), "sum1": F.col("sum1"),
-             "pulls": F.col("pulls")}),
-        row(LATENCY, first & e2e.isNotNull(),
+        row(
+            COUNTS,
+            kind == COUNTS,
+            {"s1": F.col("s1"), "s2": F.col("s2"), "k1": F.col("k1"), "k2": k2},
+            {"n": F.col("n"), "min1": F.col("min1"), "max1": F.col("max1")},
+        ),
+        row(
+            HIST,
+            kind == HIST,
+            {"s2": F.col("s2"), "k1": F.col("k1"), "k2": k2},
+            {
+                "n": F.col("n"),
+                "max1": F.col("max1"),
+                "sum1": F.col("sum1"),
+                "pulls": F.col("pulls"),
+            },
+        ),
+        row(
+            LATENCY,
+            first & e2e.isNotNull(),
             {"s1": F.lit("e2e"), "s2": F.col("s2"), "k1": bucket(e2e), "k2": level},
-            {"n": F.lit(1), "max1": e2e, "sum1": e2e}),
-        row(LATENCY, first & added.isNotNull(),
+            {"n": F.lit(1), "max1": e2e, "sum1": e2e},
+        ),
+        row(
+            LATENCY,
+            first & added.isNotNull(),
             {"s1": F.lit("added"), "s2": F.col("s2"), "k1": bucket(added), "k2": level},
-            {"n": F.lit(1), "max1": added, "sum1": added}),
-        row(TOP, message & F.col("lateness_ms").isNotNull(),
+            {"n": F.lit(1), "max1": added, "sum1": added},
+        ),
+        row(
+            TOP,
+            message & F.col("lateness_ms").isNotNull(),
             {"s1": F.col("s1"), "s2": F.col("s2"), "k2": k2},
-            {"n": F.lit(1), "min1": F.col("min4"), "max2": F.col("max2"),
-             "lat": F.col("lateness_ms")}),
-        row(FUNNEL, kind == CONSUMER, {"s1": outcome, "s2": F.col("s2"), "k2": pulled + 1},
-            {"n": F.lit(1)}),
+            {
+                "n": F.lit(1),
+                "min1": F.col("min4"),
+                "max2": F.col("max2"),
+                "lat": F.col("lateness_ms"),
+            },
+        ),
+        row(
+            FUNNEL,
+            kind == CONSUMER,
+            {"s1": outcome, "s2": F.col("s2"), "k2": pulled + 1},
+            {"n": F.lit(1)},
+        ),
     )
-    out = (agg.select(F.explode(rows).alias("r")).where(F.col("r").isNotNull()).select("r.*")
-           .groupBy(*(k for k, _ in FACT_KEY)).agg(
-               F.sum("n").alias("n"), F.min("min1").alias("min1"), F.max("max1").alias("max1"),
-               F.max("max2").alias("max2"), F.sum("sum1").alias("sum1"),
-               F.sum("pulls").alias("pulls"), F.max("lat").alias("lat")))
+    out = (
+        agg.select(F.explode(rows).alias("r"))
+        .where(F.col("r").isNotNull())
+        .select("r.*")
+        .groupBy(*(k for k, _ in FACT_KEY))
+        .agg(
+            F.sum("n").alias("n"),
+            F.min("min1").alias("min1"),
+            F.max("max1").alias("max1"),
+            F.max("max2").alias("max2"),
+            F.sum("sum1").alias("sum1"),
+            F.sum("pulls").alias("pulls"),
+            F.max("lat").alias("lat"),
+        )
+    )
     columns = out.columns
-    top = (out.where(F.col("lat").isNotNull())
-           .orderBy(F.col("lat").desc(), F.col("s1")).limit(n).select(*columns))
+    top = (
+        out.where(F.col("lat").isNotNull())
+        .orderBy(F.col("lat").desc(), F.col("s1"))
+        .limit(n)
+        .select(*columns)
+    )
     return out.where(F.col("lat").isNull()).select(*columns).unionByName(top)
 
 
@@ -415,29 +617,66 @@ def split_results(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     ``lateness_of`` (``lateness``), ``e2e_histogram`` (``latency``), ``retry_funnel`` (in its
     order) and ``top_late_of`` (``top_late``, ranked), with the same columns."""
     got: dict[str, list[dict[str, Any]]] = {
-        "line_counts": [], "lateness": [], "latency": [], "retry_funnel": [], "top_late": []}
+        "line_counts": [],
+        "lateness": [],
+        "latency": [],
+        "retry_funnel": [],
+        "top_late": [],
+    }
     for r in rows:
         k = r["kind"]
         if k == COUNTS:
-            got["line_counts"].append({
-                "label": r["s1"], "minute": r["k1"], "dlq_copy": r["k2"] == 1,
-                "level_recall": r["k2"] == 2, "group": r["s2"], "lines": r["n"],
-                "first_ms": r["min1"], "last_ms": None if r["max1"] is None else int(r["max1"])})
+            got["line_counts"].append(
+                {
+                    "label": r["s1"],
+                    "minute": r["k1"],
+                    "dlq_copy": r["k2"] == 1,
+                    "level_recall": r["k2"] == 2,
+                    "group": r["s2"],
+                    "lines": r["n"],
+                    "first_ms": r["min1"],
+                    "last_ms": None if r["max1"] is None else int(r["max1"]),
+                }
+            )
         elif k == HIST:
-            got["lateness"].append({
-                "delay_level": r["k2"], "topic": r["s2"], "bucket": r["k1"], "n": r["n"],
-                "hi": r["max1"], "total": r["sum1"], "early": r["pulls"]})
+            got["lateness"].append(
+                {
+                    "delay_level": r["k2"],
+                    "topic": r["s2"],
+                    "bucket": r["k1"],
+                    "n": r["n"],
+                    "hi": r["max1"],
+                    "total": r["sum1"],
+                    "early": r["pulls"],
+                }
+            )
         elif k == LATENCY:
-            got["latency"].append({
-                "topic": r["s2"], "delay_level": r["k2"], "kind": r["s1"], "bucket": r["k1"],
-                "n": r["n"], "hi": r["max1"], "total": r["sum1"]})
+            got["latency"].append(
+                {
+                    "topic": r["s2"],
+                    "delay_level": r["k2"],
+                    "kind": r["s1"],
+                    "bucket": r["k1"],
+                    "n": r["n"],
+                    "hi": r["max1"],
+                    "total": r["sum1"],
+                }
+            )
         elif k == FUNNEL:
-            got["retry_funnel"].append({"group": r["s2"], "attempts": r["k2"],
-                                        "outcome": r["s1"], "messages": r["n"]})
+            got["retry_funnel"].append(
+                {"group": r["s2"], "attempts": r["k2"], "outcome": r["s1"], "messages": r["n"]}
+            )
         elif k == TOP:
-            got["top_late"].append({
-                "delivered_ms": r["min1"], "msg_id": r["s1"], "topic": r["s2"],
-                "delay_level": r["max2"], "reconsume_times": r["k2"], "lateness_ms": r["lat"]})
+            got["top_late"].append(
+                {
+                    "delivered_ms": r["min1"],
+                    "msg_id": r["s1"],
+                    "topic": r["s2"],
+                    "delay_level": r["max2"],
+                    "reconsume_times": r["k2"],
+                    "lateness_ms": r["lat"],
+                }
+            )
     got["retry_funnel"].sort(key=lambda r: (r["group"], r["attempts"], r["outcome"]))
     got["top_late"].sort(key=lambda r: (-r["lateness_ms"], r["msg_id"]))
     got["top_late"] = [{"rank": i, **r} for i, r in enumerate(got["top_late"], 1)]

@@ -48,12 +48,16 @@ T = TypeVar("T")
 
 # Apache RocketMQ 4.9.8 (jars, mqadmin.sh) for interop tests: $KAIROS_ROCKETMQ_HOME, else
 # ``shared/apache-rocketmq`` beside the repository; tests that need it skip when absent.
-ROCKETMQ_HOME = Path(os.environ.get("KAIROS_ROCKETMQ_HOME")
-                     or Path(__file__).resolve().parents[2] / "shared" / "apache-rocketmq")
+ROCKETMQ_HOME = Path(
+    os.environ.get("KAIROS_ROCKETMQ_HOME")
+    or Path(__file__).resolve().parents[2] / "shared" / "apache-rocketmq"
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-client-frames"
-FAST_LEVELS = "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 600ms " \
-              "650ms 700ms 750ms 800ms 850ms 900ms"
+FAST_LEVELS = (
+    "50ms 100ms 150ms 200ms 250ms 300ms 350ms 400ms 450ms 500ms 550ms 600ms "
+    "650ms 700ms 750ms 800ms 850ms 900ms"
+)
 
 
 ROCKETMQ_JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
@@ -72,8 +76,15 @@ async def compile_java(dest: Path, name: str, source: str) -> str:
     cp = ":".join(str(j) for j in ROCKETMQ_JARS)
     (dest / f"{name}.java").write_text(source)
     proc = await _asyncio.create_subprocess_exec(
-        "javac", "-cp", cp, "-d", str(dest), str(dest / f"{name}.java"),
-        stdout=_asyncio.subprocess.PIPE, stderr=_asyncio.subprocess.STDOUT)
+        "javac",
+        "-cp",
+        cp,
+        "-d",
+        str(dest),
+        str(dest / f"{name}.java"),
+        stdout=_asyncio.subprocess.PIPE,
+        stderr=_asyncio.subprocess.STDOUT,
+    )
     out, _ = await proc.communicate()
     assert proc.returncode == 0, out.decode()
     return f"{cp}:{dest}"
@@ -121,18 +132,38 @@ def _mqadmin_launcher() -> list[str]:
         src = work / "MQAdminExit.java"
         src.write_text(_MQADMIN_EXIT)
         try:
-            if shutil.which("javac") is not None and subprocess.run(
+            if (
+                shutil.which("javac") is not None
+                and subprocess.run(
                     ["javac", "-nowarn", "-cp", cp, "-d", str(work), str(src)],
-                    capture_output=True, timeout=120, check=False).returncode == 0:
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                ).returncode
+                == 0
+            ):
                 with zipfile.ZipFile(work / "mqadmin-exit.jar", "w") as jar:
                     jar.write(work / "MQAdminExit.class", "MQAdminExit.class")
                 launch = ["-cp", f"{cp}:{work / 'mqadmin-exit.jar'}", "MQAdminExit"]
                 jsa = work / "mqadmin.jsa"
                 dump = subprocess.run(
-                    ["java", f"-XX:ArchiveClassesAtExit={jsa}", *_MQADMIN_JVM, *jvm_flags(),
-                     f"-Duser.home={work}", f"-Drocketmq.client.logRoot={work}/logs", *launch,
-                     "clusterList", "-n", "127.0.0.1:1"],
-                    capture_output=True, timeout=120, check=False, cwd=work)
+                    [
+                        "java",
+                        f"-XX:ArchiveClassesAtExit={jsa}",
+                        *_MQADMIN_JVM,
+                        *jvm_flags(),
+                        f"-Duser.home={work}",
+                        f"-Drocketmq.client.logRoot={work}/logs",
+                        *launch,
+                        "clusterList",
+                        "-n",
+                        "127.0.0.1:1",
+                    ],
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                    cwd=work,
+                )
                 if dump.returncode == 0 and jsa.exists():
                     launch = [f"-XX:SharedArchiveFile={jsa}", *launch]
         except subprocess.TimeoutExpired:
@@ -143,12 +174,19 @@ def _mqadmin_launcher() -> list[str]:
 
 # mqadmin.sh's JVM options + the Java 17 flags; C1 only (a command runs for about a second)
 # and JVM warnings to stderr (stdout is the command's output)
-_MQADMIN_JVM = ["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", *SHORT_JVM,
-                "-Xlog:disable", "-Xlog:all=warning:stderr"]
+_MQADMIN_JVM = [
+    "-Xms64m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    *SHORT_JVM,
+    "-Xlog:disable",
+    "-Xlog:all=warning:stderr",
+]
 
 
-def mqadmin_argv(*args: str, user_home: Path, rocketmq_home: Path | None = None,
-                 log_root: Path | None = None) -> list[str]:
+def mqadmin_argv(
+    *args: str, user_home: Path, rocketmq_home: Path | None = None, log_root: Path | None = None
+) -> list[str]:
     """The command line of Apache RocketMQ 4.9.8's ``mqadmin <args>``: what ``mqadmin.sh``
     runs (its JVM options, the RocketMQ jars, ``MQAdminStartup`` with ``args``), started
     through ``MQAdminExit`` with a shared class archive: ~1 s a command instead of ~4 s.
@@ -159,10 +197,16 @@ def mqadmin_argv(*args: str, user_home: Path, rocketmq_home: Path | None = None,
     script = os.environ.get("KAIROS_MQADMIN")
     if script and rocketmq_home is None:
         return [script, *args]
-    return ["java", *_MQADMIN_JVM, *jvm_flags(), f"-Duser.home={user_home}",
-            f"-Drocketmq.home.dir={rocketmq_home or ROCKETMQ_HOME}",
-            f"-Drocketmq.client.logRoot={log_root or user_home / 'logs' / 'rocketmqlogs'}",
-            *_mqadmin_launcher(), *args]
+    return [
+        "java",
+        *_MQADMIN_JVM,
+        *jvm_flags(),
+        f"-Duser.home={user_home}",
+        f"-Drocketmq.home.dir={rocketmq_home or ROCKETMQ_HOME}",
+        f"-Drocketmq.client.logRoot={log_root or user_home / 'logs' / 'rocketmqlogs'}",
+        *_mqadmin_launcher(),
+        *args,
+    ]
 
 
 async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
@@ -171,9 +215,18 @@ async def spawn_java(classpath: str, main: str, *args: str, home: Path) -> Any:
     import asyncio as _asyncio
 
     return await _asyncio.create_subprocess_exec(
-        "java", *SHORT_JVM, *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false", "-cp", classpath,
-        main, *args, stdout=_asyncio.subprocess.PIPE, stderr=_asyncio.subprocess.PIPE,
-        env={**os.environ, "ROCKETMQ_HOME": str(home), "HOME": str(home)})
+        "java",
+        *SHORT_JVM,
+        *jvm_flags(),
+        "-Drocketmq.client.logUseSlf4j=false",
+        "-cp",
+        classpath,
+        main,
+        *args,
+        stdout=_asyncio.subprocess.PIPE,
+        stderr=_asyncio.subprocess.PIPE,
+        env={**os.environ, "ROCKETMQ_HOME": str(home), "HOME": str(home)},
+    )
 
 
 async def java_done(proc: Any, timeout: float) -> tuple[list[str], Any]:
@@ -194,37 +247,76 @@ async def java_done(proc: Any, timeout: float) -> tuple[list[str], Any]:
 
 def fast_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
     opts: dict[str, Any] = {
-        "data_dir": data_dir, "port": 0, "namesrv_port": 0, "vip_channel": False,
-        "delay_levels": FAST_LEVELS, "commitlog_segment_size": 4 * 1024 * 1024 + 65536,
-        "max_message_size": 4 * 1024 * 1024, "consumequeue_units_per_file": 1000,
-        "checkpoint_interval": 0.5, "flush_interval": 0.05,
+        "data_dir": data_dir,
+        "port": 0,
+        "namesrv_port": 0,
+        "vip_channel": False,
+        "delay_levels": FAST_LEVELS,
+        "commitlog_segment_size": 4 * 1024 * 1024 + 65536,
+        "max_message_size": 4 * 1024 * 1024,
+        "consumequeue_units_per_file": 1000,
+        "checkpoint_interval": 0.5,
+        "flush_interval": 0.05,
     }
     opts.update(overrides)
     return BrokerConfig(**opts)
 
 
-def send_ext(topic: str, props: dict[str, str] | None = None, queue_id: int = 0,
-             **extra: Any) -> dict[str, Any]:
-    ext: dict[str, Any] = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": queue_id,
-                           "f": 0, "g": 1700000000000, "h": 0,
-                           "i": encode_properties(props or {})}
+def send_ext(
+    topic: str, props: dict[str, str] | None = None, queue_id: int = 0, **extra: Any
+) -> dict[str, Any]:
+    ext: dict[str, Any] = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": queue_id,
+        "f": 0,
+        "g": 1700000000000,
+        "h": 0,
+        "i": encode_properties(props or {}),
+    }
     ext.update(extra)
     return ext
 
 
-async def send(peer: RawPeer, topic: str, body: bytes = b"x", props: dict[str, str] | None = None,
-               queue_id: int = 0, **extra: Any) -> RemotingCommand:
-    return await peer.call(RequestCode.SEND_MESSAGE_V2, send_ext(topic, props, queue_id, **extra),
-                           body)
+async def send(
+    peer: RawPeer,
+    topic: str,
+    body: bytes = b"x",
+    props: dict[str, str] | None = None,
+    queue_id: int = 0,
+    **extra: Any,
+) -> RemotingCommand:
+    return await peer.call(
+        RequestCode.SEND_MESSAGE_V2, send_ext(topic, props, queue_id, **extra), body
+    )
 
 
-async def pull(peer: RawPeer, topic: str, queue_id: int = 0, offset: int = 0, *,
-               group: str = "G", sys_flag: int = 0, suspend_ms: int = 1000, max_n: int = 32,
-               subscription: str | None = None, timeout: float = 5.0) -> RemotingCommand:
-    ext: dict[str, Any] = {"consumerGroup": group, "topic": topic, "queueId": queue_id,
-                           "queueOffset": offset, "maxMsgNums": max_n, "sysFlag": sys_flag,
-                           "commitOffset": 0, "suspendTimeoutMillis": suspend_ms,
-                           "subVersion": 0}
+async def pull(
+    peer: RawPeer,
+    topic: str,
+    queue_id: int = 0,
+    offset: int = 0,
+    *,
+    group: str = "G",
+    sys_flag: int = 0,
+    suspend_ms: int = 1000,
+    max_n: int = 32,
+    subscription: str | None = None,
+    timeout: float = 5.0,
+) -> RemotingCommand:
+    ext: dict[str, Any] = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": max_n,
+        "sysFlag": sys_flag,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": suspend_ms,
+        "subVersion": 0,
+    }
     if subscription is not None:
         ext["subscription"] = subscription
     return await peer.call(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
@@ -273,8 +365,13 @@ class Collector:
         await wait_until(lambda: len(self.msgs) >= n, timeout)
 
 
-async def wait_until(pred: Callable[[], Any], timeout: float = 5.0, *,
-                     interval: float = 0.005, what: str = "condition") -> None:
+async def wait_until(
+    pred: Callable[[], Any],
+    timeout: float = 5.0,
+    *,
+    interval: float = 0.005,
+    what: str = "condition",
+) -> None:
     """Return as soon as ``pred()`` is true; fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -284,8 +381,7 @@ async def wait_until(pred: Callable[[], Any], timeout: float = 5.0, *,
         await asyncio.sleep(interval)
 
 
-async def stays_false(pred: Callable[[], Any], duration: float, *,
-                      interval: float = 0.01) -> bool:
+async def stays_false(pred: Callable[[], Any], duration: float, *, interval: float = 0.01) -> bool:
     """True if ``pred()`` stays false for ``duration`` seconds ("nothing extra arrives")."""
     loop = asyncio.get_running_loop()
     end = loop.time() + duration
@@ -358,8 +454,9 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self._vnow += seconds
         self.wakes.append(self._vnow)
 
-    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
-                context: Any = None) -> asyncio.TimerHandle:
+    def call_at(
+        self, when: float, callback: Callable[..., Any], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
         task = asyncio.current_task(self) if self.is_running() else None
         self.timers.append(TimerRequest(task.get_name() if task else None, self._vnow, when))
         return super().call_at(when, callback, *args, context=context)
@@ -374,8 +471,9 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         return [t for t in self.timers if t.task == task_name]
 
 
-def run_virtual(main: Callable[[VirtualLoop], Coroutine[Any, Any, T]],
-                max_iterations: int = 1_000_000) -> T:
+def run_virtual(
+    main: Callable[[VirtualLoop], Coroutine[Any, Any, T]], max_iterations: int = 1_000_000
+) -> T:
     """Run ``main(loop)`` to completion on a fresh ``VirtualLoop`` and close it."""
     loop = VirtualLoop(max_iterations)
     try:
@@ -384,8 +482,9 @@ def run_virtual(main: Callable[[VirtualLoop], Coroutine[Any, Any, T]],
         loop.close()
 
 
-def assert_reput_not_early(broker: Any, commit_log_offset: int, topic: str, body: str,
-                           level: int, delay_ms: int) -> None:
+def assert_reput_not_early(
+    broker: Any, commit_log_offset: int, topic: str, body: str, level: int, delay_ms: int
+) -> None:
     """Broker side of "never early": the record at ``commit_log_offset`` (what a consumer got)
     was re-put from the schedule topic's level ``level`` no earlier than that schedule
     record's store time + ``delay_ms``, and not before its due time."""
@@ -412,12 +511,15 @@ def small_tmpfs(parent: Path, size: str, why_skip: str = "") -> Iterator[Path]:
     mnt = parent / f"fs-{uuid.uuid4().hex[:8]}"
     mnt.mkdir()
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                       check=True, capture_output=True, timeout=10)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError) as err:
         pytest.skip(f"cannot mount a small tmpfs here ({err}){why_skip}")
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True,
-                       timeout=10)
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=10)

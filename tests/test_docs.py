@@ -7,12 +7,28 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("protocol", "client", "client/producer", "client/consumer", "spark",
-            "server", "server/store", "server/handlers", "server/schedule", "server/schedule/delay",
-            "server/schedule/timer", "server/namesrv",
-            "server/observe", "server/tables", "server/remoting", "server/security",
-            "server/put", "server/transaction", "server/cluster",
-            "server/handlers/admin")
+PACKAGES = (
+    "protocol",
+    "client",
+    "client/producer",
+    "client/consumer",
+    "spark",
+    "server",
+    "server/store",
+    "server/handlers",
+    "server/schedule",
+    "server/schedule/delay",
+    "server/schedule/timer",
+    "server/namesrv",
+    "server/observe",
+    "server/tables",
+    "server/remoting",
+    "server/security",
+    "server/put",
+    "server/transaction",
+    "server/cluster",
+    "server/handlers/admin",
+)
 
 
 def _layout_block() -> str:
@@ -39,8 +55,9 @@ def test_every_module_is_in_the_architecture_layout() -> None:
 def test_layout_names_no_module_that_does_not_exist() -> None:
     layout = _layout_block()
     existing = {p.name for pkg in (".", *PACKAGES) for p in (ROOT / pkg).glob("*.py")}
-    stale = sorted(n for n in set(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*\.py)\b", layout))
-                   if n not in existing)
+    stale = sorted(
+        n for n in set(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*\.py)\b", layout)) if n not in existing
+    )
     assert not stale, f"docs/ARCHITECTURE.md's layout names modules that do not exist: {stale}"
 
 

@@ -78,11 +78,23 @@ class RawPeer(StreamPeer):
                 else:
                     self.requests.put_nowait(cmd)
 
-    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-                   *, binary: bool = False, timeout: float = 5.0) -> RemotingCommand:
+    async def call(
+        self,
+        code: int,
+        ext: dict[str, Any] | None = None,
+        body: bytes = b"",
+        *,
+        binary: bool = False,
+        timeout: float = 5.0,
+    ) -> RemotingCommand:
         opaque = next(self._opaque)
-        cmd = request(code, {k: str(v) for k, v in (ext or {}).items()}, body, opaque=opaque,
-                      serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON)
+        cmd = request(
+            code,
+            {k: str(v) for k, v in (ext or {}).items()},
+            body,
+            opaque=opaque,
+            serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+        )
         fut = asyncio.get_running_loop().create_future()
         self.pending[opaque] = fut
         self.writer.write(encode_command(cmd))

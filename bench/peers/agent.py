@@ -121,9 +121,14 @@ async def consumer(a: argparse.Namespace, drv: Any) -> dict[str, Any]:
         await asyncio.sleep(0.5)
     await drv.stop()
     records = b"".join(REC.pack(s, st, rt) for s, st, rt in zip(seqs, sends, recvs, strict=True))
-    return {"_records": records, "received": len(seqs), "duplicates": dups[0],
-            "first_recv": min(recvs) if recvs else 0.0, "last_recv": max(recvs) if recvs else 0.0,
-            "errors": getattr(drv, "errors", [])}
+    return {
+        "_records": records,
+        "received": len(seqs),
+        "duplicates": dups[0],
+        "first_recv": min(recvs) if recvs else 0.0,
+        "last_recv": max(recvs) if recvs else 0.0,
+        "errors": getattr(drv, "errors", []),
+    }
 
 
 def main() -> None:
@@ -144,6 +149,7 @@ def main() -> None:
     run: Any = asyncio.run
     try:
         import uvloop
+
         run = uvloop.run
     except ImportError:
         pass

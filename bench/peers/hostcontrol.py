@@ -64,9 +64,15 @@ def result(proc: subprocess.Popen[bytes], out: Path, timeout: float = 60) -> dic
     late = sorted(got["lateness"])
     p99, worst = percentile(late, 99), late[-1] if late else 0.0
     window = worst_windows(got["dues"], got["lateness"], top=1).split(" (")[0]
-    return {"p99": p99, "max": worst, "worst": window, "line": (
-        f"host control (a bare uvloop process waking every {TICK_MS} ms over the span): "
-        f"lateness p99 {p99:.1f} ms, max {worst:.1f} ms; worst window {window}")}
+    return {
+        "p99": p99,
+        "max": worst,
+        "worst": window,
+        "line": (
+            f"host control (a bare uvloop process waking every {TICK_MS} ms over the span): "
+            f"lateness p99 {p99:.1f} ms, max {worst:.1f} ms; worst window {window}"
+        ),
+    }
 
 
 def main(argv: list[str]) -> None:

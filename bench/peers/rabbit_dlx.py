@@ -37,9 +37,15 @@ class RabbitDlxPeer:
         self.ready = await self.ch.declare_queue(READY, durable=True)
         await self.ready.bind(dlx, routing_key=READY)
         self.delay_queue = f"bench.delay.{self.delay_ms}"
-        dq = await self.ch.declare_queue(self.delay_queue, durable=True, arguments={
-            "x-message-ttl": self.delay_ms, "x-dead-letter-exchange": DLX,
-            "x-dead-letter-routing-key": READY})
+        dq = await self.ch.declare_queue(
+            self.delay_queue,
+            durable=True,
+            arguments={
+                "x-message-ttl": self.delay_ms,
+                "x-dead-letter-exchange": DLX,
+                "x-dead-letter-routing-key": READY,
+            },
+        )
         if role == "consumer":
             await dq.purge()
             await self.ready.purge()
@@ -47,7 +53,8 @@ class RabbitDlxPeer:
     async def send(self, delay_ms: int, body: bytes) -> None:
         await self.ch.default_exchange.publish(
             aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-            routing_key=self.delay_queue)
+            routing_key=self.delay_queue,
+        )
 
     async def consume(self, callback: Callable[[bytes], None]) -> None:
         await self.ch.set_qos(prefetch_count=1000)

@@ -52,8 +52,9 @@ class RedisZsetPeer:
         self.clients: list[Any] = []
 
     def _client(self, max_connections: int) -> Any:
-        pool = aioredis.BlockingConnectionPool(host=self.host, port=self.port,
-                                               max_connections=max_connections, timeout=30)
+        pool = aioredis.BlockingConnectionPool(
+            host=self.host, port=self.port, max_connections=max_connections, timeout=30
+        )
         c = aioredis.Redis(connection_pool=pool)
         self.clients.append(c)
         return c
@@ -111,7 +112,7 @@ class _RespPipe(asyncio.Protocol):
         self.buf += data
         while (i := self.buf.find(b"\r\n")) >= 0:
             line = bytes(self.buf[:i])
-            del self.buf[:i + 2]
+            del self.buf[: i + 2]
             fut = self.waiting.popleft()
             if line[:1] == b"-":
                 fut.set_exception(RuntimeError(line[1:].decode(errors="replace")))
@@ -141,7 +142,8 @@ class RedisPipelinedPeer(RedisZsetPeer):
             await super().start(role)
             return
         _t, self.pipe = await asyncio.get_running_loop().create_connection(
-            _RespPipe, self.host, self.port)
+            _RespPipe, self.host, self.port
+        )
 
     async def send(self, delay_ms: int, body: bytes) -> None:
         score = repr(time.time() * 1000.0 + delay_ms).encode()

@@ -32,6 +32,7 @@ try:  # the drivers share the 2 cores with the server they measure: the cheaper 
     _dumps: Callable[[Any], bytes] = orjson.dumps
     _loads: Callable[[bytes], Any] = orjson.loads
 except ImportError:  # the peers' bench venv has no orjson: the same JSON, stdlib speed
+
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
@@ -55,7 +56,7 @@ def _decode_binary_header(raw: bytes) -> dict[str, Any]:
     p = 13
     (rlen,) = struct.unpack_from(">i", raw, p)
     p += 4
-    remark = raw[p:p + rlen].decode(errors="replace") if rlen > 0 else None
+    remark = raw[p : p + rlen].decode(errors="replace") if rlen > 0 else None
     p += max(rlen, 0)
     (elen,) = struct.unpack_from(">i", raw, p)
     p += 4
@@ -63,10 +64,10 @@ def _decode_binary_header(raw: bytes) -> dict[str, Any]:
     ext: dict[str, str] = {}
     while p < end:
         (klen,) = struct.unpack_from(">h", raw, p)
-        k = raw[p + 2:p + 2 + klen].decode()
+        k = raw[p + 2 : p + 2 + klen].decode()
         p += 2 + klen
         (vlen,) = struct.unpack_from(">i", raw, p)
-        ext[k] = raw[p + 4:p + 4 + vlen].decode()
+        ext[k] = raw[p + 4 : p + 4 + vlen].decode()
         p += 4 + vlen
     return {"code": code, "opaque": opaque, "flag": flag, "remark": remark, "extFields": ext}
 
@@ -86,17 +87,28 @@ class RemotingClient:
         self.reader, self.writer = await asyncio.open_connection(host, port)
         self._task = asyncio.ensure_future(self._read_loop())
 
-    async def call(self, code: int, ext: dict[str, Any], body: bytes = b"",
-                   timeout: float = 30.0) -> tuple[dict[str, Any], bytes]:
+    async def call(
+        self, code: int, ext: dict[str, Any], body: bytes = b"", timeout: float = 30.0
+    ) -> tuple[dict[str, Any], bytes]:
         assert self.writer is not None
         op = next(self.ids)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[tuple[dict[str, Any], bytes]] = loop.create_future()
         self.pending[op] = fut
-        self.writer.write(encode_frame({
-            "code": code, "flag": 0, "language": self.language, "opaque": op,
-            "serializeTypeCurrentRPC": "JSON", "version": 0,
-            "extFields": {k: str(v) for k, v in ext.items()}}, body))
+        self.writer.write(
+            encode_frame(
+                {
+                    "code": code,
+                    "flag": 0,
+                    "language": self.language,
+                    "opaque": op,
+                    "serializeTypeCurrentRPC": "JSON",
+                    "version": 0,
+                    "extFields": {k: str(v) for k, v in ext.items()},
+                },
+                body,
+            )
+        )
         # a timer handle, not ``asyncio.wait_for`` (a task per call on Python 3.11)
         timer = loop.call_later(timeout, _time_out, fut)
         try:
@@ -121,9 +133,9 @@ class RemotingClient:
                     if end > len(buf):
                         break
                     hlen = word & 0xFFFFFF
-                    raw = bytes(buf[pos + 8:pos + 8 + hlen])
+                    raw = bytes(buf[pos + 8 : pos + 8 + hlen])
                     hdr = _loads(raw) if word >> 24 == 0 else _decode_binary_header(raw)
-                    body = bytes(buf[pos + 8 + hlen:end])
+                    body = bytes(buf[pos + 8 + hlen : end])
                     pos = end
                     fut = self.pending.pop(hdr.get("opaque", -1), None)
                     if fut is not None and not fut.done() and hdr.get("flag", 0) & FLAG_RESPONSE:
@@ -155,12 +167,12 @@ def decode_bodies(buf: bytes) -> Iterator[bytes]:
             break
         p = pos + 4 + 4 + 4 + 4 + 4 + 8 + 8  # size, magic, bodyCRC, queueId, flag, qoff, phys
         (sysflag,) = struct.unpack_from(">i", buf, p)
-        p += 4 + 8                            # sysFlag, bornTimestamp
+        p += 4 + 8  # sysFlag, bornTimestamp
         p += 20 if sysflag & (1 << 4) else 8  # bornHost (IPv6 / IPv4) + port
-        p += 8                                # storeTimestamp
+        p += 8  # storeTimestamp
         p += 20 if sysflag & (1 << 5) else 8  # storeHost
-        p += 4 + 8                            # reconsumeTimes, preparedTransactionOffset
+        p += 4 + 8  # reconsumeTimes, preparedTransactionOffset
         (blen,) = struct.unpack_from(">i", buf, p)
         p += 4
-        yield buf[p:p + blen]
+        yield buf[p : p + blen]
         pos += total

@@ -62,12 +62,31 @@ class RocketMQPeer:
 
     async def send(self, delay_ms: int, body: bytes) -> None:
         i = next(self.rr)
-        props = _props({"DELAY": str(LEVEL_FOR_MS[delay_ms]), "UNIQ_KEY": f"{self.prefix}{i:012X}",
-                        "WAIT": "true"})
-        hdr, _ = await self.client.call(SEND_MESSAGE_V2, {
-            "a": self.group, "b": self.topic, "c": "TBW102", "d": QUEUES, "e": i % QUEUES,
-            "f": 0, "g": int(time.time() * 1000), "h": 0, "i": props, "j": 0,
-            "k": "false", "m": "false"}, body)
+        props = _props(
+            {
+                "DELAY": str(LEVEL_FOR_MS[delay_ms]),
+                "UNIQ_KEY": f"{self.prefix}{i:012X}",
+                "WAIT": "true",
+            }
+        )
+        hdr, _ = await self.client.call(
+            SEND_MESSAGE_V2,
+            {
+                "a": self.group,
+                "b": self.topic,
+                "c": "TBW102",
+                "d": QUEUES,
+                "e": i % QUEUES,
+                "f": 0,
+                "g": int(time.time() * 1000),
+                "h": 0,
+                "i": props,
+                "j": 0,
+                "k": "false",
+                "m": "false",
+            },
+            body,
+        )
         if hdr.get("code") != SUCCESS:
             raise RuntimeError(f"send: code={hdr.get('code')} remark={hdr.get('remark')}")
 
@@ -76,12 +95,23 @@ class RocketMQPeer:
             offset = 0
             while not self.stopping:
                 try:
-                    hdr, body = await self.client.call(PULL_MESSAGE, {
-                        "consumerGroup": self.group, "topic": self.topic, "queueId": qid,
-                        "queueOffset": offset, "maxMsgNums": 32,
-                        "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION, "commitOffset": 0,
-                        "suspendTimeoutMillis": 15000, "subscription": "*", "subVersion": 0,
-                        "expressionType": "TAG"}, timeout=30)
+                    hdr, body = await self.client.call(
+                        PULL_MESSAGE,
+                        {
+                            "consumerGroup": self.group,
+                            "topic": self.topic,
+                            "queueId": qid,
+                            "queueOffset": offset,
+                            "maxMsgNums": 32,
+                            "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION,
+                            "commitOffset": 0,
+                            "suspendTimeoutMillis": 15000,
+                            "subscription": "*",
+                            "subVersion": 0,
+                            "expressionType": "TAG",
+                        },
+                        timeout=30,
+                    )
                 except TimeoutError:
                     continue
                 code = hdr.get("code")
@@ -96,6 +126,7 @@ class RocketMQPeer:
                     if code != 17 and len(self.errors) < 5:
                         self.errors.append(f"pull q{qid}: {code} {hdr.get('remark')}")
                     await asyncio.sleep(0.05)
+
         self.tasks = [asyncio.ensure_future(pull_loop(q)) for q in range(QUEUES)]
 
     async def stop(self) -> None:

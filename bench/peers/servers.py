@@ -45,9 +45,12 @@ def ensure_apt(package: str, binary: str) -> None:
     try:
         log(f"installing {package} from Debian")
         subprocess.run(["apt-get", "update", "-q"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
-                       check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+        )
     finally:
         if made:
             POLICY.unlink(missing_ok=True)
@@ -157,11 +160,23 @@ class Server:
     def start(self) -> dict[str, str]:
         raise NotImplementedError
 
-    def _spawn(self, cmd: list[str], logname: str, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        cmd: list[str],
+        logname: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
         out = open(self.dir / logname, "wb")  # noqa: SIM115 - lives as long as the server
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=env, cwd=cwd or self.dir, start_new_session=True)
+        p = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd or self.dir,
+            start_new_session=True,
+        )
         out.close()
         self.procs.append(p)
         return p
@@ -177,16 +192,30 @@ class KairosServer(Server):
     name = "kairosmq"
     stop_timeout = 15.0
 
-    def __init__(self, workdir: Path, keep: bool, python: str, repo: Path,
-                 extra: list[str]) -> None:
+    def __init__(
+        self, workdir: Path, keep: bool, python: str, repo: Path, extra: list[str]
+    ) -> None:
         super().__init__(workdir, keep)
         self.python, self.repo, self.extra = python, repo, extra
 
     def start(self) -> dict[str, str]:
         port = free_port()
-        cmd = [self.python, "-m", "kairosmq.server", "broker", "--host", "127.0.0.1",
-               "--port", str(port), "--namesrv-port", str(free_port()),
-               "--data-dir", str(self.dir / "data"), "--no-vip-channel", *self.extra]
+        cmd = [
+            self.python,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--namesrv-port",
+            str(free_port()),
+            "--data-dir",
+            str(self.dir / "data"),
+            "--no-vip-channel",
+            *self.extra,
+        ]
         p = self._spawn(cmd, "broker.out", cwd=self.repo)
         wait_port(port, 60, p)
         self.pids = [p.pid]
@@ -202,10 +231,28 @@ class RedisServer(Server):
 
     def start(self) -> dict[str, str]:
         port = free_port()
-        p = self._spawn([shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1",
-                         "--port", str(port), "--protected-mode", "yes", "--appendonly", "yes",
-                         "--appendfsync", "everysec", "--save", "", "--dir", str(self.dir),
-                         "--daemonize", "no"], "redis.out")
+        p = self._spawn(
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--protected-mode",
+                "yes",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--dir",
+                str(self.dir),
+                "--daemonize",
+                "no",
+            ],
+            "redis.out",
+        )
         wait_port(port, 30, p)
         self.pids = [p.pid]
         return {"port": str(port)}
@@ -227,15 +274,20 @@ class RabbitServer(Server):
         (self.dir / "log").mkdir()
         (self.dir / "enabled_plugins").write_text("[].\n")
         self.epmd_before = _pids_named("epmd")
-        env = dict(os.environ, RABBITMQ_NODENAME=f"peerbench{port}@localhost",
-                   RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT=str(port),
-                   RABBITMQ_DIST_PORT=str(dist), ERL_EPMD_ADDRESS="127.0.0.1",
-                   ERL_EPMD_PORT=str(epmd), RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
-                   RABBITMQ_LOG_BASE=str(self.dir / "log"),
-                   RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
-                   RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq"),
-                   RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
-                       "-kernel inet_dist_use_interface {127,0,0,1}"))
+        env = dict(
+            os.environ,
+            RABBITMQ_NODENAME=f"peerbench{port}@localhost",
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(port),
+            RABBITMQ_DIST_PORT=str(dist),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            ERL_EPMD_PORT=str(epmd),
+            RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
+            RABBITMQ_LOG_BASE=str(self.dir / "log"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
+            RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq"),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=("-kernel inet_dist_use_interface {127,0,0,1}"),
+        )
         p = self._spawn([RABBIT], "rabbitmq.out", env=env)
         wait_port(port, 120, p)
         time.sleep(1.0)
@@ -244,6 +296,7 @@ class RabbitServer(Server):
 
     def stop(self) -> None:
         from .stats import ProcTree
+
         tree = ProcTree(self.pids).pids()
         super().stop()
         for pid in tree:  # beam.smp and its helpers, if the script did not take them down
@@ -265,12 +318,22 @@ class RocketMQServer(Server):
 
     def start(self) -> dict[str, str]:
         ns_port, port = free_port(), free_port((-2, 0, 1))
-        ns = self._spawn([str(self.home / "start_namesrv.sh")], "namesrv.out", env=dict(
-            os.environ, STORE_DIR=str(self.dir / "ns"), NAMESRV_PORT=str(ns_port)))
+        ns = self._spawn(
+            [str(self.home / "start_namesrv.sh")],
+            "namesrv.out",
+            env=dict(os.environ, STORE_DIR=str(self.dir / "ns"), NAMESRV_PORT=str(ns_port)),
+        )
         wait_port(ns_port, 90, ns)
-        br = self._spawn([str(self.home / "start_broker.sh")], "broker.out", env=dict(
-            os.environ, STORE_DIR=str(self.dir / "broker"), BROKER_PORT=str(port),
-            NAMESRV=f"127.0.0.1:{ns_port}"))
+        br = self._spawn(
+            [str(self.home / "start_broker.sh")],
+            "broker.out",
+            env=dict(
+                os.environ,
+                STORE_DIR=str(self.dir / "broker"),
+                BROKER_PORT=str(port),
+                NAMESRV=f"127.0.0.1:{ns_port}",
+            ),
+        )
         wait_port(port, 120, br)
         time.sleep(3.0)  # registers with the name server, creates TBW102
         self.pids = [br.pid]

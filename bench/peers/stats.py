@@ -139,8 +139,16 @@ def percentile(sorted_vals: list[float], p: float) -> float | None:
     return sorted_vals[int(k)]
 
 
-def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, Any],
-              records: bytes, delay_ms: int, cpu_s: float, tree: ProcTree) -> dict[str, Any]:
+def summarize(
+    system: str,
+    rate: float,
+    prod: dict[str, Any],
+    cons: dict[str, Any],
+    records: bytes,
+    delay_ms: int,
+    cpu_s: float,
+    tree: ProcTree,
+) -> dict[str, Any]:
     d = delay_ms / 1000.0
     recs = list(REC.iter_unpack(records))
     late = sorted((r - (s + d)) * 1000.0 for _, s, r in recs)
@@ -148,23 +156,31 @@ def summarize(system: str, rate: float, prod: dict[str, Any], cons: dict[str, An
     by_sec: dict[int, list[float]] = {}
     for _, s, r in recs:
         by_sec.setdefault(int(s - prod["first_send"]), []).append((r - (s + d)) * 1000.0)
-    timeline = [[sec, len(v), round(percentile(sorted(v), 50) or 0.0, 2), round(max(v), 2)]
-                for sec, v in sorted(by_sec.items())]
+    timeline = [
+        [sec, len(v), round(percentile(sorted(v), 50) or 0.0, 2), round(max(v), 2)]
+        for sec, v in sorted(by_sec.items())
+    ]
     acked, received = prod["acked"], cons["received"]
     span = prod["last_ack"] - prod["first_send"]
     dspan = cons["last_recv"] - cons["first_recv"]
     return {
-        "system": system, "rate": int(rate) if rate else "max",
-        "sent": prod["sent"], "acked": acked, "send_errors": prod["errors"],
+        "system": system,
+        "rate": int(rate) if rate else "max",
+        "sent": prod["sent"],
+        "acked": acked,
+        "send_errors": prod["errors"],
         "last_send_error": prod["last_error"],
         "send_rate": acked / span if acked > 1 and span > 0 else 0.0,
         "delivery_rate": received / dspan if received > 1 and dspan > 0 else 0.0,
-        "received": received, "lost": max(0, acked - received),
+        "received": received,
+        "lost": max(0, acked - received),
         "duplicates": cons["duplicates"],
         "early": sum(1 for x in late if x < 0),
         "early_over_1ms": sum(1 for x in late if x < -1.0),
-        "lateness_ms": {k: percentile(late, p) for k, p in
-                        (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9))}
+        "lateness_ms": {
+            k: percentile(late, p)
+            for k, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9))
+        }
         | {"max": late[-1] if late else None, "min": late[0] if late else None},
         "broker_rss_mb": round(tree.rss_peak_kib / 1024, 1),
         "broker_vmhwm_mb": round(tree.hwm_kib / 1024, 1),
@@ -227,8 +243,13 @@ class HostSteal:
         return self.ms(self.samples[0][0], self.samples[-1][0]) if self.samples else 0.0
 
 
-def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
-                  top: int = 3, steal: HostSteal | None = None) -> str:
+def worst_windows(
+    dues: list[int],
+    lateness: list[float],
+    span_ms: int = 250,
+    top: int = 3,
+    steal: HostSteal | None = None,
+) -> str:
     """The ``top`` due-time windows of ``span_ms`` with the highest max lateness, as
     ``+<ms from the first due>: max/p99`` (where the tail comes from), with the host's
     steal time from the window's start to its last delivery (``steal``)."""
@@ -247,9 +268,10 @@ def worst_windows(dues: list[int], lateness: list[float], span_ms: int = 250,
         start = first + k * span_ms
         return f" steal {steal.ms(start, start + span_ms + worst):.0f}"
 
-    return ", ".join(f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}"
-                     + stolen(k, max(v)) for k, v in rows) + (
-        f" (minute-bucket boundary at +{boundary}ms; steal in vCPU-ms)")
+    return ", ".join(
+        f"+{k * span_ms}ms: {max(v):.1f}/{percentile(sorted(v), 99):.1f}" + stolen(k, max(v))
+        for k, v in rows
+    ) + (f" (minute-bucket boundary at +{boundary}ms; steal in vCPU-ms)")
 
 
 def fire_lateness(metrics_port: int) -> dict[float, float]:

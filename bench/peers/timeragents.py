@@ -44,8 +44,9 @@ async def _connect(ports: list[int]) -> list[RemotingClient]:
     return clients
 
 
-async def producer(ports: list[int], n: int, rate: int, body_size: int, window: int,
-                   t0: int) -> dict[str, Any]:
+async def producer(
+    ports: list[int], n: int, rate: int, body_size: int, window: int, t0: int
+) -> dict[str, Any]:
     """Send ``n`` timers due at ``rate``/s from ``t0`` (epoch ms), ``window`` in flight."""
     clients = await _connect(ports)
     sem = asyncio.Semaphore(window)
@@ -56,9 +57,17 @@ async def producer(ports: list[int], n: int, rate: int, body_size: int, window: 
         due = t0 + (i * 1000) // rate
         body = f"{due}:{i}:".encode().ljust(body_size, b"x")
         props = f"TIMER_DELIVER_MS\x01{due}\x02UNIQ_KEY\x01B{i:012d}"
-        ext = {"a": "BenchPG", "b": TOPIC, "c": "TBW102", "d": QUEUES,
-               "e": (i // len(clients)) % QUEUES, "f": 0, "g": int(time.time() * 1000),
-               "h": 0, "i": props}
+        ext = {
+            "a": "BenchPG",
+            "b": TOPIC,
+            "c": "TBW102",
+            "d": QUEUES,
+            "e": (i // len(clients)) % QUEUES,
+            "f": 0,
+            "g": int(time.time() * 1000),
+            "h": 0,
+            "i": props,
+        }
         try:
             hdr, _ = await clients[i % len(clients)].call(SEND_MESSAGE_V2, ext, body)
             if hdr["code"] != SUCCESS:
@@ -76,8 +85,13 @@ async def producer(ports: list[int], n: int, rate: int, body_size: int, window: 
     for c in clients:
         await c.close()
     late_start = (time.time() * 1000) > t0
-    return {"sent": n, "errors": errors, "send_s": elapsed, "first_due": t0,
-            "stored_before_first_due": not late_start}
+    return {
+        "sent": n,
+        "errors": errors,
+        "send_s": elapsed,
+        "first_due": t0,
+        "stored_before_first_due": not late_start,
+    }
 
 
 async def consumer(ports: list[int], n: int, timeout: float) -> dict[str, Any]:
@@ -93,10 +107,18 @@ async def consumer(ports: list[int], n: int, timeout: float) -> dict[str, Any]:
         nonlocal got
         offset = 0
         while got < n and time.monotonic() < deadline:
-            ext = {"consumerGroup": "BenchCG", "topic": TOPIC, "queueId": q,
-                   "queueOffset": offset, "maxMsgNums": 64,
-                   "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION, "commitOffset": 0,
-                   "suspendTimeoutMillis": 2000, "subscription": "*", "subVersion": 0}
+            ext = {
+                "consumerGroup": "BenchCG",
+                "topic": TOPIC,
+                "queueId": q,
+                "queueOffset": offset,
+                "maxMsgNums": 64,
+                "sysFlag": PULL_SUSPEND_AND_SUBSCRIPTION,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 2000,
+                "subscription": "*",
+                "subVersion": 0,
+            }
             try:
                 r, payload = await c.call(PULL_MESSAGE, ext, timeout=5.0)
             except TimeoutError:
@@ -127,5 +149,11 @@ async def consumer(ports: list[int], n: int, timeout: float) -> dict[str, Any]:
             seen.add(seq)
             lateness.append(now - int(due_s))
             dues.append(int(due_s))
-    return {"received": len(seen), "dups": dups, "lateness": lateness, "dues": dues,
-            "cpu_s": cpu_s, "answers": len(answers)}
+    return {
+        "received": len(seen),
+        "dups": dups,
+        "lateness": lateness,
+        "dues": dues,
+        "cpu_s": cpu_s,
+        "answers": len(answers),
+    }

@@ -44,24 +44,27 @@ from .selector import MessageSelector
 
 log = logging.getLogger("kairosmq.client.callbacks")
 
-CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO,
-                   RequestCode.RESET_CONSUMER_CLIENT_OFFSET})
+CODES = frozenset({RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.RESET_CONSUMER_CLIENT_OFFSET})
 # MQVersion.getVersionDesc(BROKER_VERSION = 409): the version this client's requests carry
 CLIENT_VERSION = "V4_9_8"
 
 
-def on_request(cmd: RemotingCommand, options: PushConsumerOptions,
-               rebalance: Rebalance) -> RemotingCommand | None:
+def on_request(
+    cmd: RemotingCommand, options: PushConsumerOptions, rebalance: Rebalance
+) -> RemotingCommand | None:
     """Answer (or start) one of ``CODES``; ``None`` for a one-way request."""
     if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
         try:
             group = GetConsumerRunningInfoRequestHeader.from_ext_fields(
-                cmd.ext_fields).consumer_group
+                cmd.ext_fields
+            ).consumer_group
         except HeaderError as err:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(err))
         if group != rebalance.group:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"The Consumer Group <{group}> not exist in this consumer")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{group}> not exist in this consumer",
+            )
         return cmd.response(body=running_info(options, rebalance))
     if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
         try:
@@ -109,50 +112,82 @@ def _properties(options: PushConsumerOptions, rebalance: Rebalance) -> dict[str,
     versions = [s.sub_version for s in subs.values()]
     retry = subs.get(retry_topic(rebalance.group))
     started = retry.sub_version if retry is not None else min(versions, default=0)
-    props.update({
-        "PROP_NAMESERVER_ADDR": "".join(f"{a};" for a in ([ns] if isinstance(ns, str) else ns)),
-        "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-        "PROP_CONSUMEORDERLY": str(rebalance.orderly).lower(),
-        "PROP_THREADPOOL_CORE_SIZE": str(options.consume_thread_max),
-        "PROP_CLIENT_VERSION": CLIENT_VERSION,
-        "PROP_CONSUMER_START_TIMESTAMP": str(started),
-    })
+    props.update(
+        {
+            "PROP_NAMESERVER_ADDR": "".join(f"{a};" for a in ([ns] if isinstance(ns, str) else ns)),
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_CONSUMEORDERLY": str(rebalance.orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(options.consume_thread_max),
+            "PROP_CLIENT_VERSION": CLIENT_VERSION,
+            "PROP_CONSUMER_START_TIMESTAMP": str(started),
+        }
+    )
     return props
 
 
 def running_info(options: PushConsumerOptions, rebalance: Rebalance) -> bytes:
     """``ConsumerRunningInfo`` as fastjson writes it (``mqTable`` keyed by MessageQueue)."""
     now = int(time.time() * 1000)
-    subs = sorted((MessageSelector(s.expression_type, s.expression).subscription_data(
-        s.topic, s.sub_version).to_dict() for s in rebalance.subscriptions.values()),
-        key=lambda d: (d["topic"], d["subString"]))
+    subs = sorted(
+        (
+            MessageSelector(s.expression_type, s.expression)
+            .subscription_data(s.topic, s.sub_version)
+            .to_dict()
+            for s in rebalance.subscriptions.values()
+        ),
+        key=lambda d: (d["topic"], d["subString"]),
+    )
     entries = []
     pqs = rebalance.process_queues
     for mq in sorted(pqs, key=lambda m: (m.topic, m.broker_name, m.queue_id)):
         pq = pqs[mq]
         cached = sorted(pq._msgs)  # offsets of pulled, unfinished messages
         committed = rebalance.offsets.cached(mq)
-        entries.append((MessageQueueData(mq.topic, mq.broker_name, mq.queue_id), {
-            "commitOffset": committed if committed >= 0 else pq.commit_offset,
-            "cachedMsgMinOffset": cached[0] if cached else 0,
-            "cachedMsgMaxOffset": cached[-1] if cached else 0,
-            "cachedMsgCount": len(cached),
-            "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
-            "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0,
-            "transactionMsgCount": 0,
-            "locked": pq.locked, "tryUnlockTimes": 0,
-            "lastLockTimestamp": int(pq.lock_time * 1000) if pq.locked else 0,
-            "droped": pq.dropped, "lastPullTimestamp": now, "lastConsumeTimestamp": now,
-        }))
-    status = {s["topic"]: {"pullRT": 0.0, "pullTPS": 0.0, "consumeRT": 0.0,
-                           "consumeOKTPS": 0.0, "consumeFailedTPS": 0.0,
-                           "consumeFailedMsgs": 0} for s in subs}
-    return encode_mq_table("mqTable", entries, {
-        "properties": _properties(options, rebalance), "subscriptionSet": subs,
-        "statusTable": status})
+        entries.append(
+            (
+                MessageQueueData(mq.topic, mq.broker_name, mq.queue_id),
+                {
+                    "commitOffset": committed if committed >= 0 else pq.commit_offset,
+                    "cachedMsgMinOffset": cached[0] if cached else 0,
+                    "cachedMsgMaxOffset": cached[-1] if cached else 0,
+                    "cachedMsgCount": len(cached),
+                    "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
+                    "transactionMsgMinOffset": 0,
+                    "transactionMsgMaxOffset": 0,
+                    "transactionMsgCount": 0,
+                    "locked": pq.locked,
+                    "tryUnlockTimes": 0,
+                    "lastLockTimestamp": int(pq.lock_time * 1000) if pq.locked else 0,
+                    "droped": pq.dropped,
+                    "lastPullTimestamp": now,
+                    "lastConsumeTimestamp": now,
+                },
+            )
+        )
+    status = {
+        s["topic"]: {
+            "pullRT": 0.0,
+            "pullTPS": 0.0,
+            "consumeRT": 0.0,
+            "consumeOKTPS": 0.0,
+            "consumeFailedTPS": 0.0,
+            "consumeFailedMsgs": 0,
+        }
+        for s in subs
+    }
+    return encode_mq_table(
+        "mqTable",
+        entries,
+        {
+            "properties": _properties(options, rebalance),
+            "subscriptionSet": subs,
+            "statusTable": status,
+        },
+    )
 
 
 # ------------------------------------------------------------------ reset offset
+
 
 def decode_reset_body(raw: bytes) -> dict[MessageQueue, int]:
     """``ResetOffsetBody`` (``{"offsetTable": {<mq>: offset}}``, fastjson object keys) or
@@ -163,25 +198,27 @@ def decode_reset_body(raw: bytes) -> dict[MessageQueue, int]:
         raise ValueError("no offsetTable")
     dec = json.JSONDecoder()
     pos = at + len('"offsetTable":')
-    while text[pos:pos + 1].isspace():
+    while text[pos : pos + 1].isspace():
         pos += 1
     out: dict[MessageQueue, int] = {}
-    if text[pos:pos + 1] == "[":
+    if text[pos : pos + 1] == "[":
         for item in dec.raw_decode(text, pos)[0]:
-            out[MessageQueue(str(item["topic"]), str(item["brokerName"]),
-                             int(item["queueId"]))] = int(item["offset"])
+            out[MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"]))] = (
+                int(item["offset"])
+            )
         return out
-    if text[pos:pos + 1] != "{":
+    if text[pos : pos + 1] != "{":
         raise ValueError("offsetTable is not a map")
     pos += 1
-    while text[pos:pos + 1] != "}":
+    while text[pos : pos + 1] != "}":
         key, pos = dec.raw_decode(text, pos)
-        if text[pos:pos + 1] != ":":
+        if text[pos : pos + 1] != ":":
             raise ValueError(f"':' expected at {pos}")
         value, pos = dec.raw_decode(text, pos + 1)
         out[MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))] = int(
-            value)
-        if text[pos:pos + 1] == ",":
+            value
+        )
+        if text[pos : pos + 1] == ",":
             pos += 1
     return out
 
@@ -195,7 +232,11 @@ async def reset_offset(rebalance: Rebalance, topic: str, table: dict[MessageQueu
         moved.append(mq)
     if not moved:
         return
-    log.info("reset offsets of %s for %s: %s", topic, rebalance.group,
-             orjson.dumps({str(mq): table[mq] for mq in moved}).decode())
+    log.info(
+        "reset offsets of %s for %s: %s",
+        topic,
+        rebalance.group,
+        orjson.dumps({str(mq): table[mq] for mq in moved}).decode(),
+    )
     await rebalance.offsets.persist(moved, final=True)
     rebalance.timer.wake()

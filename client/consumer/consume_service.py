@@ -109,8 +109,12 @@ class ListenerRunner:
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
-            log.warning("listener ran over consume_timeout (%.0f s) on %d message(s) of %s",
-                        self.timeout, len(msgs), ctx.message_queue)
+            log.warning(
+                "listener ran over consume_timeout (%.0f s) on %d message(s) of %s",
+                self.timeout,
+                len(msgs),
+                ctx.message_queue,
+            )
             return ConsumeStatus.RECONSUME_LATER
         finally:
             del self._deadlines[task]
@@ -170,8 +174,11 @@ class SendBack:
     """
 
     def __init__(
-        self, invoke: Callable[..., Awaitable[Any]], addr_of: Callable[[str], str | None],
-        group: str, max_reconsume_times: int,
+        self,
+        invoke: Callable[..., Awaitable[Any]],
+        addr_of: Callable[[str], str | None],
+        group: str,
+        max_reconsume_times: int,
         fallback: Callable[[MessageExt, int], Awaitable[bool]] | None = None,
     ) -> None:
         self._invoke = invoke
@@ -191,8 +198,12 @@ class SendBack:
         if addr is None:
             return False
         ext = ConsumerSendMsgBackRequestHeader(
-            offset=msg.commit_log_offset, group=self._group, delay_level=delay_level,
-            origin_msg_id=msg.msg_id, origin_topic=msg.topic, unit_mode=False,
+            offset=msg.commit_log_offset,
+            group=self._group,
+            delay_level=delay_level,
+            origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic,
+            unit_mode=False,
             max_reconsume_times=self._max,
         ).to_ext_fields()
         try:
@@ -211,15 +222,23 @@ def retry_message(msg: MessageExt, group: str, max_reconsume_times: int) -> Mess
     (a consumed message whose storing broker could not take it back): same body, flag,
     properties and msgId, plus RETRY_TOPIC (the original topic), ORIGIN_MESSAGE_ID,
     RECONSUME_TIME + 1, MAX_RECONSUME_TIMES and delay level 3 + reconsume times."""
-    props = {k: v for k, v in msg.properties.items()
-             if k not in _NOT_RESENT and not k.startswith("TIMER_")}
+    props = {
+        k: v
+        for k, v in msg.properties.items()
+        if k not in _NOT_RESENT and not k.startswith("TIMER_")
+    }
     props[RETRY_TOPIC] = msg.topic
     props[ORIGIN_MESSAGE_ID] = msg.properties.get(ORIGIN_MESSAGE_ID) or msg.msg_id
     props[RECONSUME_TIME] = str(msg.reconsume_times + 1)
     props[MAX_RECONSUME_TIMES] = str(max_reconsume_times)
     props.setdefault(UNIQ_KEY, msg.msg_id)
-    return Message(retry_topic(group), msg.body, properties=props, flag=msg.flag,
-                   delay_level=3 + msg.reconsume_times)
+    return Message(
+        retry_topic(group),
+        msg.body,
+        properties=props,
+        flag=msg.flag,
+        delay_level=3 + msg.reconsume_times,
+    )
 
 
 _NOT_RESENT = frozenset({DELAY, TRAN_MSG, WAIT})
@@ -235,8 +254,15 @@ def _store_host(msg: MessageExt) -> str | None:
 class _ConsumeService:
     """What both consume services hold: the listener, send-back, the offset sink."""
 
-    def __init__(self, run: ListenerRunner, send_back: SendBack, on_offset: OffsetSink, *,
-                 clustering: bool, batch_size: int) -> None:
+    def __init__(
+        self,
+        run: ListenerRunner,
+        send_back: SendBack,
+        on_offset: OffsetSink,
+        *,
+        clustering: bool,
+        batch_size: int,
+    ) -> None:
         self._run = run
         self._send_back = send_back
         self._on_offset = on_offset
@@ -247,11 +273,17 @@ class _ConsumeService:
 
 class ConcurrentConsumeService(_ConsumeService):
     def __init__(
-        self, run: ListenerRunner, send_back: SendBack, on_offset: OffsetSink, *,
-        clustering: bool, batch_size: int, max_concurrency: int, local_retry_delay: float = 5.0,
+        self,
+        run: ListenerRunner,
+        send_back: SendBack,
+        on_offset: OffsetSink,
+        *,
+        clustering: bool,
+        batch_size: int,
+        max_concurrency: int,
+        local_retry_delay: float = 5.0,
     ) -> None:
-        super().__init__(run, send_back, on_offset, clustering=clustering,
-                         batch_size=batch_size)
+        super().__init__(run, send_back, on_offset, clustering=clustering, batch_size=batch_size)
         self._max = max(1, max_concurrency)
         self._retry_delay = local_retry_delay
         self._backlog: deque[tuple[ProcessQueue, list[MessageExt]]] = deque()
@@ -327,12 +359,18 @@ class ConcurrentConsumeService(_ConsumeService):
 
 class OrderlyConsumeService(_ConsumeService):
     def __init__(
-        self, run: ListenerRunner, send_back: SendBack, on_offset: OffsetSink, *,
-        clustering: bool, batch_size: int, max_concurrency: int,
-        suspend_millis: int = 1000, max_reconsume_times: int | None = None,
+        self,
+        run: ListenerRunner,
+        send_back: SendBack,
+        on_offset: OffsetSink,
+        *,
+        clustering: bool,
+        batch_size: int,
+        max_concurrency: int,
+        suspend_millis: int = 1000,
+        max_reconsume_times: int | None = None,
     ) -> None:
-        super().__init__(run, send_back, on_offset, clustering=clustering,
-                         batch_size=batch_size)
+        super().__init__(run, send_back, on_offset, clustering=clustering, batch_size=batch_size)
         self._sem = asyncio.Semaphore(max(1, max_concurrency))
         self._suspend = suspend_millis
         self._max_reconsume = max_reconsume_times

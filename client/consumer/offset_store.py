@@ -80,7 +80,10 @@ class RemoteOffsetStore(OffsetStore):
     """Offsets kept by the broker for the group (RocketMQ ``RemoteBrokerOffsetStore``)."""
 
     def __init__(
-        self, pool: RemotingPool, group: str, addr_of: Callable[[str], str | None],
+        self,
+        pool: RemotingPool,
+        group: str,
+        addr_of: Callable[[str], str | None],
         timeout: float = 3.0,
     ) -> None:
         super().__init__()
@@ -124,7 +127,8 @@ class RemoteOffsetStore(OffsetStore):
             if addr is None or addr in failed:
                 continue
             ext = UpdateConsumerOffsetRequestHeader(
-                self._group, mq.topic, mq.queue_id, offset).to_ext_fields()
+                self._group, mq.topic, mq.queue_id, offset
+            ).to_ext_fields()
             try:
                 if final:
                     await self._pool.invoke(
@@ -193,8 +197,14 @@ class LocalOffsetStore(OffsetStore):
 
 
 async def compute_start_offset(
-    store: OffsetStore, mq: MessageQueue, where: ConsumeFromWhere, timestamp: int | None, *,
-    pool: RemotingPool, addr_of: Callable[[str], str | None], timeout: float = 3.0,
+    store: OffsetStore,
+    mq: MessageQueue,
+    where: ConsumeFromWhere,
+    timestamp: int | None,
+    *,
+    pool: RemotingPool,
+    addr_of: Callable[[str], str | None],
+    timeout: float = 3.0,
 ) -> int:
     """RocketMQ computePullFromWhere: the stored offset, else by ``where``.
 
@@ -219,13 +229,18 @@ async def compute_start_offset(
     if is_retry:
         return await ask(RequestCode.GET_MAX_OFFSET, max_offset)
     ts = timestamp or int(time.time() * 1000) - 30 * 60 * 1000
-    return await ask(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                     SearchOffsetRequestHeader(mq.topic, mq.queue_id, ts))
+    return await ask(
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, SearchOffsetRequestHeader(mq.topic, mq.queue_id, ts)
+    )
 
 
 async def _queue_offset(
-    pool: RemotingPool, addr_of: Callable[[str], str | None], mq: MessageQueue, code: int,
-    header: Header, timeout: float,
+    pool: RemotingPool,
+    addr_of: Callable[[str], str | None],
+    mq: MessageQueue,
+    code: int,
+    header: Header,
+    timeout: float,
 ) -> int:
     addr = addr_of(mq.broker_name)
     if addr is None:

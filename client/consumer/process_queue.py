@@ -32,8 +32,20 @@ LOCK_MAX_LIVE = 30.0
 
 class ProcessQueue:
     __slots__ = (
-        "mq", "dropped", "_msgs", "_order", "_next_offset", "_committed", "msg_size",
-        "_space", "_threshold", "_pending", "_arrived", "locked", "lock_time", "consuming",
+        "mq",
+        "dropped",
+        "_msgs",
+        "_order",
+        "_next_offset",
+        "_committed",
+        "msg_size",
+        "_space",
+        "_threshold",
+        "_pending",
+        "_arrived",
+        "locked",
+        "lock_time",
+        "consuming",
     )
 
     def __init__(self, mq: MessageQueue, next_offset: int, threshold: int = 1000) -> None:

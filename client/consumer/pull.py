@@ -119,23 +119,30 @@ async def pull_loop(
         commit = committed(pq) if cfg.commit_offset_on_pull else -1
         flag = PULL_SUSPEND | PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit > 0 else 0)
         req = PullMessageRequestHeader(
-            consumer_group=cfg.group, topic=mq.topic, queue_id=mq.queue_id,
-            queue_offset=pq.next_offset, max_msg_nums=cfg.pull_batch_size, sys_flag=flag,
+            consumer_group=cfg.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=pq.next_offset,
+            max_msg_nums=cfg.pull_batch_size,
+            sys_flag=flag,
             commit_offset=max(commit, 0),
             suspend_timeout_millis=cfg.broker_suspend_max_time_millis,
-            subscription=sub.expression, sub_version=sub.sub_version,
+            subscription=sub.expression,
+            sub_version=sub.sub_version,
             expression_type=sub.expression_type,
         )
         try:
-            resp = await pool.invoke(addr, RequestCode.PULL_MESSAGE, req.to_ext_fields(),
-                                     timeout=timeout)
+            resp = await pool.invoke(
+                addr, RequestCode.PULL_MESSAGE, req.to_ext_fields(), timeout=timeout
+            )
         except ClientError as err:
             if pq.dropped:
                 return
             failures += 1
             if failures % _LOG_EVERY == 1:
-                log.info("pull %s failed (%d in a row; next in %.1f s): %s", mq, failures,
-                         delay, err)
+                log.info(
+                    "pull %s failed (%d in a row; next in %.1f s): %s", mq, failures, delay, err
+                )
             await asyncio.sleep(delay)
             continue
         if pq.dropped:
@@ -146,7 +153,8 @@ async def pull_loop(
         code = resp.code
         try:
             next_offset = PullMessageResponseHeader.from_ext_fields(
-                resp.ext_fields).next_begin_offset
+                resp.ext_fields
+            ).next_begin_offset
         except HeaderError:  # an error answer need not carry the offsets
             next_offset = -1
         if code == ResponseCode.SUCCESS and next_offset >= 0:

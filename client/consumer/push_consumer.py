@@ -102,8 +102,9 @@ class PushConsumer(ClientLifecycle):
     ) -> None:
         if "request_timeout" in overrides:
             overrides["mq_client_api_timeout"] = overrides.pop("request_timeout")
-        opts = build_options(PushConsumerOptions, options, consumer_group=group,
-                             namesrv_addr=namesrv, **overrides)
+        opts = build_options(
+            PushConsumerOptions, options, consumer_group=group, namesrv_addr=namesrv, **overrides
+        )
         check_group(opts.consumer_group)
         super().__init__(opts, on_request=self._on_request)
         self.options = opts
@@ -115,8 +116,9 @@ class PushConsumer(ClientLifecycle):
         self._clustering = opts.message_model is MessageModel.CLUSTERING
         self._offsets: OffsetStore
         if self._clustering:
-            self._offsets = RemoteOffsetStore(self._pool, self.group, self._addr_of,
-                                              self.request_timeout)
+            self._offsets = RemoteOffsetStore(
+                self._pool, self.group, self._addr_of, self.request_timeout
+            )
         else:
             directory = opts.offset_store_dir or Path.home() / ".kairosmq_offsets"
             self._offsets = LocalOffsetStore(directory, self.group)
@@ -131,8 +133,11 @@ class PushConsumer(ClientLifecycle):
         self._timers = [
             Periodic("consumer-route", opts.poll_name_server_interval, self._poll_routes),
             Periodic("consumer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
-            Periodic("consumer-offsets", opts.persist_consumer_offset_interval,
-                     self._rebalance.persist_offsets),
+            Periodic(
+                "consumer-offsets",
+                opts.persist_consumer_offset_interval,
+                self._rebalance.persist_offsets,
+            ),
             self._rebalance.timer,
         ]
 
@@ -142,11 +147,15 @@ class PushConsumer(ClientLifecycle):
         """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``) or
         a ``MessageSelector`` (``MessageSelector.sql("a > 5 AND region = 'eu'")``)."""
         check_topic(topic)
-        sel = (expression if isinstance(expression, MessageSelector)
-               else MessageSelector.tag(expression))
+        sel = (
+            expression
+            if isinstance(expression, MessageSelector)
+            else MessageSelector.tag(expression)
+        )
         keep = tag_filter(sel.expression) if sel.is_tag else None  # SQL92: broker only
-        self._subs[topic] = Subscription(topic, sel.expression, int(time.time() * 1000), keep,
-                                         sel.expression_type)
+        self._subs[topic] = Subscription(
+            topic, sel.expression, int(time.time() * 1000), keep, sel.expression_type
+        )
         if self.running:
             self._spawn(self._heartbeat_all())
             self._rebalance.timer.wake()
@@ -189,36 +198,53 @@ class PushConsumer(ClientLifecycle):
             self._subs[rt] = Subscription(rt, "*", int(time.time() * 1000), None)
         # consume_timeout (minutes) bounds concurrent calls only: a retried orderly batch
         # must never overlap a call still running in a thread
-        self._runner = ListenerRunner(self._listener, opts.consume_thread_max,
-                                      None if self._orderly else opts.consume_timeout * 60)
+        self._runner = ListenerRunner(
+            self._listener,
+            opts.consume_thread_max,
+            None if self._orderly else opts.consume_timeout * 60,
+        )
         # None or -1: RocketMQ's default, 16 for concurrent listeners, unlimited orderly
         limit = None if opts.max_reconsume_times in (None, -1) else opts.max_reconsume_times
         max_retry = 16 if limit is None else limit
-        send_back = SendBack(self._pool.invoke, self._addr_of, self.group, max_retry,
-                             self._send_back_fallback if self._clustering else None)
+        send_back = SendBack(
+            self._pool.invoke,
+            self._addr_of,
+            self.group,
+            max_retry,
+            self._send_back_fallback if self._clustering else None,
+        )
         kw: dict[str, Any] = dict(
-            clustering=self._clustering, batch_size=opts.consume_message_batch_max_size,
+            clustering=self._clustering,
+            batch_size=opts.consume_message_batch_max_size,
             max_concurrency=opts.consume_thread_max,
         )
         record_offset = self._rebalance.record_offset
         if self._orderly:
             self._service = OrderlyConsumeService(
-                self._runner, send_back, record_offset,
+                self._runner,
+                send_back,
+                record_offset,
                 suspend_millis=opts.suspend_current_queue_time_millis,
-                max_reconsume_times=limit, **kw,
+                max_reconsume_times=limit,
+                **kw,
             )
             if self._clustering:
-                self._timers.append(Periodic("consumer-lock", opts.lock_renew_interval,
-                                             self._rebalance.renew_locks))
+                self._timers.append(
+                    Periodic("consumer-lock", opts.lock_renew_interval, self._rebalance.renew_locks)
+                )
         else:
-            self._service = ConcurrentConsumeService(self._runner, send_back, record_offset,
-                                                     **kw)
+            self._service = ConcurrentConsumeService(self._runner, send_back, record_offset, **kw)
         self._rebalance.start(self._service, orderly=self._orderly)
         await self._refresh_routes()
         # SQL92 subscriptions must compile at every broker (Java checkClientInBroker)
-        await check_in_brokers(self._pool.invoke, self._routes.broker_addrs(),
-                               self.client_id, self.group, self._subs.values(),
-                               self.request_timeout)
+        await check_in_brokers(
+            self._pool.invoke,
+            self._routes.broker_addrs(),
+            self.client_id,
+            self.group,
+            self._subs.values(),
+            self.request_timeout,
+        )
         await self._heartbeat_all()
         await self._refresh_routes()  # the heartbeat may have created %RETRY%<group>
         await self._rebalance.do_rebalance()
@@ -244,11 +270,14 @@ class PushConsumer(ClientLifecycle):
     def _heartbeat_data(self) -> HeartbeatData:
         subs = [
             MessageSelector(s.expression_type, s.expression).subscription_data(
-                s.topic, s.sub_version)
+                s.topic, s.sub_version
+            )
             for s in self._subs.values()
         ]
         consumer = ConsumerData(
-            self.group, subs, message_model=self.message_model.value,
+            self.group,
+            subs,
+            message_model=self.message_model.value,
             consume_from_where=self.consume_from_where.value,
         )
         return HeartbeatData(self.client_id, [CLIENT_INNER_PRODUCER], [consumer])
@@ -298,8 +327,12 @@ class PushConsumer(ClientLifecycle):
             producer = await self._inner_producer()
             await producer.send(retry_message(msg, self.group, self._max_retry()))
         except ClientError as err:
-            log.warning("send-back fallback of %s to %s failed: %s", msg.msg_id,
-                        retry_topic(self.group), err)
+            log.warning(
+                "send-back fallback of %s to %s failed: %s",
+                msg.msg_id,
+                retry_topic(self.group),
+                err,
+            )
             return False
         return True
 
@@ -311,10 +344,10 @@ class PushConsumer(ClientLifecycle):
         if self._producer is None:
             base = {f.name: getattr(self.options, f.name) for f in fields(ClientConfig)}
             base["instance_name"] = None  # its own client id: it is another connection set
-            self._producer = Producer(options=ProducerOptions(
-                **base, producer_group=CLIENT_INNER_PRODUCER))
-            self._producer_started = asyncio.get_running_loop().create_task(
-                self._producer.start())
+            self._producer = Producer(
+                options=ProducerOptions(**base, producer_group=CLIENT_INNER_PRODUCER)
+            )
+            self._producer_started = asyncio.get_running_loop().create_task(self._producer.start())
         assert self._producer_started is not None
         await asyncio.shield(self._producer_started)
         return self._producer

@@ -42,8 +42,12 @@ class QueueLocker:
     """Locks queues of ``group`` for ``client_id`` (RocketMQ ``RebalanceImpl.lock``)."""
 
     def __init__(
-        self, pool: RemotingPool, group: str, client_id: str,
-        addr_of: Callable[[str], str | None], request_timeout: float = 3.0,
+        self,
+        pool: RemotingPool,
+        group: str,
+        client_id: str,
+        addr_of: Callable[[str], str | None],
+        request_timeout: float = 3.0,
     ) -> None:
         self._pool = pool
         self._group = group
@@ -55,9 +59,7 @@ class QueueLocker:
         data = [MessageQueueData(m.topic, m.broker_name, m.queue_id) for m in mqs]
         return LockBatchRequest(self._group, self._client_id, data).to_json()
 
-    async def lock(
-        self, mqs: list[MessageQueue], pqs: Mapping[MessageQueue, ProcessQueue]
-    ) -> bool:
+    async def lock(self, mqs: list[MessageQueue], pqs: Mapping[MessageQueue, ProcessQueue]) -> bool:
         """LOCK_BATCH_MQ for ``mqs`` (one broker); True if all of them were locked.
 
         The outcome is recorded on the entries of ``pqs`` for ``mqs`` (looked up after
@@ -68,7 +70,11 @@ class QueueLocker:
             return False
         try:
             resp = await self._pool.invoke(
-                addr, RequestCode.LOCK_BATCH_MQ, None, self._body(mqs), timeout=self._timeout,
+                addr,
+                RequestCode.LOCK_BATCH_MQ,
+                None,
+                self._body(mqs),
+                timeout=self._timeout,
             )
             locked = decode_lock_response(resp.body) if resp.code == ResponseCode.SUCCESS else []
         except (ClientError, ValueError) as err:
@@ -97,7 +103,10 @@ class QueueLocker:
                 continue
             try:
                 await self._pool.invoke(
-                    addr, RequestCode.UNLOCK_BATCH_MQ, None, self._body(group),
+                    addr,
+                    RequestCode.UNLOCK_BATCH_MQ,
+                    None,
+                    self._body(group),
                     timeout=self._timeout,
                 )
             except ClientError as err:

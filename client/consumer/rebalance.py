@@ -85,8 +85,9 @@ def allocate_averagely(
 class Rebalance:
     """The owned queues of one push consumer and the pass that decides them."""
 
-    def __init__(self, client: ClientLifecycle, options: PushConsumerOptions,
-                 offsets: OffsetStore) -> None:
+    def __init__(
+        self, client: ClientLifecycle, options: PushConsumerOptions, offsets: OffsetStore
+    ) -> None:
         self.client = client
         self.group = options.consumer_group
         self.clustering = options.message_model is MessageModel.CLUSTERING
@@ -95,24 +96,28 @@ class Rebalance:
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self.offsets = offsets
         self.service: ConcurrentConsumeService | OrderlyConsumeService | None = None
-        self.timer = Periodic("consumer-rebalance", options.rebalance_interval,
-                              self.do_rebalance)
+        self.timer = Periodic("consumer-rebalance", options.rebalance_interval, self.do_rebalance)
         self._options = options
         self._tasks: dict[MessageQueue, list[asyncio.Task[None]]] = {}
         self._pool = client._pool
         self._routes = client._routes
         self._addr_of = client._routes.broker_addr
         self._timeout = client.request_timeout
-        self._locker = QueueLocker(self._pool, self.group, client.client_id, self._addr_of,
-                                   self._timeout)
+        self._locker = QueueLocker(
+            self._pool, self.group, client.client_id, self._addr_of, self._timeout
+        )
         self._pull = PullSettings(
-            self.group, retry_topic(self.group), pull_batch_size=options.pull_batch_size,
+            self.group,
+            retry_topic(self.group),
+            pull_batch_size=options.pull_batch_size,
             pull_time_delay_millis_when_exception=options.pull_time_delay_millis_when_exception,
-            pull_interval=options.pull_interval, commit_offset_on_pull=self.clustering,
+            pull_interval=options.pull_interval,
+            commit_offset_on_pull=self.clustering,
         )
 
-    def start(self, service: ConcurrentConsumeService | OrderlyConsumeService, *,
-              orderly: bool) -> None:
+    def start(
+        self, service: ConcurrentConsumeService | OrderlyConsumeService, *, orderly: bool
+    ) -> None:
         """Set what the first pass needs: the consume service and the listener's kind."""
         self.service = service
         self.orderly = orderly
@@ -166,7 +171,8 @@ class Rebalance:
         for addr in order + order[:1]:  # the first one again after heartbeating it
             try:
                 resp = await self._pool.invoke(
-                    addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                    addr,
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                     ConsumerGroupRequestHeader(self.group).to_ext_fields(),
                     timeout=self._timeout,
                 )
@@ -182,8 +188,12 @@ class Rebalance:
                 continue
             if client.client_id in cids:
                 return cids
-            log.info("broker %s does not list %s in group %s yet: heartbeating it", addr,
-                     client.client_id, self.group)
+            log.info(
+                "broker %s does not list %s in group %s yet: heartbeating it",
+                addr,
+                client.client_id,
+                self.group,
+            )
             await client._heartbeat(addr, client._heartbeat_data().to_json())
         return None
 
@@ -205,8 +215,13 @@ class Rebalance:
             opts = self._options
             try:
                 offset = await compute_start_offset(
-                    self.offsets, mq, opts.consume_from_where, opts.consume_timestamp,
-                    pool=self._pool, addr_of=self._addr_of, timeout=self._timeout,
+                    self.offsets,
+                    mq,
+                    opts.consume_from_where,
+                    opts.consume_timestamp,
+                    pool=self._pool,
+                    addr_of=self._addr_of,
+                    timeout=self._timeout,
                 )
             except ClientError as err:
                 log.info("cannot compute the start offset of %s: %s", mq, err)
@@ -223,10 +238,21 @@ class Rebalance:
         self.offsets.update(pq.mq, pq.next_offset, increase_only=False)
         loop = asyncio.get_running_loop()
         sub = self.subscriptions[pq.mq.topic]
-        tasks = [loop.create_task(pull_loop(
-            pq, sub, self._pull, self._pool, self._addr_of,
-            lambda p: self.offsets.cached(p.mq), self.service.submit, self.record_offset,
-        ), name=f"pull {pq.mq}")]
+        tasks = [
+            loop.create_task(
+                pull_loop(
+                    pq,
+                    sub,
+                    self._pull,
+                    self._pool,
+                    self._addr_of,
+                    lambda p: self.offsets.cached(p.mq),
+                    self.service.submit,
+                    self.record_offset,
+                ),
+                name=f"pull {pq.mq}",
+            )
+        ]
         orderly_task = self.service.start_queue(pq)
         if orderly_task is not None:
             tasks.append(orderly_task)

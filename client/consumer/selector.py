@@ -64,8 +64,7 @@ class MessageSelector:
     def subscription_data(self, topic: str, sub_version: int) -> SubscriptionData:
         if self.is_tag:
             return SubscriptionData.build(topic, self.expression, sub_version)
-        return SubscriptionData(topic, self.expression, [], [], sub_version,
-                                self.expression_type)
+        return SubscriptionData(topic, self.expression, [], [], sub_version, self.expression_type)
 
 
 def tag_filter(expression: str | None) -> Callable[[MessageExt], bool] | None:
@@ -83,12 +82,17 @@ def tag_filter(expression: str | None) -> Callable[[MessageExt], bool] | None:
 
 def check_body(client_id: str, group: str, sub: SubscriptionData) -> bytes:
     """CHECK_CLIENT_CONFIG (46) body: Java ``CheckClientRequestBody``."""
-    return orjson.dumps({"clientId": client_id, "group": group,
-                         "subscriptionData": sub.to_dict()})
+    return orjson.dumps({"clientId": client_id, "group": group, "subscriptionData": sub.to_dict()})
 
 
-async def check_in_brokers(invoke: Invoke, addrs: Iterable[str], client_id: str, group: str,
-                           subs: Iterable[Subscription], timeout: float) -> None:
+async def check_in_brokers(
+    invoke: Invoke,
+    addrs: Iterable[str],
+    client_id: str,
+    group: str,
+    subs: Iterable[Subscription],
+    timeout: float,
+) -> None:
     """Ask every broker to compile each SQL92 subscription (CHECK_CLIENT_CONFIG); raise
     the broker's refusal (``BrokerError``: SubscriptionError with the position, or
     BrokerSystemError when its property filter is off). An unreachable broker is skipped:
@@ -97,12 +101,14 @@ async def check_in_brokers(invoke: Invoke, addrs: Iterable[str], client_id: str,
         if s.expression_type == TAG:
             continue
         sub = MessageSelector(s.expression_type, s.expression).subscription_data(
-            s.topic, s.sub_version)
+            s.topic, s.sub_version
+        )
         body = check_body(client_id, group, sub)
         for addr in sorted(addrs):
             try:
-                resp = await invoke(addr, RequestCode.CHECK_CLIENT_CONFIG, None, body,
-                                    timeout=timeout)
+                resp = await invoke(
+                    addr, RequestCode.CHECK_CLIENT_CONFIG, None, body, timeout=timeout
+                )
             except (ConnectionClosed, RequestTimeout) as err:
                 log.warning("check client config at %s failed: %s", addr, err)
                 continue

@@ -83,8 +83,10 @@ class LatencyFaultTolerance:
         if not self._items:
             return None
         now = self._clock()
-        ranked = sorted(self._items.values(), key=lambda i: (
-            not i.available(now), i.current_latency, i.start_timestamp))
+        ranked = sorted(
+            self._items.values(),
+            key=lambda i: (not i.available(now), i.current_latency, i.start_timestamp),
+        )
         half = len(ranked) // 2
         if half <= 0:
             return ranked[0].name
@@ -104,7 +106,9 @@ class FaultStrategy:
     """
 
     def __init__(
-        self, enabled: bool = False, *,
+        self,
+        enabled: bool = False,
+        *,
         latency_max: Sequence[int] = LATENCY_MAX,
         not_available_duration: Sequence[int] = NOT_AVAILABLE_DURATION,
         clock: Clock = _now_ms,
@@ -121,8 +125,9 @@ class FaultStrategy:
 
     def not_available_for(self, latency: float) -> int:
         """``computeNotAvailableDuration``: ms a broker answering in ``latency`` ms rests."""
-        for limit, duration in zip(reversed(self.latency_max),
-                                   reversed(self.not_available_duration), strict=True):
+        for limit, duration in zip(
+            reversed(self.latency_max), reversed(self.not_available_duration), strict=True
+        ):
             if latency >= limit:
                 return duration
         return 0
@@ -130,8 +135,7 @@ class FaultStrategy:
     def update(self, broker_name: str, latency: float, isolation: bool) -> None:
         """Record one send attempt (``isolation``: it failed). No-op when disabled."""
         if self.enabled:
-            duration = self.not_available_for(
-                ISOLATION_LATENCY_MILLIS if isolation else latency)
+            duration = self.not_available_for(ISOLATION_LATENCY_MILLIS if isolation else latency)
             self.tolerance.update(broker_name, latency, duration)
 
     def select(self, queues: Sequence[MessageQueue], last_broker: str | None) -> MessageQueue:
@@ -159,8 +163,9 @@ class FaultStrategy:
             self.tolerance.remove(name)  # a broker the route no longer has
         return queues[index % n]
 
-    def _round_robin(self, queues: Sequence[MessageQueue], index: int,
-                     avoid: str | None) -> MessageQueue:
+    def _round_robin(
+        self, queues: Sequence[MessageQueue], index: int, avoid: str | None
+    ) -> MessageQueue:
         """``selectOneMessageQueue(lastBrokerName)``: the next queue of another broker than
         ``avoid``; brokers in connect backoff come last (after ``avoid`` itself)."""
         n = len(queues)

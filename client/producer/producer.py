@@ -77,6 +77,7 @@ log = logging.getLogger("kairosmq.client.producer")
 
 SendCallback = Callable[..., Any]
 
+
 class Producer(ClientLifecycle):
     """An asyncio RocketMQ producer.
 
@@ -96,16 +97,19 @@ class Producer(ClientLifecycle):
         options: ProducerOptions | None = None,
         **overrides: Any,
     ) -> None:
-        opts = build_options(ProducerOptions, options, producer_group=group,
-                             namesrv_addr=namesrv, **overrides)
+        opts = build_options(
+            ProducerOptions, options, producer_group=group, namesrv_addr=namesrv, **overrides
+        )
         check_group(opts.producer_group)
-        super().__init__(opts, on_request=self._on_broker_request,
-                         route_timeout=opts.send_msg_timeout)  # a lookup is in a send
+        super().__init__(
+            opts, on_request=self._on_broker_request, route_timeout=opts.send_msg_timeout
+        )  # a lookup is in a send
         # requests a broker sends this producer, by code (REPLY: pushed replies, 326)
         self._replies = ReplyWaiters()
         self._reply_registered: set[str] = set()
         self._broker_requests: dict[int, Callable[[RemotingCommand], Any]] = {
-            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._replies.on_push}
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._replies.on_push
+        }
         self.options = opts
         self.group = opts.producer_group
         self._routes.default_topic = opts.create_topic_key
@@ -115,9 +119,11 @@ class Producer(ClientLifecycle):
             Periodic("producer-heartbeat", opts.heartbeat_broker_interval, self._heartbeat_all),
         ]
         self._fault = FaultStrategy(
-            opts.send_latency_fault_enable, latency_max=opts.latency_max,
+            opts.send_latency_fault_enable,
+            latency_max=opts.latency_max,
             not_available_duration=opts.not_available_duration,
-            backing_off=self._broker_backing_off)
+            backing_off=self._broker_backing_off,
+        )
 
     @property
     def send_msg_timeout(self) -> float:
@@ -188,8 +194,9 @@ class Producer(ClientLifecycle):
             body = zlib.compress(body, 5)
             sys_flag = SYSFLAG_COMPRESSED
         uniq = msg.properties.get(UNIQ_KEY) or self._ids.next_id()  # Java: setUniqID if absent
-        return SendRequest(msg.topic, body, uniq, wire_properties(msg, uniq), sys_flag,
-                           msg.flag, msg=msg, **where)
+        return SendRequest(
+            msg.topic, body, uniq, wire_properties(msg, uniq), sys_flag, msg.flag, msg=msg, **where
+        )
 
     def _header(self, req: SendRequest, mq: MessageQueue) -> dict[str, str]:
         """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header of ``req`` for ``mq``."""
@@ -200,19 +207,33 @@ class Producer(ClientLifecycle):
             reconsume = _int_prop(props.get(RECONSUME_TIME), 0) or 0
             max_reconsume = _int_prop(props.get(MAX_RECONSUME_TIMES), None)
         return SendMessageRequestHeader(
-            producer_group=self.group, topic=req.topic, default_topic=opts.create_topic_key,
-            default_topic_queue_nums=opts.default_topic_queue_nums, queue_id=mq.queue_id,
-            sys_flag=req.sys_flag, born_timestamp=int(time.time() * 1000), flag=req.flag,
-            properties=req.properties, reconsume_times=reconsume, unit_mode=False,
-            batch=req.batch, broker_name=mq.broker_name, max_reconsume_times=max_reconsume,
+            producer_group=self.group,
+            topic=req.topic,
+            default_topic=opts.create_topic_key,
+            default_topic_queue_nums=opts.default_topic_queue_nums,
+            queue_id=mq.queue_id,
+            sys_flag=req.sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            flag=req.flag,
+            properties=req.properties,
+            reconsume_times=reconsume,
+            unit_mode=False,
+            batch=req.batch,
+            broker_name=mq.broker_name,
+            max_reconsume_times=max_reconsume,
         ).to_ext_fields(v2=True)
 
     async def _send_once(
-        self, info: TopicRouteInfo, mq: MessageQueue, req: SendRequest, timeout: float,
+        self,
+        info: TopicRouteInfo,
+        mq: MessageQueue,
+        req: SendRequest,
+        timeout: float,
     ) -> SendResult:
         addr = _master(info, mq)
-        resp = await self._pool.invoke(addr, req.code, self._header(req, mq), req.body,
-                                       timeout=timeout)
+        resp = await self._pool.invoke(
+            addr, req.code, self._header(req, mq), req.body, timeout=timeout
+        )
         status = STORED.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError.for_code(resp.code, resp.remark, addr)
@@ -221,8 +242,7 @@ class Producer(ClientLifecycle):
         except HeaderError as err:
             raise BrokerError(resp.code, f"send response lacks {err}", addr) from None
         queue = MessageQueue(mq.topic, mq.broker_name, h.queue_id)
-        return SendResult(status, req.uniq, h.msg_id, queue, h.queue_offset,
-                          h.recall_handle)
+        return SendResult(status, req.uniq, h.msg_id, queue, h.queue_offset, h.recall_handle)
 
     async def _send(self, req: SendRequest) -> SendResult:
         loop = asyncio.get_running_loop()
@@ -257,7 +277,8 @@ class Producer(ClientLifecycle):
             return result
         if last is None:
             raise ClientError(
-                f"send to {req.topic} timed out after {budget:.3f}s before an attempt")
+                f"send to {req.topic} timed out after {budget:.3f}s before an attempt"
+            )
         raise last
 
     async def send(
@@ -283,9 +304,16 @@ class Producer(ClientLifecycle):
             MessageError: the message failed a client-side check.
             BrokerError, ConnectionClosed, RequestTimeout: the last attempt's failure.
         """
-        return await self._send(self._request(
-            msg, selector=selector, arg=arg, queue=queue, timeout=timeout,
-            retries=self.options.retry_times_when_send_failed))
+        return await self._send(
+            self._request(
+                msg,
+                selector=selector,
+                arg=arg,
+                queue=queue,
+                timeout=timeout,
+                retries=self.options.retry_times_when_send_failed,
+            )
+        )
 
     def send_async(
         self,
@@ -306,13 +334,22 @@ class Producer(ClientLifecycle):
         return self._spawn(self._send_with_callbacks(msg, on_success, on_exception, selector, arg))
 
     async def _send_with_callbacks(
-        self, msg: Message, on_success: SendCallback | None, on_exception: SendCallback | None,
-        selector: QueueSelector | None, arg: Any,
+        self,
+        msg: Message,
+        on_success: SendCallback | None,
+        on_exception: SendCallback | None,
+        selector: QueueSelector | None,
+        arg: Any,
     ) -> SendResult | None:
         try:
-            result = await self._send(self._request(
-                msg, selector=selector, arg=arg,
-                retries=self.options.retry_times_when_send_async_failed))
+            result = await self._send(
+                self._request(
+                    msg,
+                    selector=selector,
+                    arg=arg,
+                    retries=self.options.retry_times_when_send_async_failed,
+                )
+            )
         except ClientError as err:
             if on_exception is None:
                 raise
@@ -336,19 +373,30 @@ class Producer(ClientLifecycle):
         info = await self._route(topic)
         addr = info.broker_addrs.get(h.broker_name)
         if addr is None:
-            raise BrokerError.for_code(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                       f"no master address for {h.broker_name}")
-        header = RecallMessageRequestHeader(producer_group=self.group, topic=topic,
-                                            recall_handle=handle).to_ext_fields()
-        resp = await self._pool.invoke(addr, RequestCode.RECALL_MESSAGE, header, b"",
-                                       timeout=timeout or self.options.send_msg_timeout)
+            raise BrokerError.for_code(
+                ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for {h.broker_name}"
+            )
+        header = RecallMessageRequestHeader(
+            producer_group=self.group, topic=topic, recall_handle=handle
+        ).to_ext_fields()
+        resp = await self._pool.invoke(
+            addr,
+            RequestCode.RECALL_MESSAGE,
+            header,
+            b"",
+            timeout=timeout or self.options.send_msg_timeout,
+        )
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError.for_code(resp.code, resp.remark, addr)
         return RecallMessageResponseHeader.from_ext_fields(resp.ext_fields).msg_id
 
     async def request(
-        self, msg: Message, timeout: float | None = None, *,
-        selector: QueueSelector | None = None, arg: Any = None,
+        self,
+        msg: Message,
+        timeout: float | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
         queue: MessageQueue | None = None,
     ) -> MessageExt:
         """Send ``msg`` as a request and await its reply (RocketMQ 4.6+ request-reply):
@@ -362,13 +410,17 @@ class Producer(ClientLifecycle):
         await self._register_for_replies(msg.topic)
         fut = self._replies.add(correlation_id)
         try:
-            await self.send(request, timeout=max(deadline - loop.time(), 0.001),
-                            selector=selector, arg=arg, queue=queue)
+            await self.send(
+                request,
+                timeout=max(deadline - loop.time(), 0.001),
+                selector=selector,
+                arg=arg,
+                queue=queue,
+            )
         except BaseException:
             self._replies.discard(correlation_id)
             raise
-        return await self._replies.wait(correlation_id, fut, msg.topic,
-                                        deadline - loop.time())
+        return await self._replies.wait(correlation_id, fut, msg.topic, deadline - loop.time())
 
     async def _register_for_replies(self, topic: str) -> None:
         """HEART_BEAT every broker of ``topic``'s route not yet told about this producer, and
@@ -386,11 +438,19 @@ class Producer(ClientLifecycle):
         req = self._request(msg, queue=queue)
         info = await self._route(msg.topic)
         mq = queue if queue is not None else self._pick(info.publish_queues, None)
-        await self._pool.invoke_oneway(_master(info, mq), req.code, self._header(req, mq),
-                                       req.body, timeout=self.options.send_msg_timeout)
+        await self._pool.invoke_oneway(
+            _master(info, mq),
+            req.code,
+            self._header(req, mq),
+            req.body,
+            timeout=self.options.send_msg_timeout,
+        )
 
     async def send_batch(
-        self, msgs: list[Message], *, queue: MessageQueue | None = None,
+        self,
+        msgs: list[Message],
+        *,
+        queue: MessageQueue | None = None,
         timeout: float | None = None,
     ) -> SendResult:
         """Send several messages of one topic as one SEND_BATCH_MESSAGE (one queue).
@@ -421,9 +481,18 @@ class Producer(ClientLifecycle):
         limit = self.options.max_message_size
         if len(body) > limit:
             raise MessageTooLarge(len(body), limit)
-        return await self._send(SendRequest(
-            topic, body, ",".join(ids), encode_properties({WAIT: "true"}), batch=True, queue=queue,
-            timeout=timeout, retries=self.options.retry_times_when_send_failed))
+        return await self._send(
+            SendRequest(
+                topic,
+                body,
+                ",".join(ids),
+                encode_properties({WAIT: "true"}),
+                batch=True,
+                queue=queue,
+                timeout=timeout,
+                retries=self.options.retry_times_when_send_failed,
+            )
+        )
 
 
 def _int_prop(raw: str | None, default: int | None) -> int | None:
@@ -436,7 +505,8 @@ def _master(info: TopicRouteInfo, mq: MessageQueue) -> str:
     addr = info.broker_addrs.get(mq.broker_name)
     if addr is None:
         raise BrokerError.for_code(
-            ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for {mq.broker_name}")
+            ResponseCode.SERVICE_NOT_AVAILABLE, f"no master address for {mq.broker_name}"
+        )
     return addr
 
 

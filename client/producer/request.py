@@ -52,8 +52,13 @@ from ..errors import ClientError, MessageError
 from ..message import Message
 
 __all__ = [
-    "ReplyTimeout", "ReplyWaiters", "create_reply", "get_reply_to_client", "is_reply",
-    "prepare_request", "reply_from_push",
+    "ReplyTimeout",
+    "ReplyWaiters",
+    "create_reply",
+    "get_reply_to_client",
+    "is_reply",
+    "prepare_request",
+    "reply_from_push",
 ]
 
 
@@ -62,8 +67,10 @@ class ReplyTimeout(ClientError):
     Not retriable: the request was delivered and may have been processed."""
 
     def __init__(self, topic: str, correlation_id: str, timeout: float) -> None:
-        super().__init__(f"request to {topic} (correlation id {correlation_id}) got no "
-                         f"reply within {timeout:.3f}s")
+        super().__init__(
+            f"request to {topic} (correlation id {correlation_id}) got no "
+            f"reply within {timeout:.3f}s"
+        )
         self.correlation_id = correlation_id
         self.timeout = timeout
 
@@ -79,8 +86,9 @@ def create_reply(request: Message | MessageExt, body: bytes | str) -> Message:
     props = _props(request)
     cluster = props.get(CLUSTER)
     if not cluster:
-        raise MessageError(f"create reply message fail, requestMessage error, "
-                           f"property[{CLUSTER}] is null.")
+        raise MessageError(
+            f"create reply message fail, requestMessage error, property[{CLUSTER}] is null."
+        )
     reply_props = {MESSAGE_TYPE: REPLY_MESSAGE_FLAG}
     for key in (CORRELATION_ID, REPLY_TO_CLIENT, MESSAGE_TTL):
         value = props.get(key)
@@ -106,8 +114,14 @@ def prepare_request(msg: Message, client_id: str, timeout: float) -> tuple[Messa
     props[CORRELATION_ID] = correlation_id
     props[REPLY_TO_CLIENT] = client_id
     props[MESSAGE_TTL] = str(int(timeout * 1000))
-    copy = Message(topic=msg.topic, body=msg.body, tags=msg.tags, keys=msg.keys,
-                   properties=props, flag=msg.flag)
+    copy = Message(
+        topic=msg.topic,
+        body=msg.body,
+        tags=msg.tags,
+        keys=msg.keys,
+        properties=props,
+        flag=msg.flag,
+    )
     return copy, correlation_id
 
 
@@ -131,10 +145,18 @@ def reply_from_push(cmd: RemotingCommand) -> MessageExt:
     props = decode_properties(h.properties or "")
     props[REPLY_MESSAGE_ARRIVE_TIME] = str(int(time.time() * 1000))
     return MessageExt(
-        topic=h.topic, body=body, queue_id=h.queue_id, flag=h.flag, sys_flag=h.sys_flag,
-        born_timestamp=h.born_timestamp, born_host=_host(h.born_host),
-        store_timestamp=h.store_timestamp, store_host=_host(h.store_host),
-        reconsume_times=h.reconsume_times or 0, properties=props)
+        topic=h.topic,
+        body=body,
+        queue_id=h.queue_id,
+        flag=h.flag,
+        sys_flag=h.sys_flag,
+        born_timestamp=h.born_timestamp,
+        born_host=_host(h.born_host),
+        store_timestamp=h.store_timestamp,
+        store_host=_host(h.store_host),
+        reconsume_times=h.reconsume_times or 0,
+        properties=props,
+    )
 
 
 class ReplyWaiters:
@@ -155,8 +177,9 @@ class ReplyWaiters:
     def discard(self, correlation_id: str) -> None:
         self._waiting.pop(correlation_id, None)
 
-    async def wait(self, correlation_id: str, fut: asyncio.Future[MessageExt], topic: str,
-                   timeout: float) -> MessageExt:
+    async def wait(
+        self, correlation_id: str, fut: asyncio.Future[MessageExt], topic: str, timeout: float
+    ) -> MessageExt:
         """Await the reply at most ``timeout`` seconds (``ReplyTimeout``)."""
         try:
             return await asyncio.wait_for(fut, max(timeout, 0.0))
@@ -170,8 +193,9 @@ class ReplyWaiters:
         try:
             reply = reply_from_push(cmd)
         except (HeaderError, zlib.error, ValueError) as err:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"process reply message fail: {err}")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"process reply message fail: {err}"
+            )
         fut = self._waiting.pop(reply.properties.get(CORRELATION_ID, ""), None)
         if fut is None or fut.done():
             self.unmatched += 1

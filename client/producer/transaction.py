@@ -83,17 +83,24 @@ class TransactionProducer(Producer):
     """``TransactionProducer(group, namesrv, execute_local_transaction=fn,
     check_local_transaction=fn, **producer_options)``."""
 
-    def __init__(self, group: str | None = None, namesrv: str | list[str] | None = None, *,
-                 execute_local_transaction: ExecuteFn | None = None,
-                 check_local_transaction: CheckFn | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        group: str | None = None,
+        namesrv: str | list[str] | None = None,
+        *,
+        execute_local_transaction: ExecuteFn | None = None,
+        check_local_transaction: CheckFn | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(group, namesrv, **kw)
         self.execute_local_transaction = execute_local_transaction
         self.check_local_transaction = check_local_transaction
         # the producer's hook for broker -> producer requests (client/producer/producer.py)
         self._broker_requests[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
 
-    async def send_message_in_transaction(self, msg: Message, arg: Any = None
-                                          ) -> TransactionSendResult:
+    async def send_message_in_transaction(
+        self, msg: Message, arg: Any = None
+    ) -> TransactionSendResult:
         """Send ``msg`` as a half message, run the local transaction, end it."""
         if self.execute_local_transaction is None:
             raise ClientError("TransactionProducer needs execute_local_transaction")
@@ -107,26 +114,43 @@ class TransactionProducer(Producer):
             state, remark = await _run(self.execute_local_transaction, msg, arg)
         else:
             state = LocalTransactionState.ROLLBACK_MESSAGE
-        await self._end(result.offset_msg_id, result.queue_offset, result.msg_id, state,
-                        remark, from_check=False)
+        await self._end(
+            result.offset_msg_id,
+            result.queue_offset,
+            result.msg_id,
+            state,
+            remark,
+            from_check=False,
+        )
         return TransactionSendResult(result, state)
 
-    async def _end(self, offset_msg_id: str, queue_offset: int, msg_id: str,
-                   state: LocalTransactionState, remark: str | None, *,
-                   from_check: bool) -> None:
+    async def _end(
+        self,
+        offset_msg_id: str,
+        queue_offset: int,
+        msg_id: str,
+        state: LocalTransactionState,
+        remark: str | None,
+        *,
+        from_check: bool,
+    ) -> None:
         ip, port, phy = decode_offset_msg_id(offset_msg_id)
         addr = f"{'.'.join(str(b) for b in ip)}:{port}"
         ext = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=queue_offset,
-            commit_log_offset=phy, commit_or_rollback=state.value, msg_id=msg_id,
-            from_transaction_check=from_check, transaction_id=msg_id,
+            producer_group=self.group,
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=phy,
+            commit_or_rollback=state.value,
+            msg_id=msg_id,
+            from_transaction_check=from_check,
+            transaction_id=msg_id,
         ).to_ext_fields()
         try:
-            await self._pool.get(addr).invoke_oneway(RequestCode.END_TRANSACTION, ext,
-                                                     timeout=END_TIMEOUT)
+            await self._pool.get(addr).invoke_oneway(
+                RequestCode.END_TRANSACTION, ext, timeout=END_TIMEOUT
+            )
         except Exception as err:  # noqa: BLE001 - the broker checks back later
-            log.warning("END_TRANSACTION to %s failed (%s); the broker will check back",
-                        addr, err)
+            log.warning("END_TRANSACTION to %s failed (%s); the broker will check back", addr, err)
 
     def _on_check(self, cmd: Any) -> None:
         """CHECK_TRANSACTION_STATE (one-way): answer from ``check_local_transaction``."""
@@ -137,8 +161,7 @@ class TransactionProducer(Producer):
             log.warning("bad CHECK_TRANSACTION_STATE: %s", err)
             return None
         if self.check_local_transaction is None or not h.offset_msg_id:
-            log.warning("CHECK_TRANSACTION_STATE for %s: no check_local_transaction",
-                        h.msg_id)
+            log.warning("CHECK_TRANSACTION_STATE for %s: no check_local_transaction", h.msg_id)
             return None
         if m.sys_flag & SYSFLAG_COMPRESSED:
             try:
@@ -152,8 +175,9 @@ class TransactionProducer(Producer):
         assert self.check_local_transaction is not None and h.offset_msg_id
         state, remark = await _run(self.check_local_transaction, m)
         msg_id = m.properties.get(UNIQ_KEY) or h.offset_msg_id
-        await self._end(h.offset_msg_id, h.tran_state_table_offset, msg_id, state, remark,
-                        from_check=True)
+        await self._end(
+            h.offset_msg_id, h.tran_state_table_offset, msg_id, state, remark, from_check=True
+        )
 
 
 async def _run(fn: Callable[..., Any], *args: Any) -> tuple[LocalTransactionState, str | None]:

@@ -121,9 +121,11 @@ def admin_account(acl_file: Path) -> tuple[str, str]:
     for account in rules.accounts.values():
         if account.admin:
             return account.access_key, account.secret_key
-    raise ValueError(f"--acl {acl_file} has no account with admin: true: the brokers sign "
-                     "their registrations with one (the name server takes REGISTER_BROKER "
-                     "from admins only)")
+    raise ValueError(
+        f"--acl {acl_file} has no account with admin: true: the brokers sign "
+        "their registrations with one (the name server takes REGISTER_BROKER "
+        "from admins only)"
+    )
 
 
 def _security_argv(args: argparse.Namespace) -> list[str]:
@@ -133,8 +135,11 @@ def _security_argv(args: argparse.Namespace) -> list[str]:
         out += ["--acl", str(Path(args.acl).resolve())]
     if args.tls_mode != "disabled":
         out += ["--tls-mode", args.tls_mode]
-    for opt, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key),
-                       ("--tls-ca", args.tls_ca)):
+    for opt, value in (
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+        ("--tls-ca", args.tls_ca),
+    ):
         if value is not None:
             out += [opt, str(Path(value).resolve())]
     return out
@@ -156,8 +161,10 @@ def _namesrv_client(args: argparse.Namespace) -> tuple[list[str], dict[str, str]
         env[NAMESRV_SECRET_KEY_ENV] = secret_key
     if args.tls_mode != "disabled":
         trust = args.tls_ca if args.tls_ca is not None else args.tls_cert
-        argv += ["--namesrv-tls", *(["--namesrv-tls-ca", str(Path(trust).resolve())]
-                                    if trust is not None else [])]
+        argv += [
+            "--namesrv-tls",
+            *(["--namesrv-tls-ca", str(Path(trust).resolve())] if trust is not None else []),
+        ]
     return argv, env
 
 
@@ -174,14 +181,40 @@ def plan_cluster(args: argparse.Namespace) -> list[ChildSpec]:
     client_argv, client_env = _namesrv_client(args)
     specs: list[ChildSpec] = []
     if not args.namesrv:
-        specs.append(ChildSpec(
-            "namesrv", "namesrv", probe, args.namesrv_port, data / "namesrv",
-            py + ["namesrv", "--host", args.host, "--port", str(args.namesrv_port),
-                  "--data-dir", str(data / "namesrv"), "--log-level", args.log_level,
-                  *(["--no-log-file"] if args.no_log_file else []), *security,
-                  *shlex.split(args.namesrv_args)]))
-    common: list[str] = ["--delay-levels", args.delay_levels, "--flush-mode", args.flush_mode,
-                         "--log-level", args.log_level, *security, *client_argv]
+        specs.append(
+            ChildSpec(
+                "namesrv",
+                "namesrv",
+                probe,
+                args.namesrv_port,
+                data / "namesrv",
+                py
+                + [
+                    "namesrv",
+                    "--host",
+                    args.host,
+                    "--port",
+                    str(args.namesrv_port),
+                    "--data-dir",
+                    str(data / "namesrv"),
+                    "--log-level",
+                    args.log_level,
+                    *(["--no-log-file"] if args.no_log_file else []),
+                    *security,
+                    *shlex.split(args.namesrv_args),
+                ],
+            )
+        )
+    common: list[str] = [
+        "--delay-levels",
+        args.delay_levels,
+        "--flush-mode",
+        args.flush_mode,
+        "--log-level",
+        args.log_level,
+        *security,
+        *client_argv,
+    ]
     if args.segment_size_mb is not None:
         common += ["--segment-size-mb", str(args.segment_size_mb)]
     if args.no_message_logs:
@@ -195,10 +228,25 @@ def plan_cluster(args: argparse.Namespace) -> list[ChildSpec]:
         name = broker_name(first + i)
         port = args.base_port + PORT_STEP * i
         bdir = data / name
-        argv = py + ["broker", "--host", args.host, "--port", str(port), "--data-dir", str(bdir),
-                     "--namesrv", namesrv_addr, "--broker-name", name,
-                     "--cluster", args.cluster, "--broker-ip", broker_ip, *common,
-                     *shlex.split(args.broker_args)]
+        argv = py + [
+            "broker",
+            "--host",
+            args.host,
+            "--port",
+            str(port),
+            "--data-dir",
+            str(bdir),
+            "--namesrv",
+            namesrv_addr,
+            "--broker-name",
+            name,
+            "--cluster",
+            args.cluster,
+            "--broker-ip",
+            broker_ip,
+            *common,
+            *shlex.split(args.broker_args),
+        ]
         specs.append(ChildSpec(name, "broker", probe, port, bdir, argv, dict(client_env)))
     return specs
 
@@ -211,15 +259,25 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 class ClusterSupervisor:
-    def __init__(self, specs: list[ChildSpec], status_file: Path | None, log: Any, *,
-                 restart_backoff: float = 0.5, healthy_after: float = 10.0,
-                 max_failures: int = 5, start_timeout: float = 60.0,
-                 stop_timeout: float = 30.0, out: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        specs: list[ChildSpec],
+        status_file: Path | None,
+        log: Any,
+        *,
+        restart_backoff: float = 0.5,
+        healthy_after: float = 10.0,
+        max_failures: int = 5,
+        start_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
+        out: Callable[[str], None] | None = None,
+    ) -> None:
         self.children = {s.name: Child(s) for s in specs}
         self.status_file = status_file
         self.log = log
-        self.supervisor = Supervisor(log, base_delay=restart_backoff, max_delay=30.0,
-                                     healthy_after=healthy_after)
+        self.supervisor = Supervisor(
+            log, base_delay=restart_backoff, max_delay=30.0, healthy_after=healthy_after
+        )
         self.max_failures = max_failures
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -235,9 +293,13 @@ class ClusterSupervisor:
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         linux = sys.platform.startswith("linux")
         child.proc = subprocess.Popen(
-            spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            spec.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             env={**os.environ, **spec.env} if spec.env else None,
-            process_group=0, preexec_fn=_die_with_parent if linux else None)
+            process_group=0,
+            preexec_fn=_die_with_parent if linux else None,
+        )
         child.starts += 1
         child.state = "starting"
 
@@ -249,27 +311,36 @@ class ClusterSupervisor:
         while time.monotonic() < deadline:
             if (rc := proc.poll()) is not None:
                 child.last_exit, child.state = rc, "failed"
-                raise ClusterError(f"{spec.name} exited with code {rc} before listening on "
-                                   f"{spec.address}")
+                raise ClusterError(
+                    f"{spec.name} exited with code {rc} before listening on {spec.address}"
+                )
             try:
-                _r, w = await asyncio.wait_for(
-                    asyncio.open_connection(spec.host, spec.port), 2.0)
+                _r, w = await asyncio.wait_for(asyncio.open_connection(spec.host, spec.port), 2.0)
             except (OSError, TimeoutError):
                 await asyncio.sleep(0.1)
                 continue
             w.close()
             child.state = "running"
             restart = f" (restart {child.starts - 1})" if child.starts > 1 else ""
-            self.out(f"{spec.name:<9} {spec.kind:<8} {spec.address:<22} pid {proc.pid:<8} "
-                     f"data {spec.data_dir}{restart}")
-            self.log.info("cluster.child_started", name=spec.name, kind=spec.kind,
-                          address=spec.address, pid=proc.pid, starts=child.starts)
+            self.out(
+                f"{spec.name:<9} {spec.kind:<8} {spec.address:<22} pid {proc.pid:<8} "
+                f"data {spec.data_dir}{restart}"
+            )
+            self.log.info(
+                "cluster.child_started",
+                name=spec.name,
+                kind=spec.kind,
+                address=spec.address,
+                pid=proc.pid,
+                starts=child.starts,
+            )
             self._write_status()
             return
         self._kill(child)
         child.state = "failed"
-        raise ClusterError(f"{spec.name} did not listen on {spec.address} within "
-                           f"{self.start_timeout:.0f} s")
+        raise ClusterError(
+            f"{spec.name} did not listen on {spec.address} within {self.start_timeout:.0f} s"
+        )
 
     async def _start_child(self, child: Child) -> None:
         self._spawn(child)
@@ -304,10 +375,16 @@ class ClusterSupervisor:
 
     def _give_up(self, child: Child, st: ServiceState) -> None:
         child.state = "failed"
-        self.failure = (f"{child.spec.name} failed {st.consecutive} times in a row "
-                        f"(last: {st.last_error}); giving up")
-        self.log.error("cluster.gave_up", name=child.spec.name, failures=st.consecutive,
-                       error=st.last_error or "")
+        self.failure = (
+            f"{child.spec.name} failed {st.consecutive} times in a row "
+            f"(last: {st.last_error}); giving up"
+        )
+        self.log.error(
+            "cluster.gave_up",
+            name=child.spec.name,
+            failures=st.consecutive,
+            error=st.last_error or "",
+        )
         self.done.set()
 
     def _kill(self, child: Child) -> None:
@@ -325,9 +402,10 @@ class ClusterSupervisor:
             for c in children:
                 if c.spec.kind == "namesrv":
                     await self._start_child(c)
-            results = await asyncio.gather(*(self._start_child(c) for c in children
-                                             if c.spec.kind == "broker"),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._start_child(c) for c in children if c.spec.kind == "broker"),
+                return_exceptions=True,
+            )
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 raise errors[0]
@@ -359,19 +437,30 @@ class ClusterSupervisor:
             while proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if proc.poll() is None:
-                self.out(f"{child.spec.name:<9} did not stop within {self.stop_timeout:.0f} s;"
-                         " killed")
+                self.out(
+                    f"{child.spec.name:<9} did not stop within {self.stop_timeout:.0f} s; killed"
+                )
                 self._kill(child)
         child.last_exit = proc.returncode
         if child.state != "failed":
             child.state = "stopped"
 
     def status(self) -> dict[str, Any]:
-        return {"cluster": [{
-            "name": c.spec.name, "kind": c.spec.kind, "address": c.spec.address,
-            "pid": c.proc.pid if c.proc is not None else None, "starts": c.starts,
-            "state": c.state, "last_exit": c.last_exit, "data_dir": str(c.spec.data_dir),
-        } for c in self.children.values()]}
+        return {
+            "cluster": [
+                {
+                    "name": c.spec.name,
+                    "kind": c.spec.kind,
+                    "address": c.spec.address,
+                    "pid": c.proc.pid if c.proc is not None else None,
+                    "starts": c.starts,
+                    "state": c.state,
+                    "last_exit": c.last_exit,
+                    "data_dir": str(c.spec.data_dir),
+                }
+                for c in self.children.values()
+            ]
+        }
 
     def _write_status(self) -> None:
         if self.status_file is None:
@@ -393,8 +482,12 @@ async def run_cluster(sup: ClusterSupervisor) -> int:
         return 1
     brokers = [c.spec for c in sup.children.values() if c.spec.kind == "broker"]
     where = brokers[0].argv[brokers[0].argv.index("--namesrv") + 1]
-    print(f"kairosmq cluster: {len(brokers)} broker(s) registering with the name server(s) "
-          f"{where}; Ctrl-C stops them", file=sys.stderr, flush=True)
+    print(
+        f"kairosmq cluster: {len(brokers)} broker(s) registering with the name server(s) "
+        f"{where}; Ctrl-C stops them",
+        file=sys.stderr,
+        flush=True,
+    )
     await sup.done.wait()
     if sup.failure is not None:
         reason = "gave up"
@@ -408,46 +501,88 @@ async def run_cluster(sup: ClusterSupervisor) -> int:
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from ..config import DEFAULT_DELAY_LEVELS, FlushMode
 
-    p = sub.add_parser("cluster", help="run a name server and N brokers on this machine, "
-                       "supervised (docs/cluster.md)")
+    p = sub.add_parser(
+        "cluster",
+        help="run a name server and N brokers on this machine, supervised (docs/cluster.md)",
+    )
     p.add_argument("--brokers", type=int, default=2, help="broker processes (default 2)")
-    p.add_argument("--data-dir", type=Path, default=Path("./cluster-data"),
-                   help="<dir>/namesrv, <dir>/broker-a, ... (default ./cluster-data)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("./cluster-data"),
+        help="<dir>/namesrv, <dir>/broker-a, ... (default ./cluster-data)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address every process binds")
-    p.add_argument("--broker-ip", default=None,
-                   help="address brokers register (default: --host, 127.0.0.1 for 0.0.0.0)")
+    p.add_argument(
+        "--broker-ip",
+        default=None,
+        help="address brokers register (default: --host, 127.0.0.1 for 0.0.0.0)",
+    )
     p.add_argument("--namesrv-port", type=int, default=9876)
-    p.add_argument("--base-port", type=int, default=10911,
-                   help="first broker's port; broker i listens on base + 10*i")
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=10911,
+        help="first broker's port; broker i listens on base + 10*i",
+    )
     p.add_argument("--cluster", default=CLUSTER_NAME, help="brokerClusterName")
-    p.add_argument("--namesrv", default=None, metavar="HOST:PORT[;HOST:PORT]",
-                   help="start no name server: brokers register with these (kairosmq's or "
-                   "Apache RocketMQ 4.x's; one machine of several, docs/cluster.md)")
-    p.add_argument("--first-broker", default="a", metavar="LETTERS",
-                   help="name of the first broker: broker-<LETTERS> (default a); the next "
-                   "ones follow (c -> broker-c, broker-d, ...): unique names across machines")
+    p.add_argument(
+        "--namesrv",
+        default=None,
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="start no name server: brokers register with these (kairosmq's or "
+        "Apache RocketMQ 4.x's; one machine of several, docs/cluster.md)",
+    )
+    p.add_argument(
+        "--first-broker",
+        default="a",
+        metavar="LETTERS",
+        help="name of the first broker: broker-<LETTERS> (default a); the next "
+        "ones follow (c -> broker-c, broker-d, ...): unique names across machines",
+    )
     p.add_argument("--delay-levels", default=DEFAULT_DELAY_LEVELS)
-    p.add_argument("--flush-mode", choices=[m.value for m in FlushMode],
-                   default=FlushMode.ASYNC_FLUSH.value)
+    p.add_argument(
+        "--flush-mode", choices=[m.value for m in FlushMode], default=FlushMode.ASYNC_FLUSH.value
+    )
     p.add_argument("--segment-size-mb", type=float, default=None)
     p.add_argument("--log-level", default="info")
     p.add_argument("--no-message-logs", action="store_true")
     p.add_argument("--no-log-file", action="store_true")
     p.add_argument("--no-vip-channel", action="store_true")
-    p.add_argument("--broker-args", default="", metavar="ARGS",
-                   help="more `kairosmq broker` options for every broker, one string")
-    p.add_argument("--namesrv-args", default="", metavar="ARGS",
-                   help="more `kairosmq namesrv` options, one string")
+    p.add_argument(
+        "--broker-args",
+        default="",
+        metavar="ARGS",
+        help="more `kairosmq broker` options for every broker, one string",
+    )
+    p.add_argument(
+        "--namesrv-args",
+        default="",
+        metavar="ARGS",
+        help="more `kairosmq namesrv` options, one string",
+    )
     from ..cli import add_security_options
 
     add_security_options(p)  # to the name server and every broker (docs/cluster.md)
     g = p.add_argument_group("supervision")
-    g.add_argument("--restart-backoff", type=float, default=0.5,
-                   help="first restart delay of a dead child, doubled per failure in a row")
-    g.add_argument("--healthy-after", type=float, default=10.0,
-                   help="seconds a restarted child must run to reset its backoff")
-    g.add_argument("--max-failures", type=int, default=5,
-                   help="failures in a row after which the cluster stops (exit 1)")
+    g.add_argument(
+        "--restart-backoff",
+        type=float,
+        default=0.5,
+        help="first restart delay of a dead child, doubled per failure in a row",
+    )
+    g.add_argument(
+        "--healthy-after",
+        type=float,
+        default=10.0,
+        help="seconds a restarted child must run to reset its backoff",
+    )
+    g.add_argument(
+        "--max-failures",
+        type=int,
+        default=5,
+        help="failures in a row after which the cluster stops (exit 1)",
+    )
     g.add_argument("--start-timeout", type=float, default=60.0)
     g.add_argument("--stop-timeout", type=float, default=30.0)
 
@@ -481,13 +616,22 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"kairosmq cluster: {err}", file=sys.stderr)
         return 2
-    configure_logging(json=True, log_dir=None if args.no_log_file else data / "logs",
-                      stdout=False, level=args.log_level)
+    configure_logging(
+        json=True,
+        log_dir=None if args.no_log_file else data / "logs",
+        stdout=False,
+        level=args.log_level,
+    )
     sup = ClusterSupervisor(
-        specs, data.resolve() / "cluster.json", get_logger("cluster"),
-        restart_backoff=args.restart_backoff, healthy_after=args.healthy_after,
-        max_failures=args.max_failures, start_timeout=args.start_timeout,
-        stop_timeout=args.stop_timeout)
+        specs,
+        data.resolve() / "cluster.json",
+        get_logger("cluster"),
+        restart_backoff=args.restart_backoff,
+        healthy_after=args.healthy_after,
+        max_failures=args.max_failures,
+        start_timeout=args.start_timeout,
+        stop_timeout=args.stop_timeout,
+    )
     try:
         return asyncio.run(run_cluster(sup))
     finally:

@@ -110,13 +110,15 @@ def namesrv_ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
     if not config.namesrv_tls:
         return None
     ca = config.namesrv_tls_ca
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
-                                     cafile=None if ca is None else str(ca))
+    ctx = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=None if ca is None else str(ca)
+    )
     if ca is not None:
         ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     if config.tls_cert is not None:
-        ctx.load_cert_chain(str(config.tls_cert),
-                            None if config.tls_key is None else str(config.tls_key))
+        ctx.load_cert_chain(
+            str(config.tls_cert), None if config.tls_key is None else str(config.tls_key)
+        )
     return ctx
 
 
@@ -139,18 +141,28 @@ class NameServerLink:
     last_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "registered": self.registered,
-                "registrations": self.registrations,
-                "lastRegisteredTs": self.last_registered_ms or None,
-                "failures": self.failures, "lastError": self.last_error}
+        return {
+            "address": self.address,
+            "registered": self.registered,
+            "registrations": self.registrations,
+            "lastRegisteredTs": self.last_registered_ms or None,
+            "failures": self.failures,
+            "lastError": self.last_error,
+        }
 
 
 class BrokerRegistration:
     """Keeps this broker registered with every name server of ``config.namesrv_addr``."""
 
-    def __init__(self, *, config: BrokerConfig, endpoints: Endpoints,
-                 topics: TopicConfigManager, log: Any,
-                 clock_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        endpoints: Endpoints,
+        topics: TopicConfigManager,
+        log: Any,
+        clock_ms: Callable[[], int] = wall_ms,
+    ) -> None:
         assert config.namesrv_addr is not None
         self.config = config
         self.endpoints = endpoints
@@ -160,9 +172,12 @@ class BrokerRegistration:
         self.data_version = DataVersion(clock_ms(), 0)
         hook = rpc_hook_for(namesrv_credentials(config))
         tls = namesrv_ssl_context(config)
-        self.links = [NameServerLink(a, RemotingClient(a, backoff_base=0.1, backoff_max=2.0,
-                                                       rpc_hook=hook, ssl=tls))
-                      for a in parse_namesrv_addr(config.namesrv_addr)]
+        self.links = [
+            NameServerLink(
+                a, RemotingClient(a, backoff_base=0.1, backoff_max=2.0, rpc_hook=hook, ssl=tls)
+            )
+            for a in parse_namesrv_addr(config.namesrv_addr)
+        ]
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -172,15 +187,23 @@ class BrokerRegistration:
 
     def topic_changed(self, topic: str) -> None:  # noqa: ARG002 - every change is alike
         """A topic was created, updated or deleted: a new version, registered at once."""
-        self.data_version = self.data_version.next(max(self.clock_ms(),
-                                                       self.data_version.timestamp))
+        self.data_version = self.data_version.next(
+            max(self.clock_ms(), self.data_version.timestamp)
+        )
         for ev in self._wake.values():
             ev.set()
 
     @staticmethod
     def _topic_config(t: TopicConfig) -> TopicConfigData:
-        return TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm,
-                               "SINGLE_TAG", t.topic_sys_flag, t.order)
+        return TopicConfigData(
+            t.topic_name,
+            t.read_queue_nums,
+            t.write_queue_nums,
+            t.perm,
+            "SINGLE_TAG",
+            t.topic_sys_flag,
+            t.order,
+        )
 
     def register_request(self) -> RemotingCommand:
         """REGISTER_BROKER as ``BrokerOuterAPI.registerBrokerAll`` builds it: the whole
@@ -189,11 +212,15 @@ class BrokerRegistration:
         Built in one go (tests); the registration task uses ``register_request_async``."""
         ep, cfg = self.endpoints, self.config
         return build_register_broker(
-            cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
-            broker_addr=ep.address, ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
+            cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name,
+            broker_addr=ep.address,
+            ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
             topic_configs=[self._topic_config(t) for t in self.topics.topics.values()],
-            data_version=self.data_version, broker_id=cfg.broker_id,
-            compressed=cfg.compressed_register)
+            data_version=self.data_version,
+            broker_id=cfg.broker_id,
+            compressed=cfg.compressed_register,
+        )
 
     async def register_request_async(self) -> RemotingCommand:
         """``register_request``'s command, built without stalling the event loop: the
@@ -205,7 +232,7 @@ class BrokerRegistration:
         rows = list(self.topics.topics.values())
         configs: list[TopicConfigData] = []
         for i in range(0, len(rows), REGISTER_PART_TOPICS):
-            configs += [self._topic_config(t) for t in rows[i:i + REGISTER_PART_TOPICS]]
+            configs += [self._topic_config(t) for t in rows[i : i + REGISTER_PART_TOPICS]]
             await asyncio.sleep(0)
         parts: list[bytes] = []
         for part in register_body_parts(configs, version, [], cfg.compressed_register):
@@ -213,9 +240,15 @@ class BrokerRegistration:
             await asyncio.sleep(0)
         body, crc = await asyncio.to_thread(_finish_body, parts, cfg.compressed_register)
         return register_broker_request(
-            body, cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
-            broker_addr=ep.address, ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
-            broker_id=cfg.broker_id, compressed=cfg.compressed_register, crc32=crc)
+            body,
+            cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name,
+            broker_addr=ep.address,
+            ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
+            broker_id=cfg.broker_id,
+            compressed=cfg.compressed_register,
+            crc32=crc,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -223,9 +256,13 @@ class BrokerRegistration:
         """One supervised task per name server; the first registration starts at once."""
         for link in self.links:
             self._wake[link.address] = asyncio.Event()
-            self._tasks.append(supervisor.spawn(
-                f"register {link.address}", lambda st, lk=link: self._run(lk, st),
-                reports_progress=True))
+            self._tasks.append(
+                supervisor.spawn(
+                    f"register {link.address}",
+                    lambda st, lk=link: self._run(lk, st),
+                    reports_progress=True,
+                )
+            )
 
     async def _run(self, link: NameServerLink, st: ServiceState) -> None:
         wake = self._wake[link.address]
@@ -236,8 +273,9 @@ class BrokerRegistration:
             if ok:
                 wait = self.config.register_period
             else:
-                wait = min(self.config.register_period,
-                           RETRY_BASE * 2 ** min(link.failures - 1, 16))
+                wait = min(
+                    self.config.register_period, RETRY_BASE * 2 ** min(link.failures - 1, 16)
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), wait)
 
@@ -247,18 +285,22 @@ class BrokerRegistration:
         cmd = await self.register_request_async()
         started = time.monotonic()
         try:
-            resp = await link.client.invoke(cmd.code, cmd.ext_fields, cmd.body,
-                                            timeout=self.config.register_timeout)
+            resp = await link.client.invoke(
+                cmd.code, cmd.ext_fields, cmd.body, timeout=self.config.register_timeout
+            )
             decode_register_response(resp)  # ValueError unless SUCCESS
         except (ClientError, ValueError, OSError) as err:
             link.registered = False
             link.failures += 1
             link.last_error = f"{type(err).__name__}: {err}"
-            retry = min(self.config.register_period, RETRY_BASE * 2 ** min(link.failures - 1,
-                                                                            16))
-            self.log.warning("broker.register_failed", namesrv=link.address,
-                             error=link.last_error, failures=link.failures,
-                             retry_in_ms=round(retry * 1000, 3))
+            retry = min(self.config.register_period, RETRY_BASE * 2 ** min(link.failures - 1, 16))
+            self.log.warning(
+                "broker.register_failed",
+                namesrv=link.address,
+                error=link.last_error,
+                failures=link.failures,
+                retry_in_ms=round(retry * 1000, 3),
+            )
             return False
         link.registered = True
         link.registrations += 1
@@ -267,9 +309,13 @@ class BrokerRegistration:
         link.last_error = None
         # every 30 s per name server (RocketMQ logs each "register broker ... OK" too)
         self.log.info(
-            "broker.registered", namesrv=link.address, broker_addr=self.endpoints.address,
-            topic_count=len(self.topics.topics), data_version=version.counter,
-            duration_ms=round((time.monotonic() - started) * 1000, 3))
+            "broker.registered",
+            namesrv=link.address,
+            broker_addr=self.endpoints.address,
+            topic_count=len(self.topics.topics),
+            data_version=version.counter,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+        )
         return True
 
     async def stop(self) -> None:
@@ -289,22 +335,29 @@ class BrokerRegistration:
 
     async def _unregister(self, link: NameServerLink) -> None:
         cfg = self.config
-        cmd = build_unregister_broker(cluster_name=cfg.cluster_name,
-                                      broker_name=cfg.broker_name,
-                                      broker_addr=self.endpoints.address,
-                                      broker_id=cfg.broker_id)
+        cmd = build_unregister_broker(
+            cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name,
+            broker_addr=self.endpoints.address,
+            broker_id=cfg.broker_id,
+        )
         try:
-            resp = await link.client.invoke(cmd.code, cmd.ext_fields, cmd.body,
-                                            timeout=min(cfg.register_timeout, 3.0))
+            resp = await link.client.invoke(
+                cmd.code, cmd.ext_fields, cmd.body, timeout=min(cfg.register_timeout, 3.0)
+            )
             if resp.code != ResponseCode.SUCCESS:
                 raise ValueError(f"UNREGISTER_BROKER refused: code {resp.code}: {resp.remark}")
         except (ClientError, ValueError, OSError) as err:
-            self.log.warning("broker.unregister_failed", namesrv=link.address,
-                             error=f"{type(err).__name__}: {err}")
+            self.log.warning(
+                "broker.unregister_failed",
+                namesrv=link.address,
+                error=f"{type(err).__name__}: {err}",
+            )
             return
         link.registered = False
-        self.log.info("broker.unregistered", namesrv=link.address,
-                      broker_addr=self.endpoints.address)
+        self.log.info(
+            "broker.unregistered", namesrv=link.address, broker_addr=self.endpoints.address
+        )
 
     # ------------------------------------------------------------------ queries
 
@@ -314,8 +367,10 @@ class BrokerRegistration:
 
     def status(self) -> dict[str, Any]:
         """What ``kairosmq admin status`` shows under ``registration``."""
-        return {"dataVersion": self.data_version.to_dict(),
-                "periodMs": round(self.config.register_period * 1000),
-                "accessKey": self.config.namesrv_access_key,
-                "tls": self.config.namesrv_tls,
-                "nameServers": [link.as_dict() for link in self.links]}
+        return {
+            "dataVersion": self.data_version.to_dict(),
+            "periodMs": round(self.config.register_period * 1000),
+            "accessKey": self.config.namesrv_access_key,
+            "tls": self.config.namesrv_tls,
+            "nameServers": [link.as_dict() for link in self.links],
+        }

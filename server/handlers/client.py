@@ -60,8 +60,10 @@ def heartbeat_parts(data: HeartbeatData) -> list[HeartbeatData]:
     total = len(producers) + sum(1 + len(c.subscriptions) for c in data.consumers)
     if total <= HEARTBEAT_SLICE:
         return [data]
-    parts = [HeartbeatData(data.client_id, producers[i:i + HEARTBEAT_SLICE], [])
-             for i in range(0, len(producers), HEARTBEAT_SLICE)]
+    parts = [
+        HeartbeatData(data.client_id, producers[i : i + HEARTBEAT_SLICE], [])
+        for i in range(0, len(producers), HEARTBEAT_SLICE)
+    ]
     consumers: list[ConsumerData] = []
     work = 0
     for consumer in data.consumers:
@@ -87,9 +89,16 @@ class ClientManageProcessor:
     """HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, LOCK_BATCH_MQ,
     UNLOCK_BATCH_MQ and CHECK_CLIENT_CONFIG."""
 
-    def __init__(self, *, clients: ClientRegistry, locks: LockManager,
-                 topics: TopicConfigManager, config: BrokerConfig, log: Any,
-                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clients: ClientRegistry,
+        locks: LockManager,
+        topics: TopicConfigManager,
+        config: BrokerConfig,
+        log: Any,
+        subscriptions: SubscriptionGroupManager | None = None,
+    ) -> None:
         self.subscriptions = subscriptions  # MQADMIN: auto-created on heartbeat, as RocketMQ
         self.clients = clients
         self.locks = locks
@@ -107,8 +116,9 @@ class ClientManageProcessor:
             return cmd.response()
         return self._register_parts(conn, cmd, parts)
 
-    async def _register_parts(self, conn: Connection, cmd: RemotingCommand,
-                              parts: list[HeartbeatData]) -> RemotingCommand:
+    async def _register_parts(
+        self, conn: Connection, cmd: RemotingCommand, parts: list[HeartbeatData]
+    ) -> RemotingCommand:
         """A big heartbeat (RocketMQ has no count limit: one client instance heartbeats
         for every group in its JVM) registered ``HEARTBEAT_SLICE`` groups per loop turn."""
         for i, part in enumerate(parts):
@@ -123,14 +133,15 @@ class ClientManageProcessor:
         """Register the groups of ``data`` (and create their retry topics)."""
         config = self.config
         for group in data.producer_groups:
-            self.clients.register_producer(group, data.client_id, conn, cmd.version,
-                                           _language(cmd))
+            self.clients.register_producer(group, data.client_id, conn, cmd.version, _language(cmd))
         for consumer in data.consumers:
-            self.clients.register_consumer(consumer, data.client_id, conn, cmd.version,
-                                           _language(cmd))
+            self.clients.register_consumer(
+                consumer, data.client_id, conn, cmd.version, _language(cmd)
+            )
             for sub in consumer.subscriptions:  # SQL92: compile now, log a bad one
-                property_filter.try_compile(config.enable_property_filter, self.log,
-                                            consumer.group_name, sub)
+                property_filter.try_compile(
+                    config.enable_property_filter, self.log, consumer.group_name, sub
+                )
             queue_nums = config.retry_queue_nums
             if self.subscriptions is not None:
                 group_cfg = self.subscriptions.find(consumer.group_name)
@@ -149,9 +160,14 @@ class ClientManageProcessor:
                 subs.check_room([c.group_name for c in data.consumers])
             except ValueError as err:
                 raise ingress.Rejected(ResponseCode.SYSTEM_ERROR, str(err)) from None
-        new = sorted({retry_topic(c.group_name) for c in data.consumers
-                      if c.message_model == "CLUSTERING" and self._group_exists_after(
-                          c.group_name)} - self.topics.topics.keys())
+        new = sorted(
+            {
+                retry_topic(c.group_name)
+                for c in data.consumers
+                if c.message_model == "CLUSTERING" and self._group_exists_after(c.group_name)
+            }
+            - self.topics.topics.keys()
+        )
         if new:
             self.topics.check_room(new[0], len(new))
 
@@ -174,8 +190,7 @@ class ClientManageProcessor:
         ingress.check_group(h.consumer_group, "consumerGroup")
         ids = self.clients.consumer_ids(h.consumer_group)
         if not ids:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"no consumer in group {h.consumer_group}")
+            return cmd.error(ResponseCode.SYSTEM_ERROR, f"no consumer in group {h.consumer_group}")
         return cmd.response(body=encode_consumer_list(ids))
 
     def handle_lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -189,12 +204,12 @@ class ClientManageProcessor:
     def handle_unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         req = LockBatchRequest.from_json(cmd.body)
         mqs = ingress.check_lock_batch(self.topics, req)
-        self.locks.unlock(req.consumer_group, req.client_id,
-                          [(mq.topic, mq.queue_id) for mq in mqs])
+        self.locks.unlock(
+            req.consumer_group, req.client_id, [(mq.topic, mq.queue_id) for mq in mqs]
+        )
         return cmd.response()
 
-    def handle_check_client_config(self, conn: Connection,
-                                   cmd: RemotingCommand) -> RemotingCommand:
+    def handle_check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         # TAG passes; SQL92 must compile (SUBSCRIPTION_PARSE_FAILED with the position)
         property_filter.check_client_config(self.config.enable_property_filter, cmd.body)
         return cmd.response()

@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 class DefaultRequestProcessor:
     """The name-server port's route, cluster, topic-list and config requests."""
 
-    def __init__(self, *, topics: TopicConfigManager, endpoints: Endpoints,
-                 config: BrokerConfig) -> None:
+    def __init__(
+        self, *, topics: TopicConfigManager, endpoints: Endpoints, config: BrokerConfig
+    ) -> None:
         self.topics = topics
         self.endpoints = endpoints
         self.config = config
@@ -61,14 +62,22 @@ class DefaultRequestProcessor:
         h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
         cfg = ingress.check_known_topic(self.topics, h.topic)
         if cfg is None:
-            return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
-                             f"no route for topic {h.topic}: it does not exist yet")
+            return cmd.error(
+                ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {h.topic}: it does not exist yet"
+            )
         return cmd.response(body=self._route(cfg))
 
     def _route(self, cfg: TopicConfig) -> bytes:
         route = TopicRouteData(
-            queue_datas=[QueueData(self.config.broker_name, cfg.read_queue_nums,
-                                   cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag)],
+            queue_datas=[
+                QueueData(
+                    self.config.broker_name,
+                    cfg.read_queue_nums,
+                    cfg.write_queue_nums,
+                    cfg.perm,
+                    cfg.topic_sys_flag,
+                )
+            ],
             broker_datas=[self._broker_data()],
         )
         return route.to_json()
@@ -81,28 +90,33 @@ class DefaultRequestProcessor:
         }
         return cmd.response(body=orjson.dumps(body))
 
-    async def handle_topic_list(self, conn: Connection,
-                                cmd: RemotingCommand) -> RemotingCommand:
+    async def handle_topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         # RocketMQ's TopicList is a set; encoded in parts between other requests
-        parts = encode_parts(b'{"topicList":[', list(self.topics.topics), b"]}",
-                             mapping=False)
+        parts = encode_parts(b'{"topicList":[', list(self.topics.topics), b"]}", mapping=False)
         return cmd.response(body=await collect(parts))
 
     def handle_namesrv_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """The embedded name server's settings under NamesrvConfig/NettyServerConfig names."""
-        props = {"listenPort": str(self.endpoints.namesrv_port), "clusterTest": "false",
-                 "orderMessageEnable": "false", "productEnvName": "center",
-                 "rocketmqHome": str(Path(self.config.data_dir).resolve()),
-                 "serverChannelMaxIdleTimeSeconds": f"{self.config.idle_timeout:g}"}
+        props = {
+            "listenPort": str(self.endpoints.namesrv_port),
+            "clusterTest": "false",
+            "orderMessageEnable": "false",
+            "productEnvName": "center",
+            "rocketmqHome": str(Path(self.config.data_dir).resolve()),
+            "serverChannelMaxIdleTimeSeconds": f"{self.config.idle_timeout:g}",
+        }
         return cmd.response(body=properties_to_string(props).encode())
 
-    def handle_delete_topic_in_namesrv(self, conn: Connection,
-                                       cmd: RemotingCommand) -> RemotingCommand:
+    def handle_delete_topic_in_namesrv(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_topic(h.topic)
         if self.topics.get(h.topic) is not None:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"topic {h.topic} still exists in broker {self.config.broker_name}"
-                             ": delete it there first (DELETE_TOPIC_IN_BROKER); the embedded "
-                             "name server routes the broker's topics")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"topic {h.topic} still exists in broker {self.config.broker_name}"
+                ": delete it there first (DELETE_TOPIC_IN_BROKER); the embedded "
+                "name server routes the broker's topics",
+            )
         return cmd.response()

@@ -54,37 +54,49 @@ def _offset(cmd: RemotingCommand, value: int) -> RemotingCommand:
 class ConsumerManageProcessor:
     """QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET."""
 
-    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, log: Any,
-                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reads: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        log: Any,
+        subscriptions: SubscriptionGroupManager | None = None,
+    ) -> None:
         self.reads = reads
         self.topics = topics
         self.offsets = offsets
         self.log = log
         self.subscriptions = subscriptions
 
-    def handle_query_consumer_offset(self, conn: Connection,
-                                     cmd: RemotingCommand) -> RemotingCommand:
+    def handle_query_consumer_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         h = QueryConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
         off = self.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if off is not None and off >= 0:
             return _offset(cmd, off)
-        if self.reads.min_offset(h.topic, h.queue_id) == 0 and self.reads.max_offset(
-            h.topic, h.queue_id
-        ) > 0:
+        if (
+            self.reads.min_offset(h.topic, h.queue_id) == 0
+            and self.reads.max_offset(h.topic, h.queue_id) > 0
+        ):
             return _offset(cmd, 0)
-        return cmd.error(ResponseCode.QUERY_NOT_FOUND,
-                         f"no offset for group {h.consumer_group} on {h.topic}:{h.queue_id}")
+        return cmd.error(
+            ResponseCode.QUERY_NOT_FOUND,
+            f"no offset for group {h.consumer_group} on {h.topic}:{h.queue_id}",
+        )
 
-    def handle_update_consumer_offset(self, conn: Connection,
-                                      cmd: RemotingCommand) -> RemotingCommand:
+    def handle_update_consumer_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext_fields(cmd.ext_fields)
         cfg = ingress.check_consumer_queue(self.topics, h.consumer_group, h.topic, h.queue_id)
         if cfg is None:
-            raise ingress.Rejected(ResponseCode.TOPIC_NOT_EXIST,
-                                   f"topic {h.topic} does not exist: no offset is stored for "
-                                   f"it")
+            raise ingress.Rejected(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic {h.topic} does not exist: no offset is stored for it",
+            )
         if self.subscriptions is not None:
             refused = self.subscriptions.missing(h.consumer_group)
             if refused is not None:
@@ -94,8 +106,13 @@ class ConsumerManageProcessor:
             if full is not None:
                 raise ingress.Rejected(ResponseCode.SYSTEM_ERROR, full)
             self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-            self.log.debug("offset.committed", group=h.consumer_group, topic=h.topic,
-                           queue_id=h.queue_id, offset=h.commit_offset)
+            self.log.debug(
+                "offset.committed",
+                group=h.consumer_group,
+                topic=h.topic,
+                queue_id=h.queue_id,
+                offset=h.commit_offset,
+            )
         return cmd.response()
 
 
@@ -120,13 +137,17 @@ class QueueOffsetProcessor:
         h = self._queue(cmd)
         return _offset(cmd, self.reads.min_offset(h.topic, h.queue_id))
 
-    def handle_earliest_msg_storetime(self, conn: Connection,
-                                      cmd: RemotingCommand) -> RemotingCommand:
+    def handle_earliest_msg_storetime(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         h = self._queue(cmd)
         first = self.reads.min_offset(h.topic, h.queue_id)
         ts = self.reads.store_time_at(h.topic, h.queue_id, first)
-        return cmd.response(ext_fields=EarliestMsgStoretimeResponseHeader(
-            timestamp=ts if ts is not None else -1).to_ext_fields())
+        return cmd.response(
+            ext_fields=EarliestMsgStoretimeResponseHeader(
+                timestamp=ts if ts is not None else -1
+            ).to_ext_fields()
+        )
 
     def handle_search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = SearchOffsetRequestHeader.from_ext_fields(cmd.ext_fields)

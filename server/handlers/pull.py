@@ -66,12 +66,22 @@ Filter = frozenset[int] | Selector | None
 class PullMessageProcessor:
     """PULL_MESSAGE."""
 
-    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                 notifier: ArrivalNotifier, holds: PullHolds, stats: BrokerStats,
-                 config: BrokerConfig, log: Any, msglog: Any,
-                 running: Callable[[], bool],
-                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reads: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        notifier: ArrivalNotifier,
+        holds: PullHolds,
+        stats: BrokerStats,
+        config: BrokerConfig,
+        log: Any,
+        msglog: Any,
+        running: Callable[[], bool],
+        subscriptions: SubscriptionGroupManager | None = None,
+    ) -> None:
         self.subscriptions = subscriptions  # MQADMIN: consumeEnable etc. (tables/subscriptions.py)
         self.reads = reads
         self.topics = topics
@@ -89,8 +99,8 @@ class PullMessageProcessor:
         if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
             if not property_filter.is_tag_type(h.expression_type):
                 return property_filter.sql_subscription(
-                    h.topic, h.subscription, h.sub_version,
-                    h.expression_type)  # type: ignore[arg-type]  # a str: not a tag type
+                    h.topic, h.subscription, h.sub_version, h.expression_type
+                )  # type: ignore[arg-type]  # a str: not a tag type
             return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
         return self.clients.subscription(h.consumer_group, h.topic)
 
@@ -100,7 +110,8 @@ class PullMessageProcessor:
         if self.subscriptions is not None:  # the group's config first, as RocketMQ does
             info = self.clients.group_info(h.consumer_group)
             refused = self.subscriptions.pull_refusal(
-                h.consumer_group, info.message_model if info is not None else None)
+                h.consumer_group, info.message_model if info is not None else None
+            )
             if refused is not None:
                 return cmd.error(*refused)
         if cfg is None:
@@ -116,9 +127,14 @@ class PullMessageProcessor:
             self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         result = self._get(h, codes)
         if (
-            result.status is GetStatus.OFFSET_OVERFLOW_ONE
-            or (result.status is GetStatus.NO_MESSAGE_IN_QUEUE and h.queue_offset == 0)
-        ) and h.sys_flag & PULL_SUSPEND and self.config.long_polling and self.running():
+            (
+                result.status is GetStatus.OFFSET_OVERFLOW_ONE
+                or (result.status is GetStatus.NO_MESSAGE_IN_QUEUE and h.queue_offset == 0)
+            )
+            and h.sys_flag & PULL_SUSPEND
+            and self.config.long_polling
+            and self.running()
+        ):
             # held-pull limits (longpoll.PullHolds): beyond them, answered now, not held
             if self.holds.acquire(conn):
                 self._hold(conn, cmd, h, codes)
@@ -129,16 +145,26 @@ class PullMessageProcessor:
         max_count = max(1, min(h.max_msg_nums, 512))
         if isinstance(codes, Selector):
             return property_filter.get_filtered(
-                self.reads, h.topic, h.queue_id, h.queue_offset, max_count,
-                self.config.pull_max_bytes, codes)
+                self.reads,
+                h.topic,
+                h.queue_id,
+                h.queue_offset,
+                max_count,
+                self.config.pull_max_bytes,
+                codes,
+            )
         return self.reads.get(
-            h.topic, h.queue_id, h.queue_offset, max_count,
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            max_count,
             max_bytes=self.config.pull_max_bytes,
             match=None if codes is None else codes.__contains__,
         )
 
-    def _hold(self, conn: Connection, cmd: RemotingCommand, h: PullMessageRequestHeader,
-              codes: Filter) -> None:
+    def _hold(
+        self, conn: Connection, cmd: RemotingCommand, h: PullMessageRequestHeader, codes: Filter
+    ) -> None:
         """Park the pull (admitted by ``holds``): answered with what the queue has after
         the next arrival in it, at its suspend timeout (capped) or when the broker stops.
         Registered in the same synchronous step as the handler's read: nothing can land
@@ -146,8 +172,14 @@ class PullMessageProcessor:
         timeout_ms = max(0, min(h.suspend_timeout_millis, self.config.max_pull_hold_ms))
         # parsed into ``h``: what is held keeps no raw header (memory per held pull)
         cmd = dataclasses.replace(cmd, ext_fields={}, body=b"")
-        self.log.debug("pull.held", group=h.consumer_group, topic=h.topic,
-                       queue_id=h.queue_id, queue_offset=h.queue_offset, timeout_ms=timeout_ms)
+        self.log.debug(
+            "pull.held",
+            group=h.consumer_group,
+            topic=h.topic,
+            queue_id=h.queue_id,
+            queue_offset=h.queue_offset,
+            timeout_ms=timeout_ms,
+        )
 
         def answer(_notified: bool) -> None:
             self.holds.release(conn)
@@ -160,17 +192,23 @@ class PullMessageProcessor:
 
         self.notifier.hold(h.topic, h.queue_id, answer, timeout_ms / 1000)
 
-    def _answer(self, cmd: RemotingCommand, h: PullMessageRequestHeader,
-                result: GetResult) -> RemotingCommand:
+    def _answer(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult
+    ) -> RemotingCommand:
         status = result.status
         if status is GetStatus.NO_MESSAGE_IN_QUEUE:
-            code = (ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0
-                    else ResponseCode.PULL_OFFSET_MOVED)
+            code = (
+                ResponseCode.PULL_NOT_FOUND
+                if h.queue_offset == 0
+                else ResponseCode.PULL_OFFSET_MOVED
+            )
         else:
             code = _CODES[status]
         ext = PullMessageResponseHeader(
-            suggest_which_broker_id=0, next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset, max_offset=result.max_offset,
+            suggest_which_broker_id=0,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
         ).to_ext_fields()
         body = b""
         if status is GetStatus.FOUND:
@@ -180,8 +218,15 @@ class PullMessageProcessor:
             if self.config.log_messages and self.msglog.enabled:
                 info = self.msglog.info
                 for s in summarize_records(body):
-                    info("message.pulled", msg_id=s.msg_id, group=h.consumer_group,
-                         topic=h.topic, queue_id=h.queue_id, queue_offset=s.queue_offset,
-                         store_ts=s.store_timestamp, born_ts=s.born_timestamp,
-                         reconsume_times=s.reconsume_times)
+                    info(
+                        "message.pulled",
+                        msg_id=s.msg_id,
+                        group=h.consumer_group,
+                        topic=h.topic,
+                        queue_id=h.queue_id,
+                        queue_offset=s.queue_offset,
+                        store_ts=s.store_timestamp,
+                        born_ts=s.born_timestamp,
+                        reconsume_times=s.reconsume_times,
+                    )
         return cmd.response(code, ext_fields=ext, body=body)

@@ -86,8 +86,11 @@ def find_producer_connection(clients: ClientRegistry, client_id: str) -> Connect
     best = None
     for members in clients.producers.values():
         info = members.get(client_id)
-        if info is not None and not getattr(info.conn, "closed", False) and (
-                best is None or info.last_seen > best.last_seen):
+        if (
+            info is not None
+            and not getattr(info.conn, "closed", False)
+            and (best is None or info.last_seen > best.last_seen)
+        ):
             best = info
     return None if best is None else best.conn  # type: ignore[return-value]
 
@@ -95,10 +98,18 @@ def find_producer_connection(clients: ClientRegistry, client_id: str) -> Connect
 class ReplyMessageProcessor:
     """SEND_REPLY_MESSAGE and SEND_REPLY_MESSAGE_V2."""
 
-    def __init__(self, *, topics: TopicConfigManager, clients: ClientRegistry,
-                 config: BrokerConfig, endpoints: Endpoints, log: Any,
-                 put: Callable[..., PutResult], offset_msg_id: Callable[[int], str],
-                 push_timeout: float = PUSH_TIMEOUT) -> None:
+    def __init__(
+        self,
+        *,
+        topics: TopicConfigManager,
+        clients: ClientRegistry,
+        config: BrokerConfig,
+        endpoints: Endpoints,
+        log: Any,
+        put: Callable[..., PutResult],
+        offset_msg_id: Callable[[int], str],
+        push_timeout: float = PUSH_TIMEOUT,
+    ) -> None:
         self.topics = topics
         self.clients = clients
         self.config = config
@@ -113,22 +124,31 @@ class ReplyMessageProcessor:
         h = SendMessageRequestHeader.from_ext_fields(cmd.ext_fields, v2=v2)
         cfg = ingress.check_send_header(self.topics, h)
         if cfg is None:
-            raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
-                           f"topic {h.topic} does not exist (replies go to "
-                           f"{reply_topic(self.config.cluster_name)})")
+            raise Rejected(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic {h.topic} does not exist (replies go to "
+                f"{reply_topic(self.config.cluster_name)})",
+            )
         if not cfg.perm & PERM_WRITE:
             raise Rejected(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not writable")
         if len(cmd.body) > self.config.max_message_size:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"the body is {len(cmd.body)} bytes, the limit is "
-                           f"{self.config.max_message_size}")
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the body is {len(cmd.body)} bytes, the limit is {self.config.max_message_size}",
+            )
         props = ingress.message_properties(h.properties)
         props.pop(WAIT, None)
         queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
         return self._reply(conn, cmd, h, props, queue_id)
 
-    async def _reply(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader,
-                     props: dict[str, str], queue_id: int) -> RemotingCommand:
+    async def _reply(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        h: SendMessageRequestHeader,
+        props: dict[str, str],
+        queue_id: int,
+    ) -> RemotingCommand:
         ok, remark = await self._push(conn, cmd, h, props)
         msg_id, offset = "0", 0  # RocketMQ: "set to zero to avoid client decoding exception"
         if self.config.store_reply_message_enable:
@@ -136,28 +156,52 @@ class ReplyMessageProcessor:
             stored.pop(DELAY, None)
             for key in TIMER_PROPERTIES:
                 stored.pop(key, None)
-            r = self.put(MessageInner(
-                topic=h.topic, queue_id=queue_id, body=cmd.body, properties=stored,
-                flag=h.flag, sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-                born_host=(conn.born_ip, conn.peer_port),
-                reconsume_times=h.reconsume_times or 0), MessageKind.NORMAL)
+            r = self.put(
+                MessageInner(
+                    topic=h.topic,
+                    queue_id=queue_id,
+                    body=cmd.body,
+                    properties=stored,
+                    flag=h.flag,
+                    sys_flag=h.sys_flag,
+                    born_timestamp=h.born_timestamp,
+                    born_host=(conn.born_ip, conn.peer_port),
+                    reconsume_times=h.reconsume_times or 0,
+                ),
+                MessageKind.NORMAL,
+            )
             if r.status is PutStatus.PUT_OK:
                 msg_id = r.offset_msg_id or self.offset_msg_id(r.phy_offset)
                 offset = r.queue_offset
             else:
-                self.log.warning("reply.store_failed", topic=h.topic, status=r.status.value,
-                                 remark=r.remark)
+                self.log.warning(
+                    "reply.store_failed", topic=h.topic, status=r.status.value, remark=r.remark
+                )
         if not ok:
-            self.log.warning("reply.push_failed", client_id=props.get(REPLY_TO_CLIENT, ""),
-                             topic=h.topic, remark=remark, peer=conn.peer)
+            self.log.warning(
+                "reply.push_failed",
+                client_id=props.get(REPLY_TO_CLIENT, ""),
+                topic=h.topic,
+                remark=remark,
+                peer=conn.peer,
+            )
             return cmd.error(ResponseCode.SYSTEM_ERROR, remark)
-        ext = SendMessageResponseHeader(msg_id=msg_id, queue_id=queue_id, queue_offset=offset,
-                                        msg_region=DEFAULT_REGION,
-                                        trace_on=True).to_ext_fields()
+        ext = SendMessageResponseHeader(
+            msg_id=msg_id,
+            queue_id=queue_id,
+            queue_offset=offset,
+            msg_region=DEFAULT_REGION,
+            trace_on=True,
+        ).to_ext_fields()
         return cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
 
-    async def _push(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader,
-                    props: dict[str, str]) -> tuple[bool, str]:
+    async def _push(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        h: SendMessageRequestHeader,
+        props: dict[str, str],
+    ) -> tuple[bool, str]:
         """Push the reply to its requester; (pushed, remark)."""
         client_id = props.get(REPLY_TO_CLIENT)
         if not client_id:
@@ -168,18 +212,33 @@ class ReplyMessageProcessor:
         pushed = dict(props)
         pushed[PUSH_REPLY_TIME] = str(int(time.time() * 1000))
         ext = ReplyMessageRequestHeader(
-            producer_group=h.producer_group, topic=h.topic, default_topic=h.default_topic,
-            default_topic_queue_nums=h.default_topic_queue_nums, queue_id=h.queue_id,
-            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp, flag=h.flag,
-            properties=encode_properties(pushed), reconsume_times=h.reconsume_times or 0,
-            unit_mode=bool(h.unit_mode), born_host=conn.peer, store_host=self.endpoints.address,
-            store_timestamp=int(time.time() * 1000)).to_ext_fields()
+            producer_group=h.producer_group,
+            topic=h.topic,
+            default_topic=h.default_topic,
+            default_topic_queue_nums=h.default_topic_queue_nums,
+            queue_id=h.queue_id,
+            sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp,
+            flag=h.flag,
+            properties=encode_properties(pushed),
+            reconsume_times=h.reconsume_times or 0,
+            unit_mode=bool(h.unit_mode),
+            born_host=conn.peer,
+            store_host=self.endpoints.address,
+            store_timestamp=int(time.time() * 1000),
+        ).to_ext_fields()
         try:
-            resp = await call_client(target, RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, ext,
-                                     cmd.body, timeout=self.push_timeout)
+            resp = await call_client(
+                target,
+                RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT,
+                ext,
+                cmd.body,
+                timeout=self.push_timeout,
+            )
         except (TimeoutError, ConnectionError) as err:
             return False, f"push reply message to {client_id} fail: {err or 'timeout'}"
         if resp.code != ResponseCode.SUCCESS:
-            return False, (f"push reply message to {client_id} fail: {resp.code} "
-                           f"{resp.remark or ''}".rstrip())
+            return False, (
+                f"push reply message to {client_id} fail: {resp.code} {resp.remark or ''}".rstrip()
+            )
         return True, ""

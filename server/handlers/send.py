@@ -88,10 +88,19 @@ BATCH_SLICE = 64
 class SendMessageProcessor:
     """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
 
-    def __init__(self, *, topics: TopicConfigManager, config: BrokerConfig, stats: BrokerStats,
-                 log: Any, put: PutFn, offset_msg_id: Callable[[int], str],
-                 wait_flushed: Callable[[int], Awaitable[bool]],
-                 clock_ms: Callable[[], int], ack_token: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        *,
+        topics: TopicConfigManager,
+        config: BrokerConfig,
+        stats: BrokerStats,
+        log: Any,
+        put: PutFn,
+        offset_msg_id: Callable[[int], str],
+        wait_flushed: Callable[[int], Awaitable[bool]],
+        clock_ms: Callable[[], int],
+        ack_token: Callable[[], Any],
+    ) -> None:
         self.topics = topics
         self.config = config
         self.stats = stats
@@ -115,9 +124,11 @@ class SendMessageProcessor:
             props = self._props(h.properties)
             half = is_half(props, h.reconsume_times or 0)
             if prepared and not half:
-                raise Rejected(ResponseCode.NO_PERMISSION,
-                               f"sysFlag {raw_flag:#x} marks a transaction half message "
-                               f"but TRAN_MSG=true is missing")
+                raise Rejected(
+                    ResponseCode.NO_PERMISSION,
+                    f"sysFlag {raw_flag:#x} marks a transaction half message "
+                    f"but TRAN_MSG=true is missing",
+                )
             try:
                 due = timer_due(props, self.clock_ms(), self.config.timer_max_delay_sec * 1000)
             except TimerIllegal as err:
@@ -126,9 +137,15 @@ class SendMessageProcessor:
         except Rejected as r:
             return self._reject(conn, cmd, h, r.code, r.remark)
         msg = MessageInner(
-            topic=h.topic, queue_id=queue_id, body=cmd.body, properties=props, flag=h.flag,
-            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-            born_host=(conn.born_ip, conn.peer_port), reconsume_times=h.reconsume_times or 0,
+            topic=h.topic,
+            queue_id=queue_id,
+            body=cmd.body,
+            properties=props,
+            flag=h.flag,
+            sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=(conn.born_ip, conn.peer_port),
+            reconsume_times=h.reconsume_times or 0,
         )
         if half:  # DELAY and timer properties are parked until the commit
             props.setdefault(PGROUP, h.producer_group)
@@ -137,21 +154,30 @@ class SendMessageProcessor:
             return self._respond(conn, cmd, h, [result], queue_id, transaction_id=uniq)
         kind = timer_kind(msg, self._kind(h, msg), due)
         result = self.put(msg, kind, due_ms=due)
-        return self._respond(conn, cmd, h, [result], queue_id,
-                             recall_handle(msg, kind, self.config.broker_name))
+        return self._respond(
+            conn, cmd, h, [result], queue_id, recall_handle(msg, kind, self.config.broker_name)
+        )
 
     def _check_body_size(self, cmd: RemotingCommand, what: str) -> None:
         limit = self.config.max_message_size
         if len(cmd.body) > limit:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"the {what} is {len(cmd.body)} bytes, the limit is {limit}")
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the {what} is {len(cmd.body)} bytes, the limit is {limit}",
+            )
 
-    def _reject(self, conn: Connection, cmd: RemotingCommand, h: Any, code: ResponseCode,
-                remark: str) -> RemotingCommand:
+    def _reject(
+        self, conn: Connection, cmd: RemotingCommand, h: Any, code: ResponseCode, remark: str
+    ) -> RemotingCommand:
         self.stats.rejected += 1
-        self.log.warning("message.rejected", topic=getattr(h, "topic", None),
-                         producer_group=getattr(h, "producer_group", None), code=int(code),
-                         remark=remark, peer=conn.peer)
+        self.log.warning(
+            "message.rejected",
+            topic=getattr(h, "topic", None),
+            producer_group=getattr(h, "producer_group", None),
+            code=int(code),
+            remark=remark,
+            peer=conn.peer,
+        )
         return cmd.error(code, remark)
 
     def _resolve_topic(self, h: SendMessageRequestHeader, cfg: TopicConfig | None) -> int:
@@ -166,8 +192,10 @@ class SendMessageProcessor:
                     cfg, _ = self.topics.ensure(h.topic, n)
                     self.log.info("topic.created", topic=h.topic, queue_nums=n, auto=True)
                 else:
-                    raise Rejected(ResponseCode.TOPIC_NOT_EXIST,
-                                   f"topic {h.topic} does not exist and auto-creation is off")
+                    raise Rejected(
+                        ResponseCode.TOPIC_NOT_EXIST,
+                        f"topic {h.topic} does not exist and auto-creation is off",
+                    )
             except TopicTableFull as full:  # RocketMQ: a topic it cannot create is 17
                 raise Rejected(ResponseCode.TOPIC_NOT_EXIST, full.remark) from None
             if h.queue_id >= 0:
@@ -207,8 +235,13 @@ class SendMessageProcessor:
             return MessageKind.DLQ
         return kind
 
-    def _send_batch(self, conn: Connection, cmd: RemotingCommand,
-                    h: SendMessageRequestHeader, cfg: TopicConfig | None) -> Any:
+    def _send_batch(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        h: SendMessageRequestHeader,
+        cfg: TopicConfig | None,
+    ) -> Any:
         """A batch of at most ``BATCH_SLICE`` messages is answered in this loop turn; a
         bigger one is validated, then stored, ``BATCH_SLICE`` messages per loop turn (a
         task), so that a 4 MiB batch of small messages does not stall the loop."""
@@ -221,8 +254,9 @@ class SendMessageProcessor:
             return answer
         return self._batch_later(steps)
 
-    async def _batch_later(self, steps: Generator[None, None, tuple[Any, list[Any]]]
-                           ) -> AckedAnswer:
+    async def _batch_later(
+        self, steps: Generator[None, None, tuple[Any, list[Any]]]
+    ) -> AckedAnswer:
         while True:
             await asyncio.sleep(0)  # one loop turn: other connections, timers, the outbox
             try:
@@ -234,9 +268,13 @@ class SendMessageProcessor:
             answer = await answer
         return AckedAnswer(answer, tuple(acks))
 
-    def _batch_steps(self, conn: Connection, cmd: RemotingCommand,
-                     h: SendMessageRequestHeader, cfg: TopicConfig | None
-                     ) -> Generator[None, None, tuple[Any, list[Any]]]:
+    def _batch_steps(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        h: SendMessageRequestHeader,
+        cfg: TopicConfig | None,
+    ) -> Generator[None, None, tuple[Any, list[Any]]]:
         """Validate every item (nothing is stored for a refused batch), then store them;
         yields after each ``BATCH_SLICE`` messages. Returns the answer and, when it
         yielded while storing, the store's ack token after each stored slice.
@@ -258,8 +296,9 @@ class SendMessageProcessor:
             ingress.check_batch_items(count)
             queue_id = self._resolve_topic(h, cfg)
         except MessageDecodeError as err:
-            return self._reject(conn, cmd, h, ResponseCode.MESSAGE_ILLEGAL,
-                                f"bad batch body: {err}"), []
+            return self._reject(
+                conn, cmd, h, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {err}"
+            ), []
         except Rejected as r:
             return self._reject(conn, cmd, h, r.code, r.remark), []
         first: PutResult | None = None
@@ -270,13 +309,20 @@ class SendMessageProcessor:
         born = (conn.born_ip, conn.peer_port)
         small = count <= BATCH_SLICE
         for n, item in enumerate(iter_batch(cmd.body), start=1):
-            last = self.put(MessageInner(  # a batch never carries DELAY
-                topic=h.topic, queue_id=queue_id, body=item.body,
-                properties=kept[n - 1] if small else self._batch_item_properties(item, shared),
-                flag=item.flag,
-                sys_flag=h.sys_flag, born_timestamp=h.born_timestamp, born_host=born,
-                reconsume_times=h.reconsume_times or 0,
-            ), MessageKind.NORMAL)
+            last = self.put(
+                MessageInner(  # a batch never carries DELAY
+                    topic=h.topic,
+                    queue_id=queue_id,
+                    body=item.body,
+                    properties=kept[n - 1] if small else self._batch_item_properties(item, shared),
+                    flag=item.flag,
+                    sys_flag=h.sys_flag,
+                    born_timestamp=h.born_timestamp,
+                    born_host=born,
+                    reconsume_times=h.reconsume_times or 0,
+                ),
+                MessageKind.NORMAL,
+            )
             first = first or last
             if last.status is not PutStatus.PUT_OK:
                 break
@@ -300,43 +346,65 @@ class SendMessageProcessor:
         props = ingress.message_properties(item.properties)
         props.update(shared)
         if props.get(TRAN_MSG, "").lower() == "true":
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           "a batch cannot carry transaction messages (TRAN_MSG); send "
-                           "half messages singly")
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a batch cannot carry transaction messages (TRAN_MSG); send half messages singly",
+            )
         if ingress.delay_level(props) > 0:  # RocketMQ refuses level > 0 only
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           "a batch cannot carry a delay level; send delayed messages singly")
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a batch cannot carry a delay level; send delayed messages singly",
+            )
         if has_timer(props):
             key = next(k for k in TIMER_PROPERTIES if k in props)
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"a batch cannot carry timer properties ({key}); send timer "
-                           f"messages singly")
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"a batch cannot carry timer properties ({key}); send timer messages singly",
+            )
         return props
 
-    def _respond(self, conn: Connection, cmd: RemotingCommand, h: SendMessageRequestHeader,
-                 results: list[PutResult], queue_id: int, recall: str | None = None, *,
-                 transaction_id: str | None = None, msg_ids: list[str] | None = None) -> Any:
+    def _respond(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        h: SendMessageRequestHeader,
+        results: list[PutResult],
+        queue_id: int,
+        recall: str | None = None,
+        *,
+        transaction_id: str | None = None,
+        msg_ids: list[str] | None = None,
+    ) -> Any:
         """The answer to a send of ``results``, or of a batch given by its first and last
         put results and ``msg_ids`` (the offset msg ids, joined along the way)."""
         bad = results[-1]  # a batch stops at its first failed put
         if bad.status is not PutStatus.PUT_OK:
-            return self._reject(conn, cmd, h, response_code(bad.status),
-                                bad.remark or bad.status.value)
+            return self._reject(
+                conn, cmd, h, response_code(bad.status), bad.remark or bad.status.value
+            )
         if msg_ids is None:
             msg_ids = [r.offset_msg_id or self.offset_msg_id(r.phy_offset) for r in results]
         ext = SendMessageResponseHeader(
             msg_id=",".join(msg_ids),
-            queue_id=queue_id, queue_offset=results[0].queue_offset, recall_handle=recall,
-            transaction_id=transaction_id, msg_region=DEFAULT_REGION, trace_on=True,
+            queue_id=queue_id,
+            queue_offset=results[0].queue_offset,
+            recall_handle=recall,
+            transaction_id=transaction_id,
+            msg_region=DEFAULT_REGION,
+            trace_on=True,
         ).to_ext_fields()
         response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return self._after_flush(cmd, response, results[-1].phy_offset + results[-1].size)
         return response
 
-    async def _after_flush(self, cmd: RemotingCommand, response: RemotingCommand,
-                           end: int) -> RemotingCommand:
+    async def _after_flush(
+        self, cmd: RemotingCommand, response: RemotingCommand, end: int
+    ) -> RemotingCommand:
         if await self.wait_flushed(end):
             return response
-        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext_fields=response.ext_fields,
-                            remark="stored, but the disk flush did not finish in time")
+        return cmd.response(
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ext_fields=response.ext_fields,
+            remark="stored, but the disk flush did not finish in time",
+        )

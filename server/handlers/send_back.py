@@ -49,10 +49,17 @@ _V3_4_9 = 121
 class ConsumerSendMsgBackProcessor:
     """CONSUMER_SEND_MSG_BACK."""
 
-    def __init__(self, *, reads: StoreReads, topics: TopicConfigManager, config: BrokerConfig,
-                 stats: BrokerStats, log: Any,
-                 put: Callable[[MessageInner, MessageKind], PutResult],
-                 subscriptions: SubscriptionGroupManager | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reads: StoreReads,
+        topics: TopicConfigManager,
+        config: BrokerConfig,
+        stats: BrokerStats,
+        log: Any,
+        put: Callable[[MessageInner, MessageKind], PutResult],
+        subscriptions: SubscriptionGroupManager | None = None,
+    ) -> None:
         self.subscriptions = subscriptions  # MQADMIN: the group's retry settings
         self.reads = reads
         self.topics = topics
@@ -66,28 +73,41 @@ class ConsumerSendMsgBackProcessor:
         ingress.check_send_back(h)  # names (they become %RETRY%/%DLQ% dirs), offset
         record = self.reads.read_record(h.offset)  # checked: size, magic, CRC, record start
         if isinstance(record, RecordProblem):
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"look message by offset failed, {h.offset}: {record.value}")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"look message by offset failed, {h.offset}: {record.value}",
+            )
         try:
             orig = decode_record(record)
         except MessageDecodeError as err:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"message at {h.offset} is unreadable: {err}")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR, f"message at {h.offset} is unreadable: {err}"
+            )
         # the group's retryMaxTimes / retryQueueNums (server/tables/subscriptions.py), as RocketMQ
         group_cfg = self.subscriptions.find(h.group) if self.subscriptions is not None else None
         if self.subscriptions is not None and group_cfg is None:
-            return cmd.error(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                             f"subscription group [{h.group}] does not exist")
-        max_times = self.config.max_reconsume_times if group_cfg is None else (
-            group_cfg.retry_max_times)
+            return cmd.error(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.group}] does not exist",
+            )
+        max_times = (
+            self.config.max_reconsume_times if group_cfg is None else (group_cfg.retry_max_times)
+        )
         if h.max_reconsume_times is not None and cmd.version >= _V3_4_9:
             max_times = h.max_reconsume_times
         plan = plan_send_back(h.group, orig.reconsume_times, h.delay_level, max_times)
-        queue_nums = 1 if plan.dead_letter else (
-            self.config.retry_queue_nums if group_cfg is None else group_cfg.retry_queue_nums)
+        queue_nums = (
+            1
+            if plan.dead_letter
+            else (self.config.retry_queue_nums if group_cfg is None else group_cfg.retry_queue_nums)
+        )
         cfg, _ = self.topics.ensure(plan.topic, queue_nums)
-        msg = requeue(orig, plan.topic, orig.commit_log_offset % max(1, cfg.write_queue_nums),
-                      reconsume_times=plan.reconsume_times)
+        msg = requeue(
+            orig,
+            plan.topic,
+            orig.commit_log_offset % max(1, cfg.write_queue_nums),
+            reconsume_times=plan.reconsume_times,
+        )
         props = msg.properties
         if RETRY_TOPIC not in props:
             origin = h.origin_topic or orig.topic
@@ -105,9 +125,14 @@ class ConsumerSendMsgBackProcessor:
         stats = self.stats
         (stats.dead_lettered if plan.dead_letter else stats.redelivered)[h.group] += 1
         event = "message.dead_lettered" if plan.dead_letter else "message.redelivered"
-        fields = {"msg_id": msg_id, "group": h.group, "topic": plan.topic,
-                  "origin_topic": props[RETRY_TOPIC], "origin_msg_id": origin_id,
-                  "reconsume_times": plan.reconsume_times}
+        fields = {
+            "msg_id": msg_id,
+            "group": h.group,
+            "topic": plan.topic,
+            "origin_topic": props[RETRY_TOPIC],
+            "origin_msg_id": origin_id,
+            "reconsume_times": plan.reconsume_times,
+        }
         if not plan.dead_letter:
             fields["delay_level"] = plan.delay_level
         self.log.info(event, **fields)

@@ -64,12 +64,21 @@ ILLEGAL_OPERATION = ResponseCode.ILLEGAL_OPERATION
 class RecallMessageProcessor:
     """RocketMQ's ``RecallMessageProcessor``, for timer and level-delayed messages."""
 
-    def __init__(self, *, timer: TimerService, reads: StoreReads, index: KeyIndex,
-                 topics: TopicConfigManager, put: Callable[[MessageInner, MessageKind],
-                                                           PutResult],
-                 schedule_fired: Callable[[int, int], bool], clock_ms: Callable[[], int],
-                 broker_name: str, msglog: Any, log_messages: bool,
-                 wait_flushed: Callable[[int], Awaitable[bool]] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        timer: TimerService,
+        reads: StoreReads,
+        index: KeyIndex,
+        topics: TopicConfigManager,
+        put: Callable[[MessageInner, MessageKind], PutResult],
+        schedule_fired: Callable[[int, int], bool],
+        clock_ms: Callable[[], int],
+        broker_name: str,
+        msglog: Any,
+        log_messages: bool,
+        wait_flushed: Callable[[int], Awaitable[bool]] | None = None,
+    ) -> None:
         self.timer = timer
         self.reads = reads
         self.index = index
@@ -86,8 +95,9 @@ class RecallMessageProcessor:
         h = RecallMessageRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_group(h.producer_group, "producerGroup")
         if self.topics.get(h.topic) is None:
-            return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
-                             f"recall failed, the topic[{h.topic}] not exist")
+            return cmd.error(
+                ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{h.topic}] not exist"
+            )
         try:
             handle = decode_recall_handle(h.recall_handle)
         except RecallHandleInvalid as err:
@@ -95,54 +105,73 @@ class RecallMessageProcessor:
         if handle.topic != h.topic:
             return cmd.error(ILLEGAL_OPERATION, "recall failed, topic not match")
         if handle.broker_name != self.broker_name:
-            return cmd.error(ILLEGAL_OPERATION,
-                             f"recall failed, broker service not available (the handle names "
-                             f"broker {shown(handle.broker_name)}, this is {self.broker_name})")
+            return cmd.error(
+                ILLEGAL_OPERATION,
+                f"recall failed, broker service not available (the handle names "
+                f"broker {shown(handle.broker_name)}, this is {self.broker_name})",
+            )
         found, delivered = self._find(handle)
         if delivered is not None:
             return self._already_delivered(cmd, handle, delivered)
         if found is None:
-            return cmd.error(ILLEGAL_OPERATION,
-                             f"recall failed, no delayed or timer message {handle.uniq_key} "
-                             f"of topic {handle.topic} on this broker")
+            return cmd.error(
+                ILLEGAL_OPERATION,
+                f"recall failed, no delayed or timer message {handle.uniq_key} "
+                f"of topic {handle.topic} on this broker",
+            )
         if found.kind == "timer":
             outcome = await self.timer.recall_state(found.due, found.phy)
         else:
-            outcome = self.timer.level_recall_state(found.phy, self.schedule_fired(
-                found.level, found.queue_offset))
+            outcome = self.timer.level_recall_state(
+                found.phy, self.schedule_fired(found.level, found.queue_offset)
+            )
         # no await from here to the append: the fire cannot slip in between
         if outcome is RecallOutcome.ALREADY_FIRED:
             if self._find(handle)[1] is not None:
                 return self._already_delivered(cmd, handle, found.due)
             outcome = RecallOutcome.ALREADY_RECALLED  # passed over without a copy
-        resp = cmd.response(ResponseCode.SUCCESS, ext_fields=RecallMessageResponseHeader(
-            msg_id=handle.uniq_key).to_ext_fields())
+        resp = cmd.response(
+            ResponseCode.SUCCESS,
+            ext_fields=RecallMessageResponseHeader(msg_id=handle.uniq_key).to_ext_fields(),
+        )
         if outcome is RecallOutcome.ALREADY_RECALLED:
             resp.remark = "already recalled"
             return resp
-        marker = MessageInner(topic=TIMER_TOPIC, queue_id=RECALL_QUEUE, body=b"0",
-                              properties={RECALL_TARGET: format_pair(found.due, found.phy),
-                                          RECALL_KIND: found.kind},
-                              born_timestamp=self.clock_ms(),
-                              born_host=(conn.born_ip, conn.peer_port))
+        marker = MessageInner(
+            topic=TIMER_TOPIC,
+            queue_id=RECALL_QUEUE,
+            body=b"0",
+            properties={RECALL_TARGET: format_pair(found.due, found.phy), RECALL_KIND: found.kind},
+            born_timestamp=self.clock_ms(),
+            born_host=(conn.born_ip, conn.peer_port),
+        )
         result = self.put(marker, MessageKind.RECALL)
         if result.status is not PutStatus.PUT_OK:
-            return cmd.error(ResponseCode.SYSTEM_ERROR, f"recall failed, execute error: "
-                             f"{result.remark or result.status.value}")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"recall failed, execute error: {result.remark or result.status.value}",
+            )
         if self.log_messages and self.msglog.enabled:
-            self.msglog.info("timer.recalled", msg_id=handle.uniq_key, topic=handle.topic,
-                             deliver_ts=found.due, phy_offset=found.phy, kind=found.kind)
+            self.msglog.info(
+                "timer.recalled",
+                msg_id=handle.uniq_key,
+                topic=handle.topic,
+                deliver_ts=found.due,
+                phy_offset=found.phy,
+                kind=found.kind,
+            )
         if self.wait_flushed is not None and not await self.wait_flushed(
-                result.phy_offset + result.size):
+            result.phy_offset + result.size
+        ):
             return cmd.error(ResponseCode.FLUSH_DISK_TIMEOUT, "recall record flush timed out")
         return resp
 
     @staticmethod
-    def _already_delivered(cmd: RemotingCommand, handle: RecallHandle,
-                           due: int) -> RemotingCommand:
-        return cmd.error(ILLEGAL_OPERATION,
-                         f"recall failed, message {handle.uniq_key} was already delivered "
-                         f"(due {due})")
+    def _already_delivered(cmd: RemotingCommand, handle: RecallHandle, due: int) -> RemotingCommand:
+        return cmd.error(
+            ILLEGAL_OPERATION,
+            f"recall failed, message {handle.uniq_key} was already delivered (due {due})",
+        )
 
     def _find(self, handle: RecallHandle) -> tuple[Target | None, int | None]:
         """(the pending timer or schedule record a handle names, the due ms of its
@@ -167,8 +196,13 @@ class RecallMessageProcessor:
                     target = Target("timer", parse_decimal(due, INT64_DIGITS) or 0, phy)
                 elif m.topic == SCHEDULE_TOPIC:
                     due = props.get(DELIVER_TIME)
-                    target = Target("level", parse_decimal(due, INT64_DIGITS) or 0, phy,
-                                    m.queue_id + 1, m.queue_offset)
+                    target = Target(
+                        "level",
+                        parse_decimal(due, INT64_DIGITS) or 0,
+                        phy,
+                        m.queue_id + 1,
+                        m.queue_offset,
+                    )
         return target, delivered
 
 
@@ -185,15 +219,15 @@ class TimerStatusProcessor:
     hour (from the bucket files' sizes: recalled and duplicate entries included, fired
     buckets excluded), the next due instant, counters and the fired cursor."""
 
-    def __init__(self, *, timer: TimerService, stats: Any, clock_ms: Callable[[], int],
-                 max_delay_ms: int) -> None:
+    def __init__(
+        self, *, timer: TimerService, stats: Any, clock_ms: Callable[[], int], max_delay_ms: int
+    ) -> None:
         self.timer = timer
         self.stats = stats
         self.clock_ms = clock_ms
         self.max_delay_ms = max_delay_ms
 
-    async def handle_timer_status(self, conn: Connection, cmd: RemotingCommand
-                                  ) -> RemotingCommand:
+    async def handle_timer_status(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         timer = self.timer
         counts = await timer.run_blocking(timer.buckets.entry_counts)
         first = timer.buckets.bucket_of(timer.cursor[0]) if timer.cursor[1] >= 0 else 0
@@ -205,11 +239,14 @@ class TimerStatusProcessor:
                 per_hour[hour] = per_hour.get(hour, 0) + n
         lat = self.stats.timer_lateness
         body = {
-            "nowMs": self.clock_ms(), "nextDueMs": timer.next_due(),
+            "nowMs": self.clock_ms(),
+            "nextDueMs": timer.next_due(),
             "maxDelayMs": self.max_delay_ms,
-            "scheduled": self.stats.timers_scheduled, "fired": self.stats.timers_fired,
+            "scheduled": self.stats.timers_scheduled,
+            "fired": self.stats.timers_fired,
             "meanLatenessMs": round(lat.sum_ms / lat.total, 3) if lat.total else None,
-            "loaded": timer.pending_in_memory, "cursor": list(timer.cursor),
+            "loaded": timer.pending_in_memory,
+            "cursor": list(timer.cursor),
             "buckets": sum(1 for b in counts if b >= first),
             "entriesPerHour": [{"hourMs": h, "entries": n} for h, n in sorted(per_hour.items())],
         }

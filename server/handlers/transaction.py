@@ -41,34 +41,59 @@ class EndTransactionProcessor:
         self.transactions = transactions
         self.log = log
 
-    def handle_end_transaction(self, conn: Connection, cmd: RemotingCommand
-                               ) -> RemotingCommand | None:
+    def handle_end_transaction(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
         h = EndTransactionRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_group(h.producer_group, "producerGroup")
-        for name, value in (("tranStateTableOffset", h.tran_state_table_offset),
-                            ("commitLogOffset", h.commit_log_offset)):
+        for name, value in (
+            ("tranStateTableOffset", h.tran_state_table_offset),
+            ("commitLogOffset", h.commit_log_offset),
+        ):
             if value < 0:
                 raise Rejected(ResponseCode.SYSTEM_ERROR, f"{name} {value} is negative")
         kind = h.commit_or_rollback
         if kind not in (COMMIT, ROLLBACK, UNKNOWN):
-            raise Rejected(ResponseCode.SYSTEM_ERROR,
-                           f"commitOrRollback {kind} is none of 0 (unknown), 8 (commit), "
-                           f"12 (rollback)")
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"commitOrRollback {kind} is none of 0 (unknown), 8 (commit), 12 (rollback)",
+            )
         if kind == UNKNOWN:  # RocketMQ answers nothing: the check-back asks again
-            return None if cmd.is_oneway else cmd.response(
-                ResponseCode.SUCCESS, remark="unknown: the broker checks back later")
+            return (
+                None
+                if cmd.is_oneway
+                else cmd.response(
+                    ResponseCode.SUCCESS, remark="unknown: the broker checks back later"
+                )
+            )
         try:
-            remark = self.transactions.end(h.producer_group, h.tran_state_table_offset,
-                                           h.commit_log_offset, kind,
-                                           bool(h.from_transaction_check), conn.peer)
+            remark = self.transactions.end(
+                h.producer_group,
+                h.tran_state_table_offset,
+                h.commit_log_offset,
+                kind,
+                bool(h.from_transaction_check),
+                conn.peer,
+            )
         except TransactionError as err:
-            self.log.warning("transaction.end_failed", producer_group=h.producer_group,
-                             msg_id=h.msg_id, half_offset=h.commit_log_offset,
-                             code=int(err.code), remark=err.remark, peer=conn.peer)
+            self.log.warning(
+                "transaction.end_failed",
+                producer_group=h.producer_group,
+                msg_id=h.msg_id,
+                half_offset=h.commit_log_offset,
+                code=int(err.code),
+                remark=err.remark,
+                peer=conn.peer,
+            )
             return None if cmd.is_oneway else cmd.error(err.code, err.remark)
         if remark is not None:
-            self.log.info("transaction.end_ignored", producer_group=h.producer_group,
-                          msg_id=h.msg_id, half_offset=h.commit_log_offset, remark=remark)
+            self.log.info(
+                "transaction.end_ignored",
+                producer_group=h.producer_group,
+                msg_id=h.msg_id,
+                half_offset=h.commit_log_offset,
+                remark=remark,
+            )
         return None if cmd.is_oneway else cmd.response(ResponseCode.SUCCESS, remark=remark)
 
 
@@ -79,8 +104,7 @@ class TransactionStatusProcessor:
     def __init__(self, *, transactions: TransactionService) -> None:
         self.transactions = transactions
 
-    def handle_transaction_status(self, conn: Connection, cmd: RemotingCommand
-                                  ) -> RemotingCommand:
+    def handle_transaction_status(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = TransactionStatusRequestHeader.from_ext_fields(cmd.ext_fields).producer_group
         if group is not None:
             ingress.check_group(group, "producerGroup")

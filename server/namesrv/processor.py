@@ -76,8 +76,10 @@ def check_addr(value: str, field: str) -> None:
     m = _ADDR.fullmatch(value)
     port = int(m.group(1) or m.group(2)) if m else 0
     if not 0 < port < 65536:
-        raise Rejected(ResponseCode.SYSTEM_ERROR,
-                       f"{field} {shown(value, 80)} is not host:port with a port in 1..65535")
+        raise Rejected(
+            ResponseCode.SYSTEM_ERROR,
+            f"{field} {shown(value, 80)} is not host:port with a port in 1..65535",
+        )
 
 
 def check_broker_id(value: int) -> None:
@@ -88,11 +90,18 @@ def check_broker_id(value: int) -> None:
 class NamesrvRequestProcessor:
     """Route registration and lookup requests of the standalone name server."""
 
-    def __init__(self, *, routes: RouteInfoManager, kv: KvConfig, log: Any,
-                 clock_ms: Callable[[], float], config: Callable[[], dict[str, str]],
-                 order_message_enable: bool = False, max_brokers: int = 4096,
-                 update_config: Callable[[dict[str, str]], dict[str, str]] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        *,
+        routes: RouteInfoManager,
+        kv: KvConfig,
+        log: Any,
+        clock_ms: Callable[[], float],
+        config: Callable[[], dict[str, str]],
+        order_message_enable: bool = False,
+        max_brokers: int = 4096,
+        update_config: Callable[[dict[str, str]], dict[str, str]] | None = None,
+    ) -> None:
         self.routes = routes
         self.max_brokers = max_brokers
         self.kv = kv
@@ -112,8 +121,11 @@ class NamesrvRequestProcessor:
         check_broker_id(h.broker_id)
         live = self.routes.broker_live_table
         if h.broker_addr not in live and len(live) >= self.max_brokers:
-            raise Rejected(ResponseCode.SYSTEM_ERROR, f"the name server holds {len(live)} "
-                           f"broker addresses already (max_brokers {self.max_brokers})")
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"the name server holds {len(live)} "
+                f"broker addresses already (max_brokers {self.max_brokers})",
+            )
         if h.body_crc32 != 0 and body_crc32(cmd.body) != h.body_crc32:
             raise Rejected(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         body = None
@@ -122,55 +134,80 @@ class NamesrvRequestProcessor:
                 body = RegisterBrokerBody.decode(cmd.body, h.compressed)
             except ValueError as err:
                 form = "compressed" if h.compressed else "JSON"
-                raise Rejected(ResponseCode.SYSTEM_ERROR,
-                               f"Failed to decode RegisterBrokerBody ({form}): {err}") from err
+                raise Rejected(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"Failed to decode RegisterBrokerBody ({form}): {err}",
+                ) from err
             for topic in body.topic_config_wrapper.topic_config_table:
                 check_name(topic, "topicName")
             for server in body.filter_server_list:
                 check_addr(server, "filterServerList item")
         done = self.routes.register_broker(
-            cluster_name=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name,
-            broker_id=h.broker_id, ha_server_addr=h.ha_server_addr,
+            cluster_name=h.cluster_name,
+            broker_addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+            ha_server_addr=h.ha_server_addr,
             wrapper=body.topic_config_wrapper if body is not None else None,
             filter_servers=body.filter_server_list if body is not None else None,
-            conn=conn, now_ms=self.clock_ms())
+            conn=conn,
+            now_ms=self.clock_ms(),
+        )
         if done.first or done.topics_changed:
             topics = len(body.topic_config_wrapper.topic_config_table) if body else 0
-            self.log.info("namesrv.broker_registered", cluster=h.cluster_name,
-                          broker_name=h.broker_name, broker_addr=h.broker_addr,
-                          broker_id=h.broker_id, topic_count=topics, first=done.first,
-                          peer=conn.peer)
+            self.log.info(
+                "namesrv.broker_registered",
+                cluster=h.cluster_name,
+                broker_name=h.broker_name,
+                broker_addr=h.broker_addr,
+                broker_id=h.broker_id,
+                topic_count=topics,
+                first=done.first,
+                peer=conn.peer,
+            )
         res = done.result
         order = self.kv.table.get(ORDER_TOPIC_CONFIG)
         return cmd.response(
-            ext_fields=RegisterBrokerResponseHeader(res.ha_server_addr,
-                                                    res.master_addr).to_ext_fields(),
-            body=encode_kv_table(order) if order else b"")
+            ext_fields=RegisterBrokerResponseHeader(
+                res.ha_server_addr, res.master_addr
+            ).to_ext_fields(),
+            body=encode_kv_table(order) if order else b"",
+        )
 
     def handle_unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_ext_fields(cmd.ext_fields)
-        if self.routes.unregister_broker(cluster_name=h.cluster_name,
-                                         broker_addr=h.broker_addr,
-                                         broker_name=h.broker_name, broker_id=h.broker_id):
-            self.log.info("namesrv.broker_unregistered", cluster=h.cluster_name,
-                          broker_name=h.broker_name, broker_addr=h.broker_addr,
-                          broker_id=h.broker_id, peer=conn.peer)
+        if self.routes.unregister_broker(
+            cluster_name=h.cluster_name,
+            broker_addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+        ):
+            self.log.info(
+                "namesrv.broker_unregistered",
+                cluster=h.cluster_name,
+                broker_name=h.broker_name,
+                broker_addr=h.broker_addr,
+                broker_id=h.broker_id,
+                peer=conn.peer,
+            )
         return cmd.response()
 
-    def handle_query_data_version(self, conn: Connection,
-                                  cmd: RemotingCommand) -> RemotingCommand:
+    def handle_query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryDataVersionRequestHeader.from_ext_fields(cmd.ext_fields)
         try:
             version = DataVersion.from_json(cmd.body)
         except ValueError as err:
-            raise Rejected(ResponseCode.SYSTEM_ERROR,
-                           f"QUERY_DATA_VERSION body is not a DataVersion: {err}") from err
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR, f"QUERY_DATA_VERSION body is not a DataVersion: {err}"
+            ) from err
         changed = self.routes.is_broker_topic_config_changed(h.broker_addr, version)
         if not changed:
             self.routes.touch(h.broker_addr, self.clock_ms())
         mine = self.routes.query_broker_topic_config(h.broker_addr)
-        return cmd.response(ext_fields=QueryDataVersionResponseHeader(changed).to_ext_fields(),
-                            body=mine.to_json() if mine is not None else b"")
+        return cmd.response(
+            ext_fields=QueryDataVersionResponseHeader(changed).to_ext_fields(),
+            body=mine.to_json() if mine is not None else b"",
+        )
 
     # ------------------------------------------------------------ lookups
 
@@ -178,12 +215,16 @@ class NamesrvRequestProcessor:
         h = GetRouteInfoRequestHeader.from_ext_fields(cmd.ext_fields)
         found = self.routes.pickup_topic_route(h.topic)
         if found is None:
-            return cmd.error(ResponseCode.TOPIC_NOT_EXIST,
-                             f"No topic route info in name server for the topic: {h.topic}")
+            return cmd.error(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {h.topic}",
+            )
         queues, brokers, filters = found
-        out: dict[str, Any] = {"brokerDatas": [b.to_dict() for b in brokers],
-                               "filterServerTable": filters,
-                               "queueDatas": [q.to_dict() for q in queues]}
+        out: dict[str, Any] = {
+            "brokerDatas": [b.to_dict() for b in brokers],
+            "filterServerTable": filters,
+            "queueDatas": [q.to_dict() for q in queues],
+        }
         if self.order_message_enable:
             conf = self.kv.table.get(ORDER_TOPIC_CONFIG, {}).get(h.topic)
             if conf is not None:
@@ -196,8 +237,7 @@ class NamesrvRequestProcessor:
     def handle_topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=encode_topic_list(self.routes.all_topics()))
 
-    def handle_topics_by_cluster(self, conn: Connection,
-                                 cmd: RemotingCommand) -> RemotingCommand:
+    def handle_topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetTopicsByClusterRequestHeader.from_ext_fields(cmd.ext_fields)
         return cmd.response(body=encode_topic_list(self.routes.topics_by_cluster(h.cluster)))
 
@@ -210,11 +250,14 @@ class NamesrvRequestProcessor:
 
     # ------------------------------------------------------------ admin writes
 
-    def handle_update_namesrv_config(self, conn: Connection,
-                                     cmd: RemotingCommand) -> RemotingCommand:
+    def handle_update_namesrv_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         if self.update_config is None:
-            raise Rejected(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                           "this name server's settings cannot be changed at run time")
+            raise Rejected(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                "this name server's settings cannot be changed at run time",
+            )
         try:
             applied = self.update_config(string_to_properties(cmd.body.decode()))
         except UnicodeDecodeError as err:
@@ -224,8 +267,11 @@ class NamesrvRequestProcessor:
         except ValueError as err:
             raise Rejected(ResponseCode.SYSTEM_ERROR, f"Can not update config: {err}") from None
         if applied:
-            self.log.info("namesrv.config_updated", peer=conn.peer,
-                          keys=",".join(f"{k}={v}" for k, v in sorted(applied.items())))
+            self.log.info(
+                "namesrv.config_updated",
+                peer=conn.peer,
+                keys=",".join(f"{k}={v}" for k, v in sorted(applied.items())),
+            )
         return cmd.response()
 
     def handle_delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -234,23 +280,33 @@ class NamesrvRequestProcessor:
         cluster = h.cluster_name or None
         brokers = self.routes.delete_topic(h.topic, cluster)
         if brokers:
-            self.log.info("namesrv.topic_deleted", topic=h.topic, cluster=cluster or "",
-                          brokers=brokers)
+            self.log.info(
+                "namesrv.topic_deleted", topic=h.topic, cluster=cluster or "", brokers=brokers
+            )
         return cmd.response()
 
     def handle_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = WipeWritePermOfBrokerRequestHeader.from_ext_fields(cmd.ext_fields)
         wipe = cmd.code == R.WIPE_WRITE_PERM_OF_BROKER
         count = self.routes.change_write_perm(h.broker_name, wipe)
-        self.log.info("namesrv.write_perm_changed", broker_name=h.broker_name,
-                      action="wipe" if wipe else "add", topic_count=count, peer=conn.peer)
-        header = (WipeWritePermOfBrokerResponseHeader(count) if wipe
-                  else AddWritePermOfBrokerResponseHeader(count))
+        self.log.info(
+            "namesrv.write_perm_changed",
+            broker_name=h.broker_name,
+            action="wipe" if wipe else "add",
+            topic_count=count,
+            peer=conn.peer,
+        )
+        header = (
+            WipeWritePermOfBrokerResponseHeader(count)
+            if wipe
+            else AddWritePermOfBrokerResponseHeader(count)
+        )
         return cmd.response(ext_fields=header.to_ext_fields())
 
 
-def namesrv_handlers(proc: NamesrvRequestProcessor, kv: KvConfigProcessor, stats: Any,
-                     log: Any) -> dict[int, Handler]:
+def namesrv_handlers(
+    proc: NamesrvRequestProcessor, kv: KvConfigProcessor, stats: Any, log: Any
+) -> dict[int, Handler]:
     """The standalone name server's table, every handler wrapped by ``ingress.guarded``."""
     table: dict[int, Handler] = {
         R.REGISTER_BROKER: proc.handle_register,

@@ -70,8 +70,11 @@ class Removed:
 
 
 class RouteInfoManager:
-    def __init__(self, broker_expiry_ms: float = BROKER_CHANNEL_EXPIRED_MS,
-                 delete_topic_with_broker_registration: bool = False) -> None:
+    def __init__(
+        self,
+        broker_expiry_ms: float = BROKER_CHANNEL_EXPIRED_MS,
+        delete_topic_with_broker_registration: bool = False,
+    ) -> None:
         self.broker_expiry_ms = broker_expiry_ms
         self.delete_topic_with_broker_registration = delete_topic_with_broker_registration
         self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
@@ -82,11 +85,19 @@ class RouteInfoManager:
 
     # ------------------------------------------------------------ register / unregister
 
-    def register_broker(self, *, cluster_name: str, broker_addr: str, broker_name: str,
-                        broker_id: int, ha_server_addr: str,
-                        wrapper: TopicConfigSerializeWrapper | None,
-                        filter_servers: list[str] | None, conn: Any,
-                        now_ms: float) -> Registered:
+    def register_broker(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        wrapper: TopicConfigSerializeWrapper | None,
+        filter_servers: list[str] | None,
+        conn: Any,
+        now_ms: float,
+    ) -> Registered:
         """``wrapper`` None: the request had no body (RocketMQ then registers DataVersion
         0/0 and no topics)."""
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
@@ -106,8 +117,9 @@ class RouteInfoManager:
             if self.is_broker_topic_config_changed(broker_addr, version) or first:
                 changed = True
                 self._replace_queue_datas(broker_name, wrapper)
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(now_ms, version, conn,
-                                                             ha_server_addr, broker_name)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(
+            now_ms, version, conn, ha_server_addr, broker_name
+        )
         if filter_servers is not None:
             if filter_servers:
                 self.filter_server_table[broker_addr] = list(filter_servers)
@@ -120,8 +132,7 @@ class RouteInfoManager:
                 ha, master = live.ha_server_addr, master_addr
         return Registered(RegisterBrokerResult(ha, master), first, changed)
 
-    def _replace_queue_datas(self, broker_name: str,
-                             wrapper: TopicConfigSerializeWrapper) -> None:
+    def _replace_queue_datas(self, broker_name: str, wrapper: TopicConfigSerializeWrapper) -> None:
         table = wrapper.topic_config_table
         if self.delete_topic_with_broker_registration:
             for topic, by_broker in list(self.topic_queue_table.items()):
@@ -129,11 +140,12 @@ class RouteInfoManager:
                     del self.topic_queue_table[topic]
         for cfg in table.values():
             self.topic_queue_table.setdefault(cfg.topic_name, {})[broker_name] = QueueData(
-                broker_name, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm,
-                cfg.topic_sys_flag)
+                broker_name, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag
+            )
 
-    def unregister_broker(self, *, cluster_name: str, broker_addr: str, broker_name: str,
-                          broker_id: int) -> bool:
+    def unregister_broker(
+        self, *, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int
+    ) -> bool:
         """Drop one address of a broker name; True when something was registered."""
         live = self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
@@ -208,34 +220,45 @@ class RouteInfoManager:
 
     # ------------------------------------------------------------ reads
 
-    def pickup_topic_route(self, topic: str) -> tuple[list[QueueData], list[BrokerData],
-                                                       dict[str, list[str]]] | None:
+    def pickup_topic_route(
+        self, topic: str
+    ) -> tuple[list[QueueData], list[BrokerData], dict[str, list[str]]] | None:
         """(queueDatas, brokerDatas, filterServerTable) of ``topic`` across every broker."""
         by_broker = self.topic_queue_table.get(topic)
         if not by_broker:
             return None
-        brokers = [BrokerData(d.broker_name, dict(d.broker_addrs), d.cluster)
-                   for name in sorted(by_broker)
-                   if (d := self.broker_addr_table.get(name)) is not None]
+        brokers = [
+            BrokerData(d.broker_name, dict(d.broker_addrs), d.cluster)
+            for name in sorted(by_broker)
+            if (d := self.broker_addr_table.get(name)) is not None
+        ]
         if not brokers:
             return None
-        filters = {addr: list(servers) for b in brokers for addr in b.broker_addrs.values()
-                   if (servers := self.filter_server_table.get(addr))}
+        filters = {
+            addr: list(servers)
+            for b in brokers
+            for addr in b.broker_addrs.values()
+            if (servers := self.filter_server_table.get(addr))
+        }
         return [by_broker[n] for n in sorted(by_broker)], brokers, filters
 
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(
-            {n: BrokerData(d.broker_name, dict(d.broker_addrs), d.cluster)
-             for n, d in sorted(self.broker_addr_table.items())},
-            {c: sorted(names) for c, names in sorted(self.cluster_addr_table.items())})
+            {
+                n: BrokerData(d.broker_name, dict(d.broker_addrs), d.cluster)
+                for n, d in sorted(self.broker_addr_table.items())
+            },
+            {c: sorted(names) for c, names in sorted(self.cluster_addr_table.items())},
+        )
 
     def all_topics(self) -> list[str]:
         return sorted(self.topic_queue_table)
 
     def topics_by_cluster(self, cluster: str) -> list[str]:
         names = self.cluster_addr_table.get(cluster, set())
-        return sorted(t for t, by_broker in self.topic_queue_table.items()
-                      if names.intersection(by_broker))
+        return sorted(
+            t for t, by_broker in self.topic_queue_table.items() if names.intersection(by_broker)
+        )
 
     def system_topics(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster and broker names (the topics RocketMQ
@@ -243,8 +266,9 @@ class RouteInfoManager:
         topics = set(self.cluster_addr_table)
         for names in self.cluster_addr_table.values():
             topics.update(names)
-        addr = next((a for d in self.broker_addr_table.values()
-                     for a in d.broker_addrs.values()), None)
+        addr = next(
+            (a for d in self.broker_addr_table.values() for a in d.broker_addrs.values()), None
+        )
         return sorted(topics), addr
 
     # ------------------------------------------------------------ admin writes

@@ -58,19 +58,24 @@ def _wall_ms() -> float:
 
 
 class NameServer:
-    def __init__(self, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 data_dir: str | Path = "namesrv",
-                 scan_interval_s: float = SCAN_INTERVAL_S,
-                 broker_expiry_s: float = BROKER_EXPIRY_S,
-                 order_message_enable: bool = False,
-                 delete_topic_with_broker_registration: bool = False,
-                 idle_timeout_s: float = 120.0,
-                 max_connections: int = 4096,
-                 max_brokers: int = 4096,
-                 acl_file: str | Path | None = None,
-                 acl_reload_interval: float = 1.0,
-                 tls: TlsSettings | None = None,
-                 clock_ms: Callable[[], float] = _wall_ms) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        data_dir: str | Path = "namesrv",
+        scan_interval_s: float = SCAN_INTERVAL_S,
+        broker_expiry_s: float = BROKER_EXPIRY_S,
+        order_message_enable: bool = False,
+        delete_topic_with_broker_registration: bool = False,
+        idle_timeout_s: float = 120.0,
+        max_connections: int = 4096,
+        max_brokers: int = 4096,
+        acl_file: str | Path | None = None,
+        acl_reload_interval: float = 1.0,
+        tls: TlsSettings | None = None,
+        clock_ms: Callable[[], float] = _wall_ms,
+    ) -> None:
         if scan_interval_s <= 0 or broker_expiry_s <= 0:
             raise ValueError("scan_interval_s and broker_expiry_s must be > 0")
         self.host = host
@@ -81,20 +86,30 @@ class NameServer:
         self.clock_ms = clock_ms
         self.log = get_logger("namesrv")
         self.stats = NamesrvStats()
-        self.routes = RouteInfoManager(broker_expiry_s * 1000.0,
-                                       delete_topic_with_broker_registration)
+        self.routes = RouteInfoManager(
+            broker_expiry_s * 1000.0, delete_topic_with_broker_registration
+        )
         self.kv = KvConfig(self.data_dir / "kvConfig.json")
         self.processor = NamesrvRequestProcessor(
-            routes=self.routes, kv=self.kv, log=self.log, clock_ms=clock_ms,
-            config=self.config_properties, order_message_enable=order_message_enable,
-            max_brokers=max_brokers, update_config=self.update_config)
+            routes=self.routes,
+            kv=self.kv,
+            log=self.log,
+            clock_ms=clock_ms,
+            config=self.config_properties,
+            order_message_enable=order_message_enable,
+            max_brokers=max_brokers,
+            update_config=self.update_config,
+        )
         self.server = RemotingServer(
-            log=get_logger("transport"), before_write=lambda: None,
-            on_connection_lost=self._connection_lost, max_frame=MAX_FRAME,
-            limits=ConnectionLimits(max_connections, idle_timeout_s))
-        self.handlers = namesrv_handlers(self.processor,
-                                         KvConfigProcessor(kv=self.kv, log=self.log),
-                                         self.stats, self.log)
+            log=get_logger("transport"),
+            before_write=lambda: None,
+            on_connection_lost=self._connection_lost,
+            max_frame=MAX_FRAME,
+            limits=ConnectionLimits(max_connections, idle_timeout_s),
+        )
+        self.handlers = namesrv_handlers(
+            self.processor, KvConfigProcessor(kv=self.kv, log=self.log), self.stats, self.log
+        )
         self.order_message_enable = order_message_enable
         self.acl_file = None if acl_file is None else Path(acl_file)
         self.acl_reload_interval = acl_reload_interval
@@ -112,15 +127,20 @@ class NameServer:
 
     def config_properties(self) -> dict[str, str]:
         """GET_NAMESRV_CONFIG: NamesrvConfig / NettyServerConfig names."""
-        return {"listenPort": str(self.port), "rocketmqHome": str(self.data_dir.resolve()),
-                "kvConfigPath": str((self.data_dir / "kvConfig.json").resolve()),
-                "clusterTest": "false", "orderMessageEnable": str(self.order_message_enable)
-                .lower(), "productEnvName": "center",
-                "scanNotActiveBrokerInterval": f"{self.scan_interval_s * 1000:.0f}",
-                "brokerChannelExpiredTime": f"{self.broker_expiry_s * 1000:.0f}",
-                "deleteTopicWithBrokerRegistration":
-                    str(self.routes.delete_topic_with_broker_registration).lower(),
-                "serverChannelMaxIdleTimeSeconds": f"{self.server.limits.idle_timeout:g}"}
+        return {
+            "listenPort": str(self.port),
+            "rocketmqHome": str(self.data_dir.resolve()),
+            "kvConfigPath": str((self.data_dir / "kvConfig.json").resolve()),
+            "clusterTest": "false",
+            "orderMessageEnable": str(self.order_message_enable).lower(),
+            "productEnvName": "center",
+            "scanNotActiveBrokerInterval": f"{self.scan_interval_s * 1000:.0f}",
+            "brokerChannelExpiredTime": f"{self.broker_expiry_s * 1000:.0f}",
+            "deleteTopicWithBrokerRegistration": str(
+                self.routes.delete_topic_with_broker_registration
+            ).lower(),
+            "serverChannelMaxIdleTimeSeconds": f"{self.server.limits.idle_timeout:g}",
+        }
 
     def update_config(self, props: dict[str, str]) -> dict[str, str]:
         """UPDATE_NAMESRV_CONFIG: check every key (``settings.check``), then apply them all
@@ -145,22 +165,32 @@ class NameServer:
         await asyncio.to_thread(self.data_dir.mkdir, parents=True, exist_ok=True)
         await self.kv.ready()
         try:  # the ACL hook and TLS wrapper before the port opens (bad files fail the start)
-            self.acl = secure_server(self.server, self.supervisor, acl_file=self.acl_file,
-                                     acl_reload_interval=self.acl_reload_interval,
-                                     tls=self.tls, host=self.host, role="name server")
-            self.port = await self.server.listen(self.host, self.port, self.handlers,
-                                                 "namesrv")
+            self.acl = secure_server(
+                self.server,
+                self.supervisor,
+                acl_file=self.acl_file,
+                acl_reload_interval=self.acl_reload_interval,
+                tls=self.tls,
+                host=self.host,
+                role="name server",
+            )
+            self.port = await self.server.listen(self.host, self.port, self.handlers, "namesrv")
         except BaseException:
             await self.supervisor.stop()
             raise
         self._started_at = time.monotonic()
         self.running = True
         self._task = asyncio.get_running_loop().create_task(self._housekeeping())
-        self.log.info("namesrv.started", host=self.host, port=self.port,
-                      data_dir=str(self.data_dir.resolve()),
-                      broker_expiry_ms=self.broker_expiry_s * 1000.0,
-                      scan_interval_ms=self.scan_interval_s * 1000.0,
-                      acl=self.acl is not None, tls_mode=self.tls.mode.value)
+        self.log.info(
+            "namesrv.started",
+            host=self.host,
+            port=self.port,
+            data_dir=str(self.data_dir.resolve()),
+            broker_expiry_ms=self.broker_expiry_s * 1000.0,
+            scan_interval_ms=self.scan_interval_s * 1000.0,
+            acl=self.acl is not None,
+            tls_mode=self.tls.mode.value,
+        )
 
     async def stop(self) -> None:
         if not self.running:
@@ -173,8 +203,11 @@ class NameServer:
             self._task = None
         await self.supervisor.stop()
         await self.server.close(grace=1.0)
-        self.log.info("namesrv.stopped", uptime_ms=(time.monotonic() - self._started_at) * 1e3,
-                      brokers=len(self.routes.broker_live_table))
+        self.log.info(
+            "namesrv.stopped",
+            uptime_ms=(time.monotonic() - self._started_at) * 1e3,
+            brokers=len(self.routes.broker_live_table),
+        )
 
     async def __aenter__(self) -> NameServer:
         await self.start()
@@ -191,9 +224,12 @@ class NameServer:
         removed = self.routes.scan_not_active_broker(now)
         for r in removed:
             live = r.live
-            self.log.warning("namesrv.broker_expired", broker_name=r.broker_name,
-                             broker_addr=r.broker_addr,
-                             silent_ms=now - live.last_update_ms if live else 0.0)
+            self.log.warning(
+                "namesrv.broker_expired",
+                broker_name=r.broker_name,
+                broker_addr=r.broker_addr,
+                silent_ms=now - live.last_update_ms if live else 0.0,
+            )
             if live is not None and isinstance(live.conn, Connection):
                 live.conn.abort("broker expired")  # RocketMQ closes the channel too
         return len(removed)
@@ -212,12 +248,20 @@ class NameServer:
                     next_scan = loop.time() + self.scan_interval_s
                     self.scan_not_active_brokers()
             except Exception as err:  # noqa: BLE001 - housekeeping must survive
-                self.log.error("service.failed", service="namesrv.housekeeping",
-                               error=f"{type(err).__name__}: {err}", failures=1,
-                               retry_in_ms=step * 1000.0)
+                self.log.error(
+                    "service.failed",
+                    service="namesrv.housekeeping",
+                    error=f"{type(err).__name__}: {err}",
+                    failures=1,
+                    retry_in_ms=step * 1000.0,
+                )
 
     def _connection_lost(self, conn: Any) -> None:
         removed = self.routes.on_connection_lost(conn)
         if removed is not None:
-            self.log.info("namesrv.broker_disconnected", broker_name=removed.broker_name,
-                          broker_addr=removed.broker_addr, peer=conn.peer)
+            self.log.info(
+                "namesrv.broker_disconnected",
+                broker_name=removed.broker_name,
+                broker_addr=removed.broker_addr,
+                peer=conn.peer,
+            )

@@ -74,8 +74,12 @@ def _stamp(_logger: Any, name: str, event_dict: dict[str, Any]) -> dict[str, Any
     if "exc_info" in event_dict:
         event_dict = _format_exc_info(_logger, name, event_dict)  # type: ignore[assignment]
         # (a dict at runtime: mypyc checks it)
-    return record(event_dict.get("event", ""), event_dict, int(time.time() * 1000),
-                  "warning" if name == "warn" else name)
+    return record(
+        event_dict.get("event", ""),
+        event_dict,
+        int(time.time() * 1000),
+        "warning" if name == "warn" else name,
+    )
 
 
 def _console_time(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -83,8 +87,9 @@ def _console_time(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[
     ts = event_dict.pop("ts", None)
     event_dict.pop("v", None)
     if ts is not None:
-        event_dict["timestamp"] = time.strftime(
-            "%Y-%m-%dT%H:%M:%S", time.gmtime(ts // 1000)) + f".{ts % 1000:03d}Z"
+        event_dict["timestamp"] = (
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts // 1000)) + f".{ts % 1000:03d}Z"
+        )
     return event_dict
 
 
@@ -122,8 +127,12 @@ def configure_logging(
     close_sinks()
     sink = None
     if log_dir is not None:
-        sink = RotatingJsonSink(Path(log_dir), rotate_bytes=rotate_bytes,
-                                rotate_seconds=rotate_seconds, gzip_rotated=gzip_rotated)
+        sink = RotatingJsonSink(
+            Path(log_dir),
+            rotate_bytes=rotate_bytes,
+            rotate_seconds=rotate_seconds,
+            gzip_rotated=gzip_rotated,
+        )
         _SINKS.append(sink)
     use_json = (not sys.stdout.isatty()) if json is None else json
     if stdout and use_json:
@@ -146,6 +155,7 @@ def configure_logging(
     _fast_debug = lvl <= logging.DEBUG
     _info_enabled = lvl <= logging.INFO
     if not console and lvl <= logging.INFO:
+
         def emit(event: str, fields: dict[str, Any], level: str = "info") -> None:
             line = dumps(record(event, fields, int(time.time() * 1000), level), default=str)
             for s in sinks:
@@ -159,8 +169,9 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         # Without a console the sinks did the writing: ReturnLogger makes the final
         # step a no-op (cheaper than raising DropEvent on every event).
-        logger_factory=(structlog.PrintLoggerFactory(sys.stdout) if console
-                        else structlog.ReturnLoggerFactory()),
+        logger_factory=(
+            structlog.PrintLoggerFactory(sys.stdout) if console else structlog.ReturnLoggerFactory()
+        ),
         cache_logger_on_first_use=False,
     )
     return sink

@@ -74,8 +74,9 @@ class BufferedSink:
         self.degraded = False
         self._retry_delay = 0.0
         # not ``_thread``: mypyc names the C struct field ``__thread``, a GCC keyword
-        self._writer_thread = threading.Thread(target=self._run, name=type(self).__name__,
-                                               daemon=True)
+        self._writer_thread = threading.Thread(
+            target=self._run, name=type(self).__name__, daemon=True
+        )
 
     def _start(self) -> None:
         self._writer_thread.start()

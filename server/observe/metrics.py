@@ -35,8 +35,10 @@ if TYPE_CHECKING:
     from .stats import BrokerStats
 
 SNAPSHOT_TIMEOUT = 2.0
-_INSTALL_HINT = ("the metrics endpoint needs prometheus-client: "
-                 "pip install 'kairosmq[metrics]' (or pip install prometheus-client)")
+_INSTALL_HINT = (
+    "the metrics endpoint needs prometheus-client: "
+    "pip install 'kairosmq[metrics]' (or pip install prometheus-client)"
+)
 
 
 class ListenerCounters(Protocol):
@@ -81,25 +83,33 @@ def take_snapshot(src: MetricsSources) -> dict[str, Any]:
     log_min, log_max = src.log_range()
     server = src.listeners
     return {
-        "stored": dict(st.stored), "scheduled": dict(st.scheduled),
-        "delivered": dict(st.delivered), "pulled": dict(st.pulled),
-        "retried": dict(st.redelivered), "dead": dict(st.dead_lettered),
+        "stored": dict(st.stored),
+        "scheduled": dict(st.scheduled),
+        "delivered": dict(st.delivered),
+        "pulled": dict(st.pulled),
+        "retried": dict(st.redelivered),
+        "dead": dict(st.dead_lettered),
         "rejected": st.rejected,
         "acl_denied": dict(src.acl_denied()),
         "lateness": {lv: (list(h.counts), h.total, h.sum_ms) for lv, h in st.lateness.items()},
         "timer_lateness": (list(st.timer_lateness.counts), st.timer_lateness.sum_ms),
-        "timers_scheduled": st.timers_scheduled, "timers_fired": st.timers_fired,
+        "timers_scheduled": st.timers_scheduled,
+        "timers_fired": st.timers_fired,
         "timer_next_due": src.timer_next_due(),
-        "backlog": src.schedule_backlog(), "now_ms": src.clock_ms(),
-        "held": src.pull_holds.held, "pulls_not_held": src.pull_holds.refused,
+        "backlog": src.schedule_backlog(),
+        "now_ms": src.clock_ms(),
+        "held": src.pull_holds.held,
+        "pulls_not_held": src.pull_holds.refused,
         "connections": len(server.connections),
-        "conn_refused": server.refused, "conn_timed_out": server.timed_out,
+        "conn_refused": server.refused,
+        "conn_timed_out": server.timed_out,
         "conn_unknown_peer": server.unknown_peer,
         "conn_over_budget": server.over_budget,
         "partial_frame_bytes": server.buffered,
         "service_failures": dict(st.service_failures),
         "services_degraded": {s["name"]: s["state"] == "degraded" for s in src.services()},
-        "log_min": log_min, "log_max": log_max,
+        "log_min": log_min,
+        "log_max": log_max,
         "uptime_s": src.uptime_ms() / 1000,
     }
 
@@ -134,14 +144,18 @@ class BrokerCollector:
         )
 
         snap = self._snapshot()
-        yield GaugeMetricFamily("kairosmq_up", "1 if the broker answered this scrape",
-                                value=0 if snap is None else 1)
+        yield GaugeMetricFamily(
+            "kairosmq_up", "1 if the broker answered this scrape", value=0 if snap is None else 1
+        )
         if snap is None:
             return
         per_topic = (
             ("stored", "kairosmq_messages_stored", "Messages stored (not delayed) per topic"),
-            ("delivered", "kairosmq_messages_delivered",
-             "Delayed messages moved from the schedule to their topic"),
+            (
+                "delivered",
+                "kairosmq_messages_delivered",
+                "Delayed messages moved from the schedule to their topic",
+            ),
             ("pulled", "kairosmq_messages_consumed", "Messages handed to consumers by PULL"),
         )
         for key, name, doc in per_topic:
@@ -157,49 +171,75 @@ class BrokerCollector:
             for group, n in sorted(snap[key].items()):
                 c.add_metric([group], n)
             yield c
-        c = CounterMetricFamily("kairosmq_messages_scheduled", "Delayed messages accepted",
-                                labels=["level"])
+        c = CounterMetricFamily(
+            "kairosmq_messages_scheduled", "Delayed messages accepted", labels=["level"]
+        )
         for level, n in sorted(snap["scheduled"].items()):
             c.add_metric([str(level)], n)
         yield c
-        yield CounterMetricFamily("kairosmq_messages_rejected", "Sends refused",
-                                  value=snap["rejected"])
-        c = CounterMetricFamily("kairosmq_acl_denied",
-                                "Requests refused by the ACL (--acl), by reason",
-                                labels=["reason"])
+        yield CounterMetricFamily(
+            "kairosmq_messages_rejected", "Sends refused", value=snap["rejected"]
+        )
+        c = CounterMetricFamily(
+            "kairosmq_acl_denied",
+            "Requests refused by the ACL (--acl), by reason",
+            labels=["reason"],
+        )
         for reason, n in sorted(snap["acl_denied"].items()):
             c.add_metric([reason], n)
         yield c
-        c = CounterMetricFamily("kairosmq_service_failures",
-                                "Failures of a supervised background service (each is "
-                                "restarted with backoff)", labels=["service"])
+        c = CounterMetricFamily(
+            "kairosmq_service_failures",
+            "Failures of a supervised background service (each is restarted with backoff)",
+            labels=["service"],
+        )
         for name, n in sorted(snap["service_failures"].items()):
             c.add_metric([name], n)
         yield c
-        g = GaugeMetricFamily("kairosmq_service_degraded",
-                              "1 while a background service is failing (see admin status)",
-                              labels=["service"])
+        g = GaugeMetricFamily(
+            "kairosmq_service_degraded",
+            "1 while a background service is failing (see admin status)",
+            labels=["service"],
+        )
         for name, bad in sorted(snap["services_degraded"].items()):
             g.add_metric([name], 1 if bad else 0)
         yield g
         for key, name, doc in (
-            ("conn_refused", "kairosmq_connections_refused",
-             "Connections closed at once: max_connections reached"),
-            ("conn_timed_out", "kairosmq_connections_timed_out",
-             "Connections closed for idleness or a stalled partial frame"),
-            ("conn_unknown_peer", "kairosmq_connections_unknown_peer",
-             "Connections closed unread: their peer address could not be read"),
-            ("conn_over_budget", "kairosmq_connections_over_budget",
-             "Connections closed because unfinished frames exceeded partial_frame_budget"),
-            ("pulls_not_held", "kairosmq_pulls_not_held",
-             "Pulls answered at once because a held-pull limit was reached"),
+            (
+                "conn_refused",
+                "kairosmq_connections_refused",
+                "Connections closed at once: max_connections reached",
+            ),
+            (
+                "conn_timed_out",
+                "kairosmq_connections_timed_out",
+                "Connections closed for idleness or a stalled partial frame",
+            ),
+            (
+                "conn_unknown_peer",
+                "kairosmq_connections_unknown_peer",
+                "Connections closed unread: their peer address could not be read",
+            ),
+            (
+                "conn_over_budget",
+                "kairosmq_connections_over_budget",
+                "Connections closed because unfinished frames exceeded partial_frame_budget",
+            ),
+            (
+                "pulls_not_held",
+                "kairosmq_pulls_not_held",
+                "Pulls answered at once because a held-pull limit was reached",
+            ),
         ):
             yield CounterMetricFamily(name, doc, value=snap[key])
-        pending = GaugeMetricFamily("kairosmq_delayed_pending",
-                                    "Delayed messages waiting per level", labels=["level"])
-        due = GaugeMetricFamily("kairosmq_delayed_next_due_seconds",
-                                "Seconds until the level's next message is due (<0: late)",
-                                labels=["level"])
+        pending = GaugeMetricFamily(
+            "kairosmq_delayed_pending", "Delayed messages waiting per level", labels=["level"]
+        )
+        due = GaugeMetricFamily(
+            "kairosmq_delayed_next_due_seconds",
+            "Seconds until the level's next message is due (<0: late)",
+            labels=["level"],
+        )
         for level, (n, next_ms) in sorted(snap["backlog"].items()):
             pending.add_metric([str(level)], n)
             if next_ms is not None:
@@ -208,14 +248,17 @@ class BrokerCollector:
         yield due
         hist = HistogramMetricFamily(
             "kairosmq_delivery_lateness_seconds",
-            "Store time of a delivered delayed message minus its due time", labels=["level"])
+            "Store time of a delivered delayed message minus its due time",
+            labels=["level"],
+        )
         bounds = [f"{b / 1000:g}" for b in LATENESS_BUCKETS_MS] + ["+Inf"]
         for level, (counts, _total, sum_ms) in sorted(snap["lateness"].items()):
             hist.add_metric([str(level)], _cumulative(bounds, counts), sum_ms / 1000)
         yield hist
         timer_hist = HistogramMetricFamily(
             "kairosmq_timer_lateness_seconds",
-            "Store time of a fired timer message minus its due time")
+            "Store time of a fired timer message minus its due time",
+        )
         counts, sum_ms = snap["timer_lateness"]
         timer_hist.add_metric([], _cumulative(bounds, counts), sum_ms / 1000)
         yield timer_hist
@@ -225,17 +268,24 @@ class BrokerCollector:
         ):
             yield CounterMetricFamily(name, doc, value=value)
         if snap["timer_next_due"] is not None:
-            yield GaugeMetricFamily("kairosmq_timer_next_due_seconds",
-                                    "Seconds until the next timer message is due (<0: late)",
-                                    value=(snap["timer_next_due"] - snap["now_ms"]) / 1000)
+            yield GaugeMetricFamily(
+                "kairosmq_timer_next_due_seconds",
+                "Seconds until the next timer message is due (<0: late)",
+                value=(snap["timer_next_due"] - snap["now_ms"]) / 1000,
+            )
         for name, doc, value in (
             ("kairosmq_pull_held", "PULL requests held by long polling", snap["held"]),
             ("kairosmq_connections", "Open client connections", snap["connections"]),
-            ("kairosmq_partial_frame_bytes",
-             "Bytes of unfinished frames held across connections (partial_frame_budget)",
-             snap["partial_frame_bytes"]),
-            ("kairosmq_commitlog_size_bytes", "Commit-log bytes retained (max - min offset)",
-             snap["log_max"] - snap["log_min"]),
+            (
+                "kairosmq_partial_frame_bytes",
+                "Bytes of unfinished frames held across connections (partial_frame_budget)",
+                snap["partial_frame_bytes"],
+            ),
+            (
+                "kairosmq_commitlog_size_bytes",
+                "Commit-log bytes retained (max - min offset)",
+                snap["log_max"] - snap["log_min"],
+            ),
             ("kairosmq_commitlog_max_offset_bytes", "Commit-log end offset", snap["log_max"]),
             ("kairosmq_uptime_seconds", "Seconds since the broker started", snap["uptime_s"]),
         ):
@@ -251,8 +301,7 @@ def make_registry(sources: MetricsSources, loop: asyncio.AbstractEventLoop) -> A
     return registry
 
 
-def serve_metrics(sources: MetricsSources, port: int,
-                  addr: str) -> tuple[Any, threading.Thread]:
+def serve_metrics(sources: MetricsSources, port: int, addr: str) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread; call on the broker's loop.
 
     Returns (server, thread): ``server.shutdown()`` stops it, ``server.server_address``

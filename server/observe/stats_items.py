@@ -59,13 +59,16 @@ def counter_sources(stats: Any, cluster_name: str) -> dict[str, Source]:
 
 # per window: (spacing of its samples, samples kept) as RocketMQ's StatsItem lists
 # (csListMinute: 10 s x 7, csListHour: 10 min x 7, csListDay: 1 h x 25)
-_TIERS = {"statsMinute": (SAMPLE_INTERVAL, 7), "statsHour": (600.0, 7),
-          "statsDay": (3600.0, 25)}
+_TIERS = {"statsMinute": (SAMPLE_INTERVAL, 7), "statsHour": (600.0, 7), "statsDay": (3600.0, 25)}
 
 
 class BrokerStatsManager:
-    def __init__(self, sources: dict[str, Source], boot: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sources: dict[str, Source],
+        boot: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sources = sources
         self.clock = clock
         self.boot = clock() if boot is None else boot
@@ -85,7 +88,8 @@ class BrokerStatsManager:
                 tiers = self._samples.get((name, key))
                 if tiers is None:
                     tiers = self._samples[(name, key)] = {
-                        w: deque(maxlen=n) for w, (_, n) in _TIERS.items()}
+                        w: deque(maxlen=n) for w, (_, n) in _TIERS.items()
+                    }
                 for window, (spacing, _) in _TIERS.items():
                     q = tiers[window]
                     if not q or now - q[-1][0] >= spacing - 1e-6:
@@ -95,8 +99,9 @@ class BrokerStatsManager:
         source = self.sources.get(name)
         return None if source is None else source().get(key)
 
-    def _window(self, name: str, key: str, value: int, window: str,
-                now: float) -> tuple[int, float]:
+    def _window(
+        self, name: str, key: str, value: int, window: str, now: float
+    ) -> tuple[int, float]:
         span = WINDOWS[window]
         samples = self._samples.get((name, key), {}).get(window, ())
         base: tuple[float, int] | None = None

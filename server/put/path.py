@@ -69,8 +69,15 @@ def response_code(status: PutStatus) -> ResponseCode:
 class PutPath:
     """The delay transform, store put, stats and per-message logs of every put."""
 
-    def __init__(self, store: MessageStore, stats: BrokerStats, msglog: MessageLog,
-                 config: BrokerConfig, *, admit_timer: Callable[[int], int]) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        stats: BrokerStats,
+        msglog: MessageLog,
+        config: BrokerConfig,
+        *,
+        admit_timer: Callable[[int], int],
+    ) -> None:
         self.store = store
         self.stats = stats
         self.msglog = msglog
@@ -81,8 +88,9 @@ class PutPath:
         ip, port = self.store.store_host
         return create_offset_msg_id(ip, port, phy_offset)
 
-    def put(self, msg: MessageInner, kind: MessageKind = MessageKind.NORMAL, *,
-            due_ms: int = 0) -> PutResult:
+    def put(
+        self, msg: MessageInner, kind: MessageKind = MessageKind.NORMAL, *, due_ms: int = 0
+    ) -> PutResult:
         """Store ``msg`` as ``kind``; stats and logs only for a stored message.
         ``due_ms``: a TIMER's due instant (``protocol.timer.resolve_timer``)."""
         if kind is MessageKind.TIMER:
@@ -97,8 +105,9 @@ class PutPath:
             if kind in _DELAYABLE:
                 level = int(props[DELAY])
             if level > 0:
-                level = transform_delayed(msg, level, self.config.delay_levels_ms,
-                                          self.store.clock_ms(), round_up_ms=1)
+                level = transform_delayed(
+                    msg, level, self.config.delay_levels_ms, self.store.clock_ms(), round_up_ms=1
+                )
             else:
                 del props[DELAY]
         result = self.store.put(msg)
@@ -113,20 +122,33 @@ class PutPath:
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
             if level > 0:
                 self.msglog.info(
-                    "message.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id, real_topic=props[REAL_TOPIC],
-                    real_queue_id=int(props[REAL_QID]), delay_level=level,
-                    queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                    store_ts=result.store_timestamp, deliver_ts=int(props[DELIVER_TIME]),
-                    reconsume_times=msg.reconsume_times, tags=props.get(TAGS),
+                    "message.scheduled",
+                    msg_id=props.get(UNIQ_KEY) or offset_id,
+                    offset_msg_id=offset_id,
+                    real_topic=props[REAL_TOPIC],
+                    real_queue_id=int(props[REAL_QID]),
+                    delay_level=level,
+                    queue_offset=result.queue_offset,
+                    phy_offset=result.phy_offset,
+                    store_ts=result.store_timestamp,
+                    deliver_ts=int(props[DELIVER_TIME]),
+                    reconsume_times=msg.reconsume_times,
+                    tags=props.get(TAGS),
                 )
             else:
                 self.msglog.info(
-                    "message.stored", msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id, topic=msg.topic, queue_id=msg.queue_id,
-                    queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                    size=result.size, store_ts=result.store_timestamp,
-                    born_ts=msg.born_timestamp, tags=props.get(TAGS), keys=props.get(KEYS),
+                    "message.stored",
+                    msg_id=props.get(UNIQ_KEY) or offset_id,
+                    offset_msg_id=offset_id,
+                    topic=msg.topic,
+                    queue_id=msg.queue_id,
+                    queue_offset=result.queue_offset,
+                    phy_offset=result.phy_offset,
+                    size=result.size,
+                    store_ts=result.store_timestamp,
+                    born_ts=msg.born_timestamp,
+                    tags=props.get(TAGS),
+                    keys=props.get(KEYS),
                     reconsume_times=msg.reconsume_times,
                 )
         return result
@@ -146,10 +168,15 @@ class PutPath:
         if self.config.log_messages and self.msglog.enabled:
             props = msg.properties
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
-            self.msglog.info("timer.scheduled", msg_id=props.get(UNIQ_KEY) or offset_id,
-                             real_topic=props[REAL_TOPIC], real_queue_id=int(props[REAL_QID]),
-                             queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                             deliver_ts=due)
+            self.msglog.info(
+                "timer.scheduled",
+                msg_id=props.get(UNIQ_KEY) or offset_id,
+                real_topic=props[REAL_TOPIC],
+                real_queue_id=int(props[REAL_QID]),
+                queue_offset=result.queue_offset,
+                phy_offset=result.phy_offset,
+                deliver_ts=due,
+            )
         return result
 
     def _target_ready(self, topic: str, queue_id: str) -> None:
@@ -167,12 +194,16 @@ class PutPath:
         topic, its DELAY and timer properties kept for the commit, not applied."""
         transform_half(msg, msg.properties.get(PGROUP, ""))
         result = self.store.put(msg)
-        if (result.status is PutStatus.PUT_OK and self.config.log_messages
-                and self.msglog.enabled):
+        if result.status is PutStatus.PUT_OK and self.config.log_messages and self.msglog.enabled:
             props = msg.properties
             offset_id = result.offset_msg_id = self.offset_msg_id(result.phy_offset)
-            self.msglog.info("transaction.prepared", msg_id=props.get(UNIQ_KEY) or offset_id,
-                             producer_group=props.get(PGROUP, ""),
-                             real_topic=props[REAL_TOPIC], real_queue_id=int(props[REAL_QID]),
-                             queue_offset=result.queue_offset, phy_offset=result.phy_offset)
+            self.msglog.info(
+                "transaction.prepared",
+                msg_id=props.get(UNIQ_KEY) or offset_id,
+                producer_group=props.get(PGROUP, ""),
+                real_topic=props[REAL_TOPIC],
+                real_queue_id=int(props[REAL_QID]),
+                queue_offset=result.queue_offset,
+                phy_offset=result.phy_offset,
+            )
         return result

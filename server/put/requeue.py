@@ -44,9 +44,15 @@ from kairosmq.protocol.properties import (
 from ..store import MessageInner
 
 # Set by the broker on its way through the store; never copied from a stored record.
-INTERNAL_PROPERTIES: tuple[str, ...] = (DELAY, DELIVER_TIME, SCHEDULE_ORIGIN,
-                                        *BROKER_INTERNAL_PROPERTIES, TIMER_ORIGIN,
-                                        RECALL_TARGET, RECALL_KIND)
+INTERNAL_PROPERTIES: tuple[str, ...] = (
+    DELAY,
+    DELIVER_TIME,
+    SCHEDULE_ORIGIN,
+    *BROKER_INTERNAL_PROPERTIES,
+    TIMER_ORIGIN,
+    RECALL_TARGET,
+    RECALL_KIND,
+)
 
 
 def stripped(props: dict[str, str], strip: Collection[str]) -> dict[str, str]:
@@ -54,9 +60,16 @@ def stripped(props: dict[str, str], strip: Collection[str]) -> dict[str, str]:
     return {k: v for k, v in props.items() if k not in strip}
 
 
-def copy_record(m: MessageExt, topic: str, queue_id: int, strip: Collection[str], *,
-                properties: dict[str, str] | None = None, sys_flag: int | None = None,
-                reconsume_times: int | None = None) -> MessageInner:
+def copy_record(
+    m: MessageExt,
+    topic: str,
+    queue_id: int,
+    strip: Collection[str],
+    *,
+    properties: dict[str, str] | None = None,
+    sys_flag: int | None = None,
+    reconsume_times: int | None = None,
+) -> MessageInner:
     """A new message copying ``m`` into ``topic``/``queue_id``: its properties without
     ``strip``, then ``properties`` set; ``sys_flag``/``reconsume_times`` replace the
     record's when given."""
@@ -64,23 +77,40 @@ def copy_record(m: MessageExt, topic: str, queue_id: int, strip: Collection[str]
     if properties:
         props.update(properties)
     return MessageInner(
-        topic=topic, queue_id=queue_id, body=m.body, properties=props, flag=m.flag,
+        topic=topic,
+        queue_id=queue_id,
+        body=m.body,
+        properties=props,
+        flag=m.flag,
         sys_flag=m.sys_flag if sys_flag is None else sys_flag,
-        born_timestamp=m.born_timestamp, born_host=m.born_host,
+        born_timestamp=m.born_timestamp,
+        born_host=m.born_host,
         reconsume_times=m.reconsume_times if reconsume_times is None else reconsume_times,
     )
 
 
-def requeue(m: MessageExt, topic: str, queue_id: int, *, reconsume_times: int | None = None,
-            properties: dict[str, str] | None = None, drop: tuple[str, ...] = ()
-            ) -> MessageInner:
+def requeue(
+    m: MessageExt,
+    topic: str,
+    queue_id: int,
+    *,
+    reconsume_times: int | None = None,
+    properties: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+) -> MessageInner:
     """A new message copying ``m`` into ``topic``/``queue_id`` for a re-put.
 
     ``INTERNAL_PROPERTIES`` and ``drop`` are removed, then ``properties`` are set;
     ``reconsume_times`` replaces the record's count when given.
     """
-    return copy_record(m, topic, queue_id, INTERNAL_PROPERTIES + drop, properties=properties,
-                       reconsume_times=reconsume_times)
+    return copy_record(
+        m,
+        topic,
+        queue_id,
+        INTERNAL_PROPERTIES + drop,
+        properties=properties,
+        reconsume_times=reconsume_times,
+    )
 
 
 def resend_target(group: str, origin: str | None, to_retry: bool) -> tuple[str | None, str]:

@@ -30,15 +30,26 @@ if TYPE_CHECKING:
 CALL_TIMEOUT = 5.0  # seconds (RocketMQ callClient: 10 s; mqadmin's own timeout is 5 s)
 
 
-def _request(conn: Connection, code: int, ext_fields: dict[str, str], body: bytes,
-             oneway: bool) -> RemotingCommand:
-    return RemotingCommand(code=int(code), opaque=next(conn._opaque),
-                           flag=FLAG_ONEWAY if oneway else 0, language=LanguageCode.JAVA,
-                           ext_fields=dict(ext_fields), body=body)
+def _request(
+    conn: Connection, code: int, ext_fields: dict[str, str], body: bytes, oneway: bool
+) -> RemotingCommand:
+    return RemotingCommand(
+        code=int(code),
+        opaque=next(conn._opaque),
+        flag=FLAG_ONEWAY if oneway else 0,
+        language=LanguageCode.JAVA,
+        ext_fields=dict(ext_fields),
+        body=body,
+    )
 
 
-async def call_client(conn: Connection, code: int, ext_fields: dict[str, str],
-                      body: bytes = b"", timeout: float | None = None) -> RemotingCommand:
+async def call_client(
+    conn: Connection,
+    code: int,
+    ext_fields: dict[str, str],
+    body: bytes = b"",
+    timeout: float | None = None,
+) -> RemotingCommand:
     """Send a request to the client on ``conn`` and return its response (waiting at most
     ``timeout``, default ``CALL_TIMEOUT``, read at call time)."""
     if conn.closed:
@@ -53,8 +64,9 @@ async def call_client(conn: Connection, code: int, ext_fields: dict[str, str],
         conn.calls.pop(req.opaque, None)
 
 
-def notify_client(conn: Connection, code: int, ext_fields: dict[str, str],
-                  body: bytes = b"") -> None:
+def notify_client(
+    conn: Connection, code: int, ext_fields: dict[str, str], body: bytes = b""
+) -> None:
     """Send a one-way request to the client on ``conn`` (no answer)."""
     conn.send(_request(conn, code, ext_fields, body, oneway=True))
 

@@ -132,11 +132,13 @@ def guarded(handler: Handler, stats: BrokerStats, log: Any) -> Handler:
     return run
 
 
-def refuse(stats: BrokerStats, log: Any, conn: Connection, cmd: RemotingCommand, code: int,
-           remark: str) -> RemotingCommand:
+def refuse(
+    stats: BrokerStats, log: Any, conn: Connection, cmd: RemotingCommand, code: int, remark: str
+) -> RemotingCommand:
     stats.rejected += 1
-    log.warning("request.rejected", peer=conn.peer, request_code=cmd.code,
-                code=int(code), remark=remark)
+    log.warning(
+        "request.rejected", peer=conn.peer, request_code=cmd.code, code=int(code), remark=remark
+    )
     return cmd.error(code, remark)
 
 
@@ -171,8 +173,9 @@ def check_topic(topic: str, field: str = "topic") -> None:
         raise Rejected(SYSTEM_ERROR, f"{field}: {bad}")
 
 
-def check_known_topic(topics: TopicConfigManager, topic: str,
-                      field: str = "topic") -> TopicConfig | None:
+def check_known_topic(
+    topics: TopicConfigManager, topic: str, field: str = "topic"
+) -> TopicConfig | None:
     """The topic's config if it exists (valid by construction), else check the name as a
     queue topic (``naming.validate_queue_topic``: a retry/DLQ topic of a valid group may
     be longer than 127 characters)."""
@@ -207,14 +210,18 @@ def check_offset(value: int, field: str) -> None:
         raise Rejected(SYSTEM_ERROR, f"{field} {value} is negative; offsets start at 0")
 
 
-def check_queue_id(cfg: TopicConfig | None, topic: str, queue_id: int,
-                   field: str = "queueId") -> None:
+def check_queue_id(
+    cfg: TopicConfig | None, topic: str, queue_id: int, field: str = "queueId"
+) -> None:
     """``queue_id`` within the topic's queues (an unknown topic: 0..MAX_QUEUE_NUMS-1)."""
     limit = cfg.queue_nums if cfg is not None else MAX_QUEUE_NUMS
     if not 0 <= queue_id < limit:
-        raise Rejected(SYSTEM_ERROR, f"{field} {shown(queue_id)} is out of range: topic "
-                       f"{topic} has {limit} queues" if cfg is not None else
-                       f"{field} {shown(queue_id)} is out of range 0..{MAX_QUEUE_NUMS - 1}")
+        raise Rejected(
+            SYSTEM_ERROR,
+            f"{field} {shown(queue_id)} is out of range: topic {topic} has {limit} queues"
+            if cfg is not None
+            else f"{field} {shown(queue_id)} is out of range 0..{MAX_QUEUE_NUMS - 1}",
+        )
 
 
 def check_queue(topics: TopicConfigManager, topic: str, queue_id: int) -> TopicConfig | None:
@@ -231,9 +238,11 @@ def producer_sys_flag(flag: int) -> int:
     """The send's sysFlag with only the bits a producer may set (see the module doc)."""
     tx = flag & _TRANSACTION_TYPE
     if tx == SYSFLAG_TRANSACTION_ROLLBACK:
-        raise Rejected(ResponseCode.NO_PERMISSION,
-                       f"sysFlag {flag:#x} marks a rolled-back transaction message; a "
-                       f"rollback is an END_TRANSACTION, not a send")
+        raise Rejected(
+            ResponseCode.NO_PERMISSION,
+            f"sysFlag {flag:#x} marks a rolled-back transaction message; a "
+            f"rollback is an END_TRANSACTION, not a send",
+        )
     kept = flag & _KEPT_SYS_FLAGS
     if flag & SYSFLAG_COMPRESSED and flag & SYSFLAG_COMPRESSION_TYPE:
         kept |= flag & SYSFLAG_COMPRESSION_TYPE
@@ -249,8 +258,10 @@ def check_send_header(topics: TopicConfigManager, h: Any) -> TopicConfig | None:
         check_topic(h.topic)
         # the trace topic is in the table only with trace_topic_enable (server/handlers/reply.py)
         if is_system_topic(h.topic) and not (cfg is not None and h.topic == TRACE_TOPIC):
-            raise Rejected(ResponseCode.NO_PERMISSION,
-                           f"the topic {h.topic} is a system topic; clients cannot send to it")
+            raise Rejected(
+                ResponseCode.NO_PERMISSION,
+                f"the topic {h.topic} is a system topic; clients cannot send to it",
+            )
     if h.producer_group not in _groups.ok:
         _groups.check(h.producer_group, "producerGroup")
     if h.queue_id >= 0:
@@ -281,8 +292,9 @@ def message_properties(raw: str | None) -> dict[str, str]:
         try:
             int(level)  # <= 0: no delay, as RocketMQ (the put path drops it)
         except ValueError:
-            raise Rejected(ResponseCode.MESSAGE_ILLEGAL,
-                           f"DELAY must be an integer level, got {shown(level)}") from None
+            raise Rejected(
+                ResponseCode.MESSAGE_ILLEGAL, f"DELAY must be an integer level, got {shown(level)}"
+            ) from None
     return props
 
 
@@ -329,22 +341,30 @@ def check_heartbeat(topics: TopicConfigManager, cfg: BrokerConfig, data: Heartbe
 def _check_heartbeat_counts(cfg: BrokerConfig, data: HeartbeatData) -> None:
     groups = cfg.max_groups_per_heartbeat
     if groups is not None and len(data.producer_groups) > groups:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.producer_groups)} "
-                       f"producer groups, the limit is {cfg.max_groups_per_heartbeat} "
-                       f"(max_groups_per_heartbeat)")
+        raise Rejected(
+            SYSTEM_ERROR,
+            f"the heartbeat names {len(data.producer_groups)} "
+            f"producer groups, the limit is {cfg.max_groups_per_heartbeat} "
+            f"(max_groups_per_heartbeat)",
+        )
     if groups is not None and len(data.consumers) > groups:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat names {len(data.consumers)} consumer "
-                       f"groups, the limit is {cfg.max_groups_per_heartbeat} "
-                       f"(max_groups_per_heartbeat)")
+        raise Rejected(
+            SYSTEM_ERROR,
+            f"the heartbeat names {len(data.consumers)} consumer "
+            f"groups, the limit is {cfg.max_groups_per_heartbeat} "
+            f"(max_groups_per_heartbeat)",
+        )
     subs = sum(len(c.subscriptions) for c in data.consumers)
     limit = cfg.max_subscriptions_per_heartbeat
     if limit is not None and subs > limit:
-        raise Rejected(SYSTEM_ERROR, f"the heartbeat carries {subs} subscriptions, the limit "
-                       f"is {limit} (max_subscriptions_per_heartbeat)")
+        raise Rejected(
+            SYSTEM_ERROR,
+            f"the heartbeat carries {subs} subscriptions, the limit "
+            f"is {limit} (max_subscriptions_per_heartbeat)",
+        )
 
 
-def check_lock_batch(topics: TopicConfigManager,
-                     req: LockBatchRequest) -> list[MessageQueueData]:
+def check_lock_batch(topics: TopicConfigManager, req: LockBatchRequest) -> list[MessageQueueData]:
     """Names of a LOCK/UNLOCK_BATCH_MQ body; the queues that exist (others are not locked).
     No count limit, as RocketMQ: the body's bytes (the frame) bound it."""
     _groups.check(req.consumer_group, "consumerGroup")
@@ -367,8 +387,9 @@ def check_pull(topics: TopicConfigManager, h: Any) -> TopicConfig | None:
     return cfg
 
 
-def check_consumer_queue(topics: TopicConfigManager, group: str, topic: str,
-                         queue_id: int) -> TopicConfig | None:
+def check_consumer_queue(
+    topics: TopicConfigManager, group: str, topic: str, queue_id: int
+) -> TopicConfig | None:
     """QUERY/UPDATE_CONSUMER_OFFSET: group, topic and queue id."""
     _groups.check(group, "consumerGroup")
     return check_queue(topics, topic, queue_id)
@@ -379,16 +400,20 @@ def check_create_topic(h: Any) -> int:
     check_topic(h.topic)
     if is_system_topic(h.topic):
         raise Rejected(ResponseCode.NO_PERMISSION, f"{h.topic} is a system topic")
-    for field, value in (("readQueueNums", h.read_queue_nums),
-                         ("writeQueueNums", h.write_queue_nums)):
+    for field, value in (
+        ("readQueueNums", h.read_queue_nums),
+        ("writeQueueNums", h.write_queue_nums),
+    ):
         if not 0 <= value <= MAX_QUEUE_NUMS:
-            raise Rejected(SYSTEM_ERROR, f"{field} {shown(value)} is outside "
-                           f"0..{MAX_QUEUE_NUMS}")
+            raise Rejected(SYSTEM_ERROR, f"{field} {shown(value)} is outside 0..{MAX_QUEUE_NUMS}")
     if max(h.read_queue_nums, h.write_queue_nums) < 1:
         raise Rejected(SYSTEM_ERROR, f"queue numbers must be within 1..{MAX_QUEUE_NUMS}")
     if h.perm & ~PERM_ALL:
-        raise Rejected(SYSTEM_ERROR, f"perm {shown(h.perm)} has bits outside {PERM_ALL:#x} "
-                       f"(PERM_PRIORITY|PERM_READ|PERM_WRITE|PERM_INHERIT)")
+        raise Rejected(
+            SYSTEM_ERROR,
+            f"perm {shown(h.perm)} has bits outside {PERM_ALL:#x} "
+            f"(PERM_PRIORITY|PERM_READ|PERM_WRITE|PERM_INHERIT)",
+        )
     return int(max(h.read_queue_nums, h.write_queue_nums))
 
 

@@ -53,7 +53,8 @@ class ArrivalNotifier:
     @property
     def held(self) -> int:
         return sum(len(s) for s in self._waiters.values()) + sum(
-            len(h) for h in self._held.values())
+            len(h) for h in self._held.values()
+        )
 
     def is_waiting(self, topic: str, queue_id: int) -> bool:
         """Something (a held pull, the scheduler) waits for an arrival in the queue."""
@@ -73,8 +74,9 @@ class ArrivalNotifier:
             if held and self._loop is not None:
                 self._loop.call_soon(_wake, held)
 
-    def hold(self, topic: str, queue_id: int, answer: Callable[[bool], None],
-             timeout: float) -> Held:
+    def hold(
+        self, topic: str, queue_id: int, answer: Callable[[bool], None], timeout: float
+    ) -> Held:
         """Park a pull: ``answer(True)`` after the next arrival in the queue,
         ``answer(False)`` after ``timeout`` seconds or at close (at once if closed)."""
         h = Held(answer, (topic, queue_id))
@@ -133,7 +135,8 @@ def _wake(held: dict[Held, None], notified: bool = True) -> None:
             h.fire(notified)
         except Exception as err:  # noqa: BLE001 - one failed answer must not keep the others
             asyncio.get_running_loop().call_exception_handler(
-                {"message": "a held pull's answer failed", "exception": err})
+                {"message": "a held pull's answer failed", "exception": err}
+            )
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:

@@ -89,6 +89,8 @@ FRAMES_PER_TURN = 16
 # than this (bytes/s, averaged since it was first seen pending): a slow link sending a big
 # frame is not a stalled one (RocketMQ closes only idle connections)
 MIN_PARTIAL_RATE = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     """Per-server connection limits (BrokerConfig names; docs/reliability.md).
@@ -176,23 +178,32 @@ class Connection(asyncio.Protocol):
             # white list cannot be asked, so nothing of it is read (never a stand-in address)
             self.closed = True
             srv.unknown_peer += 1
-            srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
-                            connections=len(srv.connections),
-                            reason="peer address unknown (reset before accept); closed unread")
+            srv.log.warning(
+                "conn.refused",
+                peer=self.peer,
+                listener=self.listener,
+                connections=len(srv.connections),
+                reason="peer address unknown (reset before accept); closed unread",
+            )
             transport.close()
             return
         if len(srv.connections) >= (srv.limits.max_connections or 0):
             self.closed = True
             srv.refused += 1
-            srv.log.warning("conn.refused", peer=self.peer, listener=self.listener,
-                            connections=len(srv.connections),
-                            reason=f"max_connections {srv.limits.max_connections} reached")
+            srv.log.warning(
+                "conn.refused",
+                peer=self.peer,
+                listener=self.listener,
+                connections=len(srv.connections),
+                reason=f"max_connections {srv.limits.max_connections} reached",
+            )
             transport.close()
             return
         self.idle_since = asyncio.get_running_loop().time()
         self.server.connections.add(self)
-        self.server.log.info("conn.opened", peer=self.peer, conn_id=self.conn_id,
-                             listener=self.listener)
+        self.server.log.info(
+            "conn.opened", peer=self.peer, conn_id=self.conn_id, listener=self.listener
+        )
 
     def data_received(self, data: bytes) -> None:
         if self.closed:  # refused or aborted: nothing more of it is read
@@ -242,8 +253,12 @@ class Connection(asyncio.Protocol):
                     break
         except ProtocolError as err:
             self.frames_in += n
-            self.server.log.warning("frame.rejected", peer=self.peer, conn_id=self.conn_id,
-                                    error=f"{type(err).__name__}: {err}")
+            self.server.log.warning(
+                "frame.rejected",
+                peer=self.peer,
+                conn_id=self.conn_id,
+                error=f"{type(err).__name__}: {err}",
+            )
             self.abort(f"protocol error: {err}")
             return
         finally:
@@ -262,8 +277,9 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ output
 
-    def send(self, cmd: RemotingCommand, request: RemotingCommand | None = None,
-             ack: Any = None) -> None:
+    def send(
+        self, cmd: RemotingCommand, request: RemotingCommand | None = None, ack: Any = None
+    ) -> None:
         """Queue a frame; it leaves in this loop iteration's outbox tick. ``ack`` (the
         store's ack token, when the request appended) makes the tick check that the
         records were written before this answer leaves; if they were rolled back, an
@@ -284,8 +300,15 @@ class Connection(asyncio.Protocol):
 
     def notify(self, code: int, ext_fields: dict[str, str]) -> None:
         """Send a one-way request to the client (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
-        self.send(RemotingCommand(code=int(code), opaque=next(self._opaque), flag=FLAG_ONEWAY,
-                                  language=LanguageCode.JAVA, ext_fields=ext_fields))
+        self.send(
+            RemotingCommand(
+                code=int(code),
+                opaque=next(self._opaque),
+                flag=FLAG_ONEWAY,
+                language=LanguageCode.JAVA,
+                ext_fields=ext_fields,
+            )
+        )
 
     def flush_out(self) -> None:
         if self._acks:
@@ -305,8 +328,7 @@ class Connection(asyncio.Protocol):
         for idx, token, request in acks:
             problem = guard.ack_problem(token)
             if problem is not None and idx < len(self._out):
-                self._out[idx] = encode_command(request.error(ResponseCode.SYSTEM_ERROR,
-                                                              problem))
+                self._out[idx] = encode_command(request.error(ResponseCode.SYSTEM_ERROR, problem))
 
     def abort(self, reason: str) -> None:
         if self.transport is not None and not self.closed:
@@ -357,8 +379,10 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         wrap = self.wrap_protocol
         factory: Callable[[], asyncio.Protocol] = (
-            (lambda: Connection(self, handlers, name)) if wrap is None
-            else (lambda: wrap(Connection(self, handlers, name))))
+            (lambda: Connection(self, handlers, name))
+            if wrap is None
+            else (lambda: wrap(Connection(self, handlers, name)))
+        )
         srv = await loop.create_server(factory, host, port, reuse_address=True)
         self.servers.append(srv)
         # uvloop's is a list, not typeshed's tuple: typed Any, or mypyc's check refuses it
@@ -380,8 +404,12 @@ class RemotingServer:
         handler = conn.handlers.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
-                conn.send(cmd.error(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f"request code {cmd.code} is not supported"))
+                conn.send(
+                    cmd.error(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        f"request code {cmd.code} is not supported",
+                    )
+                )
             return
         guard = self.ack_guard
         appends = guard.appends if guard is not None else 0
@@ -400,9 +428,13 @@ class RemotingServer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _finish(self, conn: Connection, cmd: RemotingCommand,
-                      pending: Awaitable[RemotingCommand | AckedAnswer | None],
-                      ack: Any = None) -> None:
+    async def _finish(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        pending: Awaitable[RemotingCommand | AckedAnswer | None],
+        ack: Any = None,
+    ) -> None:
         result: RemotingCommand | AckedAnswer | None
         try:
             result = await pending
@@ -416,15 +448,20 @@ class RemotingServer:
         elif result is not None and not cmd.is_oneway:
             conn.send(result, cmd, ack)
 
-    def failure_answer(self, conn: Connection, cmd: RemotingCommand,
-                       err: Exception) -> RemotingCommand:
+    def failure_answer(
+        self, conn: Connection, cmd: RemotingCommand, err: Exception
+    ) -> RemotingCommand:
         """The error answer to a request whose handler raised ``err`` (logged if unexpected)."""
         if isinstance(err, HeaderError | RequestRefused):
             return cmd.error(err.response_code, str(err))
         if isinstance(err, ValueError):
             return cmd.error(ResponseCode.SYSTEM_ERROR, f"bad request: {err}")
-        self.log.exception("request.failed", peer=conn.peer, request_code=cmd.code,
-                           error=f"{type(err).__name__}: {err}")
+        self.log.exception(
+            "request.failed",
+            peer=conn.peer,
+            request_code=cmd.code,
+            error=f"{type(err).__name__}: {err}",
+        )
         return cmd.error(ResponseCode.SYSTEM_ERROR, f"{type(err).__name__}: {err}")
 
     # ------------------------------------------------------------ outbox
@@ -466,19 +503,28 @@ class RemotingServer:
         if self.buffered <= budget:
             return
         # the order: never-authorized connections first, each group largest first
-        holders = sorted((c for c in self.connections if c.counted),
-                         key=lambda c: (c.authorized, -c.counted))
+        holders = sorted(
+            (c for c in self.connections if c.counted), key=lambda c: (c.authorized, -c.counted)
+        )
         for c in holders:
             if self.buffered <= budget:
                 break
             self.over_budget += 1
             held, total = c.counted, self.buffered
-            self.log.warning("conn.over_budget", peer=c.peer, conn_id=c.conn_id,
-                             buffered=held, total=total, budget=budget,
-                             authorized=c.authorized)
-            c.abort(f"unfinished frames hold {total} bytes across connections, above "
-                    f"partial_frame_budget {budget}; this connection held {held} "
-                    f"({'after' if c.authorized else 'before'} any authorized request)")
+            self.log.warning(
+                "conn.over_budget",
+                peer=c.peer,
+                conn_id=c.conn_id,
+                buffered=held,
+                total=total,
+                budget=budget,
+                authorized=c.authorized,
+            )
+            c.abort(
+                f"unfinished frames hold {total} bytes across connections, above "
+                f"partial_frame_budget {budget}; this connection held {held} "
+                f"({'after' if c.authorized else 'before'} any authorized request)"
+            )
 
     def sweep(self, now: float | None = None) -> int:
         """Close idle connections and stalled partial frames; return how many closed.
@@ -504,11 +550,18 @@ class RemotingServer:
                     conn._partial_mark = conn.frames_in
                     conn._partial_since = now
                     conn._partial_bytes = conn.bytes_in
-                elif ((held := now - conn._partial_since) >= lim.partial_frame_timeout
-                      and conn.bytes_in - conn._partial_bytes < MIN_PARTIAL_RATE * held):
-                    closing.append((conn, f"partial frame ({conn.reader.buffered} bytes) "
-                                          f"for more than {lim.partial_frame_timeout:g}s at "
-                                          f"under {MIN_PARTIAL_RATE} bytes/s"))
+                elif (
+                    (held := now - conn._partial_since) >= lim.partial_frame_timeout
+                    and conn.bytes_in - conn._partial_bytes < MIN_PARTIAL_RATE * held
+                ):
+                    closing.append(
+                        (
+                            conn,
+                            f"partial frame ({conn.reader.buffered} bytes) "
+                            f"for more than {lim.partial_frame_timeout:g}s at "
+                            f"under {MIN_PARTIAL_RATE} bytes/s",
+                        )
+                    )
             else:
                 conn._partial_mark = -1
         for conn, reason in closing:

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 class DeliveryLog:
     """Stats and ``message.delivered``/``timer.fired`` events of the scheduler's re-puts."""
 
-    def __init__(self, store: MessageStore, stats: BrokerStats, msglog: MessageLog,
-                 config: BrokerConfig) -> None:
+    def __init__(
+        self, store: MessageStore, stats: BrokerStats, msglog: MessageLog, config: BrokerConfig
+    ) -> None:
         self.store = store
         self.stats = stats
         self.msglog = msglog
@@ -44,11 +45,17 @@ class DeliveryLog:
 
     def _msg_id(self, target: Target, result: PutResult) -> str:
         ip, port = self.store.store_host
-        return target.properties.get(UNIQ_KEY) or create_offset_msg_id(ip, port,
-                                                                       result.phy_offset)
+        return target.properties.get(UNIQ_KEY) or create_offset_msg_id(ip, port, result.phy_offset)
 
-    def delivered(self, target: Target, result: PutResult, level: int, schedule_offset: int,
-                  deliver_ts: int, woke_ms: int) -> None:
+    def delivered(
+        self,
+        target: Target,
+        result: PutResult,
+        level: int,
+        schedule_offset: int,
+        deliver_ts: int,
+        woke_ms: int,
+    ) -> None:
         """A level's re-put of the message at ``schedule_offset`` in its queue, due at
         ``deliver_ts`` (the task woke at ``woke_ms``)."""
         lateness = round(time.time() * 1000 - deliver_ts, 3)
@@ -59,13 +66,25 @@ class DeliveryLog:
         msg_id = self._msg_id(target, result)
         if self.msglog.debug_enabled:
             self.msglog.debug(
-                "message.due", msg_id=msg_id, delay_level=level, queue_offset=schedule_offset,
-                deliver_ts=deliver_ts, wake_lag_ms=float(woke_ms - deliver_ts))
-        self.msglog.info("message.delivered", msg_id=msg_id, topic=target.topic,
-                         queue_id=target.queue_id, queue_offset=result.queue_offset,
-                         phy_offset=result.phy_offset, delay_level=level,
-                         deliver_ts=deliver_ts, lateness_ms=lateness,
-                         reconsume_times=target.reconsume_times)
+                "message.due",
+                msg_id=msg_id,
+                delay_level=level,
+                queue_offset=schedule_offset,
+                deliver_ts=deliver_ts,
+                wake_lag_ms=float(woke_ms - deliver_ts),
+            )
+        self.msglog.info(
+            "message.delivered",
+            msg_id=msg_id,
+            topic=target.topic,
+            queue_id=target.queue_id,
+            queue_offset=result.queue_offset,
+            phy_offset=result.phy_offset,
+            delay_level=level,
+            deliver_ts=deliver_ts,
+            lateness_ms=lateness,
+            reconsume_times=target.reconsume_times,
+        )
 
     def timer_fired(self, target: Target, result: PutResult, due: int) -> None:
         """The timer service's re-put of a timer due at ``due``."""
@@ -74,7 +93,13 @@ class DeliveryLog:
         self.stats.timer_lateness.observe(lateness)
         if not self._logging():
             return
-        self.msglog.info("timer.fired", msg_id=self._msg_id(target, result),
-                         topic=target.topic, queue_id=target.queue_id,
-                         queue_offset=result.queue_offset, phy_offset=result.phy_offset,
-                         deliver_ts=due, lateness_ms=lateness)
+        self.msglog.info(
+            "timer.fired",
+            msg_id=self._msg_id(target, result),
+            topic=target.topic,
+            queue_id=target.queue_id,
+            queue_offset=result.queue_offset,
+            phy_offset=result.phy_offset,
+            deliver_ts=due,
+            lateness_ms=lateness,
+        )

@@ -77,7 +77,7 @@ class RequeueError(ValueError):
 def _view(record: bytes) -> tuple[RecordView, dict[str, str]]:
     try:
         view = view_record(record)
-        return view, decode_properties(record[view.props_start:view.props_end].decode())
+        return view, decode_properties(record[view.props_start : view.props_end].decode())
     except (MessageDecodeError, UnicodeDecodeError) as err:
         raise RequeueError(str(err)) from err
 
@@ -122,16 +122,19 @@ def restore_delayed(record: bytes, level: int, schedule_offset: int) -> MessageI
     """``restore_delayed_view``'s message, decoded and copied (the parity reference)."""
     m = _decoded(record)
     topic, qid = _delayed_target(m.properties, m.topic)
-    return requeue(m, topic, qid,
-                   properties=_delayed_properties(m.properties, level, schedule_offset))
+    return requeue(
+        m, topic, qid, properties=_delayed_properties(m.properties, level, schedule_offset)
+    )
 
 
 def _timer_target(props: dict[str, str]) -> tuple[str, int]:
     topic = props.get(REAL_TOPIC, "")
     qid = _queue_id(props)
     if not topic or qid is None:
-        raise RequeueError(f"REAL_TOPIC {topic[:64]!r} / REAL_QID "
-                           f"{props.get(REAL_QID, '0')[:32]!r} do not name a queue")
+        raise RequeueError(
+            f"REAL_TOPIC {topic[:64]!r} / REAL_QID "
+            f"{props.get(REAL_QID, '0')[:32]!r} do not name a queue"
+        )
     return topic, qid
 
 
@@ -156,8 +159,9 @@ def restore_timer(record: bytes, due: int, phy: int) -> MessageInner:
     """``restore_timer_view``'s message, decoded and copied (the parity reference)."""
     m = _decoded(record)
     topic, qid = _timer_target(m.properties)
-    return requeue(m, topic, qid, drop=TIMER_PROPERTIES,
-                   properties=_timer_properties(m.properties, due, phy))
+    return requeue(
+        m, topic, qid, drop=TIMER_PROPERTIES, properties=_timer_properties(m.properties, due, phy)
+    )
 
 
 # ------------------------------------------------------------------ the protocol
@@ -168,8 +172,9 @@ class Target:
 
     __slots__ = ("topic", "queue_id", "properties", "reconsume_times")
 
-    def __init__(self, topic: str, queue_id: int, properties: dict[str, str],
-                 reconsume_times: int) -> None:
+    def __init__(
+        self, topic: str, queue_id: int, properties: dict[str, str], reconsume_times: int
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.properties = properties
@@ -192,8 +197,9 @@ class Attempt(NamedTuple):
 class Reputs(Generic[U]):
     """One service's re-puts of due records (``U``: what its undo log keeps)."""
 
-    def __init__(self, store: MessageStore, restore: RestoreView, *,
-                 put_patched: PutPatched | None = None) -> None:
+    def __init__(
+        self, store: MessageStore, restore: RestoreView, *, put_patched: PutPatched | None = None
+    ) -> None:
         self.restore = restore
         self.put_patched = put_patched or store.put_patched  # a test wraps it (failures)
         self.in_flight: tuple[int, int] | None = None
@@ -215,8 +221,12 @@ class Reputs(Generic[U]):
         if status is PutStatus.PUT_OK:
             return Attempt(Outcome.DONE, result, target, "")
         if status in PERMANENT:
-            return Attempt(Outcome.SKIP, result, target,
-                           f"the re-put was refused: {result.remark or status.value}")
+            return Attempt(
+                Outcome.SKIP,
+                result,
+                target,
+                f"the re-put was refused: {result.remark or status.value}",
+            )
         return Attempt(Outcome.RETRY, result, target, "")
 
     def made(self, origin: tuple[int, int]) -> bool:

@@ -51,8 +51,12 @@ def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int,
-                                         ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
+        libc.timerfd_settime.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(_Itimerspec),
+            ctypes.c_void_p,
+        ]
     except (OSError, AttributeError):
         return None
     return libc

@@ -128,40 +128,73 @@ if TYPE_CHECKING:
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
-ADMIN_CODES = frozenset({
-    # RocketMQ 4.9.8's Permission.ADMIN_CODE
-    R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG, R.DELETE_TOPIC_IN_BROKER,
-    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
-    # writes RocketMQ leaves to any signed account
-    R.DELETE_TOPIC_IN_NAMESRV, R.PUT_KV_CONFIG, R.DELETE_KV_CONFIG,
-    R.INVOKE_BROKER_TO_RESET_OFFSET, R.KAIROS_RESEND_DLQ,
-    # the standalone name server: broker registration and its writes
-    R.REGISTER_BROKER, R.UNREGISTER_BROKER, R.QUERY_DATA_VERSION,
-    R.WIPE_WRITE_PERM_OF_BROKER, R.ADD_WRITE_PERM_OF_BROKER, R.UPDATE_NAMESRV_CONFIG,
-    # reads of other accounts' messages, groups and clients, or of the deployment
-    R.VIEW_MESSAGE_BY_ID,  # an offset id names any message
-    R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, R.GET_PRODUCER_CONNECTION_LIST,
-    R.QUERY_TOPIC_CONSUME_BY_WHO, R.GET_BROKER_CONSUME_STATS, R.VIEW_BROKER_STATS_DATA,
-    R.KAIROS_GET_CONSUMER_GROUPS, R.KAIROS_GET_SCHEDULE_BACKLOG, R.KAIROS_GET_TIMER_STATUS,
-    R.KAIROS_GET_TRANSACTION_STATUS,  # every producer's pending half messages and offsets
-    R.GET_BROKER_CONFIG, R.GET_NAMESRV_CONFIG,
-})
-SIGNED_ONLY = frozenset({
-    # what every stock client reads, or public by the route anyway
-    R.GET_ROUTEINFO_BY_TOPIC, R.GET_BROKER_CLUSTER_INFO, R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-    R.GET_TOPICS_BY_CLUSTER, R.GET_SYSTEM_TOPIC_LIST_FROM_NS, R.GET_ALL_TOPIC_CONFIG,
-    R.GET_KV_CONFIG, R.GET_KVLIST_BY_NAMESPACE,  # written by admins only
-    # broker-wide aggregates (the container healthcheck's account reads them)
-    R.GET_BROKER_RUNTIME_INFO, R.KAIROS_GET_BROKER_STATUS,
-    R.CHECK_CLIENT_CONFIG,  # parses a consumer's SQL92 filter; reads and stores nothing
-})
+ADMIN_CODES = frozenset(
+    {
+        # RocketMQ 4.9.8's Permission.ADMIN_CODE
+        R.UPDATE_AND_CREATE_TOPIC,
+        R.UPDATE_BROKER_CONFIG,
+        R.DELETE_TOPIC_IN_BROKER,
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        R.DELETE_SUBSCRIPTIONGROUP,
+        # writes RocketMQ leaves to any signed account
+        R.DELETE_TOPIC_IN_NAMESRV,
+        R.PUT_KV_CONFIG,
+        R.DELETE_KV_CONFIG,
+        R.INVOKE_BROKER_TO_RESET_OFFSET,
+        R.KAIROS_RESEND_DLQ,
+        # the standalone name server: broker registration and its writes
+        R.REGISTER_BROKER,
+        R.UNREGISTER_BROKER,
+        R.QUERY_DATA_VERSION,
+        R.WIPE_WRITE_PERM_OF_BROKER,
+        R.ADD_WRITE_PERM_OF_BROKER,
+        R.UPDATE_NAMESRV_CONFIG,
+        # reads of other accounts' messages, groups and clients, or of the deployment
+        R.VIEW_MESSAGE_BY_ID,  # an offset id names any message
+        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        R.GET_PRODUCER_CONNECTION_LIST,
+        R.QUERY_TOPIC_CONSUME_BY_WHO,
+        R.GET_BROKER_CONSUME_STATS,
+        R.VIEW_BROKER_STATS_DATA,
+        R.KAIROS_GET_CONSUMER_GROUPS,
+        R.KAIROS_GET_SCHEDULE_BACKLOG,
+        R.KAIROS_GET_TIMER_STATUS,
+        R.KAIROS_GET_TRANSACTION_STATUS,  # every producer's pending half messages and offsets
+        R.GET_BROKER_CONFIG,
+        R.GET_NAMESRV_CONFIG,
+    }
+)
+SIGNED_ONLY = frozenset(
+    {
+        # what every stock client reads, or public by the route anyway
+        R.GET_ROUTEINFO_BY_TOPIC,
+        R.GET_BROKER_CLUSTER_INFO,
+        R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        R.GET_TOPICS_BY_CLUSTER,
+        R.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        R.GET_ALL_TOPIC_CONFIG,
+        R.GET_KV_CONFIG,
+        R.GET_KVLIST_BY_NAMESPACE,  # written by admins only
+        # broker-wide aggregates (the container healthcheck's account reads them)
+        R.GET_BROKER_RUNTIME_INFO,
+        R.KAIROS_GET_BROKER_STATUS,
+        R.CHECK_CLIENT_CONFIG,  # parses a consumer's SQL92 filter; reads and stores nothing
+    }
+)
 # Replays of these are at most a duplicate message or a redelivery (at-least-once), and
 # they come at rates a replay cache could not hold: their nonces are not remembered.
-AT_LEAST_ONCE = frozenset({
-    R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE,
-    R.SEND_REPLY_MESSAGE_V2, R.PULL_MESSAGE, R.UPDATE_CONSUMER_OFFSET,
-    R.CONSUMER_SEND_MSG_BACK,
-})
+AT_LEAST_ONCE = frozenset(
+    {
+        R.SEND_MESSAGE,
+        R.SEND_MESSAGE_V2,
+        R.SEND_BATCH_MESSAGE,
+        R.SEND_REPLY_MESSAGE,
+        R.SEND_REPLY_MESSAGE_V2,
+        R.PULL_MESSAGE,
+        R.UPDATE_CONSUMER_OFFSET,
+        R.CONSUMER_SEND_MSG_BACK,
+    }
+)
 REPLAY_CACHE_PER_KEY = 50_000
 StoredTopic = Callable[[int], "str | None"]
 RECALL_MESSAGE = 370  # RocketMQ 5.3 RequestCode.RECALL_MESSAGE (cancel a timer message)
@@ -182,14 +215,26 @@ _GROUP_TOPIC_SUB = {  # code -> (group field, topic field); each checked when pr
     R.GET_CONSUME_STATS: ("consumerGroup", "topic"),
     R.QUERY_CONSUME_QUEUE: ("consumerGroup", "topic"),
 }
-_TOPIC_ANY = frozenset({  # a topic's queue metadata: producers and consumers of it
-    R.GET_MAX_OFFSET, R.GET_MIN_OFFSET, R.GET_EARLIEST_MSG_STORETIME,
-    R.SEARCH_OFFSET_BY_TIMESTAMP, R.GET_TOPIC_STATS_INFO,
-})
-_OTHER_RESOURCE_CODES = frozenset({
-    *_SENDS, *_REPLIES, R.QUERY_MESSAGE, RECALL_MESSAGE, R.HEART_BEAT, R.LOCK_BATCH_MQ,
-    R.UNLOCK_BATCH_MQ,
-})
+_TOPIC_ANY = frozenset(
+    {  # a topic's queue metadata: producers and consumers of it
+        R.GET_MAX_OFFSET,
+        R.GET_MIN_OFFSET,
+        R.GET_EARLIEST_MSG_STORETIME,
+        R.SEARCH_OFFSET_BY_TIMESTAMP,
+        R.GET_TOPIC_STATS_INFO,
+    }
+)
+_OTHER_RESOURCE_CODES = frozenset(
+    {
+        *_SENDS,
+        *_REPLIES,
+        R.QUERY_MESSAGE,
+        RECALL_MESSAGE,
+        R.HEART_BEAT,
+        R.LOCK_BATCH_MQ,
+        R.UNLOCK_BATCH_MQ,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +251,9 @@ STORED_NEEDS: dict[int, tuple[str, str, int]] = {
     R.CONSUMER_SEND_MSG_BACK: ("offset", "stored_topic", SUB),
     R.END_TRANSACTION: ("commitLogOffset", "half_topic", PUB),
 }
-RESOURCE_CODES = frozenset({*_GROUP_SUB, *_GROUP_TOPIC_SUB, *_TOPIC_ANY,
-                            *_OTHER_RESOURCE_CODES, *STORED_NEEDS})
+RESOURCE_CODES = frozenset(
+    {*_GROUP_SUB, *_GROUP_TOPIC_SUB, *_TOPIC_ANY, *_OTHER_RESOURCE_CODES, *STORED_NEEDS}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +296,7 @@ def needed_access(cmd: RemotingCommand) -> list[Need]:
     if code in _SENDS:  # the field the send handler reads: V1 names for code 10 only
         return list(_topic_need(ext.get("topic" if code == R.SEND_MESSAGE else "b"), PUB))
     if code in _REPLIES:  # REPLY: a reply is a send to the reply topic (324: V1 names)
-        return list(_topic_need(
-            ext.get("topic" if code == R.SEND_REPLY_MESSAGE else "b"), PUB))
+        return list(_topic_need(ext.get("topic" if code == R.SEND_REPLY_MESSAGE else "b"), PUB))
     if code in _GROUP_TOPIC_SUB:
         gf, tf = _GROUP_TOPIC_SUB[code]
         out = list(_topic_need(ext.get(tf), SUB))
@@ -317,8 +362,7 @@ class ReplayCache:
     ``floor``: the time the cache starts covering (the broker's start: nothing is
     persisted, so a binding signed before it is refused rather than taken as new)."""
 
-    def __init__(self, window_ms: int, per_key: int = REPLAY_CACHE_PER_KEY,
-                 floor: int = 0) -> None:
+    def __init__(self, window_ms: int, per_key: int = REPLAY_CACHE_PER_KEY, floor: int = 0) -> None:
         self.window_ms = window_ms
         self.per_key = per_key
         self.floor = floor
@@ -341,8 +385,10 @@ class ReplayCache:
         if binding.nonce in times:
             return f"nonce {binding.nonce} was already used"
         if binding.timestamp_ms <= seen.floor:
-            return (f"signed at {binding.timestamp_ms}, at or before the oldest time the "
-                    f"replay cache still covers ({seen.floor})")
+            return (
+                f"signed at {binding.timestamp_ms}, at or before the oldest time the "
+                f"replay cache still covers ({seen.floor})"
+            )
         if len(times) >= self.per_key:
             ts, nonce = order.popleft()
             times.pop(nonce, None)
@@ -356,58 +402,88 @@ class RequestPolicy:
     """What kairosmq asks of a signed request beyond RocketMQ's signature (broker options
     ``aclRequestBinding``, ``aclRequestWindow``, ``aclAdminRequireTls``)."""
 
-    def __init__(self, binding: BindingMode | str = BindingMode.OPTIONAL,
-                 window_ms: int = 300_000, admin_require_tls: bool = False,
-                 clock_ms: Callable[[], int] = wall_ms,
-                 per_key: int = REPLAY_CACHE_PER_KEY) -> None:
+    def __init__(
+        self,
+        binding: BindingMode | str = BindingMode.OPTIONAL,
+        window_ms: int = 300_000,
+        admin_require_tls: bool = False,
+        clock_ms: Callable[[], int] = wall_ms,
+        per_key: int = REPLAY_CACHE_PER_KEY,
+    ) -> None:
         self.binding = BindingMode(binding)
         self.window_ms = int(window_ms)
         self.admin_require_tls = admin_require_tls
         self.clock_ms = clock_ms
         self.replays = ReplayCache(self.window_ms, per_key, floor=clock_ms() - 1)
 
-    def check(self, account: Account, cmd: RemotingCommand, binding: Binding | None,
-              tls: bool) -> None:
+    def check(
+        self, account: Account, cmd: RemotingCommand, binding: Binding | None, tls: bool
+    ) -> None:
         """Raise ``Denied`` unless ``cmd`` (signature verified) meets the policy."""
         key = account.access_key
         if binding is not None:
             if binding.code != cmd.code:
-                raise Denied(_SYSTEM_ERROR, "binding_code", ACL_EXCEPTION +
-                             f"Request binding mismatch for accessKey={key}: signed for "
-                             f"request code={binding.code}, sent as request code={cmd.code}")
+                raise Denied(
+                    _SYSTEM_ERROR,
+                    "binding_code",
+                    ACL_EXCEPTION + f"Request binding mismatch for accessKey={key}: signed for "
+                    f"request code={binding.code}, sent as request code={cmd.code}",
+                )
             now = self.clock_ms()
             skew = now - binding.timestamp_ms
             if abs(skew) > self.window_ms:
-                raise Denied(_SYSTEM_ERROR, "binding_stale", ACL_EXCEPTION +
-                             f"Request binding expired for accessKey={key}: signed at "
-                             f"{binding.timestamp_ms}, {skew} ms from the broker's clock "
-                             f"(aclRequestWindow {self.window_ms} ms)")
+                raise Denied(
+                    _SYSTEM_ERROR,
+                    "binding_stale",
+                    ACL_EXCEPTION + f"Request binding expired for accessKey={key}: signed at "
+                    f"{binding.timestamp_ms}, {skew} ms from the broker's clock "
+                    f"(aclRequestWindow {self.window_ms} ms)",
+                )
             if cmd.code not in AT_LEAST_ONCE:
                 why = self.replays.admit(key, binding, now)
                 if why is not None:
-                    raise Denied(_SYSTEM_ERROR, "binding_replay", ACL_EXCEPTION +
-                                 f"Request replayed for accessKey={key}: {why}")
+                    raise Denied(
+                        _SYSTEM_ERROR,
+                        "binding_replay",
+                        ACL_EXCEPTION + f"Request replayed for accessKey={key}: {why}",
+                    )
         elif self.binding is BindingMode.ALL or (
-                self.binding is BindingMode.ADMIN and account.admin):
-            whose = "every signed request" if self.binding is BindingMode.ALL else \
-                "an admin account's requests"
-            raise Denied(ResponseCode.NO_PERMISSION, "binding_required", ACL_EXCEPTION +
-                         f"aclRequestBinding={self.binding.value} requires {whose} to carry "
-                         f"the {BINDING} field (kairosmq clients and kairosmq admin sign "
-                         f"it; RocketMQ's stock clients cannot): accessKey={key}, request "
-                         f"code={cmd.code}")
+            self.binding is BindingMode.ADMIN and account.admin
+        ):
+            whose = (
+                "every signed request"
+                if self.binding is BindingMode.ALL
+                else "an admin account's requests"
+            )
+            raise Denied(
+                ResponseCode.NO_PERMISSION,
+                "binding_required",
+                ACL_EXCEPTION + f"aclRequestBinding={self.binding.value} requires {whose} to carry "
+                f"the {BINDING} field (kairosmq clients and kairosmq admin sign "
+                f"it; RocketMQ's stock clients cannot): accessKey={key}, request "
+                f"code={cmd.code}",
+            )
         if self.admin_require_tls and account.admin and not tls:
-            raise Denied(ResponseCode.NO_PERMISSION, "admin_tls", ACL_EXCEPTION +
-                         f"accessKey={key} is an admin account: with aclAdminRequireTls "
-                         f"its requests are taken over TLS only (request code={cmd.code})")
+            raise Denied(
+                ResponseCode.NO_PERMISSION,
+                "admin_tls",
+                ACL_EXCEPTION + f"accessKey={key} is an admin account: with aclAdminRequireTls "
+                f"its requests are taken over TLS only (request code={cmd.code})",
+            )
 
 
 # ------------------------------------------------------------------ the check
 
 
-def check_request(rules: AclRules, peer_ip: str, cmd: RemotingCommand,
-                  lookups: StoreLookups | None = None, *, tls: bool = False,
-                  policy: RequestPolicy | None = None) -> Account | None:
+def check_request(
+    rules: AclRules,
+    peer_ip: str,
+    cmd: RemotingCommand,
+    lookups: StoreLookups | None = None,
+    *,
+    tls: bool = False,
+    policy: RequestPolicy | None = None,
+) -> Account | None:
     """Let ``cmd`` from ``peer_ip`` through (the account, None if white-listed) or raise
     ``Denied``. ``lookups`` makes the ``STORED_NEEDS`` codes also need their permission on
     the topic of the stored message they name; ``policy`` (None: RocketMQ's checks only)
@@ -425,20 +501,29 @@ def check_request(rules: AclRules, peer_ip: str, cmd: RemotingCommand,
     if account.white_address is not None and account.white_address.match(peer_ip):
         return account
     given = ext.get(SIGNATURE)
-    verified = next((form for form in content_forms(ext, cmd.body)
-                     if signature_matches(calc_signature(form[1], account.secret_key), given)),
-                    None)  # (the names left out, the content) of the form that verified
+    verified = next(
+        (
+            form
+            for form in content_forms(ext, cmd.body)
+            if signature_matches(calc_signature(form[1], account.secret_key), given)
+        ),
+        None,
+    )  # (the names left out, the content) of the form that verified
     if verified is None:
-        raise Denied(err, "signature", ACL_EXCEPTION +
-                     f"Check signature failed for accessKey={access_key}")
+        raise Denied(
+            err, "signature", ACL_EXCEPTION + f"Check signature failed for accessKey={access_key}"
+        )
     if policy is not None:
         exclude, content = verified
         policy.check(account, cmd, find_binding(ext, cmd.body, exclude, content), tls)
     try:
         needs = needed_access(cmd)
     except ValueError as bad:
-        raise Denied(err, "unreadable", ACL_EXCEPTION + f"cannot tell the resources of "
-                     f"request code={cmd.code}: {bad}") from None
+        raise Denied(
+            err,
+            "unreadable",
+            ACL_EXCEPTION + f"cannot tell the resources of request code={cmd.code}: {bad}",
+        ) from None
     stored = STORED_NEEDS.get(cmd.code)
     if stored is not None and lookups is not None:
         field, lookup, perm = stored
@@ -447,21 +532,27 @@ def check_request(rules: AclRules, peer_ip: str, cmd: RemotingCommand,
         if need.name == TRACE_TOPIC and need.perm == PUB and need.kind == "topic":
             return account  # RocketMQ: message traces may always be written
     # a message query without a topic searches every topic: an admin's request
-    admin_only = cmd.code in ADMIN_CODES or (cmd.code == R.QUERY_MESSAGE
-                                             and not ext.get("topic"))
+    admin_only = cmd.code in ADMIN_CODES or (cmd.code == R.QUERY_MESSAGE and not ext.get("topic"))
     if admin_only and not account.admin:
-        raise Denied(ResponseCode.NO_PERMISSION, "admin", ACL_EXCEPTION +
-                     f"Need admin permission for request code={cmd.code}, "
-                     f"but accessKey={access_key} is not")
+        raise Denied(
+            ResponseCode.NO_PERMISSION,
+            "admin",
+            ACL_EXCEPTION + f"Need admin permission for request code={cmd.code}, "
+            f"but accessKey={access_key} is not",
+        )
     if account.admin and not account.topic_perms and not account.group_perms:
         return account
     for need in needs:
         owned, default = _owned(account, need)
         if not check_permission(need.perm, owned):
             how = " (its default)" if default else ""
-            raise Denied(ResponseCode.NO_PERMISSION, "permission", ACL_EXCEPTION +
-                         f"No {perm_text(need.perm)} permission for {need.shown()}: "
-                         f"accessKey={access_key} has {perm_text(owned)}{how}", need)
+            raise Denied(
+                ResponseCode.NO_PERMISSION,
+                "permission",
+                ACL_EXCEPTION + f"No {perm_text(need.perm)} permission for {need.shown()}: "
+                f"accessKey={access_key} has {perm_text(owned)}{how}",
+                need,
+            )
     return account
 
 
@@ -475,9 +566,14 @@ def _stored(lookup: StoredTopic, offset: str | None) -> str | None:
 class AclGuard:
     """The ACL in force on a broker: ``check`` is the transport's auth hook."""
 
-    def __init__(self, path: Path, log: Any, reload_interval: float = 1.0,
-                 policy: RequestPolicy | None = None, lookups: StoreLookups | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        path: Path,
+        log: Any,
+        reload_interval: float = 1.0,
+        policy: RequestPolicy | None = None,
+        lookups: StoreLookups | None = None,
+    ) -> None:
         self.path = Path(path)
         self.log = log
         self.reload_interval = reload_interval
@@ -504,18 +600,25 @@ class AclGuard:
     def check(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """None to let ``cmd`` through, else the error answer (also counted and logged)."""
         try:
-            check_request(self.rules, conn.peer_ip, cmd, self.lookups, tls=_is_tls(conn),
-                          policy=self.policy)
+            check_request(
+                self.rules, conn.peer_ip, cmd, self.lookups, tls=_is_tls(conn), policy=self.policy
+            )
             return None
         except Denied as d:
             self.denied[d.reason] = self.denied.get(d.reason, 0) + 1
             need = d.need
-            self.log.warning("acl.denied", peer=conn.peer, listener=conn.listener,
-                             access_key=cmd.ext_fields.get(ACCESS_KEY, ""),
-                             request_code=cmd.code, reason=d.reason,
-                             resource="" if need is None else need.shown(),
-                             perm="" if need is None else perm_text(need.perm),
-                             code=int(d.code), remark=d.remark)
+            self.log.warning(
+                "acl.denied",
+                peer=conn.peer,
+                listener=conn.listener,
+                access_key=cmd.ext_fields.get(ACCESS_KEY, ""),
+                request_code=cmd.code,
+                reason=d.reason,
+                resource="" if need is None else need.shown(),
+                perm="" if need is None else perm_text(need.perm),
+                code=int(d.code),
+                remark=d.remark,
+            )
             return cmd.error(d.code, d.remark)
 
     # ------------------------------------------------------------------ reload
@@ -527,9 +630,12 @@ class AclGuard:
         except OSError as err:
             if self._stamp is not None:  # logged once; a file put back is read again
                 self._stamp = None
-                self.log.error("acl.reload_failed", path=str(self.path),
-                               error=f"cannot read the ACL file: {err.strerror or err}; "
-                                     f"the rules in force stay")
+                self.log.error(
+                    "acl.reload_failed",
+                    path=str(self.path),
+                    error=f"cannot read the ACL file: {err.strerror or err}; "
+                    f"the rules in force stay",
+                )
             return False
         if (st.st_mtime_ns, st.st_size, st.st_ino) == self._stamp:
             return False
@@ -538,15 +644,20 @@ class AclGuard:
             rules = self._read()
         except (OSError, AclConfigError) as err:
             self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)  # log once per change
-            self.log.error("acl.reload_failed", path=str(self.path),
-                           error=f"{err}; the rules in force stay")
+            self.log.error(
+                "acl.reload_failed", path=str(self.path), error=f"{err}; the rules in force stay"
+            )
             return False
         if self._digest == old_digest:
             return False
         self.rules = rules
         self.reloads += 1
-        self.log.info("acl.reloaded", path=str(self.path), accounts=len(rules.accounts),
-                      global_white=len(rules.global_white))
+        self.log.info(
+            "acl.reloaded",
+            path=str(self.path),
+            accounts=len(rules.accounts),
+            global_white=len(rules.global_white),
+        )
         return True
 
     async def watch(self, state: Any) -> None:
@@ -563,19 +674,39 @@ def _is_tls(conn: Connection) -> bool:
     return transport is not None and transport.get_extra_info("ssl_object") is not None
 
 
-def load_guard(path: Path, log: Any, reload_interval: float = 1.0,
-               policy: RequestPolicy | None = None, lookups: StoreLookups | None = None
-               ) -> AclGuard:
+def load_guard(
+    path: Path,
+    log: Any,
+    reload_interval: float = 1.0,
+    policy: RequestPolicy | None = None,
+    lookups: StoreLookups | None = None,
+) -> AclGuard:
     """An ``AclGuard`` for ``path`` (raises ``AclConfigError``/``OSError`` if unusable)."""
     guard = AclGuard(path, log, reload_interval, policy, lookups)
-    log.info("acl.loaded", path=str(path), accounts=len(guard.rules.accounts),
-             global_white=len(guard.rules.global_white),
-             request_binding=guard.policy.binding.value,
-             request_window_ms=guard.policy.window_ms,
-             admin_require_tls=guard.policy.admin_require_tls)
+    log.info(
+        "acl.loaded",
+        path=str(path),
+        accounts=len(guard.rules.accounts),
+        global_white=len(guard.rules.global_white),
+        request_binding=guard.policy.binding.value,
+        request_window_ms=guard.policy.window_ms,
+        admin_require_tls=guard.policy.admin_require_tls,
+    )
     return guard
 
 
-__all__ = ["ADMIN_CODES", "RESOURCE_CODES", "SIGNED_ONLY", "AclGuard", "BindingMode", "Denied",
-           "Need", "RequestPolicy", "StoreLookups", "check_request", "load_guard", "load_rules",
-           "needed_access"]
+__all__ = [
+    "ADMIN_CODES",
+    "RESOURCE_CODES",
+    "SIGNED_ONLY",
+    "AclGuard",
+    "BindingMode",
+    "Denied",
+    "Need",
+    "RequestPolicy",
+    "StoreLookups",
+    "check_request",
+    "load_guard",
+    "load_rules",
+    "needed_access",
+]

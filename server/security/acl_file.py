@@ -57,7 +57,7 @@ def _ip_parts(addr: str) -> tuple[int, ...] | None:
     if isinstance(ip, ipaddress.IPv4Address):
         return tuple(ip.packed)
     raw = ip.packed
-    return tuple(int.from_bytes(raw[i:i + 2], "big") for i in range(0, 16, 2))
+    return tuple(int.from_bytes(raw[i : i + 2], "big") for i in range(0, 16, 2))
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,10 @@ class AddressPattern:
         items = text.split(":" if v6 else ".")
         limit, base, count = (0xFFFF, 16, 8) if v6 else (255, 10, 4)
         if not items or len(items) > count or "" in items:
-            raise AclConfigError(f"address {text!r}: expected at most {count} parts, "
-                                 f"each a number, '*' or 'n-m'" + (" (write IPv6 in full, "
-                                                                   "no '::')" if v6 else ""))
+            raise AclConfigError(
+                f"address {text!r}: expected at most {count} parts, "
+                f"each a number, '*' or 'n-m'" + (" (write IPv6 in full, no '::')" if v6 else "")
+            )
         ranges: list[tuple[int, int]] = []
         for item in items:
             item = item.strip()
@@ -133,8 +134,9 @@ class AddressPattern:
                 else:
                     lo = hi = int(item, base)
             except ValueError:
-                raise AclConfigError(f"address {text!r}: part {item!r} is not a number, "
-                                     f"'*' or 'n-m'") from None
+                raise AclConfigError(
+                    f"address {text!r}: part {item!r} is not a number, '*' or 'n-m'"
+                ) from None
             if not 0 <= lo <= hi <= limit:
                 raise AclConfigError(f"address {text!r}: part {item!r} is out of 0..{limit}")
             ranges.append((lo, hi))
@@ -187,11 +189,13 @@ def _resource_perms(entries: list[Any], key: str, where: str) -> dict[str, int]:
         text = _text(entry) or ""
         items = [x.strip() for x in text.split("=")]
         if len(items) != 2 or not items[0]:
-            raise AclConfigError(f"{where}{key}: {text!r} is not 'name=PERM' "
-                                 f"(for example topicA=SUB)")
+            raise AclConfigError(
+                f"{where}{key}: {text!r} is not 'name=PERM' (for example topicA=SUB)"
+            )
         if not is_perm_text(items[1]):
-            raise AclConfigError(f"{where}{key}: {text!r}: the permission must be DENY, "
-                                 f"PUB, SUB or PUB|SUB")
+            raise AclConfigError(
+                f"{where}{key}: {text!r}: the permission must be DENY, PUB, SUB or PUB|SUB"
+            )
         out[items[0]] = parse_perm(items[1])
     return out
 
@@ -212,12 +216,14 @@ def _account(i: int, d: Any) -> Account:
     access_key = _text(d.get("accessKey"))
     secret_key = _text(d.get("secretKey"))
     if access_key is None or len(access_key) <= KEY_MIN_LENGTH:
-        raise AclConfigError(f"{where}accessKey: missing or not longer than "
-                             f"{KEY_MIN_LENGTH} characters")
+        raise AclConfigError(
+            f"{where}accessKey: missing or not longer than {KEY_MIN_LENGTH} characters"
+        )
     where = f"accounts[{i}] (accessKey {access_key}): "
     if secret_key is None or len(secret_key) <= KEY_MIN_LENGTH:
-        raise AclConfigError(f"{where}secretKey: missing or not longer than "
-                             f"{KEY_MIN_LENGTH} characters")
+        raise AclConfigError(
+            f"{where}secretKey: missing or not longer than {KEY_MIN_LENGTH} characters"
+        )
     admin = d.get("admin", False)
     if isinstance(admin, str):
         admin = admin.strip().lower() == "true"
@@ -238,8 +244,9 @@ def parse_rules(data: Any) -> AclRules:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise AclConfigError("the ACL file must be a mapping with globalWhiteRemoteAddresses "
-                             "and/or accounts")
+        raise AclConfigError(
+            "the ACL file must be a mapping with globalWhiteRemoteAddresses and/or accounts"
+        )
     white = []
     for entry in _list(data, "globalWhiteRemoteAddresses", ""):
         pattern = AddressPattern.parse(entry)

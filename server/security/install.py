@@ -78,16 +78,24 @@ def stored_topic(read_record: Callable[[int], bytes | RecordProblem]) -> StoredT
 Role = Literal["broker", "name server"]
 _OPEN: dict[Role, str] = {
     "broker": "anyone who can reach its ports can create and delete topics, rewrite "
-              "offsets and read every message",
+    "offsets and read every message",
     "name server": "anyone who can reach its port can register a broker at their own "
-                   "address, take brokers' write permission and change its settings",
+    "address, take brokers' write permission and change its settings",
 }
 
 
-def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: Path | None,
-                  acl_reload_interval: float, tls: TlsSettings, host: str,
-                  role: Role = "broker", policy: RequestPolicy | None = None,
-                  lookups: StoreLookups | None = None) -> AclGuard | None:
+def secure_server(
+    server: RemotingServer,
+    supervisor: Supervisor,
+    *,
+    acl_file: Path | None,
+    acl_reload_interval: float,
+    tls: TlsSettings,
+    host: str,
+    role: Role = "broker",
+    policy: RequestPolicy | None = None,
+    lookups: StoreLookups | None = None,
+) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on ``server`` (before it listens); the guard
     or None. ``role`` names the server in the ``acl.disabled`` warning; ``lookups`` are a
     broker's reads for the codes whose resource is a stored message."""
@@ -98,9 +106,13 @@ def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: P
         server.auth = guard.check
         supervisor.spawn("acl", guard.watch, reports_progress=True)
     elif not is_loopback(host):
-        log.warning("acl.disabled", host=host,
-                    reason=f"the {role} is bound beyond loopback without --acl: "
-                           + _OPEN[role] + " (docs/security.md)")
+        log.warning(
+            "acl.disabled",
+            host=host,
+            reason=f"the {role} is bound beyond loopback without --acl: "
+            + _OPEN[role]
+            + " (docs/security.md)",
+        )
     if tls.mode is not TlsMode.DISABLED:
         if (problem := tls.problem()) is not None:
             raise ValueError(problem)
@@ -108,19 +120,31 @@ def secure_server(server: RemotingServer, supervisor: Supervisor, *, acl_file: P
     return guard
 
 
-def install_security(cfg: BrokerConfig, server: RemotingServer, supervisor: Supervisor, *,
-                     read_record: Callable[[int], bytes | RecordProblem],
-                     half_topic: StoredTopic) -> AclGuard | None:
+def install_security(
+    cfg: BrokerConfig,
+    server: RemotingServer,
+    supervisor: Supervisor,
+    *,
+    read_record: Callable[[int], bytes | RecordProblem],
+    half_topic: StoredTopic,
+) -> AclGuard | None:
     """Set the ACL hook and the TLS wrapper on a broker's ``server``; the guard or None.
     ``read_record`` is the store's checked read, ``half_topic`` the transaction service's
     lookup of a half message's real topic (the guard's ``StoreLookups``)."""
-    policy = RequestPolicy(cfg.acl_request_binding, int(cfg.acl_request_window * 1000),
-                           cfg.acl_admin_require_tls)
+    policy = RequestPolicy(
+        cfg.acl_request_binding, int(cfg.acl_request_window * 1000), cfg.acl_admin_require_tls
+    )
     lookups = StoreLookups(stored_topic=stored_topic(read_record), half_topic=half_topic)
-    return secure_server(server, supervisor, acl_file=cfg.acl_file,
-                         acl_reload_interval=cfg.acl_reload_interval,
-                         tls=tls_settings(cfg), host=cfg.host, policy=policy,
-                         lookups=lookups)
+    return secure_server(
+        server,
+        supervisor,
+        acl_file=cfg.acl_file,
+        acl_reload_interval=cfg.acl_reload_interval,
+        tls=tls_settings(cfg),
+        host=cfg.host,
+        policy=policy,
+        lookups=lookups,
+    )
 
 
 def security_problem(acl_file: Path | None, tls: TlsSettings) -> str | None:

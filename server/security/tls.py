@@ -115,8 +115,9 @@ class _Proxy(asyncio.Transport):
 class TlsLayer(asyncio.Protocol):
     """TLS (or plain, in permissive mode) under one ``Connection``."""
 
-    def __init__(self, inner: asyncio.Protocol, context: ssl.SSLContext, mode: TlsMode,
-                 log: Any) -> None:
+    def __init__(
+        self, inner: asyncio.Protocol, context: ssl.SSLContext, mode: TlsMode, log: Any
+    ) -> None:
         self.inner = inner
         self.context = context
         self.mode = mode
@@ -146,11 +147,13 @@ class TlsLayer(asyncio.Protocol):
                 return
             self._decided = True
             if data[0] == TLS_HANDSHAKE:
-                self.ssl_object = self.context.wrap_bio(self._incoming, self._outgoing,
-                                                        server_side=True)
+                self.ssl_object = self.context.wrap_bio(
+                    self._incoming, self._outgoing, server_side=True
+                )
             elif self.mode is TlsMode.ENFORCING:
-                self.log.warning("tls.refused", peer=self.peer,
-                                 reason="plain remoting on a TLS-enforcing port")
+                self.log.warning(
+                    "tls.refused", peer=self.peer, reason="plain remoting on a TLS-enforcing port"
+                )
                 self.close()
                 return
         if self.ssl_object is None:
@@ -187,9 +190,12 @@ class TlsLayer(asyncio.Protocol):
                     break
                 chunks.append(chunk)
         except (ssl.SSLError, OSError) as err:
-            self.log.warning("tls.failed", peer=self.peer,
-                             stage="data" if self._handshaken else "handshake",
-                             error=f"{type(err).__name__}: {err}")
+            self.log.warning(
+                "tls.failed",
+                peer=self.peer,
+                stage="data" if self._handshaken else "handshake",
+                error=f"{type(err).__name__}: {err}",
+            )
             self._flush()
             if self.transport is not None:
                 self.transport.close()
@@ -228,8 +234,12 @@ class TlsLayer(asyncio.Protocol):
             try:
                 obj.write(data)
             except ssl.SSLError as err:
-                self.log.warning("tls.failed", peer=self.peer, stage="write",
-                                 error=f"{type(err).__name__}: {err}")
+                self.log.warning(
+                    "tls.failed",
+                    peer=self.peer,
+                    stage="write",
+                    error=f"{type(err).__name__}: {err}",
+                )
                 self.transport.close()
                 self._closed = True
                 return

@@ -28,13 +28,15 @@ def read_checkpoint(path: Path, log: Any) -> dict[str, Any]:
             raise ValueError(f"a JSON {type(cp).__name__}, not an object")
         return cp
     except (ValueError, OSError) as err:
-        log.error("store.checkpoint_unreadable", path=str(path),
-                  error=f"{type(err).__name__}: {err}")
+        log.error(
+            "store.checkpoint_unreadable", path=str(path), error=f"{type(err).__name__}: {err}"
+        )
         return {}
 
 
-def trusted_offset(cp: dict[str, Any], queues: Mapping[tuple[str, int], ConsumeQueue],
-                   path: Path, log: Any) -> tuple[int, int | None]:
+def trusted_offset(
+    cp: dict[str, Any], queues: Mapping[tuple[str, int], ConsumeQueue], path: Path, log: Any
+) -> tuple[int, int | None]:
     """(offset replay starts from, offset of the record that ends there)."""
     try:
         trusted = int(cp.get("dispatched_offset", 0))
@@ -46,8 +48,9 @@ def trusted_offset(cp: dict[str, Any], queues: Mapping[tuple[str, int], ConsumeQ
             if cq is None or cq.max_offset < int(saved):
                 return 0, None  # queue files were lost below the checkpoint: full replay
     except (TypeError, ValueError, AttributeError) as err:
-        log.error("store.checkpoint_unreadable", path=str(path),
-                  error=f"{type(err).__name__}: {err}")
+        log.error(
+            "store.checkpoint_unreadable", path=str(path), error=f"{type(err).__name__}: {err}"
+        )
         return 0, None
     if not 0 <= trusted <= _INT64_MAX or (last is not None and not 0 <= last < trusted):
         return 0, None

@@ -81,8 +81,7 @@ class CommitLog:
 
     def _open_segment(self, base: int, create: bool) -> Segment:
         path = self._segment_path(base)
-        fd = (create_allocated(path, self.segment_size) if create
-              else open_noatime(path, os.O_RDWR))
+        fd = create_allocated(path, self.segment_size) if create else open_noatime(path, os.O_RDWR)
         seg = Segment(base, path, fd)
         self.segments.append(seg)
         return seg
@@ -252,9 +251,9 @@ class CommitLog:
             view.release()
         return out
 
-    def read_concat(self, ranges: list[tuple[int, int]], max_gap: int = 64 * 1024) -> tuple[
-        list[bytes], int
-    ]:
+    def read_concat(
+        self, ranges: list[tuple[int, int]], max_gap: int = 64 * 1024
+    ) -> tuple[list[bytes], int]:
         """Chunks whose concatenation is the ranges in order (adjacent ranges share a
         chunk, no copy for a fully contiguous span); also how many ranges were read."""
         out: list[bytes] = []
@@ -291,8 +290,11 @@ class CommitLog:
             return RecordProblem.BLANK
         if magic != MESSAGE_MAGIC_CODE:
             return RecordProblem.BAD_MAGIC
-        if (not MIN_RECORD <= size <= max_size or offset + size > self.max_offset
-                or offset // self.segment_size != (offset + size - 1) // self.segment_size):
+        if (
+            not MIN_RECORD <= size <= max_size
+            or offset + size > self.max_offset
+            or offset // self.segment_size != (offset + size - 1) // self.segment_size
+        ):
             return RecordProblem.BAD_SIZE
         buf = self.read(offset, size)
         if buf is None:
@@ -418,8 +420,9 @@ class CommitLog:
 
     # ----------------------------------------------------------------- retention
 
-    def delete_expired(self, reserved_seconds: float, now: float | None = None, *,
-                       keep_from: KeepFrom = None) -> list[int]:
+    def delete_expired(
+        self, reserved_seconds: float, now: float | None = None, *, keep_from: KeepFrom = None
+    ) -> list[int]:
         """Delete whole segments last written before ``now - reserved_seconds``, oldest
         first, stopping at the first segment that ends after ``keep_from`` (a callable is
         asked only once a segment has expired)."""

@@ -70,13 +70,32 @@ class _File(MappedFile):
 
 
 class ConsumeQueue:
-    __slots__ = ("allocator", "maps", "_prepared_after", "_first_asked", "topic", "queue_id",
-                 "key", "_dir", "units_per_file", "file_bytes", "files", "max_offset",
-                 "_dirty", "_tail_end")
+    __slots__ = (
+        "allocator",
+        "maps",
+        "_prepared_after",
+        "_first_asked",
+        "topic",
+        "queue_id",
+        "key",
+        "_dir",
+        "units_per_file",
+        "file_bytes",
+        "files",
+        "max_offset",
+        "_dirty",
+        "_tail_end",
+    )
 
-    def __init__(self, directory: str | Path, topic: str, queue_id: int, units_per_file: int,
-                 allocator: FileAllocator | None = None,
-                 maps: MappedFiles | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        topic: str,
+        queue_id: int,
+        units_per_file: int,
+        allocator: FileAllocator | None = None,
+        maps: MappedFiles | None = None,
+    ) -> None:
         self.allocator = allocator
         self.maps = maps if maps is not None else MappedFiles(_OWN_MAPS)
         self._dirty = self.maps.dirty  # files written since their last sync (shared)
@@ -110,8 +129,11 @@ class ConsumeQueue:
         os.makedirs(self._dir, exist_ok=True)
         path = self._path(base)
         size = first_size(self.file_bytes)
-        fd = (self.allocator.take(Path(path), size) if self.allocator is not None
-              else create_zeroed(Path(path), size))
+        fd = (
+            self.allocator.take(Path(path), size)
+            if self.allocator is not None
+            else create_zeroed(Path(path), size)
+        )
         os.close(fd)
         f = _File(base, path, size)
         self.files.append(f)
@@ -164,8 +186,10 @@ class ConsumeQueue:
                 def unit(i: int) -> tuple[int, int, int]:
                     return UNIT.unpack_from(buf, i * UNIT_SIZE)
             else:
+
                 def unit(i: int) -> tuple[int, int, int]:
                     return UNIT.unpack(os.pread(fd, UNIT_SIZE, i * UNIT_SIZE))
+
             lo, hi = 0, n
             while lo < hi:  # first unit whose size is 0
                 mid = (lo + hi) // 2
@@ -422,8 +446,9 @@ class ConsumeQueue:
         return lo
 
 
-def sync_dirty(dirty: set[MappedFile], files: Iterable[MappedFile],
-               syncfs_dir: Path | None = None) -> int:
+def sync_dirty(
+    dirty: set[MappedFile], files: Iterable[MappedFile], syncfs_dir: Path | None = None
+) -> int:
     """Make ``files`` (members of the shared ``dirty`` set) durable and take them out of
     it; return how many. Blocking: the checkpoint's thread. With ``syncfs_dir``, one
     ``syncfs`` of its file system stands for the per-file syncs. A file is taken out
@@ -450,15 +475,20 @@ def compute_tags_code(topic: str, props: dict[str, str]) -> int:
     Total: a deliver time that is not a plain decimal int64 counts as 0 (due at once),
     so no property value can make the unit unencodable after the append.
     """
-    due = (DELIVER_TIME if topic == SCHEDULE_TOPIC
-           else TIMER_OUT_MS if topic == TIMER_TOPIC else None)
+    due = (
+        DELIVER_TIME if topic == SCHEDULE_TOPIC else TIMER_OUT_MS if topic == TIMER_TOPIC else None
+    )
     if due is not None and due in props:
         return parse_decimal(props[due], INT64_DIGITS) or 0
     return tags_code(props.get(TAGS))
 
 
-def load_queues(cq_dir: Path, units_per_file: int, allocator: FileAllocator | None = None,
-                maps: MappedFiles | None = None) -> dict[tuple[str, int], ConsumeQueue]:
+def load_queues(
+    cq_dir: Path,
+    units_per_file: int,
+    allocator: FileAllocator | None = None,
+    maps: MappedFiles | None = None,
+) -> dict[tuple[str, int], ConsumeQueue]:
     """Every consume queue found under ``cq_dir``, loaded (no file left open). Existing
     directories load as they are (no name check: an older broker's names must not stop
     a start)."""

@@ -36,8 +36,9 @@ def fsync_dir(directory: Path) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically and durably."""
-    write_parts_atomic(path, (orjson.dumps(
-        data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS),))
+    write_parts_atomic(
+        path, (orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS),)
+    )
 
 
 def write_parts_atomic(path: Path, parts: Iterable[bytes]) -> None:

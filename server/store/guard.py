@@ -26,8 +26,9 @@ from typing import Any
 
 
 class WriteGuard:
-    def __init__(self, data_dir: Path, *, max_used_ratio: float, check_interval: float,
-                 log: Any) -> None:
+    def __init__(
+        self, data_dir: Path, *, max_used_ratio: float, check_interval: float, log: Any
+    ) -> None:
         self.data_dir = data_dir
         self.max_used_ratio = max_used_ratio
         self.check_interval = check_interval
@@ -72,11 +73,16 @@ class WriteGuard:
         ratio = (st.f_blocks - st.f_bavail) / st.f_blocks
         self.used_ratio = ratio
         was = self.disk_full
-        fields = {"used_ratio": round(ratio, 4), "max_used_ratio": self.max_used_ratio,
-                  "path": str(self.data_dir)}
+        fields = {
+            "used_ratio": round(ratio, 4),
+            "max_used_ratio": self.max_used_ratio,
+            "path": str(self.data_dir),
+        }
         if ratio > self.max_used_ratio:
-            self.disk_full = (f"service not available now: the broker's disk is full "
-                              f"({ratio:.0%} used > {self.max_used_ratio:.0%})")
+            self.disk_full = (
+                f"service not available now: the broker's disk is full "
+                f"({ratio:.0%} used > {self.max_used_ratio:.0%})"
+            )
             if was is None:
                 self.log.error("store.disk_full", **fields)
         else:

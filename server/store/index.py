@@ -104,8 +104,9 @@ class _File:
 
 
 class KeyIndex:
-    def __init__(self, directory: Path, store: MessageStore, *, slots: int = 1 << 17,
-                 capacity: int = 1 << 19) -> None:
+    def __init__(
+        self, directory: Path, store: MessageStore, *, slots: int = 1 << 17, capacity: int = 1 << 19
+    ) -> None:
         self.directory = directory
         self.store = store
         self.slots = slots
@@ -128,8 +129,9 @@ class KeyIndex:
             first_phy = self.files[-1].first_phy + 1  # names stay unique and sorted
         path = self.directory / f"{first_phy:020d}"
         path.unlink(missing_ok=True)  # a leftover of a crash: start it over
-        fd = self.allocator.take(self.directory / _NEXT, self._size(self.slots, self.capacity),
-                                 name_as=path)  # OSError if the disk is full
+        fd = self.allocator.take(
+            self.directory / _NEXT, self._size(self.slots, self.capacity), name_as=path
+        )  # OSError if the disk is full
         f = _File(path, first_phy, self.slots, self.capacity, 0, end_phy, fd)
         f.mm = mmap.mmap(fd, 0)
         _HEADER.pack_into(f.mm, 0, MAGIC, 1, f.slots, f.capacity, 0, first_phy, end_phy)
@@ -258,8 +260,9 @@ class KeyIndex:
 
     def _alloc_failed(self, err: OSError) -> None:
         self._alloc_retry_at = time.monotonic() + RETRY_ALLOC
-        self.log.warning("store.allocation_failed", kind="index", path=str(self.directory),
-                         error=str(err))
+        self.log.warning(
+            "store.allocation_failed", kind="index", path=str(self.directory), error=str(err)
+        )
 
     def _set_end(self, end: int) -> None:
         f = self._cur
@@ -324,8 +327,9 @@ class KeyIndex:
         return out
 
     @staticmethod
-    def _walk(f: _File, read: Callable[[int, int], bytes], h: int, out: list[int],
-              limit: int) -> None:
+    def _walk(
+        f: _File, read: Callable[[int, int], bytes], h: int, out: list[int], limit: int
+    ) -> None:
         (entry,) = _I32.unpack(read(HEADER_SIZE + (h % f.slots) * 4, 4))
         base = HEADER_SIZE + f.slots * 4
         bound = f.count + 1

@@ -90,8 +90,7 @@ class MappedFiles:
         try:
             size = os.fstat(fd).st_size
             if size <= 0:
-                raise OSError(errno.EINVAL, "an empty store file cannot be mapped",
-                              str(f.path))
+                raise OSError(errno.EINVAL, "an empty store file cannot be mapped", str(f.path))
             mm = mmap.mmap(fd, size, **_MMAP_KW)
         finally:
             os.close(fd)

@@ -81,8 +81,17 @@ from .types import (
     StateProvider,
 )
 
-__all__ = ["DispatchRequest", "GetResult", "GetStatus", "MessageInner",
-           "MessageStore", "PutResult", "PutStatus", "StateProvider", "compute_tags_code"]
+__all__ = [
+    "DispatchRequest",
+    "GetResult",
+    "GetStatus",
+    "MessageInner",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "StateProvider",
+    "compute_tags_code",
+]
 
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
@@ -127,8 +136,12 @@ class MessageStore(StoreReads):
         self.providers: list[StateProvider] = []
         self.log = get_logger("store")
         self.max_record_size = min(segment_size, max_message_size + _MAX_OVERHEAD)
-        self.guard = WriteGuard(self.data_dir, max_used_ratio=disk_max_used_ratio,
-                                check_interval=disk_check_interval, log=self.log)
+        self.guard = WriteGuard(
+            self.data_dir,
+            max_used_ratio=disk_max_used_ratio,
+            check_interval=disk_check_interval,
+            log=self.log,
+        )
         self.dispatch_failures = 0
         self._last_written_record: int | None = None
         self._replay_skipped = 0
@@ -148,8 +161,9 @@ class MessageStore(StoreReads):
             bad = validate_queue_topic(topic)
             if bad is not None or not 0 <= queue_id <= _INT32_MAX:
                 raise ValueError(bad or f"queue id {queue_id} is out of range")
-            cq = ConsumeQueue(self.cq_dir, topic, queue_id, self.units_per_file, self.allocator,
-                              self.maps)
+            cq = ConsumeQueue(
+                self.cq_dir, topic, queue_id, self.units_per_file, self.allocator, self.maps
+            )
             self.queues[(topic, queue_id)] = cq
             self._cp_changed.add(cq)
         return cq
@@ -176,18 +190,28 @@ class MessageStore(StoreReads):
 
         def build(queue_offset: int, phy: int, store_ts: int) -> bytes:
             return encode_record(
-                topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id,
-                flag=msg.flag, queue_offset=queue_offset, physical_offset=phy,
-                sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host, store_timestamp=store_ts, store_host=self.store_host,
+                topic=topic,
+                body=msg.body,
+                properties=props,
+                queue_id=msg.queue_id,
+                flag=msg.flag,
+                queue_offset=queue_offset,
+                physical_offset=phy,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                store_timestamp=store_ts,
+                store_host=self.store_host,
                 reconsume_times=msg.reconsume_times,
             )
 
-        return self._put(msg.topic, topic, msg.queue_id, msg.properties, props, size,
-                         msg.store_timestamp, build)
+        return self._put(
+            msg.topic, topic, msg.queue_id, msg.properties, props, size, msg.store_timestamp, build
+        )
 
-    def put_patched(self, src: bytes, view: RecordView, topic: str, queue_id: int,
-                    properties: dict[str, str]) -> PutResult:
+    def put_patched(
+        self, src: bytes, view: RecordView, topic: str, queue_id: int, properties: dict[str, str]
+    ) -> PutResult:
         """Store a copy of the record ``src`` (laid out by ``view``) re-addressed to
         ``topic``/``queue_id`` with ``properties``: the scheduler's re-put, the same record
         ``put`` would write for the decoded message, without decoding it."""
@@ -196,15 +220,31 @@ class MessageStore(StoreReads):
         size = patched_size(view, topic_b, props, self.store_host)
 
         def build(queue_offset: int, phy: int, store_ts: int) -> bytes:
-            return patch_record(src, view, topic=topic_b, properties=props, queue_id=queue_id,
-                                queue_offset=queue_offset, physical_offset=phy,
-                                store_timestamp=store_ts, store_host=self.store_host)
+            return patch_record(
+                src,
+                view,
+                topic=topic_b,
+                properties=props,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                physical_offset=phy,
+                store_timestamp=store_ts,
+                store_host=self.store_host,
+            )
 
         return self._put(topic, topic_b, queue_id, properties, props, size, None, build)
 
-    def _put(self, topic: str, topic_b: bytes, queue_id: int, properties: dict[str, str],
-             props: bytes, size: int, store_ts: int | None,
-             build: Callable[[int, int, int], bytes]) -> PutResult:
+    def _put(
+        self,
+        topic: str,
+        topic_b: bytes,
+        queue_id: int,
+        properties: dict[str, str],
+        props: bytes,
+        size: int,
+        store_ts: int | None,
+        build: Callable[[int, int, int], bytes],
+    ) -> PutResult:
         """Check, reserve, build the record with ``build(queue_offset, phy, store_ts)``,
         append and dispatch it."""
         refusal = self.guard.refusal()
@@ -218,9 +258,10 @@ class MessageStore(StoreReads):
         if not 0 < len(topic_b) <= 127:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="topic must be 1..127 bytes")
         if size > self.max_record_size:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL,
-                             remark=f"the record would be {size} bytes, the limit is "
-                             f"{self.max_record_size}")
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"the record would be {size} bytes, the limit is {self.max_record_size}",
+            )
         code = compute_tags_code(topic, properties)
         try:
             cq = self.queue(topic, queue_id)
@@ -245,8 +286,9 @@ class MessageStore(StoreReads):
         self.commitlog.append(record)
         self._last_record = phy
         self.guard.appended(phy + size)
-        self.dispatch(DispatchRequest(topic, queue_id, phy, size, code, queue_offset,
-                                      store_ts, properties))
+        self.dispatch(
+            DispatchRequest(topic, queue_id, phy, size, code, queue_offset, store_ts, properties)
+        )
         if not self._write_scheduled:
             self._write_scheduled = True
             asyncio.get_running_loop().call_soon(self.write_out)
@@ -295,8 +337,10 @@ class MessageStore(StoreReads):
     def _write_failed(self, failed: WriteFailed) -> None:
         """Roll back everything derived from the records a failed write dropped."""
         kept, lost = failed.kept, failed.lost
-        reason = (f"the commit-log write failed ({failed.cause.strerror or failed.cause}); "
-                  f"the message was not stored")
+        reason = (
+            f"the commit-log write failed ({failed.cause.strerror or failed.cause}); "
+            f"the message was not stored"
+        )
         self.guard.rolled_back(kept, reason)
         voided = 0
         for cq in list(self.queues.values()):
@@ -305,16 +349,26 @@ class MessageStore(StoreReads):
             try:
                 listener(kept)
             except Exception as err:  # noqa: BLE001 - a listener must not stop the rollback
-                self.log.error("store.dispatch_failed", phy_offset=kept,
-                               dispatcher=getattr(listener, "__qualname__", repr(listener)),
-                               error=f"rollback: {type(err).__name__}: {err}")
-        self._last_record = (failed.last_record if failed.last_record is not None
-                             else self._last_written_record)
+                self.log.error(
+                    "store.dispatch_failed",
+                    phy_offset=kept,
+                    dispatcher=getattr(listener, "__qualname__", repr(listener)),
+                    error=f"rollback: {type(err).__name__}: {err}",
+                )
+        self._last_record = (
+            failed.last_record if failed.last_record is not None else self._last_written_record
+        )
         self._last_written_record = self._last_record
         self.guard.hold(f"service not available now: {reason}")
-        self.log.error("store.write_failed", phy_offset=kept, rolled_back_bytes=lost - kept,
-                       records=voided, errno=failed.cause.errno or 0,
-                       error=str(failed.cause), retry_in_ms=self.guard.check_interval * 1000)
+        self.log.error(
+            "store.write_failed",
+            phy_offset=kept,
+            rolled_back_bytes=lost - kept,
+            records=voided,
+            errno=failed.cause.errno or 0,
+            error=str(failed.cause),
+            retry_in_ms=self.guard.check_interval * 1000,
+        )
 
     def ack_token(self) -> tuple[int, int]:
         """Identify the last append (its end offset and rollback epoch) for ``ack_problem``;
@@ -354,11 +408,14 @@ class MessageStore(StoreReads):
                 reason = f"dispatcher {name}: {type(err).__name__}: {err}"
                 if req.replay:
                     self._replay_skipped += 1
-                    self.log.error("store.replay_skipped", phy_offset=req.phy_offset,
-                                   reason=reason)
+                    self.log.error("store.replay_skipped", phy_offset=req.phy_offset, reason=reason)
                 else:
-                    self.log.error("store.dispatch_failed", phy_offset=req.phy_offset,
-                                   dispatcher=name, error=f"{type(err).__name__}: {err}")
+                    self.log.error(
+                        "store.dispatch_failed",
+                        phy_offset=req.phy_offset,
+                        dispatcher=name,
+                        error=f"{type(err).__name__}: {err}",
+                    )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -370,13 +427,15 @@ class MessageStore(StoreReads):
             try:
                 provider.restore((cp.get("states") or {}).get(provider.name))
             except Exception as err:  # noqa: BLE001 - replay from the start rebuilds it
-                self.log.error("store.checkpoint_unreadable", path=str(self.checkpoint_path),
-                               error=f"state {provider.name}: {type(err).__name__}: {err}")
+                self.log.error(
+                    "store.checkpoint_unreadable",
+                    path=str(self.checkpoint_path),
+                    error=f"state {provider.name}: {type(err).__name__}: {err}",
+                )
                 cp = {}
                 provider.restore(None)
         self.commitlog.load()
-        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator,
-                                       self.maps))
+        self.queues.update(load_queues(self.cq_dir, self.units_per_file, self.allocator, self.maps))
         replayed = 0
         self._replay_skipped = 0
 
@@ -388,15 +447,24 @@ class MessageStore(StoreReads):
                 if not 0 <= m.queue_id <= _INT32_MAX or not 0 <= m.queue_offset <= _INT64_MAX:
                     raise ValueError(f"queue {m.queue_id} offset {m.queue_offset} out of range")
                 req = DispatchRequest(
-                    m.topic, m.queue_id, phy, len(rec), compute_tags_code(m.topic, m.properties),
-                    m.queue_offset, m.store_timestamp, m.properties, replay=True)
+                    m.topic,
+                    m.queue_id,
+                    phy,
+                    len(rec),
+                    compute_tags_code(m.topic, m.properties),
+                    m.queue_offset,
+                    m.store_timestamp,
+                    m.properties,
+                    replay=True,
+                )
                 self.dispatch(req)
             except OSError:
                 raise  # the disk, not the record: fail the start loudly, lose nothing
             except Exception as err:  # noqa: BLE001 - one bad record never stops a restart
                 self._replay_skipped += 1
-                self.log.error("store.replay_skipped", phy_offset=phy,
-                               reason=f"{type(err).__name__}: {err}")
+                self.log.error(
+                    "store.replay_skipped", phy_offset=phy, reason=f"{type(err).__name__}: {err}"
+                )
                 return
             replayed += 1
 
@@ -409,9 +477,12 @@ class MessageStore(StoreReads):
         if self._last_record is not None and self._last_record >= end:
             self._last_record = None  # the log was cut below it: no record ends at ``end``
         if self.commitlog.allocation_error is not None:
-            self.log.warning("store.allocation_failed", kind="commitlog",
-                             path=str(self.commitlog.directory),
-                             error=str(self.commitlog.allocation_error))
+            self.log.warning(
+                "store.allocation_failed",
+                kind="commitlog",
+                path=str(self.commitlog.directory),
+                error=str(self.commitlog.allocation_error),
+            )
         for cq in self.queues.values():
             cq.truncate_from_phy(end)
         self._cp_queues.clear()
@@ -470,4 +541,3 @@ class MessageStore(StoreReads):
                 files += n
                 queue_bytes += n * cq.file_bytes
         return Expired(len(segs), files, len(segs) * self.commitlog.segment_size, queue_bytes)
-

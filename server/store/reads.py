@@ -146,4 +146,3 @@ class StoreReads:
             return None
         data = self.commitlog.read(unit[0] + STORE_TIMESTAMP_POS, 8)
         return _I64.unpack(data)[0] if data else None
-

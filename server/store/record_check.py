@@ -41,9 +41,13 @@ class RecordProblem(Enum):
 
 # check_record's negative answers, in the order it checks
 _TRUNCATED, _BAD_MAGIC, _BAD_SIZE, _BAD_LENGTHS, _BAD_CRC = -1, -2, -3, -4, -5
-PROBLEMS = {_TRUNCATED: RecordProblem.BAD_SIZE, _BAD_MAGIC: RecordProblem.BAD_MAGIC,
-             _BAD_SIZE: RecordProblem.BAD_SIZE, _BAD_LENGTHS: RecordProblem.BAD_LENGTHS,
-             _BAD_CRC: RecordProblem.BAD_CRC}
+PROBLEMS = {
+    _TRUNCATED: RecordProblem.BAD_SIZE,
+    _BAD_MAGIC: RecordProblem.BAD_MAGIC,
+    _BAD_SIZE: RecordProblem.BAD_SIZE,
+    _BAD_LENGTHS: RecordProblem.BAD_LENGTHS,
+    _BAD_CRC: RecordProblem.BAD_CRC,
+}
 
 
 def stored_physical_offset(buf: bytes | bytearray) -> int | None:

@@ -58,8 +58,9 @@ class ConsumerGroupInfo:
 
 
 class ClientRegistry:
-    def __init__(self, expire_seconds: float = 120.0, log: Any = None,
-                 max_clients: int = 65536) -> None:
+    def __init__(
+        self, expire_seconds: float = 120.0, log: Any = None, max_clients: int = 65536
+    ) -> None:
         self.expire_seconds = expire_seconds
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
@@ -78,11 +79,20 @@ class ClientRegistry:
 
     def _admit(self, group: str, client_id: str) -> None:
         if self._total >= self.max_clients:
-            raise RequestRefused(f"client table full: {self.max_clients} registrations "
-                                 f"(max_clients); {client_id} not registered in {group}")
+            raise RequestRefused(
+                f"client table full: {self.max_clients} registrations "
+                f"(max_clients); {client_id} not registered in {group}"
+            )
 
-    def _added(self, conn: ClientConnection, consumer: bool, group: str, client_id: str,
-               new: bool, old: ClientConnection | None = None) -> None:
+    def _added(
+        self,
+        conn: ClientConnection,
+        consumer: bool,
+        group: str,
+        client_id: str,
+        new: bool,
+        old: ClientConnection | None = None,
+    ) -> None:
         if new:
             self._total += 1
             self._count[client_id] = self._count.get(client_id, 0) + 1
@@ -109,7 +119,11 @@ class ClientRegistry:
     # ---------------------------------------------------------------- heartbeat
 
     def register_consumer(
-        self, data: ConsumerData, client_id: str, conn: ClientConnection, version: int = 0,
+        self,
+        data: ConsumerData,
+        client_id: str,
+        conn: ClientConnection,
+        version: int = 0,
         language: str = "OTHER",
     ) -> bool:
         """Register or refresh a consumer; return True if the group's members changed."""
@@ -131,16 +145,29 @@ class ClientRegistry:
             existing.last_seen = now
             return False
         info.clients[client_id] = ClientInfo(client_id, conn, now, version, language)
-        self._added(conn, True, data.group_name, client_id, existing is None,
-                    None if existing is None else existing.conn)
+        self._added(
+            conn,
+            True,
+            data.group_name,
+            client_id,
+            existing is None,
+            None if existing is None else existing.conn,
+        )
         if self.log is not None:
-            self.log.info("client.registered", client_id=client_id, group=data.group_name,
-                          role="consumer")
+            self.log.info(
+                "client.registered", client_id=client_id, group=data.group_name, role="consumer"
+            )
         self._notify_group(info)
         return True
 
-    def register_producer(self, group: str, client_id: str, conn: ClientConnection,
-                          version: int = 0, language: str = "OTHER") -> None:
+    def register_producer(
+        self,
+        group: str,
+        client_id: str,
+        conn: ClientConnection,
+        version: int = 0,
+        language: str = "OTHER",
+    ) -> None:
         existing = self.producers.get(group, {}).get(client_id)
         if existing is not None and existing.conn is conn:
             existing.last_seen = time.monotonic()
@@ -149,8 +176,14 @@ class ClientRegistry:
             self._admit(group, client_id)
         members = self.producers.setdefault(group, {})
         members[client_id] = ClientInfo(client_id, conn, time.monotonic(), version, language)
-        self._added(conn, False, group, client_id, existing is None,
-                    None if existing is None else existing.conn)
+        self._added(
+            conn,
+            False,
+            group,
+            client_id,
+            existing is None,
+            None if existing is None else existing.conn,
+        )
         if self.log is not None:
             self.log.info("client.registered", client_id=client_id, group=group, role="producer")
 
@@ -195,8 +228,13 @@ class ClientRegistry:
         dropped: set[str] = set()
         changed: set[str] = set()
         for consumer, group, cid in regs:
-            table = (self.consumers[group].clients if consumer and group in self.consumers
-                     else self.producers.get(group, {}) if not consumer else {})
+            table = (
+                self.consumers[group].clients
+                if consumer and group in self.consumers
+                else self.producers.get(group, {})
+                if not consumer
+                else {}
+            )
             info = table.get(cid)
             if info is None or not pred(info):
                 continue
@@ -220,8 +258,10 @@ class ClientRegistry:
 
     def _notify_group(self, info: ConsumerGroupInfo) -> None:
         for client in info.clients.values():
-            client.conn.notify(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                               ConsumerGroupRequestHeader(info.group).to_ext_fields())
+            client.conn.notify(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                ConsumerGroupRequestHeader(info.group).to_ext_fields(),
+            )
 
     # ---------------------------------------------------------------- queries
 
@@ -244,9 +284,9 @@ class LockManager:
         self.lock_expire = lock_expire
         self._locks: dict[tuple[str, str, int], tuple[str, float]] = {}
 
-    def try_lock(self, group: str, client_id: str, queues: list[tuple[str, int]]) -> list[
-        tuple[str, int]
-    ]:
+    def try_lock(
+        self, group: str, client_id: str, queues: list[tuple[str, int]]
+    ) -> list[tuple[str, int]]:
         """Lock or renew the queues free or held by ``client_id``; return those now held."""
         now = time.monotonic()
         held: list[tuple[str, int]] = []
@@ -270,8 +310,11 @@ class LockManager:
         in ``group``; return how many."""
         if not client_ids:
             return 0
-        gone = [k for k, (cid, _t) in self._locks.items()
-                if cid in client_ids and (group is None or k[0] == group)]
+        gone = [
+            k
+            for k, (cid, _t) in self._locks.items()
+            if cid in client_ids and (group is None or k[0] == group)
+        ]
         for k in gone:
             del self._locks[k]
         return len(gone)

@@ -63,8 +63,10 @@ class OffsetSnapshot:
     def table(self) -> Table:
         """The snapshot decoded (tests)."""
         raw = orjson.loads(b"".join(self.parts))
-        return {g: {t: {int(q): o for q, o in qs.items()} for t, qs in ts.items()}
-                for g, ts in raw.items()}
+        return {
+            g: {t: {int(q): o for q, o in qs.items()} for t, qs in ts.items()}
+            for g, ts in raw.items()
+        }
 
 
 def _valid(offset: object) -> bool:
@@ -94,8 +96,11 @@ class ConsumerOffsetManager:
                 os.replace(self.path, aside)
             except OSError:
                 pass
-            self.log.error("offset.file_unreadable", path=str(self.path),
-                           error=f"{type(err).__name__}: {err}; moved to {aside.name}")
+            self.log.error(
+                "offset.file_unreadable",
+                path=str(self.path),
+                error=f"{type(err).__name__}: {err}; moved to {aside.name}",
+            )
             raw = {}
         table: Table = {}
         dropped = 0
@@ -118,35 +123,49 @@ class ConsumerOffsetManager:
                         continue
                     table.setdefault(group, {}).setdefault(topic, {})[q] = off
         if dropped:
-            self.log.error("offset.file_unreadable", path=str(self.path),
-                           error=f"{dropped} entries were not valid offsets and were dropped")
+            self.log.error(
+                "offset.file_unreadable",
+                path=str(self.path),
+                error=f"{dropped} entries were not valid offsets and were dropped",
+            )
         self.table = table
         self.count = sum(len(qs) for topics in table.values() for qs in topics.values())
 
     def refusal(self, group: str, topic: str, queue_id: int) -> str | None:
         """Why an offset of this queue would not be stored (the table is full and it has
         none yet), naming the option; None if it would be."""
-        if self.count < self.max_offsets or queue_id in self.table.get(group, {}).get(
-                topic, {}):
+        if self.count < self.max_offsets or queue_id in self.table.get(group, {}).get(topic, {}):
             return None
-        return (f"offset of {group} on {topic}:{queue_id} not stored: the broker holds "
-                f"{self.count} consumer offsets, the limit is {self.max_offsets} "
-                f"(max_consumer_offsets)")
+        return (
+            f"offset of {group} on {topic}:{queue_id} not stored: the broker holds "
+            f"{self.count} consumer offsets, the limit is {self.max_offsets} "
+            f"(max_consumer_offsets)"
+        )
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
         """Set an offset; False (nothing changed, logged) unless it is in 0..2**63-1 and
         the queue has an offset already or the table has room."""
         if not _valid(offset):
             self.refused += 1
-            self.log.warning("offset.commit_refused", group=group, topic=topic,
-                             queue_id=queue_id, value=str(offset)[:40])
+            self.log.warning(
+                "offset.commit_refused",
+                group=group,
+                topic=topic,
+                queue_id=queue_id,
+                value=str(offset)[:40],
+            )
             return False
         queues = self.table.get(group, {}).get(topic)
         if queues is None or queue_id not in queues:
             if self.count >= self.max_offsets:
                 self.refused += 1
-                self.log.warning("offset.table_full", group=group, topic=topic,
-                                 queue_id=queue_id, limit=self.max_offsets)
+                self.log.warning(
+                    "offset.table_full",
+                    group=group,
+                    topic=topic,
+                    queue_id=queue_id,
+                    limit=self.max_offsets,
+                )
                 return False
             queues = self.table.setdefault(group, {}).setdefault(topic, {})
             self.count += 1
@@ -173,8 +192,12 @@ class ConsumerOffsetManager:
             first_group = False
             first_topic = True
             for topic, queues in list(topics.items()):
-                buf.append((b"" if first_topic else b",") + orjson.dumps(topic) + b":" +
-                           orjson.dumps(queues, option=orjson.OPT_NON_STR_KEYS))
+                buf.append(
+                    (b"" if first_topic else b",")
+                    + orjson.dumps(topic)
+                    + b":"
+                    + orjson.dumps(queues, option=orjson.OPT_NON_STR_KEYS)
+                )
                 first_topic = False
                 n += len(queues) + 1
                 if n >= PART_ENTRIES:
@@ -211,8 +234,9 @@ class ConsumerOffsetManager:
             write_parts_atomic(self.path, snap.parts)
         except Exception as err:
             self.persist_failures += 1
-            self.log.error("offset.persist_failed", path=str(self.path),
-                           error=f"{type(err).__name__}: {err}")
+            self.log.error(
+                "offset.persist_failed", path=str(self.path), error=f"{type(err).__name__}: {err}"
+            )
             raise
         self._persisted = max(self._persisted, snap.version)
 
@@ -237,5 +261,10 @@ class ConsumerOffsetManager:
         return self._version != self._persisted
 
     def as_dict(self) -> dict[str, Any]:
-        return {"refused": self.refused, "persistFailures": self.persist_failures,
-                "dirty": self.dirty, "count": self.count, "limit": self.max_offsets}
+        return {
+            "refused": self.refused,
+            "persistFailures": self.persist_failures,
+            "dirty": self.dirty,
+            "count": self.count,
+            "limit": self.max_offsets,
+        }

@@ -53,6 +53,7 @@ def _int(lo: int, hi: int) -> Callable[[str], int]:
         if not lo <= value <= hi:
             raise ValueError(f"must be within [{lo}, {hi}]")
         return value
+
     return parse
 
 
@@ -85,10 +86,12 @@ SETTABLE: dict[str, Setting] = {
     "longPollingEnable": Setting("long_polling", _bool, _lower),
     "enablePropertyFilter": Setting("enable_property_filter", _bool, _lower),
     "fileReservedTime": Setting("file_reserved_hours", _int(1, 24 * 365 * 10), lambda h: f"{h:g}"),
-    "flushIntervalCommitLog": Setting("flush_interval", _ms_to_s(_int(1, 60_000)),
-                                      lambda s: str(round(s * 1000))),
-    "diskMaxUsedSpaceRatio": Setting("disk_max_used_ratio", lambda t: _int(10, 95)(t) / 100,
-                                     lambda r: str(round(r * 100))),
+    "flushIntervalCommitLog": Setting(
+        "flush_interval", _ms_to_s(_int(1, 60_000)), lambda s: str(round(s * 1000))
+    ),
+    "diskMaxUsedSpaceRatio": Setting(
+        "disk_max_used_ratio", lambda t: _int(10, 95)(t) / 100, lambda r: str(round(r * 100))
+    ),
     # kairosmq's own (camelCase of the field): retry defaults of auto-created groups, pulls
     "maxReconsumeTimes": Setting("max_reconsume_times", _int(0, 10_000), str),
     "retryQueueNums": Setting("retry_queue_nums", _int(1, 64), str),
@@ -119,9 +122,11 @@ class BrokerSettings:
             if setting is None:
                 if known is not None and key in known:
                     raise PermissionError(
-                        f"{key} is fixed at start; settable: {', '.join(sorted(SETTABLE))}")
-                raise ValueError(f"unknown broker setting {key!r}; settable: "
-                                 f"{', '.join(sorted(SETTABLE))}")
+                        f"{key} is fixed at start; settable: {', '.join(sorted(SETTABLE))}"
+                    )
+                raise ValueError(
+                    f"unknown broker setting {key!r}; settable: {', '.join(sorted(SETTABLE))}"
+                )
             try:
                 out[setting.field] = setting.parse(text)
                 self._check_live(setting.field, out[setting.field])
@@ -138,8 +143,10 @@ class BrokerSettings:
             except OSError:
                 return
             if value * 100 <= used:
-                raise ValueError(f"the data disk is {used:.0f}% used: a watermark at or "
-                                 f"below it would refuse every send (SERVICE_NOT_AVAILABLE)")
+                raise ValueError(
+                    f"the data disk is {used:.0f}% used: a watermark at or "
+                    f"below it would refuse every send (SERVICE_NOT_AVAILABLE)"
+                )
 
     def apply(self, props: dict[str, str], known: set[str] | None = None) -> None:
         """Check, then set every field on the live config (all or nothing)."""

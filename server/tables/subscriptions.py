@@ -84,8 +84,9 @@ class SubscriptionGroupConfig:
         return {_JSON[f.name]: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, data: Any, base: SubscriptionGroupConfig | None = None
-                  ) -> SubscriptionGroupConfig:
+    def from_json(
+        cls, data: Any, base: SubscriptionGroupConfig | None = None
+    ) -> SubscriptionGroupConfig:
         """Decode RocketMQ's JSON (missing fields: ``base``'s, else the defaults); raises
         ``ValueError`` naming the bad field."""
         if not isinstance(data, dict):
@@ -106,8 +107,9 @@ class SubscriptionGroupConfig:
                     value = parsed
                 lo, hi = _INT_RANGES[f.name]
                 if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                    raise ValueError(f"{_JSON[f.name]} must be an integer in [{lo}, {hi}], "
-                                     f"got {value!r}")
+                    raise ValueError(
+                        f"{_JSON[f.name]} must be an integer in [{lo}, {hi}], got {value!r}"
+                    )
             else:
                 if isinstance(value, str) and value.lower() in ("true", "false"):
                     value = value.lower() == "true"
@@ -118,8 +120,9 @@ class SubscriptionGroupConfig:
 
 
 class SubscriptionGroupManager:
-    def __init__(self, config_dir: Path, config: Any = None, *, max_groups: int = MAX_GROUPS,
-                 log: Any = None) -> None:
+    def __init__(
+        self, config_dir: Path, config: Any = None, *, max_groups: int = MAX_GROUPS, log: Any = None
+    ) -> None:
         """``config``: the live ``BrokerConfig`` (read at each creation, so
         UPDATE_BROKER_CONFIG's changes apply): ``max_reconsume_times``, ``retry_queue_nums``,
         ``auto_create_subscription_group``; ``None``: RocketMQ's defaults, auto-create on."""
@@ -144,8 +147,9 @@ class SubscriptionGroupManager:
     def _set(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
         """Put ``cfg`` in the table with its JSON row (the only way entries change)."""
         self.table[cfg.group_name] = cfg
-        self._rows[cfg.group_name] = (orjson.dumps(cfg.group_name) + b":" +
-                                      orjson.dumps(cfg.to_json()))
+        self._rows[cfg.group_name] = (
+            orjson.dumps(cfg.group_name) + b":" + orjson.dumps(cfg.to_json())
+        )
         return cfg
 
     def _changed(self) -> None:
@@ -159,13 +163,16 @@ class SubscriptionGroupManager:
 
     def _persist_failed(self, err: OSError) -> None:
         if self.log is not None:
-            self.log.error("subgroup.persist_failed", path=str(self.path),
-                           error=f"{type(err).__name__}: {err}")
+            self.log.error(
+                "subgroup.persist_failed", path=str(self.path), error=f"{type(err).__name__}: {err}"
+            )
 
     def full_remark(self, group: str) -> str:
-        return (f"subscription group {group} not created: the broker holds "
-                f"{len(self.table)} groups, the limit is {self.max_groups} "
-                f"(max_subscription_groups)")
+        return (
+            f"subscription group {group} not created: the broker holds "
+            f"{len(self.table)} groups, the limit is {self.max_groups} "
+            f"(max_subscription_groups)"
+        )
 
     def check_room(self, groups: list[str]) -> None:
         """``ValueError`` naming the option unless the groups of ``groups`` that are not
@@ -186,8 +193,9 @@ class SubscriptionGroupManager:
         cfg = self.config
         if cfg is None:
             return SubscriptionGroupConfig("")
-        return SubscriptionGroupConfig("", retry_queue_nums=cfg.retry_queue_nums,
-                                       retry_max_times=cfg.max_reconsume_times)
+        return SubscriptionGroupConfig(
+            "", retry_queue_nums=cfg.retry_queue_nums, retry_max_times=cfg.max_reconsume_times
+        )
 
     def new_config(self, group: str) -> SubscriptionGroupConfig:
         """A group with the broker's defaults (what auto-creation stores)."""
@@ -233,8 +241,11 @@ class SubscriptionGroupManager:
         RocketMQ's SUBSCRIPTION_GROUP_NOT_EXIST saying why it was not created."""
         if self.find(group) is not None:
             return None
-        why = (self.full_remark(group) if self.auto_create else
-               "autoCreateSubscriptionGroup is off: create it with updateSubGroup")
+        why = (
+            self.full_remark(group)
+            if self.auto_create
+            else "autoCreateSubscriptionGroup is off: create it with updateSubGroup"
+        )
         return f"subscription group [{group}] does not exist: {why}"
 
     def pull_refusal(self, group: str, message_model: str | None) -> tuple[int, str] | None:
@@ -247,8 +258,10 @@ class SubscriptionGroupManager:
         if not cfg.consume_enable:
             return ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
         if message_model == "BROADCASTING" and not cfg.consume_broadcast_enable:
-            return (ResponseCode.NO_PERMISSION,
-                    f"the consumer group[{group}] can not consume by broadcast way")
+            return (
+                ResponseCode.NO_PERMISSION,
+                f"the consumer group[{group}] can not consume by broadcast way",
+            )
         return None
 
     def max_reconsume_times(self, group: str, default: int) -> int:
@@ -260,8 +273,10 @@ class SubscriptionGroupManager:
 
     def encode(self) -> dict[str, Any]:
         """The whole table as RocketMQ's SubscriptionGroupWrapper (small tables, tests)."""
-        return {"subscriptionGroupTable": {g: c.to_json() for g, c in self.table.items()},
-                "dataVersion": self.data_version}
+        return {
+            "subscriptionGroupTable": {g: c.to_json() for g, c in self.table.items()},
+            "dataVersion": self.data_version,
+        }
 
     def json_parts(self) -> Iterator[bytes]:
         """``encode()``'s JSON in parts (``table_file.join_parts``); the rows are copied
@@ -286,7 +301,7 @@ class SubscriptionGroupManager:
         if not isinstance(data, dict):
             return
         table = data.get("subscriptionGroupTable")
-        for name, raw in (table.items() if isinstance(table, dict) else ()):
+        for name, raw in table.items() if isinstance(table, dict) else ():
             try:
                 cfg = SubscriptionGroupConfig.from_json(raw, self.defaults)
             except ValueError:

@@ -47,8 +47,7 @@ JOIN_ROWS = 2000  # pre-encoded rows joined per loop step (~0.3 ms)
 Snapshot = Callable[[], Iterator[bytes]]
 
 
-def encode_parts(open_: bytes, rows: list[Any], close: bytes, *,
-                 mapping: bool) -> Iterator[bytes]:
+def encode_parts(open_: bytes, rows: list[Any], close: bytes, *, mapping: bool) -> Iterator[bytes]:
     """``open_`` + the JSON of ``rows`` joined by commas + ``close``, in parts of
     ``PART_ENTRIES`` rows. ``mapping``: rows are ``(key, value)`` pairs of a JSON object
     (non-string keys allowed), else items of a JSON array."""
@@ -56,7 +55,7 @@ def encode_parts(open_: bytes, rows: list[Any], close: bytes, *,
     opt = orjson.OPT_NON_STR_KEYS
     first = True
     for i in range(0, len(rows), PART_ENTRIES):
-        chunk = rows[i:i + PART_ENTRIES]
+        chunk = rows[i : i + PART_ENTRIES]
         raw = orjson.dumps(dict(chunk) if mapping else chunk, option=opt)
         inner = raw[1:-1]  # drop the chunk's own brackets
         if inner:
@@ -72,7 +71,7 @@ def join_parts(open_: bytes, rows: list[bytes], close: bytes) -> Iterator[bytes]
     not an encoding of every entry."""
     yield open_
     for i in range(0, len(rows), JOIN_ROWS):
-        part = b",".join(rows[i:i + JOIN_ROWS])
+        part = b",".join(rows[i : i + JOIN_ROWS])
         yield part if i == 0 else b"," + part
     yield close
 
@@ -90,9 +89,14 @@ async def collect(parts: Iterable[bytes]) -> bytes:
 class TableFile:
     """The background writer of one table file (see the module docstring)."""
 
-    def __init__(self, path: Path, snapshot: Snapshot, *,
-                 on_failed: Callable[[OSError], None] | None = None,
-                 retry: float = 1.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        snapshot: Snapshot,
+        *,
+        on_failed: Callable[[OSError], None] | None = None,
+        retry: float = 1.0,
+    ) -> None:
         """``snapshot()``: called on the loop, copies what it needs at once and returns
         an iterator of the file's JSON in parts (``encode_parts``). ``on_failed``: told of
         each failed write (the owner logs its event)."""

@@ -68,7 +68,9 @@ class TopicTableFull(HeaderError):
     def __init__(self, topic: str, count: int, limit: int) -> None:
         super().__init__(
             f"topic {topic} not created: the broker holds {count} topics, the limit is "
-            f"{limit} (max_topics)", ResponseCode.SYSTEM_ERROR)
+            f"{limit} (max_topics)",
+            ResponseCode.SYSTEM_ERROR,
+        )
         self.topic = topic
         self.remark = str(self)
 
@@ -88,8 +90,15 @@ class TopicConfig:
 
 
 class TopicConfigManager:
-    def __init__(self, config_dir: Path, *, default_queue_nums: int, delay_levels: int,
-                 max_topics: int = MAX_TOPICS, log: Any = None) -> None:
+    def __init__(
+        self,
+        config_dir: Path,
+        *,
+        default_queue_nums: int,
+        delay_levels: int,
+        max_topics: int = MAX_TOPICS,
+        log: Any = None,
+    ) -> None:
         self.path = config_dir / "topics.json"
         self.default_queue_nums = default_queue_nums
         self.max_topics = max_topics
@@ -99,8 +108,9 @@ class TopicConfigManager:
         )
         self.topics[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels)
         # each topic's JSON row, kept with the table (a write joins them: table_file.py)
-        self._rows: dict[str, bytes] = {name: orjson.dumps(cfg)
-                                        for name, cfg in self.topics.items()}
+        self._rows: dict[str, bytes] = {
+            name: orjson.dumps(cfg) for name, cfg in self.topics.items()
+        }
         self.skipped_on_load: list[str] = []
         self.on_change: list[Callable[[str], None]] = []
         self.log = log
@@ -129,8 +139,9 @@ class TopicConfigManager:
 
     def _persist_failed(self, err: OSError) -> None:
         if self.log is not None:
-            self.log.error("topic.persist_failed", path=str(self.path),
-                           error=f"{type(err).__name__}: {err}")
+            self.log.error(
+                "topic.persist_failed", path=str(self.path), error=f"{type(err).__name__}: {err}"
+            )
 
     @property
     def dirty(self) -> bool:
@@ -160,8 +171,13 @@ class TopicConfigManager:
             raise TopicTableFull(topic, len(self.topics), self.max_topics)
 
     def create(
-        self, topic: str, queue_nums: int | None = None, *, perm: int = PERM_READ | PERM_WRITE,
-        order: bool = False, bounded: bool = True,
+        self,
+        topic: str,
+        queue_nums: int | None = None,
+        *,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+        bounded: bool = True,
     ) -> TopicConfig:
         """Create (or update the queue count of) a topic; the name is the caller's to
         check. ``TopicTableFull`` for a new topic past ``max_topics`` (``bounded=False``:

@@ -100,20 +100,36 @@ def committed_message(m: MessageExt, topic: str, queue_id: int) -> MessageInner:
     """The message a commit puts into ``topic``/``queue_id`` for the half record ``m``
     (``put/requeue.py``'s copy, ``COMMIT_STRIP`` dropped, ``KAIROS_TX_HALF`` naming it)."""
     return copy_record(
-        m, topic, queue_id, COMMIT_STRIP,
+        m,
+        topic,
+        queue_id,
+        COMMIT_STRIP,
         properties={TX_HALF: format_key(m.queue_offset, m.commit_log_offset)},
-        sys_flag=(m.sys_flag & ~_TX_TYPE) | SYSFLAG_TRANSACTION_COMMIT)
+        sys_flag=(m.sys_flag & ~_TX_TYPE) | SYSFLAG_TRANSACTION_COMMIT,
+    )
 
 
-def op_message(queue_offset: int, phy: int, tag: str, end: str | None,
-               born_host: tuple[bytes, int], now_ms: int) -> MessageInner:
+def op_message(
+    queue_offset: int,
+    phy: int,
+    tag: str,
+    end: str | None,
+    born_host: tuple[bytes, int],
+    now_ms: int,
+) -> MessageInner:
     """An op record (``makeOpMessageInner``): body = the half message's queue offset,
     tag ``d`` (ended, ``end`` says how) or ``c`` (checked once more)."""
     props = {TAGS: tag, TX_HALF: format_key(queue_offset, phy)}
     if end is not None:
         props[TX_END] = end
-    return MessageInner(topic=OP_TOPIC, queue_id=0, body=str(queue_offset).encode(),
-                        properties=props, born_timestamp=now_ms, born_host=born_host)
+    return MessageInner(
+        topic=OP_TOPIC,
+        queue_id=0,
+        body=str(queue_offset).encode(),
+        properties=props,
+        born_timestamp=now_ms,
+        born_host=born_host,
+    )
 
 
 def check_body(m: MessageExt) -> bytes:
@@ -121,11 +137,18 @@ def check_body(m: MessageExt) -> bytes:
     (``sendCheckMessage``), as ``MessageDecoder.encode(msgExt, false)`` writes it."""
     where = real_address(m.properties) or (m.topic, m.queue_id)
     return encode_record(
-        topic=where[0].encode(), body=m.body,
-        properties=encode_properties(m.properties).encode(), queue_id=where[1],
-        flag=m.flag, queue_offset=m.queue_offset, physical_offset=m.commit_log_offset,
-        sys_flag=m.sys_flag, born_timestamp=m.born_timestamp, born_host=m.born_host,
-        store_timestamp=m.store_timestamp, store_host=m.store_host,
+        topic=where[0].encode(),
+        body=m.body,
+        properties=encode_properties(m.properties).encode(),
+        queue_id=where[1],
+        flag=m.flag,
+        queue_offset=m.queue_offset,
+        physical_offset=m.commit_log_offset,
+        sys_flag=m.sys_flag,
+        born_timestamp=m.born_timestamp,
+        born_host=m.born_host,
+        store_timestamp=m.store_timestamp,
+        store_host=m.store_host,
         reconsume_times=m.reconsume_times,
         prepared_transaction_offset=m.prepared_transaction_offset,
     )

@@ -93,8 +93,17 @@ class HalfEntry:
     next_check_ms: int = 0
 
     def row(self) -> list[Any]:
-        return [self.queue_offset, self.phy, self.size, self.group, self.topic, self.msg_id,
-                self.store_ts, self.immunity_ms, self.checks]
+        return [
+            self.queue_offset,
+            self.phy,
+            self.size,
+            self.group,
+            self.topic,
+            self.msg_id,
+            self.store_ts,
+            self.immunity_ms,
+            self.checks,
+        ]
 
 
 class TransactionError(Exception):
@@ -111,8 +120,15 @@ class TransactionService:
 
     name = "transaction"
 
-    def __init__(self, store: MessageStore, config: BrokerConfig, clients: ClientRegistry,
-                 put: PutFn, *, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: BrokerConfig,
+        clients: ClientRegistry,
+        put: PutFn,
+        *,
+        clock_ms: Callable[[], int],
+    ) -> None:
         self.store = store
         self.config = config
         self.clients = clients
@@ -140,11 +156,13 @@ class TransactionService:
             if not (isinstance(row, list) and len(row) == 9):
                 continue
             qoff, phy, size, group, topic, msg_id, store_ts, immunity, checks = row
-            if not all(isinstance(v, int) for v in (qoff, phy, size, store_ts, immunity,
-                                                     checks)):
+            if not all(isinstance(v, int) for v in (qoff, phy, size, store_ts, immunity, checks)):
                 continue
-            self._add(HalfEntry(qoff, phy, size, str(group), str(topic), str(msg_id),
-                                store_ts, immunity, checks))
+            self._add(
+                HalfEntry(
+                    qoff, phy, size, str(group), str(topic), str(msg_id), store_ts, immunity, checks
+                )
+            )
 
     # ------------------------------------------------------------- dispatch
 
@@ -174,8 +192,9 @@ class TransactionService:
         if req.replay or phy == self._ending:
             self._ended(phy, req)  # a committed copy: the commit itself
         else:
-            self.log.warning("transaction.origin_ignored", phy_offset=req.phy_offset,
-                             origin=raw[:64])
+            self.log.warning(
+                "transaction.origin_ignored", phy_offset=req.phy_offset, origin=raw[:64]
+            )
 
     def _entry(self, req: DispatchRequest) -> HalfEntry:
         props = req.properties
@@ -184,9 +203,16 @@ class TransactionService:
         if seconds is not None:
             immunity = seconds * 1000  # getImmunityTime: seconds replace the timeout
         addr = real_address(props)
-        return HalfEntry(req.queue_offset, req.phy_offset, req.size, props.get(PGROUP, ""),
-                         addr[0] if addr else "", props.get(UNIQ_KEY, ""),
-                         req.store_timestamp, immunity)
+        return HalfEntry(
+            req.queue_offset,
+            req.phy_offset,
+            req.size,
+            props.get(PGROUP, ""),
+            addr[0] if addr else "",
+            props.get(UNIQ_KEY, ""),
+            req.store_timestamp,
+            immunity,
+        )
 
     def _add(self, entry: HalfEntry) -> None:
         entry.next_check_ms = entry.store_ts + entry.immunity_ms
@@ -215,8 +241,9 @@ class TransactionService:
 
     # ------------------------------------------------------------- END_TRANSACTION
 
-    def end(self, group: str, queue_offset: int, phy: int, kind: int, from_check: bool,
-            peer: str) -> str | None:
+    def end(
+        self, group: str, queue_offset: int, phy: int, kind: int, from_check: bool, peer: str
+    ) -> str | None:
         """Commit or roll back the half message at ``phy``; None when applied, else why
         nothing was done ("already ended"). Raises ``TransactionError``."""
         entry = self.pending.get(phy)
@@ -225,8 +252,9 @@ class TransactionService:
         if entry.group != group:
             raise TransactionError(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
         if entry.queue_offset != queue_offset:
-            raise TransactionError(ResponseCode.SYSTEM_ERROR,
-                                   "The transaction state table offset wrong")
+            raise TransactionError(
+                ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
+            )
         how = "commit" if kind == COMMIT else "rollback"
         if kind == COMMIT:
             self._commit(entry)
@@ -235,9 +263,15 @@ class TransactionService:
             if op.status is not PutStatus.PUT_OK:
                 raise TransactionError(response_code(op.status), op.remark or op.status.value)
             self.pending.pop(entry.phy, None)
-        fields = dict(msg_id=entry.msg_id, producer_group=group, topic=entry.topic,
-                      half_offset=entry.phy, checks=entry.checks, from_check=from_check,
-                      peer=peer)
+        fields = dict(
+            msg_id=entry.msg_id,
+            producer_group=group,
+            topic=entry.topic,
+            half_offset=entry.phy,
+            checks=entry.checks,
+            from_check=from_check,
+            peer=peer,
+        )
         if kind == COMMIT:
             self.counters["committed"] += 1
             if self.config.log_messages and self.msglog.enabled:
@@ -252,8 +286,9 @@ class TransactionService:
         m = self._half_record(phy)
         if m is not None and m.queue_offset == queue_offset:
             return "the transaction already ended; this end is ignored"
-        raise TransactionError(ResponseCode.SYSTEM_ERROR,
-                               "Find prepared transaction message failed")
+        raise TransactionError(
+            ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+        )
 
     def _half_record(self, phy: int) -> MessageExt | None:
         """The half message stored at ``phy`` (pending or ended), or None."""
@@ -290,16 +325,24 @@ class TransactionService:
             m = None
         addr = real_address(m.properties) if m is not None else None
         if m is None or addr is None:
-            raise TransactionError(ResponseCode.SYSTEM_ERROR,
-                                   "Find prepared transaction message failed")
+            raise TransactionError(
+                ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+            )
         msg = committed_message(m, *addr)
         kind, due = MessageKind.NORMAL, 0
         if msg.properties.get(DELAY, "0") not in ("0", ""):
             kind = MessageKind.DELAYED
         elif has_timer(msg.properties):
             try:
-                due = resolve_timer(msg.properties, self.clock_ms(),
-                                    self.config.timer_max_delay_sec * 1000, round_up_ms=1) or 0
+                due = (
+                    resolve_timer(
+                        msg.properties,
+                        self.clock_ms(),
+                        self.config.timer_max_delay_sec * 1000,
+                        round_up_ms=1,
+                    )
+                    or 0
+                )
             except TimerIllegal:
                 due = 0
             kind = MessageKind.TIMER if due else MessageKind.NORMAL
@@ -309,12 +352,14 @@ class TransactionService:
         finally:
             self._ending = None
         if result.status is not PutStatus.PUT_OK:
-            raise TransactionError(response_code(result.status),
-                                   result.remark or result.status.value)
+            raise TransactionError(
+                response_code(result.status), result.remark or result.status.value
+            )
 
     def _op(self, entry: HalfEntry, tag: str, end: str | None) -> PutResult:
-        msg = op_message(entry.queue_offset, entry.phy, tag, end, self.store.store_host,
-                         self.clock_ms())
+        msg = op_message(
+            entry.queue_offset, entry.phy, tag, end, self.store.store_host, self.clock_ms()
+        )
         return self.put(msg, MessageKind.TRANSACTION_OP)
 
     # ------------------------------------------------------------- check-back
@@ -357,8 +402,12 @@ class TransactionService:
         conn = self._producer(entry.group)
         if conn is None:
             self.counters["no_producer"] += 1
-            self.log.debug("transaction.check_deferred", msg_id=entry.msg_id,
-                           producer_group=entry.group, reason="no live producer")
+            self.log.debug(
+                "transaction.check_deferred",
+                msg_id=entry.msg_id,
+                producer_group=entry.group,
+                reason="no live producer",
+            )
             return False
         rec = self.store.read(entry.phy, entry.size)
         try:
@@ -372,15 +421,25 @@ class TransactionService:
             return False  # the count must be stored first; tried again next interval
         host, port = m.store_host
         header = CheckTransactionStateRequestHeader(
-            tran_state_table_offset=entry.queue_offset, commit_log_offset=entry.phy,
-            msg_id=entry.msg_id or None, transaction_id=entry.msg_id or None,
-            offset_msg_id=create_offset_msg_id(host, port, entry.phy))
-        notify_client(conn, RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(),
-                      check_body(m))
+            tran_state_table_offset=entry.queue_offset,
+            commit_log_offset=entry.phy,
+            msg_id=entry.msg_id or None,
+            transaction_id=entry.msg_id or None,
+            offset_msg_id=create_offset_msg_id(host, port, entry.phy),
+        )
+        notify_client(
+            conn, RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), check_body(m)
+        )
         self.counters["checked"] += 1
-        self.log.info("transaction.checked", msg_id=entry.msg_id, producer_group=entry.group,
-                      topic=entry.topic, half_offset=entry.phy, checks=entry.checks,
-                      peer=conn.peer)
+        self.log.info(
+            "transaction.checked",
+            msg_id=entry.msg_id,
+            producer_group=entry.group,
+            topic=entry.topic,
+            half_offset=entry.phy,
+            checks=entry.checks,
+            peer=conn.peer,
+        )
         return True
 
     def _discard(self, entry: HalfEntry, reason: str) -> None:
@@ -388,9 +447,15 @@ class TransactionService:
         if op.status is PutStatus.PUT_OK:
             self.pending.pop(entry.phy, None)
             self.counters["discarded"] += 1
-            self.log.warning("transaction.discarded", msg_id=entry.msg_id,
-                             producer_group=entry.group, topic=entry.topic,
-                             half_offset=entry.phy, checks=entry.checks, reason=reason)
+            self.log.warning(
+                "transaction.discarded",
+                msg_id=entry.msg_id,
+                producer_group=entry.group,
+                topic=entry.topic,
+                half_offset=entry.phy,
+                checks=entry.checks,
+                reason=reason,
+            )
 
     def _producer(self, group: str) -> Any:
         """A live connection of a producer of ``group`` (getAvailableChannel)."""
@@ -409,18 +474,26 @@ class TransactionService:
         for e in sorted(self.pending.values(), key=lambda e: e.phy):
             if group is not None and e.group != group:
                 continue
-            g = groups.setdefault(e.group, {"pending": 0, "oldestStoreTimestamp": e.store_ts,
-                                            "messages": []})
+            g = groups.setdefault(
+                e.group, {"pending": 0, "oldestStoreTimestamp": e.store_ts, "messages": []}
+            )
             g["pending"] += 1
             if len(g["messages"]) < limit:
-                g["messages"].append({"msgId": e.msg_id, "topic": e.topic,
-                                      "commitLogOffset": e.phy, "ageMs": now - e.store_ts,
-                                      "checks": e.checks,
-                                      "nextCheckInMs": max(0, e.next_check_ms - now)})
-        return {"pending": sum(g["pending"] for g in groups.values()), "groups": groups,
-                "counters": dict(self.counters),
-                "transactionTimeoutMs": int(self.config.transaction_timeout * 1000),
-                "transactionCheckIntervalMs": int(self.config.transaction_check_interval * 1000),
-                "transactionCheckMax": self.config.transaction_check_max}
-
-
+                g["messages"].append(
+                    {
+                        "msgId": e.msg_id,
+                        "topic": e.topic,
+                        "commitLogOffset": e.phy,
+                        "ageMs": now - e.store_ts,
+                        "checks": e.checks,
+                        "nextCheckInMs": max(0, e.next_check_ms - now),
+                    }
+                )
+        return {
+            "pending": sum(g["pending"] for g in groups.values()),
+            "groups": groups,
+            "counters": dict(self.counters),
+            "transactionTimeoutMs": int(self.config.transaction_timeout * 1000),
+            "transactionCheckIntervalMs": int(self.config.transaction_check_interval * 1000),
+            "transactionCheckMax": self.config.transaction_check_max,
+        }

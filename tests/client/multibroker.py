@@ -43,8 +43,13 @@ class Cluster:
         return f"127.0.0.1:{self.ns.port}"
 
     async def start(self, *names: str) -> None:
-        self.ns = NameServer(host="127.0.0.1", port=0, data_dir=self.tmp / "namesrv",
-                             scan_interval_s=0.2, broker_expiry_s=5.0)
+        self.ns = NameServer(
+            host="127.0.0.1",
+            port=0,
+            data_dir=self.tmp / "namesrv",
+            scan_interval_s=0.2,
+            broker_expiry_s=5.0,
+        )
         await self.ns.start()
         for name in names:
             await self.start_broker(name)
@@ -52,13 +57,20 @@ class Cluster:
     async def start_broker(self, name: str, port: int = 0) -> Broker:
         """Start (or restart on its data dir and ``port``) broker ``name``; returns once
         the name server lists it."""
-        b = Broker(fast_config(self.tmp / name, broker_name=name, namesrv_addr=self.namesrv,
-                               port=port, log_messages=False, register_period=1.0,
-                               **self.broker_config))
+        b = Broker(
+            fast_config(
+                self.tmp / name,
+                broker_name=name,
+                namesrv_addr=self.namesrv,
+                port=port,
+                log_messages=False,
+                register_period=1.0,
+                **self.broker_config,
+            )
+        )
         await b.start()
         self.brokers[name] = b
-        await wait_until(lambda: name in self.cluster_brokers(), 10.0,
-                         what=f"{name} registered")
+        await wait_until(lambda: name in self.cluster_brokers(), 10.0, what=f"{name} registered")
         return b
 
     async def stop_broker(self, name: str) -> int:
@@ -75,13 +87,22 @@ class Cluster:
     def addr(self, name: str) -> str:
         return self.brokers[name].address
 
-    async def ask(self, addr: str, code: int, ext: dict[str, str] | None = None,
-                  body: bytes = b"", timeout: float = 5.0) -> RemotingCommand:
+    async def ask(
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float = 5.0,
+    ) -> RemotingCommand:
         return await self.pool.invoke(addr, code, ext, body, timeout=timeout)
 
     async def route_brokers(self, topic: str) -> set[str]:
-        resp = await self.ask(self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                              GetRouteInfoRequestHeader(topic).to_ext_fields())
+        resp = await self.ask(
+            self.namesrv,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            GetRouteInfoRequestHeader(topic).to_ext_fields(),
+        )
         if resp.code != ResponseCode.SUCCESS:
             return set()
         return {q.broker_name for q in TopicRouteData.from_json(resp.body).queue_datas}
@@ -89,13 +110,15 @@ class Cluster:
     async def admin(self, *argv: str) -> tuple[int, str, str]:
         """``kairosmq admin --namesrv <ns> <argv>`` (in a thread: it runs its own loop)."""
         out, err = io.StringIO(), io.StringIO()
-        rc = await asyncio.to_thread(admin.main, ["--namesrv", self.namesrv, *argv],
-                                     out=out, err=err)
+        rc = await asyncio.to_thread(
+            admin.main, ["--namesrv", self.namesrv, *argv], out=out, err=err
+        )
         return rc, out.getvalue(), err.getvalue()
 
     async def create_topic(self, topic: str, queues: int = 4, brokers: str = "all") -> None:
-        rc, _out, err = await self.admin("topic", "create", topic, "--queues", str(queues),
-                                         "--brokers", brokers)
+        rc, _out, err = await self.admin(
+            "topic", "create", topic, "--queues", str(queues), "--brokers", brokers
+        )
         assert rc == 0, err
         want = self.cluster_brokers() if brokers == "all" else set(brokers.split(","))
 
@@ -118,8 +141,11 @@ class Cluster:
         return OffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
 
     async def consumers(self, name: str, group: str) -> list[str]:
-        resp = await self.ask(self.addr(name), RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                              ConsumerGroupRequestHeader(group).to_ext_fields())
+        resp = await self.ask(
+            self.addr(name),
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            ConsumerGroupRequestHeader(group).to_ext_fields(),
+        )
         return decode_consumer_list(resp.body) if resp.code == ResponseCode.SUCCESS else []
 
     async def close(self) -> None:

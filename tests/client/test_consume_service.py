@@ -39,8 +39,13 @@ async def test_failed_send_back_is_consumed_again_locally_and_blocks_the_offset(
     offsets: list[int] = []
     send_back = RefusingSendBack()
     svc = ConcurrentConsumeService(
-        ListenerRunner(listener, 4), send_back, lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
-        clustering=True, batch_size=1, max_concurrency=4, local_retry_delay=0.05,
+        ListenerRunner(listener, 4),
+        send_back,
+        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
+        clustering=True,
+        batch_size=1,
+        max_concurrency=4,
+        local_retry_delay=0.05,
     )
     pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
     msgs = [MessageExt("T", b"x", queue_offset=i) for i in range(3)]
@@ -66,8 +71,12 @@ async def test_broadcasting_does_not_retry_and_advances() -> None:
     offsets: list[int] = []
     send_back = RefusingSendBack()
     svc = ConcurrentConsumeService(
-        ListenerRunner(fail, 1), send_back, lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
-        clustering=False, batch_size=2, max_concurrency=1,
+        ListenerRunner(fail, 1),
+        send_back,
+        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
+        clustering=False,
+        batch_size=2,
+        max_concurrency=1,
     )
     pq = ProcessQueue(MessageQueue("T", "b", 0), 5)
     msgs = [MessageExt("T", b"x", queue_offset=i) for i in (5, 6, 7)]

@@ -22,12 +22,22 @@ from kairosmq.server.broker import Broker
 
 from tests.helpers import Collector, stays_false, wait_until
 
-FAST = dict(rebalance_interval=0.5, pull_time_delay_millis_when_exception=50,
-            persist_consumer_offset_interval=0.2)
+FAST = dict(
+    rebalance_interval=0.5,
+    pull_time_delay_millis_when_exception=50,
+    persist_consumer_offset_interval=0.2,
+)
 
 
-def make(broker: Broker, group: str, topic: str, listener: object, expr: str = "*",
-         orderly: bool = False, **kw: object) -> PushConsumer:
+def make(
+    broker: Broker,
+    group: str,
+    topic: str,
+    listener: object,
+    expr: str = "*",
+    orderly: bool = False,
+    **kw: object,
+) -> PushConsumer:
     opts = {**FAST, "consume_from_where": ConsumeFromWhere.FIRST_OFFSET, **kw}
     c = PushConsumer(group, broker.namesrv_address, **opts)  # type: ignore[arg-type]
     c.subscribe(topic, expr)
@@ -39,8 +49,9 @@ def owned(c: PushConsumer, topic: str) -> set[int]:
     return {mq.queue_id for mq in c.assigned_queues if mq.topic == topic}
 
 
-async def start_pair(broker: Broker, group: str, topic: str, a: Collector, b: Collector,
-                     **kw: object) -> tuple[PushConsumer, PushConsumer]:
+async def start_pair(
+    broker: Broker, group: str, topic: str, a: Collector, b: Collector, **kw: object
+) -> tuple[PushConsumer, PushConsumer]:
     """Two started members of ``group``, returned once they split the 4 queues 2/2."""
     ca, cb = make(broker, group, topic, a, **kw), make(broker, group, topic, b, **kw)
     try:
@@ -56,8 +67,12 @@ async def start_pair(broker: Broker, group: str, topic: str, a: Collector, b: Co
 
 
 async def send_n(p: Producer, topic: str, n: int, start: int = 0, **kw: object) -> None:
-    await asyncio.gather(*(p.send(Message(topic, b"%d" % i, **kw))  # type: ignore[arg-type]
-                           for i in range(start, start + n)))
+    await asyncio.gather(
+        *(
+            p.send(Message(topic, b"%d" % i, **kw))  # type: ignore[arg-type]
+            for i in range(start, start + n)
+        )
+    )
 
 
 async def test_tag_filter_delivers_only_matching_tags(kbroker: Broker) -> None:
@@ -90,8 +105,9 @@ async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Brok
             await cb.shutdown()
             # b's consumed offsets reached the broker before it left (the handover point)
             for q in b_queues:
-                assert kbroker.offsets.query("CG-split", "Split", q) == \
-                    kbroker.store.max_offset("Split", q)
+                assert kbroker.offsets.query("CG-split", "Split", q) == kbroker.store.max_offset(
+                    "Split", q
+                )
             await wait_until(lambda: len(main(ca)) == 4)
             await send_n(p, "Split", 40, start=41)
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 81)
@@ -105,13 +121,23 @@ async def test_two_clustering_consumers_split_queues_and_take_over(kbroker: Brok
     assert sorted(later) == sorted(b"%d" % i for i in range(1, 81))
 
 
-async def test_broadcasting_delivers_everything_to_every_member(kbroker: Broker,
-                                                                tmp_path: Path) -> None:
+async def test_broadcasting_delivers_everything_to_every_member(
+    kbroker: Broker, tmp_path: Path
+) -> None:
     got = [Collector(), Collector()]
     async with Producer("PG", kbroker.namesrv_address) as p:
         await send_n(p, "Bcast", 1)
-        cs = [make(kbroker, "CG-b", "Bcast", g, message_model=MessageModel.BROADCASTING,
-                   offset_store_dir=tmp_path / f"m{i}") for i, g in enumerate(got)]
+        cs = [
+            make(
+                kbroker,
+                "CG-b",
+                "Bcast",
+                g,
+                message_model=MessageModel.BROADCASTING,
+                offset_store_dir=tmp_path / f"m{i}",
+            )
+            for i, g in enumerate(got)
+        ]
         for c in cs:
             await c.start()
         try:
@@ -155,8 +181,13 @@ async def test_offsets_survive_a_consumer_restart_without_loss(kbroker: Broker) 
 
 
 async def test_reconsume_later_redelivers_through_retry_topic(kbroker: Broker) -> None:
-    got = Collector(lambda m: ConsumeStatus.CONSUME_SUCCESS if m.reconsume_times >= 2
-                    else ConsumeStatus.RECONSUME_LATER)
+    got = Collector(
+        lambda m: (
+            ConsumeStatus.CONSUME_SUCCESS
+            if m.reconsume_times >= 2
+            else ConsumeStatus.RECONSUME_LATER
+        )
+    )
     async with Producer("PG", kbroker.namesrv_address) as p:
         r = await p.send(Message("Retry", b"again", tags="T1"))
         c = make(kbroker, "CG-retry", "Retry", got, "T1")
@@ -212,14 +243,23 @@ async def test_orderly_consume_keeps_per_order_sequence(kbroker: Broker) -> None
         return ConsumeStatus.CONSUME_SUCCESS
 
     async with Producer("PG", kbroker.namesrv_address) as p:
+
         async def send_order(o: int) -> None:
             for s in range(30):
-                await p.send(Message("Orderly", f"o{o}:{s}".encode()), selector=hash_selector,
-                             arg=f"o{o}")
+                await p.send(
+                    Message("Orderly", f"o{o}:{s}".encode()), selector=hash_selector, arg=f"o{o}"
+                )
 
         await asyncio.gather(*(send_order(o) for o in range(6)))
-        c = make(kbroker, "CG-ord", "Orderly", orderly, orderly=True,
-                 consume_message_batch_max_size=3, consume_thread_max=8)
+        c = make(
+            kbroker,
+            "CG-ord",
+            "Orderly",
+            orderly,
+            orderly=True,
+            consume_message_batch_max_size=3,
+            consume_thread_max=8,
+        )
         await c.start()
         try:
             await wait_until(lambda: sum(len(v) for v in per_order.values()) >= 180, 10)
@@ -227,7 +267,8 @@ async def test_orderly_consume_keeps_per_order_sequence(kbroker: Broker) -> None
             await c.shutdown()
     assert not overlap, "two batches of one queue ran at the same time"
     assert {o: seqs for o, seqs in per_order.items()} == {
-        f"o{o}": list(range(30)) for o in range(6)}
+        f"o{o}": list(range(30)) for o in range(6)
+    }
 
 
 async def test_orderly_queues_move_to_the_remaining_member(kbroker: Broker) -> None:
@@ -238,16 +279,23 @@ async def test_orderly_queues_move_to_the_remaining_member(kbroker: Broker) -> N
         main = lambda c: owned(c, "OrdSplit")  # noqa: E731
         try:
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 4)
+
             # each member holds the broker's lock on exactly the queues it consumes
-            locks = lambda c: {q for (g, t, q), (holder, _ts) in kbroker.locks._locks.items()  # noqa: E731
-                               if g == "CG-os" and t == "OrdSplit" and holder == c.client_id}
+            def locks(c: PushConsumer) -> set[int]:
+                return {
+                    q
+                    for (g, t, q), (holder, _ts) in kbroker.locks._locks.items()
+                    if g == "CG-os" and t == "OrdSplit" and holder == c.client_id
+                }
+
             await wait_until(lambda: locks(ca) == main(ca) and locks(cb) == main(cb))
             b_queues = main(cb)
             await cb.shutdown()
             assert locks(cb) == set()  # released on the way out, not left to expire
             for q in b_queues:  # and its offsets reached the broker first
-                assert kbroker.offsets.query("CG-os", "OrdSplit", q) == \
-                    kbroker.store.max_offset("OrdSplit", q)
+                assert kbroker.offsets.query("CG-os", "OrdSplit", q) == kbroker.store.max_offset(
+                    "OrdSplit", q
+                )
             await wait_until(lambda: len(main(ca)) == 4 and locks(ca) == {0, 1, 2, 3})
             await send_n(p, "OrdSplit", 20, start=4)
             await wait_until(lambda: len({m.body for m in a.msgs + b.msgs}) >= 24)
@@ -284,8 +332,14 @@ async def test_broker_restart_mid_stream_consumer_continues(broker_factory) -> N
 
 async def test_consumer_started_before_the_topic_exists(kbroker: Broker) -> None:
     got = Collector()
-    c = make(kbroker, "CG-early", "Early", got, consume_from_where=ConsumeFromWhere.LAST_OFFSET,
-             rebalance_interval=0.1)
+    c = make(
+        kbroker,
+        "CG-early",
+        "Early",
+        got,
+        consume_from_where=ConsumeFromWhere.LAST_OFFSET,
+        rebalance_interval=0.1,
+    )
     early = lambda: [mq for mq in c.assigned_queues if mq.topic == "Early"]  # noqa: E731
     await c.start()
     try:

@@ -31,10 +31,12 @@ from tests.helpers import Collector, wait_until
 from tests.wire import ServerPeer
 
 
-def _consumer(broker: Broker, group: str, topic: str,
-              expr: str | MessageSelector = "*") -> PushConsumer:
-    c = PushConsumer(group, broker.namesrv_address,
-                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+def _consumer(
+    broker: Broker, group: str, topic: str, expr: str | MessageSelector = "*"
+) -> PushConsumer:
+    c = PushConsumer(
+        group, broker.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     c.subscribe(topic, expr)
     c.register_listener(Collector())
     return c
@@ -102,8 +104,9 @@ class BusyBroker:
 
     def answer(self, cmd: RemotingCommand, w: asyncio.StreamWriter) -> None:
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-            route = TopicRouteData([QueueData("busy", 4, 4)],
-                                   [BrokerData("busy", {0: self.peer.address})])
+            route = TopicRouteData(
+                [QueueData("busy", 4, 4)], [BrokerData("busy", {0: self.peer.address})]
+            )
             out = cmd.response(body=route.to_json())
         elif cmd.code == RequestCode.SEND_MESSAGE_V2:
             self.sends.append(SendMessageRequestHeader.from_ext_fields(cmd.ext_fields, v2=True))
@@ -123,9 +126,14 @@ async def busy() -> AsyncIterator[BusyBroker]:
 
 
 async def test_attempts_per_send_mode(busy: BusyBroker) -> None:
-    async with Producer("PG-busy", busy.peer.address, retry_times_when_send_failed=1,
-                        retry_times_when_send_async_failed=3, create_topic_key="MyKey",
-                        default_topic_queue_nums=8) as p:
+    async with Producer(
+        "PG-busy",
+        busy.peer.address,
+        retry_times_when_send_failed=1,
+        retry_times_when_send_async_failed=3,
+        create_topic_key="MyKey",
+        default_topic_queue_nums=8,
+    ) as p:
         with pytest.raises(SystemBusy):
             await p.send(Message("Busy", b"sync"))
         assert len(busy.sends) == 2  # 1 + retry_times_when_send_failed
@@ -137,7 +145,11 @@ async def test_attempts_per_send_mode(busy: BusyBroker) -> None:
         assert len(busy.sends) == 7  # a selector pins the queue: one attempt
     h = busy.sends[0]
     assert (h.producer_group, h.topic, h.default_topic, h.default_topic_queue_nums) == (
-        "PG-busy", "Busy", "MyKey", 8)
+        "PG-busy",
+        "Busy",
+        "MyKey",
+        8,
+    )
     assert (h.broker_name, h.batch, h.reconsume_times, h.unit_mode) == ("busy", False, 0, False)
     assert h.born_timestamp > 0 and "UNIQ_KEY\x01" in (h.properties or "")
     # retries of one send carry the same UNIQ_KEY

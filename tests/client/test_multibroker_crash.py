@@ -40,21 +40,34 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 
 async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
-        cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="kairosmq.client")
     topic, group = "Crash", "CG-crash"
-    b = BrokerProcess(tmp_path / "broker-b", "--namesrv", cluster.namesrv,
-                      "--broker-name", "broker-b", "--register-period", "1")
+    b = BrokerProcess(
+        tmp_path / "broker-b",
+        "--namesrv",
+        cluster.namesrv,
+        "--broker-name",
+        "broker-b",
+        "--register-period",
+        "1",
+    )
     await b.start()
     try:
         await wait_until(lambda: "broker-b" in cluster.cluster_brokers(), 20.0)
         await cluster.create_topic(topic, queues=4)  # on both brokers
 
         got = Collector()
-        c = PushConsumer(group, cluster.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                         poll_name_server_interval=0.5, rebalance_interval=1.0,
-                         persist_consumer_offset_interval=0.5,
-                         pull_time_delay_millis_when_exception=500)
+        c = PushConsumer(
+            group,
+            cluster.namesrv,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            poll_name_server_interval=0.5,
+            rebalance_interval=1.0,
+            persist_consumer_offset_interval=0.5,
+            pull_time_delay_millis_when_exception=500,
+        )
         c.subscribe(topic, "*")
         c.register_listener(got)
         acked: list[SendResult] = []
@@ -72,12 +85,18 @@ async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
                 await asyncio.sleep(0.005)
 
         await c.start()
-        async with Producer("PG", cluster.namesrv, send_msg_timeout=SEND_TIMEOUT,
-                            poll_name_server_interval=0.5) as p:
+        async with Producer(
+            "PG", cluster.namesrv, send_msg_timeout=SEND_TIMEOUT, poll_name_server_interval=0.5
+        ) as p:
             stop = asyncio.Event()
             sender = asyncio.create_task(load(p, stop))
-            await wait_until(lambda: {r.message_queue.broker_name for r in acked}
-                             == {"broker-a", "broker-b"} and len(got.msgs) > 50, 20.0)
+            await wait_until(
+                lambda: (
+                    {r.message_queue.broker_name for r in acked} == {"broker-a", "broker-b"}
+                    and len(got.msgs) > 50
+                ),
+                20.0,
+            )
             phase = "down"
             b.kill()  # kill -9 under load
             killed_at, n_at_kill, got_at_kill = time.monotonic(), len(acked), len(got.msgs)
@@ -88,12 +107,20 @@ async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
             assert len(after_kill) > 50
             # the name server dropped broker-b; the consumer's route refresh followed and
             # its queues were rebalanced away (pulls to it stopped)
-            await wait_until(lambda: {q.broker_name for q in c.assigned_queues}
-                             == {"broker-a"}, 10.0, what="broker-b's queues dropped")
+            await wait_until(
+                lambda: {q.broker_name for q in c.assigned_queues} == {"broker-a"},
+                10.0,
+                what="broker-b's queues dropped",
+            )
             # the consumer keeps consuming broker-a's queues
-            await wait_until(lambda: any(
-                m.queue_id >= 0 and m.msg_id in {r.msg_id for r in after_kill}
-                for m in got.msgs[got_at_kill:]), 10.0, what="consuming after the kill")
+            await wait_until(
+                lambda: any(
+                    m.queue_id >= 0 and m.msg_id in {r.msg_id for r in after_kill}
+                    for m in got.msgs[got_at_kill:]
+                ),
+                10.0,
+                what="consuming after the kill",
+            )
 
             phase = "restarted"
             down_for = time.monotonic() - killed_at
@@ -101,19 +128,24 @@ async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
             n_at_restart = len(acked)
 
             async def b_used_again() -> bool:
-                return any(r.message_queue.broker_name == "broker-b"
-                           for r in acked[n_at_restart:])
+                return any(r.message_queue.broker_name == "broker-b" for r in acked[n_at_restart:])
 
             await wait_async(b_used_again, 20.0)
-            await wait_until(lambda: {q.broker_name for q in c.assigned_queues}
-                             == {"broker-a", "broker-b"}, 10.0, what="broker-b's queues back")
+            await wait_until(
+                lambda: {q.broker_name for q in c.assigned_queues} == {"broker-a", "broker-b"},
+                10.0,
+                what="broker-b's queues back",
+            )
             await asyncio.sleep(1.0)
             stop.set()
             await sender
         consumed = {m.msg_id for m in got.msgs}
         try:
-            await wait_until(lambda: {r.msg_id for r in acked} <= {m.msg_id for m in got.msgs},
-                             30.0, what="every acknowledged message consumed")
+            await wait_until(
+                lambda: {r.msg_id for r in acked} <= {m.msg_id for m in got.msgs},
+                30.0,
+                what="every acknowledged message consumed",
+            )
         finally:
             consumed = {m.msg_id for m in got.msgs}
             await c.shutdown()
@@ -121,9 +153,11 @@ async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
         down = [s for ph, s in latencies if ph == "down"]
         # a refused connect fails fast and moves on: far below the send timeout
         assert max(down) < min(1.5, SEND_TIMEOUT), max(down)
-        print(f"\nkill -9 of broker-b: {len(acked)} sends acked, 0 failed; "
-              f"{len(down)} sends while it was down, max latency {max(down) * 1000:.0f} ms; "
-              f"{len(got.msgs) - len(consumed)} redelivered; down {down_for:.1f} s")
+        print(
+            f"\nkill -9 of broker-b: {len(acked)} sends acked, 0 failed; "
+            f"{len(down)} sends while it was down, max latency {max(down) * 1000:.0f} ms; "
+            f"{len(got.msgs) - len(consumed)} redelivered; down {down_for:.1f} s"
+        )
         pulls = [r for r in caplog.records if r.name == "kairosmq.client.pull"]
         assert len(pulls) < 40, [r.getMessage() for r in pulls]  # no log storm
     finally:
@@ -132,7 +166,8 @@ async def test_kill_9_one_broker_under_load_then_restart_loses_nothing_acked(
 
 
 async def test_a_dead_brokers_queue_is_pulled_with_backoff_and_resumes(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """No hot loop, no log storm while nothing listens; messages flow once a broker does."""
     caplog.set_level(logging.INFO, logger="kairosmq.client.pull")
     port = free_port()
@@ -140,8 +175,12 @@ async def test_a_dead_brokers_queue_is_pulled_with_backoff_and_resumes(
     pool = RemotingPool()
     pq = ProcessQueue(MessageQueue("Dead", "broker-x", 0), 0, 1000)
     got: list[MessageExt] = []
-    cfg = PullSettings("CG-dead", "%RETRY%CG-dead", pull_time_delay_millis_when_exception=100,
-                       broker_suspend_max_time_millis=200)
+    cfg = PullSettings(
+        "CG-dead",
+        "%RETRY%CG-dead",
+        pull_time_delay_millis_when_exception=100,
+        broker_suspend_max_time_millis=200,
+    )
     sub = Subscription("Dead", "*", 1, None)
     calls = 0
 
@@ -150,9 +189,18 @@ async def test_a_dead_brokers_queue_is_pulled_with_backoff_and_resumes(
         calls += 1
         return addr
 
-    task = asyncio.create_task(pull_loop(pq, sub, cfg, pool, addr_of, lambda _pq: -1,
-                                         lambda _pq, msgs: got.extend(msgs),
-                                         lambda _pq, _off: None))
+    task = asyncio.create_task(
+        pull_loop(
+            pq,
+            sub,
+            cfg,
+            pool,
+            addr_of,
+            lambda _pq: -1,
+            lambda _pq, msgs: got.extend(msgs),
+            lambda _pq, _off: None,
+        )
+    )
     try:
         await asyncio.sleep(2.0)
         assert 5 <= calls <= 25, calls  # one attempt per ~100 ms delay, not a spin
@@ -160,8 +208,9 @@ async def test_a_dead_brokers_queue_is_pulled_with_backoff_and_resumes(
         assert len(lines) <= 2, lines  # the first failure (and every 20th) only
         from kairosmq.server.broker import Broker
 
-        broker = Broker(fast_config(tmp_path / "x", port=port, broker_name="broker-x",
-                                    log_messages=False))
+        broker = Broker(
+            fast_config(tmp_path / "x", port=port, broker_name="broker-x", log_messages=False)
+        )
         await broker.start()
         try:
             broker.topics.ensure("Dead", 1)

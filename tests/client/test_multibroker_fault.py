@@ -28,8 +28,9 @@ class FakeClock:
 QUEUES = [MessageQueue("T", b, q) for b in ("broker-a", "broker-b") for q in range(4)]
 
 
-def strategy(enabled: bool = True, backing_off: set[str] | None = None,
-             clock: FakeClock | None = None) -> tuple[FaultStrategy, FakeClock]:
+def strategy(
+    enabled: bool = True, backing_off: set[str] | None = None, clock: FakeClock | None = None
+) -> tuple[FaultStrategy, FakeClock]:
     clock = clock or FakeClock()
     off = backing_off if backing_off is not None else set()
     return FaultStrategy(enabled, clock=clock, backing_off=off.__contains__), clock
@@ -39,8 +40,20 @@ def test_java_tables_and_not_available_duration() -> None:
     assert LATENCY_MAX == (50, 100, 550, 1000, 2000, 3000, 15000)
     assert NOT_AVAILABLE_DURATION == (0, 0, 30000, 60000, 120000, 180000, 600000)
     s, _ = strategy()
-    cases = {0: 0, 49: 0, 50: 0, 549: 0, 550: 30000, 999: 30000, 1000: 60000, 2000: 120000,
-             3000: 180000, 14999: 180000, 15000: 600000, ISOLATION_LATENCY_MILLIS: 600000}
+    cases = {
+        0: 0,
+        49: 0,
+        50: 0,
+        549: 0,
+        550: 30000,
+        999: 30000,
+        1000: 60000,
+        2000: 120000,
+        3000: 180000,
+        14999: 180000,
+        15000: 600000,
+        ISOLATION_LATENCY_MILLIS: 600000,
+    }
     assert {lat: s.not_available_for(lat) for lat in cases} == cases
 
 
@@ -134,14 +147,22 @@ def test_round_robin_prefers_the_failed_broker_over_one_in_backoff() -> None:
 def test_options_carry_the_java_names_and_check_the_table() -> None:
     o = ProducerOptions()
     assert (o.send_latency_fault_enable, o.latency_max, o.not_available_duration) == (
-        False, LATENCY_MAX, NOT_AVAILABLE_DURATION)
+        False,
+        LATENCY_MAX,
+        NOT_AVAILABLE_DURATION,
+    )
     o = ProducerOptions(latency_max=[10, 20], not_available_duration=[0, 500])
     assert o.latency_max == (10, 20) and o.not_available_duration == (0, 500)
     with pytest.raises(ValueError, match="same length"):
         ProducerOptions(latency_max=(1, 2), not_available_duration=(0,))
     with pytest.raises(ValueError, match="ascend"):
         ProducerOptions(latency_max=(20, 10), not_available_duration=(0, 0))
-    p = Producer("PG", "127.0.0.1:9", send_latency_fault_enable=True,
-                 latency_max=(10,), not_available_duration=(777,))
+    p = Producer(
+        "PG",
+        "127.0.0.1:9",
+        send_latency_fault_enable=True,
+        latency_max=(10,),
+        not_available_duration=(777,),
+    )
     assert p._fault.enabled and p._fault.not_available_for(10) == 777
     assert not Producer("PG", "127.0.0.1:9")._fault.enabled

@@ -44,8 +44,12 @@ from tests.helpers import Collector, wait_until
 from tests.integration.procs import free_port
 from tests.transaction.txpeer import FAST as TX_FAST
 
-FAST = dict(poll_name_server_interval=0.5, rebalance_interval=1.0,
-            persist_consumer_offset_interval=0.5, heartbeat_broker_interval=1.0)
+FAST = dict(
+    poll_name_server_interval=0.5,
+    rebalance_interval=1.0,
+    persist_consumer_offset_interval=0.5,
+    heartbeat_broker_interval=1.0,
+)
 
 
 @pytest_asyncio.fixture
@@ -59,15 +63,17 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 
 def consumer(c: Cluster, group: str, topic: str, listener: object, **kw: object) -> PushConsumer:
-    pc = PushConsumer(group, c.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                      **{**FAST, **kw})  # type: ignore[arg-type]
+    pc = PushConsumer(
+        group, c.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **{**FAST, **kw}
+    )  # type: ignore[arg-type]
     pc.subscribe(topic, "*")
     pc.register_listener(listener)  # type: ignore[arg-type]
     return pc
 
 
 async def test_admin_creates_topics_on_named_brokers_and_sends_spread_over_both(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     rc, _out, err = await cluster.admin("topic", "create", "OnlyB", "--brokers", "broker-b")
     assert rc == 0, err
     rc, _out, err = await cluster.admin("topic", "create", "Nope", "--brokers", "broker-x")
@@ -96,7 +102,8 @@ async def test_admin_creates_topics_on_named_brokers_and_sends_spread_over_both(
 
 
 async def test_group_of_two_splits_eight_queues_of_two_brokers_and_commits_to_owners(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     topic, group = "Split", "CG-split"
     await cluster.create_topic(topic, queues=4)
     async with Producer("PG", cluster.namesrv) as p:
@@ -109,13 +116,20 @@ async def test_group_of_two_splits_eight_queues_of_two_brokers_and_commits_to_ow
     await c1.start()
     await c2.start()
     try:
-        await wait_until(lambda: len(got1.msgs) + len(got2.msgs) >= len(sent), 20.0,
-                         what="every message consumed")
+        await wait_until(
+            lambda: len(got1.msgs) + len(got2.msgs) >= len(sent),
+            20.0,
+            what="every message consumed",
+        )
+
         def mine(c: PushConsumer) -> set[MessageQueue]:
             return {q for q in c.assigned_queues if q.topic == topic}
 
-        await wait_until(lambda: len(mine(c1) | mine(c2)) == 8
-                         and not mine(c1) & mine(c2), 10.0, what="8 queues split")
+        await wait_until(
+            lambda: len(mine(c1) | mine(c2)) == 8 and not mine(c1) & mine(c2),
+            10.0,
+            what="8 queues split",
+        )
         mine1, mine2 = mine(c1), mine(c2)
         assert len(mine1) == len(mine2) == 4 and not mine1 & mine2
         assert {q.broker_name for q in mine1 | mine2} == {"broker-a", "broker-b"}
@@ -128,11 +142,14 @@ async def test_group_of_two_splits_eight_queues_of_two_brokers_and_commits_to_ow
     assert sorted(ids) == sorted(r.msg_id for r in sent)  # everything, once
     for name in ("broker-a", "broker-b"):
         for q in range(4):  # each queue's offset is on its own broker, at its end
-            assert await cluster.committed(name, group, topic, q) == \
-                await cluster.max_offset(name, topic, q)
+            assert await cluster.committed(name, group, topic, q) == await cluster.max_offset(
+                name, topic, q
+            )
         assert await cluster.consumers(name, group) == []  # unregistered from each
-    assert await cluster.committed("broker-a", group, topic, 0) == \
-        await cluster.committed("broker-b", group, topic, 0) + 5
+    assert (
+        await cluster.committed("broker-a", group, topic, 0)
+        == await cluster.committed("broker-b", group, topic, 0) + 5
+    )
 
 
 async def test_send_back_goes_to_the_broker_that_stored_the_message(cluster: Cluster) -> None:
@@ -165,7 +182,8 @@ async def test_send_back_goes_to_the_broker_that_stored_the_message(cluster: Clu
 
 
 async def test_send_back_falls_back_to_the_retry_topic_when_the_storing_broker_is_gone(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     topic, group = "Fallback", "CG-fallback"
     await cluster.create_topic(topic, queues=1)
     release = asyncio.Event()
@@ -183,8 +201,9 @@ async def test_send_back_falls_back_to_the_retry_topic_when_the_storing_broker_i
     await c.start()
     try:
         async with Producer("PG", cluster.namesrv) as p:
-            r = await p.send(Message(topic, b"on b", tags="T1"),
-                             queue=MessageQueue(topic, "broker-b", 0))
+            r = await p.send(
+                Message(topic, b"on b", tags="T1"), queue=MessageQueue(topic, "broker-b", 0)
+            )
         await wait_until(lambda: len(seen) == 1, 10.0)
         await cluster.stop_broker("broker-b")  # CONSUMER_SEND_MSG_BACK to it must fail
         release.set()
@@ -197,15 +216,18 @@ async def test_send_back_falls_back_to_the_retry_topic_when_the_storing_broker_i
 
 
 def test_retry_message_is_what_java_sends_back_through_its_producer() -> None:
-    m = MessageExt(topic="Orders", body=b"payload", flag=7, reconsume_times=2,
-                   properties={"TAGS": "A", DELAY: "3", "TRAN_MSG": "true", "color": "red",
-                               UNIQ_KEY: "ABC"})
+    m = MessageExt(
+        topic="Orders",
+        body=b"payload",
+        flag=7,
+        reconsume_times=2,
+        properties={"TAGS": "A", DELAY: "3", "TRAN_MSG": "true", "color": "red", UNIQ_KEY: "ABC"},
+    )
     r = retry_message(m, "CG", 16)
     assert (r.topic, r.body, r.flag, r.delay_level) == ("%RETRY%CG", b"payload", 7, 5)
     p = r.properties
     assert (p[RETRY_TOPIC], p[RECONSUME_TIME], p[MAX_RECONSUME_TIMES]) == ("Orders", "3", "16")
-    assert (p[ORIGIN_MESSAGE_ID], p[UNIQ_KEY], p["TAGS"], p["color"]) == ("ABC", "ABC", "A",
-                                                                          "red")
+    assert (p[ORIGIN_MESSAGE_ID], p[UNIQ_KEY], p["TAGS"], p["color"]) == ("ABC", "ABC", "A", "red")
     assert DELAY not in p and "TRAN_MSG" not in p
     m.properties[ORIGIN_MESSAGE_ID] = "FIRST"
     assert retry_message(m, "CG", 16).properties[ORIGIN_MESSAGE_ID] == "FIRST"
@@ -213,7 +235,8 @@ def test_retry_message_is_what_java_sends_back_through_its_producer() -> None:
 
 @pytest.mark.parametrize("fault", [False, True], ids=["default", "latency-fault"])
 async def test_a_listed_broker_refusing_connections_costs_sends_no_time(
-        cluster: Cluster, fault: bool) -> None:
+    cluster: Cluster, fault: bool
+) -> None:
     """The name server still lists broker-z (its registration connection is alive, as
     after a machine crash until the expiry) but its address refuses connections: every
     send succeeds on broker-a fast, and broker-z is tried rarely, not once per send."""
@@ -221,9 +244,13 @@ async def test_a_listed_broker_refusing_connections_costs_sends_no_time(
     await cluster.create_topic(topic, queues=4, brokers="broker-a")
     dead = f"127.0.0.1:{free_port()}"
     reg = build_register_broker(
-        cluster_name="DefaultCluster", broker_name="broker-z", broker_addr=dead,
-        ha_server_addr=dead, topic_configs=[TopicConfigData(topic, 4, 4)],
-        data_version=DataVersion(1, 1))
+        cluster_name="DefaultCluster",
+        broker_name="broker-z",
+        broker_addr=dead,
+        ha_server_addr=dead,
+        topic_configs=[TopicConfigData(topic, 4, 4)],
+        data_version=DataVersion(1, 1),
+    )
     resp = await cluster.ask(cluster.namesrv, reg.code, dict(reg.ext_fields), reg.body)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert await cluster.route_brokers(topic) == {"broker-a", "broker-z"}
@@ -243,7 +270,8 @@ async def test_a_listed_broker_refusing_connections_costs_sends_no_time(
 
 
 async def test_transactions_on_both_brokers_end_and_check_back_on_the_storing_one(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Half messages spread over both brokers; half are committed at once, the others are
     UNKNOW and committed by the check-back each storing broker sends: END_TRANSACTION must
     reach the broker that holds each half message, or it is never delivered."""
@@ -259,19 +287,22 @@ async def test_transactions_on_both_brokers_end_and_check_back_on_the_storing_on
             return LocalTransactionState.COMMIT_MESSAGE
 
         def execute(msg: Message, arg: object) -> LocalTransactionState:
-            return (LocalTransactionState.COMMIT_MESSAGE if arg
-                    else LocalTransactionState.UNKNOW)
+            return LocalTransactionState.COMMIT_MESSAGE if arg else LocalTransactionState.UNKNOW
 
         got = Collector()
         pc = consumer(c, "CG-tx", topic, got)
         await pc.start()
         try:
-            async with TransactionProducer("TxPG-multi", c.namesrv,
-                                           execute_local_transaction=execute,
-                                           check_local_transaction=check) as p:
-                sent = [await p.send_message_in_transaction(Message(topic, b"t%d" % i),
-                                                            arg=i % 2 == 0)
-                        for i in range(8)]
+            async with TransactionProducer(
+                "TxPG-multi",
+                c.namesrv,
+                execute_local_transaction=execute,
+                check_local_transaction=check,
+            ) as p:
+                sent = [
+                    await p.send_message_in_transaction(Message(topic, b"t%d" % i), arg=i % 2 == 0)
+                    for i in range(8)
+                ]
                 await wait_until(lambda: len(got.msgs) >= 8, 20.0, what="8 committed")
         finally:
             await pc.shutdown()
@@ -287,22 +318,25 @@ async def test_route_refresh_drops_a_stopped_broker_and_takes_it_back(cluster: C
     topic = "Refresh"
     await cluster.create_topic(topic, queues=2)
     async with Producer("PG", cluster.namesrv, poll_name_server_interval=0.3) as p:
-        first = {(await p.send(Message(topic, b"x"))).message_queue.broker_name
-                 for _ in range(8)}
+        first = {(await p.send(Message(topic, b"x"))).message_queue.broker_name for _ in range(8)}
         assert first == {"broker-a", "broker-b"}
         b_addr = cluster.addr("broker-b")
         port = await cluster.stop_broker("broker-b")  # unregisters from the name server
-        await wait_until(lambda: b_addr not in p._routes.broker_addrs(), 5.0,
-                         what="broker-b gone from the producer's routes")
+        await wait_until(
+            lambda: b_addr not in p._routes.broker_addrs(),
+            5.0,
+            what="broker-b gone from the producer's routes",
+        )
         assert b_addr not in p._pool._clients  # its connection closed and forgotten
-        during = {(await p.send(Message(topic, b"y"))).message_queue.broker_name
-                  for _ in range(8)}
+        during = {(await p.send(Message(topic, b"y"))).message_queue.broker_name for _ in range(8)}
         assert during == {"broker-a"}
         await cluster.start_broker("broker-b", port=port)  # same address, same data
-        await wait_until(lambda: b_addr in p._routes.broker_addrs(), 10.0,
-                         what="broker-b back in the producer's routes")
-        after = {(await p.send(Message(topic, b"z"))).message_queue.broker_name
-                 for _ in range(8)}
+        await wait_until(
+            lambda: b_addr in p._routes.broker_addrs(),
+            10.0,
+            what="broker-b back in the producer's routes",
+        )
+        after = {(await p.send(Message(topic, b"z"))).message_queue.broker_name for _ in range(8)}
         assert after == {"broker-a", "broker-b"}
         # heartbeated again as a new broker: it knows the producer group
         assert b_addr in p._heartbeated

@@ -37,8 +37,12 @@ def _tables() -> dict[str, dict[str, str]]:
 
 
 def _own_fields(cls: type) -> list[dataclasses.Field[Any]]:
-    inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base)
-                 for f in dataclasses.fields(base)}
+    inherited = {
+        f.name
+        for base in cls.__mro__[1:]
+        if dataclasses.is_dataclass(base)
+        for f in dataclasses.fields(base)
+    }
     return [f for f in dataclasses.fields(cls) if f.name not in inherited]
 
 
@@ -58,8 +62,11 @@ def test_every_option_field_is_documented_with_its_default(cls: type) -> None:
     assert fields, cls
     missing = [f.name for f in fields if f.name not in table]
     assert not missing, f"{cls.__name__} fields missing from docs/client.md: {missing}"
-    wrong = {f.name: (table[f.name], _shown(f.default)) for f in fields
-             if table[f.name] != _shown(f.default)}
+    wrong = {
+        f.name: (table[f.name], _shown(f.default))
+        for f in fields
+        if table[f.name] != _shown(f.default)
+    }
     assert not wrong, f"{cls.__name__} defaults in docs/client.md (doc, code): {wrong}"
 
 
@@ -74,5 +81,6 @@ def test_the_parser_sees_a_changed_default() -> None:
     """The check can fail: a default that differs from the doc is reported."""
     table = _tables()["ProducerOptions"]
     assert table["send_msg_timeout"] == _shown(ProducerOptions().send_msg_timeout)
-    assert table["send_msg_timeout"] != _shown(ProducerOptions(send_msg_timeout=1.5)
-                                               .send_msg_timeout)
+    assert table["send_msg_timeout"] != _shown(
+        ProducerOptions(send_msg_timeout=1.5).send_msg_timeout
+    )

@@ -26,7 +26,13 @@ def test_send_header_parses_as_v2_header() -> None:
     ext = p._header(req, mq)
     h = SendMessageRequestHeader.from_ext_fields(ext, v2=True)
     assert (h.producer_group, h.topic, h.queue_id, h.flag, h.batch, h.broker_name) == (
-        "PG", "T", 2, 7, True, "broker-a")
+        "PG",
+        "T",
+        2,
+        7,
+        True,
+        "broker-a",
+    )
     assert h.properties == "TAGS\x01A" and h.default_topic == "TBW102"
 
 

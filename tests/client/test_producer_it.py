@@ -26,10 +26,12 @@ from kairosmq.server.broker import Broker
 from tests.helpers import Collector
 
 
-def consumer_for(broker: Broker, group: str, topic: str, listener: Collector,
-                 expr: str = "*", **kw: object) -> PushConsumer:
-    c = PushConsumer(group, broker.namesrv_address,
-                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **kw)  # type: ignore[arg-type]
+def consumer_for(
+    broker: Broker, group: str, topic: str, listener: Collector, expr: str = "*", **kw: object
+) -> PushConsumer:
+    c = PushConsumer(
+        group, broker.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **kw
+    )  # type: ignore[arg-type]
     c.subscribe(topic, expr)
     c.register_listener(listener)
     return c
@@ -38,8 +40,9 @@ def consumer_for(broker: Broker, group: str, topic: str, listener: Collector,
 async def test_every_send_mode_is_delivered(kbroker: Broker) -> None:
     ok: list[SendResult] = []
     async with Producer("PG", kbroker.namesrv_address) as p:
-        r = await p.send(Message("Modes", b"sync", tags="A", keys=["k1", "k2"],
-                                 properties={"color": "red"}))
+        r = await p.send(
+            Message("Modes", b"sync", tags="A", keys=["k1", "k2"], properties={"color": "red"})
+        )
         assert r.status is SendStatus.SEND_OK and r.message_queue.topic == "Modes"
         assert len(r.msg_id) == 32 and r.msg_id != r.offset_msg_id
         _ip, port, _off = decode_offset_msg_id(r.offset_msg_id)
@@ -58,8 +61,9 @@ async def test_every_send_mode_is_delivered(kbroker: Broker) -> None:
             await got.wait_for(6)
         finally:
             await c.shutdown()
-    assert sorted(got.bodies) == sorted([b"sync", b"async", b"oneway", b"batch0", b"batch1",
-                                         b"batch2"])
+    assert sorted(got.bodies) == sorted(
+        [b"sync", b"async", b"oneway", b"batch0", b"batch1", b"batch2"]
+    )
     by_body = {m.body: m for m in got.msgs}
     m = by_body[b"sync"]
     assert (m.msg_id, m.tags, m.keys, m.properties["color"]) == (r.msg_id, "A", "k1 k2", "red")
@@ -67,7 +71,8 @@ async def test_every_send_mode_is_delivered(kbroker: Broker) -> None:
     assert m.offset_msg_id == r.offset_msg_id and m.born_timestamp <= m.store_timestamp
     assert [by_body[b"batch%d" % i].msg_id for i in range(3)] == batch.msg_id.split(",")
     assert {by_body[b"batch%d" % i].queue_offset for i in range(3)} == {
-        batch.queue_offset + i for i in range(3)}
+        batch.queue_offset + i for i in range(3)
+    }
 
 
 async def test_round_robin_over_queues_and_explicit_queue(kbroker: Broker) -> None:

@@ -24,9 +24,12 @@ from kairosmq.server.broker import Broker
 from tests.helpers import Collector, wait_until
 from tests.wire import RawPeer
 
-SLOW = dict(rebalance_interval=60.0, pull_time_delay_millis_when_exception=50,
-            persist_consumer_offset_interval=0.2,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+SLOW = dict(
+    rebalance_interval=60.0,
+    pull_time_delay_millis_when_exception=50,
+    persist_consumer_offset_interval=0.2,
+    consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+)
 TAKEOVER_S = 2.0
 
 
@@ -88,9 +91,10 @@ async def test_broker_sends_code_40_when_a_member_joins_leaves_or_drops(broker: 
         assert (joined.code, _group(joined)) == (40, "NG")
         assert a.requests.empty()  # exactly one notification per change
         # b unregisters: a hears about it
-        r = await b.call(RequestCode.UNREGISTER_CLIENT,
-                         UnregisterClientRequestHeader("10.0.0.2@b", consumer_group="NG")
-                         .to_ext_fields())
+        r = await b.call(
+            RequestCode.UNREGISTER_CLIENT,
+            UnregisterClientRequestHeader("10.0.0.2@b", consumer_group="NG").to_ext_fields(),
+        )
         assert r.code == ResponseCode.SUCCESS
         left = await _next_request(a)
         assert (left.code, _group(left)) == (40, "NG")
@@ -130,17 +134,26 @@ async def test_join_and_leave_rebalance_within_2s_with_a_60s_period(kbroker: Bro
             await cb.start()
             try:
                 # a gives up two queues only because the broker told it b joined
-                await wait_until(lambda: len(_qids(ca, "NTopic")) == 2, TAKEOVER_S,
-                                 what="a rebalanced after b joined")
+                await wait_until(
+                    lambda: len(_qids(ca, "NTopic")) == 2,
+                    TAKEOVER_S,
+                    what="a rebalanced after b joined",
+                )
                 assert _qids(ca, "NTopic").isdisjoint(_qids(cb, "NTopic"))
                 assert _qids(ca, "NTopic") | _qids(cb, "NTopic") == {0, 1, 2, 3}
             finally:
                 await cb.shutdown()  # unregisters
-            await wait_until(lambda: _qids(ca, "NTopic") == {0, 1, 2, 3}, TAKEOVER_S,
-                             what="a took over b's queues after b left")
+            await wait_until(
+                lambda: _qids(ca, "NTopic") == {0, 1, 2, 3},
+                TAKEOVER_S,
+                what="a took over b's queues after b left",
+            )
             bodies = await _send_to_every_queue(p, "NTopic", "after")
-            await wait_until(lambda: bodies <= set(got_a.bodies), 5.0,
-                             what="a consumed every queue after the takeover")
+            await wait_until(
+                lambda: bodies <= set(got_a.bodies),
+                5.0,
+                what="a consumed every queue after the takeover",
+            )
         finally:
             await ca.shutdown()
     # between them, nothing was lost
@@ -183,8 +196,14 @@ async def test_a_consumer_killed_without_unregistering_is_taken_over(kbroker: Br
         ca = _consumer(kbroker, "CG-drop", "DTopic", got)
         await ca.start()
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _CHILD, kbroker.namesrv_address, "DTopic",
-            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            sys.executable,
+            "-c",
+            _CHILD,
+            kbroker.namesrv_address,
+            "DTopic",
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
             assert child.stdout is not None
             child_queues: set[int] = set()
@@ -192,17 +211,24 @@ async def test_a_consumer_killed_without_unregistering_is_taken_over(kbroker: Br
                 line = await asyncio.wait_for(child.stdout.readline(), 30.0)
                 assert line, "the child consumer exited"
                 child_queues = {int(x) for x in line.split()[1:]}
-            await wait_until(lambda: _qids(ca, "DTopic") == {0, 1, 2, 3} - child_queues,
-                             TAKEOVER_S, what="a gave the child its half")
+            await wait_until(
+                lambda: _qids(ca, "DTopic") == {0, 1, 2, 3} - child_queues,
+                TAKEOVER_S,
+                what="a gave the child its half",
+            )
             assert len(kbroker.clients.consumer_ids("CG-drop")) == 2
             child.send_signal(signal.SIGKILL)
             await child.wait()
-            await wait_until(lambda: _qids(ca, "DTopic") == {0, 1, 2, 3}, TAKEOVER_S,
-                             what="a took over the killed member's queues")
+            await wait_until(
+                lambda: _qids(ca, "DTopic") == {0, 1, 2, 3},
+                TAKEOVER_S,
+                what="a took over the killed member's queues",
+            )
             assert kbroker.clients.consumer_ids("CG-drop") == [ca.client_id]
             bodies = await _send_to_every_queue(p, "DTopic", "after")
-            await wait_until(lambda: bodies <= set(got.bodies), 5.0,
-                             what="the survivor consumed every queue")
+            await wait_until(
+                lambda: bodies <= set(got.bodies), 5.0, what="the survivor consumed every queue"
+            )
         finally:
             if child.returncode is None:
                 child.kill()

@@ -58,9 +58,7 @@ async def test_responses_out_of_order_reach_their_callers(peer: ServerPeer) -> N
 
     peer.on_cmd = hold_then_reverse
     c = RemotingClient(peer.address)
-    resps = await asyncio.gather(
-        *(c.invoke(11, {"n": str(i)}, timeout=2) for i in range(3))
-    )
+    resps = await asyncio.gather(*(c.invoke(11, {"n": str(i)}, timeout=2) for i in range(3)))
     assert [r.ext_fields["n"] for r in resps] == ["0", "1", "2"]
     c.close()
 
@@ -119,8 +117,11 @@ async def test_silent_peer_times_out_within_the_timeout() -> None:
     c = RemotingClient(addr)
     t0 = time.monotonic()
     with pytest.raises(RequestTimeout):
-        await c.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                       GetRouteInfoRequestHeader("T").to_ext_fields(), timeout=0.3)
+        await c.invoke(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            GetRouteInfoRequestHeader("T").to_ext_fields(),
+            timeout=0.3,
+        )
     assert time.monotonic() - t0 < 0.3 + 1.5  # its own timeout, not a longer default
     c.close()
     server.close()
@@ -140,8 +141,11 @@ async def test_server_initiated_requests_go_to_the_callback(peer: ServerPeer) ->
     w = peer.writers[0]
     peer.on_cmd = lambda cmd, _w: answers.append(cmd)
     notify = ConsumerGroupRequestHeader("CG").to_ext_fields()
-    w.write(encode_command(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, notify,
-                                   oneway=True, opaque=900)))
+    w.write(
+        encode_command(
+            request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, notify, oneway=True, opaque=900)
+        )
+    )
     w.write(encode_command(request(307, opaque=901)))  # GET_CONSUMER_RUNNING_INFO
     await wait_until(lambda: not (len(answers) < 1), 5.0)
     assert [s.code for s in seen] == [40, 307]

@@ -28,20 +28,25 @@ def test_message_timer_fields_go_on_the_wire_as_rocketmq5_properties() -> None:
     at = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     props = decode_properties(wire_properties(Message("T", b"x", deliver_at=at), None))
     assert props["TIMER_DELIVER_MS"] == str(int(at.timestamp() * 1000))
-    props = decode_properties(wire_properties(Message("T", b"x", deliver_at=1_900_000_000_123),
-                                              None))
+    props = decode_properties(
+        wire_properties(Message("T", b"x", deliver_at=1_900_000_000_123), None)
+    )
     assert props["TIMER_DELIVER_MS"] == "1900000000123"
-    props = decode_properties(wire_properties(
-        Message("T", b"x", delay=timedelta(seconds=2, milliseconds=5)), None))
+    props = decode_properties(
+        wire_properties(Message("T", b"x", delay=timedelta(seconds=2, milliseconds=5)), None)
+    )
     assert props["TIMER_DELAY_MS"] == "2005"
 
 
-@pytest.mark.parametrize("kw", [
-    {"delay_level": 3, "delay": timedelta(seconds=1)},
-    {"deliver_at": 1, "delay": timedelta(seconds=1)},
-    {"deliver_at": datetime(2030, 1, 1)},  # naive: ambiguous
-    {"delay": timedelta(seconds=-1)},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"delay_level": 3, "delay": timedelta(seconds=1)},
+        {"deliver_at": 1, "delay": timedelta(seconds=1)},
+        {"deliver_at": datetime(2030, 1, 1)},  # naive: ambiguous
+        {"delay": timedelta(seconds=-1)},
+    ],
+)
 def test_message_timer_misuse_is_refused(kw: dict) -> None:
     with pytest.raises(ValueError):
         Message("T", b"x", **kw)
@@ -49,8 +54,9 @@ def test_message_timer_misuse_is_refused(kw: dict) -> None:
 
 async def test_deliver_at_delay_and_recall_end_to_end(kbroker: Broker) -> None:
     got = Collector()
-    c = PushConsumer("CG-timers", kbroker.namesrv_address,
-                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    c = PushConsumer(
+        "CG-timers", kbroker.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     c.subscribe("Timers", "*")
     c.register_listener(got)
     await c.start()

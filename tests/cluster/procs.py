@@ -40,7 +40,8 @@ def free_base_port(brokers: int) -> int:
     for _ in range(200):
         p = free_port()
         if p + 10 * brokers + 1 < 65535 and all(
-                _free(p + 10 * i) and _free(p + 10 * i + 1) for i in range(brokers)):
+            _free(p + 10 * i) and _free(p + 10 * i + 1) for i in range(brokers)
+        ):
             return p
     raise RuntimeError("no free port range for the cluster")
 
@@ -70,21 +71,41 @@ class ClusterProcess:
     def argv(self) -> list[str]:
         from tests.helpers import FAST_LEVELS
 
-        return [sys.executable, "-m", "kairosmq.server", "cluster",
-                "--brokers", str(self.brokers), "--data-dir", str(self.data_dir),
-                "--namesrv-port", str(self.namesrv_port), "--base-port", str(self.base_port),
-                "--delay-levels", FAST_LEVELS, "--no-vip-channel", "--log-level", "warning",
-                "--segment-size-mb", "16", *self.extra]
+        return [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "cluster",
+            "--brokers",
+            str(self.brokers),
+            "--data-dir",
+            str(self.data_dir),
+            "--namesrv-port",
+            str(self.namesrv_port),
+            "--base-port",
+            str(self.base_port),
+            "--delay-levels",
+            FAST_LEVELS,
+            "--no-vip-channel",
+            "--log-level",
+            "warning",
+            "--segment-size-mb",
+            "16",
+            *self.extra,
+        ]
 
     def spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            )
 
     def output(self) -> tuple[str, str]:
-        return (self.out_path.read_text(errors="replace"),
-                self.err_path.read_text(errors="replace"))
+        return (
+            self.out_path.read_text(errors="replace"),
+            self.err_path.read_text(errors="replace"),
+        )
 
     def status(self) -> dict[str, dict[str, Any]]:
         try:
@@ -102,19 +123,22 @@ class ClusterProcess:
         self.spawn()
         await self.wait(self.all_running, timeout, "every child running")
 
-    async def wait(self, pred: Any, timeout: float, what: str, *,
-                   exited_ok: bool = False) -> None:
+    async def wait(self, pred: Any, timeout: float, what: str, *, exited_ok: bool = False) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while not pred():
             if self.proc.poll() is not None and not exited_ok:
                 out, err = self.output()
-                raise RuntimeError(f"cluster exited with {self.proc.returncode} waiting for "
-                                   f"{what}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
+                raise RuntimeError(
+                    f"cluster exited with {self.proc.returncode} waiting for "
+                    f"{what}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}"
+                )
             if time.monotonic() > deadline:
                 out, err = self.output()
-                raise AssertionError(f"{what}: not within {timeout} s\nstatus {self.status()}"
-                                     f"\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
+                raise AssertionError(
+                    f"{what}: not within {timeout} s\nstatus {self.status()}"
+                    f"\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}"
+                )
             await asyncio.sleep(0.05)
 
     def pid(self, name: str) -> int:
@@ -129,6 +153,7 @@ class ClusterProcess:
         def back() -> bool:
             c = self.status().get(name, {})
             return c.get("pid") != old_pid and c.get("state") == "running"
+
         await self.wait(back, timeout, f"{name} restarted")
 
     def stop(self, timeout: float = 60.0, sig: int = signal.SIGTERM) -> int:
@@ -156,10 +181,19 @@ async def create_topic(addresses: list[str], topic: str, queues: int = 4) -> Non
     for addr in addresses:
         peer = await RawPeer.connect(addr)
         try:
-            r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
-                "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0, "order": "false"})
+            r = await peer.call(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {
+                    "topic": topic,
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": queues,
+                    "writeQueueNums": queues,
+                    "perm": 6,
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": 0,
+                    "order": "false",
+                },
+            )
             assert r.code == ResponseCode.SUCCESS, (addr, r.remark)
         finally:
             await peer.close()
@@ -176,8 +210,9 @@ async def route(namesrv: str, topic: str) -> TopicRouteData | None:
     return TopicRouteData.from_json(r.body)
 
 
-async def wait_route(namesrv: str, topic: str, brokers: set[str], timeout: float = 60.0
-                     ) -> TopicRouteData:
+async def wait_route(
+    namesrv: str, topic: str, brokers: set[str], timeout: float = 60.0
+) -> TopicRouteData:
     """Until the name server routes ``topic`` to every broker in ``brokers`` (by name)."""
     deadline = time.monotonic() + timeout
     last: TopicRouteData | None = None

@@ -50,13 +50,28 @@ def test_plan_passes_acl_and_tls_and_the_admin_account(tmp_path: Path) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL_FILE)
     cert, key, ca = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
-    base = ["--brokers", "2", "--data-dir", str(tmp_path / "d"), "--acl", str(acl),
-            "--tls-mode", "enforcing", "--tls-cert", str(cert), "--tls-key", str(key)]
+    base = [
+        "--brokers",
+        "2",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--acl",
+        str(acl),
+        "--tls-mode",
+        "enforcing",
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+    ]
     ns, a, b = plan_cluster(_parse(base))
     for spec in (ns, a, b):
-        assert (_opt(spec.argv, "--acl"), _opt(spec.argv, "--tls-mode"),
-                _opt(spec.argv, "--tls-cert"), _opt(spec.argv, "--tls-key")) == (
-            str(acl), "enforcing", str(cert), str(key)), spec.name
+        assert (
+            _opt(spec.argv, "--acl"),
+            _opt(spec.argv, "--tls-mode"),
+            _opt(spec.argv, "--tls-cert"),
+            _opt(spec.argv, "--tls-key"),
+        ) == (str(acl), "enforcing", str(cert), str(key)), spec.name
         assert ADMIN.secret_key not in spec.argv
     assert ns.env == {} and "--namesrv-access-key" not in ns.argv
     for spec in (a, b):  # the first admin account of the file; the cluster's cert pinned
@@ -72,12 +87,15 @@ def test_plan_passes_acl_and_tls_and_the_admin_account(tmp_path: Path) -> None:
     assert "--namesrv-access-key" not in a.argv and "--namesrv-tls" not in a.argv
     # without --acl / TLS nothing changes
     ns, a = plan_cluster(_parse(["--brokers", "1"]))
-    assert a.env == {} and not {"--acl", "--tls-mode", "--namesrv-access-key",
-                                "--namesrv-tls"} & set(ns.argv + a.argv)
+    assert a.env == {} and not {
+        "--acl",
+        "--tls-mode",
+        "--namesrv-access-key",
+        "--namesrv-tls",
+    } & set(ns.argv + a.argv)
 
 
-def test_bad_security_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                     ) -> None:
+def test_bad_security_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     no_admin = tmp_path / "no_admin.yml"
     no_admin.write_text(ACL_FILE.replace("admin: true", "admin: false"))
     d = str(tmp_path / "d")
@@ -91,8 +109,7 @@ def test_bad_security_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def _proc_files(pid: int) -> tuple[bytes, bytes]:
     """A child's argv and environment as the kernel shows them (``ps`` reads the first)."""
-    return (Path(f"/proc/{pid}/cmdline").read_bytes(),
-            Path(f"/proc/{pid}/environ").read_bytes())
+    return (Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/environ").read_bytes())
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +123,20 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 async def test_cluster_with_acl_and_tls_enforcing(tmp_path: Path, certs: Certs) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL_FILE)
-    c = ClusterProcess(tmp_path / "data", 1, "--acl", str(acl), "--tls-mode", "enforcing",
-                       "--tls-cert", str(certs.server_cert), "--tls-key",
-                       str(certs.server_key), "--broker-args", "--register-period 1")
+    c = ClusterProcess(
+        tmp_path / "data",
+        1,
+        "--acl",
+        str(acl),
+        "--tls-mode",
+        "enforcing",
+        "--tls-cert",
+        str(certs.server_cert),
+        "--tls-key",
+        str(certs.server_key),
+        "--broker-args",
+        "--register-period 1",
+    )
     tls = certs.client_context()
     try:
         await c.start()
@@ -121,17 +149,25 @@ async def test_cluster_with_acl_and_tls_enforcing(tmp_path: Path, certs: Certs) 
         before = await wait_route(c.namesrv, "Orders", broker, tls=tls, timeout=60.0)
         # what the audit sent, over TLS: refused; plain connections: closed
         await refused_every_way(
-            c.namesrv, audit_requests("DefaultCluster", "broker-a", broker), tls=tls)
+            c.namesrv, audit_requests("DefaultCluster", "broker-a", broker), tls=tls
+        )
         plain = await RawPeer.connect(c.namesrv)
         with pytest.raises((ConnectionError, TimeoutError)):
             await plain.call(R.GET_BROKER_CLUSTER_INFO, timeout=5.0)
-        assert (await call(c.namesrv, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}),
-                           tls=tls)).remark == NO_KEY[1]
+        assert (
+            await call(c.namesrv, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}), tls=tls)
+        ).remark == NO_KEY[1]
         assert await wait_route(c.namesrv, "Orders", broker, tls=tls) == before
-        async with Producer("ClusterAclPG", c.namesrv, access_key=PRODUCER.access_key,
-                            secret_key=PRODUCER.secret_key, tls=tls) as producer:
-            assert (await producer.send(Message("Orders", b"x"))).message_queue.broker_name \
-                == "broker-a"
+        async with Producer(
+            "ClusterAclPG",
+            c.namesrv,
+            access_key=PRODUCER.access_key,
+            secret_key=PRODUCER.secret_key,
+            tls=tls,
+        ) as producer:
+            assert (
+                await producer.send(Message("Orders", b"x"))
+            ).message_queue.broker_name == "broker-a"
         info = await cluster_info(c.namesrv, tls=tls)  # still serving
         assert info.broker_addr_table["broker-a"].broker_addrs == {0: broker}
         unsigned = RemotingClient(c.namesrv, ssl=tls)
@@ -139,8 +175,7 @@ async def test_cluster_with_acl_and_tls_enforcing(tmp_path: Path, certs: Certs) 
             r = await unsigned.invoke(R.GET_BROKER_CLUSTER_INFO, {}, timeout=5.0)
         finally:
             unsigned.close()
-        assert (r.code, r.remark) == (C.SYSTEM_ERROR,
-                                      ACL_EXCEPTION + "No accessKey is configured")
+        assert (r.code, r.remark) == (C.SYSTEM_ERROR, ACL_EXCEPTION + "No accessKey is configured")
         assert c.stop() == 0, c.output()
     finally:
         c.stop()

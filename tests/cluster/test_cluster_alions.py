@@ -35,24 +35,37 @@ EXPECTED_ERROR = re.compile(r"RemoteBrokerOffsetStore\.readOffset failed.*no off
 # what creates that topic on each broker (and re-registers it): TOPIC_NOT_EXIST (17), as
 # against Apache RocketMQ 4.9 name servers; it is routed from the next poll on.
 NO_RETRY_ROUTE = re.compile(
-    r"No topic route info in name server for the topic: %RETRY%CID_CLUSTER$")
+    r"No topic route info in name server for the topic: %RETRY%CID_CLUSTER$"
+)
 
 
-async def test_alions_produces_and_consumes_through_the_cluster_name_server(
-        tmp_path: Path) -> None:
+async def test_alions_produces_and_consumes_through_the_cluster_name_server(tmp_path: Path) -> None:
     await ensure_alions()
     c = ClusterProcess(tmp_path / "data", 2, "--delay-levels", "1s 2s 3s")
     try:
         await c.start()
         await create_topic(c.broker_addresses, TOPIC)
         await wait_route(c.namesrv, TOPIC, {"broker-a", "broker-b"})
-        cfg = {"nameSrv": c.namesrv, "topic": TOPIC, "producerGroup": "PID_CLUSTER",
-               "consumerGroup": "CID_CLUSTER", "plainCount": 16, "delayLevels": LEVELS,
-               "retryCount": 4, "timeoutMs": 60_000, "queues": 8}
+        cfg = {
+            "nameSrv": c.namesrv,
+            "topic": TOPIC,
+            "producerGroup": "PID_CLUSTER",
+            "consumerGroup": "CID_CLUSTER",
+            "plainCount": 16,
+            "delayLevels": LEVELS,
+            "retryCount": 4,
+            "timeoutMs": 60_000,
+            "queues": 8,
+        }
         proc = await asyncio.create_subprocess_exec(
-            node(), str(DRIVER), json.dumps(cfg), cwd=DRIVER.parent,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "NODE_NO_WARNINGS": "1", "NODE_PATH": str(NODE_MODULES)})
+            node(),
+            str(DRIVER),
+            json.dumps(cfg),
+            cwd=DRIVER.parent,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "NODE_NO_WARNINGS": "1", "NODE_PATH": str(NODE_MODULES)},
+        )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), 120)
         except TimeoutError:
@@ -60,15 +73,28 @@ async def test_alions_produces_and_consumes_through_the_cluster_name_server(
             await proc.wait()
             raise
         events = [json.loads(ln) for ln in out.decode().splitlines() if ln.startswith("{")]
-        diag = (f"driver exit {proc.returncode}\nstdout:\n{out.decode()[-6000:]}\n"
-                f"stderr:\n{err.decode()[-3000:]}")
+        diag = (
+            f"driver exit {proc.returncode}\nstdout:\n{out.decode()[-6000:]}\n"
+            f"stderr:\n{err.decode()[-3000:]}"
+        )
         assert proc.returncode == 0 and events[-1]["event"] == "done", diag
-        errors = [e for e in events if e["event"] == "error" and not (
-            e["code"] == ResponseCode.QUERY_NOT_FOUND and EXPECTED_ERROR.search(e["message"])
-            or e["code"] == ResponseCode.TOPIC_NOT_EXIST and NO_RETRY_ROUTE.search(e["message"]))]
+        errors = [
+            e
+            for e in events
+            if e["event"] == "error"
+            and not (
+                e["code"] == ResponseCode.QUERY_NOT_FOUND
+                and EXPECTED_ERROR.search(e["message"])
+                or e["code"] == ResponseCode.TOPIC_NOT_EXIST
+                and NO_RETRY_ROUTE.search(e["message"])
+            )
+        ]
         ready = next(e["at"] for e in events if e["event"] == "warm")
-        assert all(e["at"] < ready for e in events if e["event"] == "error"
-                   and e["code"] == ResponseCode.TOPIC_NOT_EXIST), diag
+        assert all(
+            e["at"] < ready
+            for e in events
+            if e["event"] == "error" and e["code"] == ResponseCode.TOPIC_NOT_EXIST
+        ), diag
         assert errors == [], f"unexpected ali-ons errors: {errors}\n{diag}"
 
         port_of = {"broker-a": c.base_port, "broker-b": c.base_port + 10}

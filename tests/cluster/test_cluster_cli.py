@@ -41,8 +41,12 @@ def _alive(pid: int) -> bool:
 
 
 def _events(log_dir: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for f in sorted(log_dir.glob("*.jsonl"))
-            for line in f.read_text().splitlines() if line.startswith("{")]
+    return [
+        json.loads(line)
+        for f in sorted(log_dir.glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.startswith("{")
+    ]
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -53,22 +57,47 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def test_plan_names_ports_dirs_and_argv(tmp_path: Path) -> None:
     assert [broker_name(i) for i in (0, 1, 25, 26, 27)] == [
-        "broker-a", "broker-b", "broker-z", "broker-aa", "broker-ab"]
-    args = _parse(["--brokers", "3", "--data-dir", str(tmp_path), "--flush-mode", "SYNC_FLUSH",
-                   "--broker-args", "--max-reconsume-times 3"])
+        "broker-a",
+        "broker-b",
+        "broker-z",
+        "broker-aa",
+        "broker-ab",
+    ]
+    args = _parse(
+        [
+            "--brokers",
+            "3",
+            "--data-dir",
+            str(tmp_path),
+            "--flush-mode",
+            "SYNC_FLUSH",
+            "--broker-args",
+            "--max-reconsume-times 3",
+        ]
+    )
     specs = plan_cluster(args)
     assert [(s.name, s.kind, s.address, s.data_dir) for s in specs] == [
         ("namesrv", "namesrv", "127.0.0.1:9876", tmp_path / "namesrv"),
         ("broker-a", "broker", "127.0.0.1:10911", tmp_path / "broker-a"),
         ("broker-b", "broker", "127.0.0.1:10921", tmp_path / "broker-b"),
-        ("broker-c", "broker", "127.0.0.1:10931", tmp_path / "broker-c")]
+        ("broker-c", "broker", "127.0.0.1:10931", tmp_path / "broker-c"),
+    ]
     b = specs[2].argv
-    assert b[b.index("broker") + 1:b.index("broker") + 5] == [
-        "--host", "127.0.0.1", "--port", "10921"]
-    for opt, value in (("--namesrv", "127.0.0.1:9876"), ("--broker-name", "broker-b"),
-                       ("--cluster", "DefaultCluster"), ("--broker-ip", "127.0.0.1"),
-                       ("--flush-mode", "SYNC_FLUSH"), ("--max-reconsume-times", "3"),
-                       ("--data-dir", str(tmp_path / "broker-b"))):
+    assert b[b.index("broker") + 1 : b.index("broker") + 5] == [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "10921",
+    ]
+    for opt, value in (
+        ("--namesrv", "127.0.0.1:9876"),
+        ("--broker-name", "broker-b"),
+        ("--cluster", "DefaultCluster"),
+        ("--broker-ip", "127.0.0.1"),
+        ("--flush-mode", "SYNC_FLUSH"),
+        ("--max-reconsume-times", "3"),
+        ("--data-dir", str(tmp_path / "broker-b")),
+    ):
         assert b[b.index(opt) + 1] == value, opt
     # bound to every interface: probe on loopback, register --broker-ip
     wide = plan_cluster(_parse(["--host", "0.0.0.0", "--broker-ip", "10.1.2.3"]))
@@ -76,8 +105,9 @@ def test_plan_names_ports_dirs_and_argv(tmp_path: Path) -> None:
     assert wide[1].argv[wide[1].argv.index("--broker-ip") + 1] == "10.1.2.3"
     assert wide[1].argv[wide[1].argv.index("--namesrv") + 1] == "127.0.0.1:9876"
     # one machine of several: no name server of its own, names continuing at broker-c
-    more = plan_cluster(_parse(["--namesrv", "ns1:9876;ns2:9876", "--first-broker", "c",
-                                "--base-port", "20911"]))
+    more = plan_cluster(
+        _parse(["--namesrv", "ns1:9876;ns2:9876", "--first-broker", "c", "--base-port", "20911"])
+    )
     assert [(s.name, s.port) for s in more] == [("broker-c", 20911), ("broker-d", 20921)]
     assert more[0].argv[more[0].argv.index("--namesrv") + 1] == "ns1:9876;ns2:9876"
 
@@ -100,27 +130,28 @@ async def test_a_second_machine_joins_with_namesrv_and_leaves_cleanly(tmp_path: 
     one = ClusterProcess(tmp_path / "one", 2)
     try:
         await one.start()
-        two = ClusterProcess(tmp_path / "two", 1, "--namesrv", one.namesrv,
-                             "--first-broker", "c")
+        two = ClusterProcess(tmp_path / "two", 1, "--namesrv", one.namesrv, "--first-broker", "c")
         try:
             await two.start()
             assert set(two.status()) == {"broker-c"}  # no name server of its own
             await create_topic(one.broker_addresses + two.broker_addresses, TOPIC)
             r = await wait_route(one.namesrv, TOPIC, {"broker-a", "broker-b", "broker-c"})
             assert {b.broker_name: b.master_addr for b in r.broker_datas}["broker-c"] == (
-                two.broker_address(0))
+                two.broker_address(0)
+            )
         finally:
             assert two.stop(sig=signal.SIGINT) == 0  # Ctrl-C
         rr = await route(one.namesrv, TOPIC)
         assert rr is not None and {q.broker_name for q in rr.queue_datas} == {
-            "broker-a", "broker-b"}
+            "broker-a",
+            "broker-b",
+        }
     finally:
         one.stop()
 
 
 @pytest.mark.slow
-async def test_cluster_starts_routes_both_brokers_and_stops_brokers_first(
-        tmp_path: Path) -> None:
+async def test_cluster_starts_routes_both_brokers_and_stops_brokers_first(tmp_path: Path) -> None:
     c = ClusterProcess(tmp_path / "data", 2, "--log-level", "info")
     try:
         await c.start()
@@ -136,25 +167,30 @@ async def test_cluster_starts_routes_both_brokers_and_stops_brokers_first(
         r = await wait_route(c.namesrv, TOPIC, {"broker-a", "broker-b"})
         assert {b.broker_name: (b.master_addr, b.cluster) for b in r.broker_datas} == {
             "broker-a": (c.broker_address(0), "DefaultCluster"),
-            "broker-b": (c.broker_address(1), "DefaultCluster")}
+            "broker-b": (c.broker_address(1), "DefaultCluster"),
+        }
         pids = {n: c.pid(n) for n in ("namesrv", "broker-a", "broker-b")}
         assert c.proc is not None
         c.proc.terminate()
         assert c.proc.wait(60) == 0, c.output()
         # the brokers UNREGISTERed while the name server still ran
         ns = _events(tmp_path / "data" / "namesrv" / "logs")
-        gone = {e["broker_name"]: e["ts"] for e in ns if e["event"] ==
-                "namesrv.broker_unregistered"}
+        gone = {
+            e["broker_name"]: e["ts"] for e in ns if e["event"] == "namesrv.broker_unregistered"
+        }
         stopped = [e for e in ns if e["event"] == "namesrv.stopped"]
         assert set(gone) == {"broker-a", "broker-b"} and len(stopped) == 1, ns
         assert max(gone.values()) <= stopped[0]["ts"] and stopped[0]["brokers"] == 0
         sup = [e for e in _events(tmp_path / "data" / "logs") if e["event"].startswith("cluster.")]
         assert [(e["event"], e.get("name")) for e in sup][-2:] == [
-            ("cluster.stopping", None), ("cluster.stopped", None)]
+            ("cluster.stopping", None),
+            ("cluster.stopped", None),
+        ]
         assert {e["name"]: e["pid"] for e in sup if e["event"] == "cluster.child_started"} == pids
         st = c.status()
         assert {n: (s["state"], s["last_exit"]) for n, s in st.items()} == {
-            n: ("stopped", 0) for n in pids}
+            n: ("stopped", 0) for n in pids
+        }
         assert not any(_alive(p) for p in pids.values())
     finally:
         c.stop()
@@ -183,9 +219,18 @@ async def test_a_broker_that_cannot_start_fails_the_cluster(tmp_path: Path) -> N
 
 @pytest.mark.slow
 async def test_a_killed_broker_is_restarted_and_one_that_keeps_dying_stops_the_cluster(
-        tmp_path: Path) -> None:
-    c = ClusterProcess(tmp_path / "data", 2, "--restart-backoff", "0.2",
-                       "--healthy-after", "120", "--max-failures", "2")
+    tmp_path: Path,
+) -> None:
+    c = ClusterProcess(
+        tmp_path / "data",
+        2,
+        "--restart-backoff",
+        "0.2",
+        "--healthy-after",
+        "120",
+        "--max-failures",
+        "2",
+    )
     try:
         await c.start()
         first = c.kill9("broker-a")
@@ -216,7 +261,6 @@ async def test_children_stop_when_the_supervisor_is_killed(tmp_path: Path) -> No
         assert c.proc is not None
         c.proc.kill()  # kill -9 of `kairosmq cluster`: PR_SET_PDEATHSIG sends SIGTERM
         c.proc.wait()
-        await c.wait(lambda: not any(_alive(p) for p in pids), 60, "children gone",
-                     exited_ok=True)
+        await c.wait(lambda: not any(_alive(p) for p in pids), 60, "children gone", exited_ok=True)
     finally:
         c.stop()

@@ -57,10 +57,10 @@ class Received:
         return ConsumeStatus.CONSUME_SUCCESS
 
 
-def consumer(c: ClusterProcess, group: str, topic: str, listener: Received,
-             **kw: object) -> PushConsumer:
-    pc = PushConsumer(group, c.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                      **kw)  # type: ignore[arg-type]
+def consumer(
+    c: ClusterProcess, group: str, topic: str, listener: Received, **kw: object
+) -> PushConsumer:
+    pc = PushConsumer(group, c.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **kw)  # type: ignore[arg-type]
     pc.subscribe(topic, "*")
     pc.register_listener(listener)
     return pc
@@ -69,8 +69,14 @@ def consumer(c: ClusterProcess, group: str, topic: str, listener: Received,
 # delay levels for the delay test, registration every 3 s (30 s by default: a restarted name
 # server knows the brokers again at their next one) and a 4 s restart backoff (a window to
 # observe a dead child)
-SHARED = ("--delay-levels", "1s 2s 3s", "--broker-args", "--register-period 3",
-          "--restart-backoff", "4")
+SHARED = (
+    "--delay-levels",
+    "1s 2s 3s",
+    "--broker-args",
+    "--register-period 3",
+    "--restart-backoff",
+    "4",
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +98,8 @@ async def _cluster(c: ClusterProcess, topic: str) -> ClusterProcess:
 
 
 async def test_bundled_clients_produce_and_consume_across_both_brokers(
-        cluster: ClusterProcess) -> None:
+    cluster: ClusterProcess,
+) -> None:
     topic = "ClusterSpread"
     c = await _cluster(cluster, topic)
     ports = {c.base_port: "broker-a", c.base_port + 10: "broker-b"}
@@ -106,8 +113,7 @@ async def test_bundled_clients_produce_and_consume_across_both_brokers(
         by_broker = {r.message_queue.broker_name for r in results}
         assert by_broker == BROKERS
         # round robin over the 8 queues of both brokers
-        assert len({(r.message_queue.broker_name, r.message_queue.queue_id)
-                    for r in results}) == 8
+        assert len({(r.message_queue.broker_name, r.message_queue.queue_id) for r in results}) == 8
         want = {b"m-%d" % i for i in range(80)}
         await _wait(lambda: want <= got.at.keys(), 60, "every message consumed")
     finally:
@@ -128,8 +134,7 @@ class Sent:
     error: str | None = None
 
 
-async def test_kill9_one_broker_under_load_loses_nothing_acked(
-        cluster: ClusterProcess) -> None:
+async def test_kill9_one_broker_under_load_loses_nothing_acked(cluster: ClusterProcess) -> None:
     topic = "ClusterLoad"
     # the supervisor waits 4 s before restarting a dead broker: a window to observe
     c = await _cluster(cluster, topic)
@@ -157,8 +162,10 @@ async def test_kill9_one_broker_under_load_loses_nothing_acked(
     await producer.start()
     senders = [asyncio.create_task(sender(producer)) for _ in range(4)]
     try:
+
         def acked_on(b: str) -> int:
             return sum(1 for s in sent if s.broker == b)
+
         await _wait(lambda: min(acked_on(b) for b in BROKERS) >= 30, 60, "load on both")
         killed = c.kill9("broker-a")
         t_kill = time.time()
@@ -180,8 +187,9 @@ async def test_kill9_one_broker_under_load_loses_nothing_acked(
         during = [s for s in sent if t_kill + 0.5 < s.start and s.end < t_back]
         assert len(during) >= 20 and {s.broker for s in during} == {"broker-b"}
         acked = {s.body: s.broker for s in sent}
-        await _wait(lambda: acked.keys() <= got.at.keys(), 120,
-                    "every acknowledged message consumed")
+        await _wait(
+            lambda: acked.keys() <= got.at.keys(), 120, "every acknowledged message consumed"
+        )
         # the consumer kept consuming broker-b's queues while broker-a was down
         b_port = c.base_port + 10
         assert any(t_kill + 0.5 < t < t_back and p == b_port for t, p in got.log)
@@ -193,7 +201,8 @@ async def test_kill9_one_broker_under_load_loses_nothing_acked(
 
 
 async def test_delayed_and_timer_messages_fire_on_time_on_both_brokers(
-        cluster: ClusterProcess) -> None:
+    cluster: ClusterProcess,
+) -> None:
     topic = "ClusterDelay"
     c = await _cluster(cluster, topic)
     ports = {"broker-a": c.base_port, "broker-b": c.base_port + 10}
@@ -240,7 +249,8 @@ async def _wait(pred: object, timeout: float, what: str) -> None:
 
 
 async def test_killed_name_server_is_restarted_and_clients_keep_sending(
-        cluster: ClusterProcess) -> None:
+    cluster: ClusterProcess,
+) -> None:
     """Routes live in the name server's memory only (as in RocketMQ): a restarted one knows
     the brokers again at their next registration (``--register-period``, 3 s here, 30 s by
     default); running clients keep their cached routes and keep sending meanwhile."""

@@ -59,7 +59,8 @@ def test_cluster_profile_services() -> None:
         assert _opt(hc, "--broker") == f"127.0.0.1:{b.port}"
         assert _opt(hc, "--namesrv") == "namesrv:9876"
         assert COMPOSE["services"][name]["depends_on"]["namesrv"]["condition"] == (
-            "service_healthy")
+            "service_healthy"
+        )
     assert seen_ports == {10911, 10921}
     assert {9876, 10911} <= set(STAGES["broker"].expose)
 
@@ -87,14 +88,18 @@ async def test_cluster_profile_commands_form_a_cluster_outside_docker(tmp_path: 
     try:
         for n in CLUSTER:
             procs[n] = _spawn(cmds[n], logs / f"{n}.out", tmp_path)
-        addrs = {n: f"127.0.0.1:{hm.ports[p]}" for n, p in (
-            ("namesrv", 9876), ("broker-a", 10911), ("broker-b", 10921))}
+        addrs = {
+            n: f"127.0.0.1:{hm.ports[p]}"
+            for n, p in (("namesrv", 9876), ("broker-a", 10911), ("broker-b", 10921))
+        }
         for n, addr in addrs.items():
             await _listening(addr, procs[n], logs / f"{n}.out")
         await create_topic([addrs["broker-a"], addrs["broker-b"]], "ComposeCluster")
         r = await wait_route(addrs["namesrv"], "ComposeCluster", {"broker-a", "broker-b"})
         assert {b.broker_name: b.master_addr for b in r.broker_datas} == {
-            "broker-a": addrs["broker-a"], "broker-b": addrs["broker-b"]}
+            "broker-a": addrs["broker-a"],
+            "broker-b": addrs["broker-b"],
+        }
         for n in ("broker-a", "broker-b"):  # the compose healthcheck, mapped
             hc = argv(plans[n], plans[n].healthcheck or [])
             done = _run(hc)
@@ -125,8 +130,9 @@ async def _listening(addr: str, proc: subprocess.Popen[bytes], log: Path) -> Non
 
 def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=cwd)
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
+        )
 
 
 def _tail(log: Path) -> str:

@@ -87,9 +87,17 @@ class HostileBroker:
         # default 1 GiB per broker would fill a shared CI disk. The free-space watermark
         # is not under test here: a disk filled by other jobs must not refuse these sends.
         # ``nofile``: the open-file limit of the process, restarts included.
-        self.proc = BrokerProcess(data_dir, "--checkpoint-interval", CHECKPOINT_INTERVAL,
-                                  "--segment-size-mb", "16", "--disk-max-used-ratio", "0.995",
-                                  *extra, nofile=nofile)
+        self.proc = BrokerProcess(
+            data_dir,
+            "--checkpoint-interval",
+            CHECKPOINT_INTERVAL,
+            "--segment-size-mb",
+            "16",
+            "--disk-max-used-ratio",
+            "0.995",
+            *extra,
+            nofile=nofile,
+        )
         self.ledger = Ledger()
         self.bystander_offsets = dict(BYSTANDER_OFFSETS)
         self.peers: list[RawPeer] = []
@@ -131,8 +139,15 @@ class HostileBroker:
 
     # ------------------------------------------------------------ sends
 
-    async def good_send(self, peer: RawPeer, topic: str, *, delay_level: int = 0,
-                        queue_id: int | None = None, tag: str = "good") -> Acked:
+    async def good_send(
+        self,
+        peer: RawPeer,
+        topic: str,
+        *,
+        delay_level: int = 0,
+        queue_id: int | None = None,
+        tag: str = "good",
+    ) -> Acked:
         """An ordinary send that must be acked; it joins the ledger."""
         n = next(self._seq)
         key = f"HK{n:06d}{tag}"
@@ -144,18 +159,29 @@ class HostileBroker:
         sent = now_ms()
         r = await send(peer, topic, body, props, queue_id=qid)
         assert r.code == ResponseCode.SUCCESS, f"good send refused: {describe(r)}"
-        a = Acked(key, topic, qid, body, LEVEL_MS.get(delay_level, 0), sent,
-                  r.ext_fields.get("msgId", ""))
+        a = Acked(
+            key, topic, qid, body, LEVEL_MS.get(delay_level, 0), sent, r.ext_fields.get("msgId", "")
+        )
         self.ledger.acked[key] = a
         return a
 
-    async def good_sends(self, peer: RawPeer, topic: str, n: int, *, delay_level: int = 0,
-                         tag: str = "good") -> list[Acked]:
-        return [await self.good_send(peer, topic, delay_level=delay_level, tag=tag)
-                for _ in range(n)]
+    async def good_sends(
+        self, peer: RawPeer, topic: str, n: int, *, delay_level: int = 0, tag: str = "good"
+    ) -> list[Acked]:
+        return [
+            await self.good_send(peer, topic, delay_level=delay_level, tag=tag) for _ in range(n)
+        ]
 
-    def record_outcome(self, r: RemotingCommand, topic: str, body: bytes, key: str,
-                       queue_id: int, delay_ms: int, sent_ms: int) -> bool:
+    def record_outcome(
+        self,
+        r: RemotingCommand,
+        topic: str,
+        body: bytes,
+        key: str,
+        queue_id: int,
+        delay_ms: int,
+        sent_ms: int,
+    ) -> bool:
         """Book a hostile send's answer: acked joins the ledger (it must then be served
         like any other), refused must carry a remark and its body must never appear."""
         if r.code == ResponseCode.SUCCESS:
@@ -177,9 +203,15 @@ class HostileBroker:
 
     async def commit_bystander(self, peer: RawPeer) -> None:
         for q, off in self.bystander_offsets.items():
-            r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                "consumerGroup": BYSTANDER_GROUP, "topic": BYSTANDER_TOPIC, "queueId": q,
-                "commitOffset": off})
+            r = await peer.call(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {
+                    "consumerGroup": BYSTANDER_GROUP,
+                    "topic": BYSTANDER_TOPIC,
+                    "queueId": q,
+                    "commitOffset": off,
+                },
+            )
             assert r.code == ResponseCode.SUCCESS, describe(r)
 
     def persisted_offsets(self) -> dict[int, int] | None:
@@ -199,7 +231,8 @@ class HostileBroker:
             await asyncio.sleep(0.1)
         raise AssertionError(
             f"the broker never wrote the bystander group's offsets to disk within "
-            f"{OFFSETS_PERSIST_TIMEOUT} s (file has {self.persisted_offsets()})")
+            f"{OFFSETS_PERSIST_TIMEOUT} s (file has {self.persisted_offsets()})"
+        )
 
 
 async def drain(peer: RawPeer, topic: str, group: str = "HostileVerifier") -> list[MessageExt]:
@@ -220,8 +253,9 @@ async def drain(peer: RawPeer, topic: str, group: str = "HostileVerifier") -> li
     return out
 
 
-def check_served(ledger: Ledger, served: dict[str, list[MessageExt]], *,
-                 copies_allowed: bool = False) -> None:
+def check_served(
+    ledger: Ledger, served: dict[str, list[MessageExt]], *, copies_allowed: bool = False
+) -> None:
     """Each acked message exactly once with its body (delayed ones not early), and no
     refused body anywhere.
 
@@ -237,8 +271,8 @@ def check_served(ledger: Ledger, served: dict[str, list[MessageExt]], *,
             if copies_allowed and "ORIGIN_MESSAGE_ID" in m.properties:
                 continue
             assert m.body not in ledger.refused_bodies, (
-                f"a refused request's body was stored and served: {m.body[:60]!r} "
-                f"in {m.topic}")
+                f"a refused request's body was stored and served: {m.body[:60]!r} in {m.topic}"
+            )
             k = m.properties.get("UNIQ_KEY", "")
             if k in ledger.acked:
                 counts[k] += 1
@@ -247,9 +281,12 @@ def check_served(ledger: Ledger, served: dict[str, list[MessageExt]], *,
     dup = [k for k, c in counts.items() if c > 1]
     assert not lost, f"{len(lost)} acked messages lost after kill -9, e.g. {lost[:5]}"
     if dup:
-        copies = [(m.topic, m.queue_offset, m.commit_log_offset, m.properties)
-                  for ms in served.values() for m in ms
-                  if m.properties.get("UNIQ_KEY") in dup[:2]]
+        copies = [
+            (m.topic, m.queue_offset, m.commit_log_offset, m.properties)
+            for ms in served.values()
+            for m in ms
+            if m.properties.get("UNIQ_KEY") in dup[:2]
+        ]
         raise AssertionError(f"acked messages served twice: {dup[:5]}: {copies}")
     for k, a in ledger.acked.items():
         m = by_key[k]
@@ -257,11 +294,14 @@ def check_served(ledger: Ledger, served: dict[str, list[MessageExt]], *,
         if a.delay_ms:
             assert m.store_timestamp >= a.sent_ms + a.delay_ms, (
                 f"{k} delivered early: stored {m.store_timestamp}, due no earlier than "
-                f"{a.sent_ms + a.delay_ms}")
+                f"{a.sent_ms + a.delay_ms}"
+            )
 
 
 async def verify_after_kill9(
-    hb: HostileBroker, *, offsets: bool = True,
+    hb: HostileBroker,
+    *,
+    offsets: bool = True,
     before_kill: Callable[[RawPeer], Awaitable[None]] | None = None,
     copies_allowed: bool = False,
 ) -> RawPeer:
@@ -304,11 +344,14 @@ async def verify_after_kill9(
     assert len(back) == 1, "a send after the restart is not served exactly once"
     if offsets:
         for q, off in hb.bystander_offsets.items():
-            r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET, {
-                "consumerGroup": BYSTANDER_GROUP, "topic": BYSTANDER_TOPIC, "queueId": q})
+            r = await peer.call(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": BYSTANDER_GROUP, "topic": BYSTANDER_TOPIC, "queueId": q},
+            )
             assert r.code == ResponseCode.SUCCESS, describe(r)
             assert int(r.ext_fields["offset"]) == off, (
-                f"bystander offset of queue {q} is {r.ext_fields['offset']}, was {off}")
+                f"bystander offset of queue {q} is {r.ext_fields['offset']}, was {off}"
+            )
     return peer
 
 

@@ -33,15 +33,26 @@ from tests.namesrv.test_apache_broker import _free_broker_port
 from tests.wire import RawPeer
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (f"{START_BROKER} not found" if not START_BROKER.exists() else
-            "java is not on PATH" if shutil.which("java") is None else None)
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}")]
+_missing = (
+    f"{START_BROKER} not found"
+    if not START_BROKER.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+]
 
 R = RequestCode
 TOPIC = "ParityTopic"
-PULL_ANSWERS = {ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
-                ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED}
+PULL_ANSWERS = {
+    ResponseCode.SUCCESS,
+    ResponseCode.PULL_NOT_FOUND,
+    ResponseCode.PULL_RETRY_IMMEDIATELY,
+    ResponseCode.PULL_OFFSET_MOVED,
+}
 
 
 @dataclass
@@ -55,66 +66,178 @@ class Probe:
 
 
 def _consumer(group: str, topics: list[str]) -> dict[str, Any]:
-    return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "unitMode": False, "subscriptionDataSet": [{
-                "topic": t, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-                "expressionType": "TAG", "classFilterMode": False} for t in topics]}
+    return {
+        "groupName": group,
+        "consumeType": "CONSUME_PASSIVELY",
+        "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        "unitMode": False,
+        "subscriptionDataSet": [
+            {
+                "topic": t,
+                "subString": "*",
+                "tagsSet": [],
+                "codeSet": [],
+                "subVersion": 1,
+                "expressionType": "TAG",
+                "classFilterMode": False,
+            }
+            for t in topics
+        ],
+    }
 
 
 def _heartbeat(client: str, consumers: list[dict[str, Any]]) -> bytes:
-    return orjson.dumps({"clientID": client, "producerDataSet": [{"groupName": "ParityPG"}],
-                         "consumerDataSet": consumers})
+    return orjson.dumps(
+        {
+            "clientID": client,
+            "producerDataSet": [{"groupName": "ParityPG"}],
+            "consumerDataSet": consumers,
+        }
+    )
 
 
 def probes() -> list[Probe]:
     control = {f"k{i:03d}": "\x03" * 100 for i in range(300)}  # fastjson: \u0003, 6 bytes
-    split = [BatchItem(f"Hello world {i}".encode(), 0, encode_properties(
-        {"KEYS": f"OrderID{i}", "TAGS": "Tag", "WAIT": "true", "UNIQ_KEY": f"PAR{i:06d}"}))
-        for i in range(13_275)]
+    split = [
+        BatchItem(
+            f"Hello world {i}".encode(),
+            0,
+            encode_properties(
+                {"KEYS": f"OrderID{i}", "TAGS": "Tag", "WAIT": "true", "UNIQ_KEY": f"PAR{i:06d}"}
+            ),
+        )
+        for i in range(13_275)
+    ]
     tags = " || ".join(f"tag{i}" for i in range(8000))  # ~80 KB of header
     return [
-        Probe("send: 300 properties of control characters (~190 KB JSON header)",
-              R.SEND_MESSAGE_V2, send_ext(TOPIC, {**control, "UNIQ_KEY": "PARITY-HDR"}),
-              b"big-header", key="PARITY-HDR"),
-        Probe("send: properties of 32,000 bytes", R.SEND_MESSAGE_V2, send_ext(TOPIC, {
-            "UNIQ_KEY": "PARITY-32K", "pad": "p" * 31_970}), b"props-32k", key="PARITY-32K"),
-        Probe("send: properties of 33,000 bytes (over RocketMQ's 32,767)", R.SEND_MESSAGE_V2,
-              send_ext(TOPIC, {"UNIQ_KEY": "PARITY-33K", "pad": "p" * 33_000}), b"x"),
-        Probe("send: body of 4 MiB - 2 KiB", R.SEND_MESSAGE_V2,
-              send_ext(TOPIC, {"UNIQ_KEY": "PARITY-BODY"}, 1),
-              b"b" * (4 * 1024 * 1024 - 2048), key="PARITY-BODY"),
-        Probe("send: DELAY=-1 (setDelayTimeLevel(-1))", R.SEND_MESSAGE_V2,
-              send_ext(TOPIC, {"UNIQ_KEY": "PARITY-NEG", "DELAY": "-1"}, 2), b"neg-delay",
-              key="PARITY-NEG"),
-        Probe("send: topic of 127 characters", R.SEND_MESSAGE_V2,
-              send_ext("T" * 127, {"UNIQ_KEY": "PARITY-127"}), b"long-topic"),
-        Probe("send: topic of 128 characters", R.SEND_MESSAGE_V2,
-              send_ext("T" * 128, {"UNIQ_KEY": "PARITY-128"}), b"x"),
-        Probe("batch: SplitBatchProducer's first batch, 13,275 messages", R.SEND_BATCH_MESSAGE,
-              send_ext("BatchTest", {"WAIT": "true"}, batch="true"), encode_batch(split)),
-        Probe("batch: an item with DELAY=0", R.SEND_BATCH_MESSAGE,
-              send_ext(TOPIC, {"WAIT": "true"}, 3, batch="true"), encode_batch([
-                  BatchItem(b"d0", 0, encode_properties({"DELAY": "0", "UNIQ_KEY": "PD0"})),
-                  BatchItem(b"d1", 0, encode_properties({"UNIQ_KEY": "PD1"}))])),
-        Probe("heartbeat: 300 consumer groups", R.HEART_BEAT, {}, _heartbeat(
-            "127.0.0.1@parity1", [_consumer(f"ParityCG{i}", [TOPIC]) for i in range(300)])),
-        Probe("heartbeat: one group subscribing 1,100 topics", R.HEART_BEAT, {}, _heartbeat(
-            "127.0.0.1@parity2", [_consumer("ParityWide", [f"W{i}" for i in range(1100)])])),
-        Probe("lock batch: 17,000 queues", R.LOCK_BATCH_MQ, {}, orjson.dumps({
-            "consumerGroup": "ParityCG0", "clientId": "127.0.0.1@parity1",
-            "onlyThisBroker": False, "mqSet": [{"topic": f"L{i // 100}", "brokerName": "b",
-                                                "queueId": i % 100} for i in range(17_000)]})),
-        Probe("create topic: 2,048 queues (mqadmin updateTopic -r 2048 -w 2048)",
-              R.UPDATE_AND_CREATE_TOPIC, {"topic": "ParityWideTopic", "defaultTopic": "TBW102",
-                                          "readQueueNums": 2048, "writeQueueNums": 2048,
-                                          "perm": 6, "topicFilterType": "SINGLE_TAG",
-                                          "topicSysFlag": 0, "order": "false"}),
-        Probe("pull: a tag expression of 8,000 tags (~80 KB header)", R.PULL_MESSAGE, {
-            "consumerGroup": "ParityCG0", "topic": TOPIC, "queueId": 0, "queueOffset": 0,
-            "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": tags, "subVersion": 0, "expressionType": "TAG"},
-              ok=frozenset(PULL_ANSWERS)),
+        Probe(
+            "send: 300 properties of control characters (~190 KB JSON header)",
+            R.SEND_MESSAGE_V2,
+            send_ext(TOPIC, {**control, "UNIQ_KEY": "PARITY-HDR"}),
+            b"big-header",
+            key="PARITY-HDR",
+        ),
+        Probe(
+            "send: properties of 32,000 bytes",
+            R.SEND_MESSAGE_V2,
+            send_ext(TOPIC, {"UNIQ_KEY": "PARITY-32K", "pad": "p" * 31_970}),
+            b"props-32k",
+            key="PARITY-32K",
+        ),
+        Probe(
+            "send: properties of 33,000 bytes (over RocketMQ's 32,767)",
+            R.SEND_MESSAGE_V2,
+            send_ext(TOPIC, {"UNIQ_KEY": "PARITY-33K", "pad": "p" * 33_000}),
+            b"x",
+        ),
+        Probe(
+            "send: body of 4 MiB - 2 KiB",
+            R.SEND_MESSAGE_V2,
+            send_ext(TOPIC, {"UNIQ_KEY": "PARITY-BODY"}, 1),
+            b"b" * (4 * 1024 * 1024 - 2048),
+            key="PARITY-BODY",
+        ),
+        Probe(
+            "send: DELAY=-1 (setDelayTimeLevel(-1))",
+            R.SEND_MESSAGE_V2,
+            send_ext(TOPIC, {"UNIQ_KEY": "PARITY-NEG", "DELAY": "-1"}, 2),
+            b"neg-delay",
+            key="PARITY-NEG",
+        ),
+        Probe(
+            "send: topic of 127 characters",
+            R.SEND_MESSAGE_V2,
+            send_ext("T" * 127, {"UNIQ_KEY": "PARITY-127"}),
+            b"long-topic",
+        ),
+        Probe(
+            "send: topic of 128 characters",
+            R.SEND_MESSAGE_V2,
+            send_ext("T" * 128, {"UNIQ_KEY": "PARITY-128"}),
+            b"x",
+        ),
+        Probe(
+            "batch: SplitBatchProducer's first batch, 13,275 messages",
+            R.SEND_BATCH_MESSAGE,
+            send_ext("BatchTest", {"WAIT": "true"}, batch="true"),
+            encode_batch(split),
+        ),
+        Probe(
+            "batch: an item with DELAY=0",
+            R.SEND_BATCH_MESSAGE,
+            send_ext(TOPIC, {"WAIT": "true"}, 3, batch="true"),
+            encode_batch(
+                [
+                    BatchItem(b"d0", 0, encode_properties({"DELAY": "0", "UNIQ_KEY": "PD0"})),
+                    BatchItem(b"d1", 0, encode_properties({"UNIQ_KEY": "PD1"})),
+                ]
+            ),
+        ),
+        Probe(
+            "heartbeat: 300 consumer groups",
+            R.HEART_BEAT,
+            {},
+            _heartbeat(
+                "127.0.0.1@parity1", [_consumer(f"ParityCG{i}", [TOPIC]) for i in range(300)]
+            ),
+        ),
+        Probe(
+            "heartbeat: one group subscribing 1,100 topics",
+            R.HEART_BEAT,
+            {},
+            _heartbeat(
+                "127.0.0.1@parity2", [_consumer("ParityWide", [f"W{i}" for i in range(1100)])]
+            ),
+        ),
+        Probe(
+            "lock batch: 17,000 queues",
+            R.LOCK_BATCH_MQ,
+            {},
+            orjson.dumps(
+                {
+                    "consumerGroup": "ParityCG0",
+                    "clientId": "127.0.0.1@parity1",
+                    "onlyThisBroker": False,
+                    "mqSet": [
+                        {"topic": f"L{i // 100}", "brokerName": "b", "queueId": i % 100}
+                        for i in range(17_000)
+                    ],
+                }
+            ),
+        ),
+        Probe(
+            "create topic: 2,048 queues (mqadmin updateTopic -r 2048 -w 2048)",
+            R.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": "ParityWideTopic",
+                "defaultTopic": "TBW102",
+                "readQueueNums": 2048,
+                "writeQueueNums": 2048,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": "false",
+            },
+        ),
+        Probe(
+            "pull: a tag expression of 8,000 tags (~80 KB header)",
+            R.PULL_MESSAGE,
+            {
+                "consumerGroup": "ParityCG0",
+                "topic": TOPIC,
+                "queueId": 0,
+                "queueOffset": 0,
+                "maxMsgNums": 32,
+                "sysFlag": 4,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 0,
+                "subscription": tags,
+                "subVersion": 0,
+                "expressionType": "TAG",
+            },
+            ok=frozenset(PULL_ANSWERS),
+        ),
     ]
 
 
@@ -134,17 +257,29 @@ async def test_what_apache_accepts_kairosmq_accepts(hostile, tmp_path: Path) -> 
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
     port = _free_broker_port()
-    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
-           "NAMESRV": ns.address, "BROKER_NAME": "apache-a", "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+    env = {
+        **os.environ,
+        "STORE_DIR": str(tmp_path / "apache"),
+        "BROKER_PORT": str(port),
+        "NAMESRV": ns.address,
+        "BROKER_NAME": "apache-a",
+        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+    }
     apache_proc = await asyncio.create_subprocess_exec(
-        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        str(START_BROKER),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
     hb = await hostile()
     try:
         await wait_until(lambda: "apache-a" in ns.routes.broker_addr_table, 120.0)
         addresses = {"apache": f"127.0.0.1:{port}", "kairosmq": hb.address}
-        peers = {"apache": await RawPeer.connect(addresses["apache"]),
-                 "kairosmq": await RawPeer.connect(addresses["kairosmq"])}
+        peers = {
+            "apache": await RawPeer.connect(addresses["apache"]),
+            "kairosmq": await RawPeer.connect(addresses["kairosmq"]),
+        }
         await hb.setup_bystander(peers["kairosmq"])
         # the topic the pulls read exists on both
         for peer in peers.values():
@@ -163,13 +298,19 @@ async def test_what_apache_accepts_kairosmq_accepts(hostile, tmp_path: Path) -> 
             elif not k_ok and p.key is not None:
                 hb.ledger.refused_bodies.add(p.body)
         width = max(len(r[0]) for r in rows)
-        print("\n(code -1: the connection was closed)\n" + "\n".join(
-            f"{n:{width}s}  Apache {a:3d}  kairosmq {k:3d}"
-            + ("  <- REFUSED BY KAIROSMQ ONLY" if bad else "") for n, a, k, bad in rows))
+        print(
+            "\n(code -1: the connection was closed)\n"
+            + "\n".join(
+                f"{n:{width}s}  Apache {a:3d}  kairosmq {k:3d}"
+                + ("  <- REFUSED BY KAIROSMQ ONLY" if bad else "")
+                for n, a, k, bad in rows
+            )
+        )
         refused = [r for r in rows if r[3]]
         assert not refused, f"kairosmq refuses what Apache 4.9.8 accepts: {refused}"
-        assert any(a == ResponseCode.SUCCESS for _n, a, _k, _b in rows[:2]), \
+        assert any(a == ResponseCode.SUCCESS for _n, a, _k, _b in rows[:2]), (
             "Apache refused the plain sends: the comparison proves nothing"
+        )
         for peer in peers.values():
             await peer.close()
         await verify_after_kill9(hb)
@@ -185,5 +326,3 @@ async def test_what_apache_accepts_kairosmq_accepts(hostile, tmp_path: Path) -> 
             await apache_proc.wait()
         await ns.stop()
         shutil.rmtree(tmp_path / "apache", ignore_errors=True)
-
-

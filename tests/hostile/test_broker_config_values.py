@@ -22,10 +22,16 @@ from tests.hostile.harness import describe, verify_after_kill9
 pytestmark = pytest.mark.slow
 
 BAD = [
-    ("diskMaxUsedSpaceRatio", "5"), ("diskMaxUsedSpaceRatio", "96"),
-    ("diskMaxUsedSpaceRatio", "x"), ("defaultTopicQueueNums", "0"),
-    ("flushIntervalCommitLog", "0"), ("fileReservedTime", "0"), ("pullMaxBytes", "10"),
-    ("maxPullHoldMs", "-1"), ("retryQueueNums", "0"), ("autoCreateTopicEnable", "maybe"),
+    ("diskMaxUsedSpaceRatio", "5"),
+    ("diskMaxUsedSpaceRatio", "96"),
+    ("diskMaxUsedSpaceRatio", "x"),
+    ("defaultTopicQueueNums", "0"),
+    ("flushIntervalCommitLog", "0"),
+    ("fileReservedTime", "0"),
+    ("pullMaxBytes", "10"),
+    ("maxPullHoldMs", "-1"),
+    ("retryQueueNums", "0"),
+    ("autoCreateTopicEnable", "maybe"),
 ]
 
 
@@ -49,8 +55,9 @@ async def test_bricking_broker_config_values_are_refused(hostile) -> None:
     # a valid change is persisted, and a mixed request changes nothing (all or nothing)
     ok = await peer.call(RequestCode.UPDATE_BROKER_CONFIG, {}, b"maxPullHoldMs=15000\n")
     assert ok.code == ResponseCode.SUCCESS, describe(ok)
-    mixed = await peer.call(RequestCode.UPDATE_BROKER_CONFIG, {},
-                            b"fileReservedTime=48\ndiskMaxUsedSpaceRatio=5\n")
+    mixed = await peer.call(
+        RequestCode.UPDATE_BROKER_CONFIG, {}, b"fileReservedTime=48\ndiskMaxUsedSpaceRatio=5\n"
+    )
     assert mixed.code == ResponseCode.SYSTEM_ERROR
     assert props.read_text() == "maxPullHoldMs=15000\n"
     await verify_after_kill9(hb)

@@ -44,11 +44,20 @@ BODY_LEN = 400
 
 def _fake_record(body: bytes, phy: int, topic: bytes = b"FindingVictim") -> bytes:
     return encode_record(
-        topic=topic, body=body, properties=encode_properties({"UNIQ_KEY": body.decode()})
-        .encode(), queue_id=0, flag=0, queue_offset=0, physical_offset=phy, sys_flag=0,
-        born_timestamp=now_ms(), born_host=(b"\x7f\x00\x00\x01", 1),
-        store_timestamp=now_ms(), store_host=(b"\x7f\x00\x00\x01", 10911),
-        reconsume_times=0)
+        topic=topic,
+        body=body,
+        properties=encode_properties({"UNIQ_KEY": body.decode()}).encode(),
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=phy,
+        sys_flag=0,
+        born_timestamp=now_ms(),
+        born_host=(b"\x7f\x00\x00\x01", 1),
+        store_timestamp=now_ms(),
+        store_host=(b"\x7f\x00\x00\x01", 10911),
+        reconsume_times=0,
+    )
 
 
 def _carrier(inner: bytes) -> bytes:
@@ -85,8 +94,10 @@ async def test_forged_record_in_a_body_is_never_reput_or_served(hostile) -> None
     hb.ledger.watch |= {"FindingVictim", "%RETRY%FindingGroup", "%DLQ%FindingGroup"}
     for fake_at in (o2 + BODY_POS, o3 + BODY_POS):
         for level in (0, -1):  # to %RETRY% and straight to %DLQ%
-            r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": fake_at, "group": "FindingGroup", "delayLevel": level})
+            r = await peer.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"offset": fake_at, "group": "FindingGroup", "delayLevel": level},
+            )
             assert is_error(r), f"send-back at a forged record {fake_at}: {describe(r)}"
         r = await peer.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": fake_at})
         assert is_error(r), f"VIEW_MESSAGE_BY_ID served a forged record: {describe(r)}"
@@ -107,11 +118,22 @@ async def test_huge_size_word_at_a_client_offset(hostile) -> None:
     o2, _ = await _offset_of(peer, "Huge", _carrier(plausible * 4), "HUGE-2", hb)
     await hb.good_sends(peer, "Huge", 12)
     await hb.good_sends(peer, "Huge", 2, delay_level=2)
-    for offset in (o + BODY_POS, o + BODY_POS + 8, o2 + BODY_POS, o2 + BODY_POS + 8,
-                   o + size + 10**12, -1, -(1 << 63)):
-        for code, ext in ((RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}),
-                          (RequestCode.CONSUMER_SEND_MSG_BACK,
-                           {"offset": offset, "group": "HugeGroup", "delayLevel": 0})):
+    for offset in (
+        o + BODY_POS,
+        o + BODY_POS + 8,
+        o2 + BODY_POS,
+        o2 + BODY_POS + 8,
+        o + size + 10**12,
+        -1,
+        -(1 << 63),
+    ):
+        for code, ext in (
+            (RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}),
+            (
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"offset": offset, "group": "HugeGroup", "delayLevel": 0},
+            ),
+        ):
             t0 = time.monotonic()
             r = await peer.call(code, ext, timeout=5)
             assert is_error(r), f"{code.name} at {offset}: {describe(r)}"
@@ -129,22 +151,33 @@ async def test_dead_letter_naming_the_schedule_topic_is_not_resent_there(hostile
     # route 1: a %RETRY% send past max reconsume times lands in the DLQ with the
     # client's own RETRY_TOPIC
     body = b"dead-letter-route-1"
-    r = await send(peer, "%RETRY%DlqGroup", body,
-                   {"UNIQ_KEY": "DLQ-1", "RETRY_TOPIC": "SCHEDULE_TOPIC_XXXX"},
-                   queue_id=0, j=20, l=16)
+    r = await send(
+        peer,
+        "%RETRY%DlqGroup",
+        body,
+        {"UNIQ_KEY": "DLQ-1", "RETRY_TOPIC": "SCHEDULE_TOPIC_XXXX"},
+        queue_id=0,
+        j=20,
+        l=16,
+    )
     hb.record_outcome(r, "%DLQ%DlqGroup", body, "DLQ-1", 0, 0, now_ms())
     # route 2: a consumer's send-back to the DLQ naming the schedule topic as its origin.
     # (Its source topic is left out of the ledger: a resend rightly copies it back there.)
     src = await send(peer, "DlqSource", b"dead-letter-route-2", {"UNIQ_KEY": "DLQ-2"})
     assert src.code == ResponseCode.SUCCESS, describe(src)
-    r2 = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": decode_offset_msg_id(src.ext_fields["msgId"])[2], "group": "DlqGroup",
-        "delayLevel": -1, "originTopic": "SCHEDULE_TOPIC_XXXX"})
+    r2 = await peer.call(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": decode_offset_msg_id(src.ext_fields["msgId"])[2],
+            "group": "DlqGroup",
+            "delayLevel": -1,
+            "originTopic": "SCHEDULE_TOPIC_XXXX",
+        },
+    )
     assert r2.code == ResponseCode.SUCCESS or is_error(r2), describe(r2)
     await hb.good_sends(peer, "DlqOrigin", 2, delay_level=3)
     status0 = await peer.call(RequestCode.KAIROS_GET_BROKER_STATUS, {})
-    r = await peer.call(RequestCode.KAIROS_RESEND_DLQ, {"consumerGroup": "DlqGroup",
-                                                        "maxNum": 100})
+    r = await peer.call(RequestCode.KAIROS_RESEND_DLQ, {"consumerGroup": "DlqGroup", "maxNum": 100})
     if r.code == ResponseCode.SUCCESS:
         out = orjson.loads(r.body)
         sent_to = [x["topic"] for x in out["resent"]]
@@ -169,16 +202,33 @@ async def test_heartbeat_with_thousands_of_groups_is_bounded(hostile) -> None:
     await hb.setup_bystander(peer)
     before = orjson.loads((await peer.call(RequestCode.KAIROS_GET_BROKER_STATUS, {})).body)
     groups = 5000
-    body = orjson.dumps({
-        "clientID": "127.0.0.1@hostile", "producerDataSet": [
-            {"groupName": f"P{i}"} for i in range(groups)],
-        "consumerDataSet": [{
-            "groupName": f"Flood{i}", "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "unitMode": False, "subscriptionDataSet": [{
-                "topic": f"FloodTopic{i}", "subString": "*", "tagsSet": [], "codeSet": [],
-                "subVersion": 1, "expressionType": "TAG", "classFilterMode": False}],
-        } for i in range(groups)]})
+    body = orjson.dumps(
+        {
+            "clientID": "127.0.0.1@hostile",
+            "producerDataSet": [{"groupName": f"P{i}"} for i in range(groups)],
+            "consumerDataSet": [
+                {
+                    "groupName": f"Flood{i}",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "topic": f"FloodTopic{i}",
+                            "subString": "*",
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "subVersion": 1,
+                            "expressionType": "TAG",
+                            "classFilterMode": False,
+                        }
+                    ],
+                }
+                for i in range(groups)
+            ],
+        }
+    )
     bystander = await hb.connect()
     hb_task = asyncio.ensure_future(peer.call(RequestCode.HEART_BEAT, {}, body, timeout=10))
     t0 = time.monotonic()
@@ -192,7 +242,8 @@ async def test_heartbeat_with_thousands_of_groups_is_bounded(hostile) -> None:
     # over several loop turns (the bystander's send above was answered meanwhile)
     assert r.code == ResponseCode.SUCCESS, describe(r)
     assert created == groups + 1, (  # + Flooded, the bystander's topic
-        f"one heartbeat of {groups} groups created {created - 1} topics")
+        f"one heartbeat of {groups} groups created {created - 1} topics"
+    )
     # deeply nested JSON (orjson < 3.9.15 crashed on it: CVE-2024-27454), as a body and
     # as a header: an error answer, resp. only that connection closed
     deep = b"[" * 100_000 + b"]" * 100_000
@@ -218,8 +269,7 @@ async def test_client_refuses_topic_with_newline_at_once(hostile) -> None:
     r = await send(peer, "abc\n", b"raw-newline", {"UNIQ_KEY": "NL-raw"})
     hb.record_outcome(r, "abc\n", b"raw-newline", "NL-raw", 0, 0, now_ms())
     assert is_error(r), f"the broker took topic 'abc\\n': {describe(r)}"
-    producer = Producer("NewlineGroup", f"127.0.0.1:{hb.proc.namesrv_port}",
-                        send_msg_timeout=5.0)
+    producer = Producer("NewlineGroup", f"127.0.0.1:{hb.proc.namesrv_port}", send_msg_timeout=5.0)
     await producer.start()
     try:
         t0 = time.monotonic()

@@ -59,8 +59,9 @@ def metric(port: int, name: str) -> float:
 
 
 def _heartbeat_frame() -> bytes:
-    body = b'{"clientID":"budget@1","producerDataSet":[{"groupName":"BudgetPG"}],' \
-           b'"consumerDataSet":[]}'
+    body = (
+        b'{"clientID":"budget@1","producerDataSet":[{"groupName":"BudgetPG"}],"consumerDataSet":[]}'
+    )
     return encode_command(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=1, body=body))
 
 
@@ -134,8 +135,10 @@ async def test_unfinished_frames_stay_within_the_budget(hostile) -> None:
     held = await wait_settled(mport)
     grown = rss(pid) - base
     closed = await asyncio.to_thread(metric, mport, "kairosmq_connections_over_budget")
-    print(f"unauthorized: {CONNS} x {SENT_EACH // MIB} MiB sent, held {held / MIB:.1f} MiB, "
-          f"RSS +{grown / MIB:.1f} MiB, closed {closed:.0f}")
+    print(
+        f"unauthorized: {CONNS} x {SENT_EACH // MIB} MiB sent, held {held / MIB:.1f} MiB, "
+        f"RSS +{grown / MIB:.1f} MiB, closed {closed:.0f}"
+    )
     assert held <= BUDGET, f"{held} bytes held, budget {BUDGET}"
     assert closed >= CONNS - BUDGET // SENT_EACH, "the budget closed too few holders"
     assert grown <= BUDGET + SLACK, f"RSS grew {grown / MIB:.1f} MiB, budget {BUDGET / MIB} MiB"
@@ -173,8 +176,12 @@ async def test_concurrent_4mib_frames_pass_under_the_default_budget(hostile) -> 
         key = f"BIG{i:03d}"
         body = bytes([65 + i % 26]) * (body_size - 16) + key.encode().ljust(16, b".")
         sent = now_ms()
-        r = await p.call(RequestCode.SEND_MESSAGE_V2,
-                         send_ext("BudgetBig", {"UNIQ_KEY": key}, i % 4), body, timeout=30)
+        r = await p.call(
+            RequestCode.SEND_MESSAGE_V2,
+            send_ext("BudgetBig", {"UNIQ_KEY": key}, i % 4),
+            body,
+            timeout=30,
+        )
         assert r.code == ResponseCode.SUCCESS, describe(r)
         hb.ledger.acked[key] = Acked(key, "BudgetBig", i % 4, body, 0, sent)
 
@@ -192,16 +199,20 @@ async def test_a_slow_big_frame_passes_a_trickle_is_closed(hostile) -> None:
     peer = await hb.connect()
     await hb.setup_bystander(peer)
     body = b"s" * (200 * 1024)
-    frame = encode_command(RemotingCommand(
-        code=RequestCode.SEND_MESSAGE_V2, opaque=7,
-        ext_fields={k: str(v) for k, v in send_ext("SlowTopic", {"UNIQ_KEY": "SLOW1"}).items()},
-        body=body))
+    frame = encode_command(
+        RemotingCommand(
+            code=RequestCode.SEND_MESSAGE_V2,
+            opaque=7,
+            ext_fields={k: str(v) for k, v in send_ext("SlowTopic", {"UNIQ_KEY": "SLOW1"}).items()},
+            body=body,
+        )
+    )
     host, port = hb.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     sent = now_ms()
     t0 = time.monotonic()
     for i in range(0, len(frame), 10 * 1024):  # ~100 KiB/s: 2 s for the frame
-        writer.write(frame[i:i + 10 * 1024])
+        writer.write(frame[i : i + 10 * 1024])
         await writer.drain()
         await asyncio.sleep(0.1)
     head = await asyncio.wait_for(reader.readexactly(8), 10)
@@ -219,7 +230,7 @@ async def test_a_slow_big_frame_passes_a_trickle_is_closed(hostile) -> None:
     closed = False
     for i in range(0, 2000, 20):
         try:
-            writer.write(frame[i:i + 20])
+            writer.write(frame[i : i + 20])
             await writer.drain()
         except ConnectionError:
             closed = True

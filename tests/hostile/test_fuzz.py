@@ -44,18 +44,41 @@ SEED = int(os.environ.get("KAIROS_FUZZ_SEED", "20261122"))
 GOLDEN = [frame_bytes(folder, e["file"]) for folder, e in request_entries()]
 CODES = [int(c) for c in RequestCode] + [0, -1, 9999, 65535, 1 << 31]
 HOSTILE_STRINGS = [
-    "", "-1", "0", "99999999999999999999", "-9223372036854775808", "9223372036854775808",
-    "1e9", "NaN", "true", "x" * 300, "%RETRY%G", "%DLQ%G", "SCHEDULE_TOPIC_XXXX", "TBW102",
-    "../../etc", "/abs", "a\x00b", "abc\n", "\u00b2", "\ud7ff", "ä" * 50, "*", "||",
-    "KAIROS_SCHEDULE_ORIGIN\x01x", "DELAY\x01999", "TIMER_DELAY_MS\x011000",
-    "UNIQ_KEY\x01\x02\x01", "REAL_TOPIC\x01SCHEDULE_TOPIC_XXXX\x02REAL_QID\x01-3",
+    "",
+    "-1",
+    "0",
+    "99999999999999999999",
+    "-9223372036854775808",
+    "9223372036854775808",
+    "1e9",
+    "NaN",
+    "true",
+    "x" * 300,
+    "%RETRY%G",
+    "%DLQ%G",
+    "SCHEDULE_TOPIC_XXXX",
+    "TBW102",
+    "../../etc",
+    "/abs",
+    "a\x00b",
+    "abc\n",
+    "\u00b2",
+    "\ud7ff",
+    "ä" * 50,
+    "*",
+    "||",
+    "KAIROS_SCHEDULE_ORIGIN\x01x",
+    "DELAY\x01999",
+    "TIMER_DELAY_MS\x011000",
+    "UNIQ_KEY\x01\x02\x01",
+    "REAL_TOPIC\x01SCHEDULE_TOPIC_XXXX\x02REAL_QID\x01-3",
 ]
 HOSTILE_VALUES: list[object] = [None, True, 1.5, -1, 1 << 40, [], {}, ["x"], {"a": 1}]
 
 
 def _split(frame: bytes) -> tuple[dict[str, object], bytes]:
     (hlen,) = struct.unpack_from(">I", frame, 4)
-    return orjson.loads(frame[8:8 + (hlen & 0xFFFFFF)]), frame[8 + (hlen & 0xFFFFFF):]
+    return orjson.loads(frame[8 : 8 + (hlen & 0xFFFFFF)]), frame[8 + (hlen & 0xFFFFFF) :]
 
 
 def _binary_header(h: dict[str, object]) -> bytes:
@@ -72,9 +95,17 @@ def _binary_header(h: dict[str, object]) -> bytes:
         parts.append(struct.pack(">H", len(kb) & 0xFFFF) + kb + struct.pack(">I", len(vb)) + vb)
     extb = b"".join(parts)
     remark = str(h.get("remark") or "").encode(errors="replace")
-    return (i(h.get("code"), ">h") + bytes((random.randrange(16),)) + i(h.get("version"), ">h")
-            + i(h.get("opaque"), ">i") + i(h.get("flag"), ">i")
-            + struct.pack(">I", len(remark)) + remark + struct.pack(">I", len(extb)) + extb)
+    return (
+        i(h.get("code"), ">h")
+        + bytes((random.randrange(16),))
+        + i(h.get("version"), ">h")
+        + i(h.get("opaque"), ">i")
+        + i(h.get("flag"), ">i")
+        + struct.pack(">I", len(remark))
+        + remark
+        + struct.pack(">I", len(extb))
+        + extb
+    )
 
 
 class Mutator:
@@ -100,7 +131,7 @@ class Mutator:
             return {**doc, k: self.json_body(doc[k], depth + 1)}
         if isinstance(doc, list) and doc and depth < 6 and rng.random() < 0.8:
             i = rng.randrange(len(doc))
-            return doc[:i] + [self.json_body(doc[i], depth + 1)] + doc[i + 1:]
+            return doc[:i] + [self.json_body(doc[i], depth + 1)] + doc[i + 1 :]
         if isinstance(doc, list) and rng.random() < 0.3:
             return doc * rng.randint(2, 50)  # more groups/subscriptions than usual
         return rng.choice(HOSTILE_VALUES + HOSTILE_STRINGS)
@@ -120,17 +151,38 @@ class Mutator:
             elif op < 0.55 and ext:
                 del ext[rng.choice(list(ext))]
             elif op < 0.7:
-                ext[rng.choice(["sysFlag", "f", "queueId", "e", "commitOffset", "offset",
-                                "group", "topic", "b", "properties", "i", "delayLevel",
-                                "maxMsgNums", "suspendTimeoutMillis", "batch", "m", "j",
-                                "l", "consumerGroup", "queueOffset"])] = self.value(fatal)
+                ext[
+                    rng.choice(
+                        [
+                            "sysFlag",
+                            "f",
+                            "queueId",
+                            "e",
+                            "commitOffset",
+                            "offset",
+                            "group",
+                            "topic",
+                            "b",
+                            "properties",
+                            "i",
+                            "delayLevel",
+                            "maxMsgNums",
+                            "suspendTimeoutMillis",
+                            "batch",
+                            "m",
+                            "j",
+                            "l",
+                            "consumerGroup",
+                            "queueOffset",
+                        ]
+                    )
+                ] = self.value(fatal)
             elif op < 0.8:
                 h["code"] = rng.choice(CODES[:-1])
             elif op < 0.85:
                 h["flag"] = rng.choice([0, 2, 1, 3])  # oneway, and "responses"
             elif op < 0.9:
-                h[rng.choice(["language", "remark", "serializeTypeCurrentRPC"])] = \
-                    self.value(fatal)
+                h[rng.choice(["language", "remark", "serializeTypeCurrentRPC"])] = self.value(fatal)
             elif op < 0.95 and body[:1] == b"{":
                 try:
                     body = orjson.dumps(self.json_body(orjson.loads(body)))
@@ -153,8 +205,7 @@ class Mutator:
 
     def raw(self, opaque: int) -> bytes:
         rng = self.rng
-        frame = bytearray(self.preserving(opaque) if rng.random() < 0.5
-                          else rng.choice(GOLDEN))
+        frame = bytearray(self.preserving(opaque) if rng.random() < 0.5 else rng.choice(GOLDEN))
         op = rng.random()
         if op < 0.2:
             return self.preserving(opaque, fatal=True)
@@ -162,7 +213,7 @@ class Mutator:
             for _ in range(rng.randint(1, 8)):
                 frame[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
         elif op < 0.55:
-            del frame[rng.randrange(len(frame)):]
+            del frame[rng.randrange(len(frame)) :]
         elif op < 0.75:
             delta = rng.choice([-8, -4, -1, 1, 4, 1 << 20, 1 << 24, 1 << 31])
             struct.pack_into(">I", frame, 0, (len(frame) - 4 + delta) % (1 << 32))
@@ -194,8 +245,9 @@ async def _fuzz_connection(address: str, frames: list[bytes], answered: list[int
         writer.close()
 
 
-async def _fuzzer(address: str, mut: Mutator, quota: list[int], answered: list[int],
-                  deadline: float) -> None:
+async def _fuzzer(
+    address: str, mut: Mutator, quota: list[int], answered: list[int], deadline: float
+) -> None:
     opaque = 1 << 20
     while quota[0] < FRAMES and time.monotonic() < deadline:
         n = mut.rng.randint(40, 160)
@@ -216,13 +268,27 @@ async def _good_client(hb: HostileBroker, stop: asyncio.Event, errors: list[str]
     while not stop.is_set():
         i += 1
         try:
-            await asyncio.gather(*(hb.good_send(
-                peer, "FuzzGood", delay_level=(j % 3) + 1 if j % 7 == 0 else 0, tag="fuzzgood")
-                for j in range(4 * i, 4 * i + 4)))
+            await asyncio.gather(
+                *(
+                    hb.good_send(
+                        peer,
+                        "FuzzGood",
+                        delay_level=(j % 3) + 1 if j % 7 == 0 else 0,
+                        tag="fuzzgood",
+                    )
+                    for j in range(4 * i, 4 * i + 4)
+                )
+            )
             if i % 5 == 0:
                 q = i % 4
-                r = await pull(peer, "FuzzGood", queue_id=q, offset=offsets[q],
-                               group="FuzzGoodGroup", suspend_ms=0)
+                r = await pull(
+                    peer,
+                    "FuzzGood",
+                    queue_id=q,
+                    offset=offsets[q],
+                    group="FuzzGoodGroup",
+                    suspend_ms=0,
+                )
                 if r.code == ResponseCode.SUCCESS:
                     offsets[q] = int(r.ext_fields["nextBeginOffset"])
                 elif r.code != ResponseCode.PULL_NOT_FOUND:
@@ -241,14 +307,20 @@ async def test_fuzz_50k_mutated_frames_while_a_good_client_works(hostile, capsys
     good = asyncio.ensure_future(_good_client(hb, stop, errors))
     t0 = time.monotonic()
     deadline = t0 + BUDGET_S
-    await asyncio.gather(*(_fuzzer(hb.address, Mutator(random.Random(rng.random())), quota,
-                                   answered, deadline) for _ in range(WORKERS)))
+    await asyncio.gather(
+        *(
+            _fuzzer(hb.address, Mutator(random.Random(rng.random())), quota, answered, deadline)
+            for _ in range(WORKERS)
+        )
+    )
     elapsed = time.monotonic() - t0
     stop.set()
     await good
     with capsys.disabled():
-        print(f"kairosmq fuzz: {quota[0]} frames in {elapsed:.1f} s, {answered[0]} answered, "
-              f"{len(hb.ledger.acked)} good messages acked")
+        print(
+            f"kairosmq fuzz: {quota[0]} frames in {elapsed:.1f} s, {answered[0]} answered, "
+            f"{len(hb.ledger.acked)} good messages acked"
+        )
     assert not errors, errors[:5]
     assert quota[0] >= FRAMES, f"only {quota[0]} frames within {BUDGET_S} s"
     assert len(hb.ledger.acked) > 100, "the good client hardly got through"

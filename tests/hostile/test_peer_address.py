@@ -49,13 +49,23 @@ accounts:
 
 
 def _create_topic_frame(topic: str, access_key: str | None) -> bytes:
-    ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4",
-           "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
-           "topicSysFlag": "0", "order": "false"}
+    ext = {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": "4",
+        "writeQueueNums": "4",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+    }
     if access_key is not None:  # the white-addressed account: no signature needed from 127.0.0.1
         ext["AccessKey"] = access_key
-    return encode_command(RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, opaque=1,
-                                          flag=FLAG_ONEWAY, ext_fields=ext))
+    return encode_command(
+        RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_TOPIC, opaque=1, flag=FLAG_ONEWAY, ext_fields=ext
+        )
+    )
 
 
 def _send_and_reset(port: int, frame: bytes) -> bool:
@@ -99,17 +109,33 @@ async def test_reset_before_accept_creates_nothing(hostile, tmp_path: Path) -> N
     # the white list works: 127.0.0.1 creates a topic, the attacker's address without a reset
     # is refused (no accessKey)
     assert "LocalTool" not in await _topics(peer)
-    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": "LocalTool", "defaultTopic": "TBW102", "readQueueNums": 4,
-        "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG"})
+    r = await peer.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": "LocalTool",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert "LocalTool" in await _topics(peer)
     host, port = hb.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port), local_addr=(ATTACKER, 0))
     outsider = RawPeer(reader, writer)
-    denied = await outsider.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": "Outsider", "defaultTopic": "TBW102", "readQueueNums": 4,
-        "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG"})
+    denied = await outsider.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": "Outsider",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+        },
+    )
     assert denied.code != ResponseCode.SUCCESS and "accessKey" in (denied.remark or "")
     await outsider.close()
 
@@ -123,8 +149,9 @@ async def test_reset_before_accept_creates_nothing(hostile, tmp_path: Path) -> N
             for i in range(PER_ROUND):
                 topic = f"Sneak{rnd}x{i}"
                 key = "local_tools" if i % 2 else None  # global list, then the account's
-                if await asyncio.to_thread(_send_and_reset, int(port),
-                                           _create_topic_frame(topic, key)):
+                if await asyncio.to_thread(
+                    _send_and_reset, int(port), _create_topic_frame(topic, key)
+                ):
                     sent += 1
                     topics.append(topic)
         finally:

@@ -41,8 +41,17 @@ def split_sizes(total: int, limit: int = 1000 * 1000) -> list[int]:
     message (the properties of ``new Message(topic, "Tag", keys, body)``: TAGS, KEYS, WAIT)."""
     sizes, current, n = [], 0, 0
     for i in range(total):
-        size = len(TOPIC) + len(f"Hello world {i}") + len("TAGS") + len("Tag") \
-            + len("KEYS") + len(f"OrderID{i}") + len("WAIT") + len("true") + 20
+        size = (
+            len(TOPIC)
+            + len(f"Hello world {i}")
+            + len("TAGS")
+            + len("Tag")
+            + len("KEYS")
+            + len(f"OrderID{i}")
+            + len("WAIT")
+            + len("true")
+            + 20
+        )
         if current + size > limit:
             sizes.append(n)
             current, n = 0, 0
@@ -65,25 +74,33 @@ async def test_split_batch_producer_batch_accepted_and_served(hostile) -> None:
     for i in range(FIRST_BATCH):  # what DefaultMQProducer.batch() encodes (UNIQ_KEY added)
         key = f"SPLIT{i:06d}"
         keys.append(key)
-        items.append(BatchItem(f"Hello world {i}".encode(), 0, encode_properties(
-            {"KEYS": f"OrderID{i}", "TAGS": "Tag", "WAIT": "true", "UNIQ_KEY": key})))
+        items.append(
+            BatchItem(
+                f"Hello world {i}".encode(),
+                0,
+                encode_properties(
+                    {"KEYS": f"OrderID{i}", "TAGS": "Tag", "WAIT": "true", "UNIQ_KEY": key}
+                ),
+            )
+        )
     body = encode_batch(items)
     assert len(body) < 4 * 1024 * 1024
-    ext = send_ext(TOPIC, {"WAIT": "true"}, queue_id=1, a="BatchProducerGroupName",
-                   batch="true")
-    batch = asyncio.ensure_future(peer.call(RequestCode.SEND_BATCH_MESSAGE, ext, body,
-                                            timeout=120))
+    ext = send_ext(TOPIC, {"WAIT": "true"}, queue_id=1, a="BatchProducerGroupName", batch="true")
+    batch = asyncio.ensure_future(peer.call(RequestCode.SEND_BATCH_MESSAGE, ext, body, timeout=120))
     await asyncio.sleep(0.05)  # the batch is being stored now
     t0 = time.monotonic()
-    small = await other.call(RequestCode.SEND_MESSAGE_V2,
-                             send_ext("SmallMeanwhile", {"UNIQ_KEY": "SMALL1"}), b"small")
+    small = await other.call(
+        RequestCode.SEND_MESSAGE_V2, send_ext("SmallMeanwhile", {"UNIQ_KEY": "SMALL1"}), b"small"
+    )
     small_took = time.monotonic() - t0
     assert small.code == ResponseCode.SUCCESS, describe(small)
     assert not batch.done(), "the batch was answered before a send made after it"
     r = await batch
     assert r.code == ResponseCode.SUCCESS, describe(r)
-    print(f"a send on another connection answered in {small_took * 1e3:.0f} ms while the "
-          f"{FIRST_BATCH}-message batch was stored")
+    print(
+        f"a send on another connection answered in {small_took * 1e3:.0f} ms while the "
+        f"{FIRST_BATCH}-message batch was stored"
+    )
     hb.ledger.acked["SMALL1"] = Acked("SMALL1", "SmallMeanwhile", 0, b"small", 0, sent)
     ids = r.ext_fields["msgId"].split(",")
     assert len(ids) == FIRST_BATCH and len(set(ids)) == FIRST_BATCH
@@ -181,8 +198,10 @@ class ListSplitter implements Iterator<List<Message>> {
 """
 
 
-@pytest.mark.skipif(shutil.which("javac") is None or not ROCKETMQ_JARS,
-                    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
+@pytest.mark.skipif(
+    shutil.which("javac") is None or not ROCKETMQ_JARS,
+    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+)
 async def test_stock_java_split_batch_producer(hostile, tmp_path: Path) -> None:
     hb = await hostile()
     peer = await hb.connect()
@@ -190,8 +209,9 @@ async def test_stock_java_split_batch_producer(hostile, tmp_path: Path) -> None:
     total = 30_000
     cp = await compile_java(tmp_path, "SplitBatch", SPLIT_JAVA)
     sent = now_ms()
-    proc = await spawn_java(cp, "SplitBatch", f"127.0.0.1:{hb.proc.namesrv_port}", str(total),
-                            home=tmp_path)
+    proc = await spawn_java(
+        cp, "SplitBatch", f"127.0.0.1:{hb.proc.namesrv_port}", str(total), home=tmp_path
+    )
     lines, diag = await java_done(proc, 240)
     batches = [line.split() for line in lines if line.startswith("sent ")]
     assert [int(b[1]) for b in batches] == split_sizes(total), diag

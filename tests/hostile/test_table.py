@@ -45,8 +45,7 @@ pytestmark = pytest.mark.slow
 HUGE = "99999999999999999999"
 
 
-async def _hostile_send(hb, peer, topic, tag, props, *, delay_level=0, queue_id=1,
-                        **extra):
+async def _hostile_send(hb, peer, topic, tag, props, *, delay_level=0, queue_id=1, **extra):
     """One hostile send, booked in the ledger by its answer; returns the answer."""
     key = f"EVIL-{tag}"
     body = f"hostile-{tag}".encode()
@@ -72,8 +71,9 @@ async def test_a_ipv6_host_sysflag_from_ipv4_client(hostile) -> None:
 
     async def delayed(p) -> None:
         for flag in (0x10, 0x20):
-            answers[-flag] = await _hostile_send(hb, p, "RowA", f"sysflag-delayed-{flag}", {},
-                                                 delay_level=17, f=flag)
+            answers[-flag] = await _hostile_send(
+                hb, p, "RowA", f"sysflag-delayed-{flag}", {}, delay_level=17, f=flag
+            )
             await hb.good_sends(p, "RowA", 2, delay_level=16)
             await hb.good_sends(p, "RowA", 2)
 
@@ -92,9 +92,16 @@ async def test_b_send_back_with_path_or_nul_group(hostile, tmp_path) -> None:
     await hb.good_sends(peer, "RowB", 2, delay_level=4)
     offset = decode_offset_msg_id(target.msg_id)[2]
     for group in ("/../RowB", "x\x00y", "../../../../tmp/kairos-evil", "a/b"):
-        r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK,
-                            {"offset": offset, "group": group, "delayLevel": 0,
-                             "originMsgId": target.msg_id, "originTopic": "RowB"})
+        r = await peer.call(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": offset,
+                "group": group,
+                "delayLevel": 0,
+                "originMsgId": target.msg_id,
+                "originTopic": "RowB",
+            },
+        )
         assert is_error(r), f"send-back with group {group!r} was accepted: {describe(r)}"
         await hb.good_sends(peer, "RowB", 2)
         await hb.good_sends(peer, "RowB", 1, delay_level=3)
@@ -105,8 +112,9 @@ async def test_b_send_back_with_path_or_nul_group(hostile, tmp_path) -> None:
     bad = [t for t in topics if not all(c.isascii() and c.isalnum() or c in "%|_-" for c in t)]
     assert not bad, f"hostile groups became topics: {bad}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"], "a file escaped the data dir"
-    assert not any("\x00" in p.name or ".." in p.name
-                   for p in (tmp_path / "d").rglob("*")), "a hostile name reached the disk"
+    assert not any("\x00" in p.name or ".." in p.name for p in (tmp_path / "d").rglob("*")), (
+        "a hostile name reached the disk"
+    )
 
 
 async def test_c_broker_internal_properties_on_send(hostile) -> None:
@@ -129,8 +137,9 @@ async def test_c_broker_internal_properties_on_send(hostile) -> None:
 
     async def delayed(p) -> None:
         for tag, props in variants.items():
-            answers[f"{tag}+delay"] = await _hostile_send(hb, p, "RowC", f"{tag}-delayed",
-                                                          props, delay_level=18)
+            answers[f"{tag}+delay"] = await _hostile_send(
+                hb, p, "RowC", f"{tag}-delayed", props, delay_level=18
+            )
             await hb.good_sends(p, "RowC", 1, delay_level=15)
 
     peer = await verify_after_kill9(hb, before_kill=delayed)
@@ -148,8 +157,7 @@ async def test_c_broker_internal_properties_on_send(hostile) -> None:
             assert (m.properties["REAL_TOPIC"], m.properties["REAL_QID"]) == ("RowC", "1")
         else:
             assert not any(k.startswith("KAIROS_") for k in m.properties), m.properties
-            assert "REAL_TOPIC" not in m.properties and "REAL_QID" not in m.properties, \
-                m.properties
+            assert "REAL_TOPIC" not in m.properties and "REAL_QID" not in m.properties, m.properties
     # a level whose task died would leave later delayed sends undelivered
     after = await hb.good_send(peer, "RowC", delay_level=3, tag="after")
     await asyncio.sleep(LEVEL_MS[3] / 1000 + 0.4)
@@ -166,14 +174,30 @@ async def test_d_commit_offset_beyond_int64(hostile) -> None:
     await hb.good_sends(peer, "RowD", 2, delay_level=5)
     answers = {}
     for value in (HUGE, str(1 << 63), "-99999999999999999999"):
-        answers[value] = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": "Evil", "topic": BYSTANDER_TOPIC, "queueId": 0,
-            "commitOffset": value})
+        answers[value] = await peer.call(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {
+                "consumerGroup": "Evil",
+                "topic": BYSTANDER_TOPIC,
+                "queueId": 0,
+                "commitOffset": value,
+            },
+        )
     # the same through a pull's commit-offset bit (PullSysFlag.COMMIT_OFFSET)
-    answers["pull"] = await peer.call(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "EvilPull", "topic": BYSTANDER_TOPIC, "queueId": 0,
-        "queueOffset": 0, "maxMsgNums": 1, "sysFlag": 1, "commitOffset": HUGE,
-        "suspendTimeoutMillis": 0, "subVersion": 0})
+    answers["pull"] = await peer.call(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "EvilPull",
+            "topic": BYSTANDER_TOPIC,
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 1,
+            "sysFlag": 1,
+            "commitOffset": HUGE,
+            "suspendTimeoutMillis": 0,
+            "subVersion": 0,
+        },
+    )
     for value, r in answers.items():
         assert is_error(r), f"commitOffset {value} was accepted: {describe(r)}"
     await hb.good_sends(peer, "RowD", 2)
@@ -182,12 +206,12 @@ async def test_d_commit_offset_beyond_int64(hostile) -> None:
     await hb.commit_bystander(peer)
     peer = await verify_after_kill9(hb)
     for group in ("Evil", "EvilPull"):
-        r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET, {
-            "consumerGroup": group, "topic": BYSTANDER_TOPIC, "queueId": 0})
+        r = await peer.call(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": BYSTANDER_TOPIC, "queueId": 0},
+        )
         off = r.ext_fields.get("offset")
         assert off is None or 0 <= int(off) < 1 << 63, f"{group} stored offset {off}"
-
-
 
 
 async def test_e_timer_properties(hostile) -> None:
@@ -198,30 +222,42 @@ async def test_e_timer_properties(hostile) -> None:
     peer = await hb.connect()
     await hb.setup_bystander(peer)
 
-    async def timer_send(p, tag: str, prop: str, ahead_ms: int,
-                         delay_level: int = 0) -> RemotingCommand:
+    async def timer_send(
+        p, tag: str, prop: str, ahead_ms: int, delay_level: int = 0
+    ) -> RemotingCommand:
         """A send with ``prop`` set to fall due ``ahead_ms`` after ``sent`` (relative
         properties count from the broker's receipt, which is later still)."""
         key, body, sent = f"EVIL-{tag}", f"hostile-{tag}".encode(), now_ms()
         value = {"TIMER_DELAY_SEC": str(ahead_ms // 1000), "TIMER_DELAY_MS": str(ahead_ms)}.get(
-            prop, str(sent + ahead_ms))
+            prop, str(sent + ahead_ms)
+        )
         extra = {"DELAY": str(delay_level)} if delay_level else {}
         r = await send(p, "RowE", body, {"UNIQ_KEY": key, prop: value, **extra}, queue_id=1)
-        hb.record_outcome(r, "RowE", body, key, 1,
-                          LEVEL_MS[delay_level] if delay_level else ahead_ms, sent)
+        hb.record_outcome(
+            r, "RowE", body, key, 1, LEVEL_MS[delay_level] if delay_level else ahead_ms, sent
+        )
         return r
 
     await hb.good_sends(peer, "RowE", 2)
-    for prop, bad in (("TIMER_DELIVER_MS", "soon"), ("TIMER_DELAY_SEC", "-5"),
-                      ("TIMER_DELAY_MS", "9" * 25), ("__STARTDELIVERTIME", "0x10")):
+    for prop, bad in (
+        ("TIMER_DELIVER_MS", "soon"),
+        ("TIMER_DELAY_SEC", "-5"),
+        ("TIMER_DELAY_MS", "9" * 25),
+        ("__STARTDELIVERTIME", "0x10"),
+    ):
         r = await _hostile_send(hb, peer, "RowE", f"{prop}-bad", {prop: bad})
         assert is_error(r) and prop in (r.remark or ""), (
-            f"{prop}={bad} was not refused with a clear error: {describe(r)}")
+            f"{prop}={bad} was not refused with a clear error: {describe(r)}"
+        )
         await hb.good_sends(peer, "RowE", 2)
 
     async def pending(p) -> None:
-        for prop, ahead in (("TIMER_DELAY_MS", 900), ("TIMER_DELAY_SEC", 1000),
-                            ("TIMER_DELIVER_MS", 1100), ("__STARTDELIVERTIME", 1200)):
+        for prop, ahead in (
+            ("TIMER_DELAY_MS", 900),
+            ("TIMER_DELAY_SEC", 1000),
+            ("TIMER_DELIVER_MS", 1100),
+            ("__STARTDELIVERTIME", 1200),
+        ):
             r = await timer_send(p, f"{prop}-ok", prop, ahead)
             assert r.code == ResponseCode.SUCCESS, describe(r)
             assert r.ext_fields.get("recallHandle"), "a timer send answers its recall handle"

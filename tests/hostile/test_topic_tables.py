@@ -119,8 +119,10 @@ async def test_topic_cap_refuses_with_rocketmq_codes(hostile: Any) -> None:
     assert room >= 3, f"the broker starts with too many topics for this test ({cap - room})"
     created = [f"Capped{i}" for i in range(room - 1)]
     for name in created:
-        r = await peer.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": name, "readQueueNums": 4,
-                                                         "writeQueueNums": 4, "perm": 6})
+        r = await peer.call(
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
+        )
         assert r.code == ResponseCode.SUCCESS, describe(r)
     await hb.good_send(peer, "CappedBySend", queue_id=0)  # the last one: auto-created
     assert len(await _topics(peer)) == cap
@@ -135,8 +137,10 @@ async def test_topic_cap_refuses_with_rocketmq_codes(hostile: Any) -> None:
     _refused(r, ResponseCode.SYSTEM_ERROR, "max_topics")
     assert await _consumers(peer, "CapCG") == 0, "a refused heartbeat registered its group"
     # an existing topic can still be updated and written
-    r = await peer.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": "Capped0", "readQueueNums": 8,
-                                                     "writeQueueNums": 8, "perm": 6})
+    r = await peer.call(
+        R.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "Capped0", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6},
+    )
     assert r.code == ResponseCode.SUCCESS, describe(r)
     await hb.good_sends(peer, "Capped0", 3)
     peer = await verify_after_kill9(hb)
@@ -162,12 +166,14 @@ async def test_subscription_group_cap(hostile: Any) -> None:
     assert await _consumers(peer, "CapOver1") == 0
     r = await pull(peer, BYSTANDER_TOPIC, group="CapOver2", suspend_ms=0)
     _refused(r, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "max_subscription_groups")
-    r = await peer.call(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
-                        orjson.dumps({"groupName": "CapOver3"}))
+    r = await peer.call(
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, orjson.dumps({"groupName": "CapOver3"})
+    )
     _refused(r, ResponseCode.SYSTEM_ERROR, "max_subscription_groups")
-    r = await peer.call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CapOver4",
-                                                    "topic": BYSTANDER_TOPIC, "queueId": 0,
-                                                    "commitOffset": 1})
+    r = await peer.call(
+        R.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "CapOver4", "topic": BYSTANDER_TOPIC, "queueId": 0, "commitOffset": 1},
+    )
     _refused(r, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "max_subscription_groups")
     # existing groups keep working
     r = await peer.call(R.HEART_BEAT, {}, _heartbeat("grp@1", ["CapOK"]))
@@ -179,13 +185,13 @@ async def test_subscription_group_cap(hostile: Any) -> None:
     table = orjson.loads(r.body)["subscriptionGroupTable"]
     assert table["CapAdmin"]["retryMaxTimes"] == 3, "an acked updateSubGroup was lost"
     assert set(table) == {"HostileBystander", "HostileVerifier", "CapOK", "CapAdmin"}
-    assert "%RETRY%CapOK" in await _topics(peer) and "%RETRY%CapOver1" not in await _topics(
-        peer)
+    assert "%RETRY%CapOK" in await _topics(peer) and "%RETRY%CapOver1" not in await _topics(peer)
 
 
 async def _offset(peer: RawPeer, group: str, topic: str, queue_id: int) -> int | None:
-    r = await peer.call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
-                                                   "queueId": queue_id})
+    r = await peer.call(
+        R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id}
+    )
     return int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else None
 
 
@@ -197,9 +203,10 @@ async def test_consumer_offsets_only_for_existing_topics_and_bounded(hostile: An
     assert r.code == ResponseCode.SUCCESS, describe(r)
 
     async def commit(topic: str, queue_id: int, offset: int) -> RemotingCommand:
-        return await peer.call(R.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": "OffCG", "topic": topic, "queueId": queue_id,
-            "commitOffset": offset})
+        return await peer.call(
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "OffCG", "topic": topic, "queueId": queue_id, "commitOffset": offset},
+        )
 
     for i in range(200):  # topics that do not exist: refused, nothing stored
         r = await commit(f"Ghost{i}", 0, 5)
@@ -210,8 +217,7 @@ async def test_consumer_offsets_only_for_existing_topics_and_bounded(hostile: An
     for q in range(4):
         assert (await commit("OffTopic", q, 1)).code == ResponseCode.SUCCESS  # 9
     assert (await commit(BYSTANDER_TOPIC, 0, 1)).code == ResponseCode.SUCCESS  # 10: full
-    _refused(await commit(BYSTANDER_TOPIC, 1, 1), ResponseCode.SYSTEM_ERROR,
-             "max_consumer_offsets")
+    _refused(await commit(BYSTANDER_TOPIC, 1, 1), ResponseCode.SYSTEM_ERROR, "max_consumer_offsets")
     assert (await commit("OffTopic", 0, 2)).code == ResponseCode.SUCCESS  # updates go on
     path = hb.proc.data_dir / "config" / "consumerOffset.json"
     deadline = time.monotonic() + 5
@@ -235,15 +241,17 @@ SEEDED = 40_000
 
 def _seed_topics(data_dir: Path, n: int) -> None:
     """``n`` topics in the broker's own ``topics.json`` (written by its topic table)."""
-    topics = TopicConfigManager(data_dir / "config", default_queue_nums=4, delay_levels=18,
-                                max_topics=n + 100)
+    topics = TopicConfigManager(
+        data_dir / "config", default_queue_nums=4, delay_levels=18, max_topics=n + 100
+    )
     for i in range(n):
         topics.create(f"Seeded{i:06d}", 4)
     topics.persist()
 
 
-async def test_clients_stay_responsive_while_topics_are_created(hostile: Any,
-                                                                tmp_path: Path) -> None:
+async def test_clients_stay_responsive_while_topics_are_created(
+    hostile: Any, tmp_path: Path
+) -> None:
     _seed_topics(tmp_path / "d", SEEDED)
     hb = await hostile()
     peer = await hb.connect()
@@ -266,12 +274,17 @@ async def test_clients_stay_responsive_while_topics_are_created(hostile: Any,
     created: list[str] = []
     t0 = time.perf_counter()
     for i in range(12):  # back to back: every request creates topics
-        r = await creator.call(R.HEART_BEAT, {}, _heartbeat(
-            f"busy@{i}", [f"BusyCG{i}x{j}" for j in range(64)]), timeout=30)
+        r = await creator.call(
+            R.HEART_BEAT,
+            {},
+            _heartbeat(f"busy@{i}", [f"BusyCG{i}x{j}" for j in range(64)]),
+            timeout=30,
+        )
         assert r.code == ResponseCode.SUCCESS, describe(r)
         created += [f"%RETRY%BusyCG{i}x{j}" for j in range(64)]
-        r = await creator.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": f"Busy{i}", "perm": 6},
-                               timeout=30)
+        r = await creator.call(
+            R.UPDATE_AND_CREATE_TOPIC, {"topic": f"Busy{i}", "perm": 6}, timeout=30
+        )
         assert r.code == ResponseCode.SUCCESS, describe(r)
         created.append(f"Busy{i}")
         await hb.good_send(creator, f"BusySend{i}", queue_id=0)
@@ -285,7 +298,8 @@ async def test_clients_stay_responsive_while_topics_are_created(hostile: Any,
     # the loop for the whole topics.json rewrite (here: p95 2.8 s, 2026-11-28)
     assert p95 < 0.1 and p50 < 0.02, (
         f"probe p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms over {len(latencies)} "
-        f"requests while creating for {elapsed:.1f} s; worst {latencies[-5:]}")
+        f"requests while creating for {elapsed:.1f} s; worst {latencies[-5:]}"
+    )
     assert set(created) <= _on_disk(hb), "an acked creation is not in topics.json"
     peer = await verify_after_kill9(hb)
     topics = await _topics(peer)

@@ -25,14 +25,21 @@ def free_port() -> int:
 def nofile_limit(soft: int, hard: int | None = None) -> Callable[[], None]:
     """A ``preexec_fn`` setting the child's ``RLIMIT_NOFILE`` (``ulimit -n``: soft and hard
     alike unless ``hard`` is given)."""
+
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, soft if hard is None else hard))
+
     return apply
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None,
-                 nofile: int | tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        nofile: int | tuple[int, int] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.namesrv_port = free_port()
@@ -47,18 +54,45 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "kairosmq.server", "broker", "--port", str(self.port),
-               "--namesrv-port", str(self.namesrv_port), "--data-dir", str(self.data_dir),
-               "--delay-levels", FAST_LEVELS, "--no-vip-channel", "--no-log-file",
-               "--log-format", "json", "--log-level", "warning",
-               # segments are allocated for real: keep the disk a test reserves small
-               # (options in ``extra`` come later and win)
-               "--segment-size-mb", "16", *self.extra]
-        limit = (None if self.nofile is None else nofile_limit(self.nofile)
-                 if isinstance(self.nofile, int) else nofile_limit(*self.nofile))
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env={**os.environ, **self.env} if self.env else None,
-                                preexec_fn=limit)
+        cmd = [
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "broker",
+            "--port",
+            str(self.port),
+            "--namesrv-port",
+            str(self.namesrv_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--delay-levels",
+            FAST_LEVELS,
+            "--no-vip-channel",
+            "--no-log-file",
+            "--log-format",
+            "json",
+            "--log-level",
+            "warning",
+            # segments are allocated for real: keep the disk a test reserves small
+            # (options in ``extra`` come later and win)
+            "--segment-size-mb",
+            "16",
+            *self.extra,
+        ]
+        limit = (
+            None
+            if self.nofile is None
+            else nofile_limit(self.nofile)
+            if isinstance(self.nofile, int)
+            else nofile_limit(*self.nofile)
+        )
+        return subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **self.env} if self.env else None,
+            preexec_fn=limit,
+        )
 
     def launch(self) -> None:
         """Start the process without waiting for it to listen (to kill it mid-start)."""

@@ -29,9 +29,16 @@ N = BATCH_SLICE * 12
 
 
 def _batch(tag: str) -> bytes:
-    return encode_batch([BatchItem(f"{tag}-{i}".encode().ljust(1024, b"."), 0,
-                                   encode_properties({"UNIQ_KEY": f"{tag}{i:05d}"}))
-                         for i in range(N)])
+    return encode_batch(
+        [
+            BatchItem(
+                f"{tag}-{i}".encode().ljust(1024, b"."),
+                0,
+                encode_properties({"UNIQ_KEY": f"{tag}{i:05d}"}),
+            )
+            for i in range(N)
+        ]
+    )
 
 
 async def _keep_sending(peer: RawPeer, stop: asyncio.Event, acked: list[str]) -> None:
@@ -44,11 +51,11 @@ async def _keep_sending(peer: RawPeer, stop: asyncio.Event, acked: list[str]) ->
 
 
 async def test_batch_parts_rolled_back_are_never_acked(
-        broker_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    broker_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the write guard holds sends for only 1 ms after a failed write: the batch's later
     # parts are stored again, so only the per-part ack tokens can tell
-    broker = await broker_factory(disk_check_interval=0.001,
-                                  commitlog_segment_size=64 << 20)
+    broker = await broker_factory(disk_check_interval=0.001, commitlog_segment_size=64 << 20)
     peer, other = await RawPeer.connect(broker.address), await RawPeer.connect(broker.address)
     real = os.pwrite
     fired: list[int] = []
@@ -62,8 +69,9 @@ async def test_batch_parts_rolled_back_are_never_acked(
     monkeypatch.setattr(commitlog_mod.os, "pwrite", pwrite)
     stop, acked = asyncio.Event(), []
     bystander = asyncio.create_task(_keep_sending(other, stop, acked))
-    r = await peer.call(RequestCode.SEND_BATCH_MESSAGE,
-                        send_ext("Parts", batch="true"), _batch("P"), timeout=60)
+    r = await peer.call(
+        RequestCode.SEND_BATCH_MESSAGE, send_ext("Parts", batch="true"), _batch("P"), timeout=60
+    )
     stop.set()
     await bystander
     monkeypatch.undo()
@@ -73,8 +81,9 @@ async def test_batch_parts_rolled_back_are_never_acked(
     served = {m.msg_id for m in await pull_all(peer, "Bystander", 4)}
     assert set(acked) <= served
     # the broker goes on: the same batch again is stored whole and acked
-    r = await peer.call(RequestCode.SEND_BATCH_MESSAGE,
-                        send_ext("Again", batch="true"), _batch("Q"), timeout=60)
+    r = await peer.call(
+        RequestCode.SEND_BATCH_MESSAGE, send_ext("Again", batch="true"), _batch("Q"), timeout=60
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     got = await pull_all(peer, "Again", 1)
     assert [m.msg_id for m in got] == [f"Q{i:05d}" for i in range(N)]

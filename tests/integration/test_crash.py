@@ -54,8 +54,14 @@ def _records(data_dir: Path) -> list:
     return [m for seg in sorted(seg_dir.iterdir()) for m in _walk(seg)[0]]
 
 
-async def _drain(peer: RawPeer, topic: str, queues: int, idle: float = 1.0,
-                 expect: set[str] | None = None, timeout: float = 30.0) -> list:
+async def _drain(
+    peer: RawPeer,
+    topic: str,
+    queues: int,
+    idle: float = 1.0,
+    expect: set[str] | None = None,
+    timeout: float = 30.0,
+) -> list:
     """Pull every queue from 0 until ``expect`` (msg ids) is all seen, if given, and then
     until nothing new arrives for ``idle`` seconds (so extra copies would be seen too)."""
     got = []
@@ -63,8 +69,8 @@ async def _drain(peer: RawPeer, topic: str, queues: int, idle: float = 1.0,
     last = time.monotonic()
     deadline = last + timeout
     while time.monotonic() - last < idle or (
-            expect is not None and not expect <= {m.msg_id for m in got}
-            and time.monotonic() < deadline):
+        expect is not None and not expect <= {m.msg_id for m in got} and time.monotonic() < deadline
+    ):
         progressed = False
         for q in range(queues):
             r = await pull(peer, topic, queue_id=q, offset=offsets[q], max_n=256)
@@ -127,9 +133,14 @@ async def test_repeated_kill9_under_delayed_load_delivers_each_message_exactly_o
         key = f"D{n:06d}"
         n += 1
         attempted.add(key)
-        r = await send(peer, "Delay", key.encode(),
-                       {"DELAY": str(rng.randint(1, 6)), "UNIQ_KEY": key},
-                       queue_id=n % 4, timeout=5)
+        r = await send(
+            peer,
+            "Delay",
+            key.encode(),
+            {"DELAY": str(rng.randint(1, 6)), "UNIQ_KEY": key},
+            queue_id=n % 4,
+            timeout=5,
+        )
         if r.code == ResponseCode.SUCCESS:
             acked.add(key)
 

@@ -60,8 +60,10 @@ from tests.transaction.txpeer import (
 from tests.wire import RawPeer
 
 ROUNDS = int(os.environ.get("KAIROSMQ_SOAK", "0") or 0)
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(ROUNDS <= 0, reason="soak: set KAIROSMQ_SOAK=<rounds>")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(ROUNDS <= 0, reason="soak: set KAIROSMQ_SOAK=<rounds>"),
+]
 TOPIC, QUEUES, GROUP = "Soak", 4, "SoakCG"
 
 
@@ -91,8 +93,11 @@ async def _producer(peer: RawPeer, led: Ledger, rnd: random.Random, pid: int) ->
             pick = -1 if rnd.random() < 0.5 else rnd.randrange(len(led.handles))
             key, handle = led.handles.pop(pick)
             led.recall_unknown.add(key)
-            r = await peer.call(RequestCode.RECALL_MESSAGE, {
-                "producerGroup": "PG", "topic": TOPIC, "recallHandle": handle}, timeout=10)
+            r = await peer.call(
+                RequestCode.RECALL_MESSAGE,
+                {"producerGroup": "PG", "topic": TOPIC, "recallHandle": handle},
+                timeout=10,
+            )
             led.recall_unknown.discard(key)
             if r.code == ResponseCode.SUCCESS:
                 led.recalled.add(key)
@@ -113,8 +118,7 @@ async def _producer(peer: RawPeer, led: Ledger, rnd: random.Random, pid: int) ->
             props["TIMER_DELAY_MS"] = str(rnd.randint(50, 3000))
         elif kind < 0.7:  # absolute, into later minute buckets (loaded ahead of their due)
             props["TIMER_DELIVER_MS"] = str(int(time.time() * 1000) + rnd.randint(20_000, 70_000))
-        r = await send(peer, TOPIC, key.encode(), props, queue_id=rnd.randrange(QUEUES),
-                       timeout=10)
+        r = await send(peer, TOPIC, key.encode(), props, queue_id=rnd.randrange(QUEUES), timeout=10)
         assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
         led.acked.add(key)
         handle = r.ext_fields.get("recallHandle")
@@ -165,17 +169,34 @@ async def _consumer(peer: RawPeer, led: Ledger, rnd: random.Random) -> None:
     async def send_back(m: MessageExt) -> None:
         key = m.body.decode()
         led.send_back_unknown[key] += 1
-        r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-            "offset": m.commit_log_offset, "group": GROUP, "delayLevel": rnd.randint(1, 3),
-            "originMsgId": m.msg_id, "originTopic": m.topic}, timeout=10)
+        r = await peer.call(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": m.commit_log_offset,
+                "group": GROUP,
+                "delayLevel": rnd.randint(1, 3),
+                "originMsgId": m.msg_id,
+                "originTopic": m.topic,
+            },
+            timeout=10,
+        )
         led.send_back_unknown[key] -= 1
         assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
         led.sent_back[key] += 1
 
     async def one(q: int) -> None:
         while True:
-            r = await pull(peer, TOPIC, queue_id=q, offset=offsets[q], sys_flag=2,
-                           suspend_ms=500, max_n=64, group=GROUP, timeout=10)
+            r = await pull(
+                peer,
+                TOPIC,
+                queue_id=q,
+                offset=offsets[q],
+                sys_flag=2,
+                suspend_ms=500,
+                max_n=64,
+                group=GROUP,
+                timeout=10,
+            )
             if "nextBeginOffset" in r.ext_fields:
                 offsets[q] = int(r.ext_fields["nextBeginOffset"])
             if r.code == ResponseCode.SUCCESS:
@@ -208,9 +229,17 @@ async def _round(proc: BrokerProcess, led: Ledger, rnd: random.Random) -> None:
 async def test_soak_kill9_rounds_under_mixed_load(tmp_path: Path) -> None:
     seed = int(os.environ.get("KAIROSMQ_SOAK_SEED", str(time.time_ns() % 1_000_000)))
     rnd = random.Random(seed)
-    proc = BrokerProcess(tmp_path / "data", "--segment-size-mb", "1",
-                         "--max-message-size", "65536", "--transaction-timeout", "0.5",
-                         "--transaction-check-interval", "0.5")
+    proc = BrokerProcess(
+        tmp_path / "data",
+        "--segment-size-mb",
+        "1",
+        "--max-message-size",
+        "65536",
+        "--transaction-timeout",
+        "0.5",
+        "--transaction-check-interval",
+        "0.5",
+    )
     led = Ledger()
     try:
         for _ in range(ROUNDS):
@@ -232,29 +261,44 @@ async def test_soak_kill9_rounds_under_mixed_load(tmp_path: Path) -> None:
     assert not dup, f"{where}: duplicated {dup[:5]}"
     never_sent = sorted(set(counts) - led.attempted)
     assert not never_sent, f"{where}: never sent {never_sent[:5]}"
-    lost = (led.acked | led.tx_committed | led.tx_open) - led.recalled - led.recall_unknown \
+    lost = (
+        (led.acked | led.tx_committed | led.tx_open)
+        - led.recalled
+        - led.recall_unknown
         - set(counts)
+    )
     assert not lost, f"{where}: acked and lost {sorted(lost)[:5]}"
     rolled = led.tx_rolled & set(counts)
     assert not rolled, f"{where}: rolled back and delivered {sorted(rolled)[:5]}"
     fired = led.recalled & set(counts)
     assert not fired, f"{where}: recalled and delivered {sorted(fired)[:5]}"
-    not_delivered = {k: v for k, v in led.refused.items()
-                     if "already delivered" not in v[1] or k not in counts}
-    assert not not_delivered, \
+    not_delivered = {
+        k: v for k, v in led.refused.items() if "already delivered" not in v[1] or k not in counts
+    }
+    assert not not_delivered, (
         f"{where}: recall refused, yet not delivered {list(not_delivered.items())[:3]}"
-    early = [(key, led.due[key] - m.store_timestamp) for m in got
-             if (key := m.body.decode()) in led.due and m.store_timestamp < led.due[key]]
+    )
+    early = [
+        (key, led.due[key] - m.store_timestamp)
+        for m in got
+        if (key := m.body.decode()) in led.due and m.store_timestamp < led.due[key]
+    ]
     assert not early, f"{where}: stored before due (key, ms early) {early[:5]}"
     copies = Counter(m.body.decode() for m in retried)
-    wrong = {k: (copies[k], led.sent_back[k], led.send_back_unknown[k])
-             for k in set(copies) | set(led.sent_back)
-             if not led.sent_back[k] <= copies[k] <= led.sent_back[k] + led.send_back_unknown[k]}
-    assert not wrong, f"{where}: retry copies vs acked send-backs (copies, acked, unknown) " \
+    wrong = {
+        k: (copies[k], led.sent_back[k], led.send_back_unknown[k])
+        for k in set(copies) | set(led.sent_back)
+        if not led.sent_back[k] <= copies[k] <= led.sent_back[k] + led.send_back_unknown[k]
+    }
+    assert not wrong, (
+        f"{where}: retry copies vs acked send-backs (copies, acked, unknown) "
         f"{list(wrong.items())[:5]}"
+    )
     assert len(led.acked) > 100 * ROUNDS, f"{where}: only {len(led.acked)} acked"
-    print(f"{where}: {len(led.acked)} acked, {len(led.recalled)} recalled, "
-          f"{len(counts)} stored, {len(led.refused)} recalls refused as already delivered, "
-          f"{sum(led.sent_back.values())} send-backs acked, {len(retried)} retry copies, "
-          f"transactions: {len(led.tx_committed)} committed, {len(led.tx_rolled)} rolled back, "
-          f"{len(led.tx_open)} left open, {len(led.tx_unknown)} in flight at a kill")
+    print(
+        f"{where}: {len(led.acked)} acked, {len(led.recalled)} recalled, "
+        f"{len(counts)} stored, {len(led.refused)} recalls refused as already delivered, "
+        f"{sum(led.sent_back.values())} send-backs acked, {len(retried)} retry copies, "
+        f"transactions: {len(led.tx_committed)} committed, {len(led.tx_rolled)} rolled back, "
+        f"{len(led.tx_open)} left open, {len(led.tx_unknown)} in flight at a kill"
+    )

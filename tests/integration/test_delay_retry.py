@@ -30,8 +30,9 @@ async def test_delayed_messages_are_never_early(broker) -> None:
     for i in range(20):
         level = 1 + i % 4
         before = time.time() * 1000  # the broker stores it after this instant
-        r = await send(peer, "Delayed", f"m{i}".encode(),
-                       {"DELAY": str(level), "UNIQ_KEY": f"U{i}"})
+        r = await send(
+            peer, "Delayed", f"m{i}".encode(), {"DELAY": str(level), "UNIQ_KEY": f"U{i}"}
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
         sent[f"U{i}"] = (level, before)
     got: list[MessageExt] = []
@@ -71,9 +72,17 @@ async def test_level_above_max_is_clamped_and_zero_is_immediate(broker) -> None:
 
 
 async def _send_back(peer: RawPeer, m: MessageExt, group: str, **extra: object) -> None:
-    r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": m.commit_log_offset, "group": group, "delayLevel": 0,
-        "originMsgId": m.msg_id, "originTopic": m.topic, **extra})
+    r = await peer.call(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": m.commit_log_offset,
+            "group": group,
+            "delayLevel": 0,
+            "originMsgId": m.msg_id,
+            "originTopic": m.topic,
+            **extra,
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
@@ -115,7 +124,8 @@ async def test_max_reconsume_times_dead_letters(broker) -> None:
     assert dead.msg_id == "JOB1" and dead.reconsume_times == 3
     assert "DELAY" not in dead.properties
     route = await (await RawPeer.connect(broker.namesrv_address)).call(
-        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%DLQ%JG"})
+        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%DLQ%JG"}
+    )
     assert route.code == ResponseCode.SUCCESS
     await peer.close()
 
@@ -124,8 +134,10 @@ async def test_negative_send_back_level_goes_straight_to_dlq(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     await send(peer, "Neg", b"x")
     m = await _pull_one(peer, "Neg", 0)
-    r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK,
-                        {"offset": m.commit_log_offset, "group": "NG", "delayLevel": -1})
+    r = await peer.call(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {"offset": m.commit_log_offset, "group": "NG", "delayLevel": -1},
+    )
     assert r.code == ResponseCode.SUCCESS
     assert (await _pull_one(peer, "%DLQ%NG", 0, timeout=1)).body == b"x"
     await peer.close()

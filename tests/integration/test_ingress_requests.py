@@ -74,9 +74,19 @@ async def test_host_format_sys_flag_bits_never_reach_the_store(broker) -> None:
 
 async def test_broker_internal_properties_are_stripped(broker) -> None:
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "Props", b"x", {
-        "KAIROS_SCHEDULE_ORIGIN": "x", "KAIROS_DELIVER_MS": "9" * 20, "REAL_TOPIC": "Other",
-        "REAL_QID": "7", "TAGS": "a", "KEYS": "k1"})
+    r = await send(
+        peer,
+        "Props",
+        b"x",
+        {
+            "KAIROS_SCHEDULE_ORIGIN": "x",
+            "KAIROS_DELIVER_MS": "9" * 20,
+            "REAL_TOPIC": "Other",
+            "REAL_QID": "7",
+            "TAGS": "a",
+            "KEYS": "k1",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     m = decode_records((await pull(peer, "Props", suspend_ms=0)).body)[0]
     assert m.topic == "Props" and m.properties.get("TAGS") == "a"
@@ -85,9 +95,16 @@ async def test_broker_internal_properties_are_stripped(broker) -> None:
     await _serving(broker)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("TIMER_DELIVER_MS", "soon"), ("TIMER_DELAY_SEC", "-1"), ("TIMER_DELAY_MS", "1e3"),
-    ("__STARTDELIVERTIME", "99999999999999999999"), ("TIMER_DELAY_SEC", str(41 * 86_400))])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("TIMER_DELIVER_MS", "soon"),
+        ("TIMER_DELAY_SEC", "-1"),
+        ("TIMER_DELAY_MS", "1e3"),
+        ("__STARTDELIVERTIME", "99999999999999999999"),
+        ("TIMER_DELAY_SEC", str(41 * 86_400)),
+    ],
+)
 async def test_bad_timer_properties_are_refused_and_store_nothing(broker, key, value) -> None:
     peer = await RawPeer.connect(broker.address)
     r = await send(peer, "Timer", b"x", {key: value})
@@ -106,8 +123,9 @@ async def test_batch_checks_and_no_count_limit(broker_factory) -> None:
         items = [BatchItem(b"m", 0, props) for _ in range(n - 1)] + [BatchItem(b"m", 0, last)]
         return await peer.call(R.SEND_BATCH_MESSAGE, ext, encode_batch(items))
 
-    _refused(await batch(2, "TIMER_DELAY_SEC\x0110"), ResponseCode.MESSAGE_ILLEGAL,
-             "TIMER_DELAY_SEC")
+    _refused(
+        await batch(2, "TIMER_DELAY_SEC\x0110"), ResponseCode.MESSAGE_ILLEGAL, "TIMER_DELAY_SEC"
+    )
     # a refusal in the last item of a batch validated over several loop turns: nothing
     # of it is stored either
     _refused(await batch(5000, last="DELAY\x013"), ResponseCode.MESSAGE_ILLEGAL, "delay")
@@ -150,9 +168,16 @@ async def test_send_back_group_never_becomes_a_path(broker, group) -> None:
     m = decode_records((await pull(peer, "Victim", suspend_ms=0)).body)[0]
     cq_root = broker.store.cq_dir
     dirs_before, end = _dirs(broker.store.data_dir), broker.store.commitlog.max_offset
-    r = await peer.call(R.CONSUMER_SEND_MSG_BACK, {
-        "offset": m.commit_log_offset, "group": group, "delayLevel": 0,
-        "originTopic": "Victim", "maxReconsumeTimes": 0})
+    r = await peer.call(
+        R.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": m.commit_log_offset,
+            "group": group,
+            "delayLevel": 0,
+            "originTopic": "Victim",
+            "maxReconsumeTimes": 0,
+        },
+    )
     _refused(r, SYSTEM_ERROR, "group", "outside")
     assert broker.store.commitlog.max_offset == end, "nothing stored"
     assert _dirs(broker.store.data_dir) == dirs_before, "no directory created"
@@ -175,8 +200,9 @@ async def test_send_back_origin_topic_and_offset(broker) -> None:
 # ---------------------------------------------------------------- offsets
 
 
-async def test_update_consumer_offset_out_of_range_keeps_offsets_durable(broker_factory,
-                                                                         tmp_path) -> None:
+async def test_update_consumer_offset_out_of_range_keeps_offsets_durable(
+    broker_factory, tmp_path
+) -> None:
     b = await broker_factory()
     peer = await RawPeer.connect(b.address)
     await send(peer, "Off", b"x")
@@ -202,17 +228,25 @@ async def test_offset_and_queue_requests_check_names_and_queue_ids(broker) -> No
     peer = await RawPeer.connect(broker.address)
     await send(peer, "Q", b"x")
     cases: list[tuple[int, dict[str, Any], str]] = [
-        (R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G/x", "topic": "Q", "queueId": 0},
-         "consumerGroup"),
-        (R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "Q", "queueId": 9},
-         "queueId 9"),
-        (R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "..", "queueId": 0,
-                                    "commitOffset": 0}, "topic"),
+        (
+            R.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "G/x", "topic": "Q", "queueId": 0},
+            "consumerGroup",
+        ),
+        (R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "Q", "queueId": 9}, "queueId 9"),
+        (
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G", "topic": "..", "queueId": 0, "commitOffset": 0},
+            "topic",
+        ),
         (R.GET_MAX_OFFSET, {"topic": "Q", "queueId": -1}, "queueId -1"),
         (R.GET_MIN_OFFSET, {"topic": "a\x00b", "queueId": 0}, "topic"),
         (R.GET_EARLIEST_MSG_STORETIME, {"topic": "Q", "queueId": 4}, "queueId 4"),
-        (R.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "Unknown", "queueId": 70000,
-                                        "timestamp": 0}, "0..65534"),
+        (
+            R.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": "Unknown", "queueId": 70000, "timestamp": 0},
+            "0..65534",
+        ),
     ]
     for code, ext, fragment in cases:
         _refused(await peer.call(code, ext), SYSTEM_ERROR, fragment)
@@ -245,32 +279,52 @@ async def test_heartbeat_limits_and_names(broker_factory) -> None:
     b = await broker_factory(max_groups_per_heartbeat=4, max_subscriptions_per_heartbeat=6)
     peer = await RawPeer.connect(b.address)
     many = [ConsumerData(f"CG{i}", []) for i in range(5)]
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb(many)), SYSTEM_ERROR,
-             "5 consumer groups", "max_groups_per_heartbeat")
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb([], [f"P{i}" for i in range(5)])),
-             SYSTEM_ERROR, "5 producer groups")
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb(many)),
+        SYSTEM_ERROR,
+        "5 consumer groups",
+        "max_groups_per_heartbeat",
+    )
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb([], [f"P{i}" for i in range(5)])),
+        SYSTEM_ERROR,
+        "5 producer groups",
+    )
     subs = [SubscriptionData.build(f"T{i}", "*", 0) for i in range(7)]
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("CG", subs)])),
-             SYSTEM_ERROR, "7 subscriptions", "max_subscriptions_per_heartbeat")
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("/../x", [])])),
-             SYSTEM_ERROR, "consumerDataSet.groupName")
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("CG", subs)])),
+        SYSTEM_ERROR,
+        "7 subscriptions",
+        "max_subscriptions_per_heartbeat",
+    )
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("/../x", [])])),
+        SYSTEM_ERROR,
+        "consumerDataSet.groupName",
+    )
     bad_sub = [SubscriptionData.build("t\n", "*", 0)]
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("CG", bad_sub)])),
-             SYSTEM_ERROR, "subscriptionDataSet.topic")
-    _refused(await peer.call(R.HEART_BEAT, {}, _hb([], ["P G"])), SYSTEM_ERROR,
-             "producerDataSet.groupName")
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb([ConsumerData("CG", bad_sub)])),
+        SYSTEM_ERROR,
+        "subscriptionDataSet.topic",
+    )
+    _refused(
+        await peer.call(R.HEART_BEAT, {}, _hb([], ["P G"])),
+        SYSTEM_ERROR,
+        "producerDataSet.groupName",
+    )
     assert not b.clients.consumers and not b.clients.producers, "nothing registered"
     assert not any(t.startswith("%RETRY%") for t in b.topics.topics), "nothing created"
     await peer.close()
 
 
 async def test_one_heartbeat_creating_many_retry_topics_writes_topics_json_once(
-        broker_factory, tmp_path) -> None:
+    broker_factory, tmp_path
+) -> None:
     b = await broker_factory(max_groups_per_heartbeat=256)
     written = b.topics.file.writes
     peer = await RawPeer.connect(b.address)
-    consumers = [ConsumerData(f"CG{i}", [SubscriptionData.build("T", "*", 0)])
-                 for i in range(256)]
+    consumers = [ConsumerData(f"CG{i}", [SubscriptionData.build("T", "*", 0)]) for i in range(256)]
     r = await peer.call(R.HEART_BEAT, {}, _hb(consumers))
     assert r.code == ResponseCode.SUCCESS, r.remark
     # registered HEARTBEAT_SLICE groups per loop turn: at most one (coalesced) topics.json
@@ -289,25 +343,37 @@ async def test_one_heartbeat_creating_many_retry_topics_writes_topics_json_once(
 async def test_lock_unlock_consumer_list_unregister(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     await send(peer, "L", b"x")
-    req = LockBatchRequest("G", "c1", [MessageQueueData("L", "b", 0),
-                                       MessageQueueData("L", "b", 77),
-                                       MessageQueueData("Missing", "b", 0)])
+    req = LockBatchRequest(
+        "G",
+        "c1",
+        [
+            MessageQueueData("L", "b", 0),
+            MessageQueueData("L", "b", 77),
+            MessageQueueData("Missing", "b", 0),
+        ],
+    )
     r = await peer.call(R.LOCK_BATCH_MQ, {}, req.to_json())
     assert r.code == ResponseCode.SUCCESS
-    assert json.loads(r.body)["lockOKMQSet"] == [{"brokerName": "b", "queueId": 0,
-                                                   "topic": "L"}]
+    assert json.loads(r.body)["lockOKMQSet"] == [{"brokerName": "b", "queueId": 0, "topic": "L"}]
     bad = LockBatchRequest("G/..", "c1", [MessageQueueData("L", "b", 0)])
-    _refused(await peer.call(R.LOCK_BATCH_MQ, {}, bad.to_json()), SYSTEM_ERROR,
-             "consumerGroup")
+    _refused(await peer.call(R.LOCK_BATCH_MQ, {}, bad.to_json()), SYSTEM_ERROR, "consumerGroup")
     bad = LockBatchRequest("G", "c1", [MessageQueueData("L\x00", "b", 0)])
-    _refused(await peer.call(R.UNLOCK_BATCH_MQ, {}, bad.to_json()), SYSTEM_ERROR,
-             "mqSet.topic")
-    _refused(await peer.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "a b"}),
-             SYSTEM_ERROR, "consumerGroup")
-    _refused(await peer.call(R.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "G\n"}),
-             SYSTEM_ERROR, "consumerGroup")
-    _refused(await peer.call(R.UNREGISTER_CLIENT, {"clientID": "c1", "producerGroup": "/"}),
-             SYSTEM_ERROR, "producerGroup")
+    _refused(await peer.call(R.UNLOCK_BATCH_MQ, {}, bad.to_json()), SYSTEM_ERROR, "mqSet.topic")
+    _refused(
+        await peer.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "a b"}),
+        SYSTEM_ERROR,
+        "consumerGroup",
+    )
+    _refused(
+        await peer.call(R.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "G\n"}),
+        SYSTEM_ERROR,
+        "consumerGroup",
+    )
+    _refused(
+        await peer.call(R.UNREGISTER_CLIENT, {"clientID": "c1", "producerGroup": "/"}),
+        SYSTEM_ERROR,
+        "producerGroup",
+    )
     await peer.close()
     await _serving(broker)
 
@@ -317,13 +383,14 @@ async def test_lock_unlock_consumer_list_unregister(broker) -> None:
 
 async def test_route_lookup_checks_the_name(broker) -> None:
     ns = await RawPeer.connect(broker.namesrv_address)
-    _refused(await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "abc\n"}), SYSTEM_ERROR,
-             "topic")
-    _refused(await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%/../x"}),
-             SYSTEM_ERROR, "topic")
+    _refused(await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "abc\n"}), SYSTEM_ERROR, "topic")
+    _refused(
+        await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%/../x"}), SYSTEM_ERROR, "topic"
+    )
     assert not any("/" in t for t in broker.topics.topics)
-    _refused(await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "NotYet"}),
-             ResponseCode.TOPIC_NOT_EXIST)
+    _refused(
+        await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "NotYet"}), ResponseCode.TOPIC_NOT_EXIST
+    )
     long_retry = "%RETRY%" + "g" * 200  # a valid group's retry topic (over 127 chars)
     r = await ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": long_retry})
     # a valid name, not created by the lookup (RocketMQ's name server creates nothing)
@@ -335,30 +402,38 @@ async def test_admin_requests_check_names_and_integers(broker, tmp_path) -> None
     peer = await RawPeer.connect(broker.address)
     cases: list[tuple[int, dict[str, Any], int, str]] = [
         (R.UPDATE_AND_CREATE_TOPIC, {"topic": "a/b"}, SYSTEM_ERROR, "topic"),
-        (R.UPDATE_AND_CREATE_TOPIC, {"topic": "SCHEDULE_TOPIC_XXXX"},
-         ResponseCode.NO_PERMISSION, "system topic"),
+        (
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "SCHEDULE_TOPIC_XXXX"},
+            ResponseCode.NO_PERMISSION,
+            "system topic",
+        ),
         (R.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "perm": 64}, SYSTEM_ERROR, "perm 64"),
-        (R.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "readQueueNums": 70000}, SYSTEM_ERROR,
-         "readQueueNums 70000"),
+        (
+            R.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "T", "readQueueNums": 70000},
+            SYSTEM_ERROR,
+            "readQueueNums 70000",
+        ),
         (R.DELETE_TOPIC_IN_BROKER, {"topic": "x\x00"}, SYSTEM_ERROR, "topic"),
-        (R.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}, ResponseCode.NO_PERMISSION,
-         "system topic"),
+        (R.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}, ResponseCode.NO_PERMISSION, "system topic"),
         (R.VIEW_MESSAGE_BY_ID, {"offset": -1}, SYSTEM_ERROR, "offset -1"),
         (R.QUERY_MESSAGE, {"key": "k", "topic": "../x"}, SYSTEM_ERROR, "topic"),
-        (R.KAIROS_GET_CONSUMER_LAG, {"consumerGroup": "/../x"}, SYSTEM_ERROR,
-         "consumerGroup"),
+        (R.KAIROS_GET_CONSUMER_LAG, {"consumerGroup": "/../x"}, SYSTEM_ERROR, "consumerGroup"),
         (R.KAIROS_RESEND_DLQ, {"consumerGroup": "x\x00y"}, SYSTEM_ERROR, "consumerGroup"),
     ]
     for code, ext, want, fragment in cases:
         _refused(await peer.call(code, ext), want, fragment)
     assert broker.topics.get("T") is None
     # an explicit creation is on disk when it is acknowledged
-    r = await peer.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": "Made", "readQueueNums": 2,
-                                                    "writeQueueNums": 2})
+    r = await peer.call(
+        R.UPDATE_AND_CREATE_TOPIC, {"topic": "Made", "readQueueNums": 2, "writeQueueNums": 2}
+    )
     assert r.code == ResponseCode.SUCCESS
     saved = json.loads((tmp_path / "broker" / "config" / "topics.json").read_text())
-    assert {"topic_name": "Made", "read_queue_nums": 2} .items() <= next(
-        d for d in saved if d["topic_name"] == "Made").items()
+    assert {"topic_name": "Made", "read_queue_nums": 2}.items() <= next(
+        d for d in saved if d["topic_name"] == "Made"
+    ).items()
     await peer.close()
     await _serving(broker)
 
@@ -367,8 +442,7 @@ async def test_rejections_are_counted_and_the_connection_stays_open(broker) -> N
     peer = await RawPeer.connect(broker.address)
     before = broker.stats.rejected
     for _ in range(50):
-        _refused(await peer.call(R.GET_MAX_OFFSET, {"topic": "a/b", "queueId": 0}),
-                 SYSTEM_ERROR)
+        _refused(await peer.call(R.GET_MAX_OFFSET, {"topic": "a/b", "queueId": 0}), SYSTEM_ERROR)
     assert broker.stats.rejected == before + 50
     assert (await send(peer, "Same", b"x")).code == ResponseCode.SUCCESS
     await peer.close()
@@ -392,4 +466,3 @@ async def test_producer_refuses_an_invalid_topic_at_once(broker) -> None:
     assert broker.stats.rejected == before, "nothing reached the broker"
     with pytest.raises(InvalidName, match="group"):
         Producer("bad group", broker.namesrv_address)
-

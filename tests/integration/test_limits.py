@@ -45,8 +45,7 @@ async def _until(cond: Any, timeout: float = 10.0, what: str = "condition") -> N
 async def _alive(peer: RawPeer) -> bool:
     """The connection answers a request (any code: the name server has no GET_MAX_OFFSET)."""
     try:
-        await peer.call(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0},
-                        timeout=3)
+        await peer.call(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0}, timeout=3)
     except (ConnectionError, TimeoutError):
         return False
     return True
@@ -102,8 +101,9 @@ async def test_bundled_client_heartbeats_keep_its_connections_open(broker_factor
     """The producer heartbeats (and polls routes) more often than idle_timeout: its
     connections survive idle periods several times longer than the timeout."""
     broker = await broker_factory(idle_timeout=0.5)
-    async with Producer("PG", broker.namesrv_address, heartbeat_broker_interval=0.1,
-                        poll_name_server_interval=0.1) as p:
+    async with Producer(
+        "PG", broker.namesrv_address, heartbeat_broker_interval=0.1, poll_name_server_interval=0.1
+    ) as p:
         await p.send(Message("KeepAlive", b"one"))
         before = {c.conn_id for c in broker.server.connections}
         await asyncio.sleep(2.0)
@@ -131,7 +131,7 @@ async def test_partial_frame_held_too_long_is_closed(broker_factory) -> None:
     closed_at = None
     for i in range(40):  # one byte every 50 ms: 2 s, far below the frame's length
         try:
-            writer.write(frame[i:i + 1])
+            writer.write(frame[i : i + 1])
             await writer.drain()
         except ConnectionError:
             break
@@ -164,14 +164,16 @@ async def _eof(reader: asyncio.StreamReader) -> bool:
 async def test_header_above_max_header_bytes_closes_the_connection(broker_factory) -> None:
     broker = await broker_factory(max_header_bytes=1024)
     bad = await RawPeer.connect(broker.address)
-    fut = asyncio.ensure_future(bad.call(RequestCode.GET_MAX_OFFSET,
-                                         {"topic": "TBW102", "queueId": 0, "pad": "p" * 2000}))
+    fut = asyncio.ensure_future(
+        bad.call(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0, "pad": "p" * 2000})
+    )
     with pytest.raises(ConnectionError):
         await fut
     assert await bad.closed(3.0)
     ok = await RawPeer.connect(broker.address)  # a header under the cap is fine
-    r = await ok.call(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0,
-                                                   "pad": "p" * 500})
+    r = await ok.call(
+        RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0, "pad": "p" * 500}
+    )
     assert r.code == ResponseCode.SUCCESS
     await ok.close()
     await bad.close()
@@ -187,8 +189,9 @@ async def test_held_pulls_are_limited_per_connection_and_in_total(broker_factory
     assert (await send(a, "Held", b"seed", queue_id=1)).code == 0  # creates the topic
 
     def held(peer: RawPeer, qid: int) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(pull(peer, "Held", queue_id=qid, sys_flag=PULL_SUSPEND,
-                                          suspend_ms=5000, timeout=10))
+        return asyncio.ensure_future(
+            pull(peer, "Held", queue_id=qid, sys_flag=PULL_SUSPEND, suspend_ms=5000, timeout=10)
+        )
 
     a1, a2 = held(a, 0), held(a, 0)
     await _until(lambda: broker.pull_holds.held == 2, what="2 held")
@@ -225,8 +228,9 @@ def _heartbeat(client_id: str, group: str = "CG") -> bytes:
 
 
 def _lock_body(client_id: str, qids: list[int], group: str = "CG") -> bytes:
-    return LockBatchRequest(group, client_id,
-                            [MessageQueueData("T", "broker-a", q) for q in qids]).to_json()
+    return LockBatchRequest(
+        group, client_id, [MessageQueueData("T", "broker-a", q) for q in qids]
+    ).to_json()
 
 
 async def test_tables_cleaned_when_a_connection_drops(broker_factory) -> None:
@@ -327,12 +331,12 @@ async def test_metrics_bind_loopback_unless_metrics_host(broker_factory, tmp_pat
     text = await asyncio.to_thread(_scrape, f"http://127.0.0.1:{port}/metrics")
     assert "kairosmq_up 1.0" in text and "kairosmq_service_failures" in text
     assert await asyncio.to_thread(_connect_refused, "127.0.0.2", int(port))
-    b2 = await broker_factory(data_dir=tmp_path / "b2", host="127.0.0.1", metrics_port=0,
-                              metrics_host="127.0.0.2")
+    b2 = await broker_factory(
+        data_dir=tmp_path / "b2", host="127.0.0.1", metrics_port=0, metrics_host="127.0.0.2"
+    )
     host, port = b2.metrics_address.rsplit(":", 1)
     assert host == "127.0.0.2"
-    assert "kairosmq_up 1.0" in await asyncio.to_thread(
-        _scrape, f"http://127.0.0.2:{port}/metrics")
+    assert "kairosmq_up 1.0" in await asyncio.to_thread(_scrape, f"http://127.0.0.2:{port}/metrics")
     assert await asyncio.to_thread(_connect_refused, "127.0.0.1", int(port))
     assert b2.supervisor.services["metrics"].state == "running"
 
@@ -347,30 +351,75 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
     _broker_parser(sub)
     cfg = build_config(ap.parse_args(["broker"]))
     d = BrokerConfig()
-    names = ("max_connections", "idle_timeout", "partial_frame_timeout", "max_header_bytes",
-             "max_held_pulls_per_connection", "max_held_pulls", "max_groups_per_heartbeat",
-             "max_subscriptions_per_heartbeat", "partial_frame_budget", "max_clients",
-             "disk_max_used_ratio", "disk_check_interval", "metrics_host")
+    names = (
+        "max_connections",
+        "idle_timeout",
+        "partial_frame_timeout",
+        "max_header_bytes",
+        "max_held_pulls_per_connection",
+        "max_held_pulls",
+        "max_groups_per_heartbeat",
+        "max_subscriptions_per_heartbeat",
+        "partial_frame_budget",
+        "max_clients",
+        "disk_max_used_ratio",
+        "disk_check_interval",
+        "metrics_host",
+    )
     assert {n: getattr(cfg, n) for n in names} == {n: getattr(d, n) for n in names}
-    cfg = build_config(ap.parse_args([
-        "broker", "--max-connections", "7", "--idle-timeout", "9.5", "--max-header-bytes",
-        "100", "--max-held-pulls", "3", "--max-clients", "5", "--disk-max-used-ratio", "0.5",
-        "--metrics-host", "127.0.0.9", "--metrics-port", "0", "--partial-frame-budget", "2"]))
-    assert (cfg.max_connections, cfg.idle_timeout, cfg.max_header_bytes, cfg.max_held_pulls,
-            cfg.max_clients, cfg.disk_max_used_ratio, cfg.metrics_host, cfg.metrics_port,
-            cfg.partial_frame_budget) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
+    cfg = build_config(
+        ap.parse_args(
+            [
+                "broker",
+                "--max-connections",
+                "7",
+                "--idle-timeout",
+                "9.5",
+                "--max-header-bytes",
+                "100",
+                "--max-held-pulls",
+                "3",
+                "--max-clients",
+                "5",
+                "--disk-max-used-ratio",
+                "0.5",
+                "--metrics-host",
+                "127.0.0.9",
+                "--metrics-port",
+                "0",
+                "--partial-frame-budget",
+                "2",
+            ]
+        )
+    )
+    assert (
+        cfg.max_connections,
+        cfg.idle_timeout,
+        cfg.max_header_bytes,
+        cfg.max_held_pulls,
+        cfg.max_clients,
+        cfg.disk_max_used_ratio,
+        cfg.metrics_host,
+        cfg.metrics_port,
+        cfg.partial_frame_budget,
+    ) == (7, 9.5, 100, 3, 5, 0.5, "127.0.0.9", 0, 2)
     with pytest.raises(SystemExit):
         ap.parse_args(["broker", "--help"])
     helptext = capsys.readouterr().out
-    for opt, default in (("--max-connections", "None"), ("--idle-timeout", "120.0"),
-                         ("--partial-frame-timeout", "30.0"), ("--max-header-bytes", "1048576"),
-                         ("--max-held-pulls-per-connection", "16384"),
-                         ("--max-held-pulls", "65536"), ("--max-clients", "262144"),
-                         ("--max-groups-per-heartbeat", "None"),
-                         ("--max-subscriptions-per-heartbeat", "None"),
-                         ("--partial-frame-budget", str(256 << 20)),
-                         ("--disk-max-used-ratio", "0.9"),
-                         ("--disk-check-interval", "1.0")):
+    for opt, default in (
+        ("--max-connections", "None"),
+        ("--idle-timeout", "120.0"),
+        ("--partial-frame-timeout", "30.0"),
+        ("--max-header-bytes", "1048576"),
+        ("--max-held-pulls-per-connection", "16384"),
+        ("--max-held-pulls", "65536"),
+        ("--max-clients", "262144"),
+        ("--max-groups-per-heartbeat", "None"),
+        ("--max-subscriptions-per-heartbeat", "None"),
+        ("--partial-frame-budget", str(256 << 20)),
+        ("--disk-max-used-ratio", "0.9"),
+        ("--disk-check-interval", "1.0"),
+    ):
         assert opt in helptext
         seg = helptext.rsplit(f"\n  {opt} ", 1)[1].split("\n  --", 1)[0]
         assert f"(default {default})" in " ".join(seg.split()), opt
@@ -383,11 +432,30 @@ def test_broker_command_prints_the_metrics_url_it_bound(tmp_path) -> None:
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kairosmq.server.cli", "broker", "--port", "0",
-         "--namesrv-port", "0", "--no-vip-channel", "--data-dir", str(tmp_path / "d"),
-         "--no-log-file", "--log-format", "json", "--metrics-port", "0",
-         "--metrics-host", "127.0.0.2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "kairosmq.server.cli",
+            "broker",
+            "--port",
+            "0",
+            "--namesrv-port",
+            "0",
+            "--no-vip-channel",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--no-log-file",
+            "--log-format",
+            "json",
+            "--metrics-port",
+            "0",
+            "--metrics-host",
+            "127.0.0.2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
@@ -409,5 +477,8 @@ async def test_default_max_connections_follows_the_fd_limit(broker) -> None:
     budget = broker.fd_budget
     assert broker.config.max_connections is None
     assert budget.fits and budget.limit == soft
-    assert broker.server.limits.max_connections == budget.connections == (
-        soft - (budget.total - budget.connections))
+    assert (
+        broker.server.limits.max_connections
+        == budget.connections
+        == (soft - (budget.total - budget.connections))
+    )

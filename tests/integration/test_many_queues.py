@@ -60,7 +60,7 @@ async def status_fds(peer: RawPeer) -> dict[str, Any]:
 async def windowed(calls: list[Any]) -> list[Any]:
     out: list[Any] = []
     for i in range(0, len(calls), WINDOW):
-        out += await asyncio.gather(*calls[i:i + WINDOW])
+        out += await asyncio.gather(*calls[i : i + WINDOW])
     return out
 
 
@@ -70,22 +70,29 @@ async def make_queues(peer: RawPeer, n: int, prefix: str) -> list[tuple[str, int
     pairs: list[tuple[str, int, str]] = []
     for t in range((n + PER_TOPIC - 1) // PER_TOPIC):
         topic, count = f"{prefix}{t:03d}", min(PER_TOPIC, n - t * PER_TOPIC)
-        r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "readQueueNums": count, "writeQueueNums": count, "perm": 6})
+        r = await peer.call(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": count, "writeQueueNums": count, "perm": 6},
+        )
         assert r.code == ResponseCode.SUCCESS, describe(r)
         pairs += [(topic, q, f"{topic}-{q}") for q in range(count)]
-    answers = await windowed([send(peer, t, b"x", {"UNIQ_KEY": k}, queue_id=q)
-                              for t, q, k in pairs])
-    refused = [(p, describe(r)) for p, r in zip(pairs, answers, strict=True)
-               if r.code != ResponseCode.SUCCESS]
+    answers = await windowed(
+        [send(peer, t, b"x", {"UNIQ_KEY": k}, queue_id=q) for t, q, k in pairs]
+    )
+    refused = [
+        (p, describe(r))
+        for p, r in zip(pairs, answers, strict=True)
+        if r.code != ResponseCode.SUCCESS
+    ]
     assert not refused, f"{len(refused)} of {n} sends refused, e.g. {refused[:3]}"
     return pairs
 
 
 async def served_once(peer: RawPeer, pairs: list[tuple[str, int, str]]) -> None:
     """Each queue serves exactly its one message, body and key intact."""
-    answers = await windowed([pull(peer, t, queue_id=q, group="ManyQueuesCheck",
-                                   suspend_ms=0) for t, q, _k in pairs])
+    answers = await windowed(
+        [pull(peer, t, queue_id=q, group="ManyQueuesCheck", suspend_ms=0) for t, q, _k in pairs]
+    )
     bad = []
     for (t, q, k), r in zip(pairs, answers, strict=True):
         msgs = decode_records(r.body) if r.code == ResponseCode.SUCCESS else []
@@ -98,10 +105,12 @@ async def still_serving(hb: HostileBroker, tag: str, n: int = 20) -> None:
     """New connections are accepted and each one's send to a new queue is acked."""
     peers = [await RawPeer.connect(hb.address) for _ in range(n)]
     try:
-        answers = await asyncio.gather(*(send(p, f"ManyQueuesProbe{tag}{i}", b"p")
-                                         for i, p in enumerate(peers)))
+        answers = await asyncio.gather(
+            *(send(p, f"ManyQueuesProbe{tag}{i}", b"p") for i, p in enumerate(peers))
+        )
         assert all(r.code == ResponseCode.SUCCESS for r in answers), [
-            describe(r) for r in answers if r.code != ResponseCode.SUCCESS][:3]
+            describe(r) for r in answers if r.code != ResponseCode.SUCCESS
+        ][:3]
     finally:
         for p in peers:
             await p.close()

@@ -13,23 +13,28 @@ async def test_messages_topics_and_offsets_survive_a_restart(broker_factory, tmp
     peer = await RawPeer.connect(b.address)
     for i in range(10):
         assert (await send(peer, "Keep", f"{i}".encode())).code == ResponseCode.SUCCESS
-    r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET,
-                        {"consumerGroup": "G", "topic": "Keep", "queueId": 0, "commitOffset": 6})
+    r = await peer.call(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "G", "topic": "Keep", "queueId": 0, "commitOffset": 6},
+    )
     assert r.code == ResponseCode.SUCCESS
-    r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
-                        {"consumerGroup": "Fresh", "topic": "Keep", "queueId": 1})
+    r = await peer.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "Fresh", "topic": "Keep", "queueId": 1}
+    )
     assert r.code == ResponseCode.QUERY_NOT_FOUND
     await peer.close()
     await b.stop("restart")
 
     b2 = await broker_factory(data_dir=data)
     peer = await RawPeer.connect(b2.address)
-    r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
-                        {"consumerGroup": "G", "topic": "Keep", "queueId": 0})
+    r = await peer.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "Keep", "queueId": 0}
+    )
     assert (r.code, r.ext_fields["offset"]) == (ResponseCode.SUCCESS, "6")
     # a group with no offset on a queue whose first message is at 0 starts at 0 (RocketMQ rule)
-    r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
-                        {"consumerGroup": "New", "topic": "Keep", "queueId": 0})
+    r = await peer.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "New", "topic": "Keep", "queueId": 0}
+    )
     assert (r.code, r.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
     msgs = decode_records((await pull(peer, "Keep", offset=6)).body)
     assert [m.body for m in msgs] == [b"6", b"7", b"8", b"9"]
@@ -44,10 +49,22 @@ async def test_messages_topics_and_offsets_survive_a_restart(broker_factory, tmp
 async def test_pull_commit_offset_flag_stores_the_offset(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     await send(peer, "C", b"x")
-    await peer.call(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "G", "topic": "C", "queueId": 0, "queueOffset": 1, "maxMsgNums": 32,
-        "sysFlag": 1, "commitOffset": 1, "suspendTimeoutMillis": 0, "subVersion": 0})
-    r = await peer.call(RequestCode.QUERY_CONSUMER_OFFSET,
-                        {"consumerGroup": "G", "topic": "C", "queueId": 0})
+    await peer.call(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "G",
+            "topic": "C",
+            "queueId": 0,
+            "queueOffset": 1,
+            "maxMsgNums": 32,
+            "sysFlag": 1,
+            "commitOffset": 1,
+            "suspendTimeoutMillis": 0,
+            "subVersion": 0,
+        },
+    )
+    r = await peer.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "C", "queueId": 0}
+    )
     assert r.ext_fields["offset"] == "1"
     await peer.close()

@@ -65,18 +65,28 @@ async def requester(broker: Broker, client_id: str = REQUESTER) -> RawPeer:
 async def answer_push(peer: RawPeer, code: int = ResponseCode.SUCCESS) -> RemotingCommand:
     """Take the broker's next request on ``peer`` (the 326 push) and answer it."""
     push = await asyncio.wait_for(peer.requests.get(), 5)
-    peer.writer.write(encode_command(
-        push.response(code, remark=None if code == 0 else "no waiter")))
+    peer.writer.write(
+        encode_command(push.response(code, remark=None if code == 0 else "no waiter"))
+    )
     return push
 
 
-async def send_reply(peer: RawPeer, props: dict[str, str], body: bytes = b"pong", *,
-                     v2: bool = True) -> RemotingCommand:
+async def send_reply(
+    peer: RawPeer, props: dict[str, str], body: bytes = b"pong", *, v2: bool = True
+) -> RemotingCommand:
     ext = send_ext(REPLY_TOPIC, props, queue_id=0, a="RespPG")
     if not v2:
-        names = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
-                 "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag",
-                 "g": "bornTimestamp", "h": "flag", "i": "properties"}
+        names = {
+            "a": "producerGroup",
+            "b": "topic",
+            "c": "defaultTopic",
+            "d": "defaultTopicQueueNums",
+            "e": "queueId",
+            "f": "sysFlag",
+            "g": "bornTimestamp",
+            "h": "flag",
+            "i": "properties",
+        }
         ext = {names[k]: v for k, v in ext.items()}
     return await peer.call(R.SEND_REPLY_MESSAGE_V2 if v2 else R.SEND_REPLY_MESSAGE, ext, body)
 
@@ -174,9 +184,16 @@ async def test_trace_topic_accepts_sends_when_enabled(broker: Broker) -> None:
         assert broker.topics.get(TRACE_TOPIC) is not None
         r = await send(peer, TRACE_TOPIC, b"Pub\x01...", {"KEYS": "MSGID1 k1"})
         assert r.code == ResponseCode.SUCCESS, r.remark
-        r = await peer.call(R.QUERY_MESSAGE, {"topic": TRACE_TOPIC, "key": "MSGID1",
-                                              "maxNum": 32, "beginTimestamp": 0,
-                                              "endTimestamp": 2**62})
+        r = await peer.call(
+            R.QUERY_MESSAGE,
+            {
+                "topic": TRACE_TOPIC,
+                "key": "MSGID1",
+                "maxNum": 32,
+                "beginTimestamp": 0,
+                "endTimestamp": 2**62,
+            },
+        )
         assert r.code == ResponseCode.SUCCESS and len(decode_records(r.body)) == 1
         # other system topics stay closed
         r = await send(peer, "RMQ_SYS_TRANS_OP_HALF_TOPIC")
@@ -201,8 +218,9 @@ def test_cli_flags_for_trace_topic_and_stored_replies() -> None:
     _broker_parser(ap.add_subparsers())
     on = build_config(ap.parse_args(["broker"]))
     assert on.trace_topic_enable is True and on.store_reply_message_enable is True
-    off = build_config(ap.parse_args(["broker", "--no-trace-topic-enable",
-                                      "--no-store-reply-message-enable"]))
+    off = build_config(
+        ap.parse_args(["broker", "--no-trace-topic-enable", "--no-store-reply-message-enable"])
+    )
     assert off.trace_topic_enable is False and off.store_reply_message_enable is False
 
 
@@ -221,22 +239,26 @@ async def test_producer_request_gets_the_consumers_reply(broker: Broker) -> None
             return ConsumeStatus.CONSUME_SUCCESS
 
         await requester_p.send(Message("RpcT", b"warm-up"))  # creates the topic
-        c = PushConsumer("RespCG", ns, rebalance_interval=0.5,
-                         consume_from_where=ConsumeFromWhere.LAST_OFFSET)
+        c = PushConsumer(
+            "RespCG", ns, rebalance_interval=0.5, consume_from_where=ConsumeFromWhere.LAST_OFFSET
+        )
         c.subscribe("RpcT", "*")
         c.register_listener(listener)
         await c.start()
         try:
-            replies = await asyncio.gather(*(
-                requester_p.request(Message("RpcT", b"q%d" % i), timeout=10) for i in range(5)))
+            replies = await asyncio.gather(
+                *(requester_p.request(Message("RpcT", b"q%d" % i), timeout=10) for i in range(5))
+            )
             assert sorted(r.body for r in replies) == [b"re:q%d" % i for i in range(5)]
             for r in replies:
                 assert r.topic == REPLY_TOPIC and r.properties[MESSAGE_TYPE] == "reply"
                 assert r.properties[REPLY_TO_CLIENT] == requester_p.client_id
             asked = [m for m in seen if m.body.startswith(b"q")]
             assert {get_reply_to_client(m) for m in asked} == {requester_p.client_id}
-            assert all(m.properties[CLUSTER] == "DefaultCluster" and
-                       m.properties[MESSAGE_TTL] == "10000" for m in asked)
+            assert all(
+                m.properties[CLUSTER] == "DefaultCluster" and m.properties[MESSAGE_TTL] == "10000"
+                for m in asked
+            )
             assert len(requester_p._replies) == 0  # no waiter left behind
             # nobody answers -> ReplyTimeout, and the waiter is removed
             with pytest.raises(ReplyTimeout):
@@ -248,14 +270,29 @@ async def test_producer_request_gets_the_consumers_reply(broker: Broker) -> None
 
 def test_create_reply_needs_a_delivered_request() -> None:
     from kairosmq.client.errors import MessageError
+
     with pytest.raises(MessageError, match="CLUSTER"):
         create_reply(Message("T", b"x"), b"y")
-    m = create_reply(Message("T", b"x", properties={CLUSTER: "C1", CORRELATION_ID: "id",
-                                                    REPLY_TO_CLIENT: "cl", MESSAGE_TTL: "5"}),
-                     "ok")
+    m = create_reply(
+        Message(
+            "T",
+            b"x",
+            properties={
+                CLUSTER: "C1",
+                CORRELATION_ID: "id",
+                REPLY_TO_CLIENT: "cl",
+                MESSAGE_TTL: "5",
+            },
+        ),
+        "ok",
+    )
     assert m.topic == "C1_REPLY_TOPIC" and m.body == b"ok"
-    assert m.properties == {MESSAGE_TYPE: "reply", CORRELATION_ID: "id",
-                            REPLY_TO_CLIENT: "cl", MESSAGE_TTL: "5"}
+    assert m.properties == {
+        MESSAGE_TYPE: "reply",
+        CORRELATION_ID: "id",
+        REPLY_TO_CLIENT: "cl",
+        MESSAGE_TTL: "5",
+    }
 
 
 async def test_acl_checks_pub_on_the_reply_topic(broker_factory: Any, tmp_path: Any) -> None:
@@ -263,21 +300,31 @@ async def test_acl_checks_pub_on_the_reply_topic(broker_factory: Any, tmp_path: 
     producer_ak (default DENY) is refused before anything is pushed; an admin gets through
     to the push (no such requester here)."""
     from tests.security.acl_setup import ACL_FILE, ADMIN, PRODUCER, signed_client
+
     path = tmp_path / "plain_acl.yml"
     path.write_text(ACL_FILE)
     broker = await broker_factory(acl_file=path)
-    for creds, code in ((PRODUCER, ResponseCode.NO_PERMISSION),
-                        (ADMIN, ResponseCode.SYSTEM_ERROR)):
+    for creds, code in ((PRODUCER, ResponseCode.NO_PERMISSION), (ADMIN, ResponseCode.SYSTEM_ERROR)):
         client = signed_client(broker.address, creds)
         try:
-            for rc, ext in ((R.SEND_REPLY_MESSAGE_V2, send_ext(REPLY_TOPIC, reply_props())),
-                            (R.SEND_REPLY_MESSAGE, {
-                                "producerGroup": "RespPG", "topic": REPLY_TOPIC,
-                                "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-                                "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
-                                "flag": "0", "properties": send_ext("x", reply_props())["i"]})):
-                r = await client.invoke(rc, {k: str(v) for k, v in ext.items()}, b"x",
-                                        timeout=5)
+            for rc, ext in (
+                (R.SEND_REPLY_MESSAGE_V2, send_ext(REPLY_TOPIC, reply_props())),
+                (
+                    R.SEND_REPLY_MESSAGE,
+                    {
+                        "producerGroup": "RespPG",
+                        "topic": REPLY_TOPIC,
+                        "defaultTopic": "TBW102",
+                        "defaultTopicQueueNums": "4",
+                        "queueId": "0",
+                        "sysFlag": "0",
+                        "bornTimestamp": "1",
+                        "flag": "0",
+                        "properties": send_ext("x", reply_props())["i"],
+                    },
+                ),
+            ):
+                r = await client.invoke(rc, {k: str(v) for k, v in ext.items()}, b"x", timeout=5)
                 assert r.code == code, (creds.access_key, rc, r.code, r.remark)
                 if code == ResponseCode.SYSTEM_ERROR:
                     assert "not found" in (r.remark or "")

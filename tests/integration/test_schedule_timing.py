@@ -29,8 +29,7 @@ async def _collect(peer: RawPeer, topic: str, n: int, timeout: float = 10.0) -> 
     offset = 0
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
-        r = await pull(peer, topic, offset=offset, sys_flag=PULL_SUSPEND, suspend_ms=1000,
-                       max_n=64)
+        r = await pull(peer, topic, offset=offset, sys_flag=PULL_SUSPEND, suspend_ms=1000, max_n=64)
         if r.code == ResponseCode.SUCCESS:
             got += decode_records(r.body)
             offset = int(r.ext_fields["nextBeginOffset"])
@@ -43,8 +42,9 @@ async def test_median_lateness_of_delayed_messages_stays_under_20ms(broker: Brok
     try:
         for i in range(N):
             # levels 1..3 are 50/100/150 ms with the test levels: many distinct due instants
-            r = await send(peer, "Timing", b"t%d" % i,
-                           {"DELAY": str(1 + i % 3), "UNIQ_KEY": f"T{i}"})
+            r = await send(
+                peer, "Timing", b"t%d" % i, {"DELAY": str(1 + i % 3), "UNIQ_KEY": f"T{i}"}
+            )
             assert r.code == ResponseCode.SUCCESS, r.remark
             await asyncio.sleep(rnd.uniform(0.0, 0.008))
         got = await _collect(peer, "Timing", N)
@@ -56,6 +56,7 @@ async def test_median_lateness_of_delayed_messages_stays_under_20ms(broker: Brok
     assert min(lateness) >= 0, "a delayed message was delivered early"
     median = statistics.median(lateness)
     assert median < MEDIAN_BOUND_MS, (
-        f"median lateness {median} ms over {N} messages (sorted: {sorted(lateness)})")
+        f"median lateness {median} ms over {N} messages (sorted: {sorted(lateness)})"
+    )
     # the broker's own lateness histogram saw every delivery
     assert sum(broker.stats.lateness[lv].total for lv in (1, 2, 3)) == N

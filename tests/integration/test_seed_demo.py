@@ -15,15 +15,22 @@ LEVELS_MS = BrokerConfig(delay_levels=FAST_LEVELS).delay_levels_ms
 
 async def test_hundred_messages_at_level_3_arrive_after_their_delay(broker) -> None:
     collector = Collector()
-    consumer = PushConsumer("SeedCG", namesrv=broker.namesrv_address,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        "SeedCG", namesrv=broker.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe("SeedTopic", "*")
     consumer.register_listener(collector)
     sent_at: dict[str, float] = {}
     async with consumer, Producer("SeedPG", namesrv=broker.namesrv_address) as producer:
         for i in range(100):
-            msg = Message("SeedTopic", f"Hello scheduled message {i}".encode(), tags="TagA",
-                          keys=f"key-{i}", delay_level=3, properties={"seq": str(i)})
+            msg = Message(
+                "SeedTopic",
+                f"Hello scheduled message {i}".encode(),
+                tags="TagA",
+                keys=f"key-{i}",
+                delay_level=3,
+                properties={"seq": str(i)},
+            )
             t = time.time()
             r = await producer.send(msg)
             sent_at[r.msg_id] = t
@@ -44,12 +51,16 @@ async def test_retry_ladder_and_dead_letter_with_the_bundled_consumer(broker) ->
 
     def fail_twice(m):  # RECONSUME_LATER twice, then success
         attempts.append((m.reconsume_times, time.monotonic(), m.msg_id))
-        return ConsumeStatus.RECONSUME_LATER if m.reconsume_times < 2 else \
-            ConsumeStatus.CONSUME_SUCCESS
+        return (
+            ConsumeStatus.RECONSUME_LATER
+            if m.reconsume_times < 2
+            else ConsumeStatus.CONSUME_SUCCESS
+        )
 
     collector = Collector(fail_twice)
-    consumer = PushConsumer("LadderCG", namesrv=broker.namesrv_address,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        "LadderCG", namesrv=broker.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe("Ladder", "*")
     consumer.register_listener(collector)
     async with consumer, Producer("LadderPG", namesrv=broker.namesrv_address) as producer:
@@ -68,13 +79,20 @@ async def test_retry_ladder_and_dead_letter_with_the_bundled_consumer(broker) ->
         seen.append(m.reconsume_times)
         return ConsumeStatus.RECONSUME_LATER
 
-    consumer = PushConsumer("DlqCG", namesrv=broker.namesrv_address, max_reconsume_times=2,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        "DlqCG",
+        namesrv=broker.namesrv_address,
+        max_reconsume_times=2,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    )
     consumer.subscribe("Doomed", "*")
     consumer.register_listener(Collector(always_fail))
     dead = Collector()
-    dlq_reader = PushConsumer("DlqReader", namesrv=broker.namesrv_address,
-                              consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    dlq_reader = PushConsumer(
+        "DlqReader",
+        namesrv=broker.namesrv_address,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    )
     dlq_reader.subscribe("%DLQ%DlqCG", "*")
     dlq_reader.register_listener(dead)
     async with consumer, dlq_reader, Producer("DlqPG", namesrv=broker.namesrv_address) as p:
@@ -89,8 +107,9 @@ async def test_retry_ladder_and_dead_letter_with_the_bundled_consumer(broker) ->
 async def test_real_time_one_second_level(broker_factory) -> None:
     b = await broker_factory(delay_levels="1s 5s 10s")
     collector = Collector()
-    consumer = PushConsumer("RtCG", namesrv=b.namesrv_address,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer = PushConsumer(
+        "RtCG", namesrv=b.namesrv_address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe("RealTime", "*")
     consumer.register_listener(collector)
     async with consumer, Producer("RtPG", namesrv=b.namesrv_address) as producer:

@@ -19,8 +19,9 @@ def _parked(broker: Any, topic: str, queue_id: int) -> bool:
 async def test_binary_and_json_headers_are_answered_in_kind(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     for binary in (False, True):
-        r = await peer.call(RequestCode.GET_MAX_OFFSET, {"topic": "Nope", "queueId": 0},
-                            binary=binary)
+        r = await peer.call(
+            RequestCode.GET_MAX_OFFSET, {"topic": "Nope", "queueId": 0}, binary=binary
+        )
         assert r.code == ResponseCode.SUCCESS
         assert r.ext_fields == {"offset": "0"}
         assert r.serialize_type == (1 if binary else 0)
@@ -67,8 +68,9 @@ async def test_long_poll_wakes_on_arrival_and_others_proceed(broker) -> None:
     producer = await RawPeer.connect(broker.address)
     await send(producer, "LP", b"first")
     started = time.monotonic()
-    held = asyncio.ensure_future(pull(consumer, "LP", offset=1, sys_flag=PULL_SUSPEND,
-                                      suspend_ms=10_000))
+    held = asyncio.ensure_future(
+        pull(consumer, "LP", offset=1, sys_flag=PULL_SUSPEND, suspend_ms=10_000)
+    )
     await wait_until(lambda: _parked(broker, "LP", 0), 5.0, what="the pull parked")
     assert not held.done()
     # the held pull does not block other requests on the same connection
@@ -97,8 +99,9 @@ async def test_held_pull_is_answered_when_the_broker_stops(broker_factory) -> No
     b = await broker_factory()
     peer = await RawPeer.connect(b.address)
     await send(peer, "ST", b"x")
-    held = asyncio.ensure_future(pull(peer, "ST", offset=1, sys_flag=PULL_SUSPEND,
-                                      suspend_ms=15_000))
+    held = asyncio.ensure_future(
+        pull(peer, "ST", offset=1, sys_flag=PULL_SUSPEND, suspend_ms=15_000)
+    )
     await wait_until(lambda: _parked(b, "ST", 0), 5.0, what="the pull parked")
     await b.stop("test")
     r = await asyncio.wait_for(held, 3)
@@ -109,11 +112,14 @@ async def test_batch_send_stores_each_item(broker) -> None:
     from kairosmq.protocol.message import BatchItem, encode_batch
 
     peer = await RawPeer.connect(broker.address)
-    body = encode_batch([BatchItem(b"b1", 0, "UNIQ_KEY\x01U1"),
-                         BatchItem(b"b2", 0, "UNIQ_KEY\x01U2")])
-    r = await peer.call(RequestCode.SEND_BATCH_MESSAGE, {
-        "a": "PG", "b": "BT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0, "i": ""},
-        body)
+    body = encode_batch(
+        [BatchItem(b"b1", 0, "UNIQ_KEY\x01U1"), BatchItem(b"b2", 0, "UNIQ_KEY\x01U2")]
+    )
+    r = await peer.call(
+        RequestCode.SEND_BATCH_MESSAGE,
+        {"a": "PG", "b": "BT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0, "i": ""},
+        body,
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert len(r.ext_fields["msgId"].split(",")) == 2
     msgs = decode_records((await pull(peer, "BT")).body)
@@ -130,9 +136,10 @@ async def test_view_message_and_search_by_time(broker) -> None:
     assert port == broker.port
     v = await peer.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
     assert decode_records(v.body)[0].body == b"look me up"
-    s = await peer.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                        {"topic": "VT", "queueId": 0,
-                         "timestamp": int(time.time() * 1000) + 10_000})
+    s = await peer.call(
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        {"topic": "VT", "queueId": 0, "timestamp": int(time.time() * 1000) + 10_000},
+    )
     assert s.ext_fields["offset"] == "0"
     await peer.close()
 
@@ -153,8 +160,9 @@ async def test_search_by_timestamp_over_many_messages(broker) -> None:
     assert stamps == sorted(stamps) and len(set(stamps)) >= 6
 
     async def search(ts: int) -> int:
-        s = await peer.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                            {"topic": "ST60", "queueId": 0, "timestamp": ts})
+        s = await peer.call(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "ST60", "queueId": 0, "timestamp": ts}
+        )
         assert s.code == ResponseCode.SUCCESS, s.remark
         return int(s.ext_fields["offset"])
 

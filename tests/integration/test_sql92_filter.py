@@ -26,13 +26,30 @@ def check_body(expression: str, expression_type: str = "SQL92") -> bytes:
     return orjson.dumps({"clientId": "c1", "group": "CG", "subscriptionData": sub.to_dict()})
 
 
-async def sql_pull(peer: RawPeer, topic: str, expression: str | None, offset: int = 0, *,
-                   max_n: int = 32, flags: int = PULL_SUBSCRIPTION, group: str = "G",
-                   suspend_ms: int = 0, timeout: float = 5.0) -> Any:
-    ext: dict[str, Any] = {"consumerGroup": group, "topic": topic, "queueId": 0,
-                           "queueOffset": offset, "maxMsgNums": max_n, "sysFlag": flags,
-                           "commitOffset": 0, "suspendTimeoutMillis": suspend_ms,
-                           "subVersion": 1, "expressionType": "SQL92"}
+async def sql_pull(
+    peer: RawPeer,
+    topic: str,
+    expression: str | None,
+    offset: int = 0,
+    *,
+    max_n: int = 32,
+    flags: int = PULL_SUBSCRIPTION,
+    group: str = "G",
+    suspend_ms: int = 0,
+    timeout: float = 5.0,
+) -> Any:
+    ext: dict[str, Any] = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": 0,
+        "queueOffset": offset,
+        "maxMsgNums": max_n,
+        "sysFlag": flags,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": suspend_ms,
+        "subVersion": 1,
+        "expressionType": "SQL92",
+    }
     if expression is not None:
         ext["subscription"] = expression
     return await peer.call(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
@@ -54,14 +71,15 @@ async def fill(peer: RawPeer, topic: str, n: int) -> None:
 async def test_check_client_config_compiles_sql92(broker: Broker) -> None:
     peer = await RawPeer.connect(broker.address)
     try:
-        r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG,
-                            body=check_body("a > 5 AND region = 'eu'"))
+        r = await peer.call(
+            RequestCode.CHECK_CLIENT_CONFIG, body=check_body("a > 5 AND region = 'eu'")
+        )
         assert r.code == ResponseCode.SUCCESS
-        r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=check_body("TagA || TagB",
-                                                                             "TAG"))
+        r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=check_body("TagA || TagB", "TAG"))
         assert r.code == ResponseCode.SUCCESS
-        r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG,
-                            body=check_body("a > 5 AND\nregion = "))
+        r = await peer.call(
+            RequestCode.CHECK_CLIENT_CONFIG, body=check_body("a > 5 AND\nregion = ")
+        )
         assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         assert "line 2, column 10" in (r.remark or "")
         r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=check_body("a > 'x'"))
@@ -71,8 +89,10 @@ async def test_check_client_config_compiles_sql92(broker: Broker) -> None:
         for bad in (b"{not json", b"[1]", b'{"subscriptionData": 5}'):
             r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=bad)
             assert r.code == ResponseCode.SYSTEM_ERROR and r.remark
-        r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG,
-                            body=b'{"subscriptionData": {"expressionType": 92, "subString": 1}}')
+        r = await peer.call(
+            RequestCode.CHECK_CLIENT_CONFIG,
+            body=b'{"subscriptionData": {"expressionType": 92, "subString": 1}}',
+        )
         assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         r = await peer.call(RequestCode.CHECK_CLIENT_CONFIG, body=b"")
         assert r.code == ResponseCode.SUCCESS  # nothing to check (RocketMQ)
@@ -185,9 +205,16 @@ async def test_held_filtered_pull_skips_a_non_matching_arrival(broker: Broker) -
     sender = await RawPeer.connect(broker.address)
     try:
         await send(sender, "W", b"first", {"a": "0"})
-        held = asyncio.ensure_future(sql_pull(peer, "W", "a > 5", offset=1,
-                                              flags=PULL_SUBSCRIPTION | PULL_SUSPEND,
-                                              suspend_ms=3000))
+        held = asyncio.ensure_future(
+            sql_pull(
+                peer,
+                "W",
+                "a > 5",
+                offset=1,
+                flags=PULL_SUBSCRIPTION | PULL_SUSPEND,
+                suspend_ms=3000,
+            )
+        )
         await asyncio.sleep(0.2)
         assert not held.done()
         await send(sender, "W", b"no", {"a": "1"})
@@ -195,9 +222,16 @@ async def test_held_filtered_pull_skips_a_non_matching_arrival(broker: Broker) -
         # woken by the arrival, nothing matched: retry at once from after it
         assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY
         assert int(r.ext_fields["nextBeginOffset"]) == 2
-        held = asyncio.ensure_future(sql_pull(peer, "W", "a > 5", offset=2,
-                                              flags=PULL_SUBSCRIPTION | PULL_SUSPEND,
-                                              suspend_ms=3000))
+        held = asyncio.ensure_future(
+            sql_pull(
+                peer,
+                "W",
+                "a > 5",
+                offset=2,
+                flags=PULL_SUBSCRIPTION | PULL_SUSPEND,
+                suspend_ms=3000,
+            )
+        )
         await asyncio.sleep(0.2)
         await send(sender, "W", b"yes", {"a": "6"})
         r = await asyncio.wait_for(held, 5)

@@ -47,10 +47,14 @@ async def kbroker(broker_factory: Any) -> Broker:
 
 
 def consumer(broker: Broker, group: str, topic: str, sel: Any, got: Collector) -> PushConsumer:
-    c = PushConsumer(group, broker.namesrv_address, rebalance_interval=0.5,
-                     pull_time_delay_millis_when_exception=50,
-                     persist_consumer_offset_interval=0.2,
-                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    c = PushConsumer(
+        group,
+        broker.namesrv_address,
+        rebalance_interval=0.5,
+        pull_time_delay_millis_when_exception=50,
+        persist_consumer_offset_interval=0.2,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    )
     c.subscribe(topic, sel)
     c.register_listener(got)
     return c
@@ -62,8 +66,7 @@ async def test_push_consumer_with_sql_selector_end_to_end(kbroker: Broker) -> No
         for i in range(40):
             props = {"a": str(i), "region": "eu" if i % 4 == 0 else "us"}
             await p.send(Message("SqlT", b"%d" % i, tags="TagA", properties=props))
-        c = consumer(kbroker, "CG-sql", "SqlT",
-                     MessageSelector.sql("a > 5 AND region = 'eu'"), got)
+        c = consumer(kbroker, "CG-sql", "SqlT", MessageSelector.sql("a > 5 AND region = 'eu'"), got)
         await c.start()
         try:
             await got.wait_for(8, timeout=10)
@@ -74,8 +77,12 @@ async def test_push_consumer_with_sql_selector_end_to_end(kbroker: Broker) -> No
             queues = range(cfg.read_queue_nums)
 
             def committed() -> bool:
-                return all(kbroker.offsets.query("CG-sql", "SqlT", q)
-                           == kbroker.store.max_offset("SqlT", q) for q in queues)
+                return all(
+                    kbroker.offsets.query("CG-sql", "SqlT", q)
+                    == kbroker.store.max_offset("SqlT", q)
+                    for q in queues
+                )
+
             await wait_until(committed, 10)
             info = kbroker.clients.group_info("CG-sql")  # the heartbeat carried SQL92
             assert info is not None
@@ -159,21 +166,39 @@ async def test_alions_sql92_subscription(kbroker: Broker, tmp_path: Path) -> Non
     """ali-ons 3.12.0 subscribes with ``{expressionType: 'SQL92', subString}``: it sends
     the type in heartbeats and pull headers (no CHECK_CLIENT_CONFIG)."""
     peer = await RawPeer.connect(kbroker.address)  # ali-ons cannot auto-create a topic
-    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": "AlionsSql", "defaultTopic": "TBW102", "readQueueNums": 4,
-        "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-        "order": "false"})
+    r = await peer.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": "AlionsSql",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "false",
+        },
+    )
     await peer.close()
     assert r.code == ResponseCode.SUCCESS
     modules = await ensure_alions()  # npm ci from the committed lockfile (skips without node)
     script = tmp_path / "sql.js"
     script.write_text(ALIONS_SQL_JS)
-    cfg = {"nameSrv": kbroker.namesrv_address, "topic": "AlionsSql",
-           "sql": "a >= 4 AND region = 'eu'", "expect": 4, "timeoutMs": 20000}
+    cfg = {
+        "nameSrv": kbroker.namesrv_address,
+        "topic": "AlionsSql",
+        "sql": "a >= 4 AND region = 'eu'",
+        "expect": 4,
+        "timeoutMs": 20000,
+    }
     proc = await asyncio.create_subprocess_exec(
-        shutil.which("node") or "node", str(script), json.dumps(cfg),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NODE_PATH": str(modules), "NODE_NO_WARNINGS": "1"})
+        shutil.which("node") or "node",
+        str(script),
+        json.dumps(cfg),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NODE_PATH": str(modules), "NODE_NO_WARNINGS": "1"},
+    )
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
     except TimeoutError:
@@ -254,17 +279,27 @@ public class StockSql {
 """
 
 
-@pytest.mark.skipif(shutil.which("javac") is None or not JAVA_JARS,
-                    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
-async def test_stock_java_client_message_selector_by_sql(kbroker: Broker,
-                                                         tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("javac") is None or not JAVA_JARS,
+    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+)
+async def test_stock_java_client_message_selector_by_sql(kbroker: Broker, tmp_path: Path) -> None:
     """RocketMQ 4.9.8's own DefaultMQPushConsumer with ``MessageSelector.bySql``:
     CHECK_CLIENT_CONFIG at start, the SQL92 subscription in heartbeats, pulls without the
     subscription flag (the broker uses the heartbeat's); a bad expression fails start()
     with the broker's code 23 and the position."""
     cp = await compile_java(tmp_path, "StockSql", STOCK_SQL_JAVA)
-    proc = await spawn_java(cp, "StockSql", kbroker.namesrv_address, "JSqlT",
-                            "a > 10 AND region = 'eu'", "a >> 1", "30", "9", home=tmp_path)
+    proc = await spawn_java(
+        cp,
+        "StockSql",
+        kbroker.namesrv_address,
+        "JSqlT",
+        "a > 10 AND region = 'eu'",
+        "a >> 1",
+        "30",
+        "9",
+        home=tmp_path,
+    )
     lines, _diag = await java_done(proc, 120)
     got = sorted(int(x.split()[1][1:]) for x in lines if x.startswith("consumed "))
     assert got == list(range(12, 30, 2))

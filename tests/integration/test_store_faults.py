@@ -46,13 +46,13 @@ async def test_v6_sysflag_send_then_kill9_keeps_every_acked_message(tmp_path: Pa
     peer = await RawPeer.connect(bp.address)
     acked: list[str] = []
     for i, flag in enumerate([0x10, 0x20, 0x30, 0x10 | 0x1]):
-        r = await send(peer, "HostBits", b"odd-%d" % i, {"UNIQ_KEY": f"ODD{i}"}, f=flag,
-                       queue_id=i % 4)
+        r = await send(
+            peer, "HostBits", b"odd-%d" % i, {"UNIQ_KEY": f"ODD{i}"}, f=flag, queue_id=i % 4
+        )
         if r.code == ResponseCode.SUCCESS:  # the ingress may also refuse the bits
             acked.append(f"ODD{i}")
     for i in range(60):
-        r = await send(peer, "HostBits", b"after-%d" % i, {"UNIQ_KEY": f"K{i:03d}"},
-                       queue_id=i % 4)
+        r = await send(peer, "HostBits", b"after-%d" % i, {"UNIQ_KEY": f"K{i:03d}"}, queue_id=i % 4)
         assert r.code == ResponseCode.SUCCESS
         acked.append(f"K{i:03d}")
     bp.kill()
@@ -78,9 +78,21 @@ async def test_hostile_offsets_are_refused_and_the_broker_restarts(tmp_path: Pat
     bp = BrokerProcess(tmp_path / "d")
     await bp.start()
     peer = await RawPeer.connect(bp.address)
-    fake = encode_record(topic=b"Victim", body=b"stolen", properties=b"", queue_id=0, flag=0,
-                         queue_offset=0, physical_offset=0, sys_flag=0, born_timestamp=1,
-                         born_host=HOST, store_timestamp=2, store_host=HOST, reconsume_times=0)
+    fake = encode_record(
+        topic=b"Victim",
+        body=b"stolen",
+        properties=b"",
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=HOST,
+        store_timestamp=2,
+        store_host=HOST,
+        reconsume_times=0,
+    )
     huge = struct.pack(">iI", 0x7FFFFFF0, MESSAGE_MAGIC_CODE)
     body = b"prefix--" + fake + huge + b"tail"
     r = await send(peer, "Carrier", body, {"UNIQ_KEY": "CARRIER"})
@@ -88,9 +100,16 @@ async def test_hostile_offsets_are_refused_and_the_broker_restarts(tmp_path: Pat
     carrier = _phy(r)
     fake_at = carrier + 88 + 8  # IPv4 record head is 88 bytes, then "prefix--"
     for offset in (fake_at, fake_at + len(fake), carrier + 1, 1 << 40, -1):
-        back = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK,
-                               {"offset": offset, "group": "G", "delayLevel": 0,
-                                "originTopic": "Carrier", "maxReconsumeTimes": 16})
+        back = await peer.call(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": offset,
+                "group": "G",
+                "delayLevel": 0,
+                "originTopic": "Carrier",
+                "maxReconsumeTimes": 16,
+            },
+        )
         assert back.code != ResponseCode.SUCCESS, offset
         assert back.remark, offset
         view = await peer.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
@@ -112,7 +131,8 @@ async def test_hostile_offsets_are_refused_and_the_broker_restarts(tmp_path: Pat
 
 
 async def test_failed_write_answers_errors_and_the_broker_recovers(
-        broker_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    broker_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """EIO on the commit-log write (injected at the file layer): the sends whose records
     it dropped get SYSTEM_ERROR, not SUCCESS; pulls are answered meanwhile; sends succeed
     again after ``disk_check_interval``; every acked message is served once."""
@@ -133,12 +153,15 @@ async def test_failed_write_answers_errors_and_the_broker_recovers(
         return real(fd, data, pos)
 
     monkeypatch.setattr(commitlog_mod.os, "pwrite", pwrite)
-    answers = await asyncio.gather(*(send(peer, "Faulty", b"x", {"UNIQ_KEY": f"B{i}"})
-                                     for i in range(10)))
+    answers = await asyncio.gather(
+        *(send(peer, "Faulty", b"x", {"UNIQ_KEY": f"B{i}"}) for i in range(10))
+    )
     failed = [a for a in answers if a.code != ResponseCode.SUCCESS]
     assert failed, "the injected write failure answered nothing with an error"
-    assert all(a.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.SERVICE_NOT_AVAILABLE)
-               and a.remark for a in failed)
+    assert all(
+        a.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.SERVICE_NOT_AVAILABLE) and a.remark
+        for a in failed
+    )
     assert any("write failed" in (a.remark or "") for a in failed)
     acked += [f"B{i}" for i, a in enumerate(answers) if a.code == ResponseCode.SUCCESS]
     # reads go on while writes are held
@@ -166,9 +189,14 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_full_disk_refuses_sends_with_code_14_while_pulls_continue(
-        broker_factory: Any, small_fs: Path) -> None:
-    broker = await broker_factory(data_dir=small_fs / "b", disk_check_interval=0.05,
-                                  commitlog_segment_size=1 << 20, max_message_size=65536)
+    broker_factory: Any, small_fs: Path
+) -> None:
+    broker = await broker_factory(
+        data_dir=small_fs / "b",
+        disk_check_interval=0.05,
+        commitlog_segment_size=1 << 20,
+        max_message_size=65536,
+    )
     peer = await RawPeer.connect(broker.address)
     assert (await send(peer, "Disk", b"before", {"UNIQ_KEY": "BEFORE"})).code == 0
     st = os.statvfs(small_fs)

@@ -47,8 +47,10 @@ async def test_timers_and_recalls_exact_across_kill9(tmp_path: Path) -> None:
             for i in range(kill_after):
                 if handles and rnd.random() < 0.3:
                     key, handle = handles.pop(rnd.randrange(len(handles)))
-                    r = await peer.call(RequestCode.RECALL_MESSAGE, {
-                        "producerGroup": "PG", "topic": TOPIC, "recallHandle": handle})
+                    r = await peer.call(
+                        RequestCode.RECALL_MESSAGE,
+                        {"producerGroup": "PG", "topic": TOPIC, "recallHandle": handle},
+                    )
                     if r.code == ResponseCode.SUCCESS:
                         recalled.add(key)
                     else:
@@ -57,8 +59,13 @@ async def test_timers_and_recalls_exact_across_kill9(tmp_path: Path) -> None:
                     continue
                 key = uuid.uuid4().hex.upper()
                 delay = rnd.randrange(200, 2500)
-                r = await send(peer, TOPIC, key.encode(), {
-                    "UNIQ_KEY": key, "TIMER_DELAY_MS": str(delay)}, queue_id=i % 4)
+                r = await send(
+                    peer,
+                    TOPIC,
+                    key.encode(),
+                    {"UNIQ_KEY": key, "TIMER_DELAY_MS": str(delay)},
+                    queue_id=i % 4,
+                )
                 assert r.code == ResponseCode.SUCCESS, r.remark
                 due[key] = decode_recall_handle(r.ext_fields["recallHandle"]).deliver_ms
                 handles.append((key, r.ext_fields["recallHandle"]))

@@ -27,8 +27,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def timer_send(peer: RawPeer, topic: str, body: bytes, props: dict[str, str]
-                     ) -> tuple[Any, str]:
+async def timer_send(
+    peer: RawPeer, topic: str, body: bytes, props: dict[str, str]
+) -> tuple[Any, str]:
     key = uuid.uuid4().hex.upper()
     r = await send(peer, topic, body, {"UNIQ_KEY": key, **props}, queue_id=0)
     assert r.code == ResponseCode.SUCCESS, r.remark
@@ -36,8 +37,9 @@ async def timer_send(peer: RawPeer, topic: str, body: bytes, props: dict[str, st
 
 
 async def recall(peer: RawPeer, topic: str, handle: str) -> Any:
-    return await peer.call(RequestCode.RECALL_MESSAGE, {
-        "producerGroup": "PG", "topic": topic, "recallHandle": handle})
+    return await peer.call(
+        RequestCode.RECALL_MESSAGE, {"producerGroup": "PG", "topic": topic, "recallHandle": handle}
+    )
 
 
 async def test_timer_fires_at_its_millisecond_with_a_recall_handle(broker) -> None:
@@ -96,15 +98,31 @@ async def test_recall_after_fire_and_bad_handles_are_refused(broker) -> None:
     assert late.code == ILLEGAL and "already delivered" in late.remark, late.remark
     h = decode_recall_handle(handle)
     cases = [
-        ("T4", RecallHandle("T4", "broker-a", h.deliver_ms, "F" * 32).encode(), ILLEGAL,
-         "no delayed or timer message"),
+        (
+            "T4",
+            RecallHandle("T4", "broker-a", h.deliver_ms, "F" * 32).encode(),
+            ILLEGAL,
+            "no delayed or timer message",
+        ),
         ("T4", "not-a-handle", ILLEGAL, "recall handle is invalid"),
-        ("T4", RecallHandle("Other", "broker-a", h.deliver_ms, key).encode(), ILLEGAL,
-         "topic not match"),
-        ("T4", RecallHandle("T4", "broker-z", h.deliver_ms, key).encode(), ILLEGAL,
-         "broker service not available"),
-        ("Nope", RecallHandle("Nope", "broker-a", h.deliver_ms, key).encode(),
-         ResponseCode.TOPIC_NOT_EXIST, "not exist"),
+        (
+            "T4",
+            RecallHandle("Other", "broker-a", h.deliver_ms, key).encode(),
+            ILLEGAL,
+            "topic not match",
+        ),
+        (
+            "T4",
+            RecallHandle("T4", "broker-z", h.deliver_ms, key).encode(),
+            ILLEGAL,
+            "broker service not available",
+        ),
+        (
+            "Nope",
+            RecallHandle("Nope", "broker-a", h.deliver_ms, key).encode(),
+            ResponseCode.TOPIC_NOT_EXIST,
+            "not exist",
+        ),
     ]
     for topic, bad, code, words in cases:
         resp = await recall(peer, topic, bad)
@@ -177,8 +195,7 @@ async def test_timer_status_reports_pending_per_hour(broker) -> None:
     st = orjson.loads(r.body)
     assert st["scheduled"] == 3 and st["fired"] == 0 and st["nextDueMs"] == dues[0]
     assert sum(h["entries"] for h in st["entriesPerHour"]) == 3
-    assert {h["hourMs"] for h in st["entriesPerHour"]} == {d // 3_600_000 * 3_600_000
-                                                           for d in dues}
+    assert {h["hourMs"] for h in st["entriesPerHour"]} == {d // 3_600_000 * 3_600_000 for d in dues}
     await peer.close()
 
 
@@ -186,11 +203,16 @@ async def test_clients_cannot_write_the_timer_topic(broker) -> None:
     """A forged timer or recall record would fire or cancel anything: the topic is a
     system topic, and a forged origin property is stripped."""
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "rmq_sys_wheel_timer", b"forged", {
-        "TIMER_OUT_MS": "1", "REAL_TOPIC": "Victim", "REAL_QID": "0"})
+    r = await send(
+        peer,
+        "rmq_sys_wheel_timer",
+        b"forged",
+        {"TIMER_OUT_MS": "1", "REAL_TOPIC": "Victim", "REAL_QID": "0"},
+    )
     assert r.code != ResponseCode.SUCCESS and "system topic" in (r.remark or ""), r.remark
-    r, _ = await timer_send(peer, "T9", b"x", {"KAIROS_TIMER_ORIGIN": "1:0",
-                                               "KAIROS_RECALL_TARGET": "1:0"})
+    r, _ = await timer_send(
+        peer, "T9", b"x", {"KAIROS_TIMER_ORIGIN": "1:0", "KAIROS_RECALL_TARGET": "1:0"}
+    )
     (m,) = await pull_all(peer, "T9")
     assert "KAIROS_TIMER_ORIGIN" not in m.properties
     assert broker.timer.cursor == (0, -1)
@@ -206,8 +228,11 @@ async def test_malformed_recall_requests_are_refused_and_the_broker_serves(broke
         {"producerGroup": "/../x", "topic": "T10", "recallHandle": good},
         {"producerGroup": "PG", "topic": "T10", "recallHandle": "QUJD" * 4000},
         {"producerGroup": "PG", "topic": "T10\x00", "recallHandle": good},
-        {"producerGroup": "PG", "topic": "T10", "recallHandle": RecallHandle(
-            "T10", "broker-a", 2**63 - 1, "Z" * 300).encode()},
+        {
+            "producerGroup": "PG",
+            "topic": "T10",
+            "recallHandle": RecallHandle("T10", "broker-a", 2**63 - 1, "Z" * 300).encode(),
+        },
     ]
     for ext in bad:
         resp = await peer.call(RequestCode.RECALL_MESSAGE, ext)

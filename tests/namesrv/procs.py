@@ -37,9 +37,23 @@ class NamesrvProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.err_path, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kairosmq.server", "namesrv", "--port", str(self.port),
-                 "--data-dir", str(self.data_dir), "--log-level", "info", *self.extra],
-                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "kairosmq.server",
+                    "namesrv",
+                    "--port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--log-level",
+                    "info",
+                    *self.extra,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
 
     async def start(self, timeout: float = 30.0) -> None:
         self.launch()
@@ -48,8 +62,10 @@ class NamesrvProcess:
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"namesrv exited with {self.proc.returncode}: "
-                                   f"{self.err_path.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"namesrv exited with {self.proc.returncode}: "
+                    f"{self.err_path.read_text(errors='replace')[-3000:]}"
+                )
             try:
                 _r, w = await asyncio.open_connection("127.0.0.1", self.port)
                 w.close()

@@ -32,10 +32,17 @@ from tests.security.acl_setup import ACL_FILE
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
 MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
-_missing = (f"{START_BROKER} not found" if not START_BROKER.exists() else
-            "java is not on PATH" if shutil.which("java") is None else None)
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}")]
+_missing = (
+    f"{START_BROKER} not found"
+    if not START_BROKER.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+]
 
 TOPIC, PGROUP, CGROUP = "NsApacheTopic", "NsApachePG", "NsApacheCG"
 
@@ -58,8 +65,12 @@ async def mqadmin(store: Path, *args: str) -> str:
     await asyncio.to_thread(store.mkdir, parents=True, exist_ok=True)
     argv = await asyncio.to_thread(mqadmin_argv, *args, user_home=store)
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=store, env={**os.environ, "STORE_DIR": str(store)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *argv,
+        cwd=store,
+        env={**os.environ, "STORE_DIR": str(store)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text
@@ -71,12 +82,22 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
     await ns.start()
     port = _free_broker_port()
     addr = f"127.0.0.1:{port}"
-    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
-           "NAMESRV": ns.address, "BROKER_NAME": "apache-a", "CLUSTER": "MixedCluster",
-           "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+    env = {
+        **os.environ,
+        "STORE_DIR": str(tmp_path / "apache"),
+        "BROKER_PORT": str(port),
+        "NAMESRV": ns.address,
+        "BROKER_NAME": "apache-a",
+        "CLUSTER": "MixedCluster",
+        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+    }
     broker = await asyncio.create_subprocess_exec(
-        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        str(START_BROKER),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
     producer: Any = None
     consumer: Any = None
     try:
@@ -87,7 +108,8 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
 
         out, route_out = await asyncio.gather(
             mqadmin(tmp_path / "adm1", "clusterList", "-n", ns.address),
-            mqadmin(tmp_path / "adm2", "topicRoute", "-n", ns.address, "-t", "TBW102"))
+            mqadmin(tmp_path / "adm2", "topicRoute", "-n", ns.address, "-t", "TBW102"),
+        )
         row = next(line.split() for line in out.splitlines() if "apache-a" in line)
         assert row[:4] == ["MixedCluster", "apache-a", "0", addr] and row[4] == "V4_9_8", out
         assert '"brokerName":"apache-a"' in route_out and addr in route_out, route_out
@@ -105,8 +127,9 @@ async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Pa
             got.extend(m.body for m in msgs)
             return ConsumeStatus.CONSUME_SUCCESS
 
-        consumer = PushConsumer(CGROUP, namesrv=ns.address,
-                                consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        consumer = PushConsumer(
+            CGROUP, namesrv=ns.address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+        )
         consumer.subscribe(TOPIC, "*")
         consumer.register_listener(on_messages)
         await consumer.start()
@@ -149,19 +172,34 @@ async def test_apache_broker_registers_through_the_white_list_only(tmp_path: Pat
     await white.start()
     port = _free_broker_port()
     addr = f"127.0.0.1:{port}"
-    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
-           "NAMESRV": f"{closed.address};{white.address}", "BROKER_NAME": "apache-w",
-           "CLUSTER": "WhiteCluster", "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+    env = {
+        **os.environ,
+        "STORE_DIR": str(tmp_path / "apache"),
+        "BROKER_PORT": str(port),
+        "NAMESRV": f"{closed.address};{white.address}",
+        "BROKER_NAME": "apache-w",
+        "CLUSTER": "WhiteCluster",
+        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+    }
     broker = await asyncio.create_subprocess_exec(
-        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        str(START_BROKER),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         await wait_route(white.address, "TBW102", addr, timeout=120.0)
         info = await cluster_info(white.address)
         assert info.broker_addr_table["apache-w"].broker_addrs == {0: addr}
-        await wait_until(lambda: any(e["request_code"] == 103 and e["access_key"] == ""
-                                     for e in closed.events("acl.denied")), 30.0,
-                         what="the closed name server refused the Java broker")
+        await wait_until(
+            lambda: any(
+                e["request_code"] == 103 and e["access_key"] == ""
+                for e in closed.events("acl.denied")
+            ),
+            30.0,
+            what="the closed name server refused the Java broker",
+        )
         assert (await cluster_info(closed.address)).broker_addr_table == {}
     finally:
         if broker.returncode is None:

@@ -63,9 +63,13 @@ from tests.wire import RawPeer
 pytestmark = pytest.mark.slow
 
 CLUSTER, BROKER = "AclCluster", "broker-a"
-FAST = dict(rebalance_interval=0.3, pull_time_delay_millis_when_exception=50,
-            persist_consumer_offset_interval=0.2,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+FAST = dict(
+    rebalance_interval=0.3,
+    pull_time_delay_millis_when_exception=50,
+    persist_consumer_offset_interval=0.2,
+    consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+)
+
 
 def kv_file(ns: NamesrvProcess) -> Any:
     return orjson.loads((ns.data_dir / "kvConfig.json").read_bytes())
@@ -89,19 +93,32 @@ async def procs() -> AsyncIterator[list[Any]]:
             p.proc.wait()
 
 
-def broker_with_credentials(data_dir: Path, ns: str, acl_file: Path, *extra: str
-                            ) -> BrokerProcess:
-    return BrokerProcess(data_dir, "--acl", str(acl_file), "--namesrv", ns,
-                         "--broker-name", BROKER, "--cluster", CLUSTER,
-                         "--namesrv-access-key", ADMIN.access_key, "--register-period", "1",
-                         *extra, env={NAMESRV_SECRET_KEY_ENV: ADMIN.secret_key})
+def broker_with_credentials(data_dir: Path, ns: str, acl_file: Path, *extra: str) -> BrokerProcess:
+    return BrokerProcess(
+        data_dir,
+        "--acl",
+        str(acl_file),
+        "--namesrv",
+        ns,
+        "--broker-name",
+        BROKER,
+        "--cluster",
+        CLUSTER,
+        "--namesrv-access-key",
+        ADMIN.access_key,
+        "--register-period",
+        "1",
+        *extra,
+        env={NAMESRV_SECRET_KEY_ENV: ADMIN.secret_key},
+    )
 
 
 # ------------------------------------------------------------------ the audit
 
 
 async def test_audit_requests_are_refused_and_nothing_moves(
-        tmp_path: Path, acl_file: Path, procs: list[Any]) -> None:
+    tmp_path: Path, acl_file: Path, procs: list[Any]
+) -> None:
     ns = NamesrvProcess(tmp_path / "ns", "--acl", str(acl_file), "--scan-not-active-ms", "200")
     await ns.start()
     procs.append(ns)
@@ -112,8 +129,9 @@ async def test_audit_requests_are_refused_and_nothing_moves(
     before = await wait_route(ns.address, "Orders", broker.address)
     assert [q.perm for q in before.queue_datas] == [6]
     # an admin's KV entry: the state an attacker must not change
-    put = req(R.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "Orders",
-                                "value": f"{BROKER}:4"})
+    put = req(
+        R.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "Orders", "value": f"{BROKER}:4"}
+    )
     assert (await call(ns.address, put, ADMIN)).code == C.SUCCESS
     kv_before = kv_file(ns)
     assert kv_before == {"configTable": {ORDER_TOPIC_CONFIG: {"Orders": f"{BROKER}:4"}}}
@@ -124,8 +142,9 @@ async def test_audit_requests_are_refused_and_nothing_moves(
     # reads need a valid signature too (a stock client signs them)
     r = await call(ns.address, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}))
     assert (r.code, r.remark) == NO_KEY
-    r = await call(ns.address, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}), PRODUCER,
-                   secret="wrong")
+    r = await call(
+        ns.address, req(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}), PRODUCER, secret="wrong"
+    )
     assert r.code == C.SYSTEM_ERROR and "Check signature failed" in r.remark
 
     # well past the 1 s expiry the audit asked for, and several scans (every 200 ms):
@@ -137,20 +156,35 @@ async def test_audit_requests_are_refused_and_nothing_moves(
     assert await namesrv_config(ns.address) == config_before
     assert kv_file(ns) == kv_before
     assert (await kv_get(ns.address, "Evil")).code == C.QUERY_NOT_FOUND
-    await wait_until(lambda: {e["request_code"] for e in ns.events("acl.denied")} >= {
-        int(R.REGISTER_BROKER), int(R.WIPE_WRITE_PERM_OF_BROKER),
-        int(R.UPDATE_NAMESRV_CONFIG)}, 10.0, what="acl.denied logged")
+    await wait_until(
+        lambda: (
+            {e["request_code"] for e in ns.events("acl.denied")}
+            >= {
+                int(R.REGISTER_BROKER),
+                int(R.WIPE_WRITE_PERM_OF_BROKER),
+                int(R.UPDATE_NAMESRV_CONFIG),
+            }
+        ),
+        10.0,
+        what="acl.denied logged",
+    )
     assert {e["listener"] for e in ns.events("acl.denied")} == {"namesrv"}
 
     # stock-ish clients with credentials route through it and send to the broker
     got = Collector()
-    async with Producer("AclPG", ns.address, access_key=PRODUCER.access_key,
-                        secret_key=PRODUCER.secret_key) as producer:
+    async with Producer(
+        "AclPG", ns.address, access_key=PRODUCER.access_key, secret_key=PRODUCER.secret_key
+    ) as producer:
         for i in range(3):
             sent = await producer.send(Message("Orders", b"m%d" % i))
             assert sent.message_queue.broker_name == BROKER
-        consumer = PushConsumer("OrdersCG", ns.address, access_key=CONSUMER.access_key,
-                                secret_key=CONSUMER.secret_key, **FAST)  # type: ignore[arg-type]
+        consumer = PushConsumer(
+            "OrdersCG",
+            ns.address,
+            access_key=CONSUMER.access_key,
+            secret_key=CONSUMER.secret_key,
+            **FAST,
+        )  # type: ignore[arg-type]
         consumer.subscribe("Orders", "*")
         consumer.register_listener(got)
         await consumer.start()
@@ -170,8 +204,9 @@ async def test_audit_requests_are_refused_and_nothing_moves(
     assert await namesrv_config(ns.address) == config_before
     assert (await kv_get(ns.address, "Orders")).ext_fields["value"] == f"{BROKER}:4"
     assert (await kv_get(ns.address, "Evil")).code == C.QUERY_NOT_FOUND
-    async with Producer("AclPG2", ns.address, access_key=PRODUCER.access_key,
-                        secret_key=PRODUCER.secret_key) as producer:
+    async with Producer(
+        "AclPG2", ns.address, access_key=PRODUCER.access_key, secret_key=PRODUCER.secret_key
+    ) as producer:
         assert (await producer.send(Message("Orders", b"after"))).msg_id
     assert broker.terminate() == 0  # a clean stop: its signed UNREGISTER_BROKER is taken
     info = await cluster_info(ns.address)
@@ -189,18 +224,26 @@ async def peer_from(ip: str, ns: NamesrvProcess) -> RawPeer:
 
 
 def register(name: str, addr: str) -> RemotingCommand:
-    return build_register_broker(cluster_name=CLUSTER, broker_name=name, broker_addr=addr,
-                                 ha_server_addr="127.0.0.1:1",
-                                 topic_configs=[TopicConfigData("WlTopic", 2, 2)],
-                                 data_version=DataVersion(1, 1))
+    return build_register_broker(
+        cluster_name=CLUSTER,
+        broker_name=name,
+        broker_addr=addr,
+        ha_server_addr="127.0.0.1:1",
+        topic_configs=[TopicConfigData("WlTopic", 2, 2)],
+        data_version=DataVersion(1, 1),
+    )
 
 
 async def test_admins_write_and_white_listed_addresses_register_unsigned(
-        tmp_path: Path, procs: list[Any]) -> None:
+    tmp_path: Path, procs: list[Any]
+) -> None:
     acl = tmp_path / "plain_acl.yml"
-    acl.write_text("globalWhiteRemoteAddresses:\n  - 127.0.0.2\n" + ACL_FILE +
-                   "  - accessKey: relay_ak_1\n    secretKey: relay_sk_1\n"
-                   "    whiteRemoteAddress: 127.0.0.3\n")
+    acl.write_text(
+        "globalWhiteRemoteAddresses:\n  - 127.0.0.2\n"
+        + ACL_FILE
+        + "  - accessKey: relay_ak_1\n    secretKey: relay_sk_1\n"
+        "    whiteRemoteAddress: 127.0.0.3\n"
+    )
     relay = SessionCredentials("relay_ak_1", "relay_sk_1")
     ns = NamesrvProcess(tmp_path / "ns", "--acl", str(acl))
     await ns.start()
@@ -215,8 +258,11 @@ async def test_admins_write_and_white_listed_addresses_register_unsigned(
     # (RocketMQ 4.9's rule); without an AccessKey (what an Apache broker sends) refused
     relayed = await peer_from("127.0.0.3", ns)
     reg = register("wl-b", "127.0.0.3:20911")
-    r = await relayed.call(reg.code, {**reg.ext_fields, "AccessKey": relay.access_key,
-                                      "Signature": "unchecked"}, reg.body)
+    r = await relayed.call(
+        reg.code,
+        {**reg.ext_fields, "AccessKey": relay.access_key, "Signature": "unchecked"},
+        reg.body,
+    )
     assert r.code == C.SUCCESS, r.remark
     r = await relayed.call(reg.code, reg.ext_fields, reg.body)
     assert (r.code, r.remark) == NO_KEY
@@ -229,23 +275,26 @@ async def test_admins_write_and_white_listed_addresses_register_unsigned(
     assert set(info.broker_addr_table) == {"wl-a", "wl-b"}  # its broker (RocketMQ's rule)
 
     # an admin's signed writes are taken
-    wipe = await call(ns.address, req(R.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "wl-a"}),
-                      ADMIN)
+    wipe = await call(ns.address, req(R.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "wl-a"}), ADMIN)
     assert (wipe.code, wipe.ext_fields["wipeTopicCount"]) == (C.SUCCESS, "1")
     perms = {q.broker_name: q.perm for q in (await route(ns.address, "WlTopic")).queue_datas}
     assert perms == {"wl-a": 4, "wl-b": 6}
-    add = await call(ns.address, req(R.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "wl-a"}),
-                     ADMIN)
+    add = await call(ns.address, req(R.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "wl-a"}), ADMIN)
     assert (add.code, add.ext_fields["addTopicCount"]) == (C.SUCCESS, "1")
-    r = await call(ns.address, req(R.UPDATE_NAMESRV_CONFIG,
-                                   body=b"scanNotActiveBrokerInterval=5000\n"), ADMIN)
+    r = await call(
+        ns.address, req(R.UPDATE_NAMESRV_CONFIG, body=b"scanNotActiveBrokerInterval=5000\n"), ADMIN
+    )
     assert r.code == C.SUCCESS, r.remark
     assert (await namesrv_config(ns.address))["scanNotActiveBrokerInterval"] == "5000"
-    put = req(R.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "WlTopic",
-                                "value": "wl-a:2"})
+    put = req(
+        R.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "WlTopic", "value": "wl-a:2"}
+    )
     assert (await call(ns.address, put, ADMIN)).code == C.SUCCESS
-    r = await call(ns.address, req(R.DELETE_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG,
-                                                        "key": "WlTopic"}), PRODUCER)
+    r = await call(
+        ns.address,
+        req(R.DELETE_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "WlTopic"}),
+        PRODUCER,
+    )
     assert (r.code, r.remark) == not_admin(R.DELETE_KV_CONFIG, PRODUCER.access_key)
     kv_before = kv_file(ns)
     await whitelisted.close()
@@ -272,15 +321,23 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 async def test_tls_enforcing_name_server_with_client_certificates(
-        tmp_path: Path, acl_file: Path, certs: Certs, procs: list[Any]) -> None:
+    tmp_path: Path, acl_file: Path, certs: Certs, procs: list[Any]
+) -> None:
     """Mutual TLS on the name server (``--tls-ca``): plain clients and TLS clients without a
     certificate are refused; a broker registers over TLS (its own certificate as client
     certificate, the name server verified against the CA) and signed; TLS clients route and
     send through it; ACL still applies inside TLS."""
-    tls_opts = ("--tls-mode", "enforcing", "--tls-cert", str(certs.server_cert),
-                "--tls-key", str(certs.server_key))
-    ns = NamesrvProcess(tmp_path / "ns", "--acl", str(acl_file), *tls_opts,
-                        "--tls-ca", str(certs.ca))
+    tls_opts = (
+        "--tls-mode",
+        "enforcing",
+        "--tls-cert",
+        str(certs.server_cert),
+        "--tls-key",
+        str(certs.server_key),
+    )
+    ns = NamesrvProcess(
+        tmp_path / "ns", "--acl", str(acl_file), *tls_opts, "--tls-ca", str(certs.ca)
+    )
     await ns.start()
     procs.append(ns)
     tls = certs.client_context(with_cert=True)
@@ -290,29 +347,45 @@ async def test_tls_enforcing_name_server_with_client_certificates(
         await plain.call(R.GET_BROKER_CLUSTER_INFO, timeout=5.0)
     assert await plain.closed(5.0)
     with pytest.raises(ClientError):  # TLS, but no client certificate: handshake refused
-        await call(ns.address, req(R.GET_BROKER_CLUSTER_INFO), CONSUMER,
-                   tls=certs.client_context())
-    await wait_until(lambda: ns.events("tls.refused") and ns.events("tls.failed"), 10.0,
-                     what="tls.refused and tls.failed logged")
+        await call(ns.address, req(R.GET_BROKER_CLUSTER_INFO), CONSUMER, tls=certs.client_context())
+    await wait_until(
+        lambda: ns.events("tls.refused") and ns.events("tls.failed"),
+        10.0,
+        what="tls.refused and tls.failed logged",
+    )
 
-    broker = broker_with_credentials(tmp_path / "broker", ns.address, acl_file, *tls_opts,
-                                     "--namesrv-tls", "--namesrv-tls-ca", str(certs.ca))
+    broker = broker_with_credentials(
+        tmp_path / "broker",
+        ns.address,
+        acl_file,
+        *tls_opts,
+        "--namesrv-tls",
+        "--namesrv-tls-ca",
+        str(certs.ca),
+    )
     await broker.start()
     procs.append(broker)
     await create_topic(broker.address, "Orders", tls=tls)
     before = await wait_route(ns.address, "Orders", broker.address, tls=tls)
-    await refused_every_way(ns.address, audit_requests(CLUSTER, BROKER, broker.address)[:3],
-                            tls=tls)
+    await refused_every_way(
+        ns.address, audit_requests(CLUSTER, BROKER, broker.address)[:3], tls=tls
+    )
     assert await route(ns.address, "Orders", tls=tls) == before
 
     got = Collector()
-    async with Producer("TlsPG", ns.address, access_key=PRODUCER.access_key,
-                        secret_key=PRODUCER.secret_key, tls=tls) as producer:
+    async with Producer(
+        "TlsPG", ns.address, access_key=PRODUCER.access_key, secret_key=PRODUCER.secret_key, tls=tls
+    ) as producer:
         for i in range(2):
             await producer.send(Message("Orders", b"t%d" % i))
-        consumer = PushConsumer("OrdersCG", ns.address, access_key=CONSUMER.access_key,
-                                secret_key=CONSUMER.secret_key, tls=tls,
-                                **FAST)  # type: ignore[arg-type]
+        consumer = PushConsumer(
+            "OrdersCG",
+            ns.address,
+            access_key=CONSUMER.access_key,
+            secret_key=CONSUMER.secret_key,
+            tls=tls,
+            **FAST,
+        )  # type: ignore[arg-type]
         consumer.subscribe("Orders", "*")
         consumer.register_listener(got)
         await consumer.start()
@@ -321,34 +394,51 @@ async def test_tls_enforcing_name_server_with_client_certificates(
         finally:
             await consumer.shutdown()
     assert sorted(got.bodies) == [b"t0", b"t1"]
-    assert (await cluster_info(ns.address, tls=tls)).broker_addr_table[BROKER].broker_addrs \
-        == {0: broker.address}
+    assert (await cluster_info(ns.address, tls=tls)).broker_addr_table[BROKER].broker_addrs == {
+        0: broker.address
+    }
     assert broker.terminate() == 0
     assert ns.terminate() == 0
 
 
 async def test_a_broker_without_credentials_is_refused_and_says_why(
-        tmp_path: Path, acl_file: Path, procs: list[Any]) -> None:
+    tmp_path: Path, acl_file: Path, procs: list[Any]
+) -> None:
     """A kairosmq broker without --namesrv-access-key (or with a non-admin account) gets no
     route; its status names the name server's answer. The name server keeps serving."""
     ns = NamesrvProcess(tmp_path / "ns", "--acl", str(acl_file))
     await ns.start()
     procs.append(ns)
-    unsigned = BrokerProcess(tmp_path / "b1", "--namesrv", ns.address, "--broker-name", "b1",
-                             "--register-period", "1")
+    unsigned = BrokerProcess(
+        tmp_path / "b1", "--namesrv", ns.address, "--broker-name", "b1", "--register-period", "1"
+    )
     producer_signed = BrokerProcess(
-        tmp_path / "b2", "--namesrv", ns.address, "--broker-name", "b2",
-        "--namesrv-access-key", PRODUCER.access_key, "--register-period", "1",
-        env={NAMESRV_SECRET_KEY_ENV: PRODUCER.secret_key})
+        tmp_path / "b2",
+        "--namesrv",
+        ns.address,
+        "--broker-name",
+        "b2",
+        "--namesrv-access-key",
+        PRODUCER.access_key,
+        "--register-period",
+        "1",
+        env={NAMESRV_SECRET_KEY_ENV: PRODUCER.secret_key},
+    )
     for b in (unsigned, producer_signed):
         await b.start()
         procs.append(b)
-    await wait_until(lambda: {(e["request_code"], e["access_key"])
-                              for e in ns.events("acl.denied")} >= {
-        (int(R.REGISTER_BROKER), ""), (int(R.REGISTER_BROKER), PRODUCER.access_key)},
-        20.0, what="both registrations refused")
-    for b, remark in ((unsigned, "No accessKey is configured"),
-                      (producer_signed, "Need admin permission for request code=103")):
+    await wait_until(
+        lambda: (
+            {(e["request_code"], e["access_key"]) for e in ns.events("acl.denied")}
+            >= {(int(R.REGISTER_BROKER), ""), (int(R.REGISTER_BROKER), PRODUCER.access_key)}
+        ),
+        20.0,
+        what="both registrations refused",
+    )
+    for b, remark in (
+        (unsigned, "No accessKey is configured"),
+        (producer_signed, "Need admin permission for request code=103"),
+    ):
         st = await call(b.address, req(R.KAIROS_GET_BROKER_STATUS))
         assert st.code == C.SUCCESS, st.remark
         (link,) = orjson.loads(st.body)["registration"]["nameServers"]
@@ -357,4 +447,3 @@ async def test_a_broker_without_credentials_is_refused_and_says_why(
     for b in (unsigned, producer_signed):
         assert b.terminate() == 0
     assert ns.terminate() == 0
-

@@ -14,13 +14,28 @@ def _wrapper(*topics: str, version: DataVersion = V1) -> TopicConfigSerializeWra
     return TopicConfigSerializeWrapper({t: TopicConfigData(t, 4, 4) for t in topics}, version)
 
 
-def _register(rim: RouteInfoManager, name: str, addr: str, *topics: str, now: float = 0,
-              broker_id: int = 0, cluster: str = "C", conn: Any = None,
-              version: DataVersion = V1) -> Any:
-    return rim.register_broker(cluster_name=cluster, broker_addr=addr, broker_name=name,
-                               broker_id=broker_id, ha_server_addr=addr + "0",
-                               wrapper=_wrapper(*topics, version=version), filter_servers=[],
-                               conn=conn, now_ms=now)
+def _register(
+    rim: RouteInfoManager,
+    name: str,
+    addr: str,
+    *topics: str,
+    now: float = 0,
+    broker_id: int = 0,
+    cluster: str = "C",
+    conn: Any = None,
+    version: DataVersion = V1,
+) -> Any:
+    return rim.register_broker(
+        cluster_name=cluster,
+        broker_addr=addr,
+        broker_name=name,
+        broker_id=broker_id,
+        ha_server_addr=addr + "0",
+        wrapper=_wrapper(*topics, version=version),
+        filter_servers=[],
+        conn=conn,
+        now_ms=now,
+    )
 
 
 def test_expiry_uses_the_last_register_time() -> None:
@@ -81,8 +96,16 @@ def test_delete_topic_and_topics_by_cluster() -> None:
 def test_register_without_body_keeps_topics() -> None:
     rim = RouteInfoManager()
     _register(rim, "b1", "h:1", "A")
-    done = rim.register_broker(cluster_name="C", broker_addr="h:1", broker_name="b1",
-                               broker_id=0, ha_server_addr="", wrapper=None,
-                               filter_servers=None, conn=None, now_ms=5)
+    done = rim.register_broker(
+        cluster_name="C",
+        broker_addr="h:1",
+        broker_name="b1",
+        broker_id=0,
+        ha_server_addr="",
+        wrapper=None,
+        filter_servers=None,
+        conn=None,
+        now_ms=5,
+    )
     assert not done.topics_changed and rim.all_topics() == ["A"]
     assert rim.query_broker_topic_config("h:1") == DataVersion(0, 0)

@@ -22,8 +22,9 @@ def admin() -> Callable[[Broker], AdminRunner]:
     """
 
     def bind(broker: Broker) -> AdminRunner:
-        async def run(*argv: str, json_out: bool = False,
-                      direct: bool = False) -> tuple[int, str, str]:
+        async def run(
+            *argv: str, json_out: bool = False, direct: bool = False
+        ) -> tuple[int, str, str]:
             args = ["--namesrv", broker.namesrv_address, "--timeout", "3"]
             if direct:
                 args += ["--broker", broker.address]

@@ -20,8 +20,14 @@ async def test_topic_create_list_delete(broker, admin) -> None:
     code, out, err = await run("topic", "list", json_out=True)
     assert code == 0, err
     rows = {r["topic"]: r for r in json.loads(out)}
-    assert rows["Orders"] == {"topic": "Orders", "kind": "normal", "readQueues": 3,
-                              "writeQueues": 3, "perm": "rw", "order": False}
+    assert rows["Orders"] == {
+        "topic": "Orders",
+        "kind": "normal",
+        "readQueues": 3,
+        "writeQueues": 3,
+        "perm": "rw",
+        "order": False,
+    }
     assert rows["SCHEDULE_TOPIC_XXXX"]["kind"] == "system"
     code, out, err = await run("topic", "list")
     assert code == 0, err
@@ -41,14 +47,20 @@ async def test_offsets_groups_and_lag(broker, admin) -> None:
     peer = await RawPeer.connect(broker.address)
     for i in range(5):
         assert (await send(peer, "Lagging", f"m{i}".encode(), queue_id=i % 2)).code == 0
-    r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": "GL", "topic": "Lagging", "queueId": 0, "commitOffset": 1})
+    r = await peer.call(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "GL", "topic": "Lagging", "queueId": 0, "commitOffset": 1},
+    )
     assert r.code == ResponseCode.SUCCESS
     code, out, err = await run("offsets", "Lagging", json_out=True)
     assert code == 0, err
     rows = json.loads(out)
     assert [(r["queueId"], r["minOffset"], r["maxOffset"]) for r in rows] == [
-        (0, 0, 3), (1, 0, 2), (2, 0, 0), (3, 0, 0)]
+        (0, 0, 3),
+        (1, 0, 2),
+        (2, 0, 0),
+        (3, 0, 0),
+    ]
     code, out, err = await run("groups", json_out=True)
     assert code == 0, err
     groups = {g["group"]: g for g in json.loads(out)}
@@ -95,8 +107,9 @@ async def test_schedule_backlog(broker_factory, admin) -> None:
 async def test_msg_by_id_offset_id_and_key(broker, admin) -> None:
     run = admin(broker)
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "Looked", b"hello", {"UNIQ_KEY": "AB01", "KEYS": "order-7 cust-3",
-                                               "TAGS": "TagA"})
+    r = await send(
+        peer, "Looked", b"hello", {"UNIQ_KEY": "AB01", "KEYS": "order-7 cust-3", "TAGS": "TagA"}
+    )
     offset_id = r.ext_fields["msgId"]
     for i in range(3):
         await send(peer, "Looked", f"other{i}".encode(), {"UNIQ_KEY": f"CD{i}", "KEYS": "x"})
@@ -133,9 +146,16 @@ async def test_dlq_resend(broker, admin) -> None:
         await send(peer, "Work", f"w{i}".encode(), {"UNIQ_KEY": f"W{i}"})
     got = decode_records((await pull(peer, "Work")).body)
     for m in got:
-        r = await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-            "offset": m.commit_log_offset, "group": "GD", "delayLevel": -1,
-            "originMsgId": m.msg_id, "originTopic": m.topic})
+        r = await peer.call(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": m.commit_log_offset,
+                "group": "GD",
+                "delayLevel": -1,
+                "originMsgId": m.msg_id,
+                "originTopic": m.topic,
+            },
+        )
         assert r.code == ResponseCode.SUCCESS
     assert broker.store.max_offset("%DLQ%GD", 0) == 3
     code, out, err = await run("groups", json_out=True)
@@ -193,15 +213,23 @@ async def test_dlq_resend_to_retry_topic(broker, admin) -> None:
     peer = await RawPeer.connect(broker.address)
     await send(peer, "Work2", b"w", {"UNIQ_KEY": "R0"})
     (m,) = decode_records((await pull(peer, "Work2")).body)
-    await peer.call(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "offset": m.commit_log_offset, "group": "GR", "delayLevel": -1,
-        "originMsgId": m.msg_id, "originTopic": m.topic})
+    await peer.call(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": m.commit_log_offset,
+            "group": "GR",
+            "delayLevel": -1,
+            "originMsgId": m.msg_id,
+            "originTopic": m.topic,
+        },
+    )
     code, out, err = await run("dlq", "resend", "GR", "--to-retry", json_out=True)
     assert code == 0, err
     (x,) = json.loads(out)["resent"]
     assert code == 0 and x["topic"] == "%RETRY%GR"
-    (r,) = decode_records((await pull(peer, "%RETRY%GR", queue_id=x["queueId"],
-                                      offset=x["queueOffset"])).body)
+    (r,) = decode_records(
+        (await pull(peer, "%RETRY%GR", queue_id=x["queueId"], offset=x["queueOffset"])).body
+    )
     assert r.msg_id == "R0" and r.properties["RETRY_TOPIC"] == "Work2"
     await peer.close()
 

@@ -16,9 +16,15 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_compose_services_work_together_outside_docker(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "compose_outside_docker.py"),
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=150,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "compose_outside_docker.py"),
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout

@@ -20,7 +20,8 @@ from kairosmq.server.config import BrokerConfig
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "compose_outside_docker", REPO / "scripts" / "compose_outside_docker.py")
+    "compose_outside_docker", REPO / "scripts" / "compose_outside_docker.py"
+)
 assert _spec is not None and _spec.loader is not None
 cod = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cod
@@ -64,8 +65,15 @@ def test_broker_image_entrypoint_volumes_ports_and_healthcheck() -> None:
 
 
 def test_compose_services_volumes_ports() -> None:
-    assert set(COMPOSE["services"]) == {"broker", "spark-report", "producer", "consumer",
-                                        "namesrv", "broker-a", "broker-b"}  # tests/cluster
+    assert set(COMPOSE["services"]) == {
+        "broker",
+        "spark-report",
+        "producer",
+        "consumer",
+        "namesrv",
+        "broker-a",
+        "broker-b",
+    }  # tests/cluster
     b = PLANS["broker"]
     assert COMPOSE["services"]["broker"]["restart"] in ("always", "unless-stopped")
     assert b.healthcheck == STAGES["broker"].healthcheck
@@ -127,7 +135,8 @@ async def test_healthcheck_command_against_live_broker(broker) -> None:
     ports = {DEFAULTS.namesrv_port: broker.namesrv_port, DEFAULTS.port: broker.port}
     argv = [str(Path(sys.executable).parent / "kairosmq")] + [
         re.sub(r":(\d+)$", lambda m: f":{ports.get(int(m.group(1)), m.group(1))}", a)
-        for a in b.healthcheck[1:]]
+        for a in b.healthcheck[1:]
+    ]
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
     out, _ = await proc.communicate()
     assert proc.returncode == 0 and out.startswith(b"ok: broker")
@@ -144,8 +153,7 @@ def test_metrics_published_on_the_docker_host_loopback_only() -> None:
     assert _broker_args(["broker"]).metrics_host == "127.0.0.1" == DEFAULTS.metrics_host
     acl = yaml.safe_load((REPO / "docker-compose.acl.yml").read_text())
     merged = {**COMPOSE, "services": {**COMPOSE["services"]}}
-    merged["services"]["broker"] = {**COMPOSE["services"]["broker"],
-                                    **acl["services"]["broker"]}
+    merged["services"]["broker"] = {**COMPOSE["services"]["broker"], **acl["services"]["broker"]}
     for name, compose in (("docker-compose.yml", COMPOSE), ("+ docker-compose.acl.yml", merged)):
         plans = cod.plan_services(compose, STAGES, env={})
         served = 0
@@ -158,7 +166,8 @@ def test_metrics_published_on_the_docker_host_loopback_only() -> None:
                     served += 1
                     assert plan.published[container] == "127.0.0.1", (
                         f"{name}: {plan.name} publishes metrics on "
-                        f"{plan.published[container] or 'every interface'}")
+                        f"{plan.published[container] or 'every interface'}"
+                    )
                 else:
                     assert plan.published[container] == "", (name, plan.name, container)
             if args.metrics_port is not None:

@@ -17,8 +17,13 @@ async def _fill(broker, n: int) -> list[str]:
     peer = await RawPeer.connect(broker.address)
     ids = []
     for i in range(n):
-        r = await send(peer, "Idx", f"b{i}".encode(),
-                       {"UNIQ_KEY": f"ID{i:04d}", "KEYS": f"k{i % 5} all"}, queue_id=i % 3)
+        r = await send(
+            peer,
+            "Idx",
+            f"b{i}".encode(),
+            {"UNIQ_KEY": f"ID{i:04d}", "KEYS": f"k{i % 5} all"},
+            queue_id=i % 3,
+        )
         assert r.code == 0
         ids.append(f"ID{i:04d}")
     await peer.close()
@@ -29,8 +34,11 @@ def _bodies(broker, index: KeyIndex, kind: str, key: str) -> list[bytes]:
     out = []
     for phy in index.lookup(kind, key, limit=1000):
         m = decode_record(broker.store.read_at(phy))
-        ok = m.properties.get("UNIQ_KEY") == key if kind == KIND_UNIQ else \
-            key in m.properties.get("KEYS", "").split()
+        ok = (
+            m.properties.get("UNIQ_KEY") == key
+            if kind == KIND_UNIQ
+            else key in m.properties.get("KEYS", "").split()
+        )
         if ok:
             out.append(m.body)
     return out
@@ -40,7 +48,8 @@ async def test_live_lookups_newest_first(broker) -> None:
     await _fill(broker, 30)
     assert _bodies(broker, broker.index, KIND_UNIQ, "ID0007") == [b"b7"]
     assert _bodies(broker, broker.index, KIND_KEY, "k2") == [
-        f"b{i}".encode() for i in (27, 22, 17, 12, 7, 2)]
+        f"b{i}".encode() for i in (27, 22, 17, 12, 7, 2)
+    ]
     assert len(broker.index.lookup(KIND_KEY, "all", limit=10)) == 10
     assert broker.index.lookup(KIND_UNIQ, "k2") == []  # kinds do not mix
     assert broker.index.end_phy == broker.store.commitlog.max_offset
@@ -66,13 +75,20 @@ async def test_query_verifies_candidates(broker) -> None:
     broker.index._add(key_hash(KIND_UNIQ, "ID0001"), wrong + 3)  # not a record start
     assert broker.index.lookup(KIND_UNIQ, "ID0001")[:2] == [wrong + 3, wrong]
     peer = await RawPeer.connect(broker.address)
-    r = await peer.call(RequestCode.QUERY_MESSAGE, {
-        "topic": "Idx", "key": "ID0001", "maxNum": 32, "beginTimestamp": 0,
-        "endTimestamp": 0, "_UNIQUE_KEY_QUERY": "true"})
+    r = await peer.call(
+        RequestCode.QUERY_MESSAGE,
+        {
+            "topic": "Idx",
+            "key": "ID0001",
+            "maxNum": 32,
+            "beginTimestamp": 0,
+            "endTimestamp": 0,
+            "_UNIQUE_KEY_QUERY": "true",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS
     assert [m.commit_log_offset for m in decode_records(r.body)] == [right]
-    r = await peer.call(RequestCode.QUERY_MESSAGE, {"topic": "Other", "key": "k1",
-                                                    "maxNum": 32})
+    r = await peer.call(RequestCode.QUERY_MESSAGE, {"topic": "Other", "key": "k1", "maxNum": 32})
     assert r.code == ResponseCode.QUERY_NOT_FOUND
     await peer.close()
 

@@ -23,8 +23,9 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, send, spawn_java, wait_un
 from tests.wire import RawPeer
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
-                                reason="needs javac and the RocketMQ 4.9.8 jars")
+pytestmark = pytest.mark.skipif(
+    shutil.which("javac") is None or not JARS, reason="needs javac and the RocketMQ 4.9.8 jars"
+)
 N = 6
 JAVA = r"""
 import java.util.concurrent.atomic.AtomicInteger;
@@ -77,31 +78,47 @@ async def test_java_consumer_answers_running_info_and_resets(broker, tmp_path: P
     peer = await RawPeer.connect(broker.address)
     for i in range(N):
         assert (await send(peer, "JavaCbTopic", f"m{i}".encode(), queue_id=i % 4)).code == 0
-    proc = await spawn_java(cp, "JavaCallbacks", broker.namesrv_address, "JavaCbTopic",
-                            str(2 * N), home=tmp_path)
+    proc = await spawn_java(
+        cp, "JavaCallbacks", broker.namesrv_address, "JavaCbTopic", str(2 * N), home=tmp_path
+    )
     lines: list[str] = []
     reader = asyncio.ensure_future(_lines(proc, lines))
     try:
-        await wait_until(lambda: sum(x.startswith("consumed ") for x in lines) >= N, 60,
-                         what="the Java consumer consumed the messages")
+        await wait_until(
+            lambda: sum(x.startswith("consumed ") for x in lines) >= N,
+            60,
+            what="the Java consumer consumed the messages",
+        )
         (client_id,) = [x.split()[1] for x in lines if x.startswith("started ")]
-        await wait_until(lambda: all(broker.offsets.query("JavaCbCG", "JavaCbTopic", q)
-                                     == broker.store.max_offset("JavaCbTopic", q)
-                                     for q in range(4)), 30, what="offsets committed")
-        r = await peer.call(R.GET_CONSUMER_RUNNING_INFO, {
-            "consumerGroup": "JavaCbCG", "clientId": client_id, "jstackEnable": "false"})
+        await wait_until(
+            lambda: all(
+                broker.offsets.query("JavaCbCG", "JavaCbTopic", q)
+                == broker.store.max_offset("JavaCbTopic", q)
+                for q in range(4)
+            ),
+            30,
+            what="offsets committed",
+        )
+        r = await peer.call(
+            R.GET_CONSUMER_RUNNING_INFO,
+            {"consumerGroup": "JavaCbCG", "clientId": client_id, "jstackEnable": "false"},
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
         mq_table, info = decode_mq_table(r.body, "mqTable")
-        offsets = {mq.queue_id: v["commitOffset"] for mq, v in mq_table.items()
-                   if mq.topic == "JavaCbTopic"}
+        offsets = {
+            mq.queue_id: v["commitOffset"]
+            for mq, v in mq_table.items()
+            if mq.topic == "JavaCbTopic"
+        }
         assert offsets == {q: broker.store.max_offset("JavaCbTopic", q) for q in range(4)}
         assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
-        assert {s["topic"] for s in info["subscriptionSet"]} == {"JavaCbTopic",
-                                                                 "%RETRY%JavaCbCG"}
+        assert {s["topic"] for s in info["subscriptionSet"]} == {"JavaCbTopic", "%RETRY%JavaCbCG"}
         r = await peer.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "JavaCbCG"})
         assert b'"language":"JAVA"' in r.body
-        r = await peer.call(R.INVOKE_BROKER_TO_RESET_OFFSET, {
-            "topic": "JavaCbTopic", "group": "JavaCbCG", "timestamp": "0", "isForce": "true"})
+        r = await peer.call(
+            R.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": "JavaCbTopic", "group": "JavaCbCG", "timestamp": "0", "isForce": "true"},
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
         # Java waits 10 s, commits the reset offsets, and its next rebalance (<= 20 s) pulls
         await asyncio.wait_for(proc.wait(), 90)

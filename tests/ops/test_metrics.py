@@ -39,11 +39,13 @@ async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
         assert (await send(peer, "Metered", b"t", {"TIMER_DELAY_MS": "20"})).code == 0
         assert (await send(peer, "Metered", b"tfar", {"TIMER_DELAY_SEC": "50"})).code == 0
         assert (await pull(peer, "Metered")).code == ResponseCode.SUCCESS
-        await wait_until(lambda: broker.stats.delivered["Metered"] >= 1, 10,
-                         what="the level-1 message delivered")
+        await wait_until(
+            lambda: broker.stats.delivered["Metered"] >= 1, 10, what="the level-1 message delivered"
+        )
         await wait_until(lambda: broker.stats.timers_fired >= 1, 10, what="the timer fired")
-        held = asyncio.ensure_future(pull(peer, "Metered", queue_id=3, sys_flag=PULL_SUSPEND,
-                                          suspend_ms=30_000, timeout=40))
+        held = asyncio.ensure_future(
+            pull(peer, "Metered", queue_id=3, sys_flag=PULL_SUSPEND, suspend_ms=30_000, timeout=40)
+        )
         # event-driven: scrape until the endpoint shows the held pull (generous deadline)
         m = await asyncio.to_thread(_scrape, port)
         deadline = time.monotonic() + 10
@@ -59,8 +61,9 @@ async def test_metrics_endpoint_reads_live_state(broker_factory) -> None:
         assert m[("kairosmq_delayed_pending", (("level", "1"),))] == 0
         assert 0 < m[("kairosmq_delayed_next_due_seconds", (("level", "18"),))] <= 60
         assert m[("kairosmq_delivery_lateness_seconds_count", (("level", "1"),))] == 1
-        assert m[("kairosmq_delivery_lateness_seconds_bucket",
-                  (("le", "+Inf"), ("level", "1")))] == 1
+        assert (
+            m[("kairosmq_delivery_lateness_seconds_bucket", (("le", "+Inf"), ("level", "1")))] == 1
+        )
         assert m[("kairosmq_pull_held", ())] == 1
         assert m[("kairosmq_timers_scheduled_total", ())] == 2
         assert m[("kairosmq_timers_fired_total", ())] == 1

@@ -36,8 +36,13 @@ from tests.helpers import ROCKETMQ_HOME, fast_config, mqadmin_argv
 from tests.wire import RawPeer
 
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")
-_missing = ("mqadmin not found at " + str(MQADMIN) if not MQADMIN.exists() else
-            "java is not on PATH" if shutil.which("java") is None else None)
+_missing = (
+    "mqadmin not found at " + str(MQADMIN)
+    if not MQADMIN.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"mqadmin tests: {_missing}")
 
 TOPIC, GROUP, LAG_GROUP, PGROUP = "MqaTopic", "MqaCG", "MqaLagCG", "MqaPG"
@@ -66,6 +71,7 @@ class Live:
     def on_loop(self, fn: Callable[[], Any]) -> Any:
         async def call() -> Any:
             return fn()
+
         return self.run(call())
 
     async def start(self) -> None:
@@ -74,44 +80,67 @@ class Live:
         ns = self.broker.namesrv_address
         self.producer = Producer(PGROUP, namesrv=ns)
         await self.producer.start()
-        self.consumer = PushConsumer(GROUP, namesrv=ns, persist_consumer_offset_interval=0.3,
-                                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        self.consumer = PushConsumer(
+            GROUP,
+            namesrv=ns,
+            persist_consumer_offset_interval=0.3,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        )
         self.consumer.subscribe(TOPIC, "*")
         self.consumer.register_listener(self._consume)
         await self.consumer.start()
         self.reset_consumer = PushConsumer(
-            ONLINE_RESET_GROUP, namesrv=ns, persist_consumer_offset_interval=0.3,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+            ONLINE_RESET_GROUP,
+            namesrv=ns,
+            persist_consumer_offset_interval=0.3,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        )
         self.reset_consumer.subscribe(TOPIC, "*")
         self.reset_consumer.register_listener(self._reconsume)
         await self.reset_consumer.start()
         for i in range(N_PLAIN):
-            self.sent.append(await self.producer.send(
-                Message(TOPIC, f"body-{i}".encode(), tags="TagA", keys=f"mqa-key-{i}")))
+            self.sent.append(
+                await self.producer.send(
+                    Message(TOPIC, f"body-{i}".encode(), tags="TagA", keys=f"mqa-key-{i}")
+                )
+            )
         for i in range(N_DELAYED):
-            await self.producer.send(Message(TOPIC, f"later-{i}".encode(),
-                                             keys=f"mqa-later-{i}", delay_level=DELAY_LEVEL))
+            await self.producer.send(
+                Message(
+                    TOPIC, f"later-{i}".encode(), keys=f"mqa-later-{i}", delay_level=DELAY_LEVEL
+                )
+            )
         await self.producer.send(Message(DOOMED, b"to be deleted"))
         # a group with committed offsets and no client, as a pull consumer leaves it: its
         # heartbeat created %RETRY%<group>, whose route mqadmin's consumerProgress reads
         # (a route lookup creates no topic, as on RocketMQ)
         peer = await RawPeer.connect(self.broker.address)
-        hb = HeartbeatData("mqa-lag@1", [], [ConsumerData(
-            LAG_GROUP, [SubscriptionData(TOPIC)], consume_type="CONSUME_ACTIVELY")])
+        hb = HeartbeatData(
+            "mqa-lag@1",
+            [],
+            [ConsumerData(LAG_GROUP, [SubscriptionData(TOPIC)], consume_type="CONSUME_ACTIVELY")],
+        )
         r = await peer.call(RequestCode.HEART_BEAT, {}, hb.to_json())
         assert r.code == 0, r.remark
-        r = await peer.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "mqa-lag@1",
-                                                            "consumerGroup": LAG_GROUP})
+        r = await peer.call(
+            RequestCode.UNREGISTER_CLIENT, {"clientID": "mqa-lag@1", "consumerGroup": LAG_GROUP}
+        )
         assert r.code == 0, r.remark
         for qid in range(4):
-            r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                "consumerGroup": LAG_GROUP, "topic": TOPIC, "queueId": qid, "commitOffset": 1})
+            r = await peer.call(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": LAG_GROUP, "topic": TOPIC, "queueId": qid, "commitOffset": 1},
+            )
             assert r.code == 0, r.remark
-            r = await peer.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                "consumerGroup": RESET_GROUP, "topic": TOPIC, "queueId": qid, "commitOffset": 2})
+            r = await peer.call(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": RESET_GROUP, "topic": TOPIC, "queueId": qid, "commitOffset": 2},
+            )
             assert r.code == 0, r.remark
-        r = await peer.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                            body=b'{"groupName":"%s"}' % DOOMED_GROUP.encode())
+        r = await peer.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=b'{"groupName":"%s"}' % DOOMED_GROUP.encode(),
+        )
         assert r.code == 0, r.remark
         await peer.close()
 
@@ -131,7 +160,10 @@ class Live:
             b = self.broker
             return len(self.consumed) >= N_PLAIN + N_DELAYED and all(
                 b.offsets.query(g, TOPIC, q) == b.store.max_offset(TOPIC, q)
-                for q in range(4) for g in (GROUP, ONLINE_RESET_GROUP))
+                for q in range(4)
+                for g in (GROUP, ONLINE_RESET_GROUP)
+            )
+
         return bool(self.on_loop(check))
 
     async def stop(self) -> None:
@@ -147,8 +179,15 @@ def mqadmin(*args: str, store_dir: Path) -> tuple[int, str]:
     env = {**os.environ, "STORE_DIR": str(store_dir)}
     store_dir.mkdir(parents=True, exist_ok=True)  # also the cwd: consumerStatus writes files
     for _ in range(2):
-        p = subprocess.run(mqadmin_argv(*args, user_home=store_dir), capture_output=True,
-                           text=True, timeout=90, env=env, check=False, cwd=store_dir)
+        p = subprocess.run(
+            mqadmin_argv(*args, user_home=store_dir),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            check=False,
+            cwd=store_dir,
+        )
         if "RemotingTimeoutException" not in p.stdout + p.stderr:
             break
     return p.returncode, p.stdout + p.stderr
@@ -175,41 +214,121 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Live, dict[
         "producerConnection": ["producerConnection", "-n", ns, "-g", PGROUP, "-t", TOPIC],
         "getBrokerConfig": ["getBrokerConfig", "-n", ns, "-b", addr],
         "getNamesrvConfig": ["getNamesrvConfig", "-n", ns],
-        "queryMsgByOffset": ["queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a",
-                             "-i", str(first.message_queue.queue_id),
-                             "-o", str(first.queue_offset)],
+        "queryMsgByOffset": [
+            "queryMsgByOffset",
+            "-n",
+            ns,
+            "-t",
+            TOPIC,
+            "-b",
+            "broker-a",
+            "-i",
+            str(first.message_queue.queue_id),
+            "-o",
+            str(first.queue_offset),
+        ],
         "queryMsgById": ["queryMsgById", "-n", ns, "-i", first.offset_msg_id],
         "brokerConsumeStats": ["brokerConsumeStats", "-n", ns, "-b", addr],
-        "queryCq": ["queryCq", "-n", ns, "-t", TOPIC, "-q", str(first.message_queue.queue_id),
-                    "-i", str(first.queue_offset), "-c", "2", "-g", GROUP],
+        "queryCq": [
+            "queryCq",
+            "-n",
+            ns,
+            "-t",
+            TOPIC,
+            "-q",
+            str(first.message_queue.queue_id),
+            "-i",
+            str(first.queue_offset),
+            "-c",
+            "2",
+            "-g",
+            GROUP,
+        ],
         "deleteTopic": ["deleteTopic", "-n", ns, "-c", "DefaultCluster", "-t", DOOMED],
-        "resetOffsetByTime": ["resetOffsetByTime", "-n", ns, "-g", RESET_GROUP, "-t", TOPIC,
-                              "-s", "0"],
-        "updateKvConfig": ["updateKvConfig", "-n", ns, "-s", "ORDER_TOPIC_CONFIG", "-k", TOPIC,
-                           "-v", "broker-a:4"],
-        "queryMsgByUniqueKey": ["queryMsgByUniqueKey", "-n", ns, "-t", TOPIC,
-                                "-i", first.msg_id],
+        "resetOffsetByTime": [
+            "resetOffsetByTime",
+            "-n",
+            ns,
+            "-g",
+            RESET_GROUP,
+            "-t",
+            TOPIC,
+            "-s",
+            "0",
+        ],
+        "updateKvConfig": [
+            "updateKvConfig",
+            "-n",
+            ns,
+            "-s",
+            "ORDER_TOPIC_CONFIG",
+            "-k",
+            TOPIC,
+            "-v",
+            "broker-a:4",
+        ],
+        "queryMsgByUniqueKey": ["queryMsgByUniqueKey", "-n", ns, "-t", TOPIC, "-i", first.msg_id],
     }
     # second round: commands that change state the first round reads; third: read it back
     changing = {
-        "resetOnline": ["resetOffsetByTime", "-n", ns, "-g", ONLINE_RESET_GROUP, "-t", TOPIC,
-                        "-s", "0"],
+        "resetOnline": [
+            "resetOffsetByTime",
+            "-n",
+            ns,
+            "-g",
+            ONLINE_RESET_GROUP,
+            "-t",
+            TOPIC,
+            "-s",
+            "0",
+        ],
         "consumerStatus": ["consumerStatus", "-n", ns, "-g", GROUP],
-        "consumerStatusClient": ["consumerStatus", "-n", ns, "-g", GROUP,
-                                 "-i", live.consumer.client_id],
-        "updateSubGroup": ["updateSubGroup", "-n", ns, "-b", addr, "-g", SUB_GROUP,
-                           "-s", "false", "-r", "3", "-q", "2"],
+        "consumerStatusClient": [
+            "consumerStatus",
+            "-n",
+            ns,
+            "-g",
+            GROUP,
+            "-i",
+            live.consumer.client_id,
+        ],
+        "updateSubGroup": [
+            "updateSubGroup",
+            "-n",
+            ns,
+            "-b",
+            addr,
+            "-g",
+            SUB_GROUP,
+            "-s",
+            "false",
+            "-r",
+            "3",
+            "-q",
+            "2",
+        ],
         "deleteSubGroup": ["deleteSubGroup", "-n", ns, "-b", addr, "-g", DOOMED_GROUP],
-        "updateBrokerConfig": ["updateBrokerConfig", "-n", ns, "-b", addr,
-                               "-k", "maxPullHoldMs", "-v", "15000"],
+        "updateBrokerConfig": [
+            "updateBrokerConfig",
+            "-n",
+            ns,
+            "-b",
+            addr,
+            "-k",
+            "maxPullHoldMs",
+            "-v",
+            "15000",
+        ],
         "statsAll": ["statsAll", "-n", ns, "-t", TOPIC],
     }
     after = {"getBrokerConfigAfter": ["getBrokerConfig", "-n", ns, "-b", addr]}
     outputs = {}
     for batch in (commands, changing, after):
         with ThreadPoolExecutor(3) as pool:
-            futures = {name: pool.submit(mqadmin, *argv, store_dir=base / name)
-                       for name, argv in batch.items()}
+            futures = {
+                name: pool.submit(mqadmin, *argv, store_dir=base / name)
+                for name, argv in batch.items()
+            }
             for name, fut in futures.items():
                 code, out = fut.result()
                 outputs[name] = out
@@ -267,8 +386,7 @@ def test_topic_status(live: tuple[Live, dict[str, str]]) -> None:
     lv, out = live
     rows = _rows(out["topicStatus"], "broker-a")
     maxes = lv.max_offsets()
-    assert [(int(r[1]), int(r[2]), int(r[3])) for r in rows] == [
-        (q, 0, maxes[q]) for q in range(4)]
+    assert [(int(r[1]), int(r[2]), int(r[3])) for r in rows] == [(q, 0, maxes[q]) for q in range(4)]
     assert sum(maxes) == N_PLAIN + N_DELAYED
     assert all(len(r) >= 6 and r[4].startswith("20") for r in rows)  # last-updated time
 
@@ -278,12 +396,14 @@ def test_consumer_progress(live: tuple[Live, dict[str, str]]) -> None:
     maxes = lv.max_offsets()
     rows = _rows(out["consumerProgress"], TOPIC)
     assert [(int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows] == [
-        (q, maxes[q], maxes[q], 0) for q in range(4)], out["consumerProgress"]
+        (q, maxes[q], maxes[q], 0) for q in range(4)
+    ], out["consumerProgress"]
     assert "Diff Total: 0" in out["consumerProgress"]
     assert float(out["consumerProgress"].split("Consume TPS: ")[1].split()[0]) >= 0
     lag_rows = _rows(out["consumerProgressLag"], TOPIC)
     assert [(int(r[2]), int(r[4]), int(r[5])) for r in lag_rows] == [
-        (q, 1, maxes[q] - 1) for q in range(4)]
+        (q, 1, maxes[q] - 1) for q in range(4)
+    ]
     assert f"Diff Total: {N_PLAIN + N_DELAYED - 4}" in out["consumerProgressLag"]
     # without -g: one line per group with a %RETRY% topic (#Count #Version #Type #Model ...)
     (row,) = _rows(out["consumerProgressAll"], GROUP)
@@ -306,8 +426,12 @@ def test_consumer_and_producer_connection(live: tuple[Live, dict[str, str]]) -> 
 
 def test_broker_and_namesrv_config(live: tuple[Live, dict[str, str]]) -> None:
     lv, out = live
-    conf = {k.strip(): v.strip() for k, _, v in (
-        line.partition("=") for line in out["getBrokerConfig"].splitlines() if "=  " in line)}
+    conf = {
+        k.strip(): v.strip()
+        for k, _, v in (
+            line.partition("=") for line in out["getBrokerConfig"].splitlines() if "=  " in line
+        )
+    }
     assert conf["brokerName"] == "broker-a" and conf["brokerClusterName"] == "DefaultCluster"
     assert conf["listenPort"] == str(lv.broker.port)
     assert conf["messageDelayLevel"] == lv.broker.config.delay_levels
@@ -317,8 +441,10 @@ def test_broker_and_namesrv_config(live: tuple[Live, dict[str, str]]) -> None:
 
 
 def _card(out: str) -> dict[str, str]:
-    return {k.strip(): v.strip() for k, _, v in (
-        line.partition(":") for line in out.splitlines() if ":" in line)}
+    return {
+        k.strip(): v.strip()
+        for k, _, v in (line.partition(":") for line in out.splitlines() if ":" in line)
+    }
 
 
 @pytest.mark.parametrize("name", ["queryMsgByOffset", "queryMsgById", "queryMsgByUniqueKey"])
@@ -355,8 +481,10 @@ def test_query_cq(live: tuple[Live, dict[str, str]]) -> None:
     units = re.findall(r"physicOffset=(\d+), physicSize=(\d+)", text)
     assert len(units) == 2
     phy = int(units[0][0])
-    assert lv.on_loop(lambda: lv.broker.store.find_queue(TOPIC, q).get(first.queue_offset))[
-        :2] == (phy, int(units[0][1]))
+    assert lv.on_loop(lambda: lv.broker.store.find_queue(TOPIC, q).get(first.queue_offset))[:2] == (
+        phy,
+        int(units[0][1]),
+    )
 
 
 def test_delete_topic(live: tuple[Live, dict[str, str]]) -> None:
@@ -374,8 +502,7 @@ def test_reset_offset_by_time(live: tuple[Live, dict[str, str]]) -> None:
     rows = sorted(_rows(text, "broker-a"))
     # #queueId #brokerOffset #consumerOffset #timestampOffset #rollbackOffset
     assert [[int(x) for x in r[1:6]] for r in rows] == [[q, maxes[q], 2, 0, 0] for q in range(4)]
-    offsets = lv.on_loop(lambda: [lv.broker.offsets.query(RESET_GROUP, TOPIC, q)
-                                  for q in range(4)])
+    offsets = lv.on_loop(lambda: [lv.broker.offsets.query(RESET_GROUP, TOPIC, q) for q in range(4)])
     assert offsets == [0, 0, 0, 0]
 
 
@@ -423,8 +550,10 @@ def test_update_and_delete_sub_group(live: tuple[Live, dict[str, str]]) -> None:
     assert f"create subscription group to {addr} success." in out["updateSubGroup"]
     cfg = lv.on_loop(lambda: lv.broker.subscriptions.get(SUB_GROUP))
     assert (cfg.consume_enable, cfg.retry_max_times, cfg.retry_queue_nums) == (False, 3, 2)
-    assert (f"delete subscription group [{DOOMED_GROUP}] from broker [{addr}] success."
-            in out["deleteSubGroup"]), out["deleteSubGroup"]
+    assert (
+        f"delete subscription group [{DOOMED_GROUP}] from broker [{addr}] success."
+        in out["deleteSubGroup"]
+    ), out["deleteSubGroup"]
     assert lv.on_loop(lambda: lv.broker.subscriptions.get(DOOMED_GROUP)) is None
 
 

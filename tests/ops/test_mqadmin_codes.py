@@ -30,9 +30,17 @@ def _props(body: bytes) -> dict[str, str]:
 
 
 async def _heartbeat(peer: RawPeer, client_id: str, group: str, topic: str) -> None:
-    hb = HeartbeatData(client_id, ["RawPG"], [ConsumerData(
-        group, [SubscriptionData.build(topic, "TagA || TagB", 7)],
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET")])
+    hb = HeartbeatData(
+        client_id,
+        ["RawPG"],
+        [
+            ConsumerData(
+                group,
+                [SubscriptionData.build(topic, "TagA || TagB", 7)],
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            )
+        ],
+    )
     r = await peer.call(R.HEART_BEAT, body=hb.to_json())
     assert r.code == ResponseCode.SUCCESS, r.remark
 
@@ -40,10 +48,11 @@ async def _heartbeat(peer: RawPeer, client_id: str, group: str, topic: str) -> N
 def test_mq_table_round_trip_and_fastjson_shape() -> None:
     mq = MessageQueueData("T", "broker-a", 1)
     raw = encode_mq_table("offsetTable", [(mq, {"brokerOffset": 5})], {"consumeTps": 0.0})
-    assert raw == (b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":1,'
-                   b'"topic":"T"}:{"brokerOffset":5}}}')
-    assert decode_mq_table(raw, "offsetTable") == ({mq: {"brokerOffset": 5}},
-                                                   {"consumeTps": 0.0})
+    assert raw == (
+        b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":1,'
+        b'"topic":"T"}:{"brokerOffset":5}}}'
+    )
+    assert decode_mq_table(raw, "offsetTable") == ({mq: {"brokerOffset": 5}}, {"consumeTps": 0.0})
     assert decode_mq_table(encode_mq_table("offsetTable", []), "offsetTable") == ({}, {})
 
 
@@ -106,8 +115,10 @@ async def test_consume_stats_connections_and_who(broker) -> None:
     for q in (0, 0, 0, 1):
         assert (await send(peer, "CsTopic", b"x", queue_id=q)).code == 0
     await _heartbeat(peer, "raw@1", "RawCG", "CsTopic")
-    r = await peer.call(R.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": "RawCG", "topic": "CsTopic", "queueId": 0, "commitOffset": 2})
+    r = await peer.call(
+        R.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "RawCG", "topic": "CsTopic", "queueId": 0, "commitOffset": 2},
+    )
     assert r.code == 0
     r = await peer.call(R.GET_CONSUME_STATS, {"consumerGroup": "RawCG"})
     assert r.code == ResponseCode.SUCCESS, r.remark
@@ -144,8 +155,10 @@ async def test_consume_stats_connections_and_who(broker) -> None:
     r = await peer.call(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "NoPG"})
     assert r.code == ResponseCode.SYSTEM_ERROR and "NoPG" in r.remark
 
-    r = await peer.call(R.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": "OffsetOnlyCG", "topic": "CsTopic", "queueId": 1, "commitOffset": 1})
+    r = await peer.call(
+        R.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "OffsetOnlyCG", "topic": "CsTopic", "queueId": 1, "commitOffset": 1},
+    )
     r = await peer.call(R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "CsTopic"})
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert orjson.loads(r.body) == {"groupList": ["OffsetOnlyCG", "RawCG"]}
@@ -170,8 +183,10 @@ async def test_broker_consume_stats_all_groups(broker) -> None:
     for q in (0, 1, 1):
         assert (await send(peer, "BcsTopic", b"x", queue_id=q)).code == 0
     for group, off in (("BcsA", 1), ("BcsB", 0)):
-        r = await peer.call(R.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": group, "topic": "BcsTopic", "queueId": 1, "commitOffset": off})
+        r = await peer.call(
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": "BcsTopic", "queueId": 1, "commitOffset": off},
+        )
         assert r.code == 0
     r = await peer.call(R.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
     assert r.code == ResponseCode.SUCCESS, r.remark
@@ -179,10 +194,9 @@ async def test_broker_consume_stats_all_groups(broker) -> None:
     assert text.startswith(f'{{"brokerAddr":"{broker.address}","consumeStatsList":[')
     assert text.endswith(',"totalDiff":5}')  # A: q0 1-0 + q1 2-1; B: q0 1-0 + q1 2-0
     # each group's ConsumeStats decodes as GET_CONSUME_STATS's does
-    a_part = text[text.index('{"BcsA":[') + 9:text.index('{"BcsB":[') - 3]  # drop ]},
+    a_part = text[text.index('{"BcsA":[') + 9 : text.index('{"BcsB":[') - 3]  # drop ]},
     table, _ = decode_mq_table(a_part, "offsetTable")
-    assert {mq.queue_id: v["consumerOffset"] for mq, v in table.items()} == {
-        0: 0, 1: 1, 2: 0, 3: 0}
+    assert {mq.queue_id: v["consumerOffset"] for mq, v in table.items()} == {0: 0, 1: 1, 2: 0, 3: 0}
     r = await peer.call(R.GET_BROKER_CONSUME_STATS, {"isOrder": "true"})
     assert r.body.decode().endswith(',"totalDiff":0}')  # no order topics
     await peer.close()
@@ -192,31 +206,40 @@ async def test_query_consume_queue(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     for i in range(3):
         assert (await send(peer, "CqTopic", f"m{i}".encode(), queue_id=2)).code == 0
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": 1,
-                                                "count": 5})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": 1, "count": 5}
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     body = orjson.loads(r.body)
     assert (body["minQueueIndex"], body["maxQueueIndex"]) == (0, 3)
     cq = broker.store.find_queue("CqTopic", 2)
     assert [(u["physicOffset"], u["physicSize"], u["tagsCode"]) for u in body["queueData"]] == [
-        cq.get(1), cq.get(2)]
+        cq.get(1),
+        cq.get(2),
+    ]
     assert "subscriptionData" not in body
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": 0,
-                                                "count": 1, "consumerGroup": "NotOnline"})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE,
+        {"topic": "CqTopic", "queueId": 2, "index": 0, "count": 1, "consumerGroup": "NotOnline"},
+    )
     body = orjson.loads(r.body)
     assert body["filterData"] == "NotOnline@CqTopic is not online!"
     assert len(body["queueData"]) == 1
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": 9,
-                                                "count": 1})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": 9, "count": 1}
+    )
     assert r.code == ResponseCode.SUCCESS and r.remark == "Index 9 of 2@CqTopic is not exist!"
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 1, "index": 0,
-                                                "count": 1})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 1, "index": 0, "count": 1}
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "1@CqTopic" in r.remark
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 99, "index": 0,
-                                                "count": 1})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 99, "index": 0, "count": 1}
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "queueId" in r.remark
-    r = await peer.call(R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": -1,
-                                                "count": 1})
+    r = await peer.call(
+        R.QUERY_CONSUME_QUEUE, {"topic": "CqTopic", "queueId": 2, "index": -1, "count": 1}
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "index" in r.remark
     await peer.close()
 
@@ -248,8 +271,10 @@ async def test_reset_offset_refusals(broker) -> None:
     r = await peer.call(R.INVOKE_BROKER_TO_RESET_OFFSET, ext)
     assert r.code == ResponseCode.SYSTEM_ERROR and "RsCG" in r.remark  # no offsets at all
     for q in range(4):
-        r = await peer.call(R.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": "RsCG", "topic": "RsTopic", "queueId": q, "commitOffset": 1})
+        r = await peer.call(
+            R.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "RsCG", "topic": "RsTopic", "queueId": q, "commitOffset": 1},
+        )
         assert r.code == 0
     r = await peer.call(R.INVOKE_BROKER_TO_RESET_OFFSET, ext)
     assert r.code == ResponseCode.CONSUMER_NOT_ONLINE and "RsCG" in r.remark

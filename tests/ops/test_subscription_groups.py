@@ -39,8 +39,9 @@ class _Log:
 
 def _conn() -> Connection:
     """A real, unconnected Connection (compiled handlers check the type of what they get)."""
-    server = RemotingServer(log=_Log(), before_write=lambda: None,
-                            on_connection_lost=lambda _c: None, max_frame=1 << 20)
+    server = RemotingServer(
+        log=_Log(), before_write=lambda: None, on_connection_lost=lambda _c: None, max_frame=1 << 20
+    )
     conn = Connection(server, {}, "broker")
     conn.peer = "127.0.0.1:1"
     return conn
@@ -76,24 +77,34 @@ def test_auto_create_off_finds_nothing(tmp_path: Path) -> None:
 
 
 def test_config_json_is_checked_field_by_field() -> None:
-    ok = SubscriptionGroupConfig.from_json({"groupName": "G", "consumeEnable": "false",
-                                            "retryMaxTimes": "3"})
+    ok = SubscriptionGroupConfig.from_json(
+        {"groupName": "G", "consumeEnable": "false", "retryMaxTimes": "3"}
+    )
     assert not ok.consume_enable and ok.retry_max_times == 3 and ok.consume_broadcast_enable
-    for bad, name in (({"groupName": "G", "retryMaxTimes": "x"}, "retryMaxTimes"),
-                      ({"groupName": "G", "consumeEnable": 2}, "consumeEnable"),
-                      ({"groupName": "G", "retryQueueNums": -1}, "retryQueueNums"),
-                      ({"groupName": "bad group!"}, "group"),
-                      ({"consumeEnable": True}, "groupName")):
+    for bad, name in (
+        ({"groupName": "G", "retryMaxTimes": "x"}, "retryMaxTimes"),
+        ({"groupName": "G", "consumeEnable": 2}, "consumeEnable"),
+        ({"groupName": "G", "retryQueueNums": -1}, "retryQueueNums"),
+        ({"groupName": "bad group!"}, "group"),
+        ({"consumeEnable": True}, "groupName"),
+    ):
         with pytest.raises(ValueError, match=name):
             SubscriptionGroupConfig.from_json(bad)
 
 
 def test_load_skips_bad_entries_and_keeps_the_rest(tmp_path: Path) -> None:
-    (tmp_path / "subscriptionGroup.json").write_bytes(orjson.dumps({
-        "subscriptionGroupTable": {"Good": {"groupName": "Good", "retryMaxTimes": 2},
-                                   "Bad": {"groupName": "Bad", "retryMaxTimes": "many"},
-                                   "Other": {"groupName": "NotOther"}},
-        "dataVersion": {"counter": 7, "timestamp": 1}}))
+    (tmp_path / "subscriptionGroup.json").write_bytes(
+        orjson.dumps(
+            {
+                "subscriptionGroupTable": {
+                    "Good": {"groupName": "Good", "retryMaxTimes": 2},
+                    "Bad": {"groupName": "Bad", "retryMaxTimes": "many"},
+                    "Other": {"groupName": "NotOther"},
+                },
+                "dataVersion": {"counter": 7, "timestamp": 1},
+            }
+        )
+    )
     mgr = _manager(tmp_path)
     mgr.load()
     assert list(mgr.table) == ["Good"] and mgr.table["Good"].retry_max_times == 2
@@ -114,35 +125,55 @@ async def test_processor_update_delete_and_list(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path)
     offsets.commit("CG1", "T", 0, 5)
     proc = SubscriptionGroupProcessor(subscriptions=mgr, offsets=offsets, log=_Log())
-    body = orjson.dumps({"groupName": "CG1", "consumeEnable": False, "retryMaxTimes": 3,
-                         "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1})
-    r = await _answer(proc.handle_update_subscription_group,
-                      request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body))
+    body = orjson.dumps(
+        {
+            "groupName": "CG1",
+            "consumeEnable": False,
+            "retryMaxTimes": 3,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
+    )
+    r = await _answer(
+        proc.handle_update_subscription_group,
+        request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     on_disk = orjson.loads((tmp_path / "subscriptionGroup.json").read_bytes())
     assert on_disk["subscriptionGroupTable"]["CG1"]["consumeEnable"] is False
-    r = await _answer(proc.handle_all_subscription_groups,
-                      request(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    r = await _answer(
+        proc.handle_all_subscription_groups, request(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    )
     listed = orjson.loads(r.body)
     assert listed["subscriptionGroupTable"]["CG1"]["retryMaxTimes"] == 3
     assert listed["dataVersion"]["counter"] == 1
     # a bad body changes nothing
-    r = await _answer(proc.handle_update_subscription_group, request(
-        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"CG1","retryMaxTimes":"x"}'))
+    r = await _answer(
+        proc.handle_update_subscription_group,
+        request(
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"CG1","retryMaxTimes":"x"}'
+        ),
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR and "retryMaxTimes" in (r.remark or "")
     assert mgr.get("CG1").retry_max_times == 3
-    r = await _answer(proc.handle_update_subscription_group,
-                      request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"not json"))
+    r = await _answer(
+        proc.handle_update_subscription_group,
+        request(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"not json"),
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR
     # delete with removeOffset drops the group's offsets too
-    r = await _answer(proc.handle_delete_subscription_group, request(
-        R.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG1", "removeOffset": "true"}))
+    r = await _answer(
+        proc.handle_delete_subscription_group,
+        request(R.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG1", "removeOffset": "true"}),
+    )
     assert r.code == ResponseCode.SUCCESS and mgr.get("CG1") is None
     assert offsets.query("CG1", "T", 0) is None
     on_disk = orjson.loads((tmp_path / "subscriptionGroup.json").read_bytes())
     assert on_disk["subscriptionGroupTable"] == {}
-    r = await _answer(proc.handle_delete_subscription_group, request(
-        R.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Unknown"}))
+    r = await _answer(
+        proc.handle_delete_subscription_group,
+        request(R.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Unknown"}),
+    )
     assert r.code == ResponseCode.SUCCESS  # as RocketMQ
 
 
@@ -151,14 +182,18 @@ async def test_broker_settings_apply_all_or_nothing_and_persist(tmp_path: Path) 
     settings = BrokerSettings(cfg, tmp_path)
     seen: list[tuple[str, Any]] = []
     settings.on_change.append(lambda f, v: seen.append((f, v)))
-    proc = BrokerConfigProcessor(settings=settings, log=_Log(),
-                                 known=lambda: {"brokerName", "listenPort"})
+    proc = BrokerConfigProcessor(
+        settings=settings, log=_Log(), known=lambda: {"brokerName", "listenPort"}
+    )
 
     log = _Log()
 
     async def update(text: str) -> RemotingCommand:
-        return await _answer(proc.handle_update_broker_config,
-                             request(R.UPDATE_BROKER_CONFIG, body=text.encode()), log)
+        return await _answer(
+            proc.handle_update_broker_config,
+            request(R.UPDATE_BROKER_CONFIG, body=text.encode()),
+            log,
+        )
 
     r = await update("autoCreateTopicEnable=false\ndiskMaxUsedSpaceRatio=80\n")
     assert r.code == ResponseCode.SUCCESS, r.remark
@@ -183,14 +218,16 @@ async def test_broker_settings_apply_all_or_nothing_and_persist(tmp_path: Path) 
 def test_stats_items_windows() -> None:
     stats = BrokerStats()
     now = [1000.0]
-    mgr = BrokerStatsManager(counter_sources(stats, "DefaultCluster"), boot=1000.0,
-                             clock=lambda: now[0])
+    mgr = BrokerStatsManager(
+        counter_sources(stats, "DefaultCluster"), boot=1000.0, clock=lambda: now[0]
+    )
     assert mgr.snapshot("TOPIC_PUT_NUMS", "T") is None  # never put to: not exist
     stats.stored["T"] += 30
     now[0] += 30  # 30 s after boot: every window counts from boot
     snap = mgr.snapshot("TOPIC_PUT_NUMS", "T")
-    assert snap == {w: {"avgpt": 0.0, "sum": 30, "tps": 1.0}
-                    for w in ("statsMinute", "statsHour", "statsDay")}
+    assert snap == {
+        w: {"avgpt": 0.0, "sum": 30, "tps": 1.0} for w in ("statsMinute", "statsHour", "statsDay")
+    }
     for _ in range(12):  # two more minutes at 2 msg/s, sampled every 10 s
         now[0] += 10
         stats.stored["T"] += 20
@@ -205,14 +242,18 @@ def test_stats_items_windows() -> None:
 async def test_view_broker_stats_processor() -> None:
     stats = BrokerStats()
     stats.stored["T"] += 4
-    proc = BrokerStatsProcessor(stats_manager=BrokerStatsManager(
-        counter_sources(stats, "DefaultCluster")))
-    r = proc.handle_view_broker_stats(_conn(), request(
-        R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "T"}))
+    proc = BrokerStatsProcessor(
+        stats_manager=BrokerStatsManager(counter_sources(stats, "DefaultCluster"))
+    )
+    r = proc.handle_view_broker_stats(
+        _conn(), request(R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "T"})
+    )
     assert r.code == ResponseCode.SUCCESS
     assert orjson.loads(r.body)["statsDay"]["sum"] == 4
-    r = proc.handle_view_broker_stats(_conn(), request(
-        R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "Nope"}))
+    r = proc.handle_view_broker_stats(
+        _conn(),
+        request(R.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "Nope"}),
+    )
     assert r.code == ResponseCode.SYSTEM_ERROR
     assert r.remark == "The stats <TOPIC_PUT_NUMS> <Nope> not exist"
 

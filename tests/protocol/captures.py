@@ -54,8 +54,9 @@ def java_to_string(value: Any) -> str:
 
 
 def expected_ext(header: dict[str, Any]) -> dict[str, str]:
-    return {k: java_to_string(v) for k, v in (header.get("extFields") or {}).items()
-            if v is not None}
+    return {
+        k: java_to_string(v) for k, v in (header.get("extFields") or {}).items() if v is not None
+    }
 
 
 REQUESTS = request_entries()  # (client folder, index entry) for every request capture
@@ -86,24 +87,67 @@ def assert_matches_index(cmd: RemotingCommand, e: dict[str, Any]) -> None:
 
 
 BINARY_CASES = [
-    pytest.param(RequestCode.SEND_MESSAGE_V2, LanguageCode.JAVA, 409, 1, 0, None,
-                 {"a": "PG", "b": "TopicTest", "e": "0"}, b"hello", id="send"),
+    pytest.param(
+        RequestCode.SEND_MESSAGE_V2,
+        LanguageCode.JAVA,
+        409,
+        1,
+        0,
+        None,
+        {"a": "PG", "b": "TopicTest", "e": "0"},
+        b"hello",
+        id="send",
+    ),
     pytest.param(0, LanguageCode.CPP, 333, 2**31 - 1, 1, "ok", {}, b"", id="empty-ext"),
-    pytest.param(ResponseCode.SYSTEM_ERROR, LanguageCode.PYTHON, -1, -5, 3,
-                 "h\u00e9llo \u2713 \u4e2d", {"\u952e": "\u503c\U0001f600", "k": ""},
-                 b"\x00\xff", id="unicode-negative"),
-    pytest.param(RequestCode.HEART_BEAT, LanguageCode.RUST, 121, 0, 2, None, {}, b"{}",
-                 id="oneway-no-remark"),
-    pytest.param(32767, LanguageCode.NODE_JS, 32767, -(2**31), 0, "x" * 300,
-                 {f"k{i}": "v" * i for i in range(20)}, b"b" * 1000, id="limits-many-fields"),
+    pytest.param(
+        ResponseCode.SYSTEM_ERROR,
+        LanguageCode.PYTHON,
+        -1,
+        -5,
+        3,
+        "h\u00e9llo \u2713 \u4e2d",
+        {"\u952e": "\u503c\U0001f600", "k": ""},
+        b"\x00\xff",
+        id="unicode-negative",
+    ),
+    pytest.param(
+        RequestCode.HEART_BEAT, LanguageCode.RUST, 121, 0, 2, None, {}, b"{}", id="oneway-no-remark"
+    ),
+    pytest.param(
+        32767,
+        LanguageCode.NODE_JS,
+        32767,
+        -(2**31),
+        0,
+        "x" * 300,
+        {f"k{i}": "v" * i for i in range(20)},
+        b"b" * 1000,
+        id="limits-many-fields",
+    ),
 ]
 
 
 BINARY_ARGS = ("code", "lang", "version", "opaque", "flag", "remark", "ext", "body")
 
 
-def bin_cmd(code: int, lang: LanguageCode, version: int, opaque: int, flag: int,
-             remark: str | None, ext: dict[str, str], body: bytes) -> RemotingCommand:
-    return RemotingCommand(code=int(code), opaque=opaque, flag=flag, language=lang,
-                           version=version, remark=remark, ext_fields=dict(ext), body=body,
-                           serialize_type=SerializeType.ROCKETMQ)
+def bin_cmd(
+    code: int,
+    lang: LanguageCode,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str],
+    body: bytes,
+) -> RemotingCommand:
+    return RemotingCommand(
+        code=int(code),
+        opaque=opaque,
+        flag=flag,
+        language=lang,
+        version=version,
+        remark=remark,
+        ext_fields=dict(ext),
+        body=body,
+        serialize_type=SerializeType.ROCKETMQ,
+    )

@@ -52,7 +52,8 @@ def test_route_rejects_malformed(raw: bytes) -> None:
 def test_heartbeat_round_trip_java_style() -> None:
     sub = SubscriptionData.build("T", "TagA || TagB", 1700000000000)
     hb = HeartbeatData(
-        "10.0.0.9@1", ["PG", "CLIENT_INNER_PRODUCER"],
+        "10.0.0.9@1",
+        ["PG", "CLIENT_INNER_PRODUCER"],
         [ConsumerData("CG", [sub, SubscriptionData.build("%RETRY%CG", "*", 1)])],
     )
     d = orjson.loads(hb.to_json())
@@ -65,17 +66,28 @@ def test_heartbeat_round_trip_java_style() -> None:
 
 
 def test_heartbeat_accepts_cpp_ordinals_and_string_sub_version() -> None:
-    raw = orjson.dumps({
-        "clientID": "c@1",
-        "consumerDataSet": [{
-            "groupName": "CG", "consumeType": 1, "messageModel": 0, "consumeFromWhere": 4,
-            "subscriptionDataSet": [{"topic": "T", "subString": "A||B", "subVersion": "42"}],
-        }],
-    })
+    raw = orjson.dumps(
+        {
+            "clientID": "c@1",
+            "consumerDataSet": [
+                {
+                    "groupName": "CG",
+                    "consumeType": 1,
+                    "messageModel": 0,
+                    "consumeFromWhere": 4,
+                    "subscriptionDataSet": [
+                        {"topic": "T", "subString": "A||B", "subVersion": "42"}
+                    ],
+                }
+            ],
+        }
+    )
     hb = HeartbeatData.from_json(raw)
     c = hb.consumers[0]
     assert (c.consume_type, c.message_model, c.consume_from_where) == (
-        "CONSUME_PASSIVELY", "BROADCASTING", "CONSUME_FROM_FIRST_OFFSET"
+        "CONSUME_PASSIVELY",
+        "BROADCASTING",
+        "CONSUME_FROM_FIRST_OFFSET",
     )
     assert c.subscriptions[0].sub_version == 42
     assert c.subscriptions[0].tags_set == ["A", "B"]
@@ -83,8 +95,9 @@ def test_heartbeat_accepts_cpp_ordinals_and_string_sub_version() -> None:
 
 
 def test_heartbeat_rejects_unknown_enum() -> None:
-    raw = orjson.dumps({"clientID": "c", "consumerDataSet": [
-        {"groupName": "G", "messageModel": "SOMETIMES"}]})
+    raw = orjson.dumps(
+        {"clientID": "c", "consumerDataSet": [{"groupName": "G", "messageModel": "SOMETIMES"}]}
+    )
     with pytest.raises(ValueError):
         HeartbeatData.from_json(raw)
 
@@ -105,7 +118,10 @@ def test_consumer_list_and_lock_bodies() -> None:
     req = LockBatchRequest("CG", "a@1", mqs)
     assert LockBatchRequest.from_json(req.to_json()) == req
     assert orjson.loads(req.to_json())["mqSet"][1] == {
-        "brokerName": "broker-a", "queueId": 3, "topic": "T"}
+        "brokerName": "broker-a",
+        "queueId": 3,
+        "topic": "T",
+    }
     assert decode_lock_response(encode_lock_response(mqs[:1])) == mqs[:1]
     assert decode_lock_response(b"{}") == []
 

@@ -107,15 +107,19 @@ def _header_json_pairs(frame: bytes) -> list[tuple[str, Any]]:
 
 RESPONSES = [
     pytest.param(
-        RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=7, language=LanguageCode.CPP)
-        .response(ext_fields=SendMessageResponseHeader("7F00000100002A9F0000000000000000", 3, 42)
-                  .to_ext_fields()),
+        RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=7, language=LanguageCode.CPP).response(
+            ext_fields=SendMessageResponseHeader(
+                "7F00000100002A9F0000000000000000", 3, 42
+            ).to_ext_fields()
+        ),
         id="send-response",
     ),
     pytest.param(
-        RemotingCommand(RequestCode.PULL_MESSAGE, opaque=8)
-        .response(ResponseCode.PULL_NOT_FOUND, remark="no new message",
-                  ext_fields=PullMessageResponseHeader(0, 5, 0, 5).to_ext_fields()),
+        RemotingCommand(RequestCode.PULL_MESSAGE, opaque=8).response(
+            ResponseCode.PULL_NOT_FOUND,
+            remark="no new message",
+            ext_fields=PullMessageResponseHeader(0, 5, 0, 5).to_ext_fields(),
+        ),
         id="pull-response-with-remark",
     ),
     pytest.param(RemotingCommand(RequestCode.HEART_BEAT, opaque=2).response(), id="empty-ext"),
@@ -146,17 +150,27 @@ def test_json_response_golden_bytes_both_directions() -> None:
     )
     golden = hand_frame(0, header)
     cmd = RemotingCommand(
-        code=0, opaque=2, flag=1, version=409,
-        ext_fields={"msgId": "7F00000100002A9F0000000000000000", "queueId": "0",
-                    "queueOffset": "0"},
+        code=0,
+        opaque=2,
+        flag=1,
+        version=409,
+        ext_fields={
+            "msgId": "7F00000100002A9F0000000000000000",
+            "queueId": "0",
+            "queueOffset": "0",
+        },
     )
     assert encode_command(cmd) == golden
     assert decode_frame(golden) == cmd
 
 
 def test_response_echoes_opaque_and_serialize_type() -> None:
-    req = request(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": "0"}, opaque=99,
-                  serialize_type=SerializeType.ROCKETMQ)
+    req = request(
+        RequestCode.GET_MAX_OFFSET,
+        {"topic": "T", "queueId": "0"},
+        opaque=99,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
     resp = req.response(ext_fields={"offset": "3"})
     assert (resp.opaque, resp.serialize_type, resp.flag) == (99, SerializeType.ROCKETMQ, 1)
     assert encode_command(resp)[4] == SerializeType.ROCKETMQ
@@ -166,9 +180,16 @@ def test_response_echoes_opaque_and_serialize_type() -> None:
 
 
 @pytest.mark.parametrize(BINARY_ARGS, BINARY_CASES)
-def test_binary_header_round_trip(code: int, lang: LanguageCode, version: int, opaque: int,
-                                  flag: int, remark: str | None, ext: dict[str, str],
-                                  body: bytes) -> None:
+def test_binary_header_round_trip(
+    code: int,
+    lang: LanguageCode,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str],
+    body: bytes,
+) -> None:
     cmd = bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
     raw = encode_command(cmd)
     assert raw[4] == 1
@@ -176,9 +197,16 @@ def test_binary_header_round_trip(code: int, lang: LanguageCode, version: int, o
 
 
 @pytest.mark.parametrize(BINARY_ARGS, BINARY_CASES)
-def test_binary_encoder_agrees_with_schema(code: int, lang: LanguageCode, version: int,
-                                           opaque: int, flag: int, remark: str | None,
-                                           ext: dict[str, str], body: bytes) -> None:
+def test_binary_encoder_agrees_with_schema(
+    code: int,
+    lang: LanguageCode,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str],
+    body: bytes,
+) -> None:
     cmd = bin_cmd(code, lang, version, opaque, flag, remark, ext, body)
     raw = encode_command(cmd)
     frame = schema.Frame.parse(raw)
@@ -186,27 +214,60 @@ def test_binary_encoder_agrees_with_schema(code: int, lang: LanguageCode, versio
     assert frame.body == body
     h = schema.BinaryHeader.parse(frame.header)
     assert (h.code, h.language, h.version, h.opaque, h.flag) == (
-        int(code), int(lang), version, opaque, flag)
+        int(code),
+        int(lang),
+        version,
+        opaque,
+        flag,
+    )
     assert h.remark == (remark or "")
     assert [(f.key, f.value) for f in h.ext_fields] == list(ext.items())
-    built = schema.BinaryHeader.build(dict(
-        code=int(code), language=int(lang), version=version, opaque=opaque, flag=flag,
-        remark=remark or "", ext_fields=[dict(key=k, value=v) for k, v in ext.items()]))
+    built = schema.BinaryHeader.build(
+        dict(
+            code=int(code),
+            language=int(lang),
+            version=version,
+            opaque=opaque,
+            flag=flag,
+            remark=remark or "",
+            ext_fields=[dict(key=k, value=v) for k, v in ext.items()],
+        )
+    )
     assert built == frame.header
     assert schema.Frame.build(dict(serialize_type=1, header=built, body=body)) == raw
 
 
 @pytest.mark.parametrize(BINARY_ARGS, BINARY_CASES)
-def test_binary_decoder_agrees_with_schema(code: int, lang: LanguageCode, version: int,
-                                           opaque: int, flag: int, remark: str | None,
-                                           ext: dict[str, str], body: bytes) -> None:
-    header = schema.BinaryHeader.build(dict(
-        code=int(code), language=int(lang), version=version, opaque=opaque, flag=flag,
-        remark=remark or "", ext_fields=[dict(key=k, value=v) for k, v in ext.items()]))
+def test_binary_decoder_agrees_with_schema(
+    code: int,
+    lang: LanguageCode,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str],
+    body: bytes,
+) -> None:
+    header = schema.BinaryHeader.build(
+        dict(
+            code=int(code),
+            language=int(lang),
+            version=version,
+            opaque=opaque,
+            flag=flag,
+            remark=remark or "",
+            ext_fields=[dict(key=k, value=v) for k, v in ext.items()],
+        )
+    )
     raw = schema.Frame.build(dict(serialize_type=1, header=header, body=body))
     cmd = decode_frame(raw)
     assert (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag) == (
-        int(code), lang, version, opaque, flag)
+        int(code),
+        lang,
+        version,
+        opaque,
+        flag,
+    )
     assert cmd.remark == (remark or None)  # Java: a zero-length string decodes as null
     assert cmd.ext_fields == ext
     assert cmd.body == body
@@ -229,23 +290,34 @@ def test_binary_golden_vector_both_directions() -> None:
         "00000000"  # flag
         "00000000"  # remark: length 0 = null
         "00000008"  # extFields block: 8 bytes
-        "0001" "61" "00000001" "62"  # "a" -> "b"
+        "0001"
+        "61"
+        "00000001"
+        "62"  # "a" -> "b"
     )
-    golden = bytes.fromhex("00000021" "0100001d") + header  # 4 + 29 header bytes, type 1
-    cmd = RemotingCommand(code=10, opaque=1, flag=0, language=LanguageCode.JAVA, version=409,
-                          ext_fields={"a": "b"}, serialize_type=SerializeType.ROCKETMQ)
+    golden = bytes.fromhex("000000210100001d") + header  # 4 + 29 header bytes, type 1
+    cmd = RemotingCommand(
+        code=10,
+        opaque=1,
+        flag=0,
+        language=LanguageCode.JAVA,
+        version=409,
+        ext_fields={"a": "b"},
+        serialize_type=SerializeType.ROCKETMQ,
+    )
     assert encode_command(cmd) == golden
     assert decode_frame(golden) == cmd
 
 
 # ---------------------------------------------------------------- malformed input
 
+
 def _bad(raw: bytes, match: str, id: str) -> Any:  # noqa: A002 - mirrors pytest.param
     return pytest.param(raw, match, id=id)
 
 
 # code 10, language 0, version 409, opaque 1, flag 0: the fixed 13 bytes of a binary header
-_FIXED = "000a" "00" "0199" "00000001" "00000000"
+_FIXED = "000a0001990000000100000000"
 _NO_REMARK = "00000000"
 
 
@@ -258,38 +330,60 @@ def _json(header: bytes) -> bytes:
 
 
 MALFORMED = [
-    _bad(struct.pack(">II", 4 + 10, 100) + b"x" * 10, "exceeds the frame",
-         id="header-length-beyond-frame"),
+    _bad(
+        struct.pack(">II", 4 + 10, 100) + b"x" * 10,
+        "exceeds the frame",
+        id="header-length-beyond-frame",
+    ),
     _bad(hand_frame(2, b'{"code":1}'), "serialize type 2", id="unknown-serialize-type-2"),
     _bad(hand_frame(0x7F, b'{"code":1}'), "serialize type 127", id="unknown-serialize-type-127"),
     _bad(_json(b"{not json"), "does not parse", id="non-json-header"),
     _bad(_json(b"\xff\xfe{}"), "does not parse", id="non-utf8-header"),
     _bad(_json(b"[1,2,3]"), "not an object", id="json-array-header"),
     _bad(_json(b'"code"'), "not an object", id="json-string-header"),
-    _bad(_json(b'{"code":1,"extFields":{"a":[1]}}'), "list is not a scalar",
-         id="ext-value-list"),
-    _bad(_json(b'{"code":1,"extFields":{"a":{"b":"c"}}}'), "dict is not a scalar",
-         id="ext-value-object"),
-    _bad(_json(b'{"code":1,"extFields":["a"]}'), "extFields is not an object",
-         id="ext-fields-not-object"),
+    _bad(_json(b'{"code":1,"extFields":{"a":[1]}}'), "list is not a scalar", id="ext-value-list"),
+    _bad(
+        _json(b'{"code":1,"extFields":{"a":{"b":"c"}}}'),
+        "dict is not a scalar",
+        id="ext-value-object",
+    ),
+    _bad(
+        _json(b'{"code":1,"extFields":["a"]}'),
+        "extFields is not an object",
+        id="ext-fields-not-object",
+    ),
     _bad(_json(b'{"opaque":1}'), "'code'", id="missing-code"),
     _bad(_json(b'{"code":"ten"}'), "'code'", id="non-integer-code"),
     _bad(_json(b'{"code":true}'), "'code'", id="boolean-code"),
     # key length 5, only 2 key bytes in a 4-byte ext block
-    _bad(_bin(_NO_REMARK, "00000004", "0005" "6162"), "truncated extFields key$",
-         id="binary-truncated-ext-key"),
+    _bad(
+        _bin(_NO_REMARK, "00000004", "00056162"),
+        "truncated extFields key$",
+        id="binary-truncated-ext-key",
+    ),
     # value length 10, only 1 value byte
-    _bad(_bin(_NO_REMARK, "00000008", "0001" "61" "0000000a" "62"), "truncated extFields value",
-         id="binary-truncated-ext-value"),
-    _bad(_bin(_NO_REMARK, "00000001", "00"), "truncated extFields key length",
-         id="binary-truncated-ext-key-length"),
-    _bad(_bin(_NO_REMARK, "00000009", "0001" "61" "00000001" "62"), "does not match",
-         id="binary-ext-block-longer-than-header"),
+    _bad(
+        _bin(_NO_REMARK, "00000008", "0001610000000a62"),
+        "truncated extFields value",
+        id="binary-truncated-ext-value",
+    ),
+    _bad(
+        _bin(_NO_REMARK, "00000001", "00"),
+        "truncated extFields key length",
+        id="binary-truncated-ext-key-length",
+    ),
+    _bad(
+        _bin(_NO_REMARK, "00000009", "0001610000000162"),
+        "does not match",
+        id="binary-ext-block-longer-than-header",
+    ),
     _bad(_bin("00000010", "6869", "00000000"), "remark length", id="binary-remark-beyond-header"),
-    _bad(hand_frame(1, bytes.fromhex("000a000199000000010000")), "shorter than its fixed part",
-         id="binary-too-short"),
-    _bad(_bin(_NO_REMARK, "00000008", "0001" "ff" "00000001" "62"), "not UTF-8",
-         id="binary-key-not-utf8"),
+    _bad(
+        hand_frame(1, bytes.fromhex("000a000199000000010000")),
+        "shorter than its fixed part",
+        id="binary-too-short",
+    ),
+    _bad(_bin(_NO_REMARK, "00000008", "0001ff0000000162"), "not UTF-8", id="binary-key-not-utf8"),
 ]
 
 
@@ -351,12 +445,15 @@ def test_protocol_error_is_abstract() -> None:
         ProtocolError("boom")
 
 
-@pytest.mark.parametrize(("exc", "closes"), [
-    (FrameTooLarge(10, 5), True),
-    (MalformedFrame("x"), True),
-    (HeaderError("x"), False),
-    (MessageDecodeError("x"), False),
-])
+@pytest.mark.parametrize(
+    ("exc", "closes"),
+    [
+        (FrameTooLarge(10, 5), True),
+        (MalformedFrame("x"), True),
+        (HeaderError("x"), False),
+        (MessageDecodeError("x"), False),
+    ],
+)
 def test_error_subclasses_say_whether_to_close(exc: ProtocolError, closes: bool) -> None:
     assert isinstance(exc, ProtocolError)
     assert exc.close_connection is closes
@@ -370,28 +467,39 @@ def test_error_response_codes() -> None:
 
 def test_codec_struct_twins_match_schema_sizes() -> None:
     # the hand-written fixed part of the binary header is the first five schema fields
-    fixed = schema.BinaryHeader.build(dict(code=1, language=2, version=3, opaque=4, flag=5,
-                                           remark="", ext_fields=[]))
+    fixed = schema.BinaryHeader.build(
+        dict(code=1, language=2, version=3, opaque=4, flag=5, remark="", ext_fields=[])
+    )
     assert codec._BIN_FIXED.size == len(fixed) - 8
     assert codec._BIN_FIXED.pack(1, 2, 3, 4, 5) == fixed[:-8]
 
 
-_JSON_SCALAR = st.one_of(st.text(max_size=8), st.integers(-(1 << 40), 1 << 40),
-                         st.booleans(), st.none(),
-                         st.floats(allow_nan=False, allow_infinity=False))
+_JSON_SCALAR = st.one_of(
+    st.text(max_size=8),
+    st.integers(-(1 << 40), 1 << 40),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(ext=st.dictionaries(st.text(max_size=6), _JSON_SCALAR, max_size=6),
-       lang=st.one_of(st.sampled_from(["JAVA", "CPP", "GO", "NOPE"]), st.integers(-3, 20),
-                      st.booleans(), st.none()))
-def test_json_header_ext_values_and_language_as_java_reads_them(ext: dict[str, Any],
-                                                                lang: Any) -> None:
+@given(
+    ext=st.dictionaries(st.text(max_size=6), _JSON_SCALAR, max_size=6),
+    lang=st.one_of(
+        st.sampled_from(["JAVA", "CPP", "GO", "NOPE"]),
+        st.integers(-3, 20),
+        st.booleans(),
+        st.none(),
+    ),
+)
+def test_json_header_ext_values_and_language_as_java_reads_them(
+    ext: dict[str, Any], lang: Any
+) -> None:
     """The fast path (orjson's dict kept when every value is a string) and the coercing
     path read the same: strings as they are, numbers and booleans as Java's toString,
     nulls left out; a language as a name, an ordinal, or anything else as OTHER."""
-    header = {"code": 310, "opaque": 4, "flag": 0, "version": 0, "language": lang,
-              "extFields": ext}
+    header = {"code": 310, "opaque": 4, "flag": 0, "version": 0, "language": lang, "extFields": ext}
     raw = json.dumps(header).encode()
     cmd = codec.decode_frame(struct.pack(">II", 4 + len(raw), len(raw)) + raw)
 
@@ -401,8 +509,11 @@ def test_json_header_ext_values_and_language_as_java_reads_them(ext: dict[str, A
     assert cmd.ext_fields == {k: java(v) for k, v in ext.items() if v is not None}
     by_name = {m.name: m for m in LanguageCode}
     by_value = {m.value: m for m in LanguageCode}
-    want = (by_name.get(lang, LanguageCode.OTHER) if isinstance(lang, str)
-            else by_value.get(lang, LanguageCode.OTHER)
-            if isinstance(lang, int) and not isinstance(lang, bool)
-            else by_name.get(str(lang), LanguageCode.OTHER))
+    want = (
+        by_name.get(lang, LanguageCode.OTHER)
+        if isinstance(lang, str)
+        else by_value.get(lang, LanguageCode.OTHER)
+        if isinstance(lang, int) and not isinstance(lang, bool)
+        else by_name.get(str(lang), LanguageCode.OTHER)
+    )
     assert cmd.language == want

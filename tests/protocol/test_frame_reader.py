@@ -128,7 +128,8 @@ def test_frame_reader_oversized_after_a_good_frame() -> None:
 
 def test_grpc_http2_preface_raises_frame_too_large() -> None:
     raw = bytes.fromhex(
-        (FIXTURES / "grpc-5.x-client" / "silent-01-RAW-http2-preface.hex").read_text().strip())
+        (FIXTURES / "grpc-5.x-client" / "silent-01-RAW-http2-preface.hex").read_text().strip()
+    )
     assert raw.startswith(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
     # "PRI " read as a big-endian length is 0x50524920 = 1,347,569,952 > 16 MiB
     assert int.from_bytes(raw[:4], "big") == 0x50524920
@@ -186,8 +187,9 @@ def test_frame_reader_max_header_checked_on_the_header_word() -> None:
 def _big_frames() -> tuple[bytes, list[bytes]]:
     """Two large frames (above LARGE_FRAME) around small ones, and their bodies."""
     bodies = [bytes(range(256)) * 5000, b"tiny", random.Random(7).randbytes(3 << 20), b"end"]
-    cmds = [request(RequestCode.SEND_MESSAGE_V2, {"a": str(i)}, body=b)
-            for i, b in enumerate(bodies)]
+    cmds = [
+        request(RequestCode.SEND_MESSAGE_V2, {"a": str(i)}, body=b) for i, b in enumerate(bodies)
+    ]
     return b"".join(encode_command(c) for c in cmds), bodies
 
 
@@ -200,7 +202,7 @@ def test_frame_reader_large_frames_gathered_in_parts(chunk: int) -> None:
     got: list[bytes] = []
     held_max = 0
     for i in range(0, len(stream), chunk):
-        reader.feed(stream[i: i + chunk])
+        reader.feed(stream[i : i + chunk])
         held_max = max(held_max, reader.buffered)
         got.extend(c.body for c in reader)
         assert reader.buffered <= min(i + chunk, len(stream))  # nothing counted twice

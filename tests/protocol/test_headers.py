@@ -87,8 +87,9 @@ def test_send_v2_keys_do_not_parse_as_v1() -> None:
         SendMessageRequestHeader.from_ext_fields(_ext(*ALIONS_SEND))
 
 
-@pytest.mark.parametrize(("key", "v2"), [("a", True), ("b", True), ("producerGroup", False),
-                                         ("topic", False)])
+@pytest.mark.parametrize(
+    ("key", "v2"), [("a", True), ("b", True), ("producerGroup", False), ("topic", False)]
+)
 def test_missing_required_field_names_it(key: str, v2: bool) -> None:
     ext = dict(_ext(*(ALIONS_SEND if v2 else CPP1X_SEND)))
     del ext[key]
@@ -121,10 +122,18 @@ def test_required_int_non_numeric() -> None:
         ConsumerSendMsgBackRequestHeader.from_ext_fields({"offset": "abc", "group": "G"})
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("true", True), ("1", True), ("TRUE", True), ("True", True),
-    ("false", False), ("0", False), ("no", False),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True),
+        ("1", True),
+        ("TRUE", True),
+        ("True", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+    ],
+)
 def test_boolean_parsing(raw: str, expected: bool) -> None:
     ext = dict(_ext(*ALIONS_SEND))
     ext["k"] = raw
@@ -135,11 +144,28 @@ def test_boolean_parsing(raw: str, expected: bool) -> None:
 
 
 def test_to_ext_fields_omits_none_and_writes_strings() -> None:
-    h = SendMessageRequestHeader(producer_group="PG", topic="T", queue_id=2, sys_flag=0,
-                                 born_timestamp=1795314771937, unit_mode=True, batch=False)
+    h = SendMessageRequestHeader(
+        producer_group="PG",
+        topic="T",
+        queue_id=2,
+        sys_flag=0,
+        born_timestamp=1795314771937,
+        unit_mode=True,
+        batch=False,
+    )
     v2 = h.to_ext_fields(v2=True)
-    assert v2 == {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "2", "f": "0",
-                  "g": "1795314771937", "h": "0", "k": "true", "m": "false"}
+    assert v2 == {
+        "a": "PG",
+        "b": "T",
+        "c": "TBW102",
+        "d": "4",
+        "e": "2",
+        "f": "0",
+        "g": "1795314771937",
+        "h": "0",
+        "k": "true",
+        "m": "false",
+    }
     assert all(type(v) is str for v in v2.values())
     v1 = h.to_ext_fields()
     assert v1["producerGroup"] == "PG" and v1["unitMode"] == "true" and v1["batch"] == "false"
@@ -150,18 +176,32 @@ def test_to_ext_fields_omits_none_and_writes_strings() -> None:
 
 def test_response_headers_to_ext_fields() -> None:
     assert SendMessageResponseHeader("ID", 3, 99).to_ext_fields() == {
-        "msgId": "ID", "queueId": "3", "queueOffset": "99"}
+        "msgId": "ID",
+        "queueId": "3",
+        "queueOffset": "99",
+    }
     assert PullMessageResponseHeader(0, 10, 0, 12).to_ext_fields() == {
-        "suggestWhichBrokerId": "0", "nextBeginOffset": "10", "minOffset": "0",
-        "maxOffset": "12"}
+        "suggestWhichBrokerId": "0",
+        "nextBeginOffset": "10",
+        "minOffset": "0",
+        "maxOffset": "12",
+    }
     assert CreateTopicRequestHeader("T").to_ext_fields()["order"] == "false"
     u = UnregisterClientRequestHeader("cid", consumer_group="CG").to_ext_fields()
     assert u == {"clientID": "cid", "consumerGroup": "CG"}
 
 
 def test_unknown_keys_are_ignored() -> None:
-    ext = {"consumerGroup": "G", "topic": "T", "queueId": "1", "queueOffset": "5",
-           "bname": "broker-a", "Signature": "x", "AccessKey": "", "lo": "true"}
+    ext = {
+        "consumerGroup": "G",
+        "topic": "T",
+        "queueId": "1",
+        "queueOffset": "5",
+        "bname": "broker-a",
+        "Signature": "x",
+        "AccessKey": "",
+        "lo": "true",
+    }
     h = PullMessageRequestHeader.from_ext_fields(ext)
     assert (h.consumer_group, h.topic, h.queue_id, h.queue_offset) == ("G", "T", 1, 5)
 
@@ -194,8 +234,9 @@ def test_pull_captures_cover_every_client() -> None:
 SEND_BACKS = entries_with_code(36)
 
 
-@pytest.mark.parametrize(("client", "e"), SEND_BACKS,
-                         ids=[f"{c}/{e['file']}" for c, e in SEND_BACKS])
+@pytest.mark.parametrize(
+    ("client", "e"), SEND_BACKS, ids=[f"{c}/{e['file']}" for c, e in SEND_BACKS]
+)
 def test_send_back_header_from_captures(client: str, e: dict[str, Any]) -> None:
     raw = e["header"]["extFields"]
     h = ConsumerSendMsgBackRequestHeader.from_ext_fields(_ext(client, e["file"]))
@@ -213,7 +254,10 @@ def test_send_back_captures_cover_every_client() -> None:
     assert len(SEND_BACKS) == 6
     cpp1x = [e for c, e in SEND_BACKS if c == "cpp-client-1.x"]
     # C++ 0.4.4 sends only offset, group and delayLevel
-    h = ConsumerSendMsgBackRequestHeader.from_ext_fields(
-        _ext("cpp-client-1.x", cpp1x[-1]["file"]))
+    h = ConsumerSendMsgBackRequestHeader.from_ext_fields(_ext("cpp-client-1.x", cpp1x[-1]["file"]))
     assert (h.offset, h.origin_msg_id, h.max_reconsume_times, h.unit_mode) == (
-        1652, None, None, False)
+        1652,
+        None,
+        None,
+        False,
+    )

@@ -39,10 +39,19 @@ STORE = (b"\x7f\x00\x00\x01", 10911)
 
 def _fields(**over: Any) -> dict[str, Any]:
     f: dict[str, Any] = dict(
-        topic=b"TopicTest", body=b"hello body", properties=b"TAGS\x01TagA\x02KEYS\x01k1 k2",
-        queue_id=3, flag=7, queue_offset=42, physical_offset=123456, sys_flag=0,
-        born_timestamp=1_700_000_000_123, born_host=(V4, 50123),
-        store_timestamp=1_700_000_000_456, store_host=STORE, reconsume_times=2,
+        topic=b"TopicTest",
+        body=b"hello body",
+        properties=b"TAGS\x01TagA\x02KEYS\x01k1 k2",
+        queue_id=3,
+        flag=7,
+        queue_offset=42,
+        physical_offset=123456,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_123,
+        born_host=(V4, 50123),
+        store_timestamp=1_700_000_000_456,
+        store_host=STORE,
+        reconsume_times=2,
         prepared_transaction_offset=0,
     )
     f.update(over)
@@ -53,14 +62,25 @@ RECORD_CASES = [
     pytest.param(_fields(), id="ipv4"),
     pytest.param(_fields(sys_flag=0x10, born_host=(V6, 1)), id="born-ipv6"),
     pytest.param(_fields(sys_flag=0x20, store_host=(V6, 10911)), id="store-ipv6"),
-    pytest.param(_fields(sys_flag=0x31, born_host=(V6, 2), store_host=(V6[::-1], 3)),
-                 id="both-ipv6-compressed-flag"),
+    pytest.param(
+        _fields(sys_flag=0x31, born_host=(V6, 2), store_host=(V6[::-1], 3)),
+        id="both-ipv6-compressed-flag",
+    ),
     pytest.param(_fields(body=b"", properties=b"", topic=b"T"), id="empty-body-props"),
-    pytest.param(_fields(body=os.urandom(5000), reconsume_times=-1, queue_id=-1,
-                         prepared_transaction_offset=2**62, flag=-(2**31)),
-                 id="large-negative"),
-    pytest.param(_fields(topic="T\u00e9st-\u4e2d".encode(), properties="K\x01v\u00e9".encode()),
-                 id="utf8-topic-props"),
+    pytest.param(
+        _fields(
+            body=os.urandom(5000),
+            reconsume_times=-1,
+            queue_id=-1,
+            prepared_transaction_offset=2**62,
+            flag=-(2**31),
+        ),
+        id="large-negative",
+    ),
+    pytest.param(
+        _fields(topic="T\u00e9st-\u4e2d".encode(), properties="K\x01v\u00e9".encode()),
+        id="utf8-topic-props",
+    ),
 ]
 
 
@@ -79,9 +99,18 @@ def test_record_round_trip(f: dict[str, Any]) -> None:
     assert m.topic == f["topic"].decode()
     assert m.body == f["body"]
     assert (m.queue_id, m.flag, m.queue_offset, m.commit_log_offset, m.sys_flag) == (
-        f["queue_id"], f["flag"], f["queue_offset"], f["physical_offset"], f["sys_flag"])
+        f["queue_id"],
+        f["flag"],
+        f["queue_offset"],
+        f["physical_offset"],
+        f["sys_flag"],
+    )
     assert (m.born_timestamp, m.born_host, m.store_timestamp, m.store_host) == (
-        f["born_timestamp"], f["born_host"], f["store_timestamp"], f["store_host"])
+        f["born_timestamp"],
+        f["born_host"],
+        f["store_timestamp"],
+        f["store_host"],
+    )
     assert m.reconsume_times == f["reconsume_times"]
     assert m.prepared_transaction_offset == f["prepared_transaction_offset"]
     assert m.body_crc == zlib.crc32(f["body"]) & 0x7FFFFFFF
@@ -107,7 +136,12 @@ def test_record_parity_with_construct_schema(f: dict[str, Any]) -> None:
     assert c.magic == schema.MESSAGE_MAGIC_CODE
     assert c.body_crc == zlib.crc32(f["body"]) & 0x7FFFFFFF
     assert (c.queue_id, c.flag, c.queue_offset, c.physical_offset, c.sys_flag) == (
-        f["queue_id"], f["flag"], f["queue_offset"], f["physical_offset"], f["sys_flag"])
+        f["queue_id"],
+        f["flag"],
+        f["queue_offset"],
+        f["physical_offset"],
+        f["sys_flag"],
+    )
     assert (c.born_host.ip, c.born_host.port) == f["born_host"]
     assert (c.store_host.ip, c.store_host.port) == f["store_host"]
     assert (c.born_timestamp, c.store_timestamp) == (f["born_timestamp"], f["store_timestamp"])
@@ -116,34 +150,60 @@ def test_record_parity_with_construct_schema(f: dict[str, Any]) -> None:
     assert c.body == f["body"]
     assert c.topic == f["topic"].decode()
     assert c.properties == f["properties"].decode()
-    built = schema.MessageRecord.build(dict(
-        total_size=len(rec), body_crc=zlib.crc32(f["body"]) & 0x7FFFFFFF,
-        queue_id=f["queue_id"], flag=f["flag"], queue_offset=f["queue_offset"],
-        physical_offset=f["physical_offset"], sys_flag=f["sys_flag"],
-        born_timestamp=f["born_timestamp"],
-        born_host=dict(ip=f["born_host"][0], port=f["born_host"][1]),
-        store_timestamp=f["store_timestamp"],
-        store_host=dict(ip=f["store_host"][0], port=f["store_host"][1]),
-        reconsume_times=f["reconsume_times"],
-        prepared_transaction_offset=f["prepared_transaction_offset"],
-        body=f["body"], topic=f["topic"].decode(), properties=f["properties"].decode(),
-    ))
+    built = schema.MessageRecord.build(
+        dict(
+            total_size=len(rec),
+            body_crc=zlib.crc32(f["body"]) & 0x7FFFFFFF,
+            queue_id=f["queue_id"],
+            flag=f["flag"],
+            queue_offset=f["queue_offset"],
+            physical_offset=f["physical_offset"],
+            sys_flag=f["sys_flag"],
+            born_timestamp=f["born_timestamp"],
+            born_host=dict(ip=f["born_host"][0], port=f["born_host"][1]),
+            store_timestamp=f["store_timestamp"],
+            store_host=dict(ip=f["store_host"][0], port=f["store_host"][1]),
+            reconsume_times=f["reconsume_times"],
+            prepared_transaction_offset=f["prepared_transaction_offset"],
+            body=f["body"],
+            topic=f["topic"].decode(),
+            properties=f["properties"].decode(),
+        )
+    )
     assert built == rec
 
 
 def test_decode_record_of_construct_built_bytes() -> None:
     body = b"from construct"
     total = 91 + len(body) + 1 + 3
-    raw = schema.MessageRecord.build(dict(
-        total_size=total, body_crc=zlib.crc32(body) & 0x7FFFFFFF, queue_id=1, flag=0,
-        queue_offset=9, physical_offset=77, sys_flag=0, born_timestamp=5,
-        born_host=dict(ip=V4, port=1), store_timestamp=6, store_host=dict(ip=STORE[0], port=2),
-        reconsume_times=0, prepared_transaction_offset=0, body=body, topic="T",
-        properties="a\x01b",
-    ))
+    raw = schema.MessageRecord.build(
+        dict(
+            total_size=total,
+            body_crc=zlib.crc32(body) & 0x7FFFFFFF,
+            queue_id=1,
+            flag=0,
+            queue_offset=9,
+            physical_offset=77,
+            sys_flag=0,
+            born_timestamp=5,
+            born_host=dict(ip=V4, port=1),
+            store_timestamp=6,
+            store_host=dict(ip=STORE[0], port=2),
+            reconsume_times=0,
+            prepared_transaction_offset=0,
+            body=body,
+            topic="T",
+            properties="a\x01b",
+        )
+    )
     m = decode_record(raw, check_crc=True)
     assert (m.topic, m.body, m.queue_offset, m.commit_log_offset, m.properties) == (
-        "T", body, 9, 77, {"a": "b"})
+        "T",
+        body,
+        9,
+        77,
+        {"a": "b"},
+    )
 
 
 def test_decode_record_at_position_and_memoryview() -> None:
@@ -155,8 +215,9 @@ def test_decode_record_at_position_and_memoryview() -> None:
 
 
 def test_decode_records_stops_silently_at_truncated_tail() -> None:
-    recs = [encode_record(**_fields(queue_offset=i, body=bytes([65 + i]) * (i + 1)))
-            for i in range(4)]
+    recs = [
+        encode_record(**_fields(queue_offset=i, body=bytes([65 + i]) * (i + 1))) for i in range(4)
+    ]
     whole = b"".join(recs)
     assert [m.queue_offset for m in decode_records(whole)] == [0, 1, 2, 3]
     for cut in (1, 8, 40, 91, len(recs[3]) - 1):
@@ -165,10 +226,17 @@ def test_decode_records_stops_silently_at_truncated_tail() -> None:
     assert decode_records(b"") == []
 
 
-@pytest.mark.parametrize("tail", [
-    b"\x00" * 200, b"\xde\xad\xbe\xef" * 30, b"\x00\x00\x00\x10", os.urandom(3),
-    struct.pack(">iI", 91, 0xCBD43194) + b"\x00" * 83,  # a BLANK marker is not a message
-], ids=["zeros", "deadbeef", "tiny-size", "3-bytes", "blank-marker"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"\x00" * 200,
+        b"\xde\xad\xbe\xef" * 30,
+        b"\x00\x00\x00\x10",
+        os.urandom(3),
+        struct.pack(">iI", 91, 0xCBD43194) + b"\x00" * 83,  # a BLANK marker is not a message
+    ],
+    ids=["zeros", "deadbeef", "tiny-size", "3-bytes", "blank-marker"],
+)
 def test_decode_records_stops_silently_at_garbage(tail: bytes) -> None:
     recs = b"".join(encode_record(**_fields(queue_offset=i)) for i in range(2))
     assert [m.queue_offset for m in decode_records(recs + tail)] == [0, 1]
@@ -183,13 +251,17 @@ def test_decode_records_stops_at_inconsistent_lengths() -> None:
         decode_record(bytes(bad))
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda b: b[:50],
-    lambda b: b"\x00\x00\x00\x05" + b[4:],
-    lambda b: b[:4] + b"\x00\x00\x00\x00" + b[8:],
-    lambda b: struct.pack(">i", len(b) + 10) + b[4:],
-    lambda b: b[:84] + struct.pack(">i", -1) + b[88:],
-], ids=["truncated", "size-below-overhead", "bad-magic", "size-beyond-buffer", "neg-body-len"])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b[:50],
+        lambda b: b"\x00\x00\x00\x05" + b[4:],
+        lambda b: b[:4] + b"\x00\x00\x00\x00" + b[8:],
+        lambda b: struct.pack(">i", len(b) + 10) + b[4:],
+        lambda b: b[:84] + struct.pack(">i", -1) + b[88:],
+    ],
+    ids=["truncated", "size-below-overhead", "bad-magic", "size-beyond-buffer", "neg-body-len"],
+)
 def test_decode_record_raises_on_corruption(mutate: Any) -> None:
     rec = encode_record(**_fields())
     with pytest.raises(MessageDecodeError):
@@ -226,19 +298,35 @@ SUMMARY_PROPS = [
 
 
 def test_summarize_records_matches_decode_record() -> None:
-    recs = [encode_record(**_fields(queue_offset=i, physical_offset=1000 * i, properties=p,
-                                    body=b"b" * i, reconsume_times=i,
-                                    born_timestamp=10 + i, store_timestamp=20 + i))
-            for i, p in enumerate(SUMMARY_PROPS)]
+    recs = [
+        encode_record(
+            **_fields(
+                queue_offset=i,
+                physical_offset=1000 * i,
+                properties=p,
+                body=b"b" * i,
+                reconsume_times=i,
+                born_timestamp=10 + i,
+                store_timestamp=20 + i,
+            )
+        )
+        for i, p in enumerate(SUMMARY_PROPS)
+    ]
     buf = b"".join(recs)
     sums = summarize_records(buf)
     full = decode_records(buf)
     assert len(sums) == len(full) == len(SUMMARY_PROPS)
     for s, m in zip(sums, full, strict=True):
         assert (s.size, s.queue_offset, s.phy_offset) == (
-            m.store_size, m.queue_offset, m.commit_log_offset)
+            m.store_size,
+            m.queue_offset,
+            m.commit_log_offset,
+        )
         assert (s.born_timestamp, s.store_timestamp, s.reconsume_times) == (
-            m.born_timestamp, m.store_timestamp, m.reconsume_times)
+            m.born_timestamp,
+            m.store_timestamp,
+            m.reconsume_times,
+        )
         assert s.msg_id == m.msg_id
 
 
@@ -247,8 +335,12 @@ def test_summarize_records_matches_decode_record() -> None:
 
 def _batch_item_bytes(body: bytes, flag: int, props: bytes) -> bytes:
     total = 20 + len(body) + 2 + len(props)
-    return struct.pack(">iiiii", total, 0, 0, flag, len(body)) + body + struct.pack(
-        ">H", len(props)) + props
+    return (
+        struct.pack(">iiiii", total, 0, 0, flag, len(body))
+        + body
+        + struct.pack(">H", len(props))
+        + props
+    )
 
 
 BATCH = [
@@ -272,10 +364,22 @@ def test_batch_parity_with_construct_schema() -> None:
     for item in BATCH:
         c = schema.BatchItem.parse(raw[pos:])
         assert (c.magic, c.body_crc, c.flag, c.body, c.properties) == (
-            0, 0, item.flag, item.body, item.properties)
-        built = schema.BatchItem.build(dict(total_size=c.total_size, magic=0, body_crc=0,
-                                            flag=item.flag, body=item.body,
-                                            properties=item.properties))
+            0,
+            0,
+            item.flag,
+            item.body,
+            item.properties,
+        )
+        built = schema.BatchItem.build(
+            dict(
+                total_size=c.total_size,
+                magic=0,
+                body_crc=0,
+                flag=item.flag,
+                body=item.body,
+                properties=item.properties,
+            )
+        )
         assert raw[pos : pos + c.total_size] == built
         pos += c.total_size
     assert pos == len(raw)
@@ -284,19 +388,31 @@ def test_batch_parity_with_construct_schema() -> None:
 _GOOD = _batch_item_bytes(b"abc", 0, b"k\x01v")
 
 
-@pytest.mark.parametrize("raw", [
-    b"",
-    _GOOD[:10],
-    _GOOD + _GOOD[:21],
-    struct.pack(">i", len(_GOOD) + 1) + _GOOD[4:],
-    struct.pack(">i", 21) + _GOOD[4:],
-    _GOOD[:16] + struct.pack(">i", -1) + _GOOD[20:],
-    _GOOD[:16] + struct.pack(">i", 100) + _GOOD[20:],
-    _GOOD[:23] + struct.pack(">H", 2) + _GOOD[25:],
-    _batch_item_bytes(b"abc", 0, b"\xff\xfe"),
-], ids=["empty", "truncated-header", "truncated-second-item", "size-beyond-buffer",
-        "size-below-minimum", "negative-body-len", "body-len-beyond-item", "props-len-mismatch",
-        "props-not-utf8"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        _GOOD[:10],
+        _GOOD + _GOOD[:21],
+        struct.pack(">i", len(_GOOD) + 1) + _GOOD[4:],
+        struct.pack(">i", 21) + _GOOD[4:],
+        _GOOD[:16] + struct.pack(">i", -1) + _GOOD[20:],
+        _GOOD[:16] + struct.pack(">i", 100) + _GOOD[20:],
+        _GOOD[:23] + struct.pack(">H", 2) + _GOOD[25:],
+        _batch_item_bytes(b"abc", 0, b"\xff\xfe"),
+    ],
+    ids=[
+        "empty",
+        "truncated-header",
+        "truncated-second-item",
+        "size-beyond-buffer",
+        "size-below-minimum",
+        "negative-body-len",
+        "body-len-beyond-item",
+        "props-len-mismatch",
+        "props-not-utf8",
+    ],
+)
 def test_malformed_batch_raises(raw: bytes) -> None:
     with pytest.raises(MessageDecodeError):
         decode_batch(raw)
@@ -305,18 +421,21 @@ def test_malformed_batch_raises(raw: bytes) -> None:
 # ---------------------------------------------------------------- properties
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("A\x011\x02B\x012", {"A": "1", "B": "2"}),
-    ("A\x011\x02B\x012\x02", {"A": "1", "B": "2"}),  # C++/Node trailing separator
-    ("A\x011\x02\x02\x02B\x012", {"A": "1", "B": "2"}),  # empty pairs
-    ("NOSEP\x02A\x011", {"A": "1"}),  # a pair without the name/value separator
-    ("\x01v\x02A\x011", {"A": "1"}),  # empty name
-    ("k\x01\x02A\x011", {"A": "1"}),  # empty value
-    ("", {}),
-    ("\x02", {}),
-    ("K\x01a\x01b", {"K": "a\x01b"}),  # only the first separator splits
-    ("A\x011\x02A\x012", {"A": "2"}),  # last one wins, like a Java HashMap put
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A\x011\x02B\x012", {"A": "1", "B": "2"}),
+        ("A\x011\x02B\x012\x02", {"A": "1", "B": "2"}),  # C++/Node trailing separator
+        ("A\x011\x02\x02\x02B\x012", {"A": "1", "B": "2"}),  # empty pairs
+        ("NOSEP\x02A\x011", {"A": "1"}),  # a pair without the name/value separator
+        ("\x01v\x02A\x011", {"A": "1"}),  # empty name
+        ("k\x01\x02A\x011", {"A": "1"}),  # empty value
+        ("", {}),
+        ("\x02", {}),
+        ("K\x01a\x01b", {"K": "a\x01b"}),  # only the first separator splits
+        ("A\x011\x02A\x012", {"A": "2"}),  # last one wins, like a Java HashMap put
+    ],
+)
 def test_decode_properties_is_tolerant(text: str, expected: dict[str, str]) -> None:
     assert decode_properties(text) == expected
 
@@ -341,26 +460,37 @@ def _java_hash(s: str) -> int:
     return h - 2**32 if h >= 2**31 else h
 
 
-@pytest.mark.parametrize(("s", "expected"), [
-    ("", 0),
-    ("a", 97),
-    ("Aa", 2112),  # 65*31 + 97
-    ("BB", 2112),  # 66*31 + 66: the textbook collision
-    # "TagA": ((84*31 + 97)*31 + 103)*31 + 65 = (2701*31 + 103)*31 + 65 = 83834*31 + 65
-    ("TagA", 2598919),
-    ("hello world", 1794106052),
-    ("polygenelubricants", -(2**31)),  # the well-known Integer.MIN_VALUE hash
-    ("\u00e9", 233),
-    ("\u4e2d\u6587", 20013 * 31 + 25991),  # U+4E2D, U+6587 -> 646394
-    ("\U0001f600", 0xD83D * 31 + 0xDE00),  # surrogate pair D83D DE00 -> 1772899
-])
+@pytest.mark.parametrize(
+    ("s", "expected"),
+    [
+        ("", 0),
+        ("a", 97),
+        ("Aa", 2112),  # 65*31 + 97
+        ("BB", 2112),  # 66*31 + 66: the textbook collision
+        # "TagA": ((84*31 + 97)*31 + 103)*31 + 65 = (2701*31 + 103)*31 + 65 = 83834*31 + 65
+        ("TagA", 2598919),
+        ("hello world", 1794106052),
+        ("polygenelubricants", -(2**31)),  # the well-known Integer.MIN_VALUE hash
+        ("\u00e9", 233),
+        ("\u4e2d\u6587", 20013 * 31 + 25991),  # U+4E2D, U+6587 -> 646394
+        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # surrogate pair D83D DE00 -> 1772899
+    ],
+)
 def test_java_string_hash_known_values(s: str, expected: int) -> None:
     assert java_string_hash(s) == expected
     assert _java_hash(s) == expected
 
 
-@pytest.mark.parametrize("s", ["TagA || TagB", "x" * 1000, "Stra\u00dfe \U0001f680 \u00e9t\u00e9",
-                               "%RETRY%CID_ALIONS_TEST", "negative?"])
+@pytest.mark.parametrize(
+    "s",
+    [
+        "TagA || TagB",
+        "x" * 1000,
+        "Stra\u00dfe \U0001f680 \u00e9t\u00e9",
+        "%RETRY%CID_ALIONS_TEST",
+        "negative?",
+    ],
+)
 def test_java_string_hash_matches_independent_formula(s: str) -> None:
     h = java_string_hash(s)
     assert h == _java_hash(s)

@@ -36,23 +36,39 @@ from kairosmq.protocol.properties import decode_properties, encode_properties
 
 from .captures import frame_bytes, request_entries
 
-FAST = settings(derandomize=True, database=None, deadline=None, max_examples=90,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=90,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FEW = settings(FAST, max_examples=60)
 
 GOLDEN = [frame_bytes(folder, e["file"]) for folder, e in request_entries()][:40]
 HEADER_CLASSES = sorted(
-    (c for c in vars(headers).values()
-     if isinstance(c, type) and issubclass(c, headers.Header) and c is not headers.Header),
-    key=lambda c: c.__name__)
+    (
+        c
+        for c in vars(headers).values()
+        if isinstance(c, type) and issubclass(c, headers.Header) and c is not headers.Header
+    ),
+    key=lambda c: c.__name__,
+)
 
-json_scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
-    max_leaves=12)
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def _answer_encodes(cmd: RemotingCommand) -> None:
@@ -67,7 +83,7 @@ def _mutate(data: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes
         if buf:
             buf[pos % len(buf)] = val
     if cut is not None and buf:
-        del buf[cut % len(buf):]
+        del buf[cut % len(buf) :]
     return bytes(buf)
 
 
@@ -80,7 +96,7 @@ def _feed_in_chunks(reader: FrameReader, data: bytes, cuts: list[int]) -> None:
     pos = 0
     try:
         for n in [*cuts, len(data)]:
-            reader.feed(data[pos:pos + n])
+            reader.feed(data[pos : pos + n])
             pos += n
             for cmd in reader:
                 _answer_encodes(cmd)
@@ -95,26 +111,47 @@ def test_frame_reader_any_bytes_any_chunking(data: bytes, cuts: list[int]) -> No
 
 
 @FAST
-@given(st.sampled_from(GOLDEN), st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)),
-                                         max_size=6),
-       st.none() | st.integers(0, 1 << 16), st.lists(st.integers(1, 97), max_size=8))
+@given(
+    st.sampled_from(GOLDEN),
+    st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=6),
+    st.none() | st.integers(0, 1 << 16),
+    st.lists(st.integers(1, 97), max_size=8),
+)
 def test_frame_reader_mutated_golden_frames(frame: bytes, edits, cut, cuts) -> None:
     data = _mutate(frame, edits, cut) + frame  # a damaged frame, then a good one
     _feed_in_chunks(FrameReader(), data, cuts)
 
 
 commands = st.builds(
-    lambda code, opaque, flag, ext, body, binary, remark: request(
-        code, ext, body, opaque=opaque,
-        serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON)
-    if remark is None else dataclasses.replace(request(
-        code, ext, body, opaque=opaque,
-        serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON),
-        remark=remark, flag=flag),
-    st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1),
-    st.integers(0, 3), st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=16),
-                                       max_size=5),
-    st.binary(max_size=64), st.booleans(), st.none() | st.text(max_size=20))
+    lambda code, opaque, flag, ext, body, binary, remark: (
+        request(
+            code,
+            ext,
+            body,
+            opaque=opaque,
+            serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+        )
+        if remark is None
+        else dataclasses.replace(
+            request(
+                code,
+                ext,
+                body,
+                opaque=opaque,
+                serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+            ),
+            remark=remark,
+            flag=flag,
+        )
+    ),
+    st.integers(-(2**15), 2**15 - 1),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 3),
+    st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=16), max_size=5),
+    st.binary(max_size=64),
+    st.booleans(),
+    st.none() | st.text(max_size=20),
+)
 
 
 @FAST
@@ -123,11 +160,12 @@ def test_frame_reader_round_trips_any_chunking(cmds, cuts) -> None:
     data = b"".join(encode_command(c) for c in cmds)
     reader, out, pos = FrameReader(), [], 0
     for n in [*cuts, len(data)]:
-        reader.feed(data[pos:pos + n])
+        reader.feed(data[pos : pos + n])
         pos += n
         out.extend(reader)
-    assert [(c.code, c.opaque, c.ext_fields, c.body, c.remark or None) for c in out] == \
-        [(c.code, c.opaque, c.ext_fields, c.body, c.remark or None) for c in cmds]
+    assert [(c.code, c.opaque, c.ext_fields, c.body, c.remark or None) for c in out] == [
+        (c.code, c.opaque, c.ext_fields, c.body, c.remark or None) for c in cmds
+    ]
 
 
 @FAST
@@ -151,10 +189,19 @@ def test_json_header_any_json_value(value, body: bytes) -> None:
         pass
 
 
-header_dicts = st.fixed_dictionaries({}, optional={
-    "code": json_values, "opaque": json_values, "flag": json_values, "version": json_values,
-    "language": json_values, "remark": json_values, "extFields": json_values,
-    "serializeTypeCurrentRPC": json_values})
+header_dicts = st.fixed_dictionaries(
+    {},
+    optional={
+        "code": json_values,
+        "opaque": json_values,
+        "flag": json_values,
+        "version": json_values,
+        "language": json_values,
+        "remark": json_values,
+        "extFields": json_values,
+        "serializeTypeCurrentRPC": json_values,
+    },
+)
 
 
 @FAST
@@ -204,8 +251,11 @@ def test_header_from_ext_fields_any_strings(cls, v2: bool, data) -> None:
         names.append(f.metadata["wire"])
         if f.metadata["v2"]:
             names.append(f.metadata["v2"])
-    ext = data.draw(st.dictionaries(st.sampled_from(names) | st.text(max_size=6), ext_text,
-                                    max_size=len(names) + 2))
+    ext = data.draw(
+        st.dictionaries(
+            st.sampled_from(names) | st.text(max_size=6), ext_text, max_size=len(names) + 2
+        )
+    )
     try:
         h = cls.from_ext_fields(ext, v2=v2)
     except ProtocolError:
@@ -223,10 +273,13 @@ def test_decode_properties_any_text(text: str) -> None:
 
 
 @FAST
-@given(st.dictionaries(st.text(alphabet=st.characters(blacklist_characters="\x01\x02"),
-                               min_size=1, max_size=10),
-                       st.text(alphabet=st.characters(blacklist_characters="\x01\x02"),
-                               min_size=1, max_size=10), max_size=6))
+@given(
+    st.dictionaries(
+        st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), min_size=1, max_size=10),
+        st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), min_size=1, max_size=10),
+        max_size=6,
+    )
+)
 def test_properties_round_trip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
 
@@ -236,17 +289,33 @@ def test_properties_round_trip(props: dict[str, str]) -> None:
 
 def _record(body: bytes, topic: str, props: dict[str, str], v6: int) -> bytes:
     return encode_record(
-        topic=topic.encode(), body=body, properties=encode_properties(props).encode(),
-        queue_id=1, flag=0, queue_offset=7, physical_offset=1234, sys_flag=v6,
-        born_timestamp=1, born_host=(b"\x01" * (16 if v6 & 0x10 else 4), 5),
-        store_timestamp=2, store_host=(b"\x02" * (16 if v6 & 0x20 else 4), 6),
-        reconsume_times=0)
+        topic=topic.encode(),
+        body=body,
+        properties=encode_properties(props).encode(),
+        queue_id=1,
+        flag=0,
+        queue_offset=7,
+        physical_offset=1234,
+        sys_flag=v6,
+        born_timestamp=1,
+        born_host=(b"\x01" * (16 if v6 & 0x10 else 4), 5),
+        store_timestamp=2,
+        store_host=(b"\x02" * (16 if v6 & 0x20 else 4), 6),
+        reconsume_times=0,
+    )
 
 
-records = st.builds(_record, st.binary(max_size=40), st.text(
-    alphabet="abcXYZ%_-|0123", min_size=1, max_size=20), st.dictionaries(
-    st.sampled_from(["UNIQ_KEY", "TAGS", "KEYS", "x"]), st.text(min_size=1, max_size=10),
-    max_size=3), st.sampled_from([0, 0x10, 0x20, 0x30]))
+records = st.builds(
+    _record,
+    st.binary(max_size=40),
+    st.text(alphabet="abcXYZ%_-|0123", min_size=1, max_size=20),
+    st.dictionaries(
+        st.sampled_from(["UNIQ_KEY", "TAGS", "KEYS", "x"]),
+        st.text(min_size=1, max_size=10),
+        max_size=3,
+    ),
+    st.sampled_from([0, 0x10, 0x20, 0x30]),
+)
 
 
 @FAST
@@ -261,9 +330,12 @@ def test_decode_record_any_bytes(data: bytes, crc: bool) -> None:
 
 
 @FAST
-@given(st.lists(records, min_size=1, max_size=3),
-       st.lists(st.tuples(st.integers(0, 1 << 12), st.integers(0, 255)), max_size=5),
-       st.none() | st.integers(0, 1 << 12), st.booleans())
+@given(
+    st.lists(records, min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 1 << 12), st.integers(0, 255)), max_size=5),
+    st.none() | st.integers(0, 1 << 12),
+    st.booleans(),
+)
 def test_decode_record_mutated(recs, edits, cut, crc: bool) -> None:
     data = _mutate(b"".join(recs), edits, cut)
     try:
@@ -292,8 +364,11 @@ def test_record_round_trip_and_summary(recs) -> None:
         assert [s.msg_id for s in summarize_records(data)] == [m.msg_id for m in msgs]
 
 
-batches = st.lists(st.builds(BatchItem, st.binary(max_size=30), st.integers(-5, 5),
-                             st.text(max_size=20)), min_size=1, max_size=4)
+batches = st.lists(
+    st.builds(BatchItem, st.binary(max_size=30), st.integers(-5, 5), st.text(max_size=20)),
+    min_size=1,
+    max_size=4,
+)
 
 
 @FAST
@@ -306,8 +381,11 @@ def test_decode_batch_any_bytes(data: bytes) -> None:
 
 
 @FAST
-@given(batches, st.lists(st.tuples(st.integers(0, 1 << 10), st.integers(0, 255)),
-                         max_size=4), st.none() | st.integers(0, 1 << 10))
+@given(
+    batches,
+    st.lists(st.tuples(st.integers(0, 1 << 10), st.integers(0, 255)), max_size=4),
+    st.none() | st.integers(0, 1 << 10),
+)
 def test_decode_batch_mutated_and_round_trip(items, edits, cut) -> None:
     data = encode_batch(items)
     assert decode_batch(data) == items
@@ -319,42 +397,95 @@ def test_decode_batch_mutated_and_round_trip(items, edits, cut) -> None:
 
 # ---------------------------------------------------------------- JSON bodies (ValueError)
 
-BODY_DECODERS = [bodies.HeartbeatData.from_json, bodies.TopicRouteData.from_json,
-                 bodies.LockBatchRequest.from_json, bodies.decode_consumer_list,
-                 bodies.decode_lock_response]
+BODY_DECODERS = [
+    bodies.HeartbeatData.from_json,
+    bodies.TopicRouteData.from_json,
+    bodies.LockBatchRequest.from_json,
+    bodies.decode_consumer_list,
+    bodies.decode_lock_response,
+]
 
 
 def _shaped(top: dict) -> st.SearchStrategy:
     return st.fixed_dictionaries({}, optional={k: v for k, v in top.items()})
 
 
-sub_dicts = _shaped({"topic": json_values, "subString": json_values, "tagsSet": json_values,
-                     "codeSet": json_values, "subVersion": json_values,
-                     "expressionType": json_values, "classFilterMode": json_values})
-heartbeats = _shaped({
-    "clientID": json_values,
-    "producerDataSet": st.lists(_shaped({"groupName": json_values}), max_size=2) | json_values,
-    "consumerDataSet": st.lists(_shaped({
-        "groupName": json_values, "consumeType": json_values, "messageModel": json_values,
-        "consumeFromWhere": json_values, "unitMode": json_values,
-        "subscriptionDataSet": st.lists(sub_dicts, max_size=2) | json_values}), max_size=2)
-    | json_values})
-routes = _shaped({
-    "queueDatas": st.lists(_shaped({"brokerName": json_values, "readQueueNums": json_values,
-                                    "writeQueueNums": json_values, "perm": json_values,
-                                    "topicSysFlag": json_values}), max_size=2) | json_values,
-    "brokerDatas": st.lists(_shaped({"brokerName": json_values, "cluster": json_values,
-                                     "brokerAddrs": json_values}), max_size=2) | json_values,
-    "orderTopicConf": json_values})
-locks = _shaped({"consumerGroup": json_values, "clientId": json_values,
-                 "mqSet": st.lists(_shaped({"topic": json_values, "brokerName": json_values,
-                                            "queueId": json_values}), max_size=2) | json_values,
-                 "consumerIdList": json_values, "lockOKMQSet": json_values})
+sub_dicts = _shaped(
+    {
+        "topic": json_values,
+        "subString": json_values,
+        "tagsSet": json_values,
+        "codeSet": json_values,
+        "subVersion": json_values,
+        "expressionType": json_values,
+        "classFilterMode": json_values,
+    }
+)
+heartbeats = _shaped(
+    {
+        "clientID": json_values,
+        "producerDataSet": st.lists(_shaped({"groupName": json_values}), max_size=2) | json_values,
+        "consumerDataSet": st.lists(
+            _shaped(
+                {
+                    "groupName": json_values,
+                    "consumeType": json_values,
+                    "messageModel": json_values,
+                    "consumeFromWhere": json_values,
+                    "unitMode": json_values,
+                    "subscriptionDataSet": st.lists(sub_dicts, max_size=2) | json_values,
+                }
+            ),
+            max_size=2,
+        )
+        | json_values,
+    }
+)
+routes = _shaped(
+    {
+        "queueDatas": st.lists(
+            _shaped(
+                {
+                    "brokerName": json_values,
+                    "readQueueNums": json_values,
+                    "writeQueueNums": json_values,
+                    "perm": json_values,
+                    "topicSysFlag": json_values,
+                }
+            ),
+            max_size=2,
+        )
+        | json_values,
+        "brokerDatas": st.lists(
+            _shaped(
+                {"brokerName": json_values, "cluster": json_values, "brokerAddrs": json_values}
+            ),
+            max_size=2,
+        )
+        | json_values,
+        "orderTopicConf": json_values,
+    }
+)
+locks = _shaped(
+    {
+        "consumerGroup": json_values,
+        "clientId": json_values,
+        "mqSet": st.lists(
+            _shaped({"topic": json_values, "brokerName": json_values, "queueId": json_values}),
+            max_size=2,
+        )
+        | json_values,
+        "consumerIdList": json_values,
+        "lockOKMQSet": json_values,
+    }
+)
 
 
 @FEW
-@given(st.sampled_from(BODY_DECODERS), st.one_of(heartbeats, routes, locks, json_values)
-       .map(orjson.dumps) | st.binary(max_size=60))
+@given(
+    st.sampled_from(BODY_DECODERS),
+    st.one_of(heartbeats, routes, locks, json_values).map(orjson.dumps) | st.binary(max_size=60),
+)
 def test_json_bodies_raise_only_value_error(decoder, raw: bytes) -> None:
     try:
         decoder(raw)
@@ -369,7 +500,7 @@ def test_parse_decimal_takes_only_short_ascii_decimals(raw: str) -> None:
     for digits in (INT32_DIGITS, INT64_DIGITS):
         got = parse_decimal(raw, digits)
         if raw and len(raw) <= digits and all("0" <= c <= "9" for c in raw):
-            assert got == int(raw) and 0 <= got < 10 ** digits
+            assert got == int(raw) and 0 <= got < 10**digits
         else:
             assert got is None
     assert parse_decimal(None, INT64_DIGITS) is None
@@ -377,9 +508,13 @@ def test_parse_decimal_takes_only_short_ascii_decimals(raw: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(max_size=40), st.text("0123456789:", max_size=40),
-                 st.tuples(st.integers(0, 10**20), st.integers(0, 10**20)).map(
-                     lambda t: f"{t[0]}:{t[1]}")))
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.text("0123456789:", max_size=40),
+        st.tuples(st.integers(0, 10**20), st.integers(0, 10**20)).map(lambda t: f"{t[0]}:{t[1]}"),
+    )
+)
 def test_parse_decimal_pair_is_two_bounded_decimals(raw: str) -> None:
     """The pair is exactly what ``(\\d{1,a}):(\\d{1,b})`` (ASCII) matches in full."""
     import re

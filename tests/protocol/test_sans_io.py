@@ -10,8 +10,7 @@ import kairosmq.protocol
 import pytest
 
 PROTOCOL_DIR = Path(kairosmq.protocol.__file__).parent
-FORBIDDEN = {"asyncio", "socket", "selectors", "ssl", "io", "pathlib", "shutil", "tempfile",
-             "mmap"}
+FORBIDDEN = {"asyncio", "socket", "selectors", "ssl", "io", "pathlib", "shutil", "tempfile", "mmap"}
 MODULES = sorted(PROTOCOL_DIR.glob("*.py"))
 
 
@@ -19,8 +18,7 @@ def _violations(tree: ast.AST) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [f"import {a.name}" for a in node.names
-                      if a.name.split(".")[0] in FORBIDDEN]
+            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in FORBIDDEN]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module.split(".")[0] in FORBIDDEN:
                 found.append(f"from {node.module} import ...")
@@ -28,10 +26,14 @@ def _violations(tree: ast.AST) -> list[str]:
             f = node.func
             if isinstance(f, ast.Name) and f.id in ("open", "__import__"):
                 found.append(f"{f.id}() at line {node.lineno}")
-            elif (isinstance(f, ast.Attribute) and f.attr == "open"
-                  and isinstance(f.value, ast.Name) and f.value.id in ("builtins", "os", "io")):
+            elif (
+                isinstance(f, ast.Attribute)
+                and f.attr == "open"
+                and isinstance(f.value, ast.Name)
+                and f.value.id in ("builtins", "os", "io")
+            ):
                 found.append(f"{f.value.id}.open() at line {node.lineno}")
-            elif (isinstance(f, ast.Attribute) and f.attr == "import_module"):
+            elif isinstance(f, ast.Attribute) and f.attr == "import_module":
                 found.append(f"import_module() at line {node.lineno}")
     return found
 
@@ -47,19 +49,22 @@ def test_module_is_sans_io(path: Path) -> None:
     assert _violations(tree) == []
 
 
-@pytest.mark.parametrize("src", [
-    "import asyncio",
-    "import socket as s",
-    "from io import BytesIO",
-    "import os.path, pathlib",
-    "from tempfile import mkstemp",
-    "import mmap",
-    "def f():\n    import ssl",
-    "data = open('x').read()",
-    "from selectors import DefaultSelector",
-    "import shutil",
-    "import builtins\nbuiltins.open('x')",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import asyncio",
+        "import socket as s",
+        "from io import BytesIO",
+        "import os.path, pathlib",
+        "from tempfile import mkstemp",
+        "import mmap",
+        "def f():\n    import ssl",
+        "data = open('x').read()",
+        "from selectors import DefaultSelector",
+        "import shutil",
+        "import builtins\nbuiltins.open('x')",
+    ],
+)
 def test_checker_catches_violations(src: str) -> None:
     assert _violations(ast.parse(src))
 

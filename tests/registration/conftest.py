@@ -25,11 +25,16 @@ from tests.integration.procs import free_port
 
 START_NAMESRV = ROCKETMQ_HOME / "start_namesrv.sh"
 MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
-APACHE_MISSING = ("Apache RocketMQ not found at " + str(ROCKETMQ_HOME)
-                  if not START_NAMESRV.exists() else
-                  "java is not on PATH" if shutil.which("java") is None else None)
-needs_apache = pytest.mark.skipif(APACHE_MISSING is not None,
-                                  reason=f"Apache RocketMQ name server: {APACHE_MISSING}")
+APACHE_MISSING = (
+    "Apache RocketMQ not found at " + str(ROCKETMQ_HOME)
+    if not START_NAMESRV.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
+needs_apache = pytest.mark.skipif(
+    APACHE_MISSING is not None, reason=f"Apache RocketMQ name server: {APACHE_MISSING}"
+)
 
 
 class ApacheNamesrv:
@@ -46,11 +51,16 @@ class ApacheNamesrv:
 
     def start(self, timeout: float = 60.0) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "STORE_DIR": str(self.store_dir), "NAMESRV_PORT": str(self.port),
-               "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+        env = {
+            **os.environ,
+            "STORE_DIR": str(self.store_dir),
+            "NAMESRV_PORT": str(self.port),
+            "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+        }
         log = (self.store_dir / "start.log").open("ab")
-        self.proc = subprocess.Popen([str(START_NAMESRV)], env=env, stdout=log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [str(START_NAMESRV)], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout
         while True:
             assert self.proc.poll() is None, (self.store_dir / "start.log").read_text()
@@ -86,8 +96,15 @@ def mqadmin(store_dir: Path, *args: str) -> str:
     store_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "STORE_DIR": str(store_dir)}
     for _ in range(2):
-        p = subprocess.run(mqadmin_argv(*args, user_home=store_dir), capture_output=True,
-                           text=True, timeout=120, env=env, check=False, cwd=store_dir)
+        p = subprocess.run(
+            mqadmin_argv(*args, user_home=store_dir),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+            cwd=store_dir,
+        )
         if "RemotingTimeoutException" not in p.stdout + p.stderr:
             break
     assert p.returncode == 0, p.stdout + p.stderr
@@ -114,8 +131,9 @@ async def topic_route(namesrv: str, topic: str) -> TopicRouteData | None:
     """GET_ROUTEINFO_BY_TOPIC: the route, None when the name server has none."""
     pool = RemotingPool()
     try:
-        resp = await pool.invoke(namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                 {"topic": topic}, timeout=5)
+        resp = await pool.invoke(
+            namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=5
+        )
     finally:
         pool.close()
     if resp.code == ResponseCode.TOPIC_NOT_EXIST:
@@ -131,8 +149,7 @@ def route_queues(route: TopicRouteData | None) -> dict[str, int]:
     return {q.broker_name: q.write_queue_nums for q in route.queue_datas}
 
 
-async def route_is(namesrv: str, topic: str, want: dict[str, int],
-                   timeout: float = 10.0) -> None:
+async def route_is(namesrv: str, topic: str, want: dict[str, int], timeout: float = 10.0) -> None:
     """Wait until the name server's route of ``topic`` has exactly ``want`` (brokerName ->
     write queues; {} = no route)."""
     deadline = time.monotonic() + timeout

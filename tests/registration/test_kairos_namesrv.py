@@ -32,8 +32,7 @@ async def name_servers(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
 
     async def make(port: int = 0, **kw: object) -> object:
         kw.setdefault("scan_interval_s", 0.2)
-        ns = NameServer(host="127.0.0.1", port=port, data_dir=tmp_path / f"ns{len(started)}",
-                        **kw)
+        ns = NameServer(host="127.0.0.1", port=port, data_dir=tmp_path / f"ns{len(started)}", **kw)
         await ns.start()
         started.append(ns)
         return ns
@@ -44,18 +43,24 @@ async def name_servers(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
 
 
 async def test_bundled_clients_route_through_kairos_namesrv(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
+) -> None:
     ns = await name_servers()
     addr = ns.address  # type: ignore[attr-defined]
-    broker = await broker_factory(namesrv_addr=addr, broker_name="kairos-k",
-                                  cluster_name="KCluster", register_period=1.0)
+    broker = await broker_factory(
+        namesrv_addr=addr, broker_name="kairos-k", cluster_name="KCluster", register_period=1.0
+    )
     broker.topics.create("KTopic", 2)
     await route_is(addr, "KTopic", {"kairos-k": 2})
     assert (await cluster_info(addr)) == {"KCluster/kairos-k": {0: broker.address}}
 
     producer = Producer("KPG", namesrv=addr)
-    consumer = PushConsumer("KCG", namesrv=addr, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            rebalance_interval=0.5)
+    consumer = PushConsumer(
+        "KCG",
+        namesrv=addr,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        rebalance_interval=0.5,
+    )
     got = Collector()
     consumer.subscribe("KTopic", "*")
     consumer.register_listener(got)
@@ -79,14 +84,14 @@ async def test_bundled_clients_route_through_kairos_namesrv(
 
 
 async def test_periodic_registration_outlives_expiry_then_unregister(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
+) -> None:
     """Expiry 1.5 s at the name server, period 0.5 s: only periodic registrations keep
     the broker listed (each one moves its lastUpdateTimestamp); stop unregisters it."""
     ns = await name_servers(broker_expiry_s=1.5)
     addr = ns.address  # type: ignore[attr-defined]
     live = ns.routes.broker_live_table  # type: ignore[attr-defined]
-    broker = await broker_factory(namesrv_addr=addr, broker_name="kairos-p",
-                                  register_period=0.5)
+    broker = await broker_factory(namesrv_addr=addr, broker_name="kairos-p", register_period=0.5)
     await wait_until(lambda: broker.address in live, timeout=5)
     stamps = {live[broker.address].last_update_ms}
     version = live[broker.address].data_version
@@ -106,13 +111,15 @@ async def test_periodic_registration_outlives_expiry_then_unregister(
 
 
 async def test_deleted_topic_leaves_the_route(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
+) -> None:
     # deleteTopicWithBrokerRegistration (off by default, as in RocketMQ: see
     # tests/namesrv/test_namesrv_settings.py::test_incremental_registration_keeps_other_topics)
     ns = await name_servers(delete_topic_with_broker_registration=True)
     addr = ns.address  # type: ignore[attr-defined]
-    broker = await broker_factory(namesrv_addr=addr, broker_name="kairos-d",
-                                  register_period=30.0)  # only the change hook registers
+    broker = await broker_factory(
+        namesrv_addr=addr, broker_name="kairos-d", register_period=30.0
+    )  # only the change hook registers
     broker.topics.create("DelTopic", 2)
     await route_is(addr, "DelTopic", {"kairos-d": 2})
     broker.topics.create("DelTopic", 5)  # updated queue count
@@ -122,11 +129,13 @@ async def test_deleted_topic_leaves_the_route(
 
 
 async def test_compressed_register_body(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
+) -> None:
     ns = await name_servers()
     addr = ns.address  # type: ignore[attr-defined]
-    broker = await broker_factory(namesrv_addr=addr, broker_name="kairos-z",
-                                  compressed_register=True, register_period=30.0)
+    broker = await broker_factory(
+        namesrv_addr=addr, broker_name="kairos-z", compressed_register=True, register_period=30.0
+    )
     assert broker.registration is not None
     cmd = broker.registration.register_request()
     assert cmd.ext_fields["compressed"] == "true" and cmd.body[:1] == b"\x78"  # zlib
@@ -136,14 +145,17 @@ async def test_compressed_register_body(
 
 @pytest.mark.parametrize("compressed", [False, True])
 async def test_register_request_built_in_parts_is_the_same(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory,
-        compressed: bool) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory, compressed: bool
+) -> None:
     """The registration task builds REGISTER_BROKER in parts between requests: the same
     bytes as the one-go builder (whose wire form tests/namesrv checks against 4.9.8)."""
     ns = await name_servers()
-    broker = await broker_factory(namesrv_addr=ns.address,  # type: ignore[attr-defined]
-                                  broker_name="kairos-p", compressed_register=compressed,
-                                  register_period=30.0)
+    broker = await broker_factory(
+        namesrv_addr=ns.address,  # type: ignore[attr-defined]
+        broker_name="kairos-p",
+        compressed_register=compressed,
+        register_period=30.0,
+    )
     assert broker.registration is not None
     for i in range(1234):  # several parts of REGISTER_PART_TOPICS
         broker.topics.create(f"PartTopic{i}", 1 + i % 7)
@@ -153,12 +165,14 @@ async def test_register_request_built_in_parts_is_the_same(
 
 
 async def test_two_name_servers_one_restarts(
-        name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory) -> None:
+    name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
+) -> None:
     a = await name_servers()
     b = await name_servers()
     addr_a, addr_b = a.address, b.address  # type: ignore[attr-defined]
-    broker = await broker_factory(namesrv_addr=f"{addr_a};{addr_b}", broker_name="kairos-2",
-                                  register_period=1.0)
+    broker = await broker_factory(
+        namesrv_addr=f"{addr_a};{addr_b}", broker_name="kairos-2", register_period=1.0
+    )
     reg = broker.registration
     assert reg is not None
     await wait_until(lambda: reg.registered_everywhere, timeout=5)

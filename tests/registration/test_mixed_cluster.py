@@ -72,10 +72,15 @@ from tests.registration.conftest import (
 )
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (APACHE_MISSING or (None if START_BROKER.exists() else f"{START_BROKER} not found")
-            or ("javac is not on PATH" if shutil.which("javac") is None else None))
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(_missing is not None, reason=f"mixed cluster: {_missing}")]
+_missing = (
+    APACHE_MISSING
+    or (None if START_BROKER.exists() else f"{START_BROKER} not found")
+    or ("javac is not on PATH" if shutil.which("javac") is None else None)
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing is not None, reason=f"mixed cluster: {_missing}"),
+]
 
 CLUSTER, APACHE, KAIROS = "DefaultCluster", "apache-a", "kairos-b"
 
@@ -98,8 +103,17 @@ class Mixed:
     def java(self, *args: str) -> list[str]:
         home = self.root / "java-home"
         home.mkdir(exist_ok=True)
-        return ["java", *SHORT_JVM, *jvm_flags(), "-Drocketmq.client.logUseSlf4j=false",
-                f"-Duser.home={home}", "-cp", self.classpath, "MixedClient", *args]
+        return [
+            "java",
+            *SHORT_JVM,
+            *jvm_flags(),
+            "-Drocketmq.client.logUseSlf4j=false",
+            f"-Duser.home={home}",
+            "-cp",
+            self.classpath,
+            "MixedClient",
+            *args,
+        ]
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float) -> None:
@@ -140,13 +154,15 @@ async def _registered(ns: str, want: dict[str, str], timeout: float) -> None:
         await asyncio.sleep(0.2)
 
 
-async def create_topic(addr: str, topic: str, queues: int,
-                       perm: int = PERM_READ | PERM_WRITE) -> None:
+async def create_topic(
+    addr: str, topic: str, queues: int, perm: int = PERM_READ | PERM_WRITE
+) -> None:
     """UPDATE_AND_CREATE_TOPIC (17) on one broker, what ``mqadmin updateTopic -b`` sends."""
     pool = RemotingPool()
     try:
-        h = CreateTopicRequestHeader(topic=topic, read_queue_nums=queues,
-                                     write_queue_nums=queues, perm=perm)
+        h = CreateTopicRequestHeader(
+            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm
+        )
         resp = await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, h.to_ext_fields(), timeout=10)
     finally:
         pool.close()
@@ -156,9 +172,13 @@ async def create_topic(addr: str, topic: str, queues: int,
 def _compile(dest: Path) -> str:
     cp = ":".join(str(j) for j in ROCKETMQ_JARS)
     shutil.copy(MIXED_CLIENT, dest / "MixedClient.java")
-    p = subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(dest),
-                        str(dest / "MixedClient.java")], capture_output=True, text=True,
-                       timeout=180, check=False)
+    p = subprocess.run(
+        ["javac", "-nowarn", "-cp", cp, "-d", str(dest), str(dest / "MixedClient.java")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     return f"{cp}:{dest}"
 
@@ -177,6 +197,7 @@ def _stop(proc: subprocess.Popen[bytes] | None, group: bool = False) -> None:
 @dataclass
 class Procs:
     """Both name servers and both brokers, started once for the module."""
+
     namesrvs: dict[str, str]  # "kairosmq" | "apache" -> address
     apache_addr: str
     kairos: BrokerProcess
@@ -198,25 +219,58 @@ def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procs]:
             compiled = pool.submit(_compile, root)
             ns_port = free_port()
             ns_proc = subprocess.Popen(
-                [sys.executable, "-m", "kairosmq.server", "namesrv", "--port", str(ns_port),
-                 "--data-dir", str(root / "namesrv"), "--no-log-file", "--log-level",
-                 "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "kairosmq.server",
+                    "namesrv",
+                    "--port",
+                    str(ns_port),
+                    "--data-dir",
+                    str(root / "namesrv"),
+                    "--no-log-file",
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             apache_ns.start()
             _wait_port(ns_port, ns_proc, "kairosmq namesrv", 30)
             classpath = compiled.result()
         namesrvs = {"kairosmq": f"127.0.0.1:{ns_port}", "apache": apache_ns.address}
         both = ";".join(namesrvs.values())
         port = _free_broker_port()
-        env = {**os.environ, "STORE_DIR": str(root / "apache-broker"), "BROKER_PORT": str(port),
-               "NAMESRV": both, "BROKER_NAME": APACHE, "CLUSTER": CLUSTER,
-               "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT}
+        env = {
+            **os.environ,
+            "STORE_DIR": str(root / "apache-broker"),
+            "BROKER_PORT": str(port),
+            "NAMESRV": both,
+            "BROKER_NAME": APACHE,
+            "CLUSTER": CLUSTER,
+            "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+        }
         (root / "apache-broker").mkdir()
-        broker = subprocess.Popen([str(START_BROKER)], env=env, start_new_session=True,
-                                  stdout=(root / "apache-broker" / "start.log").open("wb"),
-                                  stderr=subprocess.STDOUT)
-        kairos = BrokerProcess(root / "kairos", "--namesrv", both, "--broker-name", KAIROS,
-                               "--cluster", CLUSTER, "--broker-ip", "127.0.0.1",
-                               "--register-period", "5")
+        broker = subprocess.Popen(
+            [str(START_BROKER)],
+            env=env,
+            start_new_session=True,
+            stdout=(root / "apache-broker" / "start.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        kairos = BrokerProcess(
+            root / "kairos",
+            "--namesrv",
+            both,
+            "--broker-name",
+            KAIROS,
+            "--cluster",
+            CLUSTER,
+            "--broker-ip",
+            "127.0.0.1",
+            "--register-period",
+            "5",
+        )
         asyncio.run(kairos.start(60))
         apache_addr = f"127.0.0.1:{port}"
         yield Procs(namesrvs, apache_addr, kairos, root, classpath)
@@ -237,20 +291,20 @@ def mixed(request: pytest.FixtureRequest, procs: Procs) -> Mixed:
     """The cluster seen through ``request.param``'s name server. Topics and groups carry the
     name server's kind (``Mixed.name``): each case starts from names no broker has seen."""
     ns = procs.namesrvs[request.param]
-    asyncio.run(_registered(ns, {APACHE: procs.apache_addr, KAIROS: procs.kairos.address},
-                            150))
+    asyncio.run(_registered(ns, {APACHE: procs.apache_addr, KAIROS: procs.kairos.address}, 150))
     root = procs.root / request.param
     root.mkdir()
     return Mixed(request.param, ns, procs.apache_addr, procs.kairos, root, procs.classpath)
 
 
 def _route(text: str) -> TopicRouteData:
-    return TopicRouteData.from_json(text[text.index("{"):])  # after mqadmin's log lines
+    return TopicRouteData.from_json(text[text.index("{") :])  # after mqadmin's log lines
 
 
 async def _java(mixed: Mixed, *args: str, timeout: float) -> list[str]:
     proc = await asyncio.create_subprocess_exec(
-        *mixed.java(*args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *mixed.java(*args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:
@@ -281,8 +335,21 @@ async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
     ns = mixed.namesrv
     topic, uneven = mixed.name("MixedTopic"), mixed.name("MixedUneven")
     # Apache's admin tool creates a topic on every master of the cluster: both brokers
-    await asyncio.to_thread(mqadmin, mixed.root / "adm-create", "updateTopic", "-n", ns,
-                            "-c", CLUSTER, "-t", topic, "-r", "4", "-w", "4")
+    await asyncio.to_thread(
+        mqadmin,
+        mixed.root / "adm-create",
+        "updateTopic",
+        "-n",
+        ns,
+        "-c",
+        CLUSTER,
+        "-t",
+        topic,
+        "-r",
+        "4",
+        "-w",
+        "4",
+    )
     await route_is(ns, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
     # per broker: different queue counts and perms (read-only on the kairosmq broker)
     await create_topic(mixed.apache_addr, uneven, 6)
@@ -290,27 +357,34 @@ async def test_cluster_list_and_merged_routes(mixed: Mixed) -> None:
     await route_is(ns, uneven, {APACHE: 6, KAIROS: 2}, timeout=15)
     route = await topic_route(ns, uneven)
     assert route is not None
-    assert {(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm)
-            for q in route.queue_datas} == {(APACHE, 6, 6, 6), (KAIROS, 2, 2, PERM_READ)}
+    assert {
+        (q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas
+    } == {(APACHE, 6, 6, 6), (KAIROS, 2, 2, PERM_READ)}
     assert {b.broker_name: b.broker_addrs for b in route.broker_datas} == {
-        APACHE: {0: mixed.apache_addr}, KAIROS: {0: mixed.kairos.address}}
+        APACHE: {0: mixed.apache_addr},
+        KAIROS: {0: mixed.kairos.address},
+    }
     assert {b.cluster for b in route.broker_datas} == {CLUSTER}
 
     cluster_out, route_out, uneven_out = await asyncio.gather(
         asyncio.to_thread(mqadmin, mixed.root / "adm1", "clusterList", "-n", ns),
         asyncio.to_thread(mqadmin, mixed.root / "adm2", "topicRoute", "-n", ns, "-t", topic),
-        asyncio.to_thread(mqadmin, mixed.root / "adm3", "topicRoute", "-n", ns, "-t", uneven))
-    rows = {r[1]: r for line in cluster_out.splitlines()
-            if (r := line.split())[:1] == [CLUSTER]}
+        asyncio.to_thread(mqadmin, mixed.root / "adm3", "topicRoute", "-n", ns, "-t", uneven),
+    )
+    rows = {r[1]: r for line in cluster_out.splitlines() if (r := line.split())[:1] == [CLUSTER]}
     assert set(rows) == {APACHE, KAIROS}, cluster_out
     assert rows[APACHE][2:5] == ["0", mixed.apache_addr, "V4_9_8"], cluster_out
     assert rows[KAIROS][2:4] == ["0", mixed.kairos.address], cluster_out
     got = _route(route_out)
     assert {(q.broker_name, q.write_queue_nums) for q in got.queue_datas} == {
-        (APACHE, 4), (KAIROS, 4)}, route_out
+        (APACHE, 4),
+        (KAIROS, 4),
+    }, route_out
     got = _route(uneven_out)
     assert {(q.broker_name, q.write_queue_nums, q.perm) for q in got.queue_datas} == {
-        (APACHE, 6, 6), (KAIROS, 2, PERM_READ)}, uneven_out
+        (APACHE, 6, 6),
+        (KAIROS, 2, PERM_READ),
+    }, uneven_out
 
 
 async def test_stock_java_clients_across_both_brokers(mixed: Mixed) -> None:
@@ -319,8 +393,17 @@ async def test_stock_java_clients_across_both_brokers(mixed: Mixed) -> None:
     await create_topic(mixed.kairos.address, topic, 2)
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 2}, timeout=15)
     consume = asyncio.ensure_future(
-        _java(mixed, "consume", mixed.namesrv, topic, mixed.name("MixedJavaCG"), str(n), "60",
-              timeout=85))
+        _java(
+            mixed,
+            "consume",
+            mixed.namesrv,
+            topic,
+            mixed.name("MixedJavaCG"),
+            str(n),
+            "60",
+            timeout=85,
+        )
+    )
     lines = await _java(mixed, "produce", mixed.namesrv, topic, "java", str(n), "0", timeout=60)
     sent = _sent(lines)
     assert len(sent) == n, lines
@@ -335,9 +418,12 @@ async def test_bundled_clients_across_both_brokers(mixed: Mixed) -> None:
     await create_topic(mixed.kairos.address, topic, 2)
     await route_is(mixed.namesrv, topic, {APACHE: 3, KAIROS: 2}, timeout=15)
     producer = Producer(mixed.name("MixedBundledPG"), namesrv=mixed.namesrv)
-    consumer = PushConsumer(mixed.name("MixedBundledCG"), namesrv=mixed.namesrv,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            rebalance_interval=1.0)
+    consumer = PushConsumer(
+        mixed.name("MixedBundledCG"),
+        namesrv=mixed.namesrv,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        rebalance_interval=1.0,
+    )
     got: dict[str, str] = {}
 
     def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
@@ -369,7 +455,9 @@ async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> 
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
     proc = await asyncio.create_subprocess_exec(
         *mixed.java("produce", mixed.namesrv, topic, "kill", str(n), "60"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     killed_at = -1
@@ -392,7 +480,7 @@ async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> 
     assert not [x for x in lines if x.startswith("failed")], lines
     sent = _sent(lines)
     assert len(sent) == n, lines
-    after = [x.split() for x in lines[killed_at + 2:] if x.startswith("sent ")]
+    after = [x.split() for x in lines[killed_at + 2 :] if x.startswith("sent ")]
     assert after and {p[2] for p in after} == {APACHE}, lines  # retried on the other broker
     # a send that first tried the dead broker still finished well within the send timeout
     assert max(int(p[5]) for p in after) < 3000, after
@@ -402,6 +490,16 @@ async def test_kill9_kairos_broker_java_producer_keeps_sending(mixed: Mixed) -> 
     await mixed.kairos.start(60)  # same data dir and port
     await _registered(mixed.namesrv, {KAIROS: mixed.kairos.address}, 30)
     await route_is(mixed.namesrv, topic, {APACHE: 4, KAIROS: 4}, timeout=15)
-    got = _got(await _java(mixed, "consume", mixed.namesrv, topic, mixed.name("MixedKillCG"),
-                           str(n), "60", timeout=85))
+    got = _got(
+        await _java(
+            mixed,
+            "consume",
+            mixed.namesrv,
+            topic,
+            mixed.name("MixedKillCG"),
+            str(n),
+            "60",
+            timeout=85,
+        )
+    )
     assert got == sent  # nothing acknowledged is lost, each from the broker that stored it

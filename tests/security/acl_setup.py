@@ -51,20 +51,25 @@ accounts:
     admin: true
 """
 NOPERM = SessionCredentials("noperm_ak", "noperm_sk")
-AUDIT_ACL_FILE = ACL_FILE + """
+AUDIT_ACL_FILE = (
+    ACL_FILE
+    + """
   - accessKey: noperm_ak
     secretKey: noperm_sk
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
 """
+)
 
 
-def stock_signed(creds: SessionCredentials, ext: Mapping[str, Any],
-                 body: bytes = b"") -> dict[str, str]:
+def stock_signed(
+    creds: SessionCredentials, ext: Mapping[str, Any], body: bytes = b""
+) -> dict[str, str]:
     """``ext`` (values as strings) signed as RocketMQ 4.9.8's AclClientRPCHook signs it:
     AccessKey and Signature, no request binding."""
-    return sign_ext_fields({k: str(v) for k, v in ext.items()}, body, creds.access_key,
-                           creds.secret_key)
+    return sign_ext_fields(
+        {k: str(v) for k, v in ext.items()}, body, creds.access_key, creds.secret_key
+    )
 
 
 class SignedPeer(RawPeer):
@@ -75,25 +80,46 @@ class SignedPeer(RawPeer):
     stock: bool
 
     @classmethod
-    async def open(cls, address: str, creds: SessionCredentials, *, stock: bool = False,
-                   tls: ssl.SSLContext | None = None) -> SignedPeer:
+    async def open(
+        cls,
+        address: str,
+        creds: SessionCredentials,
+        *,
+        stock: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> SignedPeer:
         host, port = address.rsplit(":", 1)
         r, w = await asyncio.open_connection(host, int(port), ssl=tls)
         peer = cls(r, w)
         peer.creds, peer.stock = creds, stock
         return peer
 
-    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-                   *, binary: bool = False, timeout: float = 5.0) -> RemotingCommand:
+    async def call(
+        self,
+        code: int,
+        ext: dict[str, Any] | None = None,
+        body: bytes = b"",
+        *,
+        binary: bool = False,
+        timeout: float = 5.0,
+    ) -> RemotingCommand:
         fields = {k: str(v) for k, v in (ext or {}).items()}
-        signed = stock_signed(self.creds, fields, body) if self.stock else \
-            AclRpcHook(self.creds)(int(code), fields, body)
+        signed = (
+            stock_signed(self.creds, fields, body)
+            if self.stock
+            else AclRpcHook(self.creds)(int(code), fields, body)
+        )
         return await super().call(code, signed, body, binary=binary, timeout=timeout)
 
 
-def signed_client(address: str, creds: SessionCredentials | None,
-                  *, secret: str | None = None, drop: str | None = None,
-                  tamper: tuple[str, str] | None = None) -> RemotingClient:
+def signed_client(
+    address: str,
+    creds: SessionCredentials | None,
+    *,
+    secret: str | None = None,
+    drop: str | None = None,
+    tamper: tuple[str, str] | None = None,
+) -> RemotingClient:
     """A client signing every request with ``creds``; ``secret`` signs with another secret,
     ``drop`` removes a field after signing, ``tamper`` changes a field after signing."""
     if creds is None:
@@ -102,8 +128,9 @@ def signed_client(address: str, creds: SessionCredentials | None,
         return RemotingClient(address, rpc_hook=AclRpcHook(creds))
 
     def hook(code: int, ext: Mapping[str, str], body: bytes) -> dict[str, str]:
-        out = sign_ext_fields(ext, body, creds.access_key,
-                              creds.secret_key if secret is None else secret)
+        out = sign_ext_fields(
+            ext, body, creds.access_key, creds.secret_key if secret is None else secret
+        )
         if drop is not None:
             out.pop(drop, None)
         if tamper is not None:

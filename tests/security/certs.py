@@ -36,15 +36,58 @@ def _run(*args: str, cwd: Path) -> None:
 
 def make_certs(d: Path) -> Certs:
     d.mkdir(parents=True, exist_ok=True)
-    _run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-         "/CN=kairosmq test CA", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-                      ("client", "extendedKeyUsage=clientAuth")):
-        _run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=kairosmq test {name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+    _run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kairosmq test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ):
+        _run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN=kairosmq test {name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
         (d / f"{name}.ext").write_text(ext + "\n")
-        _run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext",
-             "-out", f"{name}.pem", cwd=d)
-    return Certs(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
-                 d / "client.key")
+        _run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}.pem",
+            cwd=d,
+        )
+    return Certs(
+        d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key"
+    )

@@ -12,8 +12,7 @@ from tests.security.acl_setup import ACL_FILE
 
 
 @pytest_asyncio.fixture
-async def acl_broker(broker_factory: Callable[..., Awaitable[Broker]],
-                     tmp_path: Path) -> Broker:
+async def acl_broker(broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> Broker:
     """A broker with ``acl_setup.ACL_FILE`` (producer, consumer, admin accounts), polling
     the file for changes every 50 ms; the file is ``broker.acl.path``."""
     path = tmp_path / "plain_acl.yml"

@@ -30,11 +30,14 @@ def main() -> None:
         msg.set_body(f"cpp-{i}")
         try:
             r = producer.send_sync(msg)
-            print(json.dumps({"event": "sent", "body": f"cpp-{i}", "status": r.status.name}),
-                  flush=True)
+            print(
+                json.dumps({"event": "sent", "body": f"cpp-{i}", "status": r.status.name}),
+                flush=True,
+            )
         except Exception as err:  # noqa: BLE001 - reported to the test
-            print(json.dumps({"event": "error", "body": f"cpp-{i}", "message": str(err)}),
-                  flush=True)
+            print(
+                json.dumps({"event": "error", "body": f"cpp-{i}", "message": str(err)}), flush=True
+            )
     print(json.dumps({"event": "done"}), flush=True)
     sys.stdout.flush()
     os._exit(0)

@@ -73,5 +73,9 @@ def java_signatures(cases: list[Case], work: Path) -> list[str]:
     inp.write_text("\n".join(lines) + "\n")
     out = subprocess.run(
         ["java", "-Xmx128m", "-XX:+UseSerialGC", "-cp", f"{LIB}/*", str(src), str(inp)],
-        capture_output=True, text=True, timeout=120, check=True)
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return out.stdout.split()

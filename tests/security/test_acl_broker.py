@@ -35,18 +35,29 @@ def send_fields(topic: str) -> dict[str, str]:
 
 
 def pull_fields(topic: str, group: str) -> dict[str, str]:
-    return {"consumerGroup": group, "topic": topic, "queueId": "0", "queueOffset": "0",
-            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
-            "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": "0",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+    }
 
 
-async def call(client: Any, code: int, ext: dict[str, str] | None = None,
-               body: bytes = b"") -> RemotingCommand:
+async def call(
+    client: Any, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+) -> RemotingCommand:
     return await client.invoke(code, ext or {}, body, timeout=5.0)  # type: ignore[no-any-return]
 
 
 async def test_right_key_passes_wrong_secret_unknown_key_and_missing_signature_refused(
-        acl_broker: Broker) -> None:
+    acl_broker: Broker,
+) -> None:
     addr = acl_broker.address
     ok = signed_client(addr, PRODUCER)
     wrong = signed_client(addr, PRODUCER, secret="not-the-secret")
@@ -71,8 +82,7 @@ async def test_right_key_passes_wrong_secret_unknown_key_and_missing_signature_r
             c.close()
     # nothing of the refused sends was stored: one message in Orders
     assert sum(acl_broker.store.max_offset("Orders", q) for q in range(4)) == 1
-    assert acl_broker.acl.denied == {"signature": 3, "unknown_access_key": 1,
-                                     "no_access_key": 1}
+    assert acl_broker.acl.denied == {"signature": 3, "unknown_access_key": 1, "no_access_key": 1}
 
 
 async def test_name_server_port_follows_the_same_rules(acl_broker: Broker) -> None:
@@ -85,9 +95,11 @@ async def test_name_server_port_follows_the_same_rules(acl_broker: Broker) -> No
         assert (await call(consumer, R.GET_BROKER_CLUSTER_INFO)).code == C.SUCCESS
         r = await call(consumer, R.DELETE_TOPIC_IN_NAMESRV, {"topic": "Orders"})
         assert r.code == C.NO_PERMISSION
-        assert r.remark == ACL_EXC + (f"Need admin permission for request code="
-                                      f"{int(R.DELETE_TOPIC_IN_NAMESRV)}, but accessKey="
-                                      f"consumer_ak is not")
+        assert r.remark == ACL_EXC + (
+            f"Need admin permission for request code="
+            f"{int(R.DELETE_TOPIC_IN_NAMESRV)}, but accessKey="
+            f"consumer_ak is not"
+        )
         r = await call(consumer, R.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
         assert r.code == C.NO_PERMISSION
         r = await call(admin, R.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
@@ -104,11 +116,16 @@ async def test_per_resource_pub_sub_deny(acl_broker: Broker) -> None:
         assert (await call(producer, R.SEND_MESSAGE_V2, send_fields("Orders"), b"x")).code == 0
         # producer: Audit is SUB only, Other falls to defaultTopicPerm DENY
         r = await call(producer, R.SEND_MESSAGE_V2, send_fields("Audit"), b"x")
-        assert (r.code, r.remark) == (C.NO_PERMISSION, ACL_EXC + "No PUB permission for "
-                                      "topic:Audit: accessKey=producer_ak has SUB")
+        assert (r.code, r.remark) == (
+            C.NO_PERMISSION,
+            ACL_EXC + "No PUB permission for topic:Audit: accessKey=producer_ak has SUB",
+        )
         r = await call(producer, R.SEND_MESSAGE_V2, send_fields("Other"), b"x")
-        assert (r.code, r.remark) == (C.NO_PERMISSION, ACL_EXC + "No PUB permission for "
-                                      "topic:Other: accessKey=producer_ak has DENY (its default)")
+        assert (r.code, r.remark) == (
+            C.NO_PERMISSION,
+            ACL_EXC + "No PUB permission for "
+            "topic:Other: accessKey=producer_ak has DENY (its default)",
+        )
         # producer may not consume Orders (PUB only)
         r = await call(producer, R.PULL_MESSAGE, pull_fields("Orders", "OrdersCG"))
         assert r.code == C.NO_PERMISSION and "No SUB permission for topic:Orders" in r.remark
@@ -117,9 +134,12 @@ async def test_per_resource_pub_sub_deny(acl_broker: Broker) -> None:
         assert r.code not in (C.NO_PERMISSION, C.SYSTEM_ERROR), r.remark
         assert r.code == C.SUCCESS  # the one message
         r = await call(consumer, R.PULL_MESSAGE, pull_fields("Orders", "OtherCG"))
-        assert (r.code, r.remark) == (C.NO_PERMISSION, ACL_EXC + "No SUB permission for "
-                                      "group:OtherCG: accessKey=consumer_ak has DENY (its "
-                                      "default)")
+        assert (r.code, r.remark) == (
+            C.NO_PERMISSION,
+            ACL_EXC + "No SUB permission for "
+            "group:OtherCG: accessKey=consumer_ak has DENY (its "
+            "default)",
+        )
         r = await call(consumer, R.PULL_MESSAGE, pull_fields("Secret", "OrdersCG"))
         assert r.code == C.NO_PERMISSION and "topic:Secret" in r.remark
         r = await call(consumer, R.SEND_MESSAGE_V2, send_fields("Orders"), b"x")
@@ -127,10 +147,14 @@ async def test_per_resource_pub_sub_deny(acl_broker: Broker) -> None:
         # offsets of another group: neither read nor rewritten
         q = {"consumerGroup": "OtherCG", "topic": "Orders", "queueId": "0"}
         assert (await call(consumer, R.QUERY_CONSUMER_OFFSET, q)).code == C.NO_PERMISSION
-        assert (await call(consumer, R.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "0"})
-                ).code == C.NO_PERMISSION
-        r = await call(consumer, R.UPDATE_CONSUMER_OFFSET,
-                       {**q, "consumerGroup": "OrdersCG", "commitOffset": "1"})
+        assert (
+            await call(consumer, R.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "0"})
+        ).code == C.NO_PERMISSION
+        r = await call(
+            consumer,
+            R.UPDATE_CONSUMER_OFFSET,
+            {**q, "consumerGroup": "OrdersCG", "commitOffset": "1"},
+        )
         assert r.code == C.SUCCESS, r.remark
         lock = b'{"consumerGroup":"OtherCG","clientId":"c","mqSet":[]}'
         assert (await call(consumer, R.LOCK_BATCH_MQ, body=lock)).code == C.NO_PERMISSION
@@ -161,8 +185,15 @@ async def test_retry_topics_go_through_the_group(acl_broker: Broker) -> None:
         assert r.code == C.NO_PERMISSION and "group:OtherCG" in r.remark
         # a send-back is checked on its group; a retry-topic send (the client's fallback)
         # too, whatever producer group it names
-        back = {"group": "OtherCG", "offset": "0", "delayLevel": "0", "originMsgId": "x",
-                "originTopic": "Orders", "unitMode": "false", "maxReconsumeTimes": "16"}
+        back = {
+            "group": "OtherCG",
+            "offset": "0",
+            "delayLevel": "0",
+            "originMsgId": "x",
+            "originTopic": "Orders",
+            "unitMode": "false",
+            "maxReconsumeTimes": "16",
+        }
         r = await call(consumer, R.CONSUMER_SEND_MSG_BACK, back)
         assert r.code == C.NO_PERMISSION and "group:OtherCG" in r.remark
         r = await call(consumer, R.CONSUMER_SEND_MSG_BACK, {**back, "group": "OrdersCG"})
@@ -180,16 +211,26 @@ async def test_admin_only_codes(acl_broker: Broker) -> None:
     consumer, admin = signed_client(addr, CONSUMER), signed_client(addr, ADMIN)
     create = CreateTopicRequestHeader(topic="Made").to_ext_fields()
     try:
-        for code, ext in ((R.UPDATE_AND_CREATE_TOPIC, create),
-                          (R.DELETE_TOPIC_IN_BROKER, {"topic": "Orders"}),
-                          (R.KAIROS_RESEND_DLQ, {"consumerGroup": "OrdersCG"}),
-                          (R.INVOKE_BROKER_TO_RESET_OFFSET,
-                           {"topic": "Orders", "group": "OrdersCG", "timestamp": "0",
-                            "isForce": "true"}),
-                          (R.VIEW_MESSAGE_BY_ID, {"offset": "0"}),
-                          (R.QUERY_MESSAGE, {"topic": "", "key": "k", "maxNum": "32",
-                                             "beginTimestamp": "0",
-                                             "endTimestamp": "9999999999999"})):
+        for code, ext in (
+            (R.UPDATE_AND_CREATE_TOPIC, create),
+            (R.DELETE_TOPIC_IN_BROKER, {"topic": "Orders"}),
+            (R.KAIROS_RESEND_DLQ, {"consumerGroup": "OrdersCG"}),
+            (
+                R.INVOKE_BROKER_TO_RESET_OFFSET,
+                {"topic": "Orders", "group": "OrdersCG", "timestamp": "0", "isForce": "true"},
+            ),
+            (R.VIEW_MESSAGE_BY_ID, {"offset": "0"}),
+            (
+                R.QUERY_MESSAGE,
+                {
+                    "topic": "",
+                    "key": "k",
+                    "maxNum": "32",
+                    "beginTimestamp": "0",
+                    "endTimestamp": "9999999999999",
+                },
+            ),
+        ):
             r = await call(consumer, code, ext)
             assert r.code == C.NO_PERMISSION, (code, r.remark)
             assert f"Need admin permission for request code={int(code)}" in r.remark
@@ -208,7 +249,8 @@ async def test_admin_only_codes(acl_broker: Broker) -> None:
 
 
 async def test_white_listed_addresses_pass_unsigned(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     path = tmp_path / "white.yml"
     path.write_text("globalWhiteRemoteAddresses: ['10.9.*', '127.0.0.{1,2}']\n" + ACL_FILE)
     broker = await broker_factory(acl_file=path, data_dir=tmp_path / "b1")
@@ -216,8 +258,11 @@ async def test_white_listed_addresses_pass_unsigned(
     try:
         r = await call(anonymous, R.SEND_MESSAGE_V2, send_fields("Anything"), b"x")
         assert r.code == C.SUCCESS, r.remark
-        r = await call(anonymous, R.UPDATE_AND_CREATE_TOPIC,
-                       CreateTopicRequestHeader(topic="ByWhite").to_ext_fields())
+        r = await call(
+            anonymous,
+            R.UPDATE_AND_CREATE_TOPIC,
+            CreateTopicRequestHeader(topic="ByWhite").to_ext_fields(),
+        )
         assert r.code == C.SUCCESS
     finally:
         anonymous.close()
@@ -233,13 +278,17 @@ async def test_white_listed_addresses_pass_unsigned(
 
 
 async def test_account_white_address_trusts_without_signature(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     """RocketMQ 4.9: a request whose AccessKey's whiteRemoteAddress matches the peer is
     let through without its signature being checked."""
     path = tmp_path / "acct.yml"
-    path.write_text(ACL_FILE.replace("    secretKey: producer_sk\n",
-                                     "    secretKey: producer_sk\n"
-                                     "    whiteRemoteAddress: 127.0.0.1\n"))
+    path.write_text(
+        ACL_FILE.replace(
+            "    secretKey: producer_sk\n",
+            "    secretKey: producer_sk\n    whiteRemoteAddress: 127.0.0.1\n",
+        )
+    )
     broker = await broker_factory(acl_file=path, data_dir=tmp_path / "b2")
     client = signed_client(broker.address, PRODUCER, secret="wrong-secret")
     try:
@@ -253,6 +302,7 @@ async def test_hot_reload_and_a_bad_file_keeps_the_rules(acl_broker: Broker) -> 
     path = acl_broker.acl.path
     producer = signed_client(acl_broker.address, PRODUCER)
     try:
+
         async def audit_code() -> int:
             return (await call(producer, R.SEND_MESSAGE_V2, send_fields("Audit"), b"x")).code
 
@@ -290,13 +340,18 @@ async def test_denials_are_logged_and_counted(acl_broker: Broker) -> None:
     [event] = [e for e in logs if e["event"] == "acl.denied"]
     assert event["access_key"] == "producer_ak" and event["peer"].startswith("127.0.0.1:")
     assert (event["request_code"], event["resource"], event["perm"], event["code"]) == (
-        R.SEND_MESSAGE_V2, "topic:Audit", "PUB", C.NO_PERMISSION)
+        R.SEND_MESSAGE_V2,
+        "topic:Audit",
+        "PUB",
+        C.NO_PERMISSION,
+    )
     assert event["listener"] == "broker" and event["reason"] == "permission"
     assert take_snapshot(acl_broker.metrics.sources)["acl_denied"] == {"permission": 1}
 
 
 async def test_non_loopback_broker_without_acl_warns(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     with structlog.testing.capture_logs() as logs:
         await broker_factory(host="0.0.0.0", data_dir=tmp_path / "open")
         await broker_factory(host="127.0.0.1", data_dir=tmp_path / "local")
@@ -332,8 +387,10 @@ async def test_signature_covers_what_the_bundled_client_encodes(acl_broker: Brok
 
 async def test_unknown_codes_are_checked_before_they_are_looked_up(acl_broker: Broker) -> None:
     """As RocketMQ's RPC hook: an unsigned client does not learn which codes exist."""
-    anonymous, consumer = signed_client(acl_broker.address, None), \
-        signed_client(acl_broker.address, CONSUMER)
+    anonymous, consumer = (
+        signed_client(acl_broker.address, None),
+        signed_client(acl_broker.address, CONSUMER),
+    )
     try:
         r = await call(anonymous, 4242)
         assert (r.code, r.remark) == (C.SYSTEM_ERROR, ACL_EXC + "No accessKey is configured")
@@ -347,14 +404,23 @@ async def test_field_confusion_cannot_smuggle_a_topic(acl_broker: Broker) -> Non
     """The ACL reads the topic from the field the handler stores under: a V1 send naming an
     allowed topic in the V2 field (and the reverse) is checked on the topic it would hit."""
     producer = signed_client(acl_broker.address, PRODUCER)
-    v1 = {"producerGroup": "PG", "topic": "Other", "defaultTopic": "TBW102",
-          "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0",
-          "bornTimestamp": "1700000000000", "flag": "0", "b": "Orders"}
+    v1 = {
+        "producerGroup": "PG",
+        "topic": "Other",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "0",
+        "bornTimestamp": "1700000000000",
+        "flag": "0",
+        "b": "Orders",
+    }
     try:
         r = await call(producer, R.SEND_MESSAGE, v1, b"x")
         assert r.code == C.NO_PERMISSION and "topic:Other" in r.remark
-        r = await call(producer, R.SEND_MESSAGE_V2, {**send_fields("Other"), "topic": "Orders"},
-                       b"x")
+        r = await call(
+            producer, R.SEND_MESSAGE_V2, {**send_fields("Other"), "topic": "Orders"}, b"x"
+        )
         assert r.code == C.NO_PERMISSION and "topic:Other" in r.remark
         r = await call(producer, R.SEND_MESSAGE, {**v1, "topic": "Orders"}, b"x")
         assert r.code == C.SUCCESS, r.remark
@@ -366,21 +432,36 @@ async def test_field_confusion_cannot_smuggle_a_topic(acl_broker: Broker) -> Non
 async def test_send_back_needs_sub_on_the_copied_message_topic(acl_broker: Broker) -> None:
     """A send-back names a commit-log offset: the account must be able to read the message
     there, not only own the group (else it could copy any message into its retry topic)."""
-    admin, consumer = signed_client(acl_broker.address, ADMIN), \
-        signed_client(acl_broker.address, CONSUMER)
+    admin, consumer = (
+        signed_client(acl_broker.address, ADMIN),
+        signed_client(acl_broker.address, CONSUMER),
+    )
     try:
         secret = await call(admin, R.SEND_MESSAGE_V2, send_fields("Secret"), b"classified")
         orders = await call(admin, R.SEND_MESSAGE_V2, send_fields("Orders"), b"fine")
         assert secret.code == orders.code == C.SUCCESS
-        back = {"group": "OrdersCG", "delayLevel": "0", "originMsgId": "x",
-                "unitMode": "false", "maxReconsumeTimes": "16"}
-        phy = {name: int(r.ext_fields["msgId"][-16:], 16)
-               for name, r in (("Secret", secret), ("Orders", orders))}
-        r = await call(consumer, R.CONSUMER_SEND_MSG_BACK,
-                       {**back, "offset": str(phy["Secret"]), "originTopic": "Orders"})
+        back = {
+            "group": "OrdersCG",
+            "delayLevel": "0",
+            "originMsgId": "x",
+            "unitMode": "false",
+            "maxReconsumeTimes": "16",
+        }
+        phy = {
+            name: int(r.ext_fields["msgId"][-16:], 16)
+            for name, r in (("Secret", secret), ("Orders", orders))
+        }
+        r = await call(
+            consumer,
+            R.CONSUMER_SEND_MSG_BACK,
+            {**back, "offset": str(phy["Secret"]), "originTopic": "Orders"},
+        )
         assert r.code == C.NO_PERMISSION and "topic:Secret" in r.remark, r.remark
-        r = await call(consumer, R.CONSUMER_SEND_MSG_BACK,
-                       {**back, "offset": str(phy["Orders"]), "originTopic": "Orders"})
+        r = await call(
+            consumer,
+            R.CONSUMER_SEND_MSG_BACK,
+            {**back, "offset": str(phy["Orders"]), "originTopic": "Orders"},
+        )
         assert r.code == C.SUCCESS, r.remark
     finally:
         admin.close()

@@ -24,9 +24,12 @@ from kairosmq.server.broker import Broker
 from tests.helpers import Collector
 from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER, PRODUCER
 
-FAST = dict(rebalance_interval=0.3, pull_time_delay_millis_when_exception=50,
-            persist_consumer_offset_interval=0.2,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+FAST = dict(
+    rebalance_interval=0.3,
+    pull_time_delay_millis_when_exception=50,
+    persist_consumer_offset_interval=0.2,
+    consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+)
 
 
 async def test_producer_and_push_consumer_with_credentials(acl_broker: Broker) -> None:
@@ -35,19 +38,28 @@ async def test_producer_and_push_consumer_with_credentials(acl_broker: Broker) -
     def first_fails(msg: object) -> ConsumeStatus:
         body = msg.body  # type: ignore[attr-defined]
         attempts[body] = attempts.get(body, 0) + 1
-        return ConsumeStatus.RECONSUME_LATER if attempts[body] == 1 else \
-            ConsumeStatus.CONSUME_SUCCESS
+        return (
+            ConsumeStatus.RECONSUME_LATER if attempts[body] == 1 else ConsumeStatus.CONSUME_SUCCESS
+        )
 
     got = Collector(first_fails)
-    async with Producer("PG", acl_broker.namesrv_address, access_key=PRODUCER.access_key,
-                        secret_key=PRODUCER.secret_key) as producer:
+    async with Producer(
+        "PG",
+        acl_broker.namesrv_address,
+        access_key=PRODUCER.access_key,
+        secret_key=PRODUCER.secret_key,
+    ) as producer:
         for i in range(3):
             await producer.send(Message("Orders", b"m%d" % i))
         with pytest.raises(NoPermission, match="topic:Audit"):
             await producer.send(Message("Audit", b"no"))
-        consumer = PushConsumer("OrdersCG", acl_broker.namesrv_address,
-                                access_key=CONSUMER.access_key,
-                                secret_key=CONSUMER.secret_key, **FAST)  # type: ignore[arg-type]
+        consumer = PushConsumer(
+            "OrdersCG",
+            acl_broker.namesrv_address,
+            access_key=CONSUMER.access_key,
+            secret_key=CONSUMER.secret_key,
+            **FAST,
+        )  # type: ignore[arg-type]
         consumer.subscribe("Orders", "*")
         consumer.register_listener(got)
         await consumer.start()
@@ -69,8 +81,9 @@ async def test_clients_without_credentials_are_refused(acl_broker: Broker) -> No
     assert acl_broker.store.max_offset("Orders", 0) == 0
 
 
-async def test_credentials_from_the_environment(acl_broker: Broker,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_credentials_from_the_environment(
+    acl_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KAIROS_ACCESS_KEY", PRODUCER.access_key)
     monkeypatch.setenv("KAIROS_SECRET_KEY", PRODUCER.secret_key)
     async with Producer("PG", acl_broker.namesrv_address) as producer:
@@ -95,8 +108,9 @@ def test_credential_sources() -> None:
         Producer("PG", "127.0.0.1:1", access_key="only_the_key")
 
 
-async def test_admin_cli_signs_its_requests(acl_broker: Broker,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_admin_cli_signs_its_requests(
+    acl_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def admin(*argv: str) -> tuple[int, str]:
         out, err = io.StringIO(), io.StringIO()
         code = admin_main(["--namesrv", acl_broker.namesrv_address, *argv], out=out, err=err)
@@ -105,8 +119,15 @@ async def test_admin_cli_signs_its_requests(acl_broker: Broker,
     code, text = await asyncio.to_thread(admin, "topic", "create", "AdminMade")
     assert code == 1 and "No accessKey is configured" in text
     code, text = await asyncio.to_thread(
-        admin, "--access-key", CONSUMER.access_key, "--secret-key", CONSUMER.secret_key,
-        "topic", "create", "AdminMade")
+        admin,
+        "--access-key",
+        CONSUMER.access_key,
+        "--secret-key",
+        CONSUMER.secret_key,
+        "topic",
+        "create",
+        "AdminMade",
+    )
     assert code == 1 and "Need admin permission" in text
     assert acl_broker.topics.get("AdminMade") is None
     monkeypatch.setenv("KAIROS_ACCESS_KEY", ADMIN.access_key)
@@ -117,8 +138,10 @@ async def test_admin_cli_signs_its_requests(acl_broker: Broker,
 
 
 async def test_bundled_clients_work_when_every_request_must_be_bound(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``--acl-request-binding all``: only kairosmq's clients can sign; the Producer, the
     PushConsumer (heartbeats, rebalance, pulls, offsets, a send-back) and ``kairosmq admin``
     all do, with no ACL refusal, while a stock-signed request is refused."""
@@ -130,17 +153,23 @@ async def test_bundled_clients_work_when_every_request_must_be_bound(
     def first_fails(msg: object) -> ConsumeStatus:
         body = msg.body  # type: ignore[attr-defined]
         attempts[body] = attempts.get(body, 0) + 1
-        return ConsumeStatus.RECONSUME_LATER if attempts[body] == 1 else \
-            ConsumeStatus.CONSUME_SUCCESS
+        return (
+            ConsumeStatus.RECONSUME_LATER if attempts[body] == 1 else ConsumeStatus.CONSUME_SUCCESS
+        )
 
     got = Collector(first_fails)
-    async with Producer("PG", broker.namesrv_address, access_key=PRODUCER.access_key,
-                        secret_key=PRODUCER.secret_key) as producer:
+    async with Producer(
+        "PG", broker.namesrv_address, access_key=PRODUCER.access_key, secret_key=PRODUCER.secret_key
+    ) as producer:
         for i in range(2):
             await producer.send(Message("Orders", b"b%d" % i))
-    consumer = PushConsumer("OrdersCG", broker.namesrv_address,
-                            access_key=CONSUMER.access_key,
-                            secret_key=CONSUMER.secret_key, **FAST)  # type: ignore[arg-type]
+    consumer = PushConsumer(
+        "OrdersCG",
+        broker.namesrv_address,
+        access_key=CONSUMER.access_key,
+        secret_key=CONSUMER.secret_key,
+        **FAST,
+    )  # type: ignore[arg-type]
     consumer.subscribe("Orders", "*")
     consumer.register_listener(got)
     await consumer.start()
@@ -152,8 +181,12 @@ async def test_bundled_clients_work_when_every_request_must_be_bound(
     monkeypatch.setenv("KAIROS_ACCESS_KEY", ADMIN.access_key)
     monkeypatch.setenv("KAIROS_SECRET_KEY", ADMIN.secret_key)
     out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(admin_main, ["--namesrv", broker.namesrv_address, "topic",
-                                                "create", "BoundMade"], out=out, err=err)
+    code = await asyncio.to_thread(
+        admin_main,
+        ["--namesrv", broker.namesrv_address, "topic", "create", "BoundMade"],
+        out=out,
+        err=err,
+    )
     assert code == 0, err.getvalue()
     assert broker.topics.get("BoundMade") is not None
     assert broker.acl is not None and broker.acl.denied == {}, broker.acl.denied

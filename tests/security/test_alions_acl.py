@@ -41,26 +41,41 @@ accounts:
 
 
 async def test_alions_with_access_key_end_to_end(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     await ensure_alions()
     acl = tmp_path / "acl.yml"
     acl.write_text(ACL)
     broker = await broker_factory(acl_file=acl)
     admin = RemotingClient(broker.address, rpc_hook=AclRpcHook(ADMIN))
     try:  # ali-ons cannot auto-create topics (what `mqadmin updateTopic` would do)
-        r = await admin.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                               CreateTopicRequestHeader(topic=TOPIC).to_ext_fields(),
-                               timeout=5.0)
+        r = await admin.invoke(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            CreateTopicRequestHeader(topic=TOPIC).to_ext_fields(),
+            timeout=5.0,
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
     finally:
         admin.close()
-    cfg = {"nameSrv": broker.namesrv_address, "topic": TOPIC, "producerGroup": PGROUP,
-           "consumerGroup": CGROUP, "accessKey": "alions_ak", "secretKey": "alions_secret",
-           "badSecret": "not-the-secret", "count": 4, "timeoutMs": 20_000}
+    cfg = {
+        "nameSrv": broker.namesrv_address,
+        "topic": TOPIC,
+        "producerGroup": PGROUP,
+        "consumerGroup": CGROUP,
+        "accessKey": "alions_ak",
+        "secretKey": "alions_secret",
+        "badSecret": "not-the-secret",
+        "count": 4,
+        "timeoutMs": 20_000,
+    }
     proc = await asyncio.create_subprocess_exec(
-        node(), str(Path(__file__).parent / "alions_acl.js"), json.dumps(cfg),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NODE_NO_WARNINGS": "1", "NODE_PATH": str(NODE_MODULES)})
+        node(),
+        str(Path(__file__).parent / "alions_acl.js"),
+        json.dumps(cfg),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NODE_NO_WARNINGS": "1", "NODE_PATH": str(NODE_MODULES)},
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     except TimeoutError:
@@ -75,10 +90,16 @@ async def test_alions_with_access_key_end_to_end(
     consumed = {e["body"]: e["reconsumeTimes"] for e in events if e["event"] == "consumed"}
     assert consumed == {"m0": 1, "m1": 0, "m2": 0, "m3": 0}, diag  # m0 came back via %RETRY%
     bad = [e for e in events if e.get("who") == "badProducer"]
-    assert bad and all("Check signature failed for accessKey=alions_ak" in e["message"]
-                       for e in bad), diag
+    assert bad and all(
+        "Check signature failed for accessKey=alions_ak" in e["message"] for e in bad
+    ), diag
     # no other refusal: every signed request of the right client passed
-    assert [e for e in events if e["event"] == "error" and e.get("who") != "badProducer"
-            and "Check signature" in e["message"]] == [], diag
+    assert [
+        e
+        for e in events
+        if e["event"] == "error"
+        and e.get("who") != "badProducer"
+        and "Check signature" in e["message"]
+    ] == [], diag
     denied = broker.acl.denied
     assert set(denied) == {"signature"}, (denied, diag)

@@ -27,10 +27,17 @@ from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, wait_until
 from tests.namesrv.test_apache_broker import _free_broker_port
 
 START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (f"{START_BROKER} not found" if not START_BROKER.exists() else
-            "java is not on PATH" if shutil.which("java") is None else None)
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}")]
+_missing = (
+    f"{START_BROKER} not found"
+    if not START_BROKER.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+]
 
 TOPIC, PGROUP, CGROUP = "AclApacheTopic", "AclApachePG", "AclApacheCG"
 APACHE_ACL = f"""
@@ -60,25 +67,44 @@ async def test_apache_acl_broker_verifies_the_bundled_clients(tmp_path: Path) ->
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
     port = _free_broker_port()
-    env = {**os.environ, "STORE_DIR": str(tmp_path / "apache"), "BROKER_PORT": str(port),
-           "NAMESRV": ns.address, "BROKER_NAME": "apache-acl",
-           "BROKER_EXTRA_CONF": "aclEnable=true",
-           # a later -D wins: the ACL file is read from <rocketmq.home.dir>/conf
-           "JAVA_OPT_EXT": f"{APACHE_JAVA_OPT_EXT} -Drocketmq.home.dir={home}"}
+    env = {
+        **os.environ,
+        "STORE_DIR": str(tmp_path / "apache"),
+        "BROKER_PORT": str(port),
+        "NAMESRV": ns.address,
+        "BROKER_NAME": "apache-acl",
+        "BROKER_EXTRA_CONF": "aclEnable=true",
+        # a later -D wins: the ACL file is read from <rocketmq.home.dir>/conf
+        "JAVA_OPT_EXT": f"{APACHE_JAVA_OPT_EXT} -Drocketmq.home.dir={home}",
+    }
     broker = await asyncio.create_subprocess_exec(
-        str(START_BROKER), env=env, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        str(START_BROKER),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
     producer: Any = None
     consumer: Any = None
     try:
         await wait_until(lambda: "apache-acl" in ns.routes.broker_addr_table, 120.0)
-        producer = Producer(PGROUP, namesrv=ns.address, send_msg_timeout=10.0,
-                            access_key="apache_producer", secret_key="apache_producer_sk")
+        producer = Producer(
+            PGROUP,
+            namesrv=ns.address,
+            send_msg_timeout=10.0,
+            access_key="apache_producer",
+            secret_key="apache_producer_sk",
+        )
         await producer.start()
         sent = [await producer.send(Message(TOPIC, f"bound{i}".encode())) for i in range(3)]
         assert {s.message_queue.broker_name for s in sent} == {"apache-acl"}
-        wrong = Producer(PGROUP + "W", namesrv=ns.address, send_msg_timeout=5.0,
-                         access_key="apache_producer", secret_key="not-the-secret")
+        wrong = Producer(
+            PGROUP + "W",
+            namesrv=ns.address,
+            send_msg_timeout=5.0,
+            access_key="apache_producer",
+            secret_key="not-the-secret",
+        )
         await wrong.start()
         try:
             with pytest.raises(ClientError, match="signature"):
@@ -91,9 +117,13 @@ async def test_apache_acl_broker_verifies_the_bundled_clients(tmp_path: Path) ->
             got.extend(m.body for m in msgs)
             return ConsumeStatus.CONSUME_SUCCESS
 
-        consumer = PushConsumer(CGROUP, namesrv=ns.address,
-                                consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                                access_key="apache_consumer", secret_key="apache_consumer_sk")
+        consumer = PushConsumer(
+            CGROUP,
+            namesrv=ns.address,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            access_key="apache_consumer",
+            secret_key="apache_consumer_sk",
+        )
         consumer.subscribe(TOPIC, "*")
         consumer.register_listener(on_messages)
         await consumer.start()

@@ -46,7 +46,7 @@ def test_acl_directory_is_mounted_read_only_where_acl_points() -> None:
     assert rules.global_white == ()  # every request signed
     # the base file's arguments are kept (compose replaces `command` whole)
     base_argv = [expand(a) for a in BASE["services"]["broker"]["command"]]
-    assert argv[:len(base_argv)] == base_argv
+    assert argv[: len(base_argv)] == base_argv
     for svc in ("broker", "producer", "consumer"):
         env = env_of(svc)
         account = rules.accounts[env["KAIROS_ACCESS_KEY"]]
@@ -54,18 +54,19 @@ def test_acl_directory_is_mounted_read_only_where_acl_points() -> None:
 
 
 async def test_healthcheck_and_demo_account_against_a_live_broker(
-        broker_factory: Callable[..., Awaitable[Broker]]) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]],
+) -> None:
     broker = await broker_factory(acl_file=REPO / "examples" / "acl" / "plain_acl.yml")
     health = BASE["services"]["broker"]["healthcheck"]["test"][1:]
     ports = {"9876": str(broker.namesrv_port), "10911": str(broker.port)}
     argv = [str(Path(sys.executable).parent / "kairosmq")] + [
-        re.sub(r":(\d+)$", lambda m: ":" + ports.get(m.group(1), m.group(1)), a)
-        for a in health[1:]]
+        re.sub(r":(\d+)$", lambda m: ":" + ports.get(m.group(1), m.group(1)), a) for a in health[1:]
+    ]
     clean = {k: v for k, v in os.environ.items() if not k.endswith(("_ACCESS_KEY", "_SECRET_KEY"))}
     for env, ok in ((clean, False), ({**clean, **env_of("broker")}, True)):
-        proc = await asyncio.create_subprocess_exec(*argv, env=env,
-                                                    stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
         out, err = await proc.communicate()
         assert (proc.returncode == 0) is ok, (out, err)
     app = env_of("producer")
@@ -73,8 +74,12 @@ async def test_healthcheck_and_demo_account_against_a_live_broker(
     got = Collector()
     async with Producer("example_producer_group", broker.namesrv_address, **creds) as p:  # type: ignore[arg-type]
         await p.send(Message("TopicTest", b"hello"))
-        c = PushConsumer("example_consumer_group", broker.namesrv_address,  # type: ignore[arg-type]
-                         consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **creds)
+        c = PushConsumer(
+            "example_consumer_group",
+            broker.namesrv_address,  # type: ignore[arg-type]
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            **creds,
+        )
         c.subscribe("TopicTest", "*")
         c.register_listener(got)
         await c.start()

@@ -29,18 +29,32 @@ DRIVER = Path(__file__).parent / "cpp_acl_driver.py"
 def _skip_reason() -> str | None:
     if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
         return "the stock C++ client is bundled for Linux x86_64 only"
-    probe = subprocess.run([sys.executable, "-c", "from rocketmq.client import Producer"],
-                           capture_output=True, timeout=60, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from rocketmq.client import Producer"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     return None if probe.returncode == 0 else "rocketmq-python-cvs is not installed"
 
 
 async def run_driver(tmp: Path, address: str, secret: str, count: int) -> list[dict]:
-    cfg = {"nameSrv": address, "topic": "Orders", "group": "PID_CPP_ACL",
-           "accessKey": PRODUCER.access_key, "secretKey": secret, "count": count,
-           "logDir": str(tmp)}
+    cfg = {
+        "nameSrv": address,
+        "topic": "Orders",
+        "group": "PID_CPP_ACL",
+        "accessKey": PRODUCER.access_key,
+        "secretKey": secret,
+        "count": count,
+        "logDir": str(tmp),
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(DRIVER), json.dumps(cfg), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        str(DRIVER),
+        json.dumps(cfg),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 90)
     events = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
     assert events and events[-1]["event"] == "done", (out, err)
@@ -48,7 +62,8 @@ async def run_driver(tmp: Path, address: str, secret: str, count: int) -> list[d
 
 
 async def test_cpp_client_with_session_credentials(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     if (reason := _skip_reason()) is not None:
         pytest.skip(f"stock C++ client with ACL not run: {reason}")
     path = tmp_path / "acl.yml"
@@ -56,9 +71,11 @@ async def test_cpp_client_with_session_credentials(
     broker = await broker_factory(acl_file=path)
     admin = RemotingClient(broker.address, rpc_hook=AclRpcHook(ADMIN))
     try:
-        r = await admin.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                               CreateTopicRequestHeader(topic="Orders").to_ext_fields(),
-                               timeout=5.0)
+        r = await admin.invoke(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            CreateTopicRequestHeader(topic="Orders").to_ext_fields(),
+            timeout=5.0,
+        )
         assert r.code == ResponseCode.SUCCESS, r.remark
     finally:
         admin.close()

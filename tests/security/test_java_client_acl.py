@@ -16,10 +16,14 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java
 from tests.security.acl_setup import ACL_FILE
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
-                                reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("javac") is None or not JARS,
+    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+)
 
-ACL = ACL_FILE + """
+ACL = (
+    ACL_FILE
+    + """
   - accessKey: java_app_ak
     secretKey: java_app_sk
     defaultTopicPerm: DENY
@@ -27,6 +31,7 @@ ACL = ACL_FILE + """
     topicPerms: [JavaOrders=PUB|SUB]
     groupPerms: [JavaCG=SUB]
 """
+)
 STOCK_ACL_JAVA = r"""
 import java.util.*;
 import java.util.concurrent.*;
@@ -97,13 +102,22 @@ public class StockAcl {
 
 
 async def test_stock_java_clients_with_acl_rpc_hook(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     acl = tmp_path / "acl.yml"
     acl.write_text(ACL)
     broker = await broker_factory(acl_file=acl, delay_levels="200ms 200ms 200ms 1s")
     cp = await compile_java(tmp_path, "StockAcl", STOCK_ACL_JAVA)
-    proc = await spawn_java(cp, "StockAcl", broker.namesrv_address, "JavaOrders",
-                            "java_app_ak", "java_app_sk", "4", home=tmp_path)
+    proc = await spawn_java(
+        cp,
+        "StockAcl",
+        broker.namesrv_address,
+        "JavaOrders",
+        "java_app_ak",
+        "java_app_sk",
+        "4",
+        home=tmp_path,
+    )
     lines, diag = await java_done(proc, 150)
     consumed = {x.split()[1]: int(x.split()[2]) for x in lines if x.startswith("consumed ")}
     assert consumed == {"m0": 1, "m1": 0, "m2": 0, "m3": 0}, diag  # m0 via %RETRY%JavaCG

@@ -18,16 +18,21 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java, wa
 from tests.security.acl_setup import ADMIN, AUDIT_ACL_FILE, SignedPeer
 from tests.transaction.txpeer import FAST, messages
 
-pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not ROCKETMQ_JARS,
-                                reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("javac") is None or not ROCKETMQ_JARS,
+    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+)
 
-ACL = AUDIT_ACL_FILE + """
+ACL = (
+    AUDIT_ACL_FILE
+    + """
   - accessKey: java_tx_ak
     secretKey: java_tx_sk
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
     topicPerms: [JavaTxAcl=PUB]
 """
+)
 STOCK_TX_ACL_JAVA = r"""
 import java.util.concurrent.*;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
@@ -75,18 +80,28 @@ public class StockTxAcl {
 
 
 async def test_stock_java_transaction_producer_with_a_pub_only_account(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     path = tmp_path / "plain_acl.yml"
     path.write_text(ACL)
     broker = await broker_factory(acl_file=path, **FAST)
     cp = await compile_java(tmp_path, "StockTxAcl", STOCK_TX_ACL_JAVA)
-    proc = await spawn_java(cp, "StockTxAcl", broker.namesrv_address, "JavaTxAcl",
-                            "java_tx_ak", "java_tx_sk", home=tmp_path)
+    proc = await spawn_java(
+        cp,
+        "StockTxAcl",
+        broker.namesrv_address,
+        "JavaTxAcl",
+        "java_tx_ak",
+        "java_tx_sk",
+        home=tmp_path,
+    )
     lines, diag = await java_done(proc, 150)
     sent = {x.split()[1]: x.split()[2:] for x in lines if x.startswith("sent ")}
-    assert sent == {"commit": ["SEND_OK", "COMMIT_MESSAGE"],
-                    "rollback": ["SEND_OK", "ROLLBACK_MESSAGE"],
-                    "unknown": ["SEND_OK", "UNKNOW"]}, diag
+    assert sent == {
+        "commit": ["SEND_OK", "COMMIT_MESSAGE"],
+        "rollback": ["SEND_OK", "ROLLBACK_MESSAGE"],
+        "unknown": ["SEND_OK", "UNKNOW"],
+    }, diag
     assert [x for x in lines if x.startswith("check ")] == ["check unknown"], diag
     await wait_until(lambda: not broker.transactions.pending, 10)
     assert broker.transactions.counters["committed"] == 2

@@ -53,10 +53,18 @@ NONCE = "0123456789abcdef0123456789abcdef"
 NOW = 1_800_000_000_000
 
 
-def _bound(code: int, ext: dict[str, str], body: bytes = b"", *, creds: SessionCredentials = ADMIN,
-           ts: int = NOW, nonce: str = NONCE) -> dict[str, str]:
-    return sign_ext_fields(ext, body, creds.access_key, creds.secret_key,
-                           binding=binding_value(code, ts, nonce))
+def _bound(
+    code: int,
+    ext: dict[str, str],
+    body: bytes = b"",
+    *,
+    creds: SessionCredentials = ADMIN,
+    ts: int = NOW,
+    nonce: str = NONCE,
+) -> dict[str, str]:
+    return sign_ext_fields(
+        ext, body, creds.access_key, creds.secret_key, binding=binding_value(code, ts, nonce)
+    )
 
 
 def _cmd(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
@@ -79,22 +87,23 @@ def test_the_bundled_hook_binds_code_time_and_a_fresh_nonce() -> None:
     assert a[BINDING] != b[BINDING]  # a retry is a new request: a new nonce
     # bind=False is RocketMQ's AclClientRPCHook byte for byte
     stock = AclRpcHook(PRODUCER, bind=False)(202, {"topic": "T"}, b"")
-    assert stock == sign_ext_fields({"topic": "T"}, b"", PRODUCER.access_key,
-                                    PRODUCER.secret_key)
+    assert stock == sign_ext_fields({"topic": "T"}, b"", PRODUCER.access_key, PRODUCER.secret_key)
     assert find_binding(stock, b"") is None
 
 
 def test_stock_content_is_never_read_as_a_binding() -> None:
-    for ext in ({"topic": "T"}, {"OnsChannel": "ALIYUN", "a": "PG", "b": "Orders"},
-                {UNIQUE_MSG_QUERY_FLAG: "true", "topic": "T", "key": "kairosmq1:202"},
-                {}):
+    for ext in (
+        {"topic": "T"},
+        {"OnsChannel": "ALIYUN", "a": "PG", "b": "Orders"},
+        {UNIQUE_MSG_QUERY_FLAG: "true", "topic": "T", "key": "kairosmq1:202"},
+        {},
+    ):
         signed = sign_ext_fields(ext, b"kairosmq1:", "ak_12345", "sk_12345")
         assert find_binding(signed, b"kairosmq1:") is None, ext
 
 
 @pytest.mark.parametrize("attack", ["rename", "spread", "into_the_body", "unique_flag"])
-def test_the_binding_cannot_be_hidden_by_renaming_or_moving_its_characters(
-        attack: str) -> None:
+def test_the_binding_cannot_be_hidden_by_renaming_or_moving_its_characters(attack: str) -> None:
     """A captured bound read (GET_TOPIC_STATS_INFO) rewritten so the server would not see a
     ``KairosBinding`` field, then sent as DELETE_TOPIC_IN_BROKER: the signature still
     verifies (the content is the same), and the binding is still found and refuses it."""
@@ -130,10 +139,15 @@ def test_a_binding_moved_into_the_body_is_still_found() -> None:
 def test_what_only_starts_like_a_binding_is_none() -> None:
     """A stock client's user data may start with the prefix (a message key, a KV key):
     not a binding, so not refused; a bound client's content always parses."""
-    for text in ("kairosmq1:202:17000:" + NONCE, "kairosmq1:0202x:" + str(NOW) + ":" + NONCE,
-                 "kairosmq1:202:" + str(NOW) + ":" + NONCE.upper(), "kairosmq1:"):
-        signed = sign_ext_fields({"key": text, "namespace": "N", "value": "v"}, b"",
-                                 ADMIN.access_key, ADMIN.secret_key)
+    for text in (
+        "kairosmq1:202:17000:" + NONCE,
+        "kairosmq1:0202x:" + str(NOW) + ":" + NONCE,
+        "kairosmq1:202:" + str(NOW) + ":" + NONCE.upper(),
+        "kairosmq1:",
+    ):
+        signed = sign_ext_fields(
+            {"key": text, "namespace": "N", "value": "v"}, b"", ADMIN.access_key, ADMIN.secret_key
+        )
         assert find_binding(signed, b"") is None
         _check(_cmd(R.PUT_KV_CONFIG, signed), _policy())
 
@@ -144,8 +158,10 @@ def test_policy_refuses_stale_future_and_replayed_bindings() -> None:
     _check(_cmd(R.UPDATE_AND_CREATE_TOPIC, ok), policy)
     with pytest.raises(Denied) as err:
         _check(_cmd(R.UPDATE_AND_CREATE_TOPIC, ok), policy)
-    assert err.value.reason == "binding_replay" and f"nonce {NONCE} was already used" in \
-        err.value.remark
+    assert (
+        err.value.reason == "binding_replay"
+        and f"nonce {NONCE} was already used" in err.value.remark
+    )
     for ts, word in ((NOW - 300_001, "300001 ms"), (NOW + 300_001, "-300001 ms")):
         late = _bound(R.UPDATE_AND_CREATE_TOPIC, {"topic": "T"}, ts=ts, nonce="f" * 32)
         with pytest.raises(Denied) as err:
@@ -181,10 +197,10 @@ def test_replay_cache_raises_its_floor_instead_of_forgetting() -> None:
 
 def test_binding_modes_and_admin_over_tls() -> None:
     stock_admin = sign_ext_fields({"topic": "T"}, b"", ADMIN.access_key, ADMIN.secret_key)
-    stock_producer = sign_ext_fields({"a": "PG", "b": "Orders"}, b"", PRODUCER.access_key,
-                                     PRODUCER.secret_key)
-    read, send = _cmd(R.GET_TOPIC_STATS_INFO, stock_admin), _cmd(R.SEND_MESSAGE_V2,
-                                                                   stock_producer)
+    stock_producer = sign_ext_fields(
+        {"a": "PG", "b": "Orders"}, b"", PRODUCER.access_key, PRODUCER.secret_key
+    )
+    read, send = _cmd(R.GET_TOPIC_STATS_INFO, stock_admin), _cmd(R.SEND_MESSAGE_V2, stock_producer)
     _check(read, _policy("optional"))
     _check(send, _policy("admin"))
     for mode, cmd in (("admin", read), ("all", send)):
@@ -192,8 +208,9 @@ def test_binding_modes_and_admin_over_tls() -> None:
             _check(cmd, _policy(mode))
         assert (err.value.code, err.value.reason) == (C.NO_PERMISSION, "binding_required")
         assert f"aclRequestBinding={mode} requires" in err.value.remark
-    _check(_cmd(R.GET_TOPIC_STATS_INFO, _bound(R.GET_TOPIC_STATS_INFO, {"topic": "T"})),
-           _policy("all"))
+    _check(
+        _cmd(R.GET_TOPIC_STATS_INFO, _bound(R.GET_TOPIC_STATS_INFO, {"topic": "T"})), _policy("all")
+    )
     tls_only = _policy(admin_require_tls=True)
     with pytest.raises(Denied) as err:
         _check(read, tls_only)
@@ -204,7 +221,8 @@ def test_binding_modes_and_admin_over_tls() -> None:
 
 
 async def test_every_served_code_is_classified_once(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     """The audit of the whole request-code table: each code the broker port, its
     name-server port and the standalone name server serve is admin-only, checked on the
     resources it names, or signature-only (documented in docs/security.md) - never
@@ -218,13 +236,29 @@ async def test_every_served_code_is_classified_once(
     twice = sorted(c for c in served if sum(c in k for k in classes) > 1)
     assert not twice, f"request codes in more than one ACL class: {twice}"
     # what stock producers and consumers call is never admin-only
-    clients = {R.GET_ROUTEINFO_BY_TOPIC, R.HEART_BEAT, R.SEND_MESSAGE, R.SEND_MESSAGE_V2,
-               R.SEND_BATCH_MESSAGE, R.PULL_MESSAGE, R.QUERY_CONSUMER_OFFSET,
-               R.UPDATE_CONSUMER_OFFSET, R.GET_CONSUMER_LIST_BY_GROUP, R.GET_MAX_OFFSET,
-               R.GET_MIN_OFFSET, R.SEARCH_OFFSET_BY_TIMESTAMP, R.GET_EARLIEST_MSG_STORETIME,
-               R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ, R.END_TRANSACTION, R.CHECK_CLIENT_CONFIG,
-               R.UNREGISTER_CLIENT, R.CONSUMER_SEND_MSG_BACK, R.SEND_REPLY_MESSAGE_V2,
-               R.GET_KV_CONFIG}
+    clients = {
+        R.GET_ROUTEINFO_BY_TOPIC,
+        R.HEART_BEAT,
+        R.SEND_MESSAGE,
+        R.SEND_MESSAGE_V2,
+        R.SEND_BATCH_MESSAGE,
+        R.PULL_MESSAGE,
+        R.QUERY_CONSUMER_OFFSET,
+        R.UPDATE_CONSUMER_OFFSET,
+        R.GET_CONSUMER_LIST_BY_GROUP,
+        R.GET_MAX_OFFSET,
+        R.GET_MIN_OFFSET,
+        R.SEARCH_OFFSET_BY_TIMESTAMP,
+        R.GET_EARLIEST_MSG_STORETIME,
+        R.LOCK_BATCH_MQ,
+        R.UNLOCK_BATCH_MQ,
+        R.END_TRANSACTION,
+        R.CHECK_CLIENT_CONFIG,
+        R.UNREGISTER_CLIENT,
+        R.CONSUMER_SEND_MSG_BACK,
+        R.SEND_REPLY_MESSAGE_V2,
+        R.GET_KV_CONFIG,
+    }
     assert not clients & ADMIN_CODES
 
 
@@ -235,12 +269,15 @@ def test_rocketmq_signs_a_bound_request_as_kairosmq_does(tmp_path: Path) -> None
     checks the same content) verifies bound requests and ignores the extra field."""
     hook = AclRpcHook(PRODUCER, clock_ms=lambda: NOW)
     cases = []
-    for code, ext, body in ((310, {"a": "PG", "b": "Orders", "c": "TBW102"}, b"hello"),
-                            (11, {"consumerGroup": "CG", "topic": "Orders"}, b""),
-                            (105, {"topic": "Orders"}, b"")):
+    for code, ext, body in (
+        (310, {"a": "PG", "b": "Orders", "c": "TBW102"}, b"hello"),
+        (11, {"consumerGroup": "CG", "topic": "Orders"}, b""),
+        (105, {"topic": "Orders"}, b""),
+    ):
         signed = hook(code, ext, body)
         fields = {k: v for k, v in signed.items() if k not in (ACCESS_KEY, SIGNATURE)}
-        cases.append((PRODUCER.access_key, PRODUCER.secret_key, code, body, fields,
-                      signed[SIGNATURE]))
+        cases.append(
+            (PRODUCER.access_key, PRODUCER.secret_key, code, body, fields, signed[SIGNATURE])
+        )
     expected = java_signatures([c[:5] for c in cases], tmp_path)
     assert expected == [c[5] for c in cases]

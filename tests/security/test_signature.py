@@ -30,19 +30,49 @@ from kairosmq.protocol.codec import decode_frame
 from tests.helpers import FIXTURES
 from tests.security.java_acl import java_missing, java_signatures
 
-SEND_V2 = {"a": "PG", "b": "TopicA", "c": "TBW102", "d": "4", "e": "0", "f": "0",
-           "g": "1700000000000", "h": "0", "i": "TAGS\x01TagA\x02", "j": "0", "k": "false"}
+SEND_V2 = {
+    "a": "PG",
+    "b": "TopicA",
+    "c": "TBW102",
+    "d": "4",
+    "e": "0",
+    "f": "0",
+    "g": "1700000000000",
+    "h": "0",
+    "i": "TAGS\x01TagA\x02",
+    "j": "0",
+    "k": "false",
+}
 CASES = [
     ("RocketMQ", "12345678", 310, b"hello", SEND_V2),
-    ("RocketMQ", "12345678", 11, b"", {"consumerGroup": "CG", "topic": "TopicA", "queueId": "3",
-                                      "queueOffset": "17", "maxMsgNums": "32", "sysFlag": "2",
-                                      "commitOffset": "0", "suspendTimeoutMillis": "20000",
-                                      "subscription": "*", "subVersion": "1"}),
+    (
+        "RocketMQ",
+        "12345678",
+        11,
+        b"",
+        {
+            "consumerGroup": "CG",
+            "topic": "TopicA",
+            "queueId": "3",
+            "queueOffset": "17",
+            "maxMsgNums": "32",
+            "sysFlag": "2",
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "20000",
+            "subscription": "*",
+            "subVersion": "1",
+        },
+    ),
     # upper case sorts before lower case (AccessKey before a); non-ASCII names and values
     ("ak-ünï", "sécret✓key", 105, b"", {"topic": "T", "Zed": "z", "ü": "é✓"}),
     # a body alone, and an already-present Signature/AccessKey being replaced
-    ("admin_key", "admin_secret", 34, json.dumps({"clientID": "c"}).encode(),
-     {SIGNATURE: "stale", ACCESS_KEY: "other"}),
+    (
+        "admin_key",
+        "admin_secret",
+        34,
+        json.dumps({"clientID": "c"}).encode(),
+        {SIGNATURE: "stale", ACCESS_KEY: "other"},
+    ),
 ]
 
 
@@ -66,8 +96,9 @@ def test_signature_matches_the_documented_algorithm(case: tuple) -> None:
 
 def test_known_vector_from_rocketmq() -> None:
     """Printed by RocketMQ 4.9.8's AclClientRPCHook (its jars) for this request."""
-    signed = sign_ext_fields({"b": "TopicA", "a": "PG", "e": "0", "ü": "é✓"}, b"hello",
-                             "RocketMQ", "12345678")
+    signed = sign_ext_fields(
+        {"b": "TopicA", "a": "PG", "e": "0", "ü": "é✓"}, b"hello", "RocketMQ", "12345678"
+    )
     assert signed[SIGNATURE] == "0f+BJqZeWgpOdcr3O5yBP6OeCJU="
 
 
@@ -78,8 +109,9 @@ def test_every_value_and_the_body_count() -> None:
     assert sign_ext_fields({"topic": "T"}, b"x", "RocketMQ", "12345679")[SIGNATURE] != base
     # values are concatenated without separators: moving a character between two adjacent
     # values keeps the content (a property of RocketMQ's scheme, kept for compatibility)
-    assert request_content({"a": "xy", "b": "z"}, b"") == request_content({"a": "x", "b": "yz"},
-                                                                           b"")
+    assert request_content({"a": "xy", "b": "z"}, b"") == request_content(
+        {"a": "x", "b": "yz"}, b""
+    )
 
 
 def test_server_side_content_also_accepts_the_unique_key_query_flag() -> None:
@@ -89,8 +121,9 @@ def test_server_side_content_also_accepts_the_unique_key_query_flag() -> None:
     assert len(variants) == 2
     assert calc_signature(variants[1], "12345678") == signed[SIGNATURE]
     # RocketMQ's server form leaves the flag out
-    assert variants[0] == request_content({k: v for k, v in signed.items()
-                                           if k != UNIQUE_MSG_QUERY_FLAG}, b"")
+    assert variants[0] == request_content(
+        {k: v for k, v in signed.items() if k != UNIQUE_MSG_QUERY_FLAG}, b""
+    )
 
 
 @pytest.mark.skipif(java_missing() is not None, reason=f"RocketMQ oracle: {java_missing()}")
@@ -102,8 +135,10 @@ def test_signatures_equal_rocketmq_aclclientrpchook(tmp_path: Path) -> None:
 
 def _captured(client: str) -> list:
     index = json.loads((FIXTURES / client / "index.json").read_text())
-    return [decode_frame(bytes.fromhex((FIXTURES / client / e["file"]).read_text().strip()))
-            for e in index]
+    return [
+        decode_frame(bytes.fromhex((FIXTURES / client / e["file"]).read_text().strip()))
+        for e in index
+    ]
 
 
 @pytest.mark.parametrize("client", ["cpp-client-2.1.0", "cpp-client-1.x"])

@@ -25,8 +25,9 @@ from tests.helpers import Collector, wait_until
 from tests.security.acl_setup import ACL_FILE, PRODUCER
 from tests.security.certs import Certs, make_certs, openssl_missing
 
-pytestmark = pytest.mark.skipif(openssl_missing() is not None,
-                                reason=f"TLS tests: {openssl_missing()}")
+pytestmark = pytest.mark.skipif(
+    openssl_missing() is not None, reason=f"TLS tests: {openssl_missing()}"
+)
 Factory = Callable[..., Awaitable[Broker]]
 
 
@@ -36,8 +37,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 async def start(factory: Factory, certs: Certs, mode: str, tmp: Path, **kw: object) -> Broker:
-    return await factory(tls_mode=mode, tls_cert=certs.server_cert, tls_key=certs.server_key,
-                         data_dir=tmp / f"b-{mode}", **kw)
+    return await factory(
+        tls_mode=mode,
+        tls_cert=certs.server_cert,
+        tls_key=certs.server_key,
+        data_dir=tmp / f"b-{mode}",
+        **kw,
+    )
 
 
 async def runtime_info(address: str, ctx: ssl.SSLContext | None) -> int:
@@ -57,7 +63,8 @@ async def cluster_info(address: str, ctx: ssl.SSLContext | None) -> int:
 
 
 async def test_permissive_takes_tls_and_plain_on_the_same_ports(
-        broker_factory: Factory, certs: Certs, tmp_path: Path) -> None:
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await start(broker_factory, certs, "permissive", tmp_path)
     tls = certs.client_context()
     assert await runtime_info(broker.address, tls) == C.SUCCESS
@@ -69,14 +76,17 @@ async def test_permissive_takes_tls_and_plain_on_the_same_ports(
     try:
         await client.invoke(R.GET_BROKER_RUNTIME_INFO, {}, timeout=5.0)
         conns = list(broker.server.connections)
-        assert any(c.transport.get_extra_info("ssl_object") is not None  # type: ignore[union-attr]
-                   for c in conns)
+        assert any(
+            c.transport.get_extra_info("ssl_object") is not None  # type: ignore[union-attr]
+            for c in conns
+        )
     finally:
         client.close()
 
 
-async def test_enforcing_refuses_plain_clients(broker_factory: Factory, certs: Certs,
-                                               tmp_path: Path) -> None:
+async def test_enforcing_refuses_plain_clients(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await start(broker_factory, certs, "enforcing", tmp_path)
     assert await runtime_info(broker.address, certs.client_context()) == C.SUCCESS
     assert await cluster_info(broker.namesrv_address, certs.client_context()) == C.SUCCESS
@@ -88,8 +98,9 @@ async def test_enforcing_refuses_plain_clients(broker_factory: Factory, certs: C
     assert len(refused) == 2 and refused[0]["peer"].startswith("127.0.0.1:")
 
 
-async def test_disabled_is_plain_only(broker_factory: Factory, certs: Certs,
-                                      tmp_path: Path) -> None:
+async def test_disabled_is_plain_only(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await broker_factory(data_dir=tmp_path / "plain")
     assert broker.server.wrap_protocol is None
     assert await runtime_info(broker.address, None) == C.SUCCESS
@@ -97,12 +108,16 @@ async def test_disabled_is_plain_only(broker_factory: Factory, certs: Certs,
         await runtime_info(broker.address, certs.client_context())
 
 
-async def test_producer_and_consumer_over_tls_with_acl(broker_factory: Factory, certs: Certs,
-                                                       tmp_path: Path) -> None:
+async def test_producer_and_consumer_over_tls_with_acl(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     acl = tmp_path / "acl.yml"
-    acl.write_text(ACL_FILE.replace("Orders=PUB", "Orders=PUB|SUB")
-                   .replace("    defaultGroupPerm: DENY\n    topicPerms:\n      - Orders",
-                            "    defaultGroupPerm: SUB\n    topicPerms:\n      - Orders"))
+    acl.write_text(
+        ACL_FILE.replace("Orders=PUB", "Orders=PUB|SUB").replace(
+            "    defaultGroupPerm: DENY\n    topicPerms:\n      - Orders",
+            "    defaultGroupPerm: SUB\n    topicPerms:\n      - Orders",
+        )
+    )
     broker = await start(broker_factory, certs, "enforcing", tmp_path, acl_file=acl)
     tls = certs.client_context()
     got = Collector()
@@ -110,9 +125,14 @@ async def test_producer_and_consumer_over_tls_with_acl(broker_factory: Factory, 
     async with Producer("PG", broker.namesrv_address, tls=tls, **creds) as producer:  # type: ignore[arg-type]
         for i in range(5):
             await producer.send(Message("Orders", b"tls%d" % i))
-        consumer = PushConsumer("TlsCG", broker.namesrv_address, tls=tls,  # type: ignore[arg-type]
-                                consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                                rebalance_interval=0.3, **creds)
+        consumer = PushConsumer(
+            "TlsCG",
+            broker.namesrv_address,
+            tls=tls,  # type: ignore[arg-type]
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            rebalance_interval=0.3,
+            **creds,
+        )
         consumer.subscribe("Orders", "*")
         consumer.register_listener(got)
         await consumer.start()
@@ -121,12 +141,15 @@ async def test_producer_and_consumer_over_tls_with_acl(broker_factory: Factory, 
         finally:
             await consumer.shutdown()
     assert sorted(got.bodies) == [b"tls%d" % i for i in range(5)]
-    assert all(c.transport.get_extra_info("ssl_object") is not None  # type: ignore[union-attr]
-               for c in broker.server.connections)
+    assert all(
+        c.transport.get_extra_info("ssl_object") is not None  # type: ignore[union-attr]
+        for c in broker.server.connections
+    )
 
 
-async def test_client_certificate_required_with_a_ca(broker_factory: Factory, certs: Certs,
-                                                     tmp_path: Path) -> None:
+async def test_client_certificate_required_with_a_ca(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await start(broker_factory, certs, "enforcing", tmp_path, tls_ca=certs.ca)
     assert await runtime_info(broker.address, certs.client_context(with_cert=True)) == 0
     with structlog.testing.capture_logs() as logs:
@@ -137,18 +160,19 @@ async def test_client_certificate_required_with_a_ca(broker_factory: Factory, ce
     assert failed[0]["stage"] == "handshake" and "certificate" in failed[0]["error"].lower()
 
 
-async def test_default_tls_true_verifies_the_broker(broker_factory: Factory, certs: Certs,
-                                                    tmp_path: Path) -> None:
+async def test_default_tls_true_verifies_the_broker(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     """``tls=True`` trusts the system CAs only: a broker with a private CA is refused."""
     broker = await start(broker_factory, certs, "enforcing", tmp_path)
-    async with Producer("PG", broker.namesrv_address, tls=True,
-                        send_msg_timeout=2.0) as producer:
+    async with Producer("PG", broker.namesrv_address, tls=True, send_msg_timeout=2.0) as producer:
         with pytest.raises(ClientError, match="CERTIFICATE_VERIFY_FAILED"):
             await producer.send(Message("T", b"x"))
 
 
 async def test_garbage_after_the_handshake_byte_closes_only_that_connection(
-        broker_factory: Factory, certs: Certs, tmp_path: Path) -> None:
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await start(broker_factory, certs, "permissive", tmp_path)
     host, port = broker.address.rsplit(":", 1)
     with structlog.testing.capture_logs() as logs:
@@ -167,8 +191,7 @@ async def test_admin_cli_over_tls(broker_factory: Factory, certs: Certs, tmp_pat
 
     def admin(*argv: str) -> tuple[int, str]:
         out, err = io.StringIO(), io.StringIO()
-        code = admin_main(["--namesrv", broker.namesrv_address, *argv, "status"], out=out,
-                          err=err)
+        code = admin_main(["--namesrv", broker.namesrv_address, *argv, "status"], out=out, err=err)
         return code, out.getvalue() + err.getvalue()
 
     code, text = await asyncio.to_thread(admin, "--tls-ca", str(certs.ca))
@@ -179,17 +202,22 @@ async def test_admin_cli_over_tls(broker_factory: Factory, certs: Certs, tmp_pat
     assert code == 2 and "CERTIFICATE_VERIFY_FAILED" in text, text
 
 
-async def test_large_messages_over_tls(broker_factory: Factory, certs: Certs,
-                                       tmp_path: Path) -> None:
+async def test_large_messages_over_tls(
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     """A 3 MiB body crosses the TLS layer both ways (many records per frame)."""
     broker = await start(broker_factory, certs, "enforcing", tmp_path)
     body = os.urandom(3 * 1024 * 1024)  # incompressible: the client compresses > 4 KiB
     got = Collector()
     async with Producer("PG", broker.namesrv_address, tls=certs.client_context()) as p:
         await p.send(Message("Big", body))
-        c = PushConsumer("BigCG", broker.namesrv_address, tls=certs.client_context(),
-                         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                         rebalance_interval=0.3)
+        c = PushConsumer(
+            "BigCG",
+            broker.namesrv_address,
+            tls=certs.client_context(),
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            rebalance_interval=0.3,
+        )
         c.subscribe("Big", "*")
         c.register_listener(got)
         await c.start()
@@ -201,7 +229,8 @@ async def test_large_messages_over_tls(broker_factory: Factory, certs: Certs,
 
 
 async def test_stalled_handshake_is_closed_by_the_idle_sweep(
-        broker_factory: Factory, certs: Certs, tmp_path: Path) -> None:
+    broker_factory: Factory, certs: Certs, tmp_path: Path
+) -> None:
     broker = await start(broker_factory, certs, "enforcing", tmp_path, idle_timeout=0.3)
     host, port = broker.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))

@@ -51,19 +51,33 @@ class Attempt:
 class Rig:
     """Store + notifier + scheduler on ``clock_ms`` (default: the stepped wall clock)."""
 
-    def __init__(self, root: Path, loop: VirtualLoop, *, levels: tuple[int, ...],
-                 clock_ms: Callable[[], int] | None = None, batch: int = 256,
-                 upf: int = 1000) -> None:
+    def __init__(
+        self,
+        root: Path,
+        loop: VirtualLoop,
+        *,
+        levels: tuple[int, ...],
+        clock_ms: Callable[[], int] | None = None,
+        batch: int = 256,
+        upf: int = 1000,
+    ) -> None:
         self.loop = loop
         self.levels = levels
         self.step_ms = 0
         self.clock_ms = clock_ms or self.wall_ms
-        self.store = MessageStore(root, store_host=HOST, segment_size=SEG,
-                                  units_per_file=upf, clock_ms=self.clock_ms)
+        self.store = MessageStore(
+            root, store_host=HOST, segment_size=SEG, units_per_file=upf, clock_ms=self.clock_ms
+        )
         self.store.open()
         self.notifier = ArrivalNotifier()
-        self.sched = ScheduleService(self.store, self.notifier, levels, batch=batch,
-                                     clock_ms=self.clock_ms, put_patched=self.put_patched)
+        self.sched = ScheduleService(
+            self.store,
+            self.notifier,
+            levels,
+            batch=batch,
+            clock_ms=self.clock_ms,
+            put_patched=self.put_patched,
+        )
         self.store.providers.append(self.sched)
         self.store.dispatchers.append(self._notify)
         self.store.dispatchers.append(self.sched.on_dispatch)
@@ -80,20 +94,23 @@ class Rig:
         if not req.replay:
             self.notifier.notify(req.topic, req.queue_id)
 
-    def put_patched(self, record: bytes, view: RecordView, topic: str, queue_id: int,
-                    props: dict[str, str]) -> PutResult:
+    def put_patched(
+        self, record: bytes, view: RecordView, topic: str, queue_id: int, props: dict[str, str]
+    ) -> PutResult:
         """The store write of the scheduler's re-put: the real store, failing
         ``fail_next`` times first."""
-        body = record[view.body_start:view.body_end]
+        body = record[view.body_start : view.body_end]
         deliver = int(props[DELIVER_TIME])
         if self.fail_next > 0:
             self.fail_next -= 1
-            self.attempts.append(Attempt(self.clock_ms(), body, deliver, False,
-                                         self.loop_ms()))
+            self.attempts.append(Attempt(self.clock_ms(), body, deliver, False, self.loop_ms()))
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected failure")
         result = self.store.put_patched(record, view, topic, queue_id, props)
-        self.attempts.append(Attempt(self.clock_ms(), body, deliver,
-                                     result.status is PutStatus.PUT_OK, self.loop_ms()))
+        self.attempts.append(
+            Attempt(
+                self.clock_ms(), body, deliver, result.status is PutStatus.PUT_OK, self.loop_ms()
+            )
+        )
         return result
 
     def schedule(self, body: bytes, level: int, **props: str) -> int:

@@ -30,8 +30,14 @@ def open_store(root: Path, **kw: Any) -> MessageStore:
 
 
 def make_msg(body: bytes, topic: str = "T", qid: int = 0, **kw: Any) -> MessageInner:
-    return MessageInner(topic=topic, queue_id=qid, body=body,
-                        properties=kw.pop("props", {}), born_timestamp=1_700_000_000_000, **kw)
+    return MessageInner(
+        topic=topic,
+        queue_id=qid,
+        body=body,
+        properties=kw.pop("props", {}),
+        born_timestamp=1_700_000_000_000,
+        **kw,
+    )
 
 
 def bodies_of(s: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
@@ -39,8 +45,9 @@ def bodies_of(s: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
     return [m.body for m in decode_records(b"".join(res.chunks))]
 
 
-def reopen(s: MessageStore, root: Path, *, drop_checkpoint: bool = True,
-           **kw: Any) -> tuple[MessageStore, dict[str, Any]]:
+def reopen(
+    s: MessageStore, root: Path, *, drop_checkpoint: bool = True, **kw: Any
+) -> tuple[MessageStore, dict[str, Any]]:
     """Close and open again, replaying the whole log (no checkpoint: the kill -9 case)."""
     s.close()
     if drop_checkpoint:

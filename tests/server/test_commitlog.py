@@ -25,10 +25,19 @@ HOST = (b"\x7f\x00\x00\x01", 10911)
 def _record(phy: int, i: int, body_len: int = 1000) -> bytes:
     body = bytes([(i * 7 + k) % 251 + 1 for k in range(body_len)])  # no zero runs
     return encode_record(
-        topic=b"TopicTest", body=body, properties=f"UNIQ_KEY\x01ID{i:05d}".encode(),
-        queue_id=0, flag=0, queue_offset=i, physical_offset=phy, sys_flag=0,
-        born_timestamp=1_700_000_000_000 + i, born_host=HOST, store_timestamp=1_700_000_000_500,
-        store_host=HOST, reconsume_times=0,
+        topic=b"TopicTest",
+        body=body,
+        properties=f"UNIQ_KEY\x01ID{i:05d}".encode(),
+        queue_id=0,
+        flag=0,
+        queue_offset=i,
+        physical_offset=phy,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000 + i,
+        born_host=HOST,
+        store_timestamp=1_700_000_000_500,
+        store_host=HOST,
+        reconsume_times=0,
     )
 
 
@@ -239,11 +248,15 @@ def test_flipped_crc_byte_in_last_record_cuts_it(log: Log) -> None:
     assert seen == log.records[:-1]
 
 
-@pytest.mark.parametrize("garbage", [
-    b"\xab" * 100,
-    struct.pack(">iI", 200, 0x12345678) + b"\x11" * 192,  # plausible size, wrong magic
-    struct.pack(">iI", 10_000_000, 0xDAA320A7) + b"\x22" * 50,  # size beyond the segment
-], ids=["bytes", "wrong-magic", "huge-size"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xab" * 100,
+        struct.pack(">iI", 200, 0x12345678) + b"\x11" * 192,  # plausible size, wrong magic
+        struct.pack(">iI", 10_000_000, 0xDAA320A7) + b"\x22" * 50,  # size beyond the segment
+    ],
+    ids=["bytes", "wrong-magic", "huge-size"],
+)
 def test_garbage_after_valid_data_is_cut(log: Log, garbage: bytes) -> None:
     log.append(4)
     end0 = log.cl.max_offset

@@ -17,17 +17,37 @@ S, M, H = 1000, 60_000, 3_600_000
 def test_default_delay_levels() -> None:
     assert DEFAULT_DELAY_LEVELS == "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     assert parse_delay_levels(DEFAULT_DELAY_LEVELS) == (
-        1 * S, 5 * S, 10 * S, 30 * S, 1 * M, 2 * M, 3 * M, 4 * M, 5 * M, 6 * M, 7 * M, 8 * M,
-        9 * M, 10 * M, 20 * M, 30 * M, 1 * H, 2 * H)
+        1 * S,
+        5 * S,
+        10 * S,
+        30 * S,
+        1 * M,
+        2 * M,
+        3 * M,
+        4 * M,
+        5 * M,
+        6 * M,
+        7 * M,
+        8 * M,
+        9 * M,
+        10 * M,
+        20 * M,
+        30 * M,
+        1 * H,
+        2 * H,
+    )
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("250ms 2s 3m 1h 1d", (250, 2000, 180_000, 3_600_000, 86_400_000)),
-    ("1.5s 0.5m 0.25h", (1500, 30_000, 900_000)),
-    ("  50ms\t100ms\n150ms ", (50, 100, 150)),
-    ("1S 2M", (1000, 120_000)),
-    ("7", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("250ms 2s 3m 1h 1d", (250, 2000, 180_000, 3_600_000, 86_400_000)),
+        ("1.5s 0.5m 0.25h", (1500, 30_000, 900_000)),
+        ("  50ms\t100ms\n150ms ", (50, 100, 150)),
+        ("1S 2M", (1000, 120_000)),
+        ("7", None),
+    ],
+)
 def test_parse_delay_levels_units(text: str, expected: tuple[int, ...] | None) -> None:
     if expected is None:
         with pytest.raises(ValueError, match="'7'"):
@@ -36,13 +56,16 @@ def test_parse_delay_levels_units(text: str, expected: tuple[int, ...] | None) -
         assert parse_delay_levels(text) == expected
 
 
-@pytest.mark.parametrize(("text", "token", "position"), [
-    ("1s 5x 10s", "5x", 2),
-    ("1s -2s", "-2s", 2),
-    ("s", "s", 1),
-    ("1s 2 m", "2", 2),
-    ("1.s", "1.s", 1),
-])
+@pytest.mark.parametrize(
+    ("text", "token", "position"),
+    [
+        ("1s 5x 10s", "5x", 2),
+        ("1s -2s", "-2s", 2),
+        ("s", "s", 1),
+        ("1s 2 m", "2", 2),
+        ("1.s", "1.s", 1),
+    ],
+)
 def test_parse_delay_levels_bad_token_is_named(text: str, token: str, position: int) -> None:
     with pytest.raises(ValueError) as info:
         parse_delay_levels(text)
@@ -74,13 +97,16 @@ def test_broker_config_defaults_and_derivations(tmp_path: Path) -> None:
         custom.port = 1  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"delay_levels": "1s bogus"}, "bogus"),
-    ({"delay_levels": ""}, "empty"),
-    ({"commitlog_segment_size": 4095, "max_message_size": 0}, "at least 4096"),
-    ({"commitlog_segment_size": 1 << 20, "max_message_size": (1 << 20) - 4095}, "fit"),
-    ({"flush_mode": "SOMETIMES"}, "SOMETIMES"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"delay_levels": "1s bogus"}, "bogus"),
+        ({"delay_levels": ""}, "empty"),
+        ({"commitlog_segment_size": 4095, "max_message_size": 0}, "at least 4096"),
+        ({"commitlog_segment_size": 1 << 20, "max_message_size": (1 << 20) - 4095}, "fit"),
+        ({"flush_mode": "SOMETIMES"}, "SOMETIMES"),
+    ],
+)
 def test_broker_config_validation(kw: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         BrokerConfig(**kw)

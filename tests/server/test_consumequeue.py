@@ -166,16 +166,18 @@ def _loop_blocked_during(work: Callable[[], None]) -> tuple[float, float]:
     """Run ``work`` in a thread; return (its duration, how much of it this thread could
     not run Python), both in seconds."""
     span: list[float] = []
-    th = threading.Thread(target=lambda: (span.append(time.monotonic()), work(),
-                                          span.append(time.monotonic())))
+    th = threading.Thread(
+        target=lambda: (span.append(time.monotonic()), work(), span.append(time.monotonic()))
+    )
     last = time.monotonic()
     blocked = 0.0
     th.start()
     while len(span) < 2:
         now = time.monotonic()
         if span and now - last > 0.001:  # a gap: how much of it lies inside the work
-            blocked = max(blocked, min(now, span[-1] if len(span) == 2 else now)
-                          - max(last, span[0]))
+            blocked = max(
+                blocked, min(now, span[-1] if len(span) == 2 else now) - max(last, span[0])
+            )
         last = now
     th.join()
     t0, t1 = span

@@ -31,10 +31,12 @@ def test_the_defaults_fit_a_generous_limit() -> None:
     assert c.fits and c.connections == 4096 and c.needed == c.total <= 1 << 16
 
 
-@pytest.mark.parametrize(("limit", "connections"),
-                         [(256, 4096), (1024, 4096), (4500, 4096), (256, None), (1000, None)])
+@pytest.mark.parametrize(
+    ("limit", "connections"), [(256, 4096), (1024, 4096), (4500, 4096), (256, None), (1000, None)]
+)
 def test_a_small_limit_lowers_connections_and_queue_files_to_fit(
-        limit: int, connections: int | None) -> None:
+    limit: int, connections: int | None
+) -> None:
     cfg = BrokerConfig(max_connections=connections)
     b = _plan(limit, max_connections=connections)
     assert not b.fits and b.total == limit and b.needed > limit
@@ -73,15 +75,18 @@ def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < 512:
         pytest.skip(f"the hard open-file limit here is {hard}")
-    code = ("import resource\n"
-            "from kairosmq.server.fdbudget import raise_open_file_limit\n"
-            "print(*raise_open_file_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))")
+    code = (
+        "import resource\n"
+        "from kairosmq.server.fdbudget import raise_open_file_limit\n"
+        "print(*raise_open_file_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))"
+    )
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512))
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
-                         preexec_fn=limit, timeout=60).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, preexec_fn=limit, timeout=60
+    ).stdout.split()
     assert [int(x) for x in out] == [256, 512, 512, 512]
 
 
@@ -100,8 +105,7 @@ async def test_the_broker_lowers_open_queue_files_as_segments_grow(broker_factor
     from tests.helpers import send
     from tests.wire import RawPeer
 
-    broker = await broker_factory(commitlog_segment_size=128 * 1024,
-                                  max_message_size=60 * 1024)
+    broker = await broker_factory(commitlog_segment_size=128 * 1024, max_message_size=60 * 1024)
     b = broker.fd_budget
     assert b is not None and broker.store.maps.capacity == b.queue_files
     peer = await RawPeer.connect(broker.address)

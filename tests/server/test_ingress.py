@@ -36,20 +36,23 @@ from kairosmq.server.tables.topics import TopicConfigManager
 # ---------------------------------------------------------------- naming
 
 
-@pytest.mark.parametrize(("name", "fragment"), [
-    ("TopicTest", None),
-    ("a|b-c_d%09", None),
-    ("x" * 127, None),
-    ("", "blank"),
-    ("x" * 128, "128 characters"),
-    ("abc\n", "outside"),
-    ("a/b", "outside"),
-    ("..", "outside"),
-    ("a.b", "outside"),
-    ("x\x00y", "outside"),
-    ("caf\u00e9", "outside"),
-    (5, "must be a string"),
-])
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("TopicTest", None),
+        ("a|b-c_d%09", None),
+        ("x" * 127, None),
+        ("", "blank"),
+        ("x" * 128, "128 characters"),
+        ("abc\n", "outside"),
+        ("a/b", "outside"),
+        ("..", "outside"),
+        ("a.b", "outside"),
+        ("x\x00y", "outside"),
+        ("caf\u00e9", "outside"),
+        (5, "must be a string"),
+    ],
+)
 def test_validate_topic(name: object, fragment: str | None) -> None:
     reason = naming.validate_topic(name)
     if fragment is None:
@@ -58,16 +61,19 @@ def test_validate_topic(name: object, fragment: str | None) -> None:
         assert reason is not None and fragment in reason
 
 
-@pytest.mark.parametrize(("name", "fragment"), [
-    ("CID_1", None),
-    ("g" * 248, None),  # %RETRY% + 248 = 255 bytes: one file name
-    ("g" * 249, "limit is 248"),
-    ("g" * 256, "the limit is 255"),
-    ("/../x", "outside"),
-    ("x\x00y", "outside"),
-    ("G\n", "outside"),
-    ("", "blank"),
-])
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("CID_1", None),
+        ("g" * 248, None),  # %RETRY% + 248 = 255 bytes: one file name
+        ("g" * 249, "limit is 248"),
+        ("g" * 256, "the limit is 255"),
+        ("/../x", "outside"),
+        ("x\x00y", "outside"),
+        ("G\n", "outside"),
+        ("", "blank"),
+    ],
+)
 def test_validate_group(name: str, fragment: str | None) -> None:
     reason = naming.validate_group(name)
     if fragment is None:
@@ -114,6 +120,7 @@ def test_server_and_client_share_the_rules() -> None:
     from kairosmq.client.common import check_topic
     from kairosmq.client.consumer import push_consumer
     from kairosmq.client.errors import InvalidName
+
     assert ingress.validate_topic is naming.validate_topic  # what the broker checks
     assert push_consumer.retry_topic is naming.retry_topic  # what the consumer subscribes
     with pytest.raises(InvalidName):
@@ -143,12 +150,27 @@ def _rejected(fn, *args: object) -> Rejected:  # noqa: ANN001
     return info.value
 
 
-@pytest.mark.parametrize(("flag", "kept"), [
-    (0x0, 0x0), (0x1, 0x1), (0x2, 0x2), (0x3, 0x3), (0x8, 0x8),
-    (0x10, 0x0), (0x20, 0x0), (0x30 | 0x1, 0x1), (0x40, 0x0), (0x301, 0x301),
-    (0x300, 0x0), (-1 & ~0xC, 0x703), (0x7FFFFFFF & ~0x4, 0x70B), (1 << 40, 0),
-    (0x4, 0x0), (0x4 | 0x1, 0x1),  # PREPARED: cleared (TRAN_MSG=true tells a half message)
-])
+@pytest.mark.parametrize(
+    ("flag", "kept"),
+    [
+        (0x0, 0x0),
+        (0x1, 0x1),
+        (0x2, 0x2),
+        (0x3, 0x3),
+        (0x8, 0x8),
+        (0x10, 0x0),
+        (0x20, 0x0),
+        (0x30 | 0x1, 0x1),
+        (0x40, 0x0),
+        (0x301, 0x301),
+        (0x300, 0x0),
+        (-1 & ~0xC, 0x703),
+        (0x7FFFFFFF & ~0x4, 0x70B),
+        (1 << 40, 0),
+        (0x4, 0x0),
+        (0x4 | 0x1, 0x1),  # PREPARED: cleared (TRAN_MSG=true tells a half message)
+    ],
+)
 def test_sys_flag_masks_bits_a_producer_may_not_set(flag: int, kept: int) -> None:
     assert ingress.producer_sys_flag(flag) == kept
 
@@ -183,43 +205,57 @@ def test_send_header_checks(broker: SimpleNamespace) -> None:
 
 def test_int64_is_checked_while_decoding() -> None:
     with pytest.raises(HeaderError, match="int64"):
-        UpdateConsumerOffsetRequestHeader.from_ext_fields({
-            "consumerGroup": "G", "topic": "T", "queueId": "0",
-            "commitOffset": "99999999999999999999"})
-    h = UpdateConsumerOffsetRequestHeader.from_ext_fields({
-        "consumerGroup": "G", "topic": "T", "queueId": "0",
-        "commitOffset": str((1 << 63) - 1)})
+        UpdateConsumerOffsetRequestHeader.from_ext_fields(
+            {
+                "consumerGroup": "G",
+                "topic": "T",
+                "queueId": "0",
+                "commitOffset": "99999999999999999999",
+            }
+        )
+    h = UpdateConsumerOffsetRequestHeader.from_ext_fields(
+        {"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": str((1 << 63) - 1)}
+    )
     assert h.commit_offset == (1 << 63) - 1
     with pytest.raises(HeaderError) as info:
-        PullMessageRequestHeader.from_ext_fields({
-            "consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "9" * 5000})
+        PullMessageRequestHeader.from_ext_fields(
+            {"consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "9" * 5000}
+        )
     assert len(str(info.value)) < 200, "a huge value is truncated in the remark"
 
 
-@pytest.mark.parametrize(("props", "kept"), [
-    ({"TAGS": "a", "KAIROS_SCHEDULE_ORIGIN": "x"}, {"TAGS": "a"}),
-    ({"KAIROS_DELIVER_MS": "1", "KAIROS_ANYTHING": "2", "K": "v"}, {"K": "v"}),
-    ({"REAL_TOPIC": "SCHEDULE_TOPIC_XXXX", "REAL_QID": "3", "K": "v"}, {"K": "v"}),
-    ({"DELAY": "3", "UNIQ_KEY": "U"}, {"DELAY": "3", "UNIQ_KEY": "U"}),
-    ({"MY_REAL_KEY": "v"}, {"MY_REAL_KEY": "v"}),
-])
-def test_message_properties_strips_broker_internal(props: dict[str, str],
-                                                   kept: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("props", "kept"),
+    [
+        ({"TAGS": "a", "KAIROS_SCHEDULE_ORIGIN": "x"}, {"TAGS": "a"}),
+        ({"KAIROS_DELIVER_MS": "1", "KAIROS_ANYTHING": "2", "K": "v"}, {"K": "v"}),
+        ({"REAL_TOPIC": "SCHEDULE_TOPIC_XXXX", "REAL_QID": "3", "K": "v"}, {"K": "v"}),
+        ({"DELAY": "3", "UNIQ_KEY": "U"}, {"DELAY": "3", "UNIQ_KEY": "U"}),
+        ({"MY_REAL_KEY": "v"}, {"MY_REAL_KEY": "v"}),
+    ],
+)
+def test_message_properties_strips_broker_internal(
+    props: dict[str, str], kept: dict[str, str]
+) -> None:
     assert ingress.message_properties(encode_properties(props)) == kept
 
 
-@pytest.mark.parametrize("key", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-                                 "__STARTDELIVERTIME"])
+@pytest.mark.parametrize(
+    "key", ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME"]
+)
 def test_timer_properties_pass_ingress_for_the_send_path(key: str) -> None:
     # checked by server/schedule/timer/admission.py (tests/integration/test_timers.py)
     props = {key: "1700000000000", "K": "v"}
     assert ingress.message_properties(encode_properties(props)) == props
 
 
-@pytest.mark.parametrize(("props", "code", "fragment"), [
-    ({"DELAY": "soon"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
-    ({"DELAY": "1.5"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
-])
+@pytest.mark.parametrize(
+    ("props", "code", "fragment"),
+    [
+        ({"DELAY": "soon"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
+        ({"DELAY": "1.5"}, ResponseCode.MESSAGE_ILLEGAL, "integer"),
+    ],
+)
 def test_message_properties_refusals(props: dict[str, str], code: int, fragment: str) -> None:
     r = _rejected(ingress.message_properties, encode_properties(props))
     assert r.code == code and fragment in r.remark
@@ -268,29 +304,43 @@ def test_send_back_checks(broker: SimpleNamespace) -> None:
     ingress.check_send_back(header())
     ingress.check_send_back(header(delayLevel=-1))  # -1: straight to the DLQ
     for fields, fragment in [
-        (dict(group="/../x"), "group"), (dict(group="x\x00y"), "group"),
-        (dict(originTopic="a.b"), "originTopic"), (dict(offset=-5), "offset -5"),
+        (dict(group="/../x"), "group"),
+        (dict(group="x\x00y"), "group"),
+        (dict(originTopic="a.b"), "originTopic"),
+        (dict(offset=-5), "offset -5"),
     ]:
         r = _rejected(ingress.check_send_back, header(**fields))
         assert r.code == ResponseCode.SYSTEM_ERROR and fragment in r.remark
 
 
-def _heartbeat(producers: int = 1, consumers: int = 1, subs: int = 1,
-               group: str = "CG", topic: str = "T") -> HeartbeatData:
-    return HeartbeatData("c1", [f"PG{i}" for i in range(producers)], [
-        ConsumerData(f"{group}{i}" if consumers > 1 else group,
-                     [SubscriptionData.build(topic if subs == 1 else f"{topic}{j}", "*", 0)
-                      for j in range(subs)])
-        for i in range(consumers)])
+def _heartbeat(
+    producers: int = 1, consumers: int = 1, subs: int = 1, group: str = "CG", topic: str = "T"
+) -> HeartbeatData:
+    return HeartbeatData(
+        "c1",
+        [f"PG{i}" for i in range(producers)],
+        [
+            ConsumerData(
+                f"{group}{i}" if consumers > 1 else group,
+                [
+                    SubscriptionData.build(topic if subs == 1 else f"{topic}{j}", "*", 0)
+                    for j in range(subs)
+                ],
+            )
+            for i in range(consumers)
+        ],
+    )
 
 
 def test_heartbeat_checks(broker: SimpleNamespace) -> None:
     # no count limit by default (RocketMQ has none): thousands of groups pass the checks
-    ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(producers=3000,
-                                                                     consumers=3000))
+    ingress.check_heartbeat(
+        broker.topics, broker.config, _heartbeat(producers=3000, consumers=3000)
+    )
     ingress.check_heartbeat(broker.topics, broker.config, _heartbeat(subs=3000))
-    cfg = dataclasses.replace(broker.config, max_groups_per_heartbeat=256,
-                              max_subscriptions_per_heartbeat=1024)
+    cfg = dataclasses.replace(
+        broker.config, max_groups_per_heartbeat=256, max_subscriptions_per_heartbeat=1024
+    )
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat())
     ingress.check_heartbeat(broker.topics, cfg, _heartbeat(topic=naming.retry_topic("g" * 240)))
     for hb, fragment in [
@@ -306,9 +356,15 @@ def test_heartbeat_checks(broker: SimpleNamespace) -> None:
 
 
 def test_lock_batch_locks_only_existing_queues(broker: SimpleNamespace) -> None:
-    req = LockBatchRequest("G", "c1", [MessageQueueData("T", "b", 0),
-                                       MessageQueueData("T", "b", 9),
-                                       MessageQueueData("Gone", "b", 0)])
+    req = LockBatchRequest(
+        "G",
+        "c1",
+        [
+            MessageQueueData("T", "b", 0),
+            MessageQueueData("T", "b", 9),
+            MessageQueueData("Gone", "b", 0),
+        ],
+    )
     assert ingress.check_lock_batch(broker.topics, req) == [MessageQueueData("T", "b", 0)]
     bad = LockBatchRequest("G", "c1", [MessageQueueData("a/b", "b", 0)])
     assert "mqSet.topic" in _rejected(ingress.check_lock_batch, broker.topics, bad).remark
@@ -360,8 +416,11 @@ def test_topics_persist_once_and_load_skips_bad_names(tmp_path: Path) -> None:
     assert topics.file.writes == 1
     # a file written before names were checked: its bad entries are skipped on load
     raw = json.loads((tmp_path / "topics.json").read_text())
-    raw += [{"topic_name": "%RETRY%/../x"}, {"topic_name": "a\x00b"},
-            {"topic_name": naming.retry_topic("g" * 200)}]
+    raw += [
+        {"topic_name": "%RETRY%/../x"},
+        {"topic_name": "a\x00b"},
+        {"topic_name": naming.retry_topic("g" * 200)},
+    ]
     (tmp_path / "topics.json").write_text(json.dumps(raw))
     again = TopicConfigManager(tmp_path, default_queue_nums=4, delay_levels=2)
     again.load()

@@ -43,16 +43,22 @@ def _log_calls() -> Iterator[tuple[str, int, ast.Call]]:
     alias of one (``info = broker.msglog.info; info("message.pulled", ...)``)."""
     for path in sorted(SERVER.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
-        aliases = {node.targets[0].id for node in ast.walk(tree)
-                   if isinstance(node, ast.Assign) and len(node.targets) == 1
-                   and isinstance(node.targets[0], ast.Name)
-                   and isinstance(node.value, ast.Attribute) and node.value.attr in LOG_METHODS}
+        aliases = {
+            node.targets[0].id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr in LOG_METHODS
+        }
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args:
                 continue
             f = node.func
-            if ((isinstance(f, ast.Attribute) and f.attr in LOG_METHODS)
-                    or (isinstance(f, ast.Name) and f.id in aliases)):
+            if (isinstance(f, ast.Attribute) and f.attr in LOG_METHODS) or (
+                isinstance(f, ast.Name) and f.id in aliases
+            ):
                 yield f"{path.relative_to(SERVER.parent)}", node.lineno, node
 
 
@@ -78,8 +84,11 @@ def _string_assigns(path: Path) -> dict[str, set[str]]:
         return []
 
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             found = strings(node.value)
             if found:
                 out.setdefault(node.targets[0].id, set()).update(found)
@@ -110,12 +119,15 @@ def test_every_event_named_in_server_code_is_catalogued() -> None:
             if isinstance(call.func, ast.Attribute) and call.func.attr == "exception":
                 passed.setdefault(name, set()).add("exception")  # the traceback field
                 if "exception" not in fields:
-                    problems.append(f"{where}:{line}: {name} is logged with .exception() "
-                                    f"but its catalogue entry has no 'exception' field")
+                    problems.append(
+                        f"{where}:{line}: {name} is logged with .exception() "
+                        f"but its catalogue entry has no 'exception' field"
+                    )
             for kw in call.keywords:
                 if kw.arg is not None and kw.arg not in allowed:
-                    problems.append(f"{where}:{line}: {name} passes {kw.arg!r}, "
-                                    f"not a catalogued field")
+                    problems.append(
+                        f"{where}:{line}: {name} passes {kw.arg!r}, not a catalogued field"
+                    )
     assert not problems, "\n".join(problems)
     # the other way: a field the catalogue promises is passed by some call of its event
     # (calls that splat a dict, ``**fields``, are checked by the live test below)
@@ -125,8 +137,15 @@ def test_every_event_named_in_server_code_is_catalogued() -> None:
             missing = fields.keys() - passed[name]
             assert not missing, f"{name}: catalogued fields {sorted(missing)} never emitted"
     # the scan is not vacuous: it saw the lifecycle, store, message and dynamic events
-    assert {"broker.started", "store.files_deleted", "message.stored", "message.pulled",
-            "message.dead_lettered", "kvconfig.updated", "request.failed"} <= checked
+    assert {
+        "broker.started",
+        "store.files_deleted",
+        "message.stored",
+        "message.pulled",
+        "message.dead_lettered",
+        "kvconfig.updated",
+        "request.failed",
+    } <= checked
     assert len(checked) >= 0.8 * len(logs.CATALOGUE)
 
 
@@ -148,8 +167,12 @@ def log_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def _lines(d: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(d.iterdir())
-            for line in f.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for f in sorted(d.iterdir())
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def _check_line(rec: dict[str, Any]) -> str | None:
@@ -181,20 +204,26 @@ async def _workload(broker: Broker, pool: RemotingPool) -> None:
         return client.ConsumeStatus.CONSUME_SUCCESS
 
     # topic create/delete through the admin requests; one refused (bad name)
-    ok = CreateTopicRequestHeader(topic="LcAdmin", read_queue_nums=2, write_queue_nums=2,
-                                  perm=6, order=False)
-    assert (await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, ok.to_ext_fields(),
-                              timeout=5)).code == ResponseCode.SUCCESS
-    bad = CreateTopicRequestHeader(topic="bad topic!", read_queue_nums=2, write_queue_nums=2,
-                                   perm=6, order=False)
-    assert (await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, bad.to_ext_fields(),
-                              timeout=5)).code != ResponseCode.SUCCESS
-    assert (await pool.invoke(addr, R.DELETE_TOPIC_IN_BROKER, {"topic": "LcAdmin"},
-                              timeout=5)).code == ResponseCode.SUCCESS
+    ok = CreateTopicRequestHeader(
+        topic="LcAdmin", read_queue_nums=2, write_queue_nums=2, perm=6, order=False
+    )
+    assert (
+        await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, ok.to_ext_fields(), timeout=5)
+    ).code == ResponseCode.SUCCESS
+    bad = CreateTopicRequestHeader(
+        topic="bad topic!", read_queue_nums=2, write_queue_nums=2, perm=6, order=False
+    )
+    assert (
+        await pool.invoke(addr, R.UPDATE_AND_CREATE_TOPIC, bad.to_ext_fields(), timeout=5)
+    ).code != ResponseCode.SUCCESS
+    assert (
+        await pool.invoke(addr, R.DELETE_TOPIC_IN_BROKER, {"topic": "LcAdmin"}, timeout=5)
+    ).code == ResponseCode.SUCCESS
     # a send refused by the broker (bad topic name): message.rejected
     h = SendMessageRequestHeader(producer_group="PG-logcat", topic="bad topic!")
-    assert (await pool.invoke(addr, R.SEND_MESSAGE, h.to_ext_fields(), b"x",
-                              timeout=5)).code != ResponseCode.SUCCESS
+    assert (
+        await pool.invoke(addr, R.SEND_MESSAGE, h.to_ext_fields(), b"x", timeout=5)
+    ).code != ResponseCode.SUCCESS
     # a frame the codec refuses: frame.rejected, then the connection closes
     _r, w = await asyncio.open_connection("127.0.0.1", broker.port)
     w.write(b"\x7f\xff\xff\xff" + b"\x00" * 16)
@@ -207,17 +236,26 @@ async def _workload(broker: Broker, pool: RemotingPool) -> None:
         sent["dlq"] = (await p.send(client.Message("LcNormal", b"dlq"))).msg_id
         sent["delayed"] = (await p.send(client.Message("LcDelay", b"d", delay_level=1))).msg_id
     consumer = client.PushConsumer(
-        GROUP, broker.namesrv_address, rebalance_interval=0.5, max_reconsume_times=1,
+        GROUP,
+        broker.namesrv_address,
+        rebalance_interval=0.5,
+        max_reconsume_times=1,
         consume_from_where=client.ConsumeFromWhere.FIRST_OFFSET,
-        pull_time_delay_millis_when_exception=50, persist_consumer_offset_interval=0.2)
+        pull_time_delay_millis_when_exception=50,
+        persist_consumer_offset_interval=0.2,
+    )
     consumer.subscribe("LcNormal")
     consumer.subscribe("LcDelay")
     consumer.register_listener(listener)
     await consumer.start()
     try:
-        await wait_until(lambda: broker.store.max_offset(f"%DLQ%{GROUP}", 0) >= 1
-                         and {sent["plain"], sent["delayed"]} <= {m for m, _ in seen},
-                         timeout=30)
+        await wait_until(
+            lambda: (
+                broker.store.max_offset(f"%DLQ%{GROUP}", 0) >= 1
+                and {sent["plain"], sent["delayed"]} <= {m for m, _ in seen}
+            ),
+            timeout=30,
+        )
         await asyncio.sleep(0.5)  # an offset commit and a held pull
     finally:
         await consumer.shutdown()
@@ -230,12 +268,16 @@ async def _workload(broker: Broker, pool: RemotingPool) -> None:
 
 
 async def test_every_emitted_line_matches_the_catalogue(
-        log_dir: Path, broker_factory: Callable[..., Awaitable[Broker]],
-        pool: RemotingPool) -> None:
+    log_dir: Path, broker_factory: Callable[..., Awaitable[Broker]], pool: RemotingPool
+) -> None:
     broker = await broker_factory(
-        commitlog_segment_size=64 * 1024, max_message_size=16 * 1024,
-        consumequeue_units_per_file=4, file_reserved_hours=0.0,
-        retention_check_interval=0.2, max_reconsume_times=1)
+        commitlog_segment_size=64 * 1024,
+        max_message_size=16 * 1024,
+        consumequeue_units_per_file=4,
+        file_reserved_hours=0.0,
+        retention_check_interval=0.2,
+        max_reconsume_times=1,
+    )
     await _workload(broker, pool)
     await broker.stop("log catalogue test")
     logs.close_sinks()  # drain: every line is on disk
@@ -244,12 +286,29 @@ async def test_every_emitted_line_matches_the_catalogue(
     assert not problems, "\n".join(problems[:20])
     events = {r["event"] for r in lines}
     expected = {
-        "store.recovered", "broker.started", "broker.stopping", "broker.stopped",
-        "topic.created", "topic.deleted", "request.rejected", "message.rejected",
-        "frame.rejected", "conn.opened", "conn.closed", "client.registered",
-        "client.unregistered", "message.stored", "message.scheduled", "message.due",
-        "message.delivered", "message.pulled", "message.redelivered",
-        "message.dead_lettered", "pull.held", "offset.committed", "store.files_deleted",
+        "store.recovered",
+        "broker.started",
+        "broker.stopping",
+        "broker.stopped",
+        "topic.created",
+        "topic.deleted",
+        "request.rejected",
+        "message.rejected",
+        "frame.rejected",
+        "conn.opened",
+        "conn.closed",
+        "client.registered",
+        "client.unregistered",
+        "message.stored",
+        "message.scheduled",
+        "message.due",
+        "message.delivered",
+        "message.pulled",
+        "message.redelivered",
+        "message.dead_lettered",
+        "pull.held",
+        "offset.committed",
+        "store.files_deleted",
     }
     assert expected <= events, f"not emitted: {sorted(expected - events)}"
     # each emitted event carried every field the catalogue promises for it (lean events
@@ -271,8 +330,12 @@ def test_an_exception_call_writes_the_traceback_as_a_catalogued_field(log_dir: P
     try:
         raise KeyError("boom")
     except KeyError as err:
-        log.exception("request.failed", peer="127.0.0.1:1", request_code=10,
-                      error=f"{type(err).__name__}: {err}")
+        log.exception(
+            "request.failed",
+            peer="127.0.0.1:1",
+            request_code=10,
+            error=f"{type(err).__name__}: {err}",
+        )
     logs.close_sinks()
     (rec,) = _lines(log_dir)
     assert _check_line(rec) is None
@@ -281,7 +344,8 @@ def test_an_exception_call_writes_the_traceback_as_a_catalogued_field(log_dir: P
 
 
 async def test_above_info_no_message_event_is_built_or_written(
-        tmp_path: Path, broker_factory: Callable[..., Awaitable[Broker]]) -> None:
+    tmp_path: Path, broker_factory: Callable[..., Awaitable[Broker]]
+) -> None:
     """At ``--log-level warning`` the per-message steps skip their events (and the work of
     building them: ``MessageLog.enabled``); warnings are still written."""
     d = tmp_path / "logs"
@@ -294,8 +358,9 @@ async def test_above_info_no_message_event_is_built_or_written(
             assert (await send(peer, "LvT", f"m{i}".encode())).code == ResponseCode.SUCCESS
         got = await pull(peer, "LvT", offset=0)
         assert got.code == ResponseCode.SUCCESS
-        logs.get_logger("transport").warning("frame.rejected", peer="p", conn_id=1,
-                                              error="a warning still goes out")
+        logs.get_logger("transport").warning(
+            "frame.rejected", peer="p", conn_id=1, error="a warning still goes out"
+        )
         await peer.close()
         await broker.stop("level test")
     finally:

@@ -95,8 +95,10 @@ async def test_a_failing_held_answer_does_not_keep_the_others() -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _l, ctx: errors.append(ctx["exception"]))
     try:
+
         def broken(_ok: bool) -> None:
             raise RuntimeError("boom")
+
         n.hold("T", 0, broken, 5.0)
         n.hold("T", 0, got.append, 5.0)
         n.notify("T", 0)

@@ -25,8 +25,9 @@ HOST = (b"\x7f\x00\x00\x01", 10911)
 
 
 def _store(root: Path, **kw: Any) -> MessageStore:
-    s = MessageStore(root, store_host=HOST, segment_size=SEG, units_per_file=kw.pop("upf", UPF),
-                     **kw)
+    s = MessageStore(
+        root, store_host=HOST, segment_size=SEG, units_per_file=kw.pop("upf", UPF), **kw
+    )
     s.open()
     return s
 
@@ -43,21 +44,24 @@ def store(root: Path) -> Iterator[MessageStore]:
     s.close()
 
 
-def _msg(topic: str = "T", qid: int = 0, body: bytes = b"body", tags: str | None = None,
-         **props: str) -> MessageInner:
+def _msg(
+    topic: str = "T", qid: int = 0, body: bytes = b"body", tags: str | None = None, **props: str
+) -> MessageInner:
     p = dict(props)
     if tags is not None:
         p["TAGS"] = tags
-    return MessageInner(topic=topic, queue_id=qid, body=body, properties=p,
-                        born_timestamp=1_700_000_000_000)
+    return MessageInner(
+        topic=topic, queue_id=qid, body=body, properties=p, born_timestamp=1_700_000_000_000
+    )
 
 
 def _bodies(res: Any) -> list[bytes]:
     return [m.body for m in decode_records(b"".join(res.chunks))]
 
 
-def _put_n(s: MessageStore, n: int, topic: str = "T", qid: int = 0, size: int = 10,
-           tag: str | None = None) -> list[Any]:
+def _put_n(
+    s: MessageStore, n: int, topic: str = "T", qid: int = 0, size: int = 10, tag: str | None = None
+) -> list[Any]:
     out = []
     for i in range(n):
         r = s.put(_msg(topic, qid, f"{topic}-{qid}-{i:04d}".encode().ljust(size, b"."), tag))
@@ -87,7 +91,10 @@ async def test_put_assigns_queue_and_physical_offsets(store: MessageStore) -> No
     assert [r.phy_offset for r in rs] == [sum(x.size for x in rs[:i]) for i in range(5)]
     assert rs[0].size == 91 + 10 + 1 + 0  # body + topic "T", no properties
     assert (store.max_offset("T", 0), store.max_offset("T", 1), store.max_offset("X", 0)) == (
-        3, 2, 0)
+        3,
+        2,
+        0,
+    )
     m = decode_records(store.read_at(rs[4].phy_offset))[0]
     assert (m.topic, m.queue_id, m.queue_offset) == ("T", 1, 1)
     assert m.commit_log_offset == rs[4].phy_offset
@@ -114,19 +121,29 @@ async def test_get_status_table(store: MessageStore) -> None:
 
     found = store.get("T", 0, 2, 4)
     assert (found.status, found.next_begin_offset, found.min_offset, found.max_offset) == (
-        GetStatus.FOUND, 6, 0, 8)
+        GetStatus.FOUND,
+        6,
+        0,
+        8,
+    )
     assert found.queue_offsets == [2, 3, 4, 5]
     assert [m.queue_offset for m in decode_records(b"".join(found.chunks))] == [2, 3, 4, 5]
 
     code_b = java_string_hash("B")
     only_b = store.get("T", 0, 0, 32, match=lambda c: c == code_b)
     assert (only_b.status, only_b.next_begin_offset, only_b.queue_offsets) == (
-        GetStatus.FOUND, 8, [5, 6, 7])
+        GetStatus.FOUND,
+        8,
+        [5, 6, 7],
+    )
 
     code_c = java_string_hash("C")
     none = store.get("T", 0, 1, 32, match=lambda c: c == code_c)
     assert (none.status, none.next_begin_offset, none.chunks) == (
-        GetStatus.NO_MATCHED_MESSAGE, 8, [])
+        GetStatus.NO_MATCHED_MESSAGE,
+        8,
+        [],
+    )
 
     limited = store.get("T", 0, 0, 32, match=lambda c: c == code_c, max_scan=3)
     assert (limited.status, limited.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 3)
@@ -224,8 +241,9 @@ async def test_reopen_recovers_everything(root: Path, store: MessageStore) -> No
 
 
 def _cq_units(s: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
-    return {k: [cq.get(i) for i in range(cq.min_offset, cq.max_offset)]
-            for k, cq in s.queues.items()}
+    return {
+        k: [cq.get(i) for i in range(cq.min_offset, cq.max_offset)] for k, cq in s.queues.items()
+    }
 
 
 async def test_consume_queues_rebuilt_by_replay(root: Path, store: MessageStore) -> None:
@@ -244,8 +262,9 @@ async def test_consume_queues_rebuilt_by_replay(root: Path, store: MessageStore)
     s.close()
 
 
-async def test_consume_queues_rebuilt_when_lost_below_a_checkpoint(root: Path,
-                                                                  store: MessageStore) -> None:
+async def test_consume_queues_rebuilt_when_lost_below_a_checkpoint(
+    root: Path, store: MessageStore
+) -> None:
     _put_n(store, 20)
     store.persist_checkpoint(store.checkpoint_snapshot())
     store.close()
@@ -275,13 +294,15 @@ async def test_torn_tail_cut_and_consume_queue_truncated(root: Path, store: Mess
 
 
 async def test_checkpoint_beyond_the_data_recovers_everything_before_the_cut(
-        root: Path, store: MessageStore) -> None:
+    root: Path, store: MessageStore
+) -> None:
     rs = _put_n(store, 80, size=1000)  # two segments
     assert rs[-1].phy_offset >= SEG
     snap = store.checkpoint_snapshot()
     store.persist_checkpoint(snap)
-    assert read_json(root / "checkpoint.json")["dispatched_offset"] == rs[-1].phy_offset + rs[
-        -1].size
+    assert (
+        read_json(root / "checkpoint.json")["dispatched_offset"] == rs[-1].phy_offset + rs[-1].size
+    )
     store.close()
     cut_at = rs[70]
     assert cut_at.phy_offset >= SEG
@@ -379,7 +400,9 @@ async def test_delete_expired_segments_and_queue_files(root: Path) -> None:
     assert gone.queue_file_bytes == files * cq.file_bytes > 0
     too_small = s.get("T", 0, 0, 32)
     assert (too_small.status, too_small.next_begin_offset) == (
-        GetStatus.OFFSET_TOO_SMALL, cq.min_offset)
+        GetStatus.OFFSET_TOO_SMALL,
+        cq.min_offset,
+    )
     # units still indexed but whose records are gone are skipped, then data is found
     res = s.get("T", 0, cq.min_offset, 200, max_bytes=1 << 30)
     assert res.status is GetStatus.FOUND

@@ -38,7 +38,8 @@ def test_commit_accepts_the_int64_edges(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_is_retried_by_the_next_snapshot(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     m = ConsumerOffsetManager(tmp_path)
     m.commit("G", "T", 0, 7)
     snap = m.snapshot()
@@ -55,8 +56,7 @@ def test_a_failed_write_is_retried_by_the_next_snapshot(
     assert retry is not None  # still dirty: the change is written next time
     m.persist(retry)
     assert not m.dirty and m.snapshot() is None
-    assert orjson.loads((tmp_path / "consumerOffset.json").read_bytes()) == {
-        "G": {"T": {"0": 7}}}
+    assert orjson.loads((tmp_path / "consumerOffset.json").read_bytes()) == {"G": {"T": {"0": 7}}}
 
 
 def test_a_change_during_a_write_stays_dirty(tmp_path: Path) -> None:
@@ -74,8 +74,9 @@ def test_a_change_during_a_write_stays_dirty(tmp_path: Path) -> None:
 
 def test_load_drops_bad_entries_and_moves_an_unreadable_file_aside(tmp_path: Path) -> None:
     path = tmp_path / "consumerOffset.json"
-    path.write_text('{"G": {"T": {"0": 3, "1": 99999999999999999999, "x": 1, "2": -4},'
-                    ' "U": [1]}, "H": 5}')
+    path.write_text(
+        '{"G": {"T": {"0": 3, "1": 99999999999999999999, "x": 1, "2": -4}, "U": [1]}, "H": 5}'
+    )
     m = ConsumerOffsetManager(tmp_path)
     m.load()
     assert m.table == {"G": {"T": {0: 3}}}

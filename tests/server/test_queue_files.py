@@ -147,8 +147,7 @@ async def test_descriptors_stay_bounded_whatever_the_number_of_queues(tmp_path: 
         for q in range(300):
             assert bodies_of(s, f"T{q % 3}", q) == [b"0-%d" % q, b"1-%d" % q]
         assert s.maps.open_count <= 8 and s.maps.evictions >= 600
-        disk = sum(os.stat(f.path).st_blocks * 512 for cq in s.queues.values()
-                   for f in cq.files)
+        disk = sum(os.stat(f.path).st_blocks * 512 for cq in s.queues.values() for f in cq.files)
         assert disk <= 300 * 4096  # one page per queue (it was 6 MB each)
     finally:
         s.close()
@@ -178,7 +177,8 @@ async def test_a_restart_opens_no_queue_file_and_a_rollback_reads_none(tmp_path:
 
 
 async def test_dirty_files_are_synced_by_the_checkpoint_after_their_mapping_closed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A mapping closed by the LRU keeps its file dirty until a checkpoint syncs it by
     path; past SYNCFS_OVER files one syncfs stands for them; both empty the dirty set."""
     from kairosmq.server.store.message_store import SYNCFS_OVER
@@ -218,8 +218,13 @@ async def test_a_full_disk_refuses_the_send_that_needs_the_next_step(small_fs: P
     SERVICE_NOT_AVAILABLE before anything is appended (no SIGBUS: every mapped byte was
     written first); acked ones stay, and sends resume when space returns."""
     root = small_fs / "store"
-    s = open_store(root, segment_size=1 << 20, units_per_file=300_000,
-                   disk_max_used_ratio=1.0, disk_check_interval=0.05)
+    s = open_store(
+        root,
+        segment_size=1 << 20,
+        units_per_file=300_000,
+        disk_max_used_ratio=1.0,
+        disk_check_interval=0.05,
+    )
     acked: list[bytes] = []
     try:
         assert s.put(make_msg(b"first")).status is PutStatus.PUT_OK
@@ -296,8 +301,7 @@ def test_the_allocators_growth_never_recreates_a_deleted_file(tmp_path: Path) ->
     alloc.close()
 
 
-def test_a_queue_loads_files_of_the_older_full_size_and_short_newest_ones(
-        tmp_path: Path) -> None:
+def test_a_queue_loads_files_of_the_older_full_size_and_short_newest_ones(tmp_path: Path) -> None:
     """Files written by the older broker (full size, zeros) and a newest file cut short
     by a crash mid-step load alike: the valid prefix is found either way."""
     upf = 1000
@@ -305,11 +309,11 @@ def test_a_queue_loads_files_of_the_older_full_size_and_short_newest_ones(
     d.mkdir(parents=True)
     full = bytearray(upf * UNIT_SIZE)
     for i in range(upf):
-        full[i * UNIT_SIZE:(i + 1) * UNIT_SIZE] = _pack(_unit(i))
+        full[i * UNIT_SIZE : (i + 1) * UNIT_SIZE] = _pack(_unit(i))
     (d / f"{0:020d}").write_bytes(full)
     short = bytearray(5000)  # 250 units of room, 3 used, not a multiple of a page
     for i in range(3):
-        short[i * UNIT_SIZE:(i + 1) * UNIT_SIZE] = _pack(_unit(upf + i))
+        short[i * UNIT_SIZE : (i + 1) * UNIT_SIZE] = _pack(_unit(upf + i))
     (d / f"{upf * UNIT_SIZE:020d}").write_bytes(short)
     cq = ConsumeQueue(tmp_path, "T", 0, upf, None, MappedFiles(4))
     cq.load()

@@ -7,19 +7,23 @@ import pytest
 from kairosmq.server.put.retry import plan_send_back
 
 
-@pytest.mark.parametrize(("reconsume", "requested", "max_times", "expected"), [
-    (0, 0, 16, ("%RETRY%G", 3, 1, False)),  # level 0: broker picks 3 + reconsumeTimes
-    (5, 0, 16, ("%RETRY%G", 8, 6, False)),
-    (15, 0, 16, ("%RETRY%G", 18, 16, False)),
-    (2, 7, 16, ("%RETRY%G", 7, 3, False)),  # an explicit level is kept
-    (16, 0, 16, ("%DLQ%G", 0, 17, True)),  # reconsume >= max -> DLQ
-    (20, 4, 16, ("%DLQ%G", 0, 21, True)),
-    (0, 0, 0, ("%DLQ%G", 0, 1, True)),
-    (0, -1, 16, ("%DLQ%G", 0, 1, True)),  # negative level -> DLQ straight away
-    (3, -5, 16, ("%DLQ%G", 0, 4, True)),
-])
-def test_plan_send_back(reconsume: int, requested: int, max_times: int,
-                        expected: tuple[str, int, int, bool]) -> None:
+@pytest.mark.parametrize(
+    ("reconsume", "requested", "max_times", "expected"),
+    [
+        (0, 0, 16, ("%RETRY%G", 3, 1, False)),  # level 0: broker picks 3 + reconsumeTimes
+        (5, 0, 16, ("%RETRY%G", 8, 6, False)),
+        (15, 0, 16, ("%RETRY%G", 18, 16, False)),
+        (2, 7, 16, ("%RETRY%G", 7, 3, False)),  # an explicit level is kept
+        (16, 0, 16, ("%DLQ%G", 0, 17, True)),  # reconsume >= max -> DLQ
+        (20, 4, 16, ("%DLQ%G", 0, 21, True)),
+        (0, 0, 0, ("%DLQ%G", 0, 1, True)),
+        (0, -1, 16, ("%DLQ%G", 0, 1, True)),  # negative level -> DLQ straight away
+        (3, -5, 16, ("%DLQ%G", 0, 4, True)),
+    ],
+)
+def test_plan_send_back(
+    reconsume: int, requested: int, max_times: int, expected: tuple[str, int, int, bool]
+) -> None:
     p = plan_send_back("G", reconsume, requested, max_times)
     assert (p.topic, p.delay_level, p.reconsume_times, p.dead_letter) == expected
 

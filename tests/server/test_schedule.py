@@ -28,6 +28,8 @@ from tests.helpers import VirtualDeadlock, VirtualLoop, run_virtual
 from tests.server.schedule_rig import BASE_MS, Rig
 
 LEVELS = (1000, 3000, 10_000)
+
+
 def _ms(loop: VirtualLoop) -> int:
     return round(loop.time() * 1000)
 
@@ -55,7 +57,10 @@ def test_wakes_at_each_head_due_instant_not_on_a_period(tmp_path: Path) -> None:
                 dues.append(rig.schedule(body, 1))
             await _sleep_to(loop, 6000)
             assert [(a.body, a.at_ms) for a in rig.attempts] == [
-                (b"a", dues[0]), (b"b", dues[1]), (b"c", dues[2])]
+                (b"a", dues[0]),
+                (b"b", dues[1]),
+                (b"c", dues[2]),
+            ]
             assert rig.real_bodies() == [b"a", b"b", b"c"]
             assert rig.sched.progress[1] == 3
         finally:
@@ -64,7 +69,10 @@ def test_wakes_at_each_head_due_instant_not_on_a_period(tmp_path: Path) -> None:
         timers = loop.timers_of("schedule-level-1")
         # one sleep per head, for exactly due - now (the scheduler's ms clock = loop ms)
         assert [(round(t.at * 1000), round(t.delay * 1000)) for t in timers] == [
-            (100, 1000), (1100, 400), (2600, 1000)]
+            (100, 1000),
+            (1100, 400),
+            (2600, 1000),
+        ]
         assert {BASE_MS + round(t.when * 1000) for t in timers} == set(dues)
         # levels 2 and 3 have nothing: they wait on the arrival notifier, never on a timer
         assert loop.timers_of("schedule-level-2") == []
@@ -101,9 +109,11 @@ def test_many_messages_are_each_reput_exactly_when_due_in_fifo_order(tmp_path: P
             for level in (1, 2, 3):
                 order = [a.body for a in rig.attempts if sent[a.body][0] == level]
                 assert order == sorted(order)
-            assert rig.sched.progress == {1: sum(lv == 1 for lv, _ in sent.values()),
-                                          2: sum(lv == 2 for lv, _ in sent.values()),
-                                          3: sum(lv == 3 for lv, _ in sent.values())}
+            assert rig.sched.progress == {
+                1: sum(lv == 1 for lv, _ in sent.values()),
+                2: sum(lv == 2 for lv, _ in sent.values()),
+                3: sum(lv == 3 for lv, _ in sent.values()),
+            }
         finally:
             await rig.sched.stop()
             rig.close()
@@ -117,8 +127,9 @@ def test_never_early_when_a_timer_fires_before_the_clock_says_due(tmp_path: Path
     that trusts its timer re-puts at about half the delay (early)."""
 
     async def main(loop: VirtualLoop) -> None:
-        rig = Rig(tmp_path / "s", loop, levels=LEVELS,
-                  clock_ms=lambda: BASE_MS + round(loop.time() * 500))
+        rig = Rig(
+            tmp_path / "s", loop, levels=LEVELS, clock_ms=lambda: BASE_MS + round(loop.time() * 500)
+        )
         rig.sched.start()
         try:
             dues = [rig.schedule(b"x%d" % i, 1 + i % 2) for i in range(4)]
@@ -181,8 +192,13 @@ def test_failed_reput_is_retried_and_nothing_overtakes_it(tmp_path: Path) -> Non
             assert rig.sched.progress[1] == 0
             await _sleep_to(loop, 8000)
             assert [(x.body, x.ok) for x in rig.attempts] == [
-                (b"a", False), (b"a", False), (b"a", False), (b"a", True), (b"b", True),
-                (b"c", True)]
+                (b"a", False),
+                (b"a", False),
+                (b"a", False),
+                (b"a", True),
+                (b"b", True),
+                (b"c", True),
+            ]
             assert rig.real_bodies() == [b"a", b"b", b"c"]
             assert rig.sched.progress[1] == 3
             fails = [x.at_ms for x in rig.attempts if not x.ok]
@@ -214,8 +230,9 @@ def test_failed_reput_does_not_advance_progress_across_a_restart(tmp_path: Path)
             assert snap["1"] == 0
         finally:
             await rig.sched.stop()
-        fresh = ScheduleService(rig.store, ArrivalNotifier(), LEVELS, clock_ms=rig.clock_ms,
-                                put_patched=rig.put_patched)
+        fresh = ScheduleService(
+            rig.store, ArrivalNotifier(), LEVELS, clock_ms=rig.clock_ms, put_patched=rig.put_patched
+        )
         fresh.restore(snap)
         rig.sched = fresh
         rig.fail_next = 0

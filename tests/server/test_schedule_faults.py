@@ -111,8 +111,12 @@ def test_restore_delayed_keeps_only_what_the_delivery_needs(tmp_path: Path) -> N
     s = MessageStore(tmp_path / "s", store_host=HOST, segment_size=64 * 1024)
     s.open()
     try:
-        msg = MessageInner(topic="Real", queue_id=2, body=b"b",
-                           properties={"UNIQ_KEY": "U1", "RETRY_TOPIC": "Orig"})
+        msg = MessageInner(
+            topic="Real",
+            queue_id=2,
+            body=b"b",
+            properties={"UNIQ_KEY": "U1", "RETRY_TOPIC": "Orig"},
+        )
         transform_delayed(msg, 1, LEVELS, 1000)
 
         async def put() -> PutResult:
@@ -121,9 +125,14 @@ def test_restore_delayed_keeps_only_what_the_delivery_needs(tmp_path: Path) -> N
         r = asyncio.run(put())
         back = restore_delayed(s.read(r.phy_offset, r.size) or b"", 1, 7)
         assert (back.topic, back.queue_id) == ("Real", 2)
-        assert back.properties == {"UNIQ_KEY": "U1", "RETRY_TOPIC": "Orig", "REAL_TOPIC": "Real",
-                                   "REAL_QID": "2", DELIVER_TIME: "2000",
-                                   "KAIROS_SCHEDULE_ORIGIN": "1:7"}
+        assert back.properties == {
+            "UNIQ_KEY": "U1",
+            "RETRY_TOPIC": "Orig",
+            "REAL_TOPIC": "Real",
+            "REAL_QID": "2",
+            DELIVER_TIME: "2000",
+            "KAIROS_SCHEDULE_ORIGIN": "1:7",
+        }
     finally:
         s.close()
 

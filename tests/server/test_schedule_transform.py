@@ -16,19 +16,33 @@ LEVELS = parse_delay_levels(DEFAULT_DELAY_LEVELS)
 
 
 def _inner(**props: str) -> MessageInner:
-    return MessageInner(topic="TopicTest", queue_id=3, body=b"payload",
-                        properties={"TAGS": "TagA", "UNIQ_KEY": "ABC123", "DELAY": "2", **props},
-                        flag=9, sys_flag=0, born_timestamp=111,
-                        born_host=(b"\x0a\x00\x00\x09", 5555), reconsume_times=4)
+    return MessageInner(
+        topic="TopicTest",
+        queue_id=3,
+        body=b"payload",
+        properties={"TAGS": "TagA", "UNIQ_KEY": "ABC123", "DELAY": "2", **props},
+        flag=9,
+        sys_flag=0,
+        born_timestamp=111,
+        born_host=(b"\x0a\x00\x00\x09", 5555),
+        reconsume_times=4,
+    )
 
 
 def _stored(msg: MessageInner, queue_offset: int = 0) -> bytes:
     return encode_record(
-        topic=msg.topic.encode(), body=msg.body,
-        properties=encode_properties(msg.properties).encode(), queue_id=msg.queue_id,
-        flag=msg.flag, queue_offset=queue_offset, physical_offset=4096, sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-        store_timestamp=msg.store_timestamp or 0, store_host=(b"\x7f\x00\x00\x01", 10911),
+        topic=msg.topic.encode(),
+        body=msg.body,
+        properties=encode_properties(msg.properties).encode(),
+        queue_id=msg.queue_id,
+        flag=msg.flag,
+        queue_offset=queue_offset,
+        physical_offset=4096,
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        store_timestamp=msg.store_timestamp or 0,
+        store_host=(b"\x7f\x00\x00\x01", 10911),
         reconsume_times=msg.reconsume_times,
     )
 
@@ -61,7 +75,11 @@ def test_restore_delayed_round_trip() -> None:
     assert (back.topic, back.queue_id) == ("TopicTest", 3)
     assert back.body == b"payload"
     assert (back.flag, back.sys_flag, back.born_timestamp, back.born_host) == (
-        9, 0, 111, (b"\x0a\x00\x00\x09", 5555))
+        9,
+        0,
+        111,
+        (b"\x0a\x00\x00\x09", 5555),
+    )
     assert back.reconsume_times == 4
     assert "DELAY" not in back.properties
     assert back.properties["KAIROS_SCHEDULE_ORIGIN"] == "3:41"

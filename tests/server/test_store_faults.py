@@ -48,17 +48,32 @@ def root(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- host-format bits
 
 
-@pytest.mark.parametrize(("born", "claimed", "expected"), [
-    (HOST, SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6 | 0x1, 0x1),  # lies: bits cleared
-    (HOST, SYSFLAG_BORNHOST_V6, 0),
-    (V6, 0, SYSFLAG_BORNHOST_V6),  # a real 16-byte host sets its bit
-])
+@pytest.mark.parametrize(
+    ("born", "claimed", "expected"),
+    [
+        (HOST, SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6 | 0x1, 0x1),  # lies: bits cleared
+        (HOST, SYSFLAG_BORNHOST_V6, 0),
+        (V6, 0, SYSFLAG_BORNHOST_V6),  # a real 16-byte host sets its bit
+    ],
+)
 def test_encode_record_derives_host_bits_from_addresses(
-        born: tuple[bytes, int], claimed: int, expected: int) -> None:
-    rec = encode_record(topic=b"T", body=b"body", properties=b"", queue_id=0, flag=0,
-                        queue_offset=0, physical_offset=0, sys_flag=claimed,
-                        born_timestamp=1, born_host=born, store_timestamp=2,
-                        store_host=HOST, reconsume_times=0)
+    born: tuple[bytes, int], claimed: int, expected: int
+) -> None:
+    rec = encode_record(
+        topic=b"T",
+        body=b"body",
+        properties=b"",
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=claimed,
+        born_timestamp=1,
+        born_host=born,
+        store_timestamp=2,
+        store_host=HOST,
+        reconsume_times=0,
+    )
     m = decode_record(rec, check_crc=True)
     assert m.sys_flag == expected
     assert (m.born_host, m.store_host, m.body, m.store_size) == (born, HOST, b"body", len(rec))
@@ -67,10 +82,21 @@ def test_encode_record_derives_host_bits_from_addresses(
 
 def test_encode_record_refuses_a_host_of_another_length() -> None:
     with pytest.raises(ValueError, match="4 or 16 bytes"):
-        encode_record(topic=b"T", body=b"", properties=b"", queue_id=0, flag=0,
-                      queue_offset=0, physical_offset=0, sys_flag=0, born_timestamp=1,
-                      born_host=(b"\x01\x02\x03", 1), store_timestamp=2, store_host=HOST,
-                      reconsume_times=0)
+        encode_record(
+            topic=b"T",
+            body=b"",
+            properties=b"",
+            queue_id=0,
+            flag=0,
+            queue_offset=0,
+            physical_offset=0,
+            sys_flag=0,
+            born_timestamp=1,
+            born_host=(b"\x01\x02\x03", 1),
+            store_timestamp=2,
+            store_host=HOST,
+            reconsume_times=0,
+        )
 
 
 async def test_v6_sysflag_from_an_ipv4_client_loses_nothing_after_restart(root: Path) -> None:
@@ -99,10 +125,23 @@ async def test_a_lying_record_from_an_older_broker_no_longer_cuts_the_log(root: 
     s = open_store(root)
     assert s.put(make_msg(b"first")).status is PutStatus.PUT_OK
     cl = s.commitlog
-    rec = bytearray(encode_record(topic=b"T", body=b"liar", properties=b"", queue_id=0,
-                                  flag=0, queue_offset=1, physical_offset=cl.max_offset,
-                                  sys_flag=0, born_timestamp=1, born_host=HOST,
-                                  store_timestamp=2, store_host=HOST, reconsume_times=0))
+    rec = bytearray(
+        encode_record(
+            topic=b"T",
+            body=b"liar",
+            properties=b"",
+            queue_id=0,
+            flag=0,
+            queue_offset=1,
+            physical_offset=cl.max_offset,
+            sys_flag=0,
+            born_timestamp=1,
+            born_host=HOST,
+            store_timestamp=2,
+            store_host=HOST,
+            reconsume_times=0,
+        )
+    )
     struct.pack_into(">i", rec, 36, SYSFLAG_BORNHOST_V6)  # what the old encoder stored
     cl.append(bytes(rec))
     for i in range(5):
@@ -138,10 +177,21 @@ async def test_replay_skips_records_it_cannot_decode_or_dispatch(root: Path) -> 
     # A record that passes the CRC check but cannot be decoded (topic not UTF-8), as an
     # older broker or a damaged-but-consistent file could leave.
     cl = s.commitlog
-    bad = encode_record(topic=b"\xff\xfe", body=b"x", properties=b"", queue_id=0, flag=0,
-                        queue_offset=0, physical_offset=cl.max_offset, sys_flag=0,
-                        born_timestamp=1, born_host=HOST, store_timestamp=2,
-                        store_host=HOST, reconsume_times=0)
+    bad = encode_record(
+        topic=b"\xff\xfe",
+        body=b"x",
+        properties=b"",
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=cl.max_offset,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=HOST,
+        store_timestamp=2,
+        store_host=HOST,
+        reconsume_times=0,
+    )
     cl.append(bad)
     assert s.put(make_msg(b"after", props={"KEYS": "boom"})).status is PutStatus.PUT_OK
     s.write_out()
@@ -169,19 +219,26 @@ async def test_replay_skips_records_it_cannot_decode_or_dispatch(root: Path) -> 
         s2.close()
 
 
-@pytest.mark.parametrize("origin", ["x", "1:99999999999999999999", "1:5", "99:0", "1:-1",
-                                    "1:\u0661"])
+@pytest.mark.parametrize(
+    "origin", ["x", "1:99999999999999999999", "1:5", "99:0", "1:-1", "1:\u0661"]
+)
 async def test_schedule_origin_from_content_never_raises_nor_moves_progress(
-        root: Path, origin: str) -> None:
+    root: Path, origin: str
+) -> None:
     """Online and on replay: an origin the scheduler did not put is ignored."""
     s = open_store(root)
     sched = ScheduleService(s, ArrivalNotifier(), (1000, 2000))
     s.providers.append(sched)
     s.dispatchers.append(sched.on_dispatch)
     for i in range(3):  # level 1 has 3 pending messages
-        s.put(MessageInner(topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"d%d" % i,
-                           properties={"KAIROS_DELIVER_MS": "1", "REAL_TOPIC": "T",
-                                       "REAL_QID": "0"}))
+        s.put(
+            MessageInner(
+                topic="SCHEDULE_TOPIC_XXXX",
+                queue_id=0,
+                body=b"d%d" % i,
+                properties={"KAIROS_DELIVER_MS": "1", "REAL_TOPIC": "T", "REAL_QID": "0"},
+            )
+        )
     r = s.put(make_msg(b"hostile", props={SCHEDULE_ORIGIN: origin}))
     assert r.status is PutStatus.PUT_OK
     assert sched.progress == {1: 0, 2: 0}
@@ -232,10 +289,21 @@ async def test_read_record_checks_everything_a_client_offset_could_fake(root: Pa
         prefix = b"junk----"
         carrier_at = s.commitlog.max_offset
         fake_at = carrier_at + 88 + len(prefix)  # the body starts after an 88-byte head
-        fake = encode_record(topic=b"T", body=b"stolen", properties=b"", queue_id=0, flag=0,
-                             queue_offset=0, physical_offset=fake_at, sys_flag=0,
-                             born_timestamp=1, born_host=HOST, store_timestamp=2,
-                             store_host=HOST, reconsume_times=0)
+        fake = encode_record(
+            topic=b"T",
+            body=b"stolen",
+            properties=b"",
+            queue_id=0,
+            flag=0,
+            queue_offset=0,
+            physical_offset=fake_at,
+            sys_flag=0,
+            born_timestamp=1,
+            born_host=HOST,
+            store_timestamp=2,
+            store_host=HOST,
+            reconsume_times=0,
+        )
         huge = struct.pack(">iI", 0x7FFFFFF0, MESSAGE_MAGIC_CODE)  # "2 GiB record here"
         carrier = s.put(make_msg(prefix + fake + huge + b"tail"))
         assert carrier.status is PutStatus.PUT_OK and carrier.phy_offset == carrier_at

@@ -39,8 +39,9 @@ def root(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- write failures
 
 
-def _fail_pwrite(monkeypatch: pytest.MonkeyPatch, *, after_bytes: int = 0,
-                 err: int = errno.EIO) -> list[int]:
+def _fail_pwrite(
+    monkeypatch: pytest.MonkeyPatch, *, after_bytes: int = 0, err: int = errno.EIO
+) -> list[int]:
     """Make the commit log's next pwrite write ``after_bytes`` then fail with ``err``
     (once). Injected at the file layer: no real file system fails on demand."""
     real = os.pwrite
@@ -61,7 +62,8 @@ def _fail_pwrite(monkeypatch: pytest.MonkeyPatch, *, after_bytes: int = 0,
 
 
 async def test_failed_write_rolls_back_and_turns_acks_into_errors(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = open_store(root, disk_check_interval=0.05)
     try:
         ok = s.put(make_msg(b"written"))
@@ -103,7 +105,8 @@ async def test_failed_write_rolls_back_and_turns_acks_into_errors(
 
 
 async def test_partial_write_keeps_whole_records_and_drops_the_rest(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = open_store(root, disk_check_interval=0.0)
     try:
         first = s.put(make_msg(b"first"))
@@ -125,15 +128,26 @@ async def test_partial_write_keeps_whole_records_and_drops_the_rest(
 
 
 async def test_failed_write_undoes_scheduler_progress(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = open_store(root, disk_check_interval=0.0)
     notifier = ArrivalNotifier()
     sched = ScheduleService(s, notifier, (1000,), clock_ms=lambda: 10_000)
     s.dispatchers.append(sched.on_dispatch)
     try:
-        s.put(MessageInner(topic="SCHEDULE_TOPIC_XXXX", queue_id=0, body=b"due",
-                           properties={"KAIROS_DELIVER_MS": "5000", "REAL_TOPIC": "T",
-                                       "REAL_QID": "0", "DELAY": "1"}))
+        s.put(
+            MessageInner(
+                topic="SCHEDULE_TOPIC_XXXX",
+                queue_id=0,
+                body=b"due",
+                properties={
+                    "KAIROS_DELIVER_MS": "5000",
+                    "REAL_TOPIC": "T",
+                    "REAL_QID": "0",
+                    "DELAY": "1",
+                },
+            )
+        )
         s.write_out()
         cq = s.find_queue("SCHEDULE_TOPIC_XXXX", 0)
         assert sched._drain(1, cq) and sched.progress[1] == 1  # re-put, pending
@@ -154,7 +168,7 @@ async def test_failed_write_undoes_scheduler_progress(
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of its own, so the disk really fills (needs root and mount)."""
-    with small_tmpfs(tmp_path, "4m", '; the errno-injection tests cover the write path') as mnt:
+    with small_tmpfs(tmp_path, "4m", "; the errno-injection tests cover the write path") as mnt:
         yield mnt
 
 
@@ -167,8 +181,12 @@ def _fill(path: Path, size: int) -> None:
 
 
 async def test_watermark_refuses_sends_reads_go_on_and_writes_resume(small_fs: Path) -> None:
-    s = open_store(small_fs / "store", segment_size=256 * 1024, disk_max_used_ratio=0.90,
-               disk_check_interval=0.05)
+    s = open_store(
+        small_fs / "store",
+        segment_size=256 * 1024,
+        disk_max_used_ratio=0.90,
+        disk_check_interval=0.05,
+    )
     try:
         assert s.put(make_msg(b"before")).status is PutStatus.PUT_OK
         st = os.statvfs(small_fs)

@@ -26,8 +26,7 @@ from kairosmq.server.supervise import ServiceState, Supervisor
 from tests.helpers import send
 from tests.wire import RawPeer
 
-FAST_RETRY = {"checkpoint_interval": 0.05, "service_retry_base": 0.05,
-              "service_retry_max": 0.2}
+FAST_RETRY = {"checkpoint_interval": 0.05, "service_retry_base": 0.05, "service_retry_max": 0.2}
 
 
 async def _until(cond: Any, timeout: float = 10.0, what: str = "condition") -> None:
@@ -66,7 +65,8 @@ def _open_fds_under(directory: Path) -> list[str]:
 
 
 async def test_failing_checkpoint_is_restarted_with_backoff_and_shown_degraded(
-        broker_factory, tmp_path) -> None:
+    broker_factory, tmp_path
+) -> None:
     with structlog.testing.capture_logs() as logs:
         broker = await broker_factory(**FAST_RETRY)
         cp = broker.store.checkpoint_path
@@ -87,7 +87,12 @@ async def test_failing_checkpoint_is_restarted_with_backoff_and_shown_degraded(
         row = next(s for s in status["services"] if s["name"] == "checkpoint")
         assert row["state"] == "degraded" and "IsADirectoryError" in row["lastError"]
         assert {s["name"] for s in status["services"]} >= {
-            "flush", "checkpoint", "housekeeping", "connections", "schedule-level-1"}
+            "flush",
+            "checkpoint",
+            "housekeeping",
+            "connections",
+            "schedule-level-1",
+        }
         code, out = await _admin(broker, "status")
         assert code == 0 and "degraded: checkpoint (IsADirectoryError" in out
 
@@ -96,17 +101,16 @@ async def test_failing_checkpoint_is_restarted_with_backoff_and_shown_degraded(
         await _until(lambda: st.state == "running", what="recovery")
         assert cp.is_file() and broker.supervisor.degraded == []
         await peer.close()
-    failed = [e for e in logs if e["event"] == "service.failed"
-              and e["service"] == "checkpoint"]
+    failed = [e for e in logs if e["event"] == "service.failed" and e["service"] == "checkpoint"]
     assert all(e["log_level"] == "error" for e in failed)
     # exponential backoff from 50 ms, doubling, capped at 200 ms
     assert [e["retry_in_ms"] for e in failed[:4]] == [50.0, 100.0, 200.0, 200.0]
-    assert any(e["event"] == "service.recovered" and e["service"] == "checkpoint"
-               for e in logs)
+    assert any(e["event"] == "service.recovered" and e["service"] == "checkpoint" for e in logs)
 
 
 async def test_stop_closes_store_and_saves_offsets_even_when_checkpoint_fails(
-        broker_factory, tmp_path) -> None:
+    broker_factory, tmp_path
+) -> None:
     data = tmp_path / "broker"
     broker = await broker_factory(data_dir=data, **FAST_RETRY)
     peer = await RawPeer.connect(broker.address)
@@ -133,8 +137,9 @@ async def test_stop_closes_store_and_saves_offsets_even_when_checkpoint_fails(
 
 
 async def test_stop_does_not_hang_on_a_service_in_backoff(broker_factory) -> None:
-    broker = await broker_factory(checkpoint_interval=0.05, service_retry_base=60.0,
-                                  service_retry_max=60.0)
+    broker = await broker_factory(
+        checkpoint_interval=0.05, service_retry_base=60.0, service_retry_max=60.0
+    )
     _block_checkpoint(broker.store.checkpoint_path)
     st = broker.supervisor.services["checkpoint"]
     await _until(lambda: st.failures >= 1, what="a checkpoint failure")
@@ -145,7 +150,8 @@ async def test_stop_does_not_hang_on_a_service_in_backoff(broker_factory) -> Non
 
 
 async def test_failing_log_sink_is_degraded_in_status_and_keeps_its_lines(
-        broker_factory, tmp_path) -> None:
+    broker_factory, tmp_path
+) -> None:
     broker = await broker_factory()
     with open("/dev/full", "wb", buffering=0) as full:  # noqa: ASYNC230 - instant
         sink = StreamSink(full, interval=0.02)
@@ -154,8 +160,9 @@ async def test_failing_log_sink_is_degraded_in_status_and_keeps_its_lines(
             sink.write(b"line-2")
             await _until(lambda: sink.failures >= 2, what="sink failures")
             assert sink.degraded and "No space left" in (sink.last_error or "")
-            await _until(lambda: sink.name in broker.supervisor.degraded,
-                         what="sink degraded in status")
+            await _until(
+                lambda: sink.name in broker.supervisor.degraded, what="sink degraded in status"
+            )
             assert broker.stats.service_failures[sink.name] >= 1
             # space returns: the sink drains what it kept, in order, and recovers
             good = tmp_path / "sink.out"
@@ -163,8 +170,9 @@ async def test_failing_log_sink_is_degraded_in_status_and_keeps_its_lines(
                 sink.stream = out
                 sink.write(b"line-3")
                 await _until(lambda: not sink.degraded, what="sink recovery")
-                await _until(lambda: sink.name not in broker.supervisor.degraded,
-                             what="recovered in status")
+                await _until(
+                    lambda: sink.name not in broker.supervisor.degraded, what="recovered in status"
+                )
                 sink.close()
             assert good.read_bytes() == b"line-1\nline-2\nline-3\n"
         finally:

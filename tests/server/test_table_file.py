@@ -53,7 +53,8 @@ async def test_changes_are_coalesced_and_flushed_means_on_disk(tmp_path: Path) -
 
 
 async def test_a_failed_write_reaches_its_waiters_and_is_retried(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = _Table(tmp_path / "t.json")
     real = table_file.write_parts_atomic
     fails = [OSError(28, "No space left on device")]

@@ -52,11 +52,21 @@ class Rig:
         self._open()
 
     def _open(self) -> None:
-        self.store = MessageStore(self.root / "store", store_host=HOST, segment_size=1 << 20,
-                                  units_per_file=1000, clock_ms=self.now)
+        self.store = MessageStore(
+            self.root / "store",
+            store_host=HOST,
+            segment_size=1 << 20,
+            units_per_file=1000,
+            clock_ms=self.now,
+        )
         self.buckets = TimerBuckets(self.root / "store" / "timer")
-        self.timer = TimerService(self.store, self.buckets, clock_ms=self.now,
-                                  run_blocking=inline, put_patched=self.put_patched)
+        self.timer = TimerService(
+            self.store,
+            self.buckets,
+            clock_ms=self.now,
+            run_blocking=inline,
+            put_patched=self.put_patched,
+        )
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
         self.store.open()
@@ -64,30 +74,45 @@ class Rig:
     def now(self) -> int:
         return BASE_MS + round(self.loop.time() * 1000)
 
-    def put_patched(self, record: bytes, view: RecordView, topic: str, queue_id: int,
-                    props: dict[str, str]) -> PutResult:
+    def put_patched(
+        self, record: bytes, view: RecordView, topic: str, queue_id: int, props: dict[str, str]
+    ) -> PutResult:
         """The store write of the timer service's re-put (schedule/reput.py): the real
         store, failing ``fail_next`` times first."""
         if self.fail_next:
             self.fail_next -= 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
         result = self.store.put_patched(record, view, topic, queue_id, props)
-        self.fired.append((record[view.body_start:view.body_end], int(props[TIMER_OUT_MS]),
-                           self.now()))
+        self.fired.append(
+            (record[view.body_start : view.body_end], int(props[TIMER_OUT_MS]), self.now())
+        )
         return result
 
     def schedule(self, body: bytes, due: int) -> int:
         """Store a timer record as the put path does; return its phy offset."""
-        msg = MessageInner(topic=TIMER_TOPIC, queue_id=0, body=body, born_timestamp=BASE_MS,
-                           properties={TIMER_DELIVER_MS: str(due), REAL_TOPIC: "Real",
-                                       REAL_QID: "0", TIMER_OUT_MS: str(self.timer.admit(due))})
+        msg = MessageInner(
+            topic=TIMER_TOPIC,
+            queue_id=0,
+            body=body,
+            born_timestamp=BASE_MS,
+            properties={
+                TIMER_DELIVER_MS: str(due),
+                REAL_TOPIC: "Real",
+                REAL_QID: "0",
+                TIMER_OUT_MS: str(self.timer.admit(due)),
+            },
+        )
         res = self.store.put(msg)
         assert res.status is PutStatus.PUT_OK
         return res.phy_offset
 
     def recall_record(self, due: int, phy: int) -> None:
-        msg = MessageInner(topic=TIMER_TOPIC, queue_id=RECALL_QUEUE, body=b"0",
-                           properties={RECALL_TARGET: format_pair(due, phy)})
+        msg = MessageInner(
+            topic=TIMER_TOPIC,
+            queue_id=RECALL_QUEUE,
+            body=b"0",
+            properties={RECALL_TARGET: format_pair(due, phy)},
+        )
         assert self.store.put(msg).status is PutStatus.PUT_OK
 
     def checkpoint(self) -> None:
@@ -158,8 +183,10 @@ def test_an_earlier_timer_wakes_a_sleeping_task(tmp_path: Path) -> None:
         await asyncio.sleep(1)
         rig.schedule(b"early", BASE_MS + 1_500)
         await asyncio.sleep(60)
-        assert [(b, at - BASE_MS) for b, _d, at in rig.fired] == [(b"early", 1_500),
-                                                                   (b"late", 50_000)]
+        assert [(b, at - BASE_MS) for b, _d, at in rig.fired] == [
+            (b"early", 1_500),
+            (b"late", 50_000),
+        ]
 
     run(tmp_path, body)
 
@@ -271,8 +298,9 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
             peak = max(peak, len(rig.timer.window.heap))
         per_slice = 600 // 300
         assert peak <= per_slice * (1 + (PROMOTE_AHEAD_MS + 100) // SLICE_MS + 1), peak
-        expect = sorted((d, p) for i, (d, p) in enumerate(zip(dues, phys, strict=True))
-                        if i != victim)
+        expect = sorted(
+            (d, p) for i, (d, p) in enumerate(zip(dues, phys, strict=True)) if i != victim
+        )
         assert [f[1] for f in rig.fired] == [d for d, _p in expect]
         assert all(at == due for _b, due, at in rig.fired)
         assert rig.timer.pending_in_memory == 0
@@ -281,7 +309,8 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
 
 
 def test_retention_keeps_the_segment_of_a_pending_timer_and_asks_only_when_expired(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Expired segments go, except the one holding a pending timer's record and those
     after it; the timers' floor is asked only once a segment has expired; once the timer
     fired, its segment goes too."""
@@ -380,6 +409,7 @@ def test_restore_timer_keeps_body_and_client_properties(tmp_path: Path) -> None:
 def test_firing_goes_on_while_the_next_bucket_loads(tmp_path: Path) -> None:
     """A bucket loads as its own task: timers of the loaded bucket fire on time while
     the next bucket's read is held; the held bucket's timers fire once it is in."""
+
     async def body(rig: Rig) -> None:
         gate = asyncio.Event()
         loads: list[int] = []
@@ -401,7 +431,7 @@ def test_firing_goes_on_while_the_next_bucket_loads(tmp_path: Path) -> None:
         assert rig.timer.next_due() == second[0]  # counted while it loads
         gate.set()
         await asyncio.sleep(1)
-        assert [(d, at) for _b, d, at in rig.fired[len(first):]] == [(d, d) for d in second]
+        assert [(d, at) for _b, d, at in rig.fired[len(first) :]] == [(d, d) for d in second]
 
     run(tmp_path, body)
 
@@ -412,8 +442,18 @@ def test_slice_live_filters_dedupes_and_cuts_sorted_slices() -> None:
     def e(due: int, phy: int, kind: int = KIND_TIMER) -> bytes:
         return ENTRY.pack(due, phy, 10, kind)
 
-    data = b"".join([e(250, 5), e(30, 1), e(120, 3), e(30, 1), e(110, 2), e(40, 9),
-                     e(0, 2, KIND_CANCEL), e(5, 0)])
+    data = b"".join(
+        [
+            e(250, 5),
+            e(30, 1),
+            e(120, 3),
+            e(30, 1),
+            e(110, 2),
+            e(40, 9),
+            e(0, 2, KIND_CANCEL),
+            e(5, 0),
+        ]
+    )
     paced: list[float] = []
     parts = slice_live((data, e(260, 7)), (30, 1), paced.append)
     assert parts == [[(40, 9, 10)], [(120, 3, 10)], [(250, 5, 10), (260, 7, 10)]]

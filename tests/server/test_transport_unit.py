@@ -40,9 +40,12 @@ class Rig:
         self.release = asyncio.Event()
         self.turn_snapshots: list[int] = []
         self.lost: list[Connection] = []
-        self.server = RemotingServer(log=get_logger("transport"), before_write=self._before,
-                                     on_connection_lost=self.lost.append,
-                                     max_frame=16 * 1024 * 1024)
+        self.server = RemotingServer(
+            log=get_logger("transport"),
+            before_write=self._before,
+            on_connection_lost=self.lost.append,
+            max_frame=16 * 1024 * 1024,
+        )
         self.address = ""
 
     def _before(self) -> None:
@@ -81,12 +84,21 @@ class Rig:
         def count(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
             if not self.calls:  # runs after the rest of this loop turn's callbacks
                 asyncio.get_running_loop().call_soon(
-                    lambda: self.turn_snapshots.append(len(self.calls)))
+                    lambda: self.turn_snapshots.append(len(self.calls))
+                )
             self.calls.append((cmd.code, conn.peer))
             return cmd.response()
 
-        return {ECHO: echo, BOOM: boom, REFUSE: refuse, BAD_VALUE: bad_value, HELD: hold,
-                SILENT: silent, BIG: big, COUNT: count}
+        return {
+            ECHO: echo,
+            BOOM: boom,
+            REFUSE: refuse,
+            BAD_VALUE: bad_value,
+            HELD: hold,
+            SILENT: silent,
+            BIG: big,
+            COUNT: count,
+        }
 
     async def start(self) -> None:
         port = await self.server.listen("127.0.0.1", 0, self.table(), "test")
@@ -138,8 +150,11 @@ async def test_error_answers(rig: Rig) -> None:
 async def test_oneway_is_never_answered_even_on_failure(rig: Rig) -> None:
     peer = await RawPeer.connect(rig.address)
     try:
-        peer.send_raw(_frame(BOOM, 101, oneway=True) + _frame(999, 102, oneway=True)
-                      + _frame(ECHO, 103, oneway=True))
+        peer.send_raw(
+            _frame(BOOM, 101, oneway=True)
+            + _frame(999, 102, oneway=True)
+            + _frame(ECHO, 103, oneway=True)
+        )
         resp = await peer.call(ECHO)  # answered after the three one-ways were handled
         assert resp.code == ResponseCode.SUCCESS
         assert [c for c, _ in rig.calls] == [BOOM, ECHO, ECHO]
@@ -149,8 +164,7 @@ async def test_oneway_is_never_answered_even_on_failure(rig: Rig) -> None:
         await peer.close()
 
 
-async def test_none_gets_no_answer_and_awaitables_answer_in_completion_order(
-        rig: Rig) -> None:
+async def test_none_gets_no_answer_and_awaitables_answer_in_completion_order(rig: Rig) -> None:
     peer = await RawPeer.connect(rig.address)
     try:
         held = asyncio.ensure_future(peer.call(HELD))
@@ -175,7 +189,7 @@ async def test_framing_split_and_coalesced(rig: Rig) -> None:
         futs = {n: asyncio.get_running_loop().create_future() for n in (201, 202, 203)}
         peer.pending.update(futs)
         for i in range(0, len(frames), 7):  # byte chunks that cut headers and lengths
-            peer.send_raw(frames[i:i + 7])
+            peer.send_raw(frames[i : i + 7])
             await peer.writer.drain()
             await asyncio.sleep(0)
         answers = [await asyncio.wait_for(futs[n], 5) for n in (201, 202, 203)]

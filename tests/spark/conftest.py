@@ -45,9 +45,15 @@ def spark() -> Iterator[SparkSession]:
         pytest.skip(NO_JAVA)
     from kairosmq.spark.job import build_session
 
-    session = build_session("local[2]", app_name="kairosmq-tests", conf={
-        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false"})  # errors only: build_session's log4j file
+    session = build_session(
+        "local[2]",
+        app_name="kairosmq-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )  # errors only: build_session's log4j file
     yield session
     session.stop()
 
@@ -73,14 +79,14 @@ def ev(event: str, ts_ms: float, **fields: Any) -> dict[str, Any]:
 def ev_v1(event: str, ts_ms: float, **fields: Any) -> dict[str, Any]:
     """The same record in log format 1 (ISO ``timestamp``, ``level``, ``component``)."""
     _check(event, fields, set(FORMAT_1_FIELDS))
-    return {"timestamp": iso(ts_ms), "level": "info", "event": event, "component": "test",
-            **fields}
+    return {"timestamp": iso(ts_ms), "level": "info", "event": event, "component": "test", **fields}
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any] | str]) -> Path:
     """Write records (dicts as JSON, strings verbatim) one per line; ``.gz`` suffix gzips."""
-    data = b"".join((r.encode() if isinstance(r, str) else orjson.dumps(r)) + b"\n"
-                    for r in records)
+    data = b"".join(
+        (r.encode() if isinstance(r, str) else orjson.dumps(r)) + b"\n" for r in records
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".gz":
         with gzip.open(path, "wb") as f:

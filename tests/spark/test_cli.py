@@ -20,15 +20,24 @@ from tests.spark.conftest import NO_JAVA, java_available, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 # The CLI with `import pyspark` failing, as in an install without the [spark] extra.
-NO_PYSPARK = ("import sys; sys.modules['pyspark'] = None; "
-              "from kairosmq.server.cli import main; sys.exit(main(sys.argv[1:]))")
+NO_PYSPARK = (
+    "import sys; sys.modules['pyspark'] = None; "
+    "from kairosmq.server.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 CLI = "from kairosmq.server.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
 
 
-def _run(code: str, *args: str, env: dict[str, str] | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+def _run(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 def test_report_without_pyspark_prints_the_install_command_and_exits_2(tmp_path):
@@ -71,16 +80,30 @@ def test_a_real_run_shows_progress_then_maps_the_class_archive_quietly(tmp_path)
     stamps = []
     for i in range(2):
         quiet = ["-q"] if i else []
-        proc = _run(CLI, "report", str(logs), "-o", str(tmp_path / f"out{i}"), "--master",
-                    "local[1]", "--shuffle-partitions", "2", *quiet, env=env, timeout=280)
+        proc = _run(
+            CLI,
+            "report",
+            str(logs),
+            "-o",
+            str(tmp_path / f"out{i}"),
+            "--master",
+            "local[1]",
+            "--shuffle-partitions",
+            "2",
+            *quiet,
+            env=env,
+            timeout=280,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         if not quiet:
             assert "Setting default log level" not in proc.stderr
             steps = re.findall(r"^\[(\d+)/(\d+)\] (\S+) +(\d+\.\d) s$", proc.stderr, re.M)
-            assert steps and steps[-1][2] == "report" and steps[-1][0] == steps[-1][1], \
-                proc.stderr
-        noise = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-                 if re.search(r"\bWARN\b|cds|[Ss]hared archive", ln)]
+            assert steps and steps[-1][2] == "report" and steps[-1][0] == steps[-1][1], proc.stderr
+        noise = [
+            ln
+            for ln in (proc.stdout + proc.stderr).splitlines()
+            if re.search(r"\bWARN\b|cds|[Ss]hared archive", ln)
+        ]
         assert noise == [], noise
         files = sorted((cache / "kairosmq").iterdir())
         assert len(files) == 1 and files[0].suffix == ".jsa", files  # no partial file left
@@ -99,8 +122,11 @@ def test_the_driver_jvm_uses_the_parallel_collector(spark):
     factory = jvm.java.lang.management.ManagementFactory
     names = sorted(b.getName() for b in factory.getGarbageCollectorMXBeans())
     hotspot = factory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
-    thresholds = [hotspot.getVMOption(name).getValue()
-                  for name in ("Tier4InvocationThreshold", "Tier4BackEdgeThreshold")]
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    thresholds = [
+        hotspot.getVMOption(name).getValue()
+        for name in ("Tier4InvocationThreshold", "Tier4BackEdgeThreshold")
+    ]
     assert "PS MarkSweep" in names and "G1" not in " ".join(names), names
     assert thresholds == ["50000", "400000"], thresholds

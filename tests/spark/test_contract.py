@@ -47,18 +47,26 @@ async def _timers_and_transactions(broker: Broker, sent: dict[str, object]) -> N
     try:
         handles = []
         for i in range(3):
-            r = await send(peer, "CtTimer", b"t%d" % i,
-                           {"UNIQ_KEY": f"TIMER-{i}", "TIMER_DELAY_MS": str(TIMER_MS)},
-                           g=int(time.time() * 1000))  # born time, for e2e and added delay
+            r = await send(
+                peer,
+                "CtTimer",
+                b"t%d" % i,
+                {"UNIQ_KEY": f"TIMER-{i}", "TIMER_DELAY_MS": str(TIMER_MS)},
+                g=int(time.time() * 1000),
+            )  # born time, for e2e and added delay
             assert r.code == ResponseCode.SUCCESS, r.remark
             handles.append(r.ext_fields["recallHandle"])
-        rc = await peer.call(RequestCode.RECALL_MESSAGE, {
-            "producerGroup": "PG", "topic": "CtTimer", "recallHandle": handles[2]})
+        rc = await peer.call(
+            RequestCode.RECALL_MESSAGE,
+            {"producerGroup": "PG", "topic": "CtTimer", "recallHandle": handles[2]},
+        )
         assert rc.code == ResponseCode.SUCCESS, rc.remark
         sent["timers"] = ["TIMER-0", "TIMER-1", "TIMER-2"]
         await register_producer(peer)  # group PG: it gets the checks and never answers
-        commit, rollback = (await half(peer, "CtTx", "TX-COMMIT"),
-                            await half(peer, "CtTx", "TX-ROLLBACK"))
+        commit, rollback = (
+            await half(peer, "CtTx", "TX-COMMIT"),
+            await half(peer, "CtTx", "TX-ROLLBACK"),
+        )
         assert (await end(peer, commit, 8)).code == ResponseCode.SUCCESS
         assert (await end(peer, rollback, 12)).code == ResponseCode.SUCCESS
         await half(peer, "CtTx", "TX-UNKNOWN")
@@ -77,8 +85,9 @@ async def _scenario(data_dir: Path) -> dict[str, object]:
     def listener(msgs, _ctx):
         m = msgs[0]
         seen.append((m.msg_id, m.reconsume_times))
-        if m.msg_id == sent.get("dlq") or (m.msg_id == sent.get("retry")
-                                           and m.reconsume_times == 0):
+        if m.msg_id == sent.get("dlq") or (
+            m.msg_id == sent.get("retry") and m.reconsume_times == 0
+        ):
             return client.ConsumeStatus.RECONSUME_LATER
         return client.ConsumeStatus.CONSUME_SUCCESS
 
@@ -88,14 +97,21 @@ async def _scenario(data_dir: Path) -> dict[str, object]:
             sent["retry"] = (await p.send(client.Message("CtNormal", b"retry"))).msg_id
             sent["dlq"] = (await p.send(client.Message("CtNormal", b"dlq"))).msg_id
             sent["plain"] = [r.msg_id for r in plain]
-            sent["delayed"] = {(await p.send(client.Message(
-                "CtDelay", b"d", delay_level=level))).msg_id: level
-                for level in LEVELS for _ in range(PER_LEVEL)}
+            sent["delayed"] = {
+                (await p.send(client.Message("CtDelay", b"d", delay_level=level))).msg_id: level
+                for level in LEVELS
+                for _ in range(PER_LEVEL)
+            }
         await _timers_and_transactions(broker, sent)
         consumer = client.PushConsumer(
-            GROUP, broker.namesrv_address, rebalance_interval=0.5, max_reconsume_times=1,
+            GROUP,
+            broker.namesrv_address,
+            rebalance_interval=0.5,
+            max_reconsume_times=1,
             consume_from_where=client.ConsumeFromWhere.FIRST_OFFSET,
-            pull_time_delay_millis_when_exception=50, persist_consumer_offset_interval=0.2)
+            pull_time_delay_millis_when_exception=50,
+            persist_consumer_offset_interval=0.2,
+        )
         consumer.subscribe("CtNormal")
         consumer.subscribe("CtDelay")
         consumer.subscribe("CtTimer")
@@ -119,8 +135,9 @@ async def _scenario(data_dir: Path) -> dict[str, object]:
 @pytest.fixture
 def broker_logs(tmp_path):
     log_dir = tmp_path / "logs"
-    logs.configure_logging(json=True, log_dir=log_dir, stdout=False, rotate_bytes=16 * 1024,
-                           gzip_rotated=True)
+    logs.configure_logging(
+        json=True, log_dir=log_dir, stdout=False, rotate_bytes=16 * 1024, gzip_rotated=True
+    )
     try:
         yield log_dir
     finally:
@@ -133,16 +150,32 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     logs.close_sinks()  # drain and close: every line is on disk
     assert len(sent["calls"]) == PLAIN + PER_LEVEL * len(LEVELS) + 6, "scenario incomplete"
     files = sorted(p.name for p in broker_logs.iterdir())
-    lines = [json.loads(line) for f in broker_logs.iterdir()
-             for line in (gzip.decompress(f.read_bytes()) if f.suffix == ".gz"
-                          else f.read_bytes()).decode().splitlines()]
+    lines = [
+        json.loads(line)
+        for f in broker_logs.iterdir()
+        for line in (gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes())
+        .decode()
+        .splitlines()
+    ]
     assert lines and all(r["v"] == logs.LOG_FORMAT and isinstance(r["ts"], int) for r in lines)
     assert all("component" not in r for r in lines if r["event"] in logs.LEAN_EVENTS)
     assert any(n.endswith(".jsonl.gz") for n in files), f"no rotated gzip file: {files}"
 
     out = tmp_path / "report"
-    rc = await asyncio.to_thread(main, [str(broker_logs), "-o", str(out), "--mode", "FAILFAST",
-                                        "-q", "--shuffle-partitions", "2", "--messages"])
+    rc = await asyncio.to_thread(
+        main,
+        [
+            str(broker_logs),
+            "-o",
+            str(out),
+            "--mode",
+            "FAILFAST",
+            "-q",
+            "--shuffle-partitions",
+            "2",
+            "--messages",
+        ],
+    )
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     n_delayed = PER_LEVEL * len(LEVELS)
@@ -153,17 +186,28 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     assert s["events"]["delivered"] == n_delayed + 2
     assert s["events"]["consumed"] == PLAIN + n_delayed + 4 + 2
     assert (s["events"]["redelivered"], s["events"]["dead_lettered"]) == (2, 1)
-    assert s["funnel"] == {"succeeded_first_try": PLAIN + n_delayed + 2,
-                           "succeeded_after_retry": 1,
-                           "in_retry": 0, "dead_lettered": 1}
+    assert s["funnel"] == {
+        "succeeded_first_try": PLAIN + n_delayed + 2,
+        "succeeded_after_retry": 1,
+        "in_retry": 0,
+        "dead_lettered": 1,
+    }
     assert s["dead_lettered_by_group"] == {GROUP: 1}
     assert 0 <= s["lateness_ms"]["p50"] <= s["lateness_ms"]["max"] < LATENESS_BOUND_MS
-    levels = {r["delay_level"]: r for r in map(
-        json.loads, (out / "lateness_by_level.jsonl").read_text().splitlines())}
+    levels = {
+        r["delay_level"]: r
+        for r in map(json.loads, (out / "lateness_by_level.jsonl").read_text().splitlines())
+    }
     assert {lv: r["count"] for lv, r in levels.items()} == {1: 5, 2: 5, 3: 5 + 2, 4: 5}
     messages = {r["msg_id"]: r for r in spark.read.parquet(str(out / "messages")).collect()}
-    assert set(messages) == {*sent["plain"], sent["retry"], sent["dlq"], *sent["delayed"],
-                             *sent["timers"], "TX-COMMIT"}
+    assert set(messages) == {
+        *sent["plain"],
+        sent["retry"],
+        sent["dlq"],
+        *sent["delayed"],
+        *sent["timers"],
+        "TX-COMMIT",
+    }
     levels_ms = fast_config(tmp_path / "unused").delay_levels_ms
     for mid, level in sent["delayed"].items():
         m = messages[mid]
@@ -179,7 +223,11 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     # timers beside the levels: lateness, counts, lifecycle
     t = s["timers"]
     assert {k: t[k] for k in ("scheduled", "fired", "recalled", "pending")} == {
-        "scheduled": 3, "fired": 2, "recalled": 1, "pending": 0}
+        "scheduled": 3,
+        "fired": 2,
+        "recalled": 1,
+        "pending": 0,
+    }
     assert t["lateness_ms"]["count"] == 2 and t["lateness_ms"]["early"] == 0
     assert 0 <= t["lateness_ms"]["p50"] <= t["lateness_ms"]["max"] < LATENESS_BOUND_MS
     for mid in sent["timers"][:2]:
@@ -190,10 +238,18 @@ async def test_job_reports_what_a_real_broker_did(spark, broker_logs, tmp_path):
     assert messages["TIMER-2"]["first_consume_ts"] is None  # recalled: never delivered
     timer_rows = [json.loads(x) for x in (out / "timer_counts.jsonl").read_text().splitlines()]
     assert [(r["topic"], r["scheduled"], r["fired"], r["recalled"]) for r in timer_rows] == [
-        ("CtTimer", 3, 2, 1)]
+        ("CtTimer", 3, 2, 1)
+    ]
     # transactions per producer group
-    assert s["transactions"]["by_group"] == {"PG": {
-        "prepared": 3, "committed": 1, "rolled_back": 1, "checked": FAST["transaction_check_max"],
-        "discarded": 1, "pending": 0}}
+    assert s["transactions"]["by_group"] == {
+        "PG": {
+            "prepared": 3,
+            "committed": 1,
+            "rolled_back": 1,
+            "checked": FAST["transaction_check_max"],
+            "discarded": 1,
+            "pending": 0,
+        }
+    }
     html = (out / "report.html").read_text()
     assert "<h2>Transactions per producer group</h2>" in html and "<td>timer</td>" in html

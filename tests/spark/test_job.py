@@ -18,10 +18,24 @@ from tests.spark.conftest import NO_JAVA, java_available, write_jsonl
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"event_counts", "lateness_by_level", "lateness_by_topic", "lateness_overall",
-          "retry_funnel", "dlq_counts", "throughput_per_minute", "top_late", "e2e_latency",
-          "added_delay", "added_delay_by_topic", "timer_lateness", "timer_lateness_by_topic",
-          "timer_added_delay", "timer_counts", "transaction_counts"}
+TABLES = {
+    "event_counts",
+    "lateness_by_level",
+    "lateness_by_topic",
+    "lateness_overall",
+    "retry_funnel",
+    "dlq_counts",
+    "throughput_per_minute",
+    "top_late",
+    "e2e_latency",
+    "added_delay",
+    "added_delay_by_topic",
+    "timer_lateness",
+    "timer_lateness_by_topic",
+    "timer_added_delay",
+    "timer_counts",
+    "transaction_counts",
+}
 
 
 def _layout(tmp_path: Path) -> tuple[Path, Path, list]:
@@ -44,8 +58,12 @@ def _check_outputs(out: Path, recs: list, dirs: frozenset[str] = frozenset()) ->
     names = Counter(r["event"] for r in recs if isinstance(r, dict))
     assert summary["events"]["delivered"] == names["message.delivered"]
     assert summary["events"]["consumed"] == names["message.pulled"]
-    assert summary["funnel"] == {"succeeded_first_try": 3, "succeeded_after_retry": 1,
-                                 "in_retry": 1, "dead_lettered": 1}
+    assert summary["funnel"] == {
+        "succeeded_first_try": 3,
+        "succeeded_after_retry": 1,
+        "in_retry": 1,
+        "dead_lettered": 1,
+    }
     assert summary["dead_lettered_by_group"] == {"g1": 1}
     assert summary["lateness_ms"]["max"] == 20.0
     # no work directory left behind; messages/ only with --messages
@@ -54,8 +72,11 @@ def _check_outputs(out: Path, recs: list, dirs: frozenset[str] = frozenset()) ->
     top = [json.loads(line) for line in (out / "top_late.jsonl").read_text().splitlines()]
     assert top[0]["rank"] == 1 and top[0]["delivered_at"].startswith("2026-01-01T00:02:01")
     html = (out / "report.html").read_text(encoding="utf-8")
-    svgs = [html[i:html.index("</svg>", i) + 6] for i in range(len(html))
-            if html.startswith("<svg", i)]
+    svgs = [
+        html[i : html.index("</svg>", i) + 6]
+        for i in range(len(html))
+        if html.startswith("<svg", i)
+    ]
     assert len(svgs) == 4
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
@@ -66,8 +87,20 @@ def _check_outputs(out: Path, recs: list, dirs: frozenset[str] = frozenset()) ->
 def test_main_reads_a_log_dir_with_rotated_gzip_plus_a_file(spark, tmp_path, capsys):
     logs, extra, recs = _layout(tmp_path)
     out = tmp_path / "out"
-    rc = main([str(logs), "--input", str(extra), "-o", str(out), "--top", "5",
-               "--shuffle-partitions", "2", "--messages"])
+    rc = main(
+        [
+            str(logs),
+            "--input",
+            str(extra),
+            "-o",
+            str(out),
+            "--top",
+            "5",
+            "--shuffle-partitions",
+            "2",
+            "--messages",
+        ]
+    )
     assert rc == 0
     _check_outputs(out, recs, frozenset({"messages"}))
     assert len((out / "top_late.jsonl").read_text().splitlines()) == 5
@@ -79,8 +112,18 @@ def test_main_reads_a_log_dir_with_rotated_gzip_plus_a_file(spark, tmp_path, cap
 def test_incremental_converts_closed_files_once_and_reports_the_same(spark, tmp_path, capsys):
     logs, extra, recs = _layout(tmp_path)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    args = [str(logs), "-i", str(extra), "-o", str(out), "--shuffle-partitions", "2",
-            "--incremental", "--cache-dir", str(cache)]
+    args = [
+        str(logs),
+        "-i",
+        str(extra),
+        "-o",
+        str(out),
+        "--shuffle-partitions",
+        "2",
+        "--incremental",
+        "--cache-dir",
+        str(cache),
+    ]
     assert main(args) == 0
     first = _check_outputs(out, recs)
     entries = sorted(p.name for p in cache.iterdir())
@@ -113,8 +156,25 @@ def test_spark_submit_runs_the_job_file_as_a_script(tmp_path):
     submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
-        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         str(ROOT / "spark" / "job.py"), str(logs), "-i", str(extra), "-o", str(out), "-q"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(ROOT / "spark" / "job.py"),
+            str(logs),
+            "-i",
+            str(extra),
+            "-o",
+            str(out),
+            "-q",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _check_outputs(out, recs)

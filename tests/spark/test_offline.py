@@ -31,7 +31,7 @@ def test_schema_is_the_catalogue_plus_the_corrupt_column():
     fields = contract_fields()
     names = [f.name for f in LOG_EVENT_SCHEMA.fields]
     assert names == [*fields, CORRUPT]
-    assert list(fields)[:len(all_fields())] == list(all_fields())  # format 2 first
+    assert list(fields)[: len(all_fields())] == list(all_fields())  # format 2 first
     for f in LOG_EVENT_SCHEMA.fields[:-1]:
         assert f.dataType == SPARK_TYPES[fields[f.name]] and f.nullable, f.name
     # spot checks written out by hand, so a wrong mapping table cannot pass unnoticed
@@ -60,7 +60,8 @@ def test_resolve_inputs_expands_dirs_and_globs(tmp_path):
     assert [Path(p).name for p in found] == ["broker-1-2-3.jsonl.gz", "broker.jsonl"]
     # globs skip hidden files like a shell; a file named twice is read once
     assert resolve_inputs([str(tmp_path / "*.jsonl"), str(tmp_path / "broker.jsonl")]) == [
-        str(tmp_path / "broker.jsonl")]
+        str(tmp_path / "broker.jsonl")
+    ]
     assert resolve_inputs(["s3a://bucket/logs/"]) == ["s3a://bucket/logs/"]
     with pytest.raises(InputError):
         resolve_inputs([str(tmp_path / "nope*.jsonl")])
@@ -69,16 +70,21 @@ def test_resolve_inputs_expands_dirs_and_globs(tmp_path):
 
 
 def test_charts_are_well_formed_and_escaped():
-    chart = svg.bar_chart(["<L1>", "L2"], {"p50 & co": [1.0, None], "max": [0.0, 1e6]},
-                          title="a <b>", log=True)
+    chart = svg.bar_chart(
+        ["<L1>", "L2"], {"p50 & co": [1.0, None], "max": [0.0, 1e6]}, title="a <b>", log=True
+    )
     root = ET.fromstring(chart)
     assert root.tag.endswith("svg") and "a <b>" in "".join(root.itertext())
     assert len([e for e in root.iter() if e.tag.endswith("rect")]) == 2 + 3  # legend + bars
-    ticks = [t.text for t in root.iter() if t.tag.endswith("text") and t.get("text-anchor") ==
-             "end"]
+    ticks = [
+        t.text for t in root.iter() if t.tag.endswith("text") and t.get("text-anchor") == "end"
+    ]
     assert ticks == ["1", "10", "100", "1k", "10k", "100k", "1M"]  # a log axis: no 0 tick
-    band = svg.band_chart(["L1", "L2"], [{"p50": 2.0, "p90": 3.0, "p99": 9.0, "p999": 9.5,
-                                          "max": 12.0}, {"p50": None}], title="b")
+    band = svg.band_chart(
+        ["L1", "L2"],
+        [{"p50": 2.0, "p90": 3.0, "p99": 9.0, "p999": 9.5, "max": 12.0}, {"p50": None}],
+        title="b",
+    )
     assert len([e for e in ET.fromstring(band).iter() if e.tag.endswith("rect")]) == 4 + 3
     line = svg.line_chart(["00:00", "00:01", "00:02"], {"s": [1, None, 3]}, title="t")
     ET.fromstring(line)
@@ -87,27 +93,54 @@ def test_charts_are_well_formed_and_escaped():
 
 def test_summary_console_and_html_from_plain_rows():
     tables = {
-        "event_counts": [{"event": "message.delivered", "catalogued": True, "lines": 4},
-                         {"event": "<malformed>", "catalogued": False, "lines": 2},
-                         {"event": "x.y", "catalogued": False, "lines": 1}],
-        "lateness_by_level": [{"delay_level": 1, "count": 4, "p50": 1.0, "p90": 2.0,
-                               "p99": 3.0, "p999": 3.0, "max": 3.0, "mean": 1.5}],
-        "lateness_overall": [{"count": 4, "p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 3.0,
-                              "max": 3.0, "mean": 1.5}],
-        "retry_funnel": [{"group": "g", "attempts": 1, "outcome": "succeeded", "messages": 5},
-                         {"group": "g", "attempts": 3, "outcome": "succeeded", "messages": 2},
-                         {"group": "g", "attempts": 4, "outcome": "dead_lettered",
-                          "messages": 1}],
+        "event_counts": [
+            {"event": "message.delivered", "catalogued": True, "lines": 4},
+            {"event": "<malformed>", "catalogued": False, "lines": 2},
+            {"event": "x.y", "catalogued": False, "lines": 1},
+        ],
+        "lateness_by_level": [
+            {
+                "delay_level": 1,
+                "count": 4,
+                "p50": 1.0,
+                "p90": 2.0,
+                "p99": 3.0,
+                "p999": 3.0,
+                "max": 3.0,
+                "mean": 1.5,
+            }
+        ],
+        "lateness_overall": [
+            {"count": 4, "p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 3.0, "max": 3.0, "mean": 1.5}
+        ],
+        "retry_funnel": [
+            {"group": "g", "attempts": 1, "outcome": "succeeded", "messages": 5},
+            {"group": "g", "attempts": 3, "outcome": "succeeded", "messages": 2},
+            {"group": "g", "attempts": 4, "outcome": "dead_lettered", "messages": 1},
+        ],
         "dlq_counts": [{"group": "g<script>", "dead_lettered": 1, "messages": 1}],
         "throughput_per_minute": [
-            {"minute": dt.datetime(2026, 1, 1, 0, m), "stored": 1, "scheduled": 0,
-             "delivered": 2, "consumed": 3, "redelivered": 0, "dead_lettered": 0, "rejected": 0}
-            for m in (0, 2)],
+            {
+                "minute": dt.datetime(2026, 1, 1, 0, m),
+                "stored": 1,
+                "scheduled": 0,
+                "delivered": 2,
+                "consumed": 3,
+                "redelivered": 0,
+                "dead_lettered": 0,
+                "rejected": 0,
+            }
+            for m in (0, 2)
+        ],
     }
     s = report.summarize(tables)
     assert (s["lines"], s["malformed_lines"], s["uncatalogued_events"]) == (7, 2, 1)
-    assert s["funnel"] == {"succeeded_first_try": 5, "succeeded_after_retry": 2,
-                           "in_retry": 0, "dead_lettered": 1}
+    assert s["funnel"] == {
+        "succeeded_first_try": 5,
+        "succeeded_after_retry": 2,
+        "in_retry": 0,
+        "dead_lettered": 1,
+    }
     assert s["max_attempts"] == 4 and s["events"]["delivered"] == 4 and s["events"]["stored"] == 2
     text = report.console_summary(tables, s)
     assert "dead-lettered 1" in text and len(text.splitlines()) < 30
@@ -118,9 +151,25 @@ def test_summary_console_and_html_from_plain_rows():
 
 def test_gen_events_speaks_the_catalogue(tmp_path):
     out = tmp_path / "gen"
-    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_events.py"), "--events", "3000",
-                    "--files", "2", "--gzip", "--out", str(out), "--jobs", "1", "--groups", "2"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gen_events.py"),
+            "--events",
+            "3000",
+            "--files",
+            "2",
+            "--gzip",
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+            "--groups",
+            "2",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert sorted(p.name for p in out.iterdir()) == ["broker-0000.jsonl.gz", "broker-0001.jsonl"]
     lines = (out / "broker-0001.jsonl").read_text().splitlines()
     assert len(lines) >= 1500
@@ -131,30 +180,45 @@ def test_gen_events_speaks_the_catalogue(tmp_path):
 
 def test_gen_events_replicates_with_distinct_messages(tmp_path):
     gen = [sys.executable, str(ROOT / "bench" / "gen_events.py")]
-    subprocess.run([*gen, "--events", "2000", "--files", "2", "--out", str(tmp_path / "a"),
-                    "--jobs", "1"], check=True, capture_output=True)
-    subprocess.run([*gen, "--replicate", str(tmp_path / "a"), "--copies", "3", "--out",
-                    str(tmp_path / "b")], check=True, capture_output=True)
-    src = [json.loads(ln) for f in sorted((tmp_path / "a").iterdir())
-           for ln in f.read_text().splitlines()]
-    out = [json.loads(ln) for f in sorted((tmp_path / "b").iterdir())
-           for ln in f.read_text().splitlines()]
+    subprocess.run(
+        [*gen, "--events", "2000", "--files", "2", "--out", str(tmp_path / "a"), "--jobs", "1"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*gen, "--replicate", str(tmp_path / "a"), "--copies", "3", "--out", str(tmp_path / "b")],
+        check=True,
+        capture_output=True,
+    )
+    src = [
+        json.loads(ln)
+        for f in sorted((tmp_path / "a").iterdir())
+        for ln in f.read_text().splitlines()
+    ]
+    out = [
+        json.loads(ln)
+        for f in sorted((tmp_path / "b").iterdir())
+        for ln in f.read_text().splitlines()
+    ]
     assert len(list((tmp_path / "b").iterdir())) == 6 and len(out) == 3 * len(src)
     ids = {r["msg_id"] for r in src if "msg_id" in r}
     copied = {r["msg_id"] for r in out if "msg_id" in r}
     assert len(copied) == 3 * len(ids) and ids <= copied
-    strip = [{k: v for k, v in r.items() if "msg_id" not in k} for r in out[:len(src)]]
+    strip = [{k: v for k, v in r.items() if "msg_id" not in k} for r in out[: len(src)]]
     assert strip == [{k: v for k, v in r.items() if "msg_id" not in k} for r in src]
 
 
 def test_job_file_runs_as_a_script_without_the_package_installed():
     # Hide the editable install: _bootstrap must map kairosmq.* onto the checkout.
-    code = ("import sys, runpy; sys.meta_path[:] = [f for f in sys.meta_path "
-            "if 'editable' not in repr(f).lower()]; sys.argv = ['job.py', '--help']; "
-            f"runpy.run_path({str(ROOT / 'spark' / 'job.py')!r}, run_name='__main__')")
+    code = (
+        "import sys, runpy; sys.meta_path[:] = [f for f in sys.meta_path "
+        "if 'editable' not in repr(f).lower()]; sys.argv = ['job.py', '--help']; "
+        f"runpy.run_path({str(ROOT / 'spark' / 'job.py')!r}, run_name='__main__')"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd="/", env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert "kairosmq report" in proc.stdout and "--mode" in proc.stdout
 
@@ -173,8 +237,7 @@ def test_histogram_percentiles_are_nearest_rank_within_one_percent():
         cell[0] += 1
         cell[1] = max(cell[1], v)
         cell[2] += v
-    rows = [{"k": "x", "bucket": b, "n": n, "hi": hi, "total": t}
-            for b, (n, hi, t) in hist.items()]
+    rows = [{"k": "x", "bucket": b, "n": n, "hi": hi, "total": t} for b, (n, hi, t) in hist.items()]
     got = tables.summary_rows(rows, ["k"])[0]
     exact = sorted(values)
     assert got["count"] == len(values) and got["max"] == max(values)

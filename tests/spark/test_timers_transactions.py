@@ -15,20 +15,50 @@ pytestmark = pytest.mark.spark
 
 
 def _timer(mid: str, topic: str, at: int, due: int, late: float | None = None) -> list[dict]:
-    out = [ev("timer.scheduled", at, msg_id=mid, real_topic=topic, real_queue_id=0,
-              queue_offset=0, phy_offset=0, deliver_ts=due)]
+    out = [
+        ev(
+            "timer.scheduled",
+            at,
+            msg_id=mid,
+            real_topic=topic,
+            real_queue_id=0,
+            queue_offset=0,
+            phy_offset=0,
+            deliver_ts=due,
+        )
+    ]
     if late is not None:
-        out.append(ev("timer.fired", due + late, msg_id=mid, topic=topic, queue_id=0,
-                      queue_offset=0, phy_offset=0, deliver_ts=due, lateness_ms=late))
+        out.append(
+            ev(
+                "timer.fired",
+                due + late,
+                msg_id=mid,
+                topic=topic,
+                queue_id=0,
+                queue_offset=0,
+                phy_offset=0,
+                deliver_ts=due,
+                lateness_ms=late,
+            )
+        )
     return out
 
 
 def _tx(event: str, mid: str, group: str, at: int, **extra) -> dict:
     if event == "transaction.prepared":
-        return ev(event, at, msg_id=mid, producer_group=group, real_topic="Tx",
-                  real_queue_id=0, queue_offset=0, phy_offset=0)
-    return ev(event, at, msg_id=mid, producer_group=group, topic="Tx", half_offset=0,
-              checks=0, **extra)
+        return ev(
+            event,
+            at,
+            msg_id=mid,
+            producer_group=group,
+            real_topic="Tx",
+            real_queue_id=0,
+            queue_offset=0,
+            phy_offset=0,
+        )
+    return ev(
+        event, at, msg_id=mid, producer_group=group, topic="Tx", half_offset=0, checks=0, **extra
+    )
 
 
 def records() -> list[dict]:
@@ -36,10 +66,23 @@ def records() -> list[dict]:
         # a plain message (added delay 20 ms) and a level-1 delivery (lateness 3 ms) on T
         ev("message.stored", T0, msg_id="m0", topic="T", born_ts=T0 - 10, store_ts=T0),
         ev("message.pulled", T0 + 10, msg_id="m0", group="g", topic="T", born_ts=T0 - 10),
-        ev("message.scheduled", T0, msg_id="m1", real_topic="T", delay_level=1,
-           deliver_ts=T0 + 1000),
-        ev("message.delivered", T0 + 1003, msg_id="m1", topic="T", delay_level=1,
-           deliver_ts=T0 + 1000, lateness_ms=3.0),
+        ev(
+            "message.scheduled",
+            T0,
+            msg_id="m1",
+            real_topic="T",
+            delay_level=1,
+            deliver_ts=T0 + 1000,
+        ),
+        ev(
+            "message.delivered",
+            T0 + 1003,
+            msg_id="m1",
+            topic="T",
+            delay_level=1,
+            deliver_ts=T0 + 1000,
+            lateness_ms=3.0,
+        ),
     ]
     # timers on T: t1 (late 2, e2e 1015, nominal 1000), t2 (late 4, e2e 2025, nominal 2000),
     # t3 recalled, t4 pending; on U: t5 fired 0.5 ms early, never pulled
@@ -48,23 +91,43 @@ def records() -> list[dict]:
     r += _timer("t2", "T", T0 + 10, T0 + 2010, 4.0)
     r.append(ev("message.pulled", T0 + 2030, msg_id="t2", group="g", topic="T", born_ts=T0 + 5))
     r += _timer("t3", "T", T0 + 20, T0 + 9000)
-    r.append(ev("timer.recalled", T0 + 30, msg_id="t3", topic="T", deliver_ts=T0 + 9000,
-                phy_offset=0, kind="timer"))
+    r.append(
+        ev(
+            "timer.recalled",
+            T0 + 30,
+            msg_id="t3",
+            topic="T",
+            deliver_ts=T0 + 9000,
+            phy_offset=0,
+            kind="timer",
+        )
+    )
     r += _timer("t4", "T", T0 + 40, T0 + 99_000)
     r += _timer("t5", "U", T0 + 50, T0 + 500, -0.5)
     # the recall of a level-delayed message on L
-    r.append(ev("timer.recalled", T0 + 60, msg_id="l1", topic="L", deliver_ts=T0 + 5000,
-                phy_offset=0, kind="level"))
+    r.append(
+        ev(
+            "timer.recalled",
+            T0 + 60,
+            msg_id="l1",
+            topic="L",
+            deliver_ts=T0 + 5000,
+            phy_offset=0,
+            kind="level",
+        )
+    )
     # transactions: PG1 commits h1, rolls back h2, h3 is checked twice then discarded;
     # PG2's h4 is checked once and still pending
     r += [_tx("transaction.prepared", h, "PG1", T0 + i) for i, h in enumerate(("h1", "h2", "h3"))]
-    r += [_tx("transaction.committed", "h1", "PG1", T0 + 5, from_check=False, peer="p"),
-          _tx("transaction.rolled_back", "h2", "PG1", T0 + 6, from_check=True, peer="p"),
-          _tx("transaction.checked", "h3", "PG1", T0 + 7, peer="p"),
-          _tx("transaction.checked", "h3", "PG1", T0 + 8, peer="p"),
-          _tx("transaction.discarded", "h3", "PG1", T0 + 9, reason="check max"),
-          _tx("transaction.prepared", "h4", "PG2", T0 + 10),
-          _tx("transaction.checked", "h4", "PG2", T0 + 11, peer="p")]
+    r += [
+        _tx("transaction.committed", "h1", "PG1", T0 + 5, from_check=False, peer="p"),
+        _tx("transaction.rolled_back", "h2", "PG1", T0 + 6, from_check=True, peer="p"),
+        _tx("transaction.checked", "h3", "PG1", T0 + 7, peer="p"),
+        _tx("transaction.checked", "h3", "PG1", T0 + 8, peer="p"),
+        _tx("transaction.discarded", "h3", "PG1", T0 + 9, reason="check max"),
+        _tx("transaction.prepared", "h4", "PG2", T0 + 10),
+        _tx("transaction.checked", "h4", "PG2", T0 + 11, peer="p"),
+    ]
     return r
 
 
@@ -73,8 +136,13 @@ def got(spark, tmp_path_factory):
     """The collected aggregates, as ``job.run`` collects them from the one pass (one query,
     ``results_of``), checked against the separate result queries."""
     path = write_jsonl(tmp_path_factory.mktemp("logs") / "broker.jsonl", records())
-    agg = (extract(spark, [str(path)], "PERMISSIVE").transform(T.lines).transform(T.facts)
-           .transform(T.one_pass).cache())
+    agg = (
+        extract(spark, [str(path)], "PERMISSIVE")
+        .transform(T.lines)
+        .transform(T.facts)
+        .transform(T.one_pass)
+        .cache()
+    )
 
     def rows(df):
         return [r.asDict() for r in df.collect()]
@@ -90,74 +158,152 @@ def got(spark, tmp_path_factory):
 def test_timer_lateness_beside_the_levels(got):
     lat = tables.lateness_tables(got["lateness"])
     # the levels' tables hold no timer
-    assert [(r["delay_level"], r["count"], r["max"], r["early"])
-            for r in lat["lateness_by_level"]] == [(1, 1, 3.0, 0)]
+    assert [
+        (r["delay_level"], r["count"], r["max"], r["early"]) for r in lat["lateness_by_level"]
+    ] == [(1, 1, 3.0, 0)]
     assert lat["lateness_overall"][0]["count"] == 1
     # timers: -0.5, 2, 4 -> nearest rank p50 = 2, p90 = p99 = p99.9 = max = 4, one early
     (timer,) = lat["timer_lateness"]
     assert {k: timer[k] for k in ("count", "p50", "p90", "p99", "p999", "max", "early")} == {
-        "count": 3, "p50": 2.0, "p90": 4.0, "p99": 4.0, "p999": 4.0, "max": 4.0, "early": 1}
+        "count": 3,
+        "p50": 2.0,
+        "p90": 4.0,
+        "p99": 4.0,
+        "p999": 4.0,
+        "max": 4.0,
+        "early": 1,
+    }
     assert timer["mean"] == pytest.approx(5.5 / 3)
-    by_topic = {r["topic"]: (r["count"], r["max"], r["early"])
-                for r in lat["timer_lateness_by_topic"]}
+    by_topic = {
+        r["topic"]: (r["count"], r["max"], r["early"]) for r in lat["timer_lateness_by_topic"]
+    }
     assert by_topic == {"T": (2, 4.0, 0), "U": (1, -0.5, 1)}
 
 
 def test_timer_lifecycle_and_added_delay(got):
     life = got["lifecycle"]
     t1, t2, t3 = life["t1"], life["t2"], life["t3"]
-    assert (t1["topic"], t1["delay_level"], t1["nominal_ms"], t1["e2e_ms"], t1["added_ms"],
-            t1["lateness_ms"]) == ("T", tables.TIMER_LEVEL, 1000, 1015, 15, 2.0)
+    assert (
+        t1["topic"],
+        t1["delay_level"],
+        t1["nominal_ms"],
+        t1["e2e_ms"],
+        t1["added_ms"],
+        t1["lateness_ms"],
+    ) == ("T", tables.TIMER_LEVEL, 1000, 1015, 15, 2.0)
     assert (t2["nominal_ms"], t2["e2e_ms"], t2["added_ms"]) == (2000, 2025, 25)
-    assert (t3["delay_level"], t3["e2e_ms"], t3["lateness_ms"]) == (tables.TIMER_LEVEL, None,
-                                                                    None)
+    assert (t3["delay_level"], t3["e2e_ms"], t3["lateness_ms"]) == (tables.TIMER_LEVEL, None, None)
     lat = tables.latency_tables(got["latency"])
     # m1 (level 1) was never pulled: only the plain m0 (20 ms) has an added delay
-    assert [(r["delay_level"], r["count"], r["max"]) for r in lat["added_delay"]] == [
-        (0, 1, 20.0)]
+    assert [(r["delay_level"], r["count"], r["max"]) for r in lat["added_delay"]] == [(0, 1, 20.0)]
     (timer,) = lat["timer_added_delay"]
     assert (timer["count"], timer["p50"], timer["max"], timer["mean"]) == (2, 15.0, 25.0, 20.0)
     assert {(r["topic"], r["delay_level"]) for r in lat["added_delay_by_topic"]} == {
-        ("T", 0), ("T", tables.TIMER_LEVEL)}
+        ("T", 0),
+        ("T", tables.TIMER_LEVEL),
+    }
 
 
 def test_timer_and_transaction_counts(got):
     counts = got["line_counts"]
     assert tables.timer_counts(counts) == [
-        {"topic": "L", "scheduled": 0, "fired": 0, "recalled": 0, "level_recalled": 1,
-         "pending": 0},
-        {"topic": "T", "scheduled": 4, "fired": 2, "recalled": 1, "level_recalled": 0,
-         "pending": 1},
-        {"topic": "U", "scheduled": 1, "fired": 1, "recalled": 0, "level_recalled": 0,
-         "pending": 0}]
+        {
+            "topic": "L",
+            "scheduled": 0,
+            "fired": 0,
+            "recalled": 0,
+            "level_recalled": 1,
+            "pending": 0,
+        },
+        {
+            "topic": "T",
+            "scheduled": 4,
+            "fired": 2,
+            "recalled": 1,
+            "level_recalled": 0,
+            "pending": 1,
+        },
+        {
+            "topic": "U",
+            "scheduled": 1,
+            "fired": 1,
+            "recalled": 0,
+            "level_recalled": 0,
+            "pending": 0,
+        },
+    ]
     assert tables.transaction_counts(counts) == [
-        {"producer_group": "PG1", "prepared": 3, "committed": 1, "rolled_back": 1,
-         "checked": 2, "discarded": 1, "pending": 0},
-        {"producer_group": "PG2", "prepared": 1, "committed": 0, "rolled_back": 0,
-         "checked": 1, "discarded": 0, "pending": 1}]
+        {
+            "producer_group": "PG1",
+            "prepared": 3,
+            "committed": 1,
+            "rolled_back": 1,
+            "checked": 2,
+            "discarded": 1,
+            "pending": 0,
+        },
+        {
+            "producer_group": "PG2",
+            "prepared": 1,
+            "committed": 0,
+            "rolled_back": 0,
+            "checked": 1,
+            "discarded": 0,
+            "pending": 1,
+        },
+    ]
     # the keys added for timers and transactions leave the other count tables as they were
     assert tables.dlq_counts(counts, got["retry_funnel"], T.DEAD_LETTERED) == []
     by_event = {r["event"]: r["lines"] for r in tables.event_counts(counts, [])}
-    assert (by_event["timer.scheduled"], by_event["timer.recalled"],
-            by_event["transaction.checked"]) == (5, 2, 3)
+    assert (
+        by_event["timer.scheduled"],
+        by_event["timer.recalled"],
+        by_event["transaction.checked"],
+    ) == (5, 2, 3)
 
 
 def test_summary_console_and_html_show_timers_and_transactions(got):
     t = derive_tables(got)
     s = report.summarize(t)
-    assert {k: s["timers"][k] for k in ("scheduled", "fired", "recalled", "pending",
-                                        "level_recalled")} == {
-        "scheduled": 5, "fired": 3, "recalled": 1, "pending": 1, "level_recalled": 1}
-    assert s["timers"]["lateness_ms"] == {"count": 3, "p50": 2.0, "p90": 4.0, "p99": 4.0,
-                                          "p999": 4.0, "max": 4.0, "early": 1}
+    assert {
+        k: s["timers"][k] for k in ("scheduled", "fired", "recalled", "pending", "level_recalled")
+    } == {"scheduled": 5, "fired": 3, "recalled": 1, "pending": 1, "level_recalled": 1}
+    assert s["timers"]["lateness_ms"] == {
+        "count": 3,
+        "p50": 2.0,
+        "p90": 4.0,
+        "p99": 4.0,
+        "p999": 4.0,
+        "max": 4.0,
+        "early": 1,
+    }
     assert s["lateness_ms"]["count"] == 1  # the levels' headline holds no timer
     assert s["transactions"] == {
-        "prepared": 4, "committed": 1, "rolled_back": 1, "checked": 3, "discarded": 1,
+        "prepared": 4,
+        "committed": 1,
+        "rolled_back": 1,
+        "checked": 3,
+        "discarded": 1,
         "pending": 1,
-        "by_group": {"PG1": {"prepared": 3, "committed": 1, "rolled_back": 1, "checked": 2,
-                             "discarded": 1, "pending": 0},
-                     "PG2": {"prepared": 1, "committed": 0, "rolled_back": 0, "checked": 1,
-                             "discarded": 0, "pending": 1}}}
+        "by_group": {
+            "PG1": {
+                "prepared": 3,
+                "committed": 1,
+                "rolled_back": 1,
+                "checked": 2,
+                "discarded": 1,
+                "pending": 0,
+            },
+            "PG2": {
+                "prepared": 1,
+                "committed": 0,
+                "rolled_back": 0,
+                "checked": 1,
+                "discarded": 0,
+                "pending": 1,
+            },
+        },
+    }
     console = report.console_summary(t, s)
     assert "timers scheduled 5, fired 3, recalled 1, pending 1 (early 1)" in console
     assert "transactions prepared 4, committed 1, rolled back 1" in console

@@ -30,8 +30,10 @@ def rows(df):
 
 
 def test_event_counts_report_malformed_newer_and_uncatalogued_lines(lines):
-    got = {r["event"]: (r["catalogued"], r["lines"])
-           for r in tables.event_counts(rows(T.line_counts(lines)), CATALOGUE)}
+    got = {
+        r["event"]: (r["catalogued"], r["lines"])
+        for r in tables.event_counts(rows(T.line_counts(lines)), CATALOGUE)
+    }
     recs = scenario.records()
     expected = Counter(x["event"] for x in recs if isinstance(x, dict))
     assert got.pop(T.MALFORMED) == (False, scenario.MALFORMED_LINES)
@@ -62,8 +64,9 @@ def test_lateness_percentiles_per_level_and_topic(lines):
 
 def test_retry_funnel_and_dead_letters(lines):
     funnel = rows(lines.transform(T.consumer_outcomes).transform(T.retry_funnel))
-    assert {(r["group"], r["attempts"], r["outcome"]): r["messages"]
-            for r in funnel} == scenario.FUNNEL
+    assert {
+        (r["group"], r["attempts"], r["outcome"]): r["messages"] for r in funnel
+    } == scenario.FUNNEL
     dlq = tables.dlq_counts(rows(T.line_counts(lines)), funnel, T.DEAD_LETTERED)
     assert [(r["group"], r["dead_lettered"], r["messages"]) for r in dlq] == [("g1", 1, 1)]
     assert dlq[0]["first_at"] == dlq[0]["last_at"] and dlq[0]["first_at"].year == 2026
@@ -75,7 +78,11 @@ def test_lifecycle_joins_store_schedule_deliver_consume(lines):
     for mid, (topic, level, e2e, pulls) in scenario.LIFECYCLE.items():
         r = life[mid]
         assert (r["topic"], r["delay_level"], r["e2e_ms"], r["first_pulls"]) == (
-            topic, level, e2e, pulls), mid
+            topic,
+            level,
+            e2e,
+            pulls,
+        ), mid
     assert life["m2"]["lateness_ms"] == 3.0  # the first delivery, not the retry's 7.0
     assert life["m2"]["deliver_ts"] == T0 + 100 + 5000
     assert (life["m2"]["nominal_ms"], life["m2"]["added_ms"]) == (5000, 15)
@@ -100,7 +107,10 @@ def test_throughput_per_minute_and_top_late(lines):
             assert r[col] == expected[minute][name], (minute, col)
     top = rows(T.top_late(lines, 3))
     assert [(r["rank"], r["msg_id"], r["lateness_ms"]) for r in top] == [
-        (1, "c20", 20.0), (2, "c19", 19.0), (3, "c18", 18.0)]
+        (1, "c20", 20.0),
+        (2, "c19", 19.0),
+        (3, "c18", 18.0),
+    ]
 
 
 def test_format_1_lines_read_like_format_2(spark, tmp_path):
@@ -108,30 +118,38 @@ def test_format_1_lines_read_like_format_2(spark, tmp_path):
     v2 = [r for r in scenario.records() if isinstance(r, dict)]
     v1 = []
     for r in v2:
-        fields = {k: v for k, v in r.items() if k not in ("ts", "v", "event", "level", "component",
-                                                           "uncatalogued")}
-        v1.append(ev_v1(r["event"], r["ts"], store_ts=r["ts"], **fields)
-                  if r["event"] in ("message.stored", "message.pulled")
-                  else ev_v1(r["event"], r["ts"], **fields))
+        fields = {
+            k: v
+            for k, v in r.items()
+            if k not in ("ts", "v", "event", "level", "component", "uncatalogued")
+        }
+        v1.append(
+            ev_v1(r["event"], r["ts"], store_ts=r["ts"], **fields)
+            if r["event"] in ("message.stored", "message.pulled")
+            else ev_v1(r["event"], r["ts"], **fields)
+        )
     both = {}
     for name, recs in (("v1", v1), ("v2", v2)):
         path = write_jsonl(tmp_path / name / "broker.jsonl", recs)
         df = extract(spark, [str(path)], "FAILFAST").transform(T.lines)
-        both[name] = (sorted(tables.event_counts(rows(T.line_counts(df)), CATALOGUE),
-                             key=str),
-                      sorted(rows(T.message_lifecycle(df)), key=lambda r: r["msg_id"]),
-                      tables.lateness_tables(rows(T.lateness_histogram(df))))
+        both[name] = (
+            sorted(tables.event_counts(rows(T.line_counts(df)), CATALOGUE), key=str),
+            sorted(rows(T.message_lifecycle(df)), key=lambda r: r["msg_id"]),
+            tables.lateness_tables(rows(T.lateness_histogram(df))),
+        )
     assert both["v1"] == both["v2"]
     assert "timestamp" in v1[0] and "ts" not in v1[0]
 
 
 def separate_results(agg, top_n: int) -> dict:
     """The results as the earlier layout collected them: one query per result."""
-    return {"latency": rows(agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
-            "retry_funnel": rows(agg.transform(T.outcomes_of).transform(T.retry_funnel)),
-            "line_counts": rows(agg.transform(T.counts_of)),
-            "lateness": rows(agg.transform(T.lateness_of)),
-            "top_late": rows(agg.transform(T.top_late_of, top_n))}
+    return {
+        "latency": rows(agg.transform(T.lifecycle_of).transform(T.e2e_histogram)),
+        "retry_funnel": rows(agg.transform(T.outcomes_of).transform(T.retry_funnel)),
+        "line_counts": rows(agg.transform(T.counts_of)),
+        "lateness": rows(agg.transform(T.lateness_of)),
+        "top_late": rows(agg.transform(T.top_late_of, top_n)),
+    }
 
 
 def assert_same_results(got: dict, expected: dict) -> None:

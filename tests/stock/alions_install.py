@@ -31,8 +31,19 @@ ALIONS_VERSION = "3.12.0"
 NPM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kairosmq" / "npm"
 _STAMP = NODE_MODULES / ".kairosmq-lock-sha256"
 # `npm error code <X>` values that mean "the registry cannot be reached", not a broken install.
-NETWORK_ERRORS = frozenset({"ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT",
-                            "ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "ERR_SOCKET_TIMEOUT"})
+NETWORK_ERRORS = frozenset(
+    {
+        "ENOTFOUND",
+        "EAI_AGAIN",
+        "ECONNREFUSED",
+        "ECONNRESET",
+        "ETIMEDOUT",
+        "ENETUNREACH",
+        "EHOSTUNREACH",
+        "ENETDOWN",
+        "ERR_SOCKET_TIMEOUT",
+    }
+)
 NPM_CI_TIMEOUT = 240.0
 
 
@@ -74,23 +85,36 @@ async def ensure_alions() -> Path:
         pytest.skip("stock ali-ons client not run: `node` is installed but `npm` is not on PATH")
     NPM_CACHE.mkdir(parents=True, exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
-        npm, "ci", "--cache", str(NPM_CACHE), "--prefer-offline", "--no-audit", "--no-fund",
-        "--fetch-retries", "1", cwd=ALIONS_DIR,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        npm,
+        "ci",
+        "--cache",
+        str(NPM_CACHE),
+        "--prefer-offline",
+        "--no-audit",
+        "--no-fund",
+        "--fetch-retries",
+        "1",
+        cwd=ALIONS_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     try:
         out_b, _ = await asyncio.wait_for(proc.communicate(), NPM_CI_TIMEOUT)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        pytest.skip(f"stock ali-ons client not run: `npm ci` did not finish within "
-                    f"{NPM_CI_TIMEOUT:.0f} s (npm registry unreachable or too slow)")
+        pytest.skip(
+            f"stock ali-ons client not run: `npm ci` did not finish within "
+            f"{NPM_CI_TIMEOUT:.0f} s (npm registry unreachable or too slow)"
+        )
     out = out_b.decode(errors="replace")
     if proc.returncode != 0:
         m = re.search(r"npm (?:error|ERR!) code (\S+)", out)
         if m and m.group(1) in NETWORK_ERRORS:
-            pytest.skip(f"stock ali-ons client not run: `npm ci` could not reach the npm registry "
-                        f"({m.group(1)}) and {NPM_CACHE} does not hold the locked packages")
+            pytest.skip(
+                f"stock ali-ons client not run: `npm ci` could not reach the npm registry "
+                f"({m.group(1)}) and {NPM_CACHE} does not hold the locked packages"
+            )
         pytest.fail(f"npm ci (tests/stock/alions/package-lock.json) failed:\n{out[-4000:]}")
     version = installed_version()
     assert version == ALIONS_VERSION, f"npm ci installed ali-ons {version}, not {ALIONS_VERSION}"

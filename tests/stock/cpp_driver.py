@@ -74,11 +74,18 @@ def _text(value: Any) -> str | None:
 
 def describe(msg: RecvMessage) -> dict[str, Any]:
     return {
-        "msgId": msg.id, "topic": msg.topic, "queueId": msg.queue_id,
-        "queueOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
-        "tags": _text(msg.tags), "keys": _text(msg.keys), "body": _text(msg.body),
-        "reconsumeTimes": msg.reconsume_times, "bornTimestamp": msg.born_timestamp,
-        "storeTimestamp": msg.store_timestamp, "delayLevel": msg.delay_time_level,
+        "msgId": msg.id,
+        "topic": msg.topic,
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commit_log_offset,
+        "tags": _text(msg.tags),
+        "keys": _text(msg.keys),
+        "body": _text(msg.body),
+        "reconsumeTimes": msg.reconsume_times,
+        "bornTimestamp": msg.born_timestamp,
+        "storeTimestamp": msg.store_timestamp,
+        "delayLevel": msg.delay_time_level,
         "retryTopic": _text(msg.get_property("RETRY_TOPIC")) or None,
         "originMessageId": _text(msg.get_property("ORIGIN_MESSAGE_ID")) or None,
         "uniqKey": _text(msg.get_property("UNIQ_KEY")) or None,
@@ -126,8 +133,17 @@ def main() -> None:
             msg.set_delay_time_level(level)
         sent_at = int(time.time() * 1000)
         r = producer.send_sync(msg)
-        out(event="sent", topic=topic, body=body, keys=keys, level=level, sentAt=sent_at,
-            msgId=r.msg_id, sendStatus=r.status.name, queueOffset=r.offset)
+        out(
+            event="sent",
+            topic=topic,
+            body=body,
+            keys=keys,
+            level=level,
+            sentAt=sent_at,
+            msgId=r.msg_id,
+            sendStatus=r.status.name,
+            queueOffset=r.offset,
+        )
 
     ok = PushConsumer(cfg["okGroup"])
     ok.set_namesrv_addr(cfg["nameSrv"])
@@ -178,9 +194,14 @@ def main() -> None:
         warm["n"] += 1
 
     send_warm()
-    wait_for(lambda: any(b.startswith("warm-delay") for b in _seen.get(cfg["okGroup"], []))
-             and any(b.startswith("warm-retry") for b in _seen.get(cfg["failGroup"], [])),
-             "warm-up", on_tick=send_warm)
+    wait_for(
+        lambda: (
+            any(b.startswith("warm-delay") for b in _seen.get(cfg["okGroup"], []))
+            and any(b.startswith("warm-retry") for b in _seen.get(cfg["failGroup"], []))
+        ),
+        "warm-up",
+        on_tick=send_warm,
+    )
     out(event="warm.consumed")
 
     expect_ok = []
@@ -195,13 +216,12 @@ def main() -> None:
     # One failing message at a time: a pull that brings two messages to the C API's callback
     # stops at the first failure and sends the rest back unseen (see the module docstring).
     send(cfg["retryTopic"], "TagRetry", "retry-me", "key-retry-me")
-    wait_for(lambda: all(seen(cfg["okGroup"], b) for b in expect_ok),
-             "delayed and plain messages")
-    wait_for(lambda: seen(cfg["failGroup"], f"retry-me#{cfg['succeedAt']}"),
-             "retry-me to succeed")
+    wait_for(lambda: all(seen(cfg["okGroup"], b) for b in expect_ok), "delayed and plain messages")
+    wait_for(lambda: seen(cfg["failGroup"], f"retry-me#{cfg['succeedAt']}"), "retry-me to succeed")
     send(cfg["retryTopic"], "TagRetry", "dlq-me", "key-dlq-me")
-    wait_for(lambda: seen(cfg["failGroup"], f"dlq-me#{cfg['maxReconsumeTimes']}"),
-             "dlq-me last attempt")
+    wait_for(
+        lambda: seen(cfg["failGroup"], f"dlq-me#{cfg['maxReconsumeTimes']}"), "dlq-me last attempt"
+    )
     out(event="waiting")
     sys.stdin.readline()
     out(event="closing")

@@ -50,8 +50,9 @@ def patch_ext(frame: bytes, key: str, value: int) -> bytes:
     (hlen,) = struct.unpack_from(">I", frame, 4)
     header, body = frame[8 : 8 + hlen], frame[8 + hlen :]
     pat = re.compile(rb'("' + re.escape(key.encode()) + rb'":)("?)(-?\d+)("?)')
-    new, n = pat.subn(lambda m: m.group(1) + m.group(2) + str(value).encode() + m.group(4),
-                      header, count=1)
+    new, n = pat.subn(
+        lambda m: m.group(1) + m.group(2) + str(value).encode() + m.group(4), header, count=1
+    )
     assert n == 1, f"no numeric {key} in {header!r}"
     return struct.pack(">II", 4 + len(new) + len(body), len(new)) + new + body
 
@@ -75,8 +76,15 @@ class RawConn(StreamPeer):
                 # What C++/ali-ons do: the whole word is the header length.
                 hbytes = payload[4 : 4 + word]
                 header = json.loads(hbytes)
-                reply = Reply(header["code"], header["opaque"], header, hbytes, word,
-                              payload[4 + word :], loop.time())
+                reply = Reply(
+                    header["code"],
+                    header["opaque"],
+                    header,
+                    hbytes,
+                    word,
+                    payload[4 + word :],
+                    loop.time(),
+                )
                 fut = self.pending.pop(reply.opaque, None) if header["flag"] & 1 else None
                 if fut is None:
                     self.unsolicited.append(reply)
@@ -139,9 +147,11 @@ def parse_ipv4_records(buf: bytes) -> list[WireRecord]:
     pos = 0
     while pos < len(buf):
         total, magic, _crc, qid, _flag, qoff, phy, sysflag, _born_ts = struct.unpack_from(
-            ">iIiiiqqiq", buf, pos)
-        born_ip, born_port, store_ts, store_ip, store_port, reconsume, _prep, blen = \
+            ">iIiiiqqiq", buf, pos
+        )
+        born_ip, born_port, store_ts, store_ip, store_port, reconsume, _prep, blen = (
             struct.unpack_from(">4sIq4sIiqi", buf, pos + 48)
+        )
         p = pos + 88
         body = buf[p : p + blen]
         p += blen
@@ -153,10 +163,23 @@ def parse_ipv4_records(buf: bytes) -> list[WireRecord]:
         p += 2 + plen
         assert p - pos == total, f"record at {pos}: fields end at {p - pos}, TOTALSIZE {total}"
         props = dict(kv.split("\x01", 1) for kv in raw_props.split("\x02") if "\x01" in kv)
-        out.append(WireRecord(
-            total, magic, qid, qoff, phy, sysflag,
-            f"{'.'.join(map(str, born_ip))}:{born_port}", store_ts,
-            f"{'.'.join(map(str, store_ip))}:{store_port}", reconsume, body, topic, props))
+        out.append(
+            WireRecord(
+                total,
+                magic,
+                qid,
+                qoff,
+                phy,
+                sysflag,
+                f"{'.'.join(map(str, born_ip))}:{born_port}",
+                store_ts,
+                f"{'.'.join(map(str, store_ip))}:{store_port}",
+                reconsume,
+                body,
+                topic,
+                props,
+            )
+        )
         pos += total
     return out
 

@@ -54,20 +54,31 @@ SUCCEED_AT = 2
 # topic, group and queue.
 RETRY_ROUTE_ERROR = re.compile(
     r"updateAllTopicRouterInfo occurred error, no route for topic %RETRY%(CID_KAIROS_ALIONS_"
-    r"OK|CID_KAIROS_ALIONS_FAIL): it does not exist yet")
+    r"OK|CID_KAIROS_ALIONS_FAIL): it does not exist yet"
+)
 EXPECTED_ERROR = re.compile(
     r"MQPushConsumer occurred an error RemoteBrokerOffsetStore\.readOffset failed, "
     r"topic: (?P<topic>\S+), group: (?P<group>\S+), queueId: (?P<qid>\d+), type: READ_FROM_STORE "
-    r"no offset for group (?P=group) on (?P=topic):(?P=qid)")
+    r"no offset for group (?P=group) on (?P=topic):(?P=qid)"
+)
 
 
 async def _create_topic(peer: RawPeer, topic: str) -> None:
     # What `mqadmin updateTopic` sends. ali-ons cannot auto-create a topic: on
     # TOPIC_NOT_EXIST its producer throws instead of falling back to TBW102.
-    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
-        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false",
-    })
+    r = await peer.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "false",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
@@ -95,15 +106,26 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
         await _create_topic(peer, topic)
 
     cfg = {
-        "nameSrv": broker.namesrv_address, "delayTopic": DELAY_TOPIC,
-        "retryTopic": RETRY_TOPIC_NAME, "producerGroup": PRODUCER_GROUP, "okGroup": OK_GROUP,
-        "failGroup": FAIL_GROUP, "delayLevels": DELAY_LEVELS, "plainCount": PLAIN_COUNT,
-        "maxReconsumeTimes": MAX_RECONSUME, "succeedAt": SUCCEED_AT, "timeoutMs": 25_000,
+        "nameSrv": broker.namesrv_address,
+        "delayTopic": DELAY_TOPIC,
+        "retryTopic": RETRY_TOPIC_NAME,
+        "producerGroup": PRODUCER_GROUP,
+        "okGroup": OK_GROUP,
+        "failGroup": FAIL_GROUP,
+        "delayLevels": DELAY_LEVELS,
+        "plainCount": PLAIN_COUNT,
+        "maxReconsumeTimes": MAX_RECONSUME,
+        "succeedAt": SUCCEED_AT,
+        "timeoutMs": 25_000,
         "startDeliverDelays": START_DELIVER_DELAYS,
     }
     proc = await asyncio.create_subprocess_exec(
-        node(), str(ALIONS_DIR / "driver.js"), json.dumps(cfg), cwd=ALIONS_DIR,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        node(),
+        str(ALIONS_DIR / "driver.js"),
+        json.dumps(cfg),
+        cwd=ALIONS_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "NODE_NO_WARNINGS": "1"},
     )
     try:
@@ -113,8 +135,10 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
         await proc.wait()
         raise
     events = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
-    diag = f"driver exit {proc.returncode}\nstdout:\n{out.decode()[-6000:]}\n" \
-           f"stderr:\n{err.decode()[-3000:]}"
+    diag = (
+        f"driver exit {proc.returncode}\nstdout:\n{out.decode()[-6000:]}\n"
+        f"stderr:\n{err.decode()[-3000:]}"
+    )
     assert proc.returncode == 0, diag
     assert events[-1]["event"] == "done", diag
 
@@ -125,14 +149,27 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
     # before any retry: the driver polls every second). ali-ons reports an error to every
     # client of its MQClient, the producer included.
     errors = [e for e in events if e["event"] == "error"]
-    no_retry_route = [e for e in errors if e["code"] == ResponseCode.TOPIC_NOT_EXIST
-                      and RETRY_ROUTE_ERROR.search(e["message"])]
-    unexpected = [e for e in errors if e not in no_retry_route and not (
-        e["who"] in ("okConsumer", "failConsumer") and e["code"] == ResponseCode.QUERY_NOT_FOUND
-        and EXPECTED_ERROR.fullmatch(e["message"]))]
+    no_retry_route = [
+        e
+        for e in errors
+        if e["code"] == ResponseCode.TOPIC_NOT_EXIST and RETRY_ROUTE_ERROR.search(e["message"])
+    ]
+    unexpected = [
+        e
+        for e in errors
+        if e not in no_retry_route
+        and not (
+            e["who"] in ("okConsumer", "failConsumer")
+            and e["code"] == ResponseCode.QUERY_NOT_FOUND
+            and EXPECTED_ERROR.fullmatch(e["message"])
+        )
+    ]
     assert unexpected == [], f"unexpected ali-ons errors: {unexpected}\n{diag}"
-    first_retry = min(e["at"] for e in events if e["event"] in ("consumed", "attempt.failed")
-                      and e.get("reconsumeTimes", 0) >= 1)
+    first_retry = min(
+        e["at"]
+        for e in events
+        if e["event"] in ("consumed", "attempt.failed") and e.get("reconsumeTimes", 0) >= 1
+    )
     assert all(e["at"] < first_retry for e in no_retry_route), diag
     groups = {m["group"] for e in errors if (m := EXPECTED_ERROR.fullmatch(e["message"]))}
     assert groups == {OK_GROUP, FAIL_GROUP}, diag
@@ -146,9 +183,12 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
 
     # --- every message sent to the delay topic was consumed, delayed ones not early
     ok = {e["body"]: e for e in by_group[OK_GROUP]}
-    expected_ok = {"warm-delay", *(f"delayed-level-{n}" for n in DELAY_LEVELS),
-                   *(f"plain-{i}" for i in range(PLAIN_COUNT)),
-                   *(f"timer-{d}" for d in START_DELIVER_DELAYS)}
+    expected_ok = {
+        "warm-delay",
+        *(f"delayed-level-{n}" for n in DELAY_LEVELS),
+        *(f"plain-{i}" for i in range(PLAIN_COUNT)),
+        *(f"timer-{d}" for d in START_DELIVER_DELAYS),
+    }
     assert set(ok) == expected_ok, diag
     for n in DELAY_LEVELS:
         body = f"delayed-level-{n}"
@@ -195,11 +235,21 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
     # --- the message past maxReconsumeTimes is in %DLQ%<group> (read back over the wire)
     dlq = f"%DLQ%{FAIL_GROUP}"
     assert broker.topics.get(dlq) is not None
-    r = await peer.call(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "CID_KAIROS_DLQ_READER", "topic": dlq, "queueId": 0,
-        "queueOffset": 0, "maxMsgNums": 32, "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0,
-        "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
-    })
+    r = await peer.call(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "CID_KAIROS_DLQ_READER",
+            "topic": dlq,
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": PULL_SUBSCRIPTION,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     dead = decode_records(r.body)
     assert [m.body.decode() for m in dead] == ["dlq-me"]
@@ -221,9 +271,15 @@ async def test_alions_delay_push_retry_and_dlq(broker_factory: Any) -> None:
     # --- which requests ali-ons made, and on which port
     codes = {(listener, code) for listener, code in seen_requests}
     assert ("namesrv", RequestCode.GET_ROUTEINFO_BY_TOPIC) in codes
-    for code in (RequestCode.HEART_BEAT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                 RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_OFFSET,
-                 RequestCode.PULL_MESSAGE, RequestCode.UPDATE_CONSUMER_OFFSET,
-                 RequestCode.SEND_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK,
-                 RequestCode.UNREGISTER_CLIENT):
+    for code in (
+        RequestCode.HEART_BEAT,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.GET_MAX_OFFSET,
+        RequestCode.PULL_MESSAGE,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.UNREGISTER_CLIENT,
+    ):
         assert ("broker", code) in codes, (RequestCode(code).name, sorted(codes))

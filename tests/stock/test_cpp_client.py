@@ -57,16 +57,24 @@ SUCCEED_AT = 2
 def _skip_reason() -> str | None:
     machine, system = platform.machine(), platform.system()
     if (system, machine) != ("Linux", "x86_64"):
-        return (f"stock C++ client not run: {PACKAGE} bundles librocketmq.so for Linux x86_64 "
-                f"only, this is {system} {machine}")
+        return (
+            f"stock C++ client not run: {PACKAGE} bundles librocketmq.so for Linux x86_64 "
+            f"only, this is {system} {machine}"
+        )
     probe = subprocess.run(
         [sys.executable, "-c", "from rocketmq.client import Producer, PushConsumer"],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return (f"stock C++ client not run: `from rocketmq.client import Producer, "
-                f"PushConsumer` fails in {sys.executable} ({last}); install {PACKAGE} "
-                f"into that Python")
+        return (
+            f"stock C++ client not run: `from rocketmq.client import Producer, "
+            f"PushConsumer` fails in {sys.executable} ({last}); install {PACKAGE} "
+            f"into that Python"
+        )
     return None
 
 
@@ -78,10 +86,19 @@ def cpp_client() -> None:
 
 
 async def _create_topic(peer: RawPeer, topic: str) -> None:
-    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
-        "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false",
-    })
+    r = await peer.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "false",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
@@ -100,11 +117,21 @@ def _record_requests(broker: Any) -> list[tuple[str, int, int]]:
 
 
 async def _dlq(peer: RawPeer, group: str) -> list[Any]:
-    r = await peer.call(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "CID_KAIROS_DLQ_READER", "topic": f"%DLQ%{group}", "queueId": 0,
-        "queueOffset": 0, "maxMsgNums": 32, "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0,
-        "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
-    })
+    r = await peer.call(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "CID_KAIROS_DLQ_READER",
+            "topic": f"%DLQ%{group}",
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": PULL_SUBSCRIPTION,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+    )
     if r.code != ResponseCode.SUCCESS:
         return []
     return decode_records(r.body)
@@ -130,8 +157,7 @@ class _Driver:
                     raw = await self.proc.stdout.readline()
                     if not raw:
                         await self.proc.wait()
-                        raise AssertionError(f"driver ended before {event!r}\n"
-                                             f"{await self.diag()}")
+                        raise AssertionError(f"driver ended before {event!r}\n{await self.diag()}")
                     line = raw.decode(errors="replace").rstrip("\n")
                     self.lines.append(line)
                     # The driver's events are whole lines; anything else on stdout (the
@@ -148,25 +174,33 @@ class _Driver:
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
-            raise AssertionError(f"no {event!r} from the driver within {timeout}s\n"
-                                 f"{await self.diag()}") from None
+            raise AssertionError(
+                f"no {event!r} from the driver within {timeout}s\n{await self.diag()}"
+            ) from None
 
     async def diag(self) -> str:
-        deliveries = [(e["group"], e["body"], e["reconsumeTimes"]) for e in self.events
-                      if e["event"] in ("consumed", "attempt.failed")]
+        deliveries = [
+            (e["group"], e["body"], e["reconsumeTimes"])
+            for e in self.events
+            if e["event"] in ("consumed", "attempt.failed")
+        ]
         try:
             err = self.stderr_path.read_text(errors="replace")[-3000:]
         except OSError as exc:
             err = f"({exc})"
-        return (f"driver exit {self.proc.returncode} (client logs in "
-                f"{self.stderr_path.parent / 'cpp-home' / 'logs'})\n"
-                f"deliveries (group, body, reconsumeTimes): "
-                f"{deliveries}\nother stdout: {self.noise[-20:]}\nlast stdout:\n"
-                + "\n".join(self.lines)[-3000:] + f"\nstderr:\n{err}")
+        return (
+            f"driver exit {self.proc.returncode} (client logs in "
+            f"{self.stderr_path.parent / 'cpp-home' / 'logs'})\n"
+            f"deliveries (group, body, reconsumeTimes): "
+            f"{deliveries}\nother stdout: {self.noise[-20:]}\nlast stdout:\n"
+            + "\n".join(self.lines)[-3000:]
+            + f"\nstderr:\n{err}"
+        )
 
 
-async def test_cpp_client_delay_push_retry_and_dlq(cpp_client: None, broker_factory: Any,
-                                                   tmp_path: Path) -> None:
+async def test_cpp_client_delay_push_retry_and_dlq(
+    cpp_client: None, broker_factory: Any, tmp_path: Path
+) -> None:
     broker = await broker_factory(delay_levels=LEVELS)
     levels_ms = broker.config.delay_levels_ms
     seen_requests = _record_requests(broker)
@@ -177,18 +211,30 @@ async def test_cpp_client_delay_push_retry_and_dlq(cpp_client: None, broker_fact
     home = tmp_path / "cpp-home"  # librocketmq writes ~/logs/rocketmq-cpp: keep it here
     home.mkdir()
     cfg = {
-        "nameSrv": broker.namesrv_address, "delayTopic": DELAY_TOPIC,
-        "retryTopic": RETRY_TOPIC_NAME, "producerGroup": PRODUCER_GROUP, "okGroup": OK_GROUP,
-        "failGroup": FAIL_GROUP, "delayLevels": DELAY_LEVELS, "plainCount": PLAIN_COUNT,
-        "maxReconsumeTimes": CPP_MAX_RECONSUME, "succeedAt": SUCCEED_AT, "timeoutMs": 30_000,
+        "nameSrv": broker.namesrv_address,
+        "delayTopic": DELAY_TOPIC,
+        "retryTopic": RETRY_TOPIC_NAME,
+        "producerGroup": PRODUCER_GROUP,
+        "okGroup": OK_GROUP,
+        "failGroup": FAIL_GROUP,
+        "delayLevels": DELAY_LEVELS,
+        "plainCount": PLAIN_COUNT,
+        "maxReconsumeTimes": CPP_MAX_RECONSUME,
+        "succeedAt": SUCCEED_AT,
+        "timeoutMs": 30_000,
         "logDir": str(home / "logs"),
     }
     stderr_path = tmp_path / "driver.stderr"  # a file: a full pipe would block the driver
     with stderr_path.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(DRIVER), json.dumps(cfg), cwd=tmp_path,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=stderr, env={**os.environ, "HOME": str(home)},
+            sys.executable,
+            str(DRIVER),
+            json.dumps(cfg),
+            cwd=tmp_path,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "HOME": str(home)},
         )
     driver = _Driver(proc, stderr_path)
     try:
@@ -224,8 +270,10 @@ async def test_cpp_client_delay_push_retry_and_dlq(cpp_client: None, broker_fact
     # delayed ones not early (client clock and broker store times)
     ok = by_group[OK_GROUP]
     after_warm = [e["body"] for e in ok if not e["body"].startswith("warm-")]
-    expected = [*(f"delayed-level-{n}" for n in DELAY_LEVELS),
-                *(f"plain-{i}" for i in range(PLAIN_COUNT))]
+    expected = [
+        *(f"delayed-level-{n}" for n in DELAY_LEVELS),
+        *(f"plain-{i}" for i in range(PLAIN_COUNT)),
+    ]
     assert sorted(after_warm) == sorted(expected), diag
     by_body = {e["body"]: e for e in ok}
     for i in range(PLAIN_COUNT):
@@ -273,13 +321,23 @@ async def test_cpp_client_delay_push_retry_and_dlq(cpp_client: None, broker_fact
     await peer.close()
 
     # --- the C++ clients unregistered on shutdown; requests came from the C++ client
-    await wait_until(lambda: broker.clients.consumer_ids(OK_GROUP) == []
-                     and broker.clients.consumer_ids(FAIL_GROUP) == [], 5,
-                     what="C++ consumers unregistered")
+    await wait_until(
+        lambda: (
+            broker.clients.consumer_ids(OK_GROUP) == []
+            and broker.clients.consumer_ids(FAIL_GROUP) == []
+        ),
+        5,
+        what="C++ consumers unregistered",
+    )
     codes = {(listener, code) for listener, code, lang in seen_requests if lang == 1}  # CPP
     assert ("namesrv", RequestCode.GET_ROUTEINFO_BY_TOPIC) in codes, sorted(codes)
-    for code in (RequestCode.HEART_BEAT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                 RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.PULL_MESSAGE,
-                 RequestCode.SEND_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK,
-                 RequestCode.UNREGISTER_CLIENT):
+    for code in (
+        RequestCode.HEART_BEAT,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.PULL_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.UNREGISTER_CLIENT,
+    ):
         assert ("broker", code) in codes, (RequestCode(code).name, sorted(codes))

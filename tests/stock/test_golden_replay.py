@@ -86,7 +86,11 @@ def _decodes_as_documented(e: dict[str, Any], frame: bytes) -> None:
     assert len(cmds) == 1
     cmd, h = cmds[0], e["header"]
     assert (cmd.code, cmd.opaque, cmd.flag, cmd.version) == (
-        h["code"], h["opaque"], h["flag"], h["version"])
+        h["code"],
+        h["opaque"],
+        h["flag"],
+        h["version"],
+    )
     assert cmd.language is LanguageCode[h["language"]]
     assert cmd.ext_fields == expected_ext(h)
 
@@ -121,8 +125,7 @@ def _same_ext_keys(reply: Reply, mock_file: str) -> None:
 def _one_record(broker: Any, reply: Reply, topic: str) -> Any:
     assert reply.code == ResponseCode.SUCCESS, reply.header
     _same_ext_keys(reply, "reply-pull-found-to-11.hex")
-    assert set(reply.ext) == {"suggestWhichBrokerId", "nextBeginOffset", "minOffset",
-                              "maxOffset"}
+    assert set(reply.ext) == {"suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"}
     assert reply.ext["suggestWhichBrokerId"] == "0"
     (rec,) = parse_ipv4_records(reply.body)
     assert rec.magic == MESSAGE_MAGIC
@@ -136,10 +139,19 @@ def _one_record(broker: Any, reply: Reply, topic: str) -> Any:
 
 async def _create_topic(broker: Any, topic: str, queues: int = 4) -> None:
     peer = await RawPeer.connect(broker.address)
-    r = await peer.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
-        "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": 0, "order": "false"})
+    r = await peer.call(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": queues,
+            "writeQueueNums": queues,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "false",
+        },
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     await peer.close()
 
@@ -153,9 +165,11 @@ def test_every_captured_request_is_replayed_here() -> None:
         files = {e["file"] for e in index(client)}
         assert files, client
         assert all(f.startswith(("silent_", "flow-", "notfound-")) for f in files), files
-        codes_in_order = {int(line.split()[2]) for line in
-                          (FIXTURES / client / "flow-request-order.txt").read_text().splitlines()
-                          if line.strip()}
+        codes_in_order = {
+            int(line.split()[2])
+            for line in (FIXTURES / client / "flow-request-order.txt").read_text().splitlines()
+            if line.strip()
+        }
         flow_codes = {e["code"] for e in index(client) if e["file"].startswith("flow-")}
         assert codes_in_order == flow_codes, (client, codes_in_order ^ flow_codes)
 
@@ -190,16 +204,22 @@ async def test_captured_send_auto_creates_the_topic_through_tbw102(
     ns = await RawConn.connect(broker.namesrv_address)
     producer = await RawConn.connect(broker.address)
     assert broker.topics.get(TOPIC) is None
-    ((e, frame),) = [(e, f) for e, f in _frames(client, "flow-")
-                     if e["code"] in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)]
+    ((e, frame),) = [
+        (e, f)
+        for e, f in _frames(client, "flow-")
+        if e["code"] in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+    ]
     reply = await producer.call(frame)
     check_reply_envelope(reply, e["header"])
     assert reply.code == ResponseCode.SUCCESS, reply.header
     cfg = broker.topics.get(TOPIC)
     assert cfg is not None and cfg.write_queue_nums == 4  # min(d=4, default 4)
-    route_frame = next(f for e2, f in _frames(client, "flow-")
-                       if e2["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC
-                       and e2["header"]["extFields"]["topic"] == TOPIC)
+    route_frame = next(
+        f
+        for e2, f in _frames(client, "flow-")
+        if e2["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC
+        and e2["header"]["extFields"]["topic"] == TOPIC
+    )
     _route_ok(broker, await ns.call(route_frame), TOPIC)
     await ns.close()
     await producer.close()
@@ -237,8 +257,9 @@ class Flow:
             assert c.unsolicited == [] or all(r.header["flag"] & 2 for r in c.unsolicited)
             await c.close()
 
-    async def step(self, e: dict[str, Any], frame: bytes,
-                   notfound: dict[int, tuple[dict[str, Any], bytes]]) -> None:
+    async def step(
+        self, e: dict[str, Any], frame: bytes, notfound: dict[int, tuple[dict[str, Any], bytes]]
+    ) -> None:
         code, h = e["code"], e["header"]
         ext = h.get("extFields") or {}
         b = self.broker
@@ -279,7 +300,8 @@ class Flow:
             ids = json.loads(reply.body)["consumerIdList"]
             assert self.client_id in ids
             assert set(json.loads(reply.body)) == set(
-                json.loads(_mock("reply-consumer-list-to-38.hex")[1]))
+                json.loads(_mock("reply-consumer-list-to-38.hex")[1])
+            )
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
             reply = await self._consumer_call(frame, h)
             # Nothing stored yet and no committed offset: 22, as a RocketMQ broker answers...

@@ -49,9 +49,15 @@ from tests.helpers import (
 JARS = ROCKETMQ_JARS
 MQADMIN = Path(os.environ.get("KAIROS_MQADMIN") or ROCKETMQ_HOME / "mqadmin.sh")
 RPC_SOURCES = Path(__file__).parent / "java_rpc"
-_missing = ("javac is not on PATH" if shutil.which("javac") is None else
-            "java is not on PATH" if shutil.which("java") is None else
-            f"no RocketMQ 4.9.8 jars under {ROCKETMQ_HOME}/lib" if not JARS else None)
+_missing = (
+    "javac is not on PATH"
+    if shutil.which("javac") is None
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else f"no RocketMQ 4.9.8 jars under {ROCKETMQ_HOME}/lib"
+    if not JARS
+    else None
+)
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"stock Java clients: {_missing}")
 
 TRACE_CLIENT = r"""
@@ -114,15 +120,20 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = out / "src"
     src.mkdir()
     for f in RPC_SOURCES.glob("*.java"):
-        text = f.read_text().replace('"127.0.0.1:9876"',
-                                     'System.getProperty("rocketmq.namesrv.addr")')
+        text = f.read_text().replace(
+            '"127.0.0.1:9876"', 'System.getProperty("rocketmq.namesrv.addr")'
+        )
         (src / f.name).write_text(text)
     (src / "TraceClient.java").write_text(TRACE_CLIENT)
     (src / "ExitAfter.java").write_text(EXIT_AFTER)
     cp = ":".join(str(j) for j in JARS)
-    p = subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(out),
-                        *map(str, sorted(src.glob("*.java")))],
-                       capture_output=True, text=True, timeout=240, check=False)
+    p = subprocess.run(
+        ["javac", "-nowarn", "-cp", cp, "-d", str(out), *map(str, sorted(src.glob("*.java")))],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     return out
 
@@ -131,10 +142,20 @@ class Jvm:
     """One Java main class as a subprocess; its stdout lines collected as they come."""
 
     def __init__(self, classes: Path, home: Path, ns: str, main: str, *args: str) -> None:
-        self.argv = ["java", *SHORT_JVM, *jvm_flags(), "-Xmx256m", "-XX:+UseSerialGC",
-                     "-Drocketmq.client.logUseSlf4j=false", f"-Drocketmq.namesrv.addr={ns}",
-                     f"-Duser.home={home}", "-cp",
-                     ":".join([*map(str, JARS), str(classes)]), main, *args]
+        self.argv = [
+            "java",
+            *SHORT_JVM,
+            *jvm_flags(),
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Drocketmq.client.logUseSlf4j=false",
+            f"-Drocketmq.namesrv.addr={ns}",
+            f"-Duser.home={home}",
+            "-cp",
+            ":".join([*map(str, JARS), str(classes)]),
+            main,
+            *args,
+        ]
         self.home = home
         self.lines: list[str] = []
         self.err = b""
@@ -144,8 +165,11 @@ class Jvm:
     async def start(self) -> Jvm:
         self.home.mkdir(parents=True, exist_ok=True)
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "HOME": str(self.home), "ROCKETMQ_HOME": str(self.home)})
+            *self.argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "HOME": str(self.home), "ROCKETMQ_HOME": str(self.home)},
+        )
         self._reader = asyncio.ensure_future(self._read())
         return self
 
@@ -161,8 +185,9 @@ class Jvm:
         try:
             await wait_until(lambda: self.has(prefix), timeout)
         except (AssertionError, TimeoutError):
-            raise AssertionError(f"no line {prefix!r} within {timeout}s: {self.lines}\n"
-                                 f"{await self.stderr()}") from None
+            raise AssertionError(
+                f"no line {prefix!r} within {timeout}s: {self.lines}\n{await self.stderr()}"
+            ) from None
         line = self.has(prefix)
         assert line is not None
         return line
@@ -196,8 +221,9 @@ async def jvms() -> AsyncIterator[list[Jvm]]:
         await j.kill()
 
 
-async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
-                                  jvms: list[Jvm]) -> None:
+async def test_stock_rpc_examples(
+    broker: Broker, classes: Path, tmp_path: Path, jvms: list[Jvm]
+) -> None:
     """ResponseConsumer answers RequestProducer (sync), AsyncRequestProducer (callback) and
     the bundled Producer.request: each gets 'reply message contents.' from the reply topic;
     then RequestProducer gets its reply from a bundled PushConsumer using create_reply."""
@@ -221,12 +247,14 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
 
     asyn = await Jvm(classes, tmp_path / "areq", ns, pkg + "AsyncRequestProducer").start()
     jvms.append(asyn)
+
     # RocketMQ 4.9.8 (and 5.x) call the callback's onSuccess twice: with null when the
     # request's send is acknowledged (DefaultMQProducerImpl.request's SendCallback runs
     # executeRequestCallback), then with the reply when the broker pushes it
     # (two callback threads: the two lines may come in either order)
     def calls() -> list[str]:
         return [x for x in asyn.lines if x.startswith("request to <RequestTopic> cost:")]
+
     await wait_until(lambda: len(calls()) >= 2, 120)
     replies = [x for x in calls() if "DefaultCluster_REPLY_TOPIC" in x]
     nulls = [x for x in calls() if x.endswith("replyMessage: null")]
@@ -247,6 +275,7 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
     # the other pairing: the stock RequestProducer asks a bundled PushConsumer responder
     await responder.kill()
     async with Producer("PyResponderPG", ns) as replier:
+
         async def answer(msgs: list[MessageExt], _ctx: object) -> ConsumeStatus:
             for m in msgs:
                 if get_reply_to_client(m):
@@ -258,8 +287,9 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
         c.register_listener(answer)
         await c.start()
         try:
-            again = await Jvm(classes, tmp_path / "req2", ns, "ExitAfter",
-                              pkg + "RequestProducer").start()
+            again = await Jvm(
+                classes, tmp_path / "req2", ns, "ExitAfter", pkg + "RequestProducer"
+            ).start()
             jvms.append(again)
             assert await again.wait(120) == 0, (again.lines, await again.stderr())
             line = again.has("request to <RequestTopic> cost:")
@@ -270,7 +300,8 @@ async def test_stock_rpc_examples(broker: Broker, classes: Path, tmp_path: Path,
 
 
 async def test_stock_trace_client_and_mqadmin_query_msg_trace_by_id(
-        broker: Broker, classes: Path, tmp_path: Path, jvms: list[Jvm]) -> None:
+    broker: Broker, classes: Path, tmp_path: Path, jvms: list[Jvm]
+) -> None:
     """enableMsgTrace producer + consumer: their traces land in RMQ_SYS_TRACE_TOPIC and
     ``mqadmin queryMsgTraceById`` shows the Pub row (TracePG) and the Sub row (TraceCG)."""
     if not MQADMIN.is_file():  # noqa: ASYNC240 - a stat
@@ -290,10 +321,18 @@ async def test_stock_trace_client_and_mqadmin_query_msg_trace_by_id(
     for _ in range(3):  # the consume trace may still be on its way
         env = {**os.environ, "STORE_DIR": str(tmp_path / "mqadmin")}
         (tmp_path / "mqadmin").mkdir(exist_ok=True)
-        argv = await asyncio.to_thread(mqadmin_argv, "queryMsgTraceById", "-n", ns,
-                                       "-i", msg_id, user_home=tmp_path / "mqadmin")
+        argv = await asyncio.to_thread(
+            mqadmin_argv,
+            "queryMsgTraceById",
+            "-n",
+            ns,
+            "-i",
+            msg_id,
+            user_home=tmp_path / "mqadmin",
+        )
         p = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+        )
         raw, _ = await asyncio.wait_for(p.communicate(), 120)
         out = raw.decode(errors="replace")
         rows = _trace_rows(out)

@@ -43,8 +43,9 @@ def _port_with_free_vip() -> int:
         except OSError:
             continue
         return port
-    pytest.skip("VIP channel test not run: no free port pair P, P-2 (P > 1025) on 127.0.0.1 "
-                "in 100 tries")
+    pytest.skip(
+        "VIP channel test not run: no free port pair P, P-2 (P > 1025) on 127.0.0.1 in 100 tries"
+    )
 
 
 def _json_frame(header: bytes, body: bytes = b"") -> bytes:
@@ -54,8 +55,7 @@ def _json_frame(header: bytes, body: bytes = b"") -> bytes:
 # ---------------------------------------------------------------------- VIP channel
 
 
-async def test_vip_channel_answers_on_port_minus_two(broker_factory: Any,
-                                                     tmp_path: Path) -> None:
+async def test_vip_channel_answers_on_port_minus_two(broker_factory: Any, tmp_path: Path) -> None:
     port = _port_with_free_vip()
     b = await broker_factory(port=port, vip_channel=True, data_dir=tmp_path / "vip")
     assert b.port == port
@@ -74,8 +74,9 @@ async def test_vip_channel_answers_on_port_minus_two(broker_factory: Any,
     await main.close()
 
 
-async def test_vip_channel_off_leaves_port_minus_two_closed(broker_factory: Any,
-                                                            tmp_path: Path) -> None:
+async def test_vip_channel_off_leaves_port_minus_two_closed(
+    broker_factory: Any, tmp_path: Path
+) -> None:
     port = _port_with_free_vip()
     b = await broker_factory(port=port, vip_channel=False, data_dir=tmp_path / "novip")
     assert b.port == port
@@ -89,16 +90,42 @@ async def test_vip_channel_off_leaves_port_minus_two_closed(broker_factory: Any,
 async def test_cpp_style_v2_batch_with_json_quirks(broker: Any) -> None:
     """SEND_MESSAGE_V2 with m="1" (C++'s batch form), JSON numbers and strings mixed in
     extFields, a boolean, unknown keys, remark "", and a newline after the JSON."""
-    items = [BatchItem(b"first", 0, "KEYS\x01k1\x02TAGS\x01T\x02"),
-             BatchItem(b"second", 3, "KEYS\x01k2\x02TAGS\x01T\x02")]
-    header = json.dumps({
-        "code": 310, "extFields": {
-            "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "x=", "zzFuture": 1.5,
-            "a": "PG", "b": "BatchTopic", "c": "TBW102", "d": 4, "e": 0, "f": 0,
-            "g": "1795314786893", "h": 0, "i": "WAIT\x01true\x02", "j": "0", "k": False,
-            "l": 16, "m": "1"},
-        "flag": 0, "language": "CPP", "opaque": 7, "remark": "", "version": 333,
-    }).encode() + b"\n"
+    items = [
+        BatchItem(b"first", 0, "KEYS\x01k1\x02TAGS\x01T\x02"),
+        BatchItem(b"second", 3, "KEYS\x01k2\x02TAGS\x01T\x02"),
+    ]
+    header = (
+        json.dumps(
+            {
+                "code": 310,
+                "extFields": {
+                    "AccessKey": "",
+                    "OnsChannel": "ALIYUN",
+                    "Signature": "x=",
+                    "zzFuture": 1.5,
+                    "a": "PG",
+                    "b": "BatchTopic",
+                    "c": "TBW102",
+                    "d": 4,
+                    "e": 0,
+                    "f": 0,
+                    "g": "1795314786893",
+                    "h": 0,
+                    "i": "WAIT\x01true\x02",
+                    "j": "0",
+                    "k": False,
+                    "l": 16,
+                    "m": "1",
+                },
+                "flag": 0,
+                "language": "CPP",
+                "opaque": 7,
+                "remark": "",
+                "version": 333,
+            }
+        ).encode()
+        + b"\n"
+    )
     conn = await RawConn.connect(broker.address)
     reply = await conn.call(_json_frame(header, encode_batch(items)))
     check_reply_envelope(reply, {"opaque": 7})
@@ -107,8 +134,7 @@ async def test_cpp_style_v2_batch_with_json_quirks(broker: Any) -> None:
     await conn.close()
     peer = await RawPeer.connect(broker.address)
     recs = parse_ipv4_records((await pull(peer, "BatchTopic")).body)
-    assert [(r.body, r.properties["KEYS"]) for r in recs] == [(b"first", "k1"),
-                                                            (b"second", "k2")]
+    assert [(r.body, r.properties["KEYS"]) for r in recs] == [(b"first", "k1"), (b"second", "k2")]
     assert all("WAIT" not in r.properties for r in recs)
     await peer.close()
 
@@ -121,11 +147,26 @@ async def test_pull_without_subscription_uses_the_heartbeat_one(broker: Any) -> 
     filters with the heartbeat's, sent here the C++ way (ordinals, string subVersion).
     COMMIT_OFFSET in the same pull stores the consumer's offset."""
     peer = await RawPeer.connect(broker.address)
-    hb = {"clientID": "10.0.0.9@42#DEFAULT", "consumerDataSet": [{
-        "groupName": "CG_SUB", "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
-        "subscriptionDataSet": [{"topic": "SubTopic", "subString": "TagA",
-                                 "tagsSet": ["TagA"], "codeSet": [java_string_hash("TagA")],
-                                 "subVersion": "1795314782893"}]}]}
+    hb = {
+        "clientID": "10.0.0.9@42#DEFAULT",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_SUB",
+                "consumeType": 1,
+                "messageModel": 1,
+                "consumeFromWhere": 0,
+                "subscriptionDataSet": [
+                    {
+                        "topic": "SubTopic",
+                        "subString": "TagA",
+                        "tagsSet": ["TagA"],
+                        "codeSet": [java_string_hash("TagA")],
+                        "subVersion": "1795314782893",
+                    }
+                ],
+            }
+        ],
+    }
     r = await peer.call(RequestCode.HEART_BEAT, body=json.dumps(hb).encode() + b"\n")
     assert r.code == ResponseCode.SUCCESS, r.remark
     for tag in ("TagA", "TagB", "TagA"):
@@ -134,13 +175,24 @@ async def test_pull_without_subscription_uses_the_heartbeat_one(broker: Any) -> 
     assert r.code == ResponseCode.SUCCESS
     assert [m.body for m in parse_ipv4_records(r.body)] == [b"TagA", b"TagA"]
     # The request's own subscription wins when it sends one (C++/ali-ons).
-    r = await pull(peer, "SubTopic", group="CG_SUB", sys_flag=PULL_SUBSCRIPTION,
-                   subscription="TagB")
+    r = await pull(
+        peer, "SubTopic", group="CG_SUB", sys_flag=PULL_SUBSCRIPTION, subscription="TagB"
+    )
     assert [m.body for m in parse_ipv4_records(r.body)] == [b"TagB"]
-    r = await peer.call(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "CG_SUB", "topic": "SubTopic", "queueId": 0, "queueOffset": 3,
-        "maxMsgNums": 32, "sysFlag": PULL_COMMIT_OFFSET | PULL_SUSPEND, "commitOffset": 3,
-        "suspendTimeoutMillis": 50, "subVersion": 0})
+    r = await peer.call(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "CG_SUB",
+            "topic": "SubTopic",
+            "queueId": 0,
+            "queueOffset": 3,
+            "maxMsgNums": 32,
+            "sysFlag": PULL_COMMIT_OFFSET | PULL_SUSPEND,
+            "commitOffset": 3,
+            "suspendTimeoutMillis": 50,
+            "subVersion": 0,
+        },
+    )
     assert r.code == ResponseCode.PULL_NOT_FOUND
     assert broker.offsets.query("CG_SUB", "SubTopic", 0) == 3
     await peer.close()
@@ -153,8 +205,9 @@ async def test_transactional_half_message_is_stored_not_delivered(broker: Any) -
     """A half message (TRAN_MSG=true, sysFlag PREPARED) is stored in the half topic, not
     in its topic, until END_TRANSACTION commits it (tests/transaction/ covers the rest)."""
     peer = await RawPeer.connect(broker.address)
-    r = await send(peer, "TxTopic", b"half", {"TRAN_MSG": "true", "PGROUP": "PG",
-                                              "UNIQ_KEY": "U1"}, f=4)
+    r = await send(
+        peer, "TxTopic", b"half", {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U1"}, f=4
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert r.ext_fields["transactionId"] == "U1"
     assert broker.store.max_offset("TxTopic", 0) == 0

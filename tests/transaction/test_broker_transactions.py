@@ -62,8 +62,7 @@ async def test_commit_delivers_once_with_the_same_msg_id(broker: Any) -> None:
     assert rb.code == ResponseCode.SUCCESS and "ignored" in (rb.remark or "")
     assert [m.msg_id for m in await messages(peer, "TxB")] == ["UNIQ-B"]
     ops = stored(broker, OP)
-    assert [(m.tags, m.body, m.properties["KAIROS_TX_END"]) for m in ops] == [
-        ("d", b"0", "commit")]
+    assert [(m.tags, m.body, m.properties["KAIROS_TX_END"]) for m in ops] == [("d", b"0", "commit")]
     assert broker.transactions.pending == {}
     await peer.close()
 
@@ -128,10 +127,15 @@ async def test_check_back_then_commit_from_check(broker_factory: Any) -> None:
     m = decode_record(check.body)
     assert (m.topic, m.queue_id, m.body) == ("TxF", 0, b"checked")
     assert m.properties["PGROUP"] == "PG"
-    ext = {"producerGroup": "PG", "tranStateTableOffset": h.tran_state_table_offset,
-           "commitLogOffset": h.commit_log_offset, "commitOrRollback": 8,
-           "msgId": h.msg_id, "transactionId": h.transaction_id,
-           "fromTransactionCheck": "true"}
+    ext = {
+        "producerGroup": "PG",
+        "tranStateTableOffset": h.tran_state_table_offset,
+        "commitLogOffset": h.commit_log_offset,
+        "commitOrRollback": 8,
+        "msgId": h.msg_id,
+        "transactionId": h.transaction_id,
+        "fromTransactionCheck": "true",
+    }
     assert (await peer.call(RequestCode.END_TRANSACTION, ext)).code == ResponseCode.SUCCESS
     assert [x.msg_id for x in await messages(peer, "TxF")] == ["UNIQ-F"]
     assert broker.transactions.counters["checked"] >= 1
@@ -207,8 +211,9 @@ async def test_batch_with_tran_msg_is_refused(broker: Any) -> None:
     from kairosmq.protocol.properties import encode_properties
 
     peer = await RawPeer.connect(broker.address)
-    body = encode_batch([BatchItem(body=b"x", flag=0,
-                                   properties=encode_properties({"TRAN_MSG": "true"}))])
+    body = encode_batch(
+        [BatchItem(body=b"x", flag=0, properties=encode_properties({"TRAN_MSG": "true"}))]
+    )
     r = await send(peer, "TxK", body, m="true")
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "TRAN_MSG" in r.remark
     await peer.close()
@@ -227,8 +232,12 @@ async def test_kairosmq_admin_transactions(broker: Any) -> None:
 
     async def run(*argv: str) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()
-        code = await asyncio.to_thread(admin_cli.main, [
-            "--namesrv", broker.namesrv_address, "--timeout", "3", *argv], out=out, err=err)
+        code = await asyncio.to_thread(
+            admin_cli.main,
+            ["--namesrv", broker.namesrv_address, "--timeout", "3", *argv],
+            out=out,
+            err=err,
+        )
         return code, out.getvalue(), err.getvalue()
 
     code, out, err = await run("transactions")
@@ -283,10 +292,12 @@ async def test_malformed_end_transaction_headers_are_refused(broker: Any) -> Non
     peer = await RawPeer.connect(broker.address)
     r = await half(peer, "TxO", "UNIQ-O")
     good = end_ext(r, 8)
-    for change, fragment in ((("commitOrRollback", None), "commitOrRollback"),
-                             (("commitLogOffset", "-1"), "negative"),
-                             (("tranStateTableOffset", "x"), "tranStateTableOffset"),
-                             (("producerGroup", "bad/group"), "producerGroup")):
+    for change, fragment in (
+        (("commitOrRollback", None), "commitOrRollback"),
+        (("commitLogOffset", "-1"), "negative"),
+        (("tranStateTableOffset", "x"), "tranStateTableOffset"),
+        (("producerGroup", "bad/group"), "producerGroup"),
+    ):
         ext = {k: str(v) for k, v in good.items()}
         key, value = change
         if value is None:

@@ -29,8 +29,7 @@ async def delivered(broker: Any, topic: str) -> list[str]:
         await peer.close()
 
 
-@pytest.mark.parametrize(("state", "expect"), [(S.COMMIT_MESSAGE, ["c"]),
-                                                (S.ROLLBACK_MESSAGE, [])])
+@pytest.mark.parametrize(("state", "expect"), [(S.COMMIT_MESSAGE, ["c"]), (S.ROLLBACK_MESSAGE, [])])
 async def test_commit_and_rollback(broker: Any, state: S, expect: list[str]) -> None:
     seen: list[tuple[str, Any]] = []
 
@@ -38,8 +37,9 @@ async def test_commit_and_rollback(broker: Any, state: S, expect: list[str]) -> 
         seen.append((msg.body.decode(), arg))
         return state
 
-    async with TransactionProducer("TxPG", broker.namesrv_address,
-                                   execute_local_transaction=execute) as p:
+    async with TransactionProducer(
+        "TxPG", broker.namesrv_address, execute_local_transaction=execute
+    ) as p:
         r = await p.send_message_in_transaction(Message("TxCli", b"c"), arg=42)
     assert r.local_transaction_state is state and seen == [("c", 42)]
     assert r.transaction_id == r.send_result.msg_id
@@ -56,9 +56,12 @@ async def test_unknown_then_check_back_commits(broker_factory: Any) -> None:
         await asyncio.sleep(0)
         return S.COMMIT
 
-    async with TransactionProducer("TxPG2", broker.namesrv_address,
-                                   execute_local_transaction=lambda m, a: S.UNKNOWN,
-                                   check_local_transaction=check) as p:
+    async with TransactionProducer(
+        "TxPG2",
+        broker.namesrv_address,
+        execute_local_transaction=lambda m, a: S.UNKNOWN,
+        check_local_transaction=check,
+    ) as p:
         r = await p.send_message_in_transaction(Message("TxCli2", b"later", tags="t"))
         assert r.local_transaction_state is S.UNKNOW
         await wait_until(lambda: not broker.transactions.pending, 10)
@@ -67,34 +70,39 @@ async def test_unknown_then_check_back_commits(broker_factory: Any) -> None:
     assert await delivered(broker, "TxCli2") == ["later"]
 
 
-async def test_raising_callback_is_unknown_then_rolled_back_by_check(
-        broker_factory: Any) -> None:
+async def test_raising_callback_is_unknown_then_rolled_back_by_check(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
 
     def execute(msg: Message, arg: Any) -> S:
         raise RuntimeError("db down")
 
-    async with TransactionProducer("TxPG3", broker.namesrv_address,
-                                   execute_local_transaction=execute,
-                                   check_local_transaction=lambda m: S.ROLLBACK) as p:
+    async with TransactionProducer(
+        "TxPG3",
+        broker.namesrv_address,
+        execute_local_transaction=execute,
+        check_local_transaction=lambda m: S.ROLLBACK,
+    ) as p:
         r = await p.send_message_in_transaction(Message("TxCli3", b"x"))
         assert r.local_transaction_state is S.UNKNOW
         await wait_until(lambda: broker.transactions.counters["rolled_back"] == 1, 10)
     assert await delivered(broker, "TxCli3") == []
 
 
-async def test_producer_gone_then_a_new_one_of_the_group_is_checked(
-        broker_factory: Any) -> None:
+async def test_producer_gone_then_a_new_one_of_the_group_is_checked(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
-    async with TransactionProducer("TxPG4", broker.namesrv_address,
-                                   execute_local_transaction=lambda m, a: S.UNKNOW) as p:
+    async with TransactionProducer(
+        "TxPG4", broker.namesrv_address, execute_local_transaction=lambda m, a: S.UNKNOW
+    ) as p:
         await p.send_message_in_transaction(Message("TxCli4", b"orphan"))
     assert await stays_false(lambda: not broker.transactions.pending, 1.0)
     assert broker.transactions.counters["no_producer"] >= 1
     assert broker.transactions.counters["checked"] == 0
-    async with TransactionProducer("TxPG4", broker.namesrv_address,
-                                   execute_local_transaction=lambda m, a: S.COMMIT,
-                                   check_local_transaction=lambda m: S.COMMIT) as p2:
+    async with TransactionProducer(
+        "TxPG4",
+        broker.namesrv_address,
+        execute_local_transaction=lambda m, a: S.COMMIT,
+        check_local_transaction=lambda m: S.COMMIT,
+    ) as p2:
         await p2.send_message_in_transaction(Message("TxCli4", b"fresh"))  # registers
         await wait_until(lambda: not broker.transactions.pending, 10)
     assert sorted(await delivered(broker, "TxCli4")) == ["fresh", "orphan"]

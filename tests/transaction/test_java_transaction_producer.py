@@ -17,8 +17,10 @@ from tests.transaction.txpeer import FAST, messages
 from tests.wire import RawPeer
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(shutil.which("javac") is None or not JARS,
-                                reason="needs javac and the RocketMQ 4.9.8 jars (client inside)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("javac") is None or not JARS,
+    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+)
 
 STOCK_TX_JAVA = r"""
 import java.util.concurrent.*;
@@ -66,15 +68,18 @@ public class StockTx {
 
 
 async def test_stock_java_transaction_producer(
-        broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path) -> None:
+    broker_factory: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
     broker = await broker_factory(**FAST)
     cp = await compile_java(tmp_path, "StockTx", STOCK_TX_JAVA)
     proc = await spawn_java(cp, "StockTx", broker.namesrv_address, "JavaTx", home=tmp_path)
     lines, diag = await java_done(proc, 150)
     sent = {x.split()[1]: x.split()[2:] for x in lines if x.startswith("sent ")}
     assert {k: v[:2] for k, v in sent.items()} == {
-        "commit": ["SEND_OK", "COMMIT_MESSAGE"], "rollback": ["SEND_OK", "ROLLBACK_MESSAGE"],
-        "unknown": ["SEND_OK", "UNKNOW"]}, diag
+        "commit": ["SEND_OK", "COMMIT_MESSAGE"],
+        "rollback": ["SEND_OK", "ROLLBACK_MESSAGE"],
+        "unknown": ["SEND_OK", "UNKNOW"],
+    }, diag
     # the check carried the real topic and the transaction id (the UNIQ_KEY = msgId)
     [check] = [x.split()[1:] for x in lines if x.startswith("check ")]
     assert check == ["unknown", "JavaTx", sent["unknown"][2]], diag
@@ -85,7 +90,9 @@ async def test_stock_java_transaction_producer(
         for m in await messages(peer, "JavaTx", q):
             got[m.keys] = (m.msg_id, m.body)
     await peer.close()
-    assert got == {"commit": (sent["commit"][2], b"body-commit"),
-                   "unknown": (sent["unknown"][2], b"body-unknown")}, diag
+    assert got == {
+        "commit": (sent["commit"][2], b"body-commit"),
+        "unknown": (sent["unknown"][2], b"body-unknown"),
+    }, diag
     assert broker.transactions.counters["committed"] == 2
     assert broker.transactions.counters["rolled_back"] == 1

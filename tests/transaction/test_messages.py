@@ -27,20 +27,35 @@ def test_is_half_follows_rocketmq_send_processor() -> None:
 
 
 def test_half_transform_and_committed_copy_round_trip() -> None:
-    msg = MessageInner(topic="Orders", queue_id=3, body=b"b",
-                       properties={"TRAN_MSG": "true", "UNIQ_KEY": "U", "DELAY": "2",
-                                   "KEYS": "k"}, sys_flag=0x4 | 0x2)
+    msg = MessageInner(
+        topic="Orders",
+        queue_id=3,
+        body=b"b",
+        properties={"TRAN_MSG": "true", "UNIQ_KEY": "U", "DELAY": "2", "KEYS": "k"},
+        sys_flag=0x4 | 0x2,
+    )
     transform_half(msg, "PG")
     assert (msg.topic, msg.queue_id, msg.sys_flag) == (HALF_TOPIC, 0, 0x2)
     assert msg.properties["REAL_TOPIC"] == "Orders" and msg.properties["REAL_QID"] == "3"
     assert msg.properties["PGROUP"] == "PG" and msg.properties["DELAY"] == "2"
-    stored = MessageExt(topic=msg.topic, body=msg.body, queue_id=0, queue_offset=7,
-                        commit_log_offset=1234, sys_flag=msg.sys_flag,
-                        properties=dict(msg.properties))
+    stored = MessageExt(
+        topic=msg.topic,
+        body=msg.body,
+        queue_id=0,
+        queue_offset=7,
+        commit_log_offset=1234,
+        sys_flag=msg.sys_flag,
+        properties=dict(msg.properties),
+    )
     final = committed_message(stored, "Orders", 3)
     assert (final.topic, final.queue_id, final.sys_flag) == ("Orders", 3, 0x8 | 0x2)
-    assert final.properties == {"UNIQ_KEY": "U", "DELAY": "2", "KEYS": "k", "PGROUP": "PG",
-                                "KAIROS_TX_HALF": "7:1234"}
+    assert final.properties == {
+        "UNIQ_KEY": "U",
+        "DELAY": "2",
+        "KEYS": "k",
+        "PGROUP": "PG",
+        "KAIROS_TX_HALF": "7:1234",
+    }
     back = decode_record(check_body(stored))
     assert (back.topic, back.queue_id, back.commit_log_offset) == ("Orders", 3, 1234)
 

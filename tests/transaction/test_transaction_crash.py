@@ -39,8 +39,9 @@ TOPIC = "TxCrash"
 
 async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:
     rnd = random.Random(20261114)
-    proc = BrokerProcess(tmp_path / "data", "--transaction-timeout", "0.5",
-                         "--transaction-check-interval", "0.5")
+    proc = BrokerProcess(
+        tmp_path / "data", "--transaction-timeout", "0.5", "--transaction-check-interval", "0.5"
+    )
     await proc.start()
     answers: dict[str, Any] = {}
     committed: set[str] = set()
@@ -62,9 +63,15 @@ async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:
                     assert (await end(peer, r, 12)).code == ResponseCode.SUCCESS
                     rolled.add(key)
                 elif x < 0.75:
-                    peer.send_raw(encode_command(request(
-                        RequestCode.END_TRANSACTION,
-                        {k: str(v) for k, v in end_ext(r, 8).items()}, oneway=True)))
+                    peer.send_raw(
+                        encode_command(
+                            request(
+                                RequestCode.END_TRANSACTION,
+                                {k: str(v) for k, v in end_ext(r, 8).items()},
+                                oneway=True,
+                            )
+                        )
+                    )
                     doubt.add(key)
                 else:
                     open_.add(key)
@@ -96,8 +103,10 @@ async def test_transactions_exact_across_kill9(tmp_path: Path) -> None:
     assert all(n == 1 for n in counts.values()), [k for k, n in counts.items() if n > 1]
     assert not rolled & set(counts), "a rolled-back message was delivered"
     lost = expected - set(counts)
-    assert not lost, (f"lost: committed {sorted(lost & committed)} doubt "
-                      f"{sorted(lost & doubt)} open {sorted(lost & open_)}")
+    assert not lost, (
+        f"lost: committed {sorted(lost & committed)} doubt "
+        f"{sorted(lost & doubt)} open {sorted(lost & open_)}"
+    )
     assert not (committed | rolled) & set(checked), "an acked end was checked"
     assert open_ <= set(checked)
     assert committed and rolled and doubt and open_

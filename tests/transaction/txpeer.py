@@ -18,24 +18,28 @@ from tests.wire import RawPeer
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-FAST = {"transaction_timeout": 0.3, "transaction_check_interval": 0.3,
-        "transaction_check_max": 3}
+FAST = {"transaction_timeout": 0.3, "transaction_check_interval": 0.3, "transaction_check_max": 3}
 
 
-async def half(peer: RawPeer, topic: str, uniq: str, body: bytes = b"half",
-               **props: str) -> Any:
-    r = await send(peer, topic, body, {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": uniq,
-                                       **props}, f=4)
+async def half(peer: RawPeer, topic: str, uniq: str, body: bytes = b"half", **props: str) -> Any:
+    r = await send(
+        peer, topic, body, {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": uniq, **props}, f=4
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     return r
 
 
 def end_ext(r: Any, how: int, *, group: str = "PG", from_check: bool = False) -> dict:
     _ip, _port, phy = decode_offset_msg_id(r.ext_fields["msgId"])
-    return {"producerGroup": group, "tranStateTableOffset": r.ext_fields["queueOffset"],
-            "commitLogOffset": phy, "commitOrRollback": how, "msgId": r.ext_fields["msgId"],
-            "transactionId": r.ext_fields.get("transactionId", ""),
-            "fromTransactionCheck": "true" if from_check else "false"}
+    return {
+        "producerGroup": group,
+        "tranStateTableOffset": r.ext_fields["queueOffset"],
+        "commitLogOffset": phy,
+        "commitOrRollback": how,
+        "msgId": r.ext_fields["msgId"],
+        "transactionId": r.ext_fields.get("transactionId", ""),
+        "fromTransactionCheck": "true" if from_check else "false",
+    }
 
 
 async def end(peer: RawPeer, r: Any, how: int, **kw: Any) -> Any:
@@ -76,7 +80,19 @@ async def commit_every_check(producer: RawPeer, checked: list[str] | None = None
         h = CheckTransactionStateRequestHeader.from_ext_fields(check.ext_fields)
         if checked is not None:
             checked.append(decode_record(check.body).properties["UNIQ_KEY"])
-        producer.send_raw(encode_command(request(RequestCode.END_TRANSACTION, {
-            "producerGroup": "PG", "tranStateTableOffset": str(h.tran_state_table_offset),
-            "commitLogOffset": str(h.commit_log_offset), "commitOrRollback": "8",
-            "msgId": h.msg_id or "", "fromTransactionCheck": "true"}, oneway=True)))
+        producer.send_raw(
+            encode_command(
+                request(
+                    RequestCode.END_TRANSACTION,
+                    {
+                        "producerGroup": "PG",
+                        "tranStateTableOffset": str(h.tran_state_table_offset),
+                        "commitLogOffset": str(h.commit_log_offset),
+                        "commitOrRollback": "8",
+                        "msgId": h.msg_id or "",
+                        "fromTransactionCheck": "true",
+                    },
+                    oneway=True,
+                )
+            )
+        )

@@ -98,8 +98,10 @@ class _Rates:
 def _runtime(seconds: float) -> str:
     """StoreStatsService.getFormatRuntime."""
     s = int(seconds)
-    return (f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, "
-            f"{s % 60} seconds ]")
+    return (
+        f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, "
+        f"{s % 60} seconds ]"
+    )
 
 
 # BrokerConfig field -> RocketMQ's name for the same setting (value converted)
@@ -108,8 +110,7 @@ _RMQ_NAMES: dict[str, tuple[str, Any]] = {
     "cluster_name": ("brokerClusterName", str),
     "data_dir": ("storePathRootDir", lambda p: str(Path(p).resolve())),
     "commitlog_segment_size": ("mappedFileSizeCommitLog", str),
-    "consumequeue_units_per_file": ("mappedFileSizeConsumeQueue",
-                                    lambda n: str(n * UNIT_SIZE)),
+    "consumequeue_units_per_file": ("mappedFileSizeConsumeQueue", lambda n: str(n * UNIT_SIZE)),
     "flush_mode": ("flushDiskType", lambda m: str(getattr(m, "value", m))),
     "file_reserved_hours": ("fileReservedTime", lambda h: f"{h:g}"),
     "max_message_size": ("maxMessageSize", str),
@@ -135,10 +136,10 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def _connection(client_id: str, peer: str, version: int,
-                language: str = CLIENT_LANGUAGE) -> dict[str, Any]:
-    return {"clientAddr": peer, "clientId": client_id, "language": language,
-            "version": version}
+def _connection(
+    client_id: str, peer: str, version: int, language: str = CLIENT_LANGUAGE
+) -> dict[str, Any]:
+    return {"clientAddr": peer, "clientId": client_id, "language": language, "version": version}
 
 
 class AdminBrokerProcessor:
@@ -146,11 +147,20 @@ class AdminBrokerProcessor:
     GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and
     QUERY_TOPIC_CONSUME_BY_WHO."""
 
-    def __init__(self, *, reads: MessageStore, guard: WriteGuard, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                 schedule_progress: Callable[[], dict[int, int]], stats: BrokerStats,
-                 endpoints: Endpoints, uptime_ms: Callable[[], float],
-                 config: BrokerConfig) -> None:
+    def __init__(
+        self,
+        *,
+        reads: MessageStore,
+        guard: WriteGuard,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        schedule_progress: Callable[[], dict[int, int]],
+        stats: BrokerStats,
+        endpoints: Endpoints,
+        uptime_ms: Callable[[], float],
+        config: BrokerConfig,
+    ) -> None:
         self.reads = reads
         self.guard = guard
         self.topics = topics
@@ -186,19 +196,33 @@ class AdminBrokerProcessor:
                 except MessageDecodeError:
                     earliest = 0
         info: dict[str, Any] = {
-            "brokerVersionDesc": VERSION_DESC, "brokerVersion": BROKER_VERSION,
-            "bootTimestamp": now_ms - int(uptime_s * 1000), "runtime": _runtime(uptime_s),
-            "putTps": put_tps, "getTransferedTps": get_tps, "getFoundTps": get_tps,
-            "getTotalTps": get_tps, "getMissTps": "0.00 0.00 0.00",
-            "putMessageTimesTotal": max(put_total, 1), "putMessageFailedTimes": 0,
-            "msgPutTotalTodayNow": put_total, "msgGetTotalTodayNow": get_total,
-            "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
-            "msgPutTotalYesterdayMorning": 0, "msgGetTotalYesterdayMorning": 0,
-            "commitLogMinOffset": log_min, "commitLogMaxOffset": log_max,
-            "commitLogDiskRatio": ratio, f"commitLogDiskRatio_{data_dir}": ratio,
-            "consumeQueueDiskRatio": ratio, "earliestMessageTimeStamp": earliest,
-            "dispatchBehindBytes": 0, "pageCacheLockTimeMills": 0,
-            "startAcceptSendRequestTimeStamp": 0, "remainTransientStoreBufferNumbs": 0,
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": BROKER_VERSION,
+            "bootTimestamp": now_ms - int(uptime_s * 1000),
+            "runtime": _runtime(uptime_s),
+            "putTps": put_tps,
+            "getTransferedTps": get_tps,
+            "getFoundTps": get_tps,
+            "getTotalTps": get_tps,
+            "getMissTps": "0.00 0.00 0.00",
+            "putMessageTimesTotal": max(put_total, 1),
+            "putMessageFailedTimes": 0,
+            "msgPutTotalTodayNow": put_total,
+            "msgGetTotalTodayNow": get_total,
+            "msgPutTotalTodayMorning": 0,
+            "msgGetTotalTodayMorning": 0,
+            "msgPutTotalYesterdayMorning": 0,
+            "msgGetTotalYesterdayMorning": 0,
+            "commitLogMinOffset": log_min,
+            "commitLogMaxOffset": log_max,
+            "commitLogDiskRatio": ratio,
+            f"commitLogDiskRatio_{data_dir}": ratio,
+            "consumeQueueDiskRatio": ratio,
+            "earliestMessageTimeStamp": earliest,
+            "dispatchBehindBytes": 0,
+            "pageCacheLockTimeMills": 0,
+            "startAcceptSendRequestTimeStamp": 0,
+            "remainTransientStoreBufferNumbs": 0,
         }
         for pool in ("send", "pull", "query"):
             info[f"{pool}ThreadPoolQueueSize"] = 0
@@ -215,9 +239,14 @@ class AdminBrokerProcessor:
         """GET_BROKER_CONFIG's properties: RocketMQ names where the setting is RocketMQ's,
         kairosmq's own settings in camelCase (``maxPullHoldMs``, ``scheduleBatch``, ...)."""
         cfg, ep = self.config, self.endpoints
-        out = {"brokerId": "0", "brokerRole": "ASYNC_MASTER",
-               "brokerIP1": ep.advertised_host, "namesrvAddr": ep.namesrv_address,
-               "listenPort": str(ep.port), "namesrvPort": str(ep.namesrv_port)}
+        out = {
+            "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER",
+            "brokerIP1": ep.advertised_host,
+            "namesrvAddr": ep.namesrv_address,
+            "listenPort": str(ep.port),
+            "namesrvPort": str(ep.namesrv_port),
+        }
         for f in fields(cfg):
             if not f.init or f.name in ("port", "namesrv_port"):
                 continue
@@ -226,8 +255,11 @@ class AdminBrokerProcessor:
                 key, conv = _RMQ_NAMES[f.name]
                 out[key] = conv(value)
             else:
-                out[_camel(f.name)] = "" if value is None else (
-                    str(value).lower() if isinstance(value, bool) else str(value))
+                out[_camel(f.name)] = (
+                    ""
+                    if value is None
+                    else (str(value).lower() if isinstance(value, bool) else str(value))
+                )
         return out
 
     def handle_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -244,43 +276,58 @@ class AdminBrokerProcessor:
             lo = max(0, self.reads.min_offset(h.topic, qid))
             hi = max(0, self.reads.max_offset(h.topic, qid))
             ts = (self.reads.store_time_at(h.topic, qid, hi - 1) or 0) if hi > 0 else 0
-            entries.append((MessageQueueData(h.topic, name, qid),
-                            {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo}))
+            entries.append(
+                (
+                    MessageQueueData(h.topic, name, qid),
+                    {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo},
+                )
+            )
         return cmd.response(body=encode_mq_table("offsetTable", entries))
 
-    def handle_consumer_connections(self, conn: Connection,
-                                    cmd: RemotingCommand) -> RemotingCommand:
+    def handle_consumer_connections(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         h = ConsumerGroupRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_group(h.consumer_group, "consumerGroup")
         info = self.clients.consumers.get(h.consumer_group)
         if info is None or not info.clients:
-            return cmd.error(ResponseCode.CONSUMER_NOT_ONLINE,
-                             f"the consumer group[{h.consumer_group}] not online")
-        conns = [_connection(c.client_id, c.conn.peer, c.version, c.language)
-                 for c in info.clients.values()]
-        body = encode_consumer_connection(conns, list(info.subscriptions.values()),
-                                          info.consume_type, info.message_model,
-                                          info.consume_from_where)
+            return cmd.error(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{h.consumer_group}] not online",
+            )
+        conns = [
+            _connection(c.client_id, c.conn.peer, c.version, c.language)
+            for c in info.clients.values()
+        ]
+        body = encode_consumer_connection(
+            conns,
+            list(info.subscriptions.values()),
+            info.consume_type,
+            info.message_model,
+            info.consume_from_where,
+        )
         return cmd.response(body=body)
 
-    def handle_producer_connections(self, conn: Connection,
-                                    cmd: RemotingCommand) -> RemotingCommand:
+    def handle_producer_connections(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         group = GetProducerConnectionListRequestHeader.from_ext_fields(
-            cmd.ext_fields).producer_group
+            cmd.ext_fields
+        ).producer_group
         ingress.check_group(group, "producerGroup")
         clients = self.clients.producers.get(group) or {}
         if not clients:
             return cmd.error(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-        conns = [_connection(c.client_id, c.conn.peer, c.version, c.language)
-                 for c in clients.values()]
+        conns = [
+            _connection(c.client_id, c.conn.peer, c.version, c.language) for c in clients.values()
+        ]
         return cmd.response(body=orjson.dumps({"connectionSet": conns}))
 
     def handle_consume_by_who(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Groups subscribed to the topic or holding offsets on it (RocketMQ GroupList)."""
         h = TopicRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_known_topic(self.topics, h.topic)
-        groups = {g for g, info in self.clients.consumers.items()
-                  if h.topic in info.subscriptions}
+        groups = {g for g, info in self.clients.consumers.items() if h.topic in info.subscriptions}
         groups.update(g for g, table in self.offsets.table.items() if h.topic in table)
         retry_group = group_of_retry_topic(h.topic)
         if retry_group:

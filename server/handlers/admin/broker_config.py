@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 class BrokerConfigProcessor:
     """UPDATE_BROKER_CONFIG (25): the settable subset (server/tables/settings.py)."""
 
-    def __init__(self, *, settings: BrokerSettings, known: Callable[[], set[str]],
-                 log: Any) -> None:
+    def __init__(
+        self, *, settings: BrokerSettings, known: Callable[[], set[str]], log: Any
+    ) -> None:
         self.settings = settings
         self.known = known  # the names GET_BROKER_CONFIG shows (fixed ones: NO_PERMISSION)
         self.log = log
@@ -41,14 +42,17 @@ class BrokerConfigProcessor:
             props = string_to_properties(cmd.body.decode())
             self.settings.apply(props, self.known())
         except UnicodeDecodeError as err:
-            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
-                                   f"string2Properties error: {err}") from None
+            raise ingress.Rejected(
+                ResponseCode.SYSTEM_ERROR, f"string2Properties error: {err}"
+            ) from None
         except PermissionError as err:
-            raise ingress.Rejected(ResponseCode.NO_PERMISSION,
-                                   f"Can not update config: {err}") from None
+            raise ingress.Rejected(
+                ResponseCode.NO_PERMISSION, f"Can not update config: {err}"
+            ) from None
         except ValueError as err:
-            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
-                                   f"Can not update config: {err}") from None
+            raise ingress.Rejected(
+                ResponseCode.SYSTEM_ERROR, f"Can not update config: {err}"
+            ) from None
         self.log.info("broker.config_updated", keys=",".join(sorted(props)), peer=conn.peer)
         return self._persisted(cmd)
 

@@ -50,18 +50,35 @@ if TYPE_CHECKING:
 def encode_reset_body(offsets: list[tuple[MessageQueueData, int]], for_c: bool = False) -> bytes:
     """``ResetOffsetBody`` (fastjson map keyed by MessageQueue) or ``ResetOffsetBodyForC``."""
     if for_c:
-        return orjson.dumps({"offsetTable": [
-            {"brokerName": mq.broker_name, "offset": off, "queueId": mq.queue_id,
-             "topic": mq.topic} for mq, off in offsets]})
+        return orjson.dumps(
+            {
+                "offsetTable": [
+                    {
+                        "brokerName": mq.broker_name,
+                        "offset": off,
+                        "queueId": mq.queue_id,
+                        "topic": mq.topic,
+                    }
+                    for mq, off in offsets
+                ]
+            }
+        )
     return b'{"offsetTable":' + encode_mq_map(offsets) + b"}"  # type: ignore[arg-type]
 
 
 class ConsumerCallbackProcessor:
     """307 and 222: requests answered with the help of the group's online consumers."""
 
-    def __init__(self, *, clients: ClientRegistry, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, reads: MessageStore, broker_name: str,
-                 log: Any) -> None:
+    def __init__(
+        self,
+        *,
+        clients: ClientRegistry,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        reads: MessageStore,
+        broker_name: str,
+        log: Any,
+    ) -> None:
         self.clients = clients
         self.topics = topics
         self.offsets = offsets
@@ -77,30 +94,44 @@ class ConsumerCallbackProcessor:
         info = self.clients.consumers.get(h.consumer_group)
         client = info.clients.get(h.client_id) if info is not None else None
         if client is None:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"The Consumer <{h.consumer_group}> <{h.client_id}> not online")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{h.consumer_group}> <{h.client_id}> not online",
+            )
         return self._relay(cmd, client.conn, h.consumer_group, h.client_id)
 
-    async def _relay(self, cmd: RemotingCommand, target: Any, group: str,
-                     client_id: str) -> RemotingCommand:
+    async def _relay(
+        self, cmd: RemotingCommand, target: Any, group: str, client_id: str
+    ) -> RemotingCommand:
         try:
-            resp = await client_calls.call_client(target, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                                                  cmd.ext_fields, cmd.body)
+            resp = await client_calls.call_client(
+                target, RequestCode.GET_CONSUMER_RUNNING_INFO, cmd.ext_fields, cmd.body
+            )
         except TimeoutError:
             self._failed(client_id, group, "timeout")
-            return cmd.error(ResponseCode.CONSUME_MSG_TIMEOUT,
-                             f"consumer <{group}> <{client_id}> Timeout: no answer in "
-                             f"{client_calls.CALL_TIMEOUT:g}s")
+            return cmd.error(
+                ResponseCode.CONSUME_MSG_TIMEOUT,
+                f"consumer <{group}> <{client_id}> Timeout: no answer in "
+                f"{client_calls.CALL_TIMEOUT:g}s",
+            )
         except ConnectionError as err:
             self._failed(client_id, group, str(err))
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"invoke consumer <{group}> <{client_id}> Exception: {err}")
-        return cmd.response(resp.code, remark=resp.remark, ext_fields=dict(resp.ext_fields),
-                            body=resp.body)
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{group}> <{client_id}> Exception: {err}",
+            )
+        return cmd.response(
+            resp.code, remark=resp.remark, ext_fields=dict(resp.ext_fields), body=resp.body
+        )
 
     def _failed(self, client_id: str, group: str, error: str) -> None:
-        self.log.warning("client.call_failed", client_id=client_id, group=group,
-                         request_code=int(RequestCode.GET_CONSUMER_RUNNING_INFO), error=error)
+        self.log.warning(
+            "client.call_failed",
+            client_id=client_id,
+            group=group,
+            request_code=int(RequestCode.GET_CONSUMER_RUNNING_INFO),
+            error=error,
+        )
 
     # ------------------------------------------------------------ 222
 
@@ -109,29 +140,44 @@ class ConsumerCallbackProcessor:
         ingress.check_group(h.group, "group")
         cfg = ingress.check_known_topic(self.topics, h.topic)
         if cfg is None:
-            return cmd.error(ResponseCode.SYSTEM_ERROR, "[reset-offset] reset offset failed, no "
-                             f"topic in this broker. topic={h.topic}")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}",
+            )
         table: list[tuple[MessageQueueData, int]] = []
         for qid in range(cfg.write_queue_nums):
             committed = self.offsets.query(h.group, h.topic, qid)
             if committed is None:
-                return cmd.error(ResponseCode.SYSTEM_ERROR,
-                                 f"THe consumer group <{h.group}> not exist")
+                return cmd.error(
+                    ResponseCode.SYSTEM_ERROR, f"THe consumer group <{h.group}> not exist"
+                )
             target = self._offset_at(h.topic, qid, h.timestamp)
-            table.append((MessageQueueData(h.topic, self.broker_name, qid),
-                          target if h.is_force or target < committed else committed))
+            table.append(
+                (
+                    MessageQueueData(h.topic, self.broker_name, qid),
+                    target if h.is_force or target < committed else committed,
+                )
+            )
         info = self.clients.consumers.get(h.group)
         if info is None or not info.clients:
-            return cmd.error(ResponseCode.CONSUMER_NOT_ONLINE,
-                             f"Consumer not online, so can not reset offset, Group: {h.group} "
-                             f"Topic: {h.topic} Timestamp: {h.timestamp}")
+            return cmd.error(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {h.group} "
+                f"Topic: {h.topic} Timestamp: {h.timestamp}",
+            )
         body = encode_reset_body(table, for_c=cmd.language == LanguageCode.CPP)
         ext = h.to_ext_fields()  # relayed as RESET_CONSUMER_CLIENT_OFFSET (Broker2Client)
         for client in info.clients.values():
-            client_calls.notify_client(client.conn, RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                                       ext, body)
-        self.log.info("offset.reset", group=h.group, topic=h.topic, reset_ts=h.timestamp,
-                      clients=len(info.clients))
+            client_calls.notify_client(
+                client.conn, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body
+            )
+        self.log.info(
+            "offset.reset",
+            group=h.group,
+            topic=h.topic,
+            reset_ts=h.timestamp,
+            clients=len(info.clients),
+        )
         return cmd.response(body=encode_reset_body(table))
 
     def _offset_at(self, topic: str, qid: int, timestamp: int) -> int:

@@ -46,10 +46,15 @@ if TYPE_CHECKING:
 MAX_CQ_UNITS = 1000  # units one QUERY_CONSUME_QUEUE answers at most
 
 
-def consume_stats_entries(reads: MessageStore, topics: TopicConfigManager,
-                          offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                          broker_name: str, group: str, topic: str | None) -> list[
-        tuple[MessageQueueData, dict[str, Any]]]:
+def consume_stats_entries(
+    reads: MessageStore,
+    topics: TopicConfigManager,
+    offsets: ConsumerOffsetManager,
+    clients: ClientRegistry,
+    broker_name: str,
+    group: str,
+    topic: str | None,
+) -> list[tuple[MessageQueueData, dict[str, Any]]]:
     """Per queue of each topic the group has offsets on (or ``topic``): the queue's max
     offset, the group's committed offset (0 when none) and the store time of the last
     consumed message (0 when none)."""
@@ -72,18 +77,29 @@ def consume_stats_entries(reads: MessageStore, topics: TopicConfigManager,
             committed = offsets.query(group, t, qid)
             off = committed if committed is not None and committed > 0 else 0
             ts = (reads.store_time_at(t, qid, off - 1) or 0) if off > 0 else 0
-            entries.append((MessageQueueData(t, broker_name, qid),
-                            {"brokerOffset": hi, "consumerOffset": off, "lastTimestamp": ts}))
+            entries.append(
+                (
+                    MessageQueueData(t, broker_name, qid),
+                    {"brokerOffset": hi, "consumerOffset": off, "lastTimestamp": ts},
+                )
+            )
     return entries
 
 
 class ConsumerAdminProcessor:
     """GET_CONSUME_STATS, GET_BROKER_CONSUME_STATS and QUERY_CONSUME_QUEUE."""
 
-    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                 endpoints: Endpoints, broker_name: str,
-                 consume_tps: Callable[[str, str], float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reads: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        endpoints: Endpoints,
+        broker_name: str,
+        consume_tps: Callable[[str, str], float] | None = None,
+    ) -> None:
         self.consume_tps = consume_tps  # MQADMIN: (group, topic) -> msgs/s (observe/stats_items.py)
         self.reads = reads
         self.topics = topics
@@ -92,18 +108,21 @@ class ConsumerAdminProcessor:
         self.endpoints = endpoints
         self.broker_name = broker_name
 
-    def consume_stats(self, group: str, topic: str | None,
-                      tps_topics: Iterable[str] | None = None) -> tuple[bytes, int]:
+    def consume_stats(
+        self, group: str, topic: str | None, tps_topics: Iterable[str] | None = None
+    ) -> tuple[bytes, int]:
         """RocketMQ's ``ConsumeStats`` of ``group`` on ``topic`` (None: every topic it has
         offsets on or subscribes to) and its diff (max offsets minus consumer offsets).
         ``consumeTps`` sums the group's rate on ``tps_topics`` (default: the topics of the
         queues shown)."""
-        entries = consume_stats_entries(self.reads, self.topics, self.offsets, self.clients,
-                                        self.broker_name, group, topic)
+        entries = consume_stats_entries(
+            self.reads, self.topics, self.offsets, self.clients, self.broker_name, group, topic
+        )
         if tps_topics is None:
             tps_topics = {mq.topic for mq, _ in entries}
-        tps = 0.0 if self.consume_tps is None else sum(
-            self.consume_tps(group, t) for t in tps_topics)
+        tps = (
+            0.0 if self.consume_tps is None else sum(self.consume_tps(group, t) for t in tps_topics)
+        )
         diff = sum(v["brokerOffset"] - v["consumerOffset"] for _, v in entries)
         return encode_mq_table("offsetTable", entries, {"consumeTps": tps}), diff
 
@@ -114,8 +133,9 @@ class ConsumerAdminProcessor:
             ingress.check_known_topic(self.topics, h.topic)
         return cmd.response(body=self.consume_stats(h.consumer_group, h.topic)[0])
 
-    def handle_broker_consume_stats(self, conn: Connection,
-                                    cmd: RemotingCommand) -> RemotingCommand:
+    def handle_broker_consume_stats(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         """Every group with offsets or online clients: one ConsumeStats per topic it has
         offsets on (``isOrder=true``: order topics only), and the broker's total diff."""
         only_order = GetConsumeStatsInBrokerHeader.from_ext_fields(cmd.ext_fields).is_order
@@ -132,13 +152,18 @@ class ConsumerAdminProcessor:
                 total += diff
                 stats.append(body)
             per_group.append(b"{" + orjson.dumps(group) + b":[" + b",".join(stats) + b"]}")
-        body = (b'{"brokerAddr":' + orjson.dumps(self.endpoints.address)
-                + b',"consumeStatsList":[' + b",".join(per_group) + b'],"totalDiff":'
-                + str(total).encode() + b"}")
+        body = (
+            b'{"brokerAddr":'
+            + orjson.dumps(self.endpoints.address)
+            + b',"consumeStatsList":['
+            + b",".join(per_group)
+            + b'],"totalDiff":'
+            + str(total).encode()
+            + b"}"
+        )
         return cmd.response(body=body)
 
-    def handle_query_consume_queue(self, conn: Connection,
-                                   cmd: RemotingCommand) -> RemotingCommand:
+    def handle_query_consume_queue(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryConsumeQueueRequestHeader.from_ext_fields(cmd.ext_fields)
         ingress.check_queue(self.topics, h.topic, h.queue_id)
         ingress.check_offset(h.index, "index")
@@ -158,10 +183,10 @@ class ConsumerAdminProcessor:
             unit = cq.get(index)
             if unit is None:
                 break
-            units.append({"physicOffset": unit[0], "physicSize": unit[1],
-                          "tagsCode": unit[2], "eval": False})
+            units.append(
+                {"physicOffset": unit[0], "physicSize": unit[1], "tagsCode": unit[2], "eval": False}
+            )
         if not units and not cq.min_offset <= h.index < cq.max_offset:
-            return cmd.response(
-                remark=f"Index {h.index} of {h.queue_id}@{h.topic} is not exist!")
+            return cmd.response(remark=f"Index {h.index} of {h.queue_id}@{h.topic} is not exist!")
         body["queueData"] = units
         return cmd.response(body=orjson.dumps(body))

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 class SubscriptionGroupProcessor:
     """200, 201 and 207 over the subscription-group table."""
 
-    def __init__(self, *, subscriptions: SubscriptionGroupManager,
-                 offsets: ConsumerOffsetManager, log: Any) -> None:
+    def __init__(
+        self, *, subscriptions: SubscriptionGroupManager, offsets: ConsumerOffsetManager, log: Any
+    ) -> None:
         self.subscriptions = subscriptions
         self.offsets = offsets
         self.log = log
@@ -48,14 +49,17 @@ class SubscriptionGroupProcessor:
     def handle_update_subscription_group(self, conn: Connection, cmd: RemotingCommand) -> Any:
         try:
             data = orjson.loads(cmd.body)
-            base = self.subscriptions.get(data.get("groupName")) if isinstance(
-                data, dict) and isinstance(data.get("groupName"), str) else None
-            cfg = SubscriptionGroupConfig.from_json(
-                data, base or self.subscriptions.new_config(""))
+            base = (
+                self.subscriptions.get(data.get("groupName"))
+                if isinstance(data, dict) and isinstance(data.get("groupName"), str)
+                else None
+            )
+            cfg = SubscriptionGroupConfig.from_json(data, base or self.subscriptions.new_config(""))
             self.subscriptions.update(cfg)
         except (orjson.JSONDecodeError, ValueError) as err:
-            raise ingress.Rejected(ResponseCode.SYSTEM_ERROR,
-                                   f"bad subscription group config: {err}") from None
+            raise ingress.Rejected(
+                ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {err}"
+            ) from None
         return self._persisted(cmd)
 
     async def _persisted(self, cmd: RemotingCommand) -> RemotingCommand:
@@ -70,7 +74,8 @@ class SubscriptionGroupProcessor:
             self.offsets.remove_group(h.group_name)
         return self._persisted(cmd) if deleted else cmd.response()
 
-    async def handle_all_subscription_groups(self, conn: Connection,
-                                             cmd: RemotingCommand) -> RemotingCommand:
+    async def handle_all_subscription_groups(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         # encoded in parts between other requests (a large table: table_file.collect)
         return cmd.response(body=await collect(self.subscriptions.json_parts()))

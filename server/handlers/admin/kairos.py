@@ -59,8 +59,9 @@ def _json(cmd: RemotingCommand, data: Any) -> RemotingCommand:
     return cmd.response(body=orjson.dumps(data))
 
 
-def known_groups(offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                 topics: TopicConfigManager) -> set[str]:
+def known_groups(
+    offsets: ConsumerOffsetManager, clients: ClientRegistry, topics: TopicConfigManager
+) -> set[str]:
     """Groups with offsets, online clients, or a retry/DLQ topic."""
     groups = set(offsets.table) | set(clients.consumers)
     for topic in topics.topics:
@@ -83,12 +84,21 @@ class KairosAdminProcessor:
     """KAIROS_GET_CONSUMER_GROUPS, KAIROS_GET_CONSUMER_LAG, KAIROS_GET_SCHEDULE_BACKLOG,
     KAIROS_RESEND_DLQ and KAIROS_GET_BROKER_STATUS."""
 
-    def __init__(self, *, reads: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, clients: ClientRegistry,
-                 backlog: Callable[[], dict[int, tuple[int, int | None]]], stats: BrokerStats,
-                 put: Callable[[MessageInner, MessageKind], PutResult],
-                 status: Callable[[], dict[str, Any]], config: BrokerConfig, log: Any,
-                 clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        reads: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        backlog: Callable[[], dict[int, tuple[int, int | None]]],
+        stats: BrokerStats,
+        put: Callable[[MessageInner, MessageKind], PutResult],
+        status: Callable[[], dict[str, Any]],
+        config: BrokerConfig,
+        log: Any,
+        clock_ms: Callable[[], int],
+    ) -> None:
         self.reads = reads
         self.topics = topics
         self.offsets = offsets
@@ -107,8 +117,7 @@ class KairosAdminProcessor:
         info = self.clients.consumers.get(group)
         if info is not None:
             topics.update(info.subscriptions)
-        topics.update(t for t in (retry_topic(group), dlq_topic(group))
-                      if t in self.topics.topics)
+        topics.update(t for t in (retry_topic(group), dlq_topic(group)) if t in self.topics.topics)
         rows: list[dict[str, Any]] = []
         for topic in sorted(topics):
             cfg = self.topics.get(topic)
@@ -119,9 +128,16 @@ class KairosAdminProcessor:
                 lo, hi = self.reads.min_offset(topic, qid), self.reads.max_offset(topic, qid)
                 committed = self.offsets.query(group, topic, qid)
                 start = lo if committed is None or committed < 0 else max(committed, lo)
-                rows.append({"topic": topic, "queueId": qid, "brokerOffset": hi,
-                             "minOffset": lo, "consumerOffset": committed,
-                             "lag": max(0, hi - start)})
+                rows.append(
+                    {
+                        "topic": topic,
+                        "queueId": qid,
+                        "brokerOffset": hi,
+                        "minOffset": lo,
+                        "consumerOffset": committed,
+                        "lag": max(0, hi - start),
+                    }
+                )
         return rows
 
     def _known_groups(self) -> set[str]:
@@ -133,14 +149,16 @@ class KairosAdminProcessor:
             info = self.clients.consumers.get(group)
             rows = self._lag_rows(group)
             dlq = dlq_topic(group)
-            out.append({
-                "group": group,
-                "online": len(info.clients) if info else 0,
-                "messageModel": info.message_model if info else None,
-                "subscriptions": sorted(info.subscriptions) if info else [],
-                "lag": sum(r["lag"] for r in rows if r["topic"] != dlq),
-                "dlq": sum(r["lag"] for r in rows if r["topic"] == dlq),
-            })
+            out.append(
+                {
+                    "group": group,
+                    "online": len(info.clients) if info else 0,
+                    "messageModel": info.message_model if info else None,
+                    "subscriptions": sorted(info.subscriptions) if info else [],
+                    "lag": sum(r["lag"] for r in rows if r["topic"] != dlq),
+                    "dlq": sum(r["lag"] for r in rows if r["topic"] == dlq),
+                }
+            )
         return _json(cmd, {"groups": out})
 
     def handle_consumer_lag(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -148,23 +166,34 @@ class KairosAdminProcessor:
         ingress.check_group(h.consumer_group, "consumerGroup")
         g = h.consumer_group
         if g not in self._known_groups():
-            return cmd.error(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                             f"consumer group {g} has no offsets, clients or retry/DLQ topics")
+            return cmd.error(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"consumer group {g} has no offsets, clients or retry/DLQ topics",
+            )
         rows = self._lag_rows(g)
-        return _json(cmd, {"group": g, "queues": rows, "lag": sum(
-            r["lag"] for r in rows if r["topic"] != dlq_topic(g))})
+        return _json(
+            cmd,
+            {
+                "group": g,
+                "queues": rows,
+                "lag": sum(r["lag"] for r in rows if r["topic"] != dlq_topic(g)),
+            },
+        )
 
-    def handle_schedule_backlog(self, conn: Connection,
-                                cmd: RemotingCommand) -> RemotingCommand:
+    def handle_schedule_backlog(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         stats = self.stats
         levels = []
         for level, (pending, due) in sorted(self.backlog().items()):
-            levels.append({
-                "level": level, "delayMs": self.config.delay_levels_ms[level - 1],
-                "pending": pending, "nextDueMs": due,
-                "scheduled": stats.scheduled.get(level, 0),
-                "delivered": stats.lateness[level].total if level in stats.lateness else 0,
-            })
+            levels.append(
+                {
+                    "level": level,
+                    "delayMs": self.config.delay_levels_ms[level - 1],
+                    "pending": pending,
+                    "nextDueMs": due,
+                    "scheduled": stats.scheduled.get(level, 0),
+                    "delivered": stats.lateness[level].total if level in stats.lateness else 0,
+                }
+            )
         return _json(cmd, {"nowMs": self.clock_ms(), "levels": levels})
 
     def handle_resend_dlq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -183,8 +212,7 @@ class KairosAdminProcessor:
             if cq is None:
                 continue
             committed = self.offsets.query(group, dlq, qid)
-            off = max(committed if committed is not None and committed >= 0 else 0,
-                      cq.min_offset)
+            off = max(committed if committed is not None and committed >= 0 else 0, cq.min_offset)
             while off < cq.max_offset and len(resent) < budget and error is None:
                 outcome = self._resend_one(group, cq.get(off), h.to_retry_topic, resent)
                 if isinstance(outcome, _Stop):
@@ -192,16 +220,33 @@ class KairosAdminProcessor:
                     break
                 if outcome is not None:  # never resendable: pass over it, say why
                     skipped.append(outcome)
-                    self.log.warning("message.resend_skipped", group=group,
-                                     msg_id=outcome["msgId"], reason=outcome["reason"])
+                    self.log.warning(
+                        "message.resend_skipped",
+                        group=group,
+                        msg_id=outcome["msgId"],
+                        reason=outcome["reason"],
+                    )
                 off += 1
                 self.offsets.commit(group, dlq, qid, off)
         remaining = sum(r["lag"] for r in self._lag_rows(group) if r["topic"] == dlq)
-        return _json(cmd, {"group": group, "resent": resent, "skipped": skipped,
-                           "remaining": remaining, "error": error})
+        return _json(
+            cmd,
+            {
+                "group": group,
+                "resent": resent,
+                "skipped": skipped,
+                "remaining": remaining,
+                "error": error,
+            },
+        )
 
-    def _resend_one(self, group: str, unit: tuple[int, int, int] | None, to_retry: bool,
-                    resent: list[dict[str, Any]]) -> _Stop | dict[str, Any] | None:
+    def _resend_one(
+        self,
+        group: str,
+        unit: tuple[int, int, int] | None,
+        to_retry: bool,
+        resent: list[dict[str, Any]],
+    ) -> _Stop | dict[str, Any] | None:
         """Re-put one dead letter. None: resent (or its record is gone); a dict: skipped for
         good (msgId, offset, reason); ``_Stop``: failed now, stop the request here."""
         if unit is None:
@@ -228,14 +273,26 @@ class KairosAdminProcessor:
             if maybe is None:
                 return _Stop(f"original topic {target} of {m.msg_id} no longer exists")
             tcfg = maybe
-        msg = requeue(m, target, m.commit_log_offset % max(1, tcfg.write_queue_nums),
-                      reconsume_times=0, drop=() if to_retry else (RETRY_TOPIC,))
+        msg = requeue(
+            m,
+            target,
+            m.commit_log_offset % max(1, tcfg.write_queue_nums),
+            reconsume_times=0,
+            drop=() if to_retry else (RETRY_TOPIC,),
+        )
         result = self.put(msg, MessageKind.NORMAL)  # requeue dropped DELAY: stored as is
         if result.status is not PutStatus.PUT_OK:
-            return _Stop(f"storing {m.msg_id} in {target} failed: "
-                         f"{result.remark or result.status.value}")
-        resent.append({"msgId": m.msg_id, "topic": target, "queueId": msg.queue_id,
-                       "queueOffset": result.queue_offset})
+            return _Stop(
+                f"storing {m.msg_id} in {target} failed: {result.remark or result.status.value}"
+            )
+        resent.append(
+            {
+                "msgId": m.msg_id,
+                "topic": target,
+                "queueId": msg.queue_id,
+                "queueOffset": result.queue_offset,
+            }
+        )
         return None
 
     def handle_broker_status(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

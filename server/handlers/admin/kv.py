@@ -72,9 +72,10 @@ class KvConfig:
 
     def size(self) -> int:
         """Bytes of every namespace, key and value (UTF-8)."""
-        return sum(len(ns.encode()) + sum(len(k.encode()) + len(v.encode())
-                                          for k, v in kv.items())
-                   for ns, kv in self.table.items())
+        return sum(
+            len(ns.encode()) + sum(len(k.encode()) + len(v.encode()) for k, v in kv.items())
+            for ns, kv in self.table.items()
+        )
 
     async def persist(self) -> None:
         generation = self._file.snapshot_id()
@@ -115,19 +116,25 @@ class KvConfigProcessor:
         if cmd.code == RequestCode.GET_KV_CONFIG:
             value = space.get(h.key)
             if value is None:
-                return cmd.error(ResponseCode.QUERY_NOT_FOUND,
-                                 f"No config item, Namespace: {h.namespace} Key: {h.key}")
+                return cmd.error(
+                    ResponseCode.QUERY_NOT_FOUND,
+                    f"No config item, Namespace: {h.namespace} Key: {h.key}",
+                )
             return cmd.response(ext_fields=KvConfigResponseHeader(value).to_ext_fields())
         if cmd.code == RequestCode.PUT_KV_CONFIG:
             assert h.value is not None
             old = space.get(h.key)
-            grown = len(h.value.encode()) + (len(h.key.encode()) + (
-                0 if space else len(h.namespace.encode())) if old is None
-                else -len(old.encode()))
+            grown = len(h.value.encode()) + (
+                len(h.key.encode()) + (0 if space else len(h.namespace.encode()))
+                if old is None
+                else -len(old.encode())
+            )
             if grown > 0 and kv.size() + grown > MAX_TABLE_BYTES:
-                return cmd.error(ResponseCode.SYSTEM_ERROR,
-                                 f"the KV config would hold {kv.size() + grown} bytes, more "
-                                 f"than {MAX_TABLE_BYTES} (MAX_TABLE_BYTES)")
+                return cmd.error(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the KV config would hold {kv.size() + grown} bytes, more "
+                    f"than {MAX_TABLE_BYTES} (MAX_TABLE_BYTES)",
+                )
             kv.table.setdefault(h.namespace, {})[h.key] = h.value
             event = "kvconfig.updated"
         else:
@@ -151,6 +158,7 @@ class KvConfigProcessor:
         await self.kv.ready()
         space = self.kv.table.get(namespace)
         if not space:
-            return cmd.error(ResponseCode.QUERY_NOT_FOUND,
-                             f"No config item, Namespace: {namespace}")
+            return cmd.error(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            )
         return cmd.response(body=encode_kv_table(space))

@@ -55,8 +55,10 @@ class QueryMessageProcessor:
         ingress.check_offset(h.offset, "offset")
         record = self.reads.read_record(h.offset)  # checked: size cap, magic, CRC, start
         if not isinstance(record, bytes):
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"no message at commit-log offset {h.offset}: {record.value}")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR,
+                f"no message at commit-log offset {h.offset}: {record.value}",
+            )
         return cmd.response(body=record)
 
     def handle_query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -74,17 +76,23 @@ class QueryMessageProcessor:
                 m = decode_record(record)
             except MessageDecodeError:
                 continue
-            if (m.commit_log_offset == phy and _matches(m, kind, h.key)
-                    and (not h.topic or m.topic == h.topic)
-                    and h.begin_timestamp <= m.store_timestamp <= end_ts):
+            if (
+                m.commit_log_offset == phy
+                and _matches(m, kind, h.key)
+                and (not h.topic or m.topic == h.topic)
+                and h.begin_timestamp <= m.store_timestamp <= end_ts
+            ):
                 found.append(record)
                 if len(found) >= want:
                     break
         if not found:
             what = "msgId" if kind == KIND_UNIQ else "key"
-            return cmd.error(ResponseCode.QUERY_NOT_FOUND, f"no message with {what} {h.key!r}"
-                             + (f" in topic {h.topic}" if h.topic else ""))
+            return cmd.error(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"no message with {what} {h.key!r}" + (f" in topic {h.topic}" if h.topic else ""),
+            )
         header = QueryMessageResponseHeader(
             index_last_update_timestamp=int(time.time() * 1000),
-            index_last_update_phyoffset=self.index.end_phy)
+            index_last_update_phyoffset=self.index.end_phy,
+        )
         return cmd.response(ext_fields=header.to_ext_fields(), body=b"".join(found))

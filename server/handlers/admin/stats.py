@@ -33,6 +33,7 @@ class BrokerStatsProcessor:
         h = ViewBrokerStatsDataRequestHeader.from_ext_fields(cmd.ext_fields)
         snap = self.stats_manager.snapshot(h.stats_name, h.stats_key)
         if snap is None:
-            return cmd.error(ResponseCode.SYSTEM_ERROR,
-                             f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
+            return cmd.error(
+                ResponseCode.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist"
+            )
         return cmd.response(body=orjson.dumps(snap))

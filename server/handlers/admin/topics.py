@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from ...tables.offsets import ConsumerOffsetManager
     from ...tables.topics import TopicConfigManager
 
+
 class TopicAdminProcessor:
     """UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER and GET_ALL_TOPIC_CONFIG."""
 
-    def __init__(self, *, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 log: Any) -> None:
+    def __init__(
+        self, *, topics: TopicConfigManager, offsets: ConsumerOffsetManager, log: Any
+    ) -> None:
         self.topics = topics
         self.offsets = offsets
         self.log = log
@@ -56,9 +58,11 @@ class TopicAdminProcessor:
         self.log.info("topic.deleted", topic=h.topic)
         return cmd.response()
 
-    async def handle_all_topic_config(self, conn: Connection,
-                                      cmd: RemotingCommand) -> RemotingCommand:
+    async def handle_all_topic_config(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
         # encoded in parts between other requests (100k topics: ~10 MB of JSON)
-        parts = encode_parts(b'{"topicConfigTable":{', list(self.topics.topics.items()),
-                             b"}}", mapping=True)
+        parts = encode_parts(
+            b'{"topicConfigTable":{', list(self.topics.topics.items()), b"}}", mapping=True
+        )
         return cmd.response(body=await collect(parts))

@@ -47,8 +47,9 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def transform_delayed(msg: MessageInner, level: int, levels_ms: tuple[int, ...],
-                      now_ms: int, *, round_up_ms: int = 0) -> int:
+def transform_delayed(
+    msg: MessageInner, level: int, levels_ms: tuple[int, ...], now_ms: int, *, round_up_ms: int = 0
+) -> int:
     """Divert ``msg`` into the schedule topic in place; return the (clamped) level.
 
     The due time is ``now_ms + delay + round_up_ms``. The broker passes ``round_up_ms=1``

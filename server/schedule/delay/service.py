@@ -81,8 +81,9 @@ class ScheduleService:
         self.tasks: list[asyncio.Task[None]] = []
         self.log = get_logger("schedule")
         # the re-puts (reput.py): in flight (level, offset); undo: (level, previous progress)
-        self.reputs: Reputs[tuple[int, int]] = Reputs(store, restore_delayed_view,
-                                                      put_patched=put_patched)
+        self.reputs: Reputs[tuple[int, int]] = Reputs(
+            store, restore_delayed_view, put_patched=put_patched
+        )
         self.skipped = 0
         self._cap: dict[int, int] = {}  # level -> capped due ms (clock stepped back)
         self._wakers: dict[int, PreciseWaker] = {}  # level -> its task's timerfd
@@ -111,8 +112,12 @@ class ScheduleService:
             return
         parsed = self._parse_origin(origin, req.replay)
         if isinstance(parsed, str):
-            self.log.warning("schedule.origin_ignored", phy_offset=req.phy_offset,
-                             origin=origin[:64], reason=parsed)
+            self.log.warning(
+                "schedule.origin_ignored",
+                phy_offset=req.phy_offset,
+                origin=origin[:64],
+                reason=parsed,
+            )
             return
         level, off = parsed
         prev = self.progress[level]
@@ -164,8 +169,9 @@ class ScheduleService:
 
     # ------------------------------------------------------------- tasks
 
-    def start(self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
-              ) -> None:
+    def start(
+        self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
+    ) -> None:
         """Start one task per level; ``spawn(name, factory)`` (the broker's supervisor)
         runs each under supervision: restarted with backoff if it raises."""
         loop = asyncio.get_running_loop()
@@ -233,8 +239,13 @@ class ScheduleService:
         cap = self._cap.get(level)
         if cap is None:
             cap = self._cap[level] = limit
-            self.log.warning("schedule.due_capped", delay_level=level, queue_offset=off,
-                             deliver_ts=due, capped_ts=cap)
+            self.log.warning(
+                "schedule.due_capped",
+                delay_level=level,
+                queue_offset=off,
+                deliver_ts=due,
+                capped_ts=cap,
+            )
         return min(due, cap)
 
     def _skip(self, level: int, off: int, phy: int, reason: str) -> None:
@@ -242,8 +253,13 @@ class ScheduleService:
         self.skipped += 1
         if self.progress[level] <= off:
             self.progress[level] = off + 1
-        self.log.error("schedule.record_skipped", delay_level=level, queue_offset=off,
-                       phy_offset=phy, reason=reason)
+        self.log.error(
+            "schedule.record_skipped",
+            delay_level=level,
+            queue_offset=off,
+            phy_offset=phy,
+            reason=reason,
+        )
 
     def _drain(self, level: int, cq: Any) -> bool:
         """Re-put up to ``batch`` due messages; False if a re-put failed (retry later)."""

@@ -97,7 +97,7 @@ class TimerBuckets:
                 try:
                     view = memoryview(data)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                 finally:
                     os.close(fd)
             sync_filesystem(self.directory)  # file data, new files and directory entries
@@ -107,7 +107,7 @@ class TimerBuckets:
                     if cur is None or not cur.startswith(data):
                         continue
                     if len(cur) > len(data):
-                        self._in_flight[bucket] = cur[len(data):]
+                        self._in_flight[bucket] = cur[len(data) :]
                     else:
                         del self._in_flight[bucket]
 
@@ -126,8 +126,9 @@ class TimerBuckets:
             return b""
         return data[: len(data) - len(data) % ENTRY.size]  # a torn tail entry is dropped
 
-    def load(self, bucket: int, pending: bytes = b"",
-             after: tuple[int, int] = (0, -1)) -> list[tuple[int, int, int]]:
+    def load(
+        self, bucket: int, pending: bytes = b"", after: tuple[int, int] = (0, -1)
+    ) -> list[tuple[int, int, int]]:
         """Live timers of ``bucket`` later than ``after`` (a fired cursor) as
         ``(due_ms, phy_offset, size)``, unordered; blocking (file read) — call in a thread
         with ``pending`` taken on the loop first."""

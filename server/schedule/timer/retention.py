@@ -27,8 +27,13 @@ from .topic import TIMER_QUEUE
 class RetentionWalk:
     """Where retention must stop for the timers still pending."""
 
-    def __init__(self, store: MessageStore, cursor: Callable[[], tuple[int, int]],
-                 buckets: TimerBuckets, run_blocking: Callable[..., Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        cursor: Callable[[], tuple[int, int]],
+        buckets: TimerBuckets,
+        run_blocking: Callable[..., Awaitable[Any]],
+    ) -> None:
         self.store = store
         self.cursor = cursor  # the timer service's fired cursor
         self.buckets = buckets
@@ -45,8 +50,9 @@ class RetentionWalk:
         below = self.buckets.bucket_of(due) - 1
         gone = await self.run_blocking(self.buckets.delete_below, below)
         if gone:
-            self.log.info("timer.buckets_deleted", count=gone,
-                          before_ts=below * self.buckets.bucket_ms)
+            self.log.info(
+                "timer.buckets_deleted", count=gone, before_ts=below * self.buckets.bucket_ms
+            )
         return gone
 
     def floor(self, scan: int = 100_000) -> int | None:

@@ -73,13 +73,20 @@ class TimerService:
 
     name = "timer"
 
-    def __init__(self, store: MessageStore, buckets: TimerBuckets, *,
-                 on_fired: Callable[[Target, PutResult, int], None] | None = None,
-                 level_recalls: LevelRecalls | None = None,
-                 clock_ms: Callable[[], int] | None = None, batch: int = 256,
-                 lookahead_ms: int = 2_000, max_loaded: int = 400_000,
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None,
-                 put_patched: PutPatched | None = None) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        buckets: TimerBuckets,
+        *,
+        on_fired: Callable[[Target, PutResult, int], None] | None = None,
+        level_recalls: LevelRecalls | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        batch: int = 256,
+        lookahead_ms: int = 2_000,
+        max_loaded: int = 400_000,
+        run_blocking: Callable[..., Awaitable[Any]] | None = None,
+        put_patched: PutPatched | None = None,
+    ) -> None:
         self.store = store
         self.buckets = buckets
         self.on_fired = on_fired  # DeliveryLog.timer_fired: stats, timer.fired
@@ -95,7 +102,8 @@ class TimerService:
         # the re-puts (reput.py): in flight (due, phy); undo: (previous cursor, the entry
         # to re-arm) per fired copy not yet written
         self.reputs: Reputs[tuple[tuple[int, int], Entry]] = Reputs(
-            store, restore_timer_view, put_patched=put_patched)
+            store, restore_timer_view, put_patched=put_patched
+        )
         self.skipped = 0
         self.window = TimerWindow()  # the loaded buckets' timers
         self._cancelled: set[int] = set()  # recalled phys inside the loaded window
@@ -103,8 +111,9 @@ class TimerService:
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
         self._loaded_through = -1
-        self.retention = RetentionWalk(store, lambda: self.cursor, buckets,
-                                       lambda *a: self.run_blocking(*a))
+        self.retention = RetentionWalk(
+            store, lambda: self.cursor, buckets, lambda *a: self.run_blocking(*a)
+        )
         self._loading: int | None = None
         self._loading_min: int | None = None  # the loading bucket's earliest known due
         self._loading_extra: list[Entry] = []
@@ -123,8 +132,11 @@ class TimerService:
     def restore(self, state: Any) -> None:
         if isinstance(state, dict):
             cur = state.get("cursor")
-            if (isinstance(cur, list) and len(cur) == 2
-                    and all(isinstance(v, int) and 0 <= v < 1 << 63 for v in cur)):
+            if (
+                isinstance(cur, list)
+                and len(cur) == 2
+                and all(isinstance(v, int) and 0 <= v < 1 << 63 for v in cur)
+            ):
                 self.cursor = (cur[0], cur[1])
             self.level_recalls.restore(state.get("level_recalls"))
 
@@ -142,8 +154,11 @@ class TimerService:
         """The earliest pending due ms (the head of the loaded window; for a bucket being
         loaded or not loaded yet, the earliest due added to it since the start, else its
         start), or None."""
-        found = [d for d in (self.window.next_live(self.cursor, self._cancelled),
-                             self._loading_min) if d is not None]
+        found = [
+            d
+            for d in (self.window.next_live(self.cursor, self._cancelled), self._loading_min)
+            if d is not None
+        ]
         found += [e[0] for e in self._loading_extra]
         if self._future:  # not loaded yet (the task loads it next)
             first = self._future[0]
@@ -161,8 +176,11 @@ class TimerService:
                 if due is not None:
                     self._add((due, req.phy_offset, req.size))
                 else:
-                    self.log.error("timer.record_skipped", phy_offset=req.phy_offset,
-                                   reason=f"{TIMER_OUT_MS}={raw[:40]!r} is not a due time")
+                    self.log.error(
+                        "timer.record_skipped",
+                        phy_offset=req.phy_offset,
+                        reason=f"{TIMER_OUT_MS}={raw[:40]!r} is not a due time",
+                    )
             elif req.queue_id == RECALL_QUEUE:
                 target = parse_pair(props.get(RECALL_TARGET, ""))
                 if target is None:
@@ -177,8 +195,7 @@ class TimerService:
             return
         pair = parse_pair(origin)
         if pair is None or (not req.replay and not self.reputs.made(pair)):
-            self.log.warning("timer.origin_ignored", phy_offset=req.phy_offset,
-                             origin=origin[:64])
+            self.log.warning("timer.origin_ignored", phy_offset=req.phy_offset, origin=origin[:64])
             return
         if pair > self.cursor:
             prev = self.cursor
@@ -234,7 +251,7 @@ class TimerService:
         if bucket > self._loaded_through and bucket != self._loading:
             pending = self.buckets.pending_bytes(bucket)
             live = await self.run_blocking(self.buckets.load, bucket, pending)
-            more = self.buckets.pending_bytes(bucket)[len(pending):]
+            more = self.buckets.pending_bytes(bucket)[len(pending) :]
             if not any(e[1] == phy for e in live) or cancels(more, phy):
                 return RecallOutcome.ALREADY_RECALLED
         if self.is_fired(due, phy):  # it may have fired while the bucket was read
@@ -250,8 +267,9 @@ class TimerService:
 
     # ------------------------------------------------------------- task
 
-    def start(self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
-              ) -> None:
+    def start(
+        self, spawn: Callable[[str, Callable[[Any], Any]], asyncio.Task[None]] | None = None
+    ) -> None:
         first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else 0
         self._known = {b for b in self.buckets.buckets() if b >= first}
         self._future = sorted(self._known)
@@ -325,12 +343,15 @@ class TimerService:
         if self._loader is not None:
             return self._loader
         if self._future and (
-                not self.window
-                or (self._future[0] * self.buckets.bucket_ms
-                    <= self.clock_ms() + self.lookahead_ms
-                    and self.pending_in_memory < self.max_loaded)):
+            not self.window
+            or (
+                self._future[0] * self.buckets.bucket_ms <= self.clock_ms() + self.lookahead_ms
+                and self.pending_in_memory < self.max_loaded
+            )
+        ):
             self._loader = asyncio.get_running_loop().create_task(
-                self._load_next(), name="timer-load")
+                self._load_next(), name="timer-load"
+            )
         return self._loader
 
     async def _load_next(self) -> None:
@@ -342,8 +363,13 @@ class TimerService:
             pending = self.buckets.pending_bytes(bucket)
             # fired ones are dropped in the thread (the cursor only grows meanwhile, and
             # ``_fire`` skips anything at or below it anyway); paced unless due soon
-            parts = await self.run_blocking(self._load_sliced, bucket, pending, self.cursor,
-                                            bucket * self.buckets.bucket_ms - PACE_UNTIL_MS)
+            parts = await self.run_blocking(
+                self._load_sliced,
+                bucket,
+                pending,
+                self.cursor,
+                bucket * self.buckets.bucket_ms - PACE_UNTIL_MS,
+            )
         except BaseException:
             heapq.heappush(self._future, bucket)
             self._known.add(bucket)
@@ -358,8 +384,9 @@ class TimerService:
         self._loaded_through = bucket
         self.window.add_slices(parts)
 
-    def _load_sliced(self, bucket: int, pending: bytes, after: tuple[int, int],
-                     pace_until: int) -> list[Slice]:
+    def _load_sliced(
+        self, bucket: int, pending: bytes, after: tuple[int, int], pace_until: int
+    ) -> list[Slice]:
         """In the load thread: the bucket's live entries after ``after``, sliced; while
         the clock is before ``pace_until`` (ms) it sleeps twice the CPU time of each step,
         so the load takes at most a third of a core from the loop."""
@@ -375,16 +402,16 @@ class TimerService:
         """Fire up to ``batch`` due timers; False if a re-put failed (retry later)."""
         fired = 0
         while fired < self.batch:
-            due_now = self.window.take_due(now, self.batch - fired, self.cursor,
-                                           self._cancelled)
+            due_now = self.window.take_due(now, self.batch - fired, self.cursor, self._cancelled)
             if not due_now:
                 break
             # the entries' sizes come from the records' own dispatch (0 after a rollback):
             # one read for neighbouring records (they were sent together), plus their
             # PHYSICALOFFSET field, not the full checked read
             sized = [(phy, size) for _due, phy, size in due_now if size > 0]
-            recs = dict(zip((phy for phy, _ in sized),
-                            self.store.commitlog.read_many(sized), strict=False))
+            recs = dict(
+                zip((phy for phy, _ in sized), self.store.commitlog.read_many(sized), strict=False)
+            )
             for i, (due, phy, size) in enumerate(due_now):
                 if (due, phy) <= self.cursor:  # a duplicate entry of one just fired
                     continue

@@ -31,8 +31,11 @@ Entry = tuple[int, int, int]  # (due_ms, phy_offset, size)
 Slice = list[Entry]  # sorted by (due, phy)
 
 
-def slice_live(parts: Iterable[bytes], after: tuple[int, int] = (0, -1),
-               pace: Callable[[float], None] | None = None) -> list[Slice]:
+def slice_live(
+    parts: Iterable[bytes],
+    after: tuple[int, int] = (0, -1),
+    pace: Callable[[float], None] | None = None,
+) -> list[Slice]:
     """Bucket entry bytes (``ENTRY`` records, file then buffered) as sorted ``SLICE_MS``
     slices of the live timers later than ``after`` (a fired cursor): duplicates dropped,
     recalled (``KIND_CANCEL``) ones dropped. One pass, in the load thread.
@@ -125,8 +128,9 @@ class TimerWindow:
             wake = at if wake is None else min(wake, at)
         return wake
 
-    def take_due(self, now: int, limit: int, cursor: tuple[int, int],
-                 cancelled: set[int]) -> list[Entry]:
+    def take_due(
+        self, now: int, limit: int, cursor: tuple[int, int], cancelled: set[int]
+    ) -> list[Entry]:
         """Pop up to ``limit`` due entries in ``(due, phy)`` order, dropping those at or
         below ``cursor`` (fired) and recalled ones (their marks are discarded)."""
         out: list[Entry] = []
@@ -141,10 +145,20 @@ class TimerWindow:
 
     def next_live(self, cursor: tuple[int, int], cancelled: set[int]) -> int | None:
         """The earliest due ms of an entry neither fired nor recalled, or None."""
-        found = [due for due, phy, _size in heapq.nsmallest(64, self.heap)
-                 if (due, phy) > cursor and phy not in cancelled][:1]
-        first = next((due for part in self.slices for due, phy, _size in part
-                      if (due, phy) > cursor and phy not in cancelled), None)
+        found = [
+            due
+            for due, phy, _size in heapq.nsmallest(64, self.heap)
+            if (due, phy) > cursor and phy not in cancelled
+        ][:1]
+        first = next(
+            (
+                due
+                for part in self.slices
+                for due, phy, _size in part
+                if (due, phy) > cursor and phy not in cancelled
+            ),
+            None,
+        )
         if first is not None:
             found.append(first)
         return min(found) if found else None

@@ -49,9 +49,14 @@ class Services:
     def guarded(self, handler: Handler) -> Handler:
         return guarded(after_topic_write(self.topics, handler), self.stats, self.log)
 
-    def store_message(self, topic: str, body: bytes, queue_id: int = 0,
-                      props: dict[str, str] | None = None,
-                      kind: MessageKind = MessageKind.NORMAL) -> PutResult:
+    def store_message(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        props: dict[str, str] | None = None,
+        kind: MessageKind = MessageKind.NORMAL,
+    ) -> PutResult:
         """Store one message through the put path (needs a running loop)."""
         if self.topics.get(topic) is None:
             self.topics.create(topic, 4)
@@ -68,7 +73,7 @@ class Services:
         out, at = [], 0
         body = b"".join(res.chunks)
         for unit in res.units:
-            out.append(decode_record(body[at:at + unit[1]]))
+            out.append(decode_record(body[at : at + unit[1]]))
             at += unit[1]
         return out
 
@@ -77,6 +82,7 @@ class Services:
         self.store.close()
 
 
-def req(code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-        **kw: Any) -> RemotingCommand:
+def req(
+    code: int, ext: dict[str, Any] | None = None, body: bytes = b"", **kw: Any
+) -> RemotingCommand:
     return request(code, {k: str(v) for k, v in (ext or {}).items()}, body, **kw)

@@ -26,17 +26,23 @@ from tests.server.handlers.rig import Services, req
 
 
 def _processor(s: Services) -> ClientManageProcessor:
-    return ClientManageProcessor(clients=s.clients, locks=s.locks, topics=s.topics,
-                                 config=s.config, log=s.log)
+    return ClientManageProcessor(
+        clients=s.clients, locks=s.locks, topics=s.topics, config=s.config, log=s.log
+    )
 
 
-async def _heartbeat(s: Services, conn: Connection, client_id: str,
-                     model: str = "CLUSTERING") -> RemotingCommand:
+async def _heartbeat(
+    s: Services, conn: Connection, client_id: str, model: str = "CLUSTERING"
+) -> RemotingCommand:
     """A heartbeat, answered as the broker answers it (after the retry topic's write)."""
-    data = HeartbeatData(client_id, ["PG"], [ConsumerData(
-        "G", [SubscriptionData.build("T", "A || B", 0)], message_model=model)])
+    data = HeartbeatData(
+        client_id,
+        ["PG"],
+        [ConsumerData("G", [SubscriptionData.build("T", "A || B", 0)], message_model=model)],
+    )
     answer = s.guarded(_processor(s).handle_heartbeat)(
-        conn, req(RequestCode.HEART_BEAT, body=data.to_json()))
+        conn, req(RequestCode.HEART_BEAT, body=data.to_json())
+    )
     return await answer if inspect.isawaitable(answer) else answer
 
 
@@ -61,7 +67,8 @@ async def test_heartbeat_registers_and_persists_the_retry_topic(services: Servic
     on_disk = json.loads(services.topics.path.read_text())
     assert retry_topic("G") in json.dumps(on_disk)  # written before the answer
     list_resp = services.guarded(_processor(services).handle_consumer_list)(
-        services.conn(), req(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        services.conn(), req(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
+    )
     assert orjson.loads(list_resp.body) == {"consumerIdList": ["cid-1"]}
 
 
@@ -78,8 +85,8 @@ async def test_locks_exclusive_and_freed_by_unregister(services: Services) -> No
     _lock(services, RequestCode.UNLOCK_BATCH_MQ, "a", [1])
     assert _locked(_lock(services, RequestCode.LOCK_BATCH_MQ, "b", [0, 1])) == [1]
     bye = services.guarded(_processor(services).handle_unregister)(
-        services.conn(), req(RequestCode.UNREGISTER_CLIENT,
-                             {"clientID": "a", "consumerGroup": "G"}))
+        services.conn(), req(RequestCode.UNREGISTER_CLIENT, {"clientID": "a", "consumerGroup": "G"})
+    )
     assert bye.code == ResponseCode.SUCCESS
     assert _locked(_lock(services, RequestCode.LOCK_BATCH_MQ, "b", [0])) == [0]
 
@@ -88,8 +95,9 @@ async def test_check_client_config(services: Services) -> None:
     check = services.guarded(_processor(services).handle_check_client_config)
 
     def ask(expression_type: str, expression: str) -> RemotingCommand:
-        body = orjson.dumps({"subscriptionData": {"expressionType": expression_type,
-                                                  "subString": expression}})
+        body = orjson.dumps(
+            {"subscriptionData": {"expressionType": expression_type, "subString": expression}}
+        )
         return check(services.conn(), req(RequestCode.CHECK_CLIENT_CONFIG, body=body))
 
     assert ask("TAG", "A").code == ResponseCode.SUCCESS

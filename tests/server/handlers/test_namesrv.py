@@ -13,8 +13,7 @@ from tests.server.handlers.rig import Services, req
 
 
 def _processor(s: Services) -> DefaultRequestProcessor:
-    return DefaultRequestProcessor(topics=s.topics, endpoints=s.broker.endpoints,
-                                   config=s.config)
+    return DefaultRequestProcessor(topics=s.topics, endpoints=s.broker.endpoints, config=s.config)
 
 
 async def test_route_uses_the_bound_port(services: Services) -> None:
@@ -22,17 +21,20 @@ async def test_route_uses_the_bound_port(services: Services) -> None:
     services.topics.create("T", 3)
     proc = _processor(services)
     route = services.guarded(proc.handle_route)(
-        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
+        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+    )
     data = TopicRouteData.from_json(route.body)
     assert data.broker_datas[0].broker_addrs == {0: "127.0.0.1:23456"}
     assert data.queue_datas[0].write_queue_nums == 3
     missing = services.guarded(proc.handle_route)(
-        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"}))
+        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"})
+    )
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST
     # a route lookup never creates a topic, %RETRY% ones included (RocketMQ's name server)
     version = services.topics.version
     retry = services.guarded(proc.handle_route)(
-        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": retry_topic("G")}))
+        services.conn(), req(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": retry_topic("G")})
+    )
     assert retry.code == ResponseCode.TOPIC_NOT_EXIST and retry.remark
     assert services.topics.get(retry_topic("G")) is None
     assert services.topics.version == version
@@ -42,12 +44,17 @@ async def test_cluster_topic_list_config_and_delete(services: Services) -> None:
     services.broker.endpoints.namesrv_port = 19876
     services.topics.create("T", 1)
     proc, conn = _processor(services), services.conn()
-    cluster = orjson.loads(proc.handle_cluster_info(conn, req(
-        RequestCode.GET_BROKER_CLUSTER_INFO)).body)
-    assert cluster["clusterAddrTable"] == {services.config.cluster_name:
-                                           [services.config.broker_name]}
-    topics = orjson.loads((await proc.handle_topic_list(conn, req(
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))).body)["topicList"]
+    cluster = orjson.loads(
+        proc.handle_cluster_info(conn, req(RequestCode.GET_BROKER_CLUSTER_INFO)).body
+    )
+    assert cluster["clusterAddrTable"] == {
+        services.config.cluster_name: [services.config.broker_name]
+    }
+    topics = orjson.loads(
+        (
+            await proc.handle_topic_list(conn, req(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        ).body
+    )["topicList"]
     assert "T" in topics
     text = proc.handle_namesrv_config(conn, req(RequestCode.GET_NAMESRV_CONFIG)).body.decode()
     assert "listenPort=19876\n" in text

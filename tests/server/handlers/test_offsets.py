@@ -14,8 +14,11 @@ from tests.server.handlers.rig import Services, req
 
 def _consumer(s: Services, code: int, **ext: Any) -> RemotingCommand:
     proc = ConsumerManageProcessor(reads=s.store, topics=s.topics, offsets=s.offsets, log=s.log)
-    handler = (proc.handle_query_consumer_offset if code == RequestCode.QUERY_CONSUMER_OFFSET
-               else proc.handle_update_consumer_offset)
+    handler = (
+        proc.handle_query_consumer_offset
+        if code == RequestCode.QUERY_CONSUMER_OFFSET
+        else proc.handle_update_consumer_offset
+    )
     base = {"consumerGroup": "G", "topic": "T", "queueId": 0}
     return s.guarded(handler)(s.conn(), req(code, {**base, **ext}))
 
@@ -47,13 +50,10 @@ async def test_queue_offsets_and_search_by_time(services: Services) -> None:
     def ask(handler: Any, code: int, **ext: Any) -> RemotingCommand:
         return services.guarded(handler)(conn, req(code, {"topic": "T", "queueId": 0, **ext}))
 
-    assert ask(proc.handle_get_max_offset, RequestCode.GET_MAX_OFFSET).ext_fields["offset"] \
-        == "10"
-    assert ask(proc.handle_get_min_offset, RequestCode.GET_MIN_OFFSET).ext_fields["offset"] \
-        == "0"
+    assert ask(proc.handle_get_max_offset, RequestCode.GET_MAX_OFFSET).ext_fields["offset"] == "10"
+    assert ask(proc.handle_get_min_offset, RequestCode.GET_MIN_OFFSET).ext_fields["offset"] == "0"
     earliest = ask(proc.handle_earliest_msg_storetime, RequestCode.GET_EARLIEST_MSG_STORETIME)
     assert earliest.ext_fields["timestamp"] == "1000"
     for ts, want in ((500, 0), (4_000, 3), (4_500, 4), (99_000, 9)):
-        found = ask(proc.handle_search_offset, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                    timestamp=ts)
+        found = ask(proc.handle_search_offset, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=ts)
         assert found.ext_fields["offset"] == str(want), ts

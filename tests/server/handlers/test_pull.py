@@ -26,16 +26,33 @@ from tests.server.handlers.rig import Services, req
 
 def _processor(s: Services, running: bool = True) -> PullMessageProcessor:
     b = s.broker
-    return PullMessageProcessor(reads=s.store, topics=s.topics, offsets=s.offsets,
-                                clients=s.clients, notifier=b.notifier, holds=b.pull_holds,
-                                stats=s.stats, config=s.config, log=s.log, msglog=b.msglog,
-                                running=lambda: running)
+    return PullMessageProcessor(
+        reads=s.store,
+        topics=s.topics,
+        offsets=s.offsets,
+        clients=s.clients,
+        notifier=b.notifier,
+        holds=b.pull_holds,
+        stats=s.stats,
+        config=s.config,
+        log=s.log,
+        msglog=b.msglog,
+        running=lambda: running,
+    )
 
 
 def _pull(topic: str, offset: int = 0, *, sys_flag: int = 0, **extra: Any) -> RemotingCommand:
-    ext: dict[str, Any] = {"consumerGroup": "G", "topic": topic, "queueId": 0,
-                           "queueOffset": offset, "maxMsgNums": 32, "sysFlag": sys_flag,
-                           "commitOffset": 0, "suspendTimeoutMillis": 50, "subVersion": 0}
+    ext: dict[str, Any] = {
+        "consumerGroup": "G",
+        "topic": topic,
+        "queueId": 0,
+        "queueOffset": offset,
+        "maxMsgNums": 32,
+        "sysFlag": sys_flag,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 50,
+        "subVersion": 0,
+    }
     ext.update(extra)
     return req(RequestCode.PULL_MESSAGE, ext)
 
@@ -59,14 +76,16 @@ async def test_tag_subscription_filters_at_the_broker(services: Services) -> Non
     services.store_message("T", b"b", props={"TAGS": "B"})
     services.store_message("T", b"a2", props={"TAGS": "A"})
     resp = _processor(services).handle_pull(
-        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription="A"))
+        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription="A")
+    )
     assert _bodies(resp) == [b"a", b"a2"] and resp.ext_fields["nextBeginOffset"] == "3"
 
 
 async def test_commit_flag_commits_the_consumer_offset(services: Services) -> None:
     services.store_message("T", b"x")
-    _processor(services).handle_pull(services.conn(),
-                                     _pull("T", 1, sys_flag=PULL_COMMIT_OFFSET, commitOffset=1))
+    _processor(services).handle_pull(
+        services.conn(), _pull("T", 1, sys_flag=PULL_COMMIT_OFFSET, commitOffset=1)
+    )
     assert services.offsets.query("G", "T", 0) == 1
 
 

@@ -30,14 +30,27 @@ def _processor(s: Services) -> SendMessageProcessor:
         s.store.write_out()
         return await asyncio.to_thread(s.store.fsync) >= end
 
-    return SendMessageProcessor(topics=s.topics, config=s.config, stats=s.stats, log=s.log,
-                                put=s.put, offset_msg_id=s.broker.put_path.offset_msg_id,
-                                wait_flushed=wait_flushed, clock_ms=s.store.clock_ms,
-                                ack_token=s.store.ack_token)
+    return SendMessageProcessor(
+        topics=s.topics,
+        config=s.config,
+        stats=s.stats,
+        log=s.log,
+        put=s.put,
+        offset_msg_id=s.broker.put_path.offset_msg_id,
+        wait_flushed=wait_flushed,
+        clock_ms=s.store.clock_ms,
+        ack_token=s.store.ack_token,
+    )
 
 
-def _send(s: Services, topic: str, body: bytes = b"hello", props: dict[str, str] | None = None,
-          port: int = 40001, **extra: object) -> RemotingCommand:
+def _send(
+    s: Services,
+    topic: str,
+    body: bytes = b"hello",
+    props: dict[str, str] | None = None,
+    port: int = 40001,
+    **extra: object,
+) -> RemotingCommand:
     cmd = req(RequestCode.SEND_MESSAGE_V2, send_ext(topic, props, **extra), body)
     out = _processor(s).handle_send(s.conn(port), cmd)
     assert isinstance(out, RemotingCommand)
@@ -68,8 +81,9 @@ async def test_delayed_send_goes_to_the_schedule_topic(services: Services) -> No
 
 async def test_retry_send_within_max_stays_in_retry_with_its_delay(services: Services) -> None:
     topic = retry_topic("G")
-    resp = _send(services, topic, b"r", {DELAY: "3", MAX_RECONSUME_TIMES: "5"},
-                 j=4)  # reconsumeTimes (V2 short name)
+    resp = _send(
+        services, topic, b"r", {DELAY: "3", MAX_RECONSUME_TIMES: "5"}, j=4
+    )  # reconsumeTimes (V2 short name)
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert services.topics.get(dlq_topic("G")) is None
     [m] = services.messages(SCHEDULE_TOPIC, 2)
@@ -88,7 +102,8 @@ async def test_retry_send_past_max_goes_to_the_dlq(services: Services) -> None:
 
 
 async def test_unknown_topic_without_auto_create_is_refused_and_nothing_stored(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     s = Services(tmp_path, auto_create_topic=False)
     try:
         before = s.store.phy_range()
@@ -120,14 +135,17 @@ async def test_batch_is_all_or_nothing(services: Services) -> None:
     services.topics.create("T", 1)
     proc = _processor(services)
     good = encode_batch([BatchItem(b"a"), BatchItem(b"b")])
-    resp = proc.handle_send(services.conn(), req(RequestCode.SEND_BATCH_MESSAGE,
-                                                 send_ext("T"), good))
+    resp = proc.handle_send(
+        services.conn(), req(RequestCode.SEND_BATCH_MESSAGE, send_ext("T"), good)
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert len(resp.ext_fields["msgId"].split(",")) == 2
-    delayed = encode_batch([BatchItem(b"c"),
-                            BatchItem(b"d", properties=encode_properties({DELAY: "1"}))])
-    resp = proc.handle_send(services.conn(), req(RequestCode.SEND_BATCH_MESSAGE,
-                                                 send_ext("T"), delayed))
+    delayed = encode_batch(
+        [BatchItem(b"c"), BatchItem(b"d", properties=encode_properties({DELAY: "1"}))]
+    )
+    resp = proc.handle_send(
+        services.conn(), req(RequestCode.SEND_BATCH_MESSAGE, send_ext("T"), delayed)
+    )
     assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "delay" in (resp.remark or "")
     assert [m.body for m in services.messages("T", 0)] == [b"a", b"b"]
 

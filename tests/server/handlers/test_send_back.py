@@ -22,16 +22,24 @@ from kairosmq.server.handlers.send_back import ConsumerSendMsgBackProcessor
 from tests.server.handlers.rig import Services, req
 
 
-async def _send_back(s: Services, offset: int, delay_level: int = 0,
-                     **extra: Any) -> RemotingCommand:
+async def _send_back(
+    s: Services, offset: int, delay_level: int = 0, **extra: Any
+) -> RemotingCommand:
     """A send-back, answered as the broker answers it (after a new topic's write)."""
-    proc = ConsumerSendMsgBackProcessor(reads=s.store, topics=s.topics, config=s.config,
-                                        stats=s.stats, log=s.log, put=s.put)
-    ext: dict[str, Any] = {"offset": offset, "group": "G", "delayLevel": delay_level,
-                           "originMsgId": "", "originTopic": "T"}
+    proc = ConsumerSendMsgBackProcessor(
+        reads=s.store, topics=s.topics, config=s.config, stats=s.stats, log=s.log, put=s.put
+    )
+    ext: dict[str, Any] = {
+        "offset": offset,
+        "group": "G",
+        "delayLevel": delay_level,
+        "originMsgId": "",
+        "originTopic": "T",
+    }
     ext.update(extra)
-    answer = s.guarded(proc.handle_send_back)(s.conn(), req(RequestCode.CONSUMER_SEND_MSG_BACK,
-                                                            ext))
+    answer = s.guarded(proc.handle_send_back)(
+        s.conn(), req(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+    )
     return await answer if inspect.isawaitable(answer) else answer
 
 

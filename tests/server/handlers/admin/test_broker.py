@@ -17,11 +17,18 @@ from tests.server.handlers.rig import Services, req
 
 def _processor(s: Services) -> AdminBrokerProcessor:
     b = s.broker
-    return AdminBrokerProcessor(reads=s.store, guard=s.store.guard, topics=s.topics,
-                                offsets=s.offsets, clients=s.clients,
-                                schedule_progress=lambda: b.schedule.progress, stats=s.stats,
-                                endpoints=b.endpoints, uptime_ms=lambda: 5_000.0,
-                                config=s.config)
+    return AdminBrokerProcessor(
+        reads=s.store,
+        guard=s.store.guard,
+        topics=s.topics,
+        offsets=s.offsets,
+        clients=s.clients,
+        schedule_progress=lambda: b.schedule.progress,
+        stats=s.stats,
+        endpoints=b.endpoints,
+        uptime_ms=lambda: 5_000.0,
+        config=s.config,
+    )
 
 
 def _call(s: Services, name: str, code: int, **ext: Any) -> Any:
@@ -33,8 +40,9 @@ async def test_runtime_info_reflects_the_store(services: Services) -> None:
     services.store_message("T", b"x")
     services.store_message("T", b"later", props={DELAY: "2"}, kind=MessageKind.DELAYED)
     services.store.write_out()
-    table = orjson.loads(_call(services, "handle_runtime_info",
-                               RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+    table = orjson.loads(
+        _call(services, "handle_runtime_info", RequestCode.GET_BROKER_RUNTIME_INFO).body
+    )["table"]
     assert table["commitLogMaxOffset"] == str(services.store.phy_range()[1])
     assert table["msgPutTotalTodayNow"] == "2"
     assert table["scheduleMessageOffset_2"] == "0,1"
@@ -56,10 +64,15 @@ async def test_topic_stats_and_consume_by_who(services: Services) -> None:
     services.offsets.commit("G", "T", 0, 1)
     stats = _call(services, "handle_topic_stats", RequestCode.GET_TOPIC_STATS_INFO, topic="T")
     assert stats.code == ResponseCode.SUCCESS and b'"maxOffset":3' in stats.body
-    assert _call(services, "handle_topic_stats", RequestCode.GET_TOPIC_STATS_INFO,
-                 topic="Nope").code == ResponseCode.TOPIC_NOT_EXIST
-    who = orjson.loads(_call(services, "handle_consume_by_who",
-                             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, topic="T").body)
+    assert (
+        _call(services, "handle_topic_stats", RequestCode.GET_TOPIC_STATS_INFO, topic="Nope").code
+        == ResponseCode.TOPIC_NOT_EXIST
+    )
+    who = orjson.loads(
+        _call(
+            services, "handle_consume_by_who", RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, topic="T"
+        ).body
+    )
     assert who == {"groupList": ["G"]}
 
 
@@ -67,17 +80,33 @@ async def test_connections(services: Services) -> None:
     services.topics.create("T", 1)
     conn = services.conn(41234)
     services.clients.register_consumer(
-        ConsumerData("G", [SubscriptionData.build("T", "*", 0)]), "cid-1", conn, 373)
+        ConsumerData("G", [SubscriptionData.build("T", "*", 0)]), "cid-1", conn, 373
+    )
     services.clients.register_producer("PG", "pid-1", conn)
-    consumers = orjson.loads(_call(services, "handle_consumer_connections",
-                                   RequestCode.GET_CONSUMER_CONNECTION_LIST,
-                                   consumerGroup="G").body)
-    assert [(c["clientId"], c["clientAddr"], c["version"])
-            for c in consumers["connectionSet"]] == [("cid-1", "127.0.0.1:41234", 373)]
-    producers = orjson.loads(_call(services, "handle_producer_connections",
-                                   RequestCode.GET_PRODUCER_CONNECTION_LIST,
-                                   producerGroup="PG").body)
+    consumers = orjson.loads(
+        _call(
+            services,
+            "handle_consumer_connections",
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            consumerGroup="G",
+        ).body
+    )
+    assert [(c["clientId"], c["clientAddr"], c["version"]) for c in consumers["connectionSet"]] == [
+        ("cid-1", "127.0.0.1:41234", 373)
+    ]
+    producers = orjson.loads(
+        _call(
+            services,
+            "handle_producer_connections",
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            producerGroup="PG",
+        ).body
+    )
     assert [c["clientId"] for c in producers["connectionSet"]] == ["pid-1"]
-    offline = _call(services, "handle_consumer_connections",
-                    RequestCode.GET_CONSUMER_CONNECTION_LIST, consumerGroup="Nobody")
+    offline = _call(
+        services,
+        "handle_consumer_connections",
+        RequestCode.GET_CONSUMER_CONNECTION_LIST,
+        consumerGroup="Nobody",
+    )
     assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE

@@ -19,8 +19,7 @@ from tests.server.handlers.rig import req
 
 async def _call(proc: KvConfigProcessor, code: int, **ext: Any) -> RemotingCommand:
     conn: Connection | None = None  # the KV handlers never read the connection
-    handler = proc.handle_kv_list if code == RequestCode.GET_KVLIST_BY_NAMESPACE \
-        else proc.handle_kv
+    handler = proc.handle_kv_list if code == RequestCode.GET_KVLIST_BY_NAMESPACE else proc.handle_kv
     out = handler(conn, req(code, ext))  # type: ignore[arg-type]
     return out if isinstance(out, RemotingCommand) else await out
 
@@ -48,16 +47,23 @@ async def test_bounds_are_refused_and_nothing_written(tmp_path: Path) -> None:
     path = tmp_path / "kvConfig.json"
     proc = KvConfigProcessor(kv=KvConfig(path), log=get_logger("test"))
     # RocketMQ has no value limit: a 100 KiB value (mqadmin updateKvConfig) is kept ...
-    ok = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="k",
-                     value="v" * (100 * 1024))
+    ok = await _call(
+        proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="k", value="v" * (100 * 1024)
+    )
     assert ok.code == ResponseCode.SUCCESS
     for i in range(MAX_TABLE_BYTES // (1024 * 1024) - 1):
-        fill = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key=f"f{i}",
-                           value="v" * (1024 * 1024 - 16))
+        fill = await _call(
+            proc,
+            RequestCode.PUT_KV_CONFIG,
+            namespace="NS",
+            key=f"f{i}",
+            value="v" * (1024 * 1024 - 16),
+        )
         assert fill.code == ResponseCode.SUCCESS, fill.remark
     # ... up to the table's bytes (its list answer must fit in a frame)
-    big = await _call(proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="big",
-                      value="v" * (1024 * 1024))
+    big = await _call(
+        proc, RequestCode.PUT_KV_CONFIG, namespace="NS", key="big", value="v" * (1024 * 1024)
+    )
     assert big.code == ResponseCode.SYSTEM_ERROR and "MAX_TABLE_BYTES" in big.remark
     assert "big" not in json.loads(path.read_text())["configTable"]["NS"]
     path.unlink()

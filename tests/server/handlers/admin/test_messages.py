@@ -24,8 +24,9 @@ async def test_view_by_offset_checks_the_record_start(services: Services) -> Non
     view = services.guarded(_query(services).handle_view_message)
     ok = view(services.conn(), req(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": r.phy_offset}))
     assert ok.code == ResponseCode.SUCCESS and decode_record(ok.body).body == b"seen"
-    inside = view(services.conn(), req(RequestCode.VIEW_MESSAGE_BY_ID,
-                                       {"offset": r.phy_offset + 4}))
+    inside = view(
+        services.conn(), req(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": r.phy_offset + 4})
+    )
     assert inside.code == ResponseCode.SYSTEM_ERROR
 
 
