@@ -98,7 +98,7 @@ class BrokerConfig:
     # clients
     client_expire_seconds: float = 120.0
     lock_expire_seconds: float = 60.0
-    # limits (issue 10; docs/reliability.md lists each with its reason)
+    # limits (docs/reliability.md lists each with its reason)
     # None: what the open-file limit leaves after the rest (server/fdbudget.py), as RocketMQ
     max_connections: int | None = None
     idle_timeout: float = 120.0  # RocketMQ serverChannelMaxIdleTimeSeconds

@@ -1,5 +1,5 @@
 """The broker's open-file budget: the soft ``RLIMIT_NOFILE`` raised to the hard one, and
-how many descriptors each part of the broker may hold within it (issue 29).
+how many descriptors each part of the broker may hold within it.
 
 Owns: ``raise_open_file_limit``, ``open_fds``, ``fd_connection_limit`` (the connections
 a server not given ``max_connections`` takes before a budget is made: the name server),

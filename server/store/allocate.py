@@ -15,7 +15,7 @@ over 1 ms; pages of a zero-filled file take ~1 µs. Zeros allocate for real as w
 later store cannot hit ENOSPC or SIGBUS), so the guarantee of ``files.create_allocated``
 holds.
 
-Why steps and not the full size up front (issue 29): a consume queue's full file is
+Why steps and not the full size up front: a consume queue's full file is
 6 MB (300,000 units); a broker with many queues holding one message each had 6 MB of
 zeros per queue. A queue's file now starts as one page (4 KiB) and grows while it
 fills; the step is written as zeros *before* the file is mapped over it, so the

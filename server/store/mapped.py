@@ -4,8 +4,8 @@ Owns: ``MappedFile`` (a store file that may or may not be mapped right now: its 
 its allocated size, its mapping) and ``MappedFiles`` (opens a file's mapping on first
 use, closes the least recently used one when ``capacity`` are open), so the descriptors
 and mappings of the consume queues stay bounded whatever the number of queues
-(issue 29: each queue held two descriptors for ever, and a broker with a few hundred
-queues ran out of them).
+(when each queue held two descriptors for ever, a broker with a few hundred queues ran
+out of them).
 
 Invariants:
 * At most ``capacity`` mappings are open. A mapping costs one descriptor (CPython's
