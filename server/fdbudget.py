@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import BrokerConfig
+from .store.files import is_segment_name
 
 FLOOR = 16  # connections, and open queue files, below which the broker does not start
 TRANSIENT = 16  # descriptors opened for a moment (see the module docstring)
@@ -89,9 +90,7 @@ def open_fds() -> int | None:
 def segments_on_disk(data_dir: Path) -> int:
     """Commit-log segments the store will open (``<data-dir>/store/commitlog``)."""
     try:
-        return sum(
-            1 for n in os.listdir(data_dir / "store" / "commitlog") if n.isdigit() and len(n) == 20
-        )
+        return sum(1 for n in os.listdir(data_dir / "store" / "commitlog") if is_segment_name(n))
     except OSError:
         return 0
 

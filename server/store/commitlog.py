@@ -37,7 +37,7 @@ from pathlib import Path
 
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
-from .files import create_allocated, open_noatime, preallocate
+from .files import create_allocated, is_segment_name, open_noatime, preallocate, segment_name
 from .record_check import (
     MIN_RECORD,
     PROBLEMS,
@@ -77,7 +77,7 @@ class CommitLog:
     # ----------------------------------------------------------------- files
 
     def _segment_path(self, base: int) -> Path:
-        return self.directory / f"{base:020d}"
+        return self.directory / segment_name(base)
 
     def _open_segment(self, base: int, create: bool) -> Segment:
         path = self._segment_path(base)
@@ -89,7 +89,7 @@ class CommitLog:
     def load(self) -> None:
         """Open existing segments (sorted); call ``recover`` next."""
         for p in sorted(self.directory.iterdir()):
-            if p.name.isdigit() and len(p.name) == 20:
+            if is_segment_name(p.name):
                 self._open_segment(int(p.name), create=False)
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from kairosmq.protocol.properties import DELIVER_TIME, INT64_DIGITS, TAGS, parse
 from kairosmq.protocol.timer import TIMER_OUT_MS
 
 from .allocate import SUFFIX, FileAllocator, create_zeroed, extend_zeroed, first_size, next_size
-from .files import sync_filesystem, sync_path
+from .files import segment_name, sync_filesystem, sync_path
 from .mapped import MappedFile, MappedFiles
 
 UNIT = struct.Struct(">qiq")
@@ -121,7 +121,7 @@ class ConsumeQueue:
         return Path(self._dir)
 
     def _path(self, base: int) -> str:
-        return f"{self._dir}/{base * UNIT_SIZE:020d}"
+        return f"{self._dir}/{segment_name(base * UNIT_SIZE)}"
 
     def _create(self, base: int) -> _File:
         """The file starting at unit ``base``, its first step allocated (``OSError`` if

@@ -1,13 +1,14 @@
 """Small durable-file helpers shared by the store and the broker's state tables.
 
-Owns: ``write_json_atomic`` and ``write_parts_atomic`` (temp file, fsync, ``os.replace``,
-fsync of the directory),
+Owns: segment file names (``segment_name``, ``is_segment_name``: RocketMQ's 20-digit start
+offsets, for the commit log, the consume queues and the index), ``write_json_atomic`` and
+``write_parts_atomic`` (temp file, fsync, ``os.replace``, fsync of the directory),
 ``OrderedJsonFile`` (snapshots numbered on the event loop, written in threads: an older
 snapshot never overwrites a newer one), ``read_json``, ``preallocate`` and
 ``create_allocated`` (files allocated for real: no sparse fallback), and making data
 durable: ``sync_mapped`` / ``sync_path`` (one file) and ``sync_filesystem`` (``syncfs``:
-every dirty page of the file system at once, cheaper than an fsync per file past a few
-dozen files).
+every dirty page of the file system at once, cheaper than an fsync per file past a few dozen
+files).
 
 Invariant: a reader sees either the previous complete file or the new complete file,
 never a mix, even after a kill -9 or power loss in the middle of a write.
@@ -24,6 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+SEGMENT_NAME_DIGITS = 20  # RocketMQ's UtilAll.offset2FileName: %020d of the first offset
+
+
+def segment_name(first_offset: int) -> str:
+    """A segment's file name: its first offset in 20 digits (``00000000001073741824``)."""
+    return f"{first_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+def is_segment_name(name: str) -> bool:
+    """Whether a directory entry is a segment (and not a temp file or a stray)."""
+    return len(name) == SEGMENT_NAME_DIGITS and name.isdigit()
 
 
 def fsync_dir(directory: Path) -> None:

@@ -50,7 +50,7 @@ from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from ..observe.logs import get_logger
 from .allocate import FileAllocator, remove_leftovers
-from .files import sync_mapped
+from .files import is_segment_name, segment_name, sync_mapped
 
 if TYPE_CHECKING:
     from .message_store import DispatchRequest, MessageStore
@@ -127,7 +127,7 @@ class KeyIndex:
     def _create(self, first_phy: int, end_phy: int) -> _File:
         if self.files and self.files[-1].first_phy >= first_phy:
             first_phy = self.files[-1].first_phy + 1  # names stay unique and sorted
-        path = self.directory / f"{first_phy:020d}"
+        path = self.directory / segment_name(first_phy)
         path.unlink(missing_ok=True)  # a leftover of a crash: start it over
         fd = self.allocator.take(
             self.directory / _NEXT, self._size(self.slots, self.capacity), name_as=path
@@ -167,7 +167,7 @@ class KeyIndex:
         self.directory.mkdir(parents=True, exist_ok=True)
         remove_leftovers(self.directory)
         for p in sorted(self.directory.iterdir()):
-            if p.name.isdigit() and len(p.name) == 20:
+            if is_segment_name(p.name):
                 f = self._load(p)
                 if f is None:  # unreadable: drop it and everything indexed after it
                     p.unlink()

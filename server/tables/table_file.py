@@ -7,10 +7,10 @@ encoded) and ``collect`` (those parts as one body, between requests).
 
 Why: a table of 100k topics is ~11 MB of JSON. Encoding it in one call takes a few hundred
 ms, and a thread does not help (orjson holds the GIL for the whole call), so writing it on
-every creation stalled the event loop for every client (374 ms per request at 41k
-topics, 1-3 s at 100k, measured 2026-11-28). Here a change only marks the table; one task takes a snapshot as
-parts (the topic and group tables keep each entry encoded, so a snapshot is a join of
-bytes; others encode ``PART_ENTRIES`` entries a part), yielding to the loop between
+every creation stalled the event loop for every client (374 ms per request at 41k topics,
+1-3 s at 100k, measured 2026-11-28). Here a change only marks the table; one task takes a
+snapshot as parts (the topic and group tables keep each entry encoded, so a snapshot is a
+join of bytes; others encode ``PART_ENTRIES`` entries a part), yielding to the loop between
 parts, and hands the parts to a thread that writes, fsyncs and renames them
 (``store.files.write_parts_atomic``).
 
