@@ -59,13 +59,15 @@ DELIVER_TIME = "KAIROS_DELIVER_MS"
 TIMER_ORIGIN = "KAIROS_TIMER_ORIGIN"
 RECALL_TARGET = "KAIROS_RECALL_TARGET"
 RECALL_KIND = "KAIROS_RECALL_KIND"  # "timer" (default) or "level"
-# RocketMQ 5 timer messages (and the ONS/aliyun ``__STARTDELIVERTIME``): not supported
-# yet, so a send carrying one is refused rather than delivered at once (early).
+# RocketMQ 5 timer messages (and the ONS/aliyun ``__STARTDELIVERTIME``): a due instant
+# (protocol/timer.py reads them; server/schedule/timer/ keeps them until due).
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, START_DELIVER_TIME)
+# What a message asks of the scheduler: a delay level or a due instant.
+SCHEDULING_PROPERTIES = (DELAY, *TIMER_PROPERTIES)
 # Properties only the broker writes: a client's copy is dropped on ingress
 # (``server/remoting/ingress.py``); every ``KAIROS_*`` name is the broker's.
 BROKER_PROPERTY_PREFIX = "KAIROS_"

@@ -38,15 +38,15 @@ from kairosmq.protocol.headers import (
 )
 from kairosmq.protocol.naming import TRACE_TOPIC, reply_topic
 from kairosmq.protocol.properties import (
-    DELAY,
     PUSH_REPLY_TIME,
     REPLY_TO_CLIENT,
-    TIMER_PROPERTIES,
+    SCHEDULING_PROPERTIES,
     WAIT,
     encode_properties,
 )
 
 from ..put.kind import MessageKind
+from ..put.requeue import stripped
 from ..remoting import ingress
 from ..remoting.client_calls import call_client
 from ..remoting.ingress import Rejected
@@ -152,10 +152,7 @@ class ReplyMessageProcessor:
         ok, remark = await self._push(conn, cmd, h, props)
         msg_id, offset = "0", 0  # RocketMQ: "set to zero to avoid client decoding exception"
         if self.config.store_reply_message_enable:
-            stored = dict(props)
-            stored.pop(DELAY, None)
-            for key in TIMER_PROPERTIES:
-                stored.pop(key, None)
+            stored = stripped(props, SCHEDULING_PROPERTIES)
             r = self.put(
                 MessageInner(
                     topic=h.topic,
