@@ -55,6 +55,7 @@ from ..put.kind import MessageKind
 from ..put.path import response_code
 from ..remoting.client_calls import notify_client
 from ..store import PutStatus
+from ..store.undo import UndoLog
 from .messages import (
     CHECK_IMMUNITY,
     HALF_TOPIC,
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 
 PutFn = Callable[..., "PutResult"]
 COMMIT, ROLLBACK, UNKNOWN = 0x8, 0xC, 0x0  # MessageSysFlag TRANSACTION_*_TYPE
-_UNDO_TRIM = 1024
 
 
 @dataclass(slots=True)
@@ -140,7 +140,8 @@ class TransactionService:
         self.counters: Counter[str] = Counter()  # committed, rolled_back, checked, ...
         self._heap: list[tuple[int, int]] = []  # (next check ms, phy); stale rows skipped
         self._ending: int | None = None
-        self._undo: list[tuple[int, HalfEntry]] = []  # (record phy, entry it ended)
+        # the entries ended by appends that a failed write may still roll back
+        self._undo: UndoLog[HalfEntry] = UndoLog(lambda: store.commitlog.written_offset)
         self._wake: asyncio.Event | None = None
         store.rollback_listeners.append(self.rollback)
 
@@ -225,19 +226,15 @@ class TransactionService:
         entry = self.pending.pop(phy, None)
         if entry is None or req.replay:
             return
-        self._undo.append((req.phy_offset, entry))
-        if len(self._undo) > _UNDO_TRIM:
-            written = self.store.commitlog.written_offset
-            self._undo = [u for u in self._undo if u[0] >= written]
+        self._undo.add(req.phy_offset, entry)
 
     def rollback(self, kept: int) -> None:
         """A failed write rolled the log back to ``kept``: forget what it added."""
         for phy in [p for p in self.pending if p >= kept]:
             del self.pending[phy]
-        for rec_phy, entry in self._undo:
-            if rec_phy >= kept and entry.phy < kept:
+        for entry in self._undo.rollback_from(kept):
+            if entry.phy < kept:  # ended by a dropped append: pending again
                 self._add(entry)
-        self._undo = [u for u in self._undo if u[0] < kept]
 
     # ------------------------------------------------------------- END_TRANSACTION
 
