@@ -24,6 +24,22 @@ class FlushMode(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
+def request_policy_problem(
+    binding: str, window_s: float, admin_require_tls: bool, tls_mode: str
+) -> str | None:
+    """What is wrong with an ACL request policy (a broker's or a name server's), or None."""
+    if binding not in ("optional", "admin", "all"):
+        return f"acl_request_binding {binding!r} must be optional, admin or all"
+    if not 1.0 <= window_s <= 86400.0:
+        return f"acl_request_window {window_s} must be between 1 and 86400 seconds"
+    if admin_require_tls and tls_mode == "disabled":
+        return (
+            "acl_admin_require_tls needs tls_mode permissive or enforcing "
+            "(else no admin request could ever be taken)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     data_dir: Path = Path("./data")
@@ -171,19 +187,15 @@ class BrokerConfig:
             )
         if self.tls_mode != "disabled" and self.tls_cert is None:
             raise ValueError(f"tls_mode {self.tls_mode} needs tls_cert (and tls_key)")
-        if self.acl_request_binding not in ("optional", "admin", "all"):
-            raise ValueError(
-                f"acl_request_binding {self.acl_request_binding!r} must be optional, admin or all"
+        if (
+            problem := request_policy_problem(
+                self.acl_request_binding,
+                self.acl_request_window,
+                self.acl_admin_require_tls,
+                self.tls_mode,
             )
-        if not 1.0 <= self.acl_request_window <= 86400.0:
-            raise ValueError(
-                f"acl_request_window {self.acl_request_window} must be between 1 and 86400 seconds"
-            )
-        if self.acl_admin_require_tls and self.tls_mode == "disabled":
-            raise ValueError(
-                "acl_admin_require_tls needs tls_mode permissive or enforcing "
-                "(else no admin request could ever be taken)"
-            )
+        ) is not None:
+            raise ValueError(problem)
         object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.delay_levels))
         if self.commitlog_segment_size < 4096:
             raise ValueError("commitlog_segment_size must be at least 4096 bytes")

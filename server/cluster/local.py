@@ -129,10 +129,15 @@ def admin_account(acl_file: Path) -> tuple[str, str]:
 
 
 def _security_argv(args: argparse.Namespace) -> list[str]:
-    """``--acl`` and the TLS options as given, for the name server and every broker."""
+    """``--acl`` (with its request policy) and the TLS options as given, for the name
+    server and every broker."""
     out: list[str] = []
     if args.acl is not None:
         out += ["--acl", str(Path(args.acl).resolve())]
+        out += ["--acl-request-binding", args.acl_request_binding]
+        out += ["--acl-request-window", str(args.acl_request_window)]
+        if args.acl_admin_require_tls:
+            out.append("--acl-admin-require-tls")
     if args.tls_mode != "disabled":
         out += ["--tls-mode", args.tls_mode]
     for opt, value in (
@@ -604,11 +609,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"kairosmq cluster: --data-dir {data}: {err}", file=sys.stderr)
         return 2
-    from ..security.install import security_problem
-    from ..security.tls import TlsMode, TlsSettings
+    from ..security.install import security_options
 
-    tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
-    if (problem := security_problem(args.acl, tls)) is not None:
+    _tls, _policy, problem = security_options(args)  # each process builds its own
+    if problem is not None:
         print(f"kairosmq cluster: {problem}", file=sys.stderr)
         return 2
     try:

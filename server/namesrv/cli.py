@@ -102,11 +102,10 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from ..security.install import security_problem
-    from ..security.tls import TlsMode, TlsSettings
+    from ..security.install import security_options
 
-    tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
-    if (problem := security_problem(args.acl, tls)) is not None:
+    tls, policy, problem = security_options(args)
+    if problem is not None:
         print(f"kairosmq namesrv: {problem}", file=sys.stderr)
         return 2
     log_dir = None if args.no_log_file else (args.log_dir or args.data_dir / "logs")
@@ -128,6 +127,7 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
             delete_topic_with_broker_registration=(args.delete_topic_with_broker_registration),
             acl_file=args.acl,
             tls=tls,
+            policy=policy,
         )
         uvloop.run(run_namesrv(ns))
     except OSError as err:

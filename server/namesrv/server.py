@@ -32,7 +32,7 @@ from typing import Any
 from ..handlers.admin.kv import KvConfig, KvConfigProcessor
 from ..observe.logs import get_logger
 from ..remoting.transport import Connection, ConnectionLimits, RemotingServer
-from ..security.access import AclGuard
+from ..security.access import AclGuard, RequestPolicy
 from ..security.install import secure_server
 from ..security.tls import TlsSettings
 from ..supervise import Supervisor
@@ -74,6 +74,7 @@ class NameServer:
         acl_file: str | Path | None = None,
         acl_reload_interval: float = 1.0,
         tls: TlsSettings | None = None,
+        policy: RequestPolicy | None = None,
         clock_ms: Callable[[], float] = _wall_ms,
     ) -> None:
         if scan_interval_s <= 0 or broker_expiry_s <= 0:
@@ -114,6 +115,7 @@ class NameServer:
         self.acl_file = None if acl_file is None else Path(acl_file)
         self.acl_reload_interval = acl_reload_interval
         self.tls = tls or TlsSettings()
+        self.policy = policy  # what --acl asks beyond the signature (None: RocketMQ's rules)
         self.acl: AclGuard | None = None
         self.supervisor = Supervisor(get_logger("supervisor"))
         self._task: asyncio.Task[None] | None = None
@@ -173,6 +175,7 @@ class NameServer:
                 tls=self.tls,
                 host=self.host,
                 role="name server",
+                policy=self.policy,
             )
             self.port = await self.server.listen(self.host, self.port, self.handlers, "namesrv")
         except BaseException:

@@ -12,8 +12,9 @@ behind the guard's ``StoreLookups``, given at construction: the store's checked 
 send-backs, the transaction service's half messages for END_TRANSACTION; it never sees
 the ``Broker``; the standalone name server calls ``secure_server`` itself, without
 lookups),
-``security_problem`` (the start-up check of the files, one line for the command) and
-``is_loopback``.
+``security_problem`` (the start-up check of the files, one line for the command),
+``security_options`` (the security options of ``kairosmq namesrv`` and ``cluster``: TLS
+settings, request policy, problem) and ``is_loopback``.
 
 Invariants: every listener of a server (broker port, its VIP port and the name-server
 port; the standalone name server's port) gets the same hook and wrapper, so no port is
@@ -23,6 +24,7 @@ protection; silently running without it would be worse).
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 
+from ..config import request_policy_problem
 from ..observe.logs import get_logger
 from .access import AclGuard, RequestPolicy, StoredTopic, StoreLookups, load_guard
 from .tls import TlsMode, TlsServer, TlsSettings
@@ -167,3 +170,24 @@ def security_problem(acl_file: Path | None, tls: TlsSettings) -> str | None:
         except (OSError, ssl.SSLError) as err:
             return f"--tls-cert/--tls-key/--tls-ca: {err}"
     return None
+
+
+def security_options(
+    args: argparse.Namespace,
+) -> tuple[TlsSettings, RequestPolicy | None, str | None]:
+    """The options ``cli.add_security_options`` adds, as a name server or a cluster takes
+    them: (TLS settings, request policy, problem). A problem (one line for the command)
+    leaves the policy None."""
+    tls = TlsSettings(TlsMode(args.tls_mode), args.tls_cert, args.tls_key, args.tls_ca)
+    problem = security_problem(args.acl, tls) or request_policy_problem(
+        args.acl_request_binding,
+        args.acl_request_window,
+        args.acl_admin_require_tls,
+        args.tls_mode,
+    )
+    if problem is not None:
+        return tls, None, problem
+    policy = RequestPolicy(
+        args.acl_request_binding, int(args.acl_request_window * 1000), args.acl_admin_require_tls
+    )
+    return tls, policy, None

@@ -18,7 +18,9 @@ TLS enforcing refuses plain clients and serves TLS ones (mutual TLS included).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,9 @@ from typing import Any
 import orjson
 import pytest
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
-from kairosmq.client.credentials import SessionCredentials
+from kairosmq.client.credentials import AclRpcHook, SessionCredentials
 from kairosmq.client.errors import ClientError
+from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode as C
 from kairosmq.protocol.commands import RemotingCommand
@@ -447,3 +450,81 @@ async def test_a_broker_without_credentials_is_refused_and_says_why(
     for b in (unsigned, producer_signed):
         assert b.terminate() == 0
     assert ns.terminate() == 0
+
+
+# ------------------------------------------------------------------ the request policy
+
+
+async def test_the_request_policy_holds_on_the_name_server(
+    tmp_path: Path, acl_file: Path, procs: list[Any]
+) -> None:
+    """``kairosmq namesrv --acl-request-binding all`` takes the broker's request policy: a
+    request signed as RocketMQ's AclClientRPCHook signs it (no binding) is refused with
+    NO_PERMISSION and the policy's remark, a bundled client's (bound) is served; a policy
+    the name server cannot hold stops the start with one line and exit code 2."""
+    ns = NamesrvProcess(tmp_path / "ns", "--acl", str(acl_file), "--acl-request-binding", "all")
+    await ns.start()
+    procs.append(ns)
+    stock = RemotingClient(ns.address, rpc_hook=AclRpcHook(CONSUMER, bind=False))
+    try:
+        r = await stock.invoke(R.GET_BROKER_CLUSTER_INFO, {}, b"", timeout=10.0)
+    finally:
+        stock.close()
+    assert r.code == C.NO_PERMISSION, (r.code, r.remark)
+    assert "aclRequestBinding=all requires every signed request" in (r.remark or "")
+    bound = await call(ns.address, req(R.GET_BROKER_CLUSTER_INFO), CONSUMER)
+    assert bound.code == C.SUCCESS, (bound.code, bound.remark)
+
+    for bad, says in (
+        (("--acl-request-window", "0"), "acl_request_window 0.0 must be between 1 and 86400"),
+        (("--acl-admin-require-tls",), "acl_admin_require_tls needs tls_mode permissive"),
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "namesrv",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "bad"),
+            "--acl",
+            str(acl_file),
+            *bad,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60.0)
+        assert proc.returncode == 2, err
+        assert says in err.decode(), err
+
+
+def test_a_cluster_passes_the_request_policy_to_every_process(acl_file: Path) -> None:
+    """``kairosmq cluster --acl ... --acl-request-binding admin --acl-admin-require-tls``:
+    the name server and every broker get the same policy options (they once got only
+    ``--acl`` and TLS, so the cluster ran on the default policy)."""
+    from kairosmq.server.cluster.local import _security_argv, add_cluster_parser
+
+    parser = argparse.ArgumentParser()
+    add_cluster_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        [
+            "cluster",
+            "--acl",
+            str(acl_file),
+            "--acl-request-binding",
+            "admin",
+            "--acl-request-window",
+            "60",
+            "--acl-admin-require-tls",
+            "--tls-mode",
+            "permissive",
+            "--tls-cert",
+            str(acl_file),
+        ]
+    )
+    argv = _security_argv(args)
+    at = argv.index("--acl-request-binding")
+    assert argv[at : at + 2] == ["--acl-request-binding", "admin"]
+    at = argv.index("--acl-request-window")
+    assert float(argv[at + 1]) == 60.0
+    assert "--acl-admin-require-tls" in argv
