@@ -20,7 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: a log event's fields: any JSON-encodable value
 
 LOG_FORMAT = 2  # the ``v`` of every JSON line; format 1 lines have no ``v``
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar  # Any: field values of any type; exec-built codecs
 
 from .errors import HeaderError, shown
 from .naming import AUTO_CREATE_TOPIC_KEY
@@ -104,7 +104,7 @@ class Header:
 
     @classmethod
     def from_ext_fields(cls: type[H], ext: dict[str, str], *, v2: bool = False) -> H:
-        result: H = cls._codec(v2)[0](ext)  # type: ignore[attr-defined]
+        result: H = cls._codec(v2)[0](ext)
         return result
 
     def to_ext_fields(self, *, v2: bool = False) -> dict[str, str]:

@@ -20,7 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: construct has no stubs: its streams, contexts and parsed values
 
 from construct import (
     Array,
@@ -71,7 +71,7 @@ BinaryHeader = Struct(
 )
 
 
-class Pair(Construct):
+class Pair(Construct):  # type: ignore[misc]  # construct has no stubs: Construct is Any
     """Two unnamed fields, one after the other, as a ``(first, second)`` tuple.
 
     A ``Sequence`` without its per-item context (neither field can refer to the other),

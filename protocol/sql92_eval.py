@@ -16,7 +16,7 @@ import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: SQL92 values are Java Objects: bool, int, JLong, float, str or None
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -120,7 +120,8 @@ def compare(lv: Any, rv: Any) -> int:
             return -1
     if type(lv) is float:
         return dcmp(lv, rv)
-    return (lv > rv) - (lv < rv)
+    order: int = (lv > rv) - (lv < rv)  # same-typed values: bool - bool
+    return order
 
 
 def negate(v: Any) -> Any:

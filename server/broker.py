@@ -36,7 +36,7 @@ import dataclasses
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any  # Any: JSON status and checkpoint; optional AclGuard, sink listener
 
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode

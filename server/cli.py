@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: BrokerConfig field values (int, float, str, Path, ...)
 
 from .config import DEFAULT_DELAY_LEVELS, BrokerConfig, FlushMode
 

@@ -37,7 +37,7 @@ import os
 import resource
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of a status
 
 from .config import BrokerConfig
 from .store.files import is_segment_name

@@ -27,7 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; decoded JSON of a filter body
 
 import orjson
 from kairosmq.protocol.bodies import SubscriptionData

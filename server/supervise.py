@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any  # Any: JSON values of a status; structlog's logger (dynamic methods)
 
 Factory = Callable[["ServiceState"], Awaitable[None]]
 
@@ -103,7 +103,8 @@ class Supervisor:
             self._supervise(st, factory, reports_progress), name=name
         )
         self.tasks[name] = task
-        task.add_done_callback(lambda t, n=name: self._done(n, t))
+        # a lambda with a default-bound argument: mypy cannot infer its type
+        task.add_done_callback(lambda t, n=name: self._done(n, t))  # type: ignore[misc]
         return task
 
     def _done(self, name: str, task: asyncio.Task[None]) -> None:
@@ -150,7 +151,7 @@ class Supervisor:
         st.state = "degraded"
         st.last_error = f"{type(err).__name__}: {err}" if retry_in is None else str(err)
         st.last_error_ts = int(time.time() * 1000)
-        delay = min(self.base_delay * 2 ** (st.consecutive - 1), self.max_delay)
+        delay: float = min(self.base_delay * 2 ** (st.consecutive - 1), self.max_delay)
         if retry_in is not None:
             delay = retry_in
         st.retry_at = time.monotonic() + delay

@@ -1,5 +1,6 @@
 """Shared test setup: every asyncio test runs on uvloop; brokers start in-process on
-port 0 with tiny delay levels so suites stay fast."""
+port 0 with tiny delay levels so suites stay fast; ``spark`` and ``node`` tests are also
+``slow`` (CONTRIBUTING.md: the fast subset)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ from tests.helpers import FIXTURES, fast_config
 
 def pytest_asyncio_loop_factories(config, item):  # noqa: ARG001 - pytest-asyncio hook
     return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A ``spark`` test starts Spark's JVM and a ``node`` test runs the stock ali-ons client
+    in node: both are ``slow`` too, so ``-m "not slow"`` leaves them out."""
+    for item in items:
+        if item.get_closest_marker("spark") or item.get_closest_marker("node"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest_asyncio.fixture

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of a status; structlog's logger (dynamic methods)
 
 from ..supervise import ServiceState, Supervisor
 
@@ -418,7 +418,8 @@ class ClusterSupervisor:
             await self.stop("start failed")
             raise
         for c in children:
-            self.supervisor.spawn(c.spec.name, lambda st, c=c: self._watch(c, st))
+            # a lambda with a default-bound argument: mypy cannot infer its type
+            self.supervisor.spawn(c.spec.name, lambda st, c=c: self._watch(c, st))  # type: ignore[misc]
 
     async def stop(self, reason: str) -> None:
         """Brokers first (each UNREGISTERs on SIGTERM), then the name server."""

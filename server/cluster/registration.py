@@ -40,7 +40,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values of a status; structlog's logger
 
 from kairosmq.client.credentials import SessionCredentials, rpc_hook_for
 from kairosmq.client.errors import ClientError
@@ -259,7 +259,8 @@ class BrokerRegistration:
             self._tasks.append(
                 supervisor.spawn(
                     f"register {link.address}",
-                    lambda st, lk=link: self._run(lk, st),
+                    # a lambda with a default-bound argument: mypy cannot infer its type
+                    lambda st, lk=link: self._run(lk, st),  # type: ignore[misc]
                     reports_progress=True,
                 )
             )

@@ -25,7 +25,7 @@ queues that exist.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers (see Handler)
 
 from kairosmq.protocol.bodies import (
     ConsumerData,

@@ -24,7 +24,7 @@ then. A stock client commits offsets of queues it pulled (their topic and group 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's loggers; handler answers (see Handler)
 
 from kairosmq.protocol.bodies import SUB_ALL, SubscriptionData
 from kairosmq.protocol.codes import (
@@ -99,8 +99,11 @@ class PullMessageProcessor:
         if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
             if not property_filter.is_tag_type(h.expression_type):
                 return property_filter.sql_subscription(
-                    h.topic, h.subscription, h.sub_version, h.expression_type
-                )  # type: ignore[arg-type]  # a str: not a tag type
+                    h.topic,
+                    h.subscription,
+                    h.sub_version,
+                    h.expression_type,  # type: ignore[arg-type]
+                )  # expression_type: a str, not a tag type
             return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
         return self.clients.subscription(h.consumer_group, h.topic)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers (see Handler)
 
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand

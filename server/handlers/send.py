@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; answers; V1/V2 send headers
 
 from kairosmq.protocol.codes import (
     PERM_WRITE,

@@ -18,7 +18,7 @@ one; the header's maxReconsumeTimes applies when the client's version is >= 121.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple  # Any: structlog loggers; BrokerStats, duck-typed
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

@@ -15,7 +15,7 @@ is logged (``request.rejected`` by ``guarded``, or ``transaction.end_failed``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values; structlog's logger; NamesrvStats
 
 import orjson
 from kairosmq.protocol.bodies import encode_kv_table, properties_to_string, string_to_properties

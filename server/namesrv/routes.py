@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: the transport Connection a broker registered on (opaque here)
 
 from kairosmq.protocol.bodies import MASTER_ID, BrokerData, QueueData
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
@@ -136,7 +136,8 @@ class RouteInfoManager:
         table = wrapper.topic_config_table
         if self.delete_topic_with_broker_registration:
             for topic, by_broker in list(self.topic_queue_table.items()):
-                if topic not in table and by_broker.pop(broker_name, None) and not by_broker:
+                # mypy infers pop's default from the bool on the left of the `and`
+                if topic not in table and by_broker.pop(broker_name, None) and not by_broker:  # type: ignore[arg-type]
                     del self.topic_queue_table[topic]
         for cfg in table.values():
             self.topic_queue_table.setdefault(cfg.topic_name, {})[broker_name] = QueueData(

@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: the transport Connection that closed (opaque here)
 
 from ..handlers.admin.kv import KvConfig, KvConfigProcessor
 from ..observe.logs import get_logger

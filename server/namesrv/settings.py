@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: name-server setting values of several types
 
 from ..tables.settings import _bool, _int
 

@@ -35,7 +35,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: structlog's processors and loggers; a log event's field values
 
 import orjson
 import structlog

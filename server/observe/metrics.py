@@ -25,7 +25,7 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol  # Any: JSON snapshots; prometheus_client objects
 
 from .stats import LATENESS_BUCKETS_MS
 
@@ -296,7 +296,7 @@ def make_registry(sources: MetricsSources, loop: asyncio.AbstractEventLoop) -> A
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    collector: Collector = BrokerCollector(sources, loop)  # type: ignore[assignment]
+    collector: Collector = BrokerCollector(sources, loop)
     registry.register(collector)
     return registry
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: BrokerStats (duck-typed); JSON values of a stats snapshot
 
 SAMPLE_INTERVAL = 10.0  # seconds (RocketMQ samples its minute list every 10 s)
 WINDOWS = {"statsMinute": 60.0, "statsHour": 3600.0, "statsDay": 86400.0}

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers; header classes
 
 from kairosmq.protocol.bodies import HeartbeatData, LockBatchRequest, MessageQueueData
 from kairosmq.protocol.codes import (

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: a connection (only its held_pulls attribute is read)
 
 
 class Held:

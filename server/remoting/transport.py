@@ -58,7 +58,7 @@ import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: structlog's logger; flush acks; uvloop's server sockets
 
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import FLAG_ONEWAY, LanguageCode, ResponseCode

@@ -14,7 +14,7 @@ dropped once its record is passed, so the set holds only pending recalled record
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: a service's snapshot state (JSON)
 
 
 class LevelRecalls:

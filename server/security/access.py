@@ -91,7 +91,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; the supervisor's task state
 
 from kairosmq.protocol.acl import (
     ACCESS_KEY,
@@ -200,7 +200,7 @@ StoredTopic = Callable[[int], "str | None"]
 RECALL_MESSAGE = 370  # RocketMQ 5.3 RequestCode.RECALL_MESSAGE (cancel a timer message)
 _SENDS = frozenset({R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE})
 _REPLIES = frozenset({R.SEND_REPLY_MESSAGE, R.SEND_REPLY_MESSAGE_V2})
-_GROUP_SUB = {  # code -> ext field naming the consumer group
+_GROUP_SUB: dict[int, str] = {  # code -> ext field naming the consumer group
     R.CONSUMER_SEND_MSG_BACK: "group",
     R.UNREGISTER_CLIENT: "consumerGroup",
     R.GET_CONSUMER_LIST_BY_GROUP: "consumerGroup",
@@ -208,7 +208,8 @@ _GROUP_SUB = {  # code -> ext field naming the consumer group
     R.GET_CONSUMER_RUNNING_INFO: "consumerGroup",  # relayed to the group's client
     R.KAIROS_GET_CONSUMER_LAG: "consumerGroup",
 }
-_GROUP_TOPIC_SUB = {  # code -> (group field, topic field); each checked when present
+# code -> (group field, topic field); each checked when present
+_GROUP_TOPIC_SUB: dict[int, tuple[str, str]] = {
     R.PULL_MESSAGE: ("consumerGroup", "topic"),
     R.UPDATE_CONSUMER_OFFSET: ("consumerGroup", "topic"),
     R.QUERY_CONSUMER_OFFSET: ("consumerGroup", "topic"),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: YAML values of plain_acl.yml, before their checks
 
 from kairosmq.protocol.acl import DENY, is_perm_text, parse_perm
 

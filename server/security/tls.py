@@ -25,7 +25,7 @@ import ssl
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: structlog's logger; asyncio transport extras of any type
 
 TLS_HANDSHAKE = 0x16
 READ_CHUNK = 256 * 1024

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of the checkpoint; structlog's logger
 
 from .consumequeue import ConsumeQueue
 from .files import read_json

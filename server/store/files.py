@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values; the libc function found by ctypes
 
 import orjson
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: structlog's logger (dynamic methods)
 
 
 class WriteGuard:

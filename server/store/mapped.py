@@ -31,7 +31,7 @@ import mmap
 import os
 import sys
 from collections import OrderedDict
-from typing import Any
+from typing import Any  # Any: mmap's keyword arguments (differ by Python version)
 
 MIN_CAPACITY = 4  # a caller may use two files at once (a unit read while another maps)
 DEFAULT_CAPACITY = 1024

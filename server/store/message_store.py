@@ -47,7 +47,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of the checkpoint
 
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,

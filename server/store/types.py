@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol  # Any: a service's snapshot state (JSON)
 
 
 class PutStatus(Enum):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol  # Any: structlog's logger; a predicate over ClientInfo
 
 from kairosmq.protocol.bodies import ConsumerData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of the offsets file
 
 import orjson
 

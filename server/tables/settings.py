@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: BrokerConfig and its field values of several types
 
 from kairosmq.protocol.bodies import properties_to_string, string_to_properties
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values; structlog's logger; the live BrokerConfig (duck-typed)
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

@@ -35,7 +35,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: rows of any table's JSON file
 
 import orjson
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode

@@ -33,7 +33,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values; supervisor state; a producer's connection
 
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.errors import MessageDecodeError

@@ -7,6 +7,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from kairosmq.client import (
     ConsumeContext,
     ConsumeFromWhere,
@@ -356,6 +357,7 @@ async def test_consumer_started_before_the_topic_exists(kbroker: Broker) -> None
     assert {b"%d" % i for i in range(1, 11)} <= {m.body for m in got.msgs}
 
 
+@pytest.mark.slow  # pulls 400 ms apart, about 1 s
 async def test_pull_interval_spaces_the_pulls_of_a_queue(kbroker: Broker) -> None:
     async with Producer("PG", kbroker.namesrv_address) as p:
         await send_n(p, "Spaced", 1)

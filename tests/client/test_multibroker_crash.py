@@ -26,6 +26,8 @@ from tests.client.multibroker import Cluster, wait_async
 from tests.helpers import Collector, fast_config, wait_until
 from tests.integration.procs import BrokerProcess, free_port
 
+pytestmark = pytest.mark.slow  # broker processes, kill -9
+
 SEND_TIMEOUT = 3.0
 
 

@@ -135,6 +135,7 @@ async def test_dead_name_server_fails_within_timeout() -> None:
         assert time.monotonic() - t0 < 1.5  # refused: fails at once, long before 3 s
 
 
+@pytest.mark.slow  # a 1 s send timeout
 async def test_unresponsive_broker_times_out_within_send_msg_timeout() -> None:
     async def swallow(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await r.read()

@@ -14,6 +14,7 @@ import signal
 import sys
 import textwrap
 
+import pytest
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from kairosmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from kairosmq.protocol.codes import RequestCode, ResponseCode
@@ -186,6 +187,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a consumer process, kill -9
 async def test_a_consumer_killed_without_unregistering_is_taken_over(kbroker: Broker) -> None:
     """A member in another process is SIGKILLed: no UNREGISTER_CLIENT, the kernel closes
     its socket; the broker drops it on connection loss and notifies the survivor, which

@@ -52,6 +52,7 @@ def test_message_timer_misuse_is_refused(kw: dict) -> None:
         Message("T", b"x", **kw)
 
 
+@pytest.mark.slow  # timers due in up to 1 s
 async def test_deliver_at_delay_and_recall_end_to_end(kbroker: Broker) -> None:
     got = Collector()
     c = PushConsumer(

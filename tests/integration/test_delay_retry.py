@@ -57,6 +57,7 @@ async def test_delayed_messages_are_never_early(broker) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # delays of up to 900 ms
 async def test_level_above_max_is_clamped_and_zero_is_immediate(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     r = await send(peer, "Clamp", b"far", {"DELAY": "99"})
@@ -149,6 +150,7 @@ def test_bad_delay_level_string_is_a_startup_error(levels) -> None:
         BrokerConfig(delay_levels=levels)
 
 
+@pytest.mark.slow  # delays of up to 900 ms
 async def test_restart_neither_loses_nor_repeats_delayed_messages(broker_factory, tmp_path) -> None:
     data = tmp_path / "restart"
     b = await broker_factory(data_dir=data)

@@ -71,6 +71,7 @@ async def test_max_connections_refuses_beyond_the_limit(broker_factory) -> None:
         await p.close()
 
 
+@pytest.mark.slow  # idle timeouts in real time, about 1 s
 async def test_idle_connection_is_closed_and_a_talking_one_is_not(broker_factory) -> None:
     broker = await broker_factory(idle_timeout=0.4)
     silent = await RawPeer.connect(broker.address)
@@ -87,6 +88,7 @@ async def test_idle_connection_is_closed_and_a_talking_one_is_not(broker_factory
     await silent.close()
 
 
+@pytest.mark.slow  # idle timeouts in real time, about 1 s
 async def test_idle_close_happens_after_the_timeout_not_before(broker_factory) -> None:
     broker = await broker_factory(idle_timeout=0.6)
     t0 = time.monotonic()
@@ -97,6 +99,7 @@ async def test_idle_close_happens_after_the_timeout_not_before(broker_factory) -
     await peer.close()
 
 
+@pytest.mark.slow  # 2 s of idle periods
 async def test_bundled_client_heartbeats_keep_its_connections_open(broker_factory) -> None:
     """The producer heartbeats (and polls routes) more often than idle_timeout: its
     connections survive idle periods several times longer than the timeout."""
@@ -121,6 +124,7 @@ def test_default_idle_timeout_leaves_room_for_default_heartbeats() -> None:
         assert cls().heartbeat_broker_interval * 3 <= idle, cls
 
 
+@pytest.mark.slow  # real timeouts, about 1.5 s
 async def test_partial_frame_held_too_long_is_closed(broker_factory) -> None:
     """A peer that trickles bytes of one frame (so it is never idle) but never
     completes it is closed after partial_frame_timeout."""
@@ -426,6 +430,7 @@ def test_cli_limit_options_reach_the_config_with_defaults_in_help(capsys) -> Non
     assert "--metrics-host" in helptext
 
 
+@pytest.mark.slow  # a broker process
 def test_broker_command_prints_the_metrics_url_it_bound(tmp_path) -> None:
     import signal
     import subprocess

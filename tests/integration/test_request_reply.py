@@ -227,6 +227,7 @@ def test_cli_flags_for_trace_topic_and_stored_replies() -> None:
 # ---------------------------------------------------------------- bundled client
 
 
+@pytest.mark.slow  # a 0.8 s reply timeout, rebalances
 async def test_producer_request_gets_the_consumers_reply(broker: Broker) -> None:
     ns = broker.namesrv_address
     async with Producer("ReqPG", ns) as requester_p, Producer("RespPG", ns) as responder:

@@ -46,6 +46,7 @@ async def test_hundred_messages_at_level_3_arrive_after_their_delay(broker) -> N
         assert int(m.properties["REAL_QID"]) == m.queue_id
 
 
+@pytest.mark.slow  # a retry ladder in real time
 async def test_retry_ladder_and_dead_letter_with_the_bundled_consumer(broker) -> None:
     attempts: list[tuple[int, float, str]] = []
 

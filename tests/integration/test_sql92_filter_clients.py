@@ -279,6 +279,7 @@ public class StockSql {
 """
 
 
+@pytest.mark.slow  # javac and a stock Java consumer
 @pytest.mark.skipif(
     shutil.which("javac") is None or not JAVA_JARS,
     reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",

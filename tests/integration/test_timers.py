@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.timer import TIMER_OUT_MS, RecallHandle, decode_recall_handle
 
@@ -73,6 +74,7 @@ async def test_absolute_deliver_ms_and_ons_start_deliver_time(broker) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for timers to fire, about 1 s
 async def test_recall_before_fire_is_final_and_idempotent(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     r, key = await timer_send(peer, "T3", b"cancel-me", {"TIMER_DELAY_MS": "500"})
@@ -147,6 +149,7 @@ async def test_level_delayed_message_recall(broker) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for timers to fire, about 1 s
 async def test_recall_racing_the_fire_has_exactly_one_outcome(broker) -> None:
     peer = await RawPeer.connect(broker.address)
     outcomes: dict[bytes, int] = {}
@@ -165,6 +168,7 @@ async def test_recall_racing_the_fire_has_exactly_one_outcome(broker) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # timers due in 1.5 s
 async def test_pending_timers_survive_a_restart(broker_factory, tmp_path) -> None:
     b = await broker_factory(data_dir=tmp_path / "d")
     peer = await RawPeer.connect(b.address)

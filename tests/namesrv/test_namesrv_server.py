@@ -155,6 +155,7 @@ async def test_unregister_removes_the_broker_and_its_queues(namesrv: NameServer)
     await p2.close()
 
 
+@pytest.mark.slow  # waits out an expiry, about 1.5 s
 async def test_silent_broker_expires_after_the_scan(
     namesrv_factory: Callable[..., Awaitable[NameServer]],
 ) -> None:

@@ -36,6 +36,7 @@ async def _config(peer: RawPeer) -> dict[str, str]:
     return dict(line.split("=", 1) for line in r.body.decode().splitlines() if "=" in line)
 
 
+@pytest.mark.slow  # waits out a 2 s expiry
 async def test_update_namesrv_config_settable_subset(namesrv: NameServer) -> None:
     peer = await RawPeer.connect(namesrv.address)
     try:

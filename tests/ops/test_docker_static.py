@@ -130,6 +130,7 @@ def test_every_command_resolves() -> None:
     admin_cli.build_parser().parse_args(STAGES["broker"].healthcheck[2:])
 
 
+@pytest.mark.slow  # the CLI in child processes
 async def test_healthcheck_command_against_live_broker(broker) -> None:
     b = PLANS["broker"]
     ports = {DEFAULTS.namesrv_port: broker.namesrv_port, DEFAULTS.port: broker.port}

@@ -23,9 +23,12 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, send, spawn_java, wait_un
 from tests.wire import RawPeer
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(
-    shutil.which("javac") is None or not JARS, reason="needs javac and the RocketMQ 4.9.8 jars"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("javac") is None or not JARS, reason="needs javac and the RocketMQ 4.9.8 jars"
+    ),
+    pytest.mark.slow,  # javac and a stock Java consumer
+]
 N = 6
 JAVA = r"""
 import java.util.concurrent.atomic.AtomicInteger;

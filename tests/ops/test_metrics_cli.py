@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the CLI in a child process
+
 CODE = """
 import sys
 sys.modules["prometheus_client"] = None  # as if the 'metrics' extra were not installed

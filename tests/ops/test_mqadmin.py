@@ -43,7 +43,10 @@ _missing = (
     if shutil.which("java") is None
     else None
 )
-pytestmark = pytest.mark.skipif(_missing is not None, reason=f"mqadmin tests: {_missing}")
+pytestmark = [
+    pytest.mark.skipif(_missing is not None, reason=f"mqadmin tests: {_missing}"),
+    pytest.mark.slow,  # JVMs: the stock mqadmin
+]
 
 TOPIC, GROUP, LAG_GROUP, PGROUP = "MqaTopic", "MqaCG", "MqaLagCG", "MqaPG"
 RESET_GROUP = "MqaResetCG"  # offline, offsets at 2: resetOffsetByTime moves them to 0

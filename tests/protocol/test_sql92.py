@@ -344,6 +344,7 @@ def _random_expression(rnd: random.Random, depth: int = 0) -> str:
     )
 
 
+@pytest.mark.slow  # javac and a JVM
 @pytest.mark.skipif(
     not JARS or shutil.which("javac") is None,
     reason=f"needs javac and the RocketMQ 4.9.8 jars in {ROCKETMQ_HOME}",

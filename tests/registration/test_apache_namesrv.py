@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.bodies import TopicRouteData
@@ -38,7 +39,7 @@ from tests.registration.conftest import (
 )
 from tests.wire import RawPeer
 
-pytestmark = needs_apache
+pytestmark = [needs_apache, pytest.mark.slow]  # Apache RocketMQ name server JVMs, broker processes
 BrokerFactory = Callable[..., Awaitable[Broker]]
 
 

@@ -83,6 +83,7 @@ async def test_bundled_clients_route_through_kairos_namesrv(
         await producer.shutdown()
 
 
+@pytest.mark.slow  # waits out a 1.5 s expiry
 async def test_periodic_registration_outlives_expiry_then_unregister(
     name_servers: Callable[..., Awaitable[object]], broker_factory: BrokerFactory
 ) -> None:

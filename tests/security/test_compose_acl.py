@@ -12,6 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 import yaml
 from kairosmq.client import ConsumeFromWhere, Message, Producer, PushConsumer
 from kairosmq.server.broker import Broker
@@ -53,6 +54,7 @@ def test_acl_directory_is_mounted_read_only_where_acl_points() -> None:
         assert account.secret_key == env["KAIROS_SECRET_KEY"]
 
 
+@pytest.mark.slow  # the CLI in child processes
 async def test_healthcheck_and_demo_account_against_a_live_broker(
     broker_factory: Callable[..., Awaitable[Broker]],
 ) -> None:

@@ -23,6 +23,8 @@ from kairosmq.server.broker import Broker
 
 from tests.security.acl_setup import ACL_FILE, ADMIN, PRODUCER
 
+pytestmark = pytest.mark.slow  # the stock C++ client in a child process
+
 DRIVER = Path(__file__).parent / "cpp_acl_driver.py"
 
 

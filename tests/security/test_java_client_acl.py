@@ -16,10 +16,13 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java
 from tests.security.acl_setup import ACL_FILE
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(
-    shutil.which("javac") is None or not JARS,
-    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("javac") is None or not JARS,
+        reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+    ),
+    pytest.mark.slow,  # javac and stock Java clients
+]
 
 ACL = (
     ACL_FILE

@@ -18,10 +18,13 @@ from tests.helpers import ROCKETMQ_JARS, compile_java, java_done, spawn_java, wa
 from tests.security.acl_setup import ADMIN, AUDIT_ACL_FILE, SignedPeer
 from tests.transaction.txpeer import FAST, messages
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("javac") is None or not ROCKETMQ_JARS,
-    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("javac") is None or not ROCKETMQ_JARS,
+        reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+    ),
+    pytest.mark.slow,  # javac and a stock Java producer
+]
 
 ACL = (
     AUDIT_ACL_FILE

@@ -21,9 +21,12 @@ from tests.security.acl_setup import ACL_FILE, ADMIN, CONSUMER
 from tests.security.certs import make_certs, openssl_missing
 from tests.security.java_acl import java_missing
 
-pytestmark = pytest.mark.skipif(
-    java_missing() is not None, reason=f"stock mqadmin with ACL: {java_missing()}"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        java_missing() is not None, reason=f"stock mqadmin with ACL: {java_missing()}"
+    ),
+    pytest.mark.slow,  # JVMs: the stock mqadmin
+]
 
 
 def _home(tmp: Path, access_key: str, secret_key: str) -> Path:

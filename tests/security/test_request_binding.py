@@ -262,6 +262,7 @@ async def test_every_served_code_is_classified_once(
     assert not clients & ADMIN_CODES
 
 
+@pytest.mark.slow  # javac and a JVM
 @pytest.mark.skipif(java_missing() is not None, reason=f"RocketMQ oracle: {java_missing()}")
 def test_rocketmq_signs_a_bound_request_as_kairosmq_does(tmp_path: Path) -> None:
     """RocketMQ 4.9.8's AclClientRPCHook over the same extFields, KairosBinding included,

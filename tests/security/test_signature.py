@@ -126,6 +126,7 @@ def test_server_side_content_also_accepts_the_unique_key_query_flag() -> None:
     )
 
 
+@pytest.mark.slow  # javac and a JVM
 @pytest.mark.skipif(java_missing() is not None, reason=f"RocketMQ oracle: {java_missing()}")
 def test_signatures_equal_rocketmq_aclclientrpchook(tmp_path: Path) -> None:
     expected = java_signatures(CASES, tmp_path)

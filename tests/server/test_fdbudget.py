@@ -70,6 +70,7 @@ def test_segments_on_disk_counts_commit_log_segments(tmp_path: Path) -> None:
     assert segments_on_disk(tmp_path / "absent") == 0
 
 
+@pytest.mark.slow  # a child process
 def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
     """In a child whose soft limit is below its hard one (the usual 1024 / 524288)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -255,6 +255,7 @@ async def test_a_full_disk_refuses_the_send_that_needs_the_next_step(small_fs: P
         s.close()
 
 
+@pytest.mark.slow  # a child process
 def test_no_sigbus_when_the_disk_fills_under_a_growing_queue(small_fs: Path) -> None:
     """A child process fills a queue until the disk is full (the store's own path: steps
     off the loop and on it): it must end with a refusal, never killed by SIGBUS."""

@@ -64,6 +64,7 @@ def _open_fds_under(directory: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # restart backoff in real time
 async def test_failing_checkpoint_is_restarted_with_backoff_and_shown_degraded(
     broker_factory, tmp_path
 ) -> None:

@@ -18,6 +18,8 @@ import pytest
 from tests.spark import scenario
 from tests.spark.conftest import NO_JAVA, java_available, write_jsonl
 
+pytestmark = pytest.mark.slow  # the CLI in child processes, Spark JVMs
+
 ROOT = Path(__file__).resolve().parents[2]
 # The CLI with `import pyspark` failing, as in an install without the [spark] extra.
 NO_PYSPARK = (

@@ -149,6 +149,7 @@ def test_summary_console_and_html_from_plain_rows():
     assert "00:01" in html  # the missing minute is drawn as zero
 
 
+@pytest.mark.slow  # child processes
 def test_gen_events_speaks_the_catalogue(tmp_path):
     out = tmp_path / "gen"
     subprocess.run(
@@ -178,6 +179,7 @@ def test_gen_events_speaks_the_catalogue(tmp_path):
         assert set(rec) - set(COMMON) <= set(CATALOGUE[rec["event"]])
 
 
+@pytest.mark.slow  # child processes
 def test_gen_events_replicates_with_distinct_messages(tmp_path):
     gen = [sys.executable, str(ROOT / "bench" / "gen_events.py")]
     subprocess.run(
@@ -208,6 +210,7 @@ def test_gen_events_replicates_with_distinct_messages(tmp_path):
     assert strip == [{k: v for k, v in r.items() if "msg_id" not in k} for r in src]
 
 
+@pytest.mark.slow  # child processes
 def test_job_file_runs_as_a_script_without_the_package_installed():
     # Hide the editable install: _bootstrap must map kairosmq.* onto the checkout.
     code = (

@@ -38,6 +38,8 @@ from kairosmq.protocol.properties import RETRY_TOPIC
 from tests.helpers import assert_reput_not_early, wait_until
 from tests.wire import RawPeer
 
+pytestmark = pytest.mark.slow  # the stock C++ client in child processes
+
 DRIVER = Path(__file__).parent / "cpp_driver.py"
 PACKAGE = "rocketmq-python-cvs==2.1.0.3"
 

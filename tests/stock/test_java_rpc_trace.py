@@ -58,7 +58,10 @@ _missing = (
     if not JARS
     else None
 )
-pytestmark = pytest.mark.skipif(_missing is not None, reason=f"stock Java clients: {_missing}")
+pytestmark = [
+    pytest.mark.skipif(_missing is not None, reason=f"stock Java clients: {_missing}"),
+    pytest.mark.slow,  # javac, stock Java clients and mqadmin
+]
 
 TRACE_CLIENT = r"""
 import java.util.concurrent.*;

@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.headers import CheckTransactionStateRequestHeader
 from kairosmq.protocol.ids import decode_offset_msg_id
@@ -99,6 +100,7 @@ async def test_end_checks_group_offsets_and_kind(broker: Any) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for check-backs, 1-2 s
 async def test_delay_level_applies_at_commit_not_to_the_half(broker: Any) -> None:
     peer = await RawPeer.connect(broker.address)
     r = await half(peer, "TxE", "UNIQ-E", DELAY="1")  # FAST_LEVELS: level 1 is short
@@ -142,6 +144,7 @@ async def test_check_back_then_commit_from_check(broker_factory: Any) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for check-backs, 1-2 s
 async def test_check_max_then_discard(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
     peer = await RawPeer.connect(broker.address)
@@ -159,6 +162,7 @@ async def test_check_max_then_discard(broker_factory: Any) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for check-backs, 1-2 s
 async def test_no_producer_then_checked_when_one_appears(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
     sender = await RawPeer.connect(broker.address)
@@ -174,6 +178,7 @@ async def test_no_producer_then_checked_when_one_appears(broker_factory: Any) ->
     await producer.close()
 
 
+@pytest.mark.slow  # waits for check-backs, 1-2 s
 async def test_custom_immunity_time_delays_the_first_check(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
     peer = await RawPeer.connect(broker.address)
@@ -274,6 +279,7 @@ async def test_a_rolled_back_write_undoes_halves_and_ends(broker: Any) -> None:
     await peer.close()
 
 
+@pytest.mark.slow  # waits for check-backs, 1-2 s
 async def test_timer_properties_apply_from_the_commit(broker: Any) -> None:
     peer = await RawPeer.connect(broker.address)
     r = await half(peer, "TxN", "UNIQ-N", TIMER_DELAY_MS="600")

@@ -88,6 +88,7 @@ async def test_raising_callback_is_unknown_then_rolled_back_by_check(broker_fact
     assert await delivered(broker, "TxCli3") == []
 
 
+@pytest.mark.slow  # waits for check-backs
 async def test_producer_gone_then_a_new_one_of_the_group_is_checked(broker_factory: Any) -> None:
     broker = await broker_factory(**FAST)
     async with TransactionProducer(

@@ -17,10 +17,13 @@ from tests.transaction.txpeer import FAST, messages
 from tests.wire import RawPeer
 
 JARS = ROCKETMQ_JARS
-pytestmark = pytest.mark.skipif(
-    shutil.which("javac") is None or not JARS,
-    reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("javac") is None or not JARS,
+        reason="needs javac and the RocketMQ 4.9.8 jars (client inside)",
+    ),
+    pytest.mark.slow,  # javac and a stock Java producer
+]
 
 STOCK_TX_JAVA = r"""
 import java.util.concurrent.*;

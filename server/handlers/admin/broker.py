@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values; BrokerConfig values of several types
 
 import orjson
 from kairosmq.protocol.bodies import (
@@ -124,11 +124,6 @@ _RMQ_NAMES: dict[str, tuple[str, Any]] = {
     "vip_channel": ("vipChannelEnabled", lambda b: str(b).lower()),
     "flush_interval": ("flushIntervalCommitLog", lambda s: str(round(s * 1000))),  # ms
 }
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)
 
 
 def _camel(name: str) -> str:

@@ -14,7 +14,7 @@ RocketMQ's black list) and a remark naming it, and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers (see Handler)
 
 from kairosmq.protocol.bodies import string_to_properties
 from kairosmq.protocol.codes import ResponseCode

@@ -26,7 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers; a client conn
 
 import orjson
 from kairosmq.protocol.bodies import MessageQueueData, encode_mq_map
@@ -168,8 +168,11 @@ class ConsumerCallbackProcessor:
         body = encode_reset_body(table, for_c=cmd.language == LanguageCode.CPP)
         ext = h.to_ext_fields()  # relayed as RESET_CONSUMER_CLIENT_OFFSET (Broker2Client)
         for client in info.clients.values():
-            client_calls.notify_client(
-                client.conn, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body
+            client_calls.notify_client(  # the table's narrow view of a transport Connection
+                client.conn,  # type: ignore[arg-type]
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                ext,
+                body,
             )
         self.log.info(
             "offset.reset",

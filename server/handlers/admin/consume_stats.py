@@ -21,7 +21,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values of ConsumeStats bodies
 
 import orjson
 from kairosmq.protocol.bodies import MessageQueueData, encode_mq_table

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON values; structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger; handler answers (see Handler)
 
 from kairosmq.protocol.bodies import encode_kv_table
 from kairosmq.protocol.codes import RequestCode, ResponseCode

@@ -14,7 +14,7 @@ with SYSTEM_ERROR naming the option.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand

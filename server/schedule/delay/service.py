@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: a service's snapshot state (JSON); the supervisor's task state
 
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_decimal_pair

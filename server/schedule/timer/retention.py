@@ -14,7 +14,7 @@ costs ~1 µs per fired timer, on the loop: asked every minute it stalled the fir
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any  # Any: results of work run off the loop
 
 from kairosmq.protocol.naming import TIMER_TOPIC
 
@@ -48,7 +48,7 @@ class RetentionWalk:
         if phy < 0:
             return 0
         below = self.buckets.bucket_of(due) - 1
-        gone = await self.run_blocking(self.buckets.delete_below, below)
+        gone: int = await self.run_blocking(self.buckets.delete_below, below)
         if gone:
             self.log.info(
                 "timer.buckets_deleted", count=gone, before_ts=below * self.buckets.bucket_ms

@@ -41,7 +41,7 @@ import contextlib
 import heapq
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any  # Any: a service's snapshot state (JSON); results of blocking work
 
 from kairosmq.protocol.naming import TIMER_TOPIC
 from kairosmq.protocol.properties import (

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import orjson
+import pytest
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
@@ -61,6 +62,7 @@ async def test_delete_drops_offsets_and_all_config_lists(services: Services) -> 
     assert again.code == ResponseCode.TOPIC_NOT_EXIST
 
 
+@pytest.mark.slow  # waits for the write retry, 1 s
 async def test_create_answers_system_error_when_topics_json_cannot_be_written(
     services: Services, monkeypatch: Any
 ) -> None:
