@@ -41,6 +41,8 @@ class RequestCode(IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43  # a slave's SlaveSynchronize (server/ha/sync.py)
+    GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

@@ -49,6 +49,10 @@ from .fdbudget import (
     raise_open_file_limit,
     segments_on_disk,
 )
+from .ha.master import HAService
+from .ha.role import SLAVE_REFUSAL, BrokerRole
+from .ha.slave import HAClient
+from .ha.sync import SlaveSynchronize, master_broker_address
 from .handlers import broker_table, namesrv_table
 from .handlers.admin.kv import KvConfig
 from .handlers.reply import ensure_system_topics
@@ -67,6 +71,7 @@ from .schedule.timer import TimerBuckets, TimerService
 from .security.install import install_security
 from .store import DispatchRequest, MessageStore
 from .store.index import KeyIndex
+from .store.replica import ReplicaAppender
 from .supervise import ServiceState, Supervisor
 from .tables.clients import ClientRegistry, LockManager
 from .tables.offsets import ConsumerOffsetManager
@@ -157,7 +162,20 @@ class Broker:
             clock_ms=self.store.clock_ms,  # one clock
         )
         self.store.providers.append(self.schedule)
-        self.store.dispatchers.append(self._on_dispatch)
+        # replication (server/ha/): a master streams its log to slaves (SYNC_MASTER: its
+        # pulls wait for the slave's ack, so their arrival notifications go through the
+        # confirm gate); a slave refuses every put and appends its master's bytes
+        self.role = BrokerRole(cfg.broker_role)
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None  # a slave's, made once the store is open
+        self.slave_sync: SlaveSynchronize | None = None
+        if self.role.is_master:
+            self.ha = HAService(self.store, cfg, self.notifier, get_logger("ha"))
+            self.store.dispatchers.append(self.ha.on_dispatch)
+        else:
+            self.store.guard.role_refusal = SLAVE_REFUSAL
+        if self.ha is None or self.ha.gate is None:
+            self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
@@ -281,6 +299,11 @@ class Broker:
         }
         if self.registration is not None:  # --namesrv: each name server's registration
             status["registration"] = self.registration.status()
+        # replication (server/ha/): the role, the slaves and their acks, or the master
+        if self.ha is not None:
+            status["ha"] = self.ha.status()
+        elif self.ha_client is not None and self.slave_sync is not None:
+            status["ha"] = {**self.ha_client.status(), **self.slave_sync.status()}
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
             status["fds"] = {
                 "open": open_fds(),
@@ -413,10 +436,16 @@ class Broker:
             self.endpoints.namesrv_port = await self.server.listen(
                 cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv"
             )
+        await self._start_ha()
         sup = self.supervisor
-        self.schedule.start(sup.spawn)
-        self.timer.start(sup.spawn)
-        sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+        if self.role.is_master:  # a slave derives this state but fires nothing
+            self.schedule.start(sup.spawn)
+            self.timer.start(sup.spawn)
+            sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+        elif self.ha_client is not None:
+            sup.spawn("ha-client", self.ha_client.run, reports_progress=True)
+            assert self.slave_sync is not None
+            sup.spawn("slave-sync", self.slave_sync.run, reports_progress=True)
         loop = asyncio.get_running_loop()
         self._flush_event = asyncio.Event()
         sup.spawn("flush", self._flush_service, reports_progress=True)
@@ -448,7 +477,55 @@ class Broker:
             delay_levels=cfg.delay_levels,
             flush_mode=cfg.flush_mode.value,
             namesrv=self.namesrv_address,
+            broker_role=self.role.value,
+            ha_port=self.endpoints.ha_port,
         )
+
+    async def _start_ha(self) -> None:
+        """A master's HA listener (port + 1 unless --ha-listen-port; a failed bind of the
+        default port is a warning for a lone ASYNC_MASTER, an error otherwise); a
+        slave's appender and HAClient."""
+        cfg = self.config
+        if self.ha is not None:
+            port = cfg.ha_listen_port
+            if port is None:
+                port = self.port + 1 if cfg.port != 0 else 0
+            try:
+                self.endpoints.ha_port = await self.ha.listen(cfg.host, port)
+            except OSError as err:
+                if cfg.ha_listen_port is not None or self.role is not BrokerRole.ASYNC_MASTER:
+                    raise
+                self.log.warning("ha.listen_failed", port=port, error=str(err))
+            return
+        notifier = self.notifier
+        appender = ReplicaAppender(
+            self.store, on_record=lambda req: notifier.notify(req.topic, req.queue_id)
+        )
+        self.ha_client = HAClient(appender, cfg, get_logger("ha"), self._ha_master_address)
+        self.slave_sync = SlaveSynchronize(
+            config=cfg,
+            topics=self.topics,
+            offsets=self.offsets,
+            subscriptions=self.subscriptions,
+            master_address=self._master_broker_address,
+            log=get_logger("ha"),
+        )
+
+    def _ha_master_address(self) -> str | None:
+        """A slave's master HA address: --ha-master-address, else the name servers'."""
+        if self.config.ha_master_address is not None:
+            return self.config.ha_master_address
+        if self.registration is not None:
+            return self.registration.ha_master_address
+        return None
+
+    def _master_broker_address(self) -> str | None:
+        """A slave's master broker port (SlaveSynchronize): the name servers' masterAddr,
+        else --ha-master-address's host and the port below it (RocketMQ's pairing)."""
+        if self.registration is not None and self.registration.master_address is not None:
+            return self.registration.master_address
+        ha = self._ha_master_address()
+        return master_broker_address(ha) if ha is not None else None
 
     async def stop(self, reason: str = "requested") -> None:
         if not self.running:
@@ -459,6 +536,8 @@ class Broker:
             if self.registration is not None:  # RocketMQ: unregisterBrokerAll first
                 await self._stop_step("unregister", self.registration.stop())
             self.notifier.close()
+            if self.ha is not None:
+                await self._stop_step("ha", self.ha.close())
             await self._stop_step("schedule", self.schedule.stop())
             await self._stop_step("timer", self.timer.stop())
             await self._stop_step("listeners", self.server.close())

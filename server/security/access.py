@@ -152,6 +152,8 @@ ADMIN_CODES = frozenset(
         # reads of other accounts' messages, groups and clients, or of the deployment
         R.VIEW_MESSAGE_BY_ID,  # an offset id names any message
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        R.GET_ALL_CONSUMER_OFFSET,  # a slave's SlaveSynchronize (every group's offsets)
+        R.GET_ALL_DELAY_OFFSET,
         R.GET_PRODUCER_CONNECTION_LIST,
         R.QUERY_TOPIC_CONSUME_BY_WHO,
         R.GET_BROKER_CONSUME_STATS,

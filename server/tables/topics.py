@@ -210,6 +210,24 @@ class TopicConfigManager:
         for listener in self.on_change:
             listener(topic)
 
+    def replace_all(self, configs: list[TopicConfig]) -> int:
+        """A slave's copy of its master's table (RocketMQ SlaveSynchronize: clear, putAll):
+        exactly ``configs`` afterwards (the schedule topic stays); the topics changed."""
+        wanted = {c.topic_name: c for c in configs if c.topic_name != SCHEDULE_TOPIC}
+        changed = [t for t in self.topics if t != SCHEDULE_TOPIC and t not in wanted]
+        for topic in changed:
+            del self.topics[topic]
+            del self._rows[topic]
+        for name, cfg in wanted.items():
+            if self.topics.get(name) != cfg:
+                self._set(cfg)
+                changed.append(name)
+        if changed:
+            self.file.changed()
+            for topic in changed:
+                self._changed(topic)
+        return len(changed)
+
     def ensure(self, topic: str, queue_nums: int) -> tuple[TopicConfig, bool]:
         """Return the topic, creating it with ``queue_nums`` queues if absent (True)."""
         cfg = self.topics.get(topic)
