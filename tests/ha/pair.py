@@ -1,0 +1,90 @@
+"""Helpers for replication tests: a kairosmq master and slave as real processes
+(server/ha/, docs/replication.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.message import decode_records
+
+from tests.helpers import pull
+from tests.integration.procs import BrokerProcess, free_port
+from tests.wire import RawPeer
+
+
+def free_pair() -> int:
+    """A port p with p + 1 free too (a master's broker and HA ports, RocketMQ's pairing)."""
+    for _ in range(200):
+        p = free_port()
+        if p < 65535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p + 1))
+                except OSError:
+                    continue
+            return p
+    raise RuntimeError("no two consecutive free ports")
+
+
+def master(data: Path, *extra: str, role: str = "ASYNC_MASTER") -> BrokerProcess:
+    port = free_pair()
+    bp = BrokerProcess(data, "--broker-role", role, *extra)
+    bp.port = port
+    bp.ha_port = port + 1  # type: ignore[attr-defined]
+    return bp
+
+
+def slave(data: Path, m: BrokerProcess, *extra: str) -> BrokerProcess:
+    return BrokerProcess(
+        data,
+        "--broker-role",
+        "SLAVE",
+        "--ha-master-address",
+        f"127.0.0.1:{m.ha_port}",  # type: ignore[attr-defined]
+        "--slave-sync-interval",
+        "0.5",
+        *extra,
+    )
+
+
+def log_bytes(data: Path) -> bytes:
+    """The commit log's written bytes (segments concatenated, trailing zeros cut)."""
+    seg_dir = data / "store" / "commitlog"
+    out = b"".join(p.read_bytes() for p in sorted(seg_dir.iterdir()))
+    return out.rstrip(b"\x00")
+
+
+async def wait_for(pred, timeout: float = 20.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await pred():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out: {what}")
+
+
+async def status(peer: RawPeer) -> dict:
+    import orjson
+    from kairosmq.protocol.codes import RequestCode
+
+    r = await peer.call(RequestCode.KAIROS_GET_BROKER_STATUS, {})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return orjson.loads(r.body)
+
+
+async def pull_all(peer: RawPeer, topic: str, queues: int = 4) -> list:
+    got = []
+    for q in range(queues):
+        off = 0
+        while True:
+            r = await pull(peer, topic, queue_id=q, offset=off, max_n=256)
+            if r.code != ResponseCode.SUCCESS:
+                break
+            msgs = decode_records(r.body)
+            got += msgs
+            off = int(r.ext_fields["nextBeginOffset"])
+    return got
