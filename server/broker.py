@@ -203,6 +203,7 @@ class Broker:
             log=get_logger("transport"),
             before_write=self.store.write_out,
             ack_guard=self.store,
+            replicated=self.ha.wait_replicated if self.ha is not None and self.ha.sync else None,
             on_connection_lost=self._connection_lost,
             max_frame=cfg.max_frame_length,
             limits=ConnectionLimits(

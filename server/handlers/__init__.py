@@ -132,7 +132,6 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         wait_flushed=b.wait_flushed,
         clock_ms=store.clock_ms,
         ack_token=store.ack_token,
-        wait_replicated=b.ha.wait_replicated if b.ha is not None and b.ha.sync else None,
     )
     pull = PullMessageProcessor(
         reads=store,

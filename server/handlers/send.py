@@ -20,9 +20,7 @@ request that passed every check. A batch has no count limit (RocketMQ has none: 
 4 MiB body bounds it); one of more than ``BATCH_SLICE`` messages is validated, then
 stored, that many per loop turn (a task), and answered only if every stored part is
 written (``transport.AckedAnswer``: one ack token per part); its queue offsets are
-consecutive unless another send to the same queue lands between two parts. On a
-SYNC_MASTER a stored send is answered SUCCESS only once a slave acked its bytes, else
-FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (the message stays stored; ha/master.py).
+consecutive unless another send to the same queue lands between two parts.
 """
 
 from __future__ import annotations
@@ -102,7 +100,6 @@ class SendMessageProcessor:
         wait_flushed: Callable[[int], Awaitable[bool]],
         clock_ms: Callable[[], int],
         ack_token: Callable[[], Any],
-        wait_replicated: Callable[[int], Awaitable[tuple[int, str] | None]] | None = None,
     ) -> None:
         self.topics = topics
         self.config = config
@@ -113,9 +110,6 @@ class SendMessageProcessor:
         self.wait_flushed = wait_flushed
         self.clock_ms = clock_ms
         self.ack_token = ack_token  # the store's: the last append (a batch's parts)
-        # SYNC_MASTER (ha/master.py): answered once a slave acked the record, else
-        # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with the send's header
-        self.wait_replicated = wait_replicated
 
     def handle_send(self, conn: Connection, cmd: RemotingCommand) -> Any:
         v2 = cmd.code != RequestCode.SEND_MESSAGE
@@ -400,23 +394,17 @@ class SendMessageProcessor:
             trace_on=True,
         ).to_ext_fields()
         response = cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
-        if self.config.flush_mode is FlushMode.SYNC_FLUSH or self.wait_replicated is not None:
+        if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             return self._after_flush(cmd, response, results[-1].phy_offset + results[-1].size)
         return response
 
     async def _after_flush(
         self, cmd: RemotingCommand, response: RemotingCommand, end: int
     ) -> RemotingCommand:
-        """SYNC_FLUSH's disk flush, then SYNC_MASTER's slave ack (RocketMQ's order:
-        handleDiskFlush, then handleHA)."""
-        if self.config.flush_mode is FlushMode.SYNC_FLUSH and not await self.wait_flushed(end):
-            return cmd.response(
-                ResponseCode.FLUSH_DISK_TIMEOUT,
-                ext_fields=response.ext_fields,
-                remark="stored, but the disk flush did not finish in time",
-            )
-        if self.wait_replicated is not None:
-            failed = await self.wait_replicated(end)
-            if failed is not None:
-                return cmd.response(failed[0], ext_fields=response.ext_fields, remark=failed[1])
-        return response
+        if await self.wait_flushed(end):
+            return response
+        return cmd.response(
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ext_fields=response.ext_fields,
+            remark="stored, but the disk flush did not finish in time",
+        )

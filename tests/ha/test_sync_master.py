@@ -10,7 +10,7 @@ import signal
 import time
 
 import pytest
-from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 
 from tests.ha.pair import log_bytes, master, pull_all, slave, status, wait_for
@@ -79,6 +79,20 @@ async def test_sync_master_times_out_a_stalled_slave_then_a_held_pull_wakes_on_i
             took = time.monotonic() - started
             assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, r.remark
             assert 4.5 <= took < 9, took  # syncFlushTimeout: 5 s
+            # a send-back appends too: the same wait, the same answer
+            m0 = decode_records(first.body)[0]
+            r = await mp.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": m0.commit_log_offset,
+                    "group": "G",
+                    "delayLevel": 0,
+                    "originMsgId": m0.msg_id,
+                    "originTopic": m0.topic,
+                },
+                timeout=15,
+            )
+            assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, r.remark
             # a long-polling pull is held: the record is stored but not acked
             held = asyncio.ensure_future(
                 pull(
