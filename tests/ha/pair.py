@@ -8,6 +8,7 @@ import socket
 import time
 from pathlib import Path
 
+import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.message import decode_records
 
@@ -30,16 +31,39 @@ def free_pair() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
+class LoggedBroker(BrokerProcess):
+    """A broker process whose JSON log lines (info and up, no per-message events) go to
+    ``<data>.log``: ``events(name)`` reads them."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        super().__init__(
+            data_dir, "--log-level", "info", "--no-message-logs", *extra, stdout=self.log_path
+        )
+
+    def events(self, name: str) -> list[dict]:
+        out = []
+        if self.log_path.exists():
+            for line in self.log_path.read_bytes().splitlines():
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if rec.get("event") == name:
+                    out.append(rec)
+        return out
+
+
 def master(data: Path, *extra: str, role: str = "ASYNC_MASTER") -> BrokerProcess:
     port = free_pair()
-    bp = BrokerProcess(data, "--broker-role", role, *extra)
+    bp = LoggedBroker(data, "--broker-role", role, *extra)
     bp.port = port
     bp.ha_port = port + 1  # type: ignore[attr-defined]
     return bp
 
 
 def slave(data: Path, m: BrokerProcess, *extra: str) -> BrokerProcess:
-    return BrokerProcess(
+    return LoggedBroker(
         data,
         "--broker-role",
         "SLAVE",

@@ -39,8 +39,10 @@ class BrokerProcess:
         *extra: str,
         env: dict[str, str] | None = None,
         nofile: int | tuple[int, int] | None = None,
+        stdout: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.stdout = stdout  # append the process's stdout (its JSON log lines) here
         self.port = free_port()
         self.namesrv_port = free_port()
         self.extra = extra
@@ -86,13 +88,22 @@ class BrokerProcess:
             if isinstance(self.nofile, int)
             else nofile_limit(*self.nofile)
         )
-        return subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, **self.env} if self.env else None,
-            preexec_fn=limit,
-        )
+        if self.stdout is None:
+            return subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=limit,
+            )
+        with open(self.stdout, "ab") as out:
+            return subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=limit,
+            )
 
     def launch(self) -> None:
         """Start the process without waiting for it to listen (to kill it mid-start)."""
