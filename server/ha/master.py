@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 from .role import BrokerRole
@@ -56,6 +57,9 @@ class ConfirmGate:
         self.pending: dict[tuple[str, int], list[int]] = {}
 
     def dispatched(self, req: DispatchRequest) -> None:
+        if req.topic == SCHEDULE_TOPIC:  # the delay levels' own wake: not a pull's
+            self.notifier.notify(req.topic, req.queue_id)
+            return
         end = req.phy_offset + req.size
         entry = self.pending.get((req.topic, req.queue_id))
         if entry is None:

@@ -45,6 +45,20 @@ async def test_sync_master_without_slave_answers_slave_not_available_and_serves_
         await wait_for(served, what="served once the slave acked it")
         r = await send(mp, "Sync", b"paired", {"UNIQ_KEY": "PAIRED"})
         assert r.code == ResponseCode.SUCCESS, r.remark
+        # a delayed message fires on the SYNC_MASTER and is served once the slave holds it
+        r = await send(mp, "Sync", b"later", {"UNIQ_KEY": "LATER", "DELAY": "3"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+
+        async def fired() -> bool:
+            got = [x.msg_id for x in await pull_all(mp, "Sync", 1)]
+            return got == ["ALONE", "PAIRED", "LATER"]
+
+        await wait_for(fired, what="the delayed message fired and was served")
+
+        async def on_slave() -> bool:
+            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+
+        await wait_for(on_slave, what="the fired copy is on the slave")
         st = await status(mp)
         assert st["ha"]["slaveAckOffset"] >= len(log_bytes(tmp_path / "m"))
     finally:
