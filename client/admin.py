@@ -131,8 +131,8 @@ async def cmd_topic(a: Admin, args: argparse.Namespace) -> Any:
             {
                 "topic": name,
                 "kind": view.topic_kind(name),
-                "readQueues": c["read_queue_nums"],
-                "writeQueues": c["write_queue_nums"],
+                "readQueues": c["readQueueNums"],
+                "writeQueues": c["writeQueueNums"],
                 "perm": view.perm(c["perm"]),
                 "order": c["order"],
             }
@@ -174,7 +174,7 @@ async def cmd_offsets(a: Admin, args: argparse.Namespace) -> Any:
     if cfg is None:
         raise AdminError(f"topic {args.topic} does not exist")
     broker, rows = await a.broker(), []
-    for qid in range(max(cfg["read_queue_nums"], cfg["write_queue_nums"])):
+    for qid in range(max(cfg["readQueueNums"], cfg["writeQueueNums"])):
         q = QueueRequestHeader(args.topic, qid)
         lo = _offset(await a.call(broker, R.GET_MIN_OFFSET, q))
         hi = _offset(await a.call(broker, R.GET_MAX_OFFSET, q))

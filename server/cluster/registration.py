@@ -199,15 +199,7 @@ class BrokerRegistration:
 
     @staticmethod
     def _topic_config(t: TopicConfig) -> TopicConfigData:
-        return TopicConfigData(
-            t.topic_name,
-            t.read_queue_nums,
-            t.write_queue_nums,
-            t.perm,
-            "SINGLE_TAG",
-            t.topic_sys_flag,
-            t.order,
-        )
+        return t.to_data()
 
     def register_request(self) -> RemotingCommand:
         """REGISTER_BROKER as ``BrokerOuterAPI.registerBrokerAll`` builds it: the whole

@@ -49,6 +49,7 @@ from kairosmq.protocol.naming import (
     is_system_topic,
     validate_queue_topic,
 )
+from kairosmq.protocol.registration import TopicConfigData
 
 from ..store.files import read_json
 from .table_file import TableFile, join_parts
@@ -87,6 +88,18 @@ class TopicConfig:
     @property
     def queue_nums(self) -> int:
         return max(self.read_queue_nums, self.write_queue_nums)
+
+    def to_data(self) -> TopicConfigData:
+        """RocketMQ's TopicConfig (registrations, GET_ALL_TOPIC_CONFIG's answer)."""
+        return TopicConfigData(
+            self.topic_name,
+            self.read_queue_nums,
+            self.write_queue_nums,
+            self.perm,
+            "SINGLE_TAG",
+            self.topic_sys_flag,
+            self.order,
+        )
 
 
 class TopicConfigManager:

@@ -35,10 +35,16 @@ class LoggedBroker(BrokerProcess):
     """A broker process whose JSON log lines (info and up, no per-message events) go to
     ``<data>.log``: ``events(name)`` reads them."""
 
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, vip_channel: bool = False) -> None:
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         super().__init__(
-            data_dir, "--log-level", "info", "--no-message-logs", *extra, stdout=self.log_path
+            data_dir,
+            "--log-level",
+            "info",
+            "--no-message-logs",
+            *extra,
+            stdout=self.log_path,
+            vip_channel=vip_channel,
         )
 
     def events(self, name: str) -> list[dict]:
@@ -54,9 +60,14 @@ class LoggedBroker(BrokerProcess):
         return out
 
 
-def master(data: Path, *extra: str, role: str = "ASYNC_MASTER") -> BrokerProcess:
-    port = free_pair()
-    bp = LoggedBroker(data, "--broker-role", role, *extra)
+def master(
+    data: Path, *extra: str, role: str = "ASYNC_MASTER", port: int | None = None
+) -> BrokerProcess:
+    """A master on ``port`` (default: a free one with port + 1 free) with its HA port at
+    port + 1; with a ``port`` given, its VIP channel (port - 2) too."""
+    vip = port is not None
+    port = port or free_pair()
+    bp = LoggedBroker(data, "--broker-role", role, *extra, vip_channel=vip)
     bp.port = port
     bp.ha_port = port + 1  # type: ignore[attr-defined]
     return bp
@@ -101,11 +112,15 @@ async def status(peer: RawPeer) -> dict:
 
 
 async def pull_all(peer: RawPeer, topic: str, queues: int = 4) -> list:
+    """Every message of the topic's queues, pulled as a stock consumer does (the
+    subscription in the request: an Apache broker serves a group it has no heartbeat of)."""
     got = []
     for q in range(queues):
         off = 0
         while True:
-            r = await pull(peer, topic, queue_id=q, offset=off, max_n=256)
+            r = await pull(
+                peer, topic, queue_id=q, offset=off, max_n=256, sys_flag=0x4, subscription="*"
+            )
             if r.code != ResponseCode.SUCCESS:
                 break
             msgs = decode_records(r.body)

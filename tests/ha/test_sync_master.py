@@ -92,7 +92,7 @@ async def test_sync_master_times_out_a_stalled_slave_then_a_held_pull_wakes_on_i
             r = await send(mp, "Sync", b"stalled", {"UNIQ_KEY": "STALLED"})
             took = time.monotonic() - started
             assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, r.remark
-            assert 4.5 <= took < 9, took  # syncFlushTimeout: 5 s
+            assert 4.5 <= took < 12, took  # syncFlushTimeout: 5 s
             # a send-back appends too: the same wait, the same answer
             m0 = decode_records(first.body)[0]
             r = await mp.call(
@@ -127,7 +127,8 @@ async def test_sync_master_times_out_a_stalled_slave_then_a_held_pull_wakes_on_i
         r = await held
         assert r.code == ResponseCode.SUCCESS
         assert [x.msg_id for x in decode_records(r.body)] == ["STALLED"]
-        assert time.monotonic() - woke < 5, "woken by the ack, not by its suspend timeout"
+        waited = time.monotonic() - woke
+        assert waited < 10, f"woken by the ack, not by its 15 s suspend timeout ({waited:.1f} s)"
     finally:
         await mp.close()
         s.terminate()

@@ -40,9 +40,11 @@ class BrokerProcess:
         env: dict[str, str] | None = None,
         nofile: int | tuple[int, int] | None = None,
         stdout: Path | None = None,
+        vip_channel: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.stdout = stdout  # append the process's stdout (its JSON log lines) here
+        self.vip_channel = vip_channel  # listen on port - 2 too (an Apache slave syncs there)
         self.port = free_port()
         self.namesrv_port = free_port()
         self.extra = extra
@@ -69,7 +71,7 @@ class BrokerProcess:
             str(self.data_dir),
             "--delay-levels",
             FAST_LEVELS,
-            "--no-vip-channel",
+            *(() if self.vip_channel else ("--no-vip-channel",)),
             "--no-log-file",
             "--log-format",
             "json",
