@@ -15,7 +15,10 @@ Invariants:
   atomic without a lock, and queue offsets are assigned in commit-log order.
 * ``dispatch`` is the only writer of consume queues and the only feed of dispatch
   listeners (the scheduler derives its progress there); recovery replays the records
-  after the checkpoint through the same ``dispatch`` with ``replay=True``.
+  after the checkpoint through the same ``dispatch`` with ``replay=True``
+  (``replay_record``, which a slave also runs on each replicated record:
+  store/replica.py; its checkpoint then records ``replica_end``, the end of the last
+  whole record, not the log's end).
 * A checkpoint records a commit-log offset X only after every consume-queue unit and
   provider state for records below X is on disk, so replaying from X rebuilds the rest
   (queue files stored into since the last checkpoint are synced by path, mapped or not:
