@@ -226,3 +226,39 @@ async def test_second_slave_and_a_stopped_slave_leave_the_master_serving(tmp_pat
         s1.terminate()
         s2.terminate()
         m.terminate()
+
+
+async def test_slave_kill9_under_load_cuts_its_torn_tail_and_resumes(tmp_path) -> None:
+    m = master(tmp_path / "m")
+    await m.start()
+    s = slave(tmp_path / "s", m)
+    await s.start()
+    mp = await RawPeer.connect(m.address)
+    try:
+        sender = asyncio.ensure_future(_send_many(mp, "Load", 3000, size=60))
+        while len(log_bytes(tmp_path / "s")) < 200_000:  # mid-stream, records in flight
+            await asyncio.sleep(0.01)
+        s.kill()
+        held = len(log_bytes(tmp_path / "s"))
+        keys = await sender
+        await s.start()
+
+        async def same() -> bool:
+            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+
+        await wait_for(same, timeout=40, what="the restarted slave caught up")
+        slaves = (await status(mp))["ha"]["slaves"]
+        assert 0 < slaves[0]["startOffset"] <= held, (slaves, held)
+        sp = await RawPeer.connect(s.address)
+        try:
+
+            async def served() -> bool:
+                return sorted(x.msg_id for x in await pull_all(sp, "Load")) == keys
+
+            await wait_for(served, what="every message served once by the slave")
+        finally:
+            await sp.close()
+    finally:
+        await mp.close()
+        s.terminate()
+        m.terminate()
