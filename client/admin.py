@@ -320,8 +320,17 @@ async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
     return status
 
 
+async def cmd_promote(a: Admin, args: argparse.Namespace) -> Any:
+    """KAIROS_PROMOTE to the slave named by --broker (never a name-server lookup: that
+    would find the master)."""
+    if args.broker is None:
+        raise AdminError("promote needs --broker <the slave's host:port>")
+    return orjson.loads((await a.call(args.broker, R.KAIROS_PROMOTE)).body)
+
+
 COMMANDS = {
     "topic": cmd_topic,
+    "promote": cmd_promote,
     "offsets": cmd_offsets,
     "groups": cmd_groups,
     "lag": cmd_lag,
@@ -443,6 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="resend to %%RETRY%%<group> instead (only this group sees them)",
     )
     sub.add_parser("status", parents=sub_common, help="broker status")
+    sub.add_parser(
+        "promote",
+        parents=sub_common,
+        help="make the slave --broker an ASYNC_MASTER now (docs/replication.md)",
+    )
     sub.add_parser(
         "health",
         parents=sub_common,

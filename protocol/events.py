@@ -146,6 +146,15 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "kind": "string",
         "reason": "string",
     },
+    # warning: a slave became an ASYNC_MASTER (`kairosmq admin promote`): its new epoch
+    # starts at start_offset; cut_bytes: a record it was receiving, dropped
+    "ha.promoted": {
+        "epoch": "int",
+        "start_offset": "long",
+        "cut_bytes": "long",
+        "broker_role": "string",
+    },
+    "ha.epoch_unreadable": {"path": "string", "error": "string"},  # error: read as empty
     # SlaveSynchronize (ha/sync.py): a table copied (count: entries changed; info), or a
     # request that failed (warning; retried next round)
     "ha.synced": {"master": "string", "table": "string", "count": "int"},

@@ -49,6 +49,7 @@ from .fdbudget import (
     raise_open_file_limit,
     segments_on_disk,
 )
+from .ha.epoch import EpochFile
 from .ha.master import HAService
 from .ha.role import SLAVE_REFUSAL, BrokerRole
 from .ha.slave import HAClient
@@ -169,6 +170,7 @@ class Broker:
         self.ha: HAService | None = None
         self.ha_client: HAClient | None = None  # a slave's, made once the store is open
         self.slave_sync: SlaveSynchronize | None = None
+        self.epochs = EpochFile(self.store.data_dir / "epoch.json")  # promotions
         if self.role.is_master:
             self.ha = HAService(self.store, cfg, self.notifier, get_logger("ha"))
             self.store.dispatchers.append(self.ha.on_dispatch)
@@ -302,7 +304,7 @@ class Broker:
             status["registration"] = self.registration.status()
         # replication (server/ha/): the role, the slaves and their acks, or the master
         if self.ha is not None:
-            status["ha"] = self.ha.status()
+            status["ha"] = {**self.ha.status(), "epoch": self.epochs.current}
         elif self.ha_client is not None and self.slave_sync is not None:
             status["ha"] = {**self.ha_client.status(), **self.slave_sync.status()}
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
@@ -341,6 +343,9 @@ class Broker:
             )
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
+        unreadable = self.epochs.load()
+        if unreadable is not None:
+            self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
         try:
             await self._start_serving()
         except BaseException:
@@ -440,9 +445,7 @@ class Broker:
         await self._start_ha()
         sup = self.supervisor
         if self.role.is_master:  # a slave derives this state but fires nothing
-            self.schedule.start(sup.spawn)
-            self.timer.start(sup.spawn)
-            sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+            self._start_master_services()
         elif self.ha_client is not None:
             sup.spawn("ha-client", self.ha_client.run, reports_progress=True)
             assert self.slave_sync is not None
@@ -481,6 +484,59 @@ class Broker:
             broker_role=self.role.value,
             ha_port=self.endpoints.ha_port,
         )
+
+    def _start_master_services(self) -> None:
+        """What only a master runs: the delay levels, the timers, the transaction check
+        (a slave holds their state, derived from the log, dormant)."""
+        sup = self.supervisor
+        self.schedule.start(sup.spawn)
+        self.timer.start(sup.spawn)
+        sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+
+    async def promote(self) -> dict[str, Any]:
+        """A slave becomes an ASYNC_MASTER now (``kairosmq admin promote``): its HA client
+        and table sync stop, a part of a record it was receiving is cut, a new epoch
+        starts at its log's end, puts are taken, its HA listener opens, the delay levels,
+        timers and transaction check start on the state it derived, and it registers as
+        brokerId 0. ``ValueError`` on a master. The start options are not rewritten: the
+        next start needs ``--broker-role ASYNC_MASTER`` (or SYNC_MASTER) and brokerId 0."""
+        if self.role.is_master or self.ha_client is None:
+            raise ValueError(f"this broker is already a master ({self.role.value})")
+        sup = self.supervisor
+        await sup.stop_service("ha-client")
+        await sup.stop_service("slave-sync")
+        appender = self.ha_client.appender
+        cut = self.store.commitlog.cut_to(appender.dispatched)  # a record half received
+        self.store.replica_end = None
+        start = self.store.commitlog.max_offset
+        epoch = await asyncio.to_thread(self.epochs.begin, start)
+        self.role = BrokerRole.ASYNC_MASTER
+        self.store.guard.role_refusal = None
+        self.ha = HAService(
+            self.store, self.config, self.notifier, get_logger("ha"), role=self.role
+        )
+        self.store.dispatchers.append(self.ha.on_dispatch)
+        self.ha_client = self.slave_sync = None
+        await self._start_ha()
+        self._start_master_services()
+        if self.registration is not None:
+            self.registration.promoted()
+        self.log.warning(
+            "ha.promoted",
+            epoch=epoch["epoch"],
+            start_offset=start,
+            cut_bytes=cut,
+            broker_role=self.role.value,
+        )
+        return {
+            "brokerRole": self.role.value,
+            "epoch": epoch["epoch"],
+            "startOffset": start,
+            "cutBytes": cut,
+            "haListenPort": self.endpoints.ha_port,
+            "remark": "promoted; start it next time with --broker-role ASYNC_MASTER "
+            "(or SYNC_MASTER) and --broker-id 0",
+        }
 
     async def _start_ha(self) -> None:
         """A master's HA listener (port + 1 unless --ha-listen-port; a failed bind of the

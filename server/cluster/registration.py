@@ -171,6 +171,7 @@ class BrokerRegistration:
         self.log = log
         self.clock_ms = clock_ms
         self.data_version = DataVersion(clock_ms(), 0)
+        self.broker_id = config.broker_id  # 0 once a slave is promoted (server/ha/)
         # a slave's master, as the name servers answered (haServerAddr, masterAddr)
         self.ha_master_address: str | None = None
         self.master_address: str | None = None
@@ -188,6 +189,12 @@ class BrokerRegistration:
         topics.on_change.append(self.topic_changed)
 
     # ------------------------------------------------------------------ what is sent
+
+    def promoted(self) -> None:
+        """A promoted slave registers as the master (brokerId 0) at once."""
+        self.broker_id = 0
+        self.ha_master_address = self.master_address = None
+        self.topic_changed("")
 
     def topic_changed(self, topic: str) -> None:  # noqa: ARG002 - every change is alike
         """A topic was created, updated or deleted: a new version, registered at once."""
@@ -214,7 +221,7 @@ class BrokerRegistration:
             ha_server_addr=ep.ha_address,
             topic_configs=[self._topic_config(t) for t in self.topics.topics.values()],
             data_version=self.data_version,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id,
             compressed=cfg.compressed_register,
         )
 
@@ -241,7 +248,7 @@ class BrokerRegistration:
             broker_name=cfg.broker_name,
             broker_addr=ep.address,
             ha_server_addr=ep.ha_address,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id,
             compressed=cfg.compressed_register,
             crc32=crc,
         )
@@ -341,7 +348,7 @@ class BrokerRegistration:
             cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name,
             broker_addr=self.endpoints.address,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id,
         )
         try:
             resp = await link.client.invoke(

@@ -82,12 +82,18 @@ class ConfirmGate:
 
 class HAService:
     def __init__(
-        self, store: MessageStore, config: BrokerConfig, notifier: ArrivalNotifier, log: Any
+        self,
+        store: MessageStore,
+        config: BrokerConfig,
+        notifier: ArrivalNotifier,
+        log: Any,
+        *,
+        role: BrokerRole | None = None,  # a promoted slave's new role (else the config's)
     ) -> None:
         self.store = store
         self.config = config
         self.log = log
-        self.role = BrokerRole(config.broker_role)
+        self.role = role or BrokerRole(config.broker_role)
         self.connections: set[HAConnection] = set()
         self.push_max = 0
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []

@@ -206,7 +206,9 @@ def broker_table(b: Broker) -> dict[int, Handler]:
     )
     stats_view = BrokerStatsProcessor(stats_manager=b.stats_manager)
     # what a slave syncs that is not in the log (admin/replication.py; server/ha/sync.py)
-    slave_sync = SlaveSyncProcessor(offsets=b.offsets, delay_progress=lambda: b.schedule.progress)
+    slave_sync = SlaveSyncProcessor(
+        offsets=b.offsets, delay_progress=lambda: b.schedule.progress, promote=b.promote
+    )
     kairos = KairosAdminProcessor(
         reads=store,
         topics=b.topics,
@@ -308,6 +310,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             R.KAIROS_RESEND_DLQ: kairos.handle_resend_dlq,
             R.KAIROS_GET_BROKER_STATUS: kairos.handle_broker_status,
             R.KAIROS_GET_TIMER_STATUS: timer_status.handle_timer_status,
+            R.KAIROS_PROMOTE: slave_sync.handle_promote,
             # TXN
             R.END_TRANSACTION: end_tx.handle_end_transaction,
             R.KAIROS_GET_TRANSACTION_STATUS: tx_status.handle_transaction_status,

@@ -142,6 +142,7 @@ ADMIN_CODES = frozenset(
         R.DELETE_KV_CONFIG,
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         R.KAIROS_RESEND_DLQ,
+        R.KAIROS_PROMOTE,  # a slave takes over as the master
         # the standalone name server: broker registration and its writes
         R.REGISTER_BROKER,
         R.UNREGISTER_BROKER,

@@ -1,5 +1,6 @@
 """What a slave asks its master for that is not in the commit log (RocketMQ 4.9.8's
-SlaveSynchronize): GET_ALL_CONSUMER_OFFSET (43) and GET_ALL_DELAY_OFFSET (45).
+SlaveSynchronize): GET_ALL_CONSUMER_OFFSET (43) and GET_ALL_DELAY_OFFSET (45); and
+KAIROS_PROMOTE (907, ``kairosmq admin promote``): a slave becomes the master.
 GET_ALL_TOPIC_CONFIG (21) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) are topics.py's and
 groups.py's; the slave's side is server/ha/sync.py.
 
@@ -14,10 +15,11 @@ alike); the ACL classes both as admin reads (security/access.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
 if TYPE_CHECKING:
@@ -26,13 +28,25 @@ if TYPE_CHECKING:
 
 
 class SlaveSyncProcessor:
-    """43 and 45."""
+    """43, 45 and 907."""
 
     def __init__(
-        self, *, offsets: ConsumerOffsetManager, delay_progress: Callable[[], dict[int, int]]
+        self,
+        *,
+        offsets: ConsumerOffsetManager,
+        delay_progress: Callable[[], dict[int, int]],
+        promote: Callable[[], Awaitable[dict[str, Any]]],
     ) -> None:
         self.offsets = offsets
         self.delay_progress = delay_progress
+        self.promote = promote  # Broker.promote
+
+    async def handle_promote(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            answer = await self.promote()
+        except ValueError as err:
+            return cmd.error(ResponseCode.SYSTEM_ERROR, str(err))
+        return cmd.response(body=orjson.dumps(answer))
 
     def handle_all_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         table = {
