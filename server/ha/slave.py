@@ -75,7 +75,8 @@ class HAClient:
                 continue
             try:
                 await self._replicate(addr, st)
-            except (OSError, TimeoutError, HAProtocolError, ReplicaMismatch) as err:
+            # ValueError: HAProtocolError, ReplicaMismatch, an address that is not host:port
+            except (OSError, TimeoutError, ValueError) as err:
                 self.log.warning(
                     "ha.master_disconnected",
                     master=addr,
