@@ -131,8 +131,8 @@ async def cmd_topic(a: Admin, args: argparse.Namespace) -> Any:
             {
                 "topic": name,
                 "kind": view.topic_kind(name),
-                "readQueues": c["read_queue_nums"],
-                "writeQueues": c["write_queue_nums"],
+                "readQueues": c["readQueueNums"],
+                "writeQueues": c["writeQueueNums"],
                 "perm": view.perm(c["perm"]),
                 "order": c["order"],
             }
@@ -174,7 +174,7 @@ async def cmd_offsets(a: Admin, args: argparse.Namespace) -> Any:
     if cfg is None:
         raise AdminError(f"topic {args.topic} does not exist")
     broker, rows = await a.broker(), []
-    for qid in range(max(cfg["read_queue_nums"], cfg["write_queue_nums"])):
+    for qid in range(max(cfg["readQueueNums"], cfg["writeQueueNums"])):
         q = QueueRequestHeader(args.topic, qid)
         lo = _offset(await a.call(broker, R.GET_MIN_OFFSET, q))
         hi = _offset(await a.call(broker, R.GET_MAX_OFFSET, q))
@@ -320,8 +320,17 @@ async def cmd_status(a: Admin, args: argparse.Namespace) -> Any:
     return status
 
 
+async def cmd_promote(a: Admin, args: argparse.Namespace) -> Any:
+    """KAIROS_PROMOTE to the slave named by --broker (never a name-server lookup: that
+    would find the master)."""
+    if args.broker is None:
+        raise AdminError("promote needs --broker <the slave's host:port>")
+    return orjson.loads((await a.call(args.broker, R.KAIROS_PROMOTE)).body)
+
+
 COMMANDS = {
     "topic": cmd_topic,
+    "promote": cmd_promote,
     "offsets": cmd_offsets,
     "groups": cmd_groups,
     "lag": cmd_lag,
@@ -443,6 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="resend to %%RETRY%%<group> instead (only this group sees them)",
     )
     sub.add_parser("status", parents=sub_common, help="broker status")
+    sub.add_parser(
+        "promote",
+        parents=sub_common,
+        help="make the slave --broker an ASYNC_MASTER now (docs/replication.md)",
+    )
     sub.add_parser(
         "health",
         parents=sub_common,

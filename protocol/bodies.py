@@ -69,6 +69,12 @@ def _obj(raw: bytes | str) -> dict[str, Any]:
     return value
 
 
+def java_json_object(raw: bytes | str) -> dict[str, Any]:
+    """A JSON object as a Java broker writes it (fastjson: numeric map keys may be
+    unquoted); ``ValueError`` if it is not one."""
+    return _obj(raw)
+
+
 def _enum(value: Any, names: tuple[str, ...], default: str) -> str:
     if value is None:
         return default

@@ -41,6 +41,8 @@ class RequestCode(IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43  # a slave's SlaveSynchronize (server/ha/sync.py)
+    GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
@@ -89,6 +91,7 @@ class RequestCode(IntEnum):
     KAIROS_GET_BROKER_STATUS = 904  # liveness/health: uptime, connections, commit-log range
     KAIROS_GET_TIMER_STATUS = 905  # timer messages: pending per hour, next due, counters
     KAIROS_GET_TRANSACTION_STATUS = 906  # pending half messages per producer group
+    KAIROS_PROMOTE = 907  # a slave becomes an ASYNC_MASTER (docs/replication.md)
 
 
 class ResponseCode(IntEnum):

@@ -44,6 +44,9 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "flush_mode": "string",
         # --namesrv: the external name servers (namesrv_port is then 0)
         "namesrv": "string",
+        # replication (server/ha/): ASYNC_MASTER, SYNC_MASTER or SLAVE; a master's HA port
+        "broker_role": "string",
+        "ha_port": "int",
     },
     # the open-file budget at start (server/fdbudget.py): the soft RLIMIT_NOFILE raised to
     # the hard one (raised_from: before), the descriptors each part may hold, their total;
@@ -108,6 +111,54 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "cluster.gave_up": {"name": "string", "failures": "int", "error": "string"},
     "cluster.stopping": {"reason": "string"},
     "cluster.stopped": {"reason": "string"},
+    # ---- replication (server/ha/, docs/replication.md); slave/master: host:port
+    # a master: a slave connected, started streaming (offset: what it asked; start_offset:
+    # where the stream starts; kairosmq: it said HELLO), disconnected (ack_offset: its
+    # last ack); error: a report it refused (the connection is closed)
+    "ha.slave_connected": {"slave": "string"},
+    "ha.slave_started": {
+        "slave": "string",
+        "offset": "long",
+        "start_offset": "long",
+        "kairosmq": "boolean",
+    },
+    "ha.slave_disconnected": {"slave": "string", "ack_offset": "long", "reason": "string"},
+    "ha.bad_report": {"slave": "string", "offset": "long", "reason": "string"},
+    # warning: the default HA port (port + 1) was taken; the lone master runs without it
+    "ha.listen_failed": {"port": "int", "error": "string"},
+    # a slave: connected (offset: the start it reported; kairosmq: the master answered
+    # HELLO), disconnected (warning; reconnects), and the errors that close the
+    # connection with nothing appended
+    "ha.master_connected": {"master": "string", "offset": "long", "kairosmq": "boolean"},
+    "ha.master_disconnected": {"master": "string", "offset": "long", "reason": "string"},
+    "ha.segment_size_mismatch": {
+        "master": "string",
+        "master_segment_size": "long",
+        "segment_size": "long",
+        "reason": "string",
+    },
+    "ha.offset_mismatch": {"master": "string", "master_offset": "long", "offset": "long"},
+    # replicated bytes the slave's store refused (kind: offset, segment_size or record)
+    "ha.replica_refused": {
+        "master": "string",
+        "master_offset": "long",
+        "offset": "long",
+        "kind": "string",
+        "reason": "string",
+    },
+    # warning: a slave became an ASYNC_MASTER (`kairosmq admin promote`): its new epoch
+    # starts at start_offset; cut_bytes: a record it was receiving, dropped
+    "ha.promoted": {
+        "epoch": "int",
+        "start_offset": "long",
+        "cut_bytes": "long",
+        "broker_role": "string",
+    },
+    "ha.epoch_unreadable": {"path": "string", "error": "string"},  # error: read as empty
+    # SlaveSynchronize (ha/sync.py): a table copied (count: entries changed; info), or a
+    # request that failed (warning; retried next round)
+    "ha.synced": {"master": "string", "table": "string", "count": "int"},
+    "ha.sync_failed": {"master": "string", "table": "string", "error": "string"},
     "store.recovered": {
         "commitlog_max_offset": "long",
         "truncated_bytes": "long",

@@ -49,6 +49,11 @@ from .fdbudget import (
     raise_open_file_limit,
     segments_on_disk,
 )
+from .ha.epoch import EpochFile
+from .ha.master import HAService
+from .ha.role import SLAVE_REFUSAL, BrokerRole
+from .ha.slave import HAClient
+from .ha.sync import SlaveSynchronize, master_broker_address
 from .handlers import broker_table, namesrv_table
 from .handlers.admin.kv import KvConfig
 from .handlers.reply import ensure_system_topics
@@ -67,6 +72,7 @@ from .schedule.timer import TimerBuckets, TimerService
 from .security.install import install_security
 from .store import DispatchRequest, MessageStore
 from .store.index import KeyIndex
+from .store.replica import ReplicaAppender
 from .supervise import ServiceState, Supervisor
 from .tables.clients import ClientRegistry, LockManager
 from .tables.offsets import ConsumerOffsetManager
@@ -157,7 +163,21 @@ class Broker:
             clock_ms=self.store.clock_ms,  # one clock
         )
         self.store.providers.append(self.schedule)
-        self.store.dispatchers.append(self._on_dispatch)
+        # replication (server/ha/): a master streams its log to slaves (SYNC_MASTER: its
+        # pulls wait for the slave's ack, so their arrival notifications go through the
+        # confirm gate); a slave refuses every put and appends its master's bytes
+        self.role = BrokerRole(cfg.broker_role)
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None  # a slave's, made once the store is open
+        self.slave_sync: SlaveSynchronize | None = None
+        self.epochs = EpochFile(self.store.data_dir / "epoch.json")  # promotions
+        if self.role.is_master:
+            self.ha = HAService(self.store, cfg, self.notifier, get_logger("ha"))
+            self.store.dispatchers.append(self.ha.on_dispatch)
+        else:
+            self.store.guard.role_refusal = SLAVE_REFUSAL
+        if self.ha is None or self.ha.gate is None:
+            self.store.dispatchers.append(self._on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
@@ -185,6 +205,7 @@ class Broker:
             log=get_logger("transport"),
             before_write=self.store.write_out,
             ack_guard=self.store,
+            replicated=self.ha.wait_replicated if self.ha is not None and self.ha.sync else None,
             on_connection_lost=self._connection_lost,
             max_frame=cfg.max_frame_length,
             limits=ConnectionLimits(
@@ -281,6 +302,11 @@ class Broker:
         }
         if self.registration is not None:  # --namesrv: each name server's registration
             status["registration"] = self.registration.status()
+        # replication (server/ha/): the role, the slaves and their acks, or the master
+        if self.ha is not None:
+            status["ha"] = {**self.ha.status(), "epoch": self.epochs.current}
+        elif self.ha_client is not None and self.slave_sync is not None:
+            status["ha"] = {**self.ha_client.status(), **self.slave_sync.status()}
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
             status["fds"] = {
                 "open": open_fds(),
@@ -317,6 +343,9 @@ class Broker:
             )
         self.recovery = await asyncio.to_thread(self.store.open)
         self.log.info("store.recovered", **self.recovery)
+        unreadable = self.epochs.load()
+        if unreadable is not None:
+            self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
         try:
             await self._start_serving()
         except BaseException:
@@ -413,10 +442,14 @@ class Broker:
             self.endpoints.namesrv_port = await self.server.listen(
                 cfg.host, cfg.namesrv_port, self.namesrv_handlers, "namesrv"
             )
+        await self._start_ha()
         sup = self.supervisor
-        self.schedule.start(sup.spawn)
-        self.timer.start(sup.spawn)
-        sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+        if self.role.is_master:  # a slave derives this state but fires nothing
+            self._start_master_services()
+        elif self.ha_client is not None:
+            sup.spawn("ha-client", self.ha_client.run, reports_progress=True)
+            assert self.slave_sync is not None
+            sup.spawn("slave-sync", self.slave_sync.run, reports_progress=True)
         loop = asyncio.get_running_loop()
         self._flush_event = asyncio.Event()
         sup.spawn("flush", self._flush_service, reports_progress=True)
@@ -448,7 +481,108 @@ class Broker:
             delay_levels=cfg.delay_levels,
             flush_mode=cfg.flush_mode.value,
             namesrv=self.namesrv_address,
+            broker_role=self.role.value,
+            ha_port=self.endpoints.ha_port,
         )
+
+    def _start_master_services(self) -> None:
+        """What only a master runs: the delay levels, the timers, the transaction check
+        (a slave holds their state, derived from the log, dormant)."""
+        sup = self.supervisor
+        self.schedule.start(sup.spawn)
+        self.timer.start(sup.spawn)
+        sup.spawn("transaction-check", self.transactions.run, reports_progress=True)
+
+    async def promote(self) -> dict[str, Any]:
+        """A slave becomes an ASYNC_MASTER now (``kairosmq admin promote``): its HA client
+        and table sync stop, a part of a record it was receiving is cut, a new epoch
+        starts at its log's end, puts are taken, its HA listener opens, the delay levels,
+        timers and transaction check start on the state it derived, and it registers as
+        brokerId 0. ``ValueError`` on a master. The start options are not rewritten: the
+        next start needs ``--broker-role ASYNC_MASTER`` (or SYNC_MASTER) and brokerId 0."""
+        if self.role.is_master or self.ha_client is None:
+            raise ValueError(f"this broker is already a master ({self.role.value})")
+        sup = self.supervisor
+        await sup.stop_service("ha-client")
+        await sup.stop_service("slave-sync")
+        appender = self.ha_client.appender
+        cut = self.store.commitlog.cut_to(appender.dispatched)  # a record half received
+        self.store.replica_end = None
+        start = self.store.commitlog.max_offset
+        epoch = await asyncio.to_thread(self.epochs.begin, start)
+        self.role = BrokerRole.ASYNC_MASTER
+        self.store.guard.role_refusal = None
+        self.ha = HAService(
+            self.store, self.config, self.notifier, get_logger("ha"), role=self.role
+        )
+        self.store.dispatchers.append(self.ha.on_dispatch)
+        self.ha_client = self.slave_sync = None
+        await self._start_ha()
+        self._start_master_services()
+        if self.registration is not None:
+            self.registration.promoted()
+        self.log.warning(
+            "ha.promoted",
+            epoch=epoch["epoch"],
+            start_offset=start,
+            cut_bytes=cut,
+            broker_role=self.role.value,
+        )
+        return {
+            "brokerRole": self.role.value,
+            "epoch": epoch["epoch"],
+            "startOffset": start,
+            "cutBytes": cut,
+            "haListenPort": self.endpoints.ha_port,
+            "remark": "promoted; start it next time with --broker-role ASYNC_MASTER "
+            "(or SYNC_MASTER) and --broker-id 0",
+        }
+
+    async def _start_ha(self) -> None:
+        """A master's HA listener (port + 1 unless --ha-listen-port; a failed bind of the
+        default port is a warning for a lone ASYNC_MASTER, an error otherwise); a
+        slave's appender and HAClient."""
+        cfg = self.config
+        if self.ha is not None:
+            port = cfg.ha_listen_port
+            if port is None:
+                port = self.port + 1 if cfg.port != 0 else 0
+            try:
+                self.endpoints.ha_port = await self.ha.listen(cfg.host, port)
+            except OSError as err:
+                if cfg.ha_listen_port is not None or self.role is not BrokerRole.ASYNC_MASTER:
+                    raise
+                self.log.warning("ha.listen_failed", port=port, error=str(err))
+            return
+        notifier = self.notifier
+        appender = ReplicaAppender(
+            self.store, on_record=lambda req: notifier.notify(req.topic, req.queue_id)
+        )
+        self.ha_client = HAClient(appender, cfg, get_logger("ha"), self._ha_master_address)
+        self.slave_sync = SlaveSynchronize(
+            config=cfg,
+            topics=self.topics,
+            offsets=self.offsets,
+            subscriptions=self.subscriptions,
+            master_address=self._master_broker_address,
+            log=get_logger("ha"),
+        )
+
+    def _ha_master_address(self) -> str | None:
+        """A slave's master HA address: --ha-master-address, else the name servers'."""
+        if self.config.ha_master_address is not None:
+            return self.config.ha_master_address
+        if self.registration is not None:
+            return self.registration.ha_master_address
+        return None
+
+    def _master_broker_address(self) -> str | None:
+        """A slave's master broker port (SlaveSynchronize): the name servers' masterAddr,
+        else --ha-master-address's host and the port below it (RocketMQ's pairing)."""
+        if self.registration is not None and self.registration.master_address is not None:
+            return self.registration.master_address
+        ha = self._ha_master_address()
+        return master_broker_address(ha) if ha is not None else None
 
     async def stop(self, reason: str = "requested") -> None:
         if not self.running:
@@ -459,6 +593,8 @@ class Broker:
             if self.registration is not None:  # RocketMQ: unregisterBrokerAll first
                 await self._stop_step("unregister", self.registration.stop())
             self.notifier.close()
+            if self.ha is not None:
+                await self._stop_step("ha", self.ha.close())
             await self._stop_step("schedule", self.schedule.stop())
             await self._stop_step("timer", self.timer.stop())
             await self._stop_step("listeners", self.server.close())

@@ -51,6 +51,7 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         "(RocketMQ brokerIP1; default: --host, or 127.0.0.1)",
     )
     _cluster_options(p)
+    _ha_options(p)
     p.add_argument("--data-dir", type=Path, default=Path("./data"), help="data directory")
     p.add_argument(
         "--log-dir",
@@ -205,6 +206,50 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="verify the name servers' certificate against this CA or "
         "certificate (PEM; default: the system CAs)",
+    )
+
+
+def _ha_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("replication (docs/replication.md)")
+    g.add_argument(
+        "--broker-role",
+        choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+        default="ASYNC_MASTER",
+        help="RocketMQ brokerRole (default ASYNC_MASTER: a lone master acks at once)",
+    )
+    g.add_argument(
+        "--broker-id",
+        type=int,
+        default=None,
+        help="RocketMQ brokerId: 0 for a master, >= 1 for a slave (default: 0, or 1 "
+        "with --broker-role SLAVE)",
+    )
+    g.add_argument(
+        "--ha-listen-port",
+        type=int,
+        default=None,
+        help="the master's HA port (RocketMQ haListenPort; default --port + 1, 10912)",
+    )
+    g.add_argument(
+        "--ha-master-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="a slave's master HA address (RocketMQ haMasterAddress; default: the "
+        "haServerAddr the name servers answer)",
+    )
+    g.add_argument(
+        "--ha-slave-fallbehind-max-mb",
+        type=float,
+        default=256.0,
+        help="SYNC_MASTER: answer SLAVE_NOT_AVAILABLE at once when the slave is more "
+        "than this behind (RocketMQ haSlaveFallbehindMax; default 256)",
+    )
+    g.add_argument(
+        "--slave-sync-interval",
+        type=float,
+        default=10.0,
+        help="a slave copies its master's topics, groups and consumer offsets this "
+        "often, in seconds (RocketMQ SlaveSynchronize: 10)",
     )
 
 
@@ -420,6 +465,16 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         cluster_name=args.cluster,
         register_period=args.register_period,
         **_namesrv_credentials(args),
+        broker_role=args.broker_role,
+        broker_id=(
+            args.broker_id
+            if args.broker_id is not None
+            else (1 if args.broker_role == "SLAVE" else 0)
+        ),
+        ha_listen_port=args.ha_listen_port,
+        ha_master_address=args.ha_master_address,
+        ha_slave_fallbehind_max=int(args.ha_slave_fallbehind_max_mb * 1024 * 1024),
+        slave_sync_interval=args.slave_sync_interval,
         flush_mode=FlushMode(args.flush_mode),
         commitlog_segment_size=int(args.segment_size_mb * 1024 * 1024),
         file_reserved_hours=args.file_reserved_hours,

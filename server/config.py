@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from .ha.role import BrokerRole, parse_host_port
 from .schedule.delay.levels import parse_delay_levels
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -55,7 +56,20 @@ class BrokerConfig:
     # registers with them (server/cluster/registration.py) and embeds no name server. None: the
     # embedded name server on namesrv_port (one process, the default).
     namesrv_addr: str | None = None
-    broker_id: int = 0  # RocketMQ brokerId: 0 = master (the only role kairosmq has)
+    broker_id: int = 0  # RocketMQ brokerId: 0 = master, >= 1 = slave
+    # replication (server/ha/, docs/replication.md): RocketMQ brokerRole, haListenPort
+    # (None: port + 1, RocketMQ's default 10912), haMasterAddress (a slave; None: learnt
+    # from the name server's REGISTER_BROKER answer), haSendHeartbeatInterval,
+    # haHousekeepingInterval, haTransferBatchSize, haSlaveFallbehindMax; the slave's
+    # SlaveSynchronize period (RocketMQ: 10 s)
+    broker_role: str = "ASYNC_MASTER"
+    ha_listen_port: int | None = None
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: float = 5.0
+    ha_housekeeping_interval: float = 20.0
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_sync_interval: float = 10.0
     register_period: float = 30.0  # RocketMQ registerNameServerPeriod (seconds)
     register_timeout: float = 6.0  # RocketMQ registerBrokerTimeoutMills (seconds)
     compressed_register: bool = False  # RocketMQ compressedRegister (deflated body)
@@ -223,8 +237,36 @@ class BrokerConfig:
             )
         if self.namesrv_tls_ca is not None and not self.namesrv_tls:
             raise ValueError("namesrv_tls_ca needs namesrv_tls")
-        if self.broker_id != 0:
-            raise ValueError("broker_id must be 0: kairosmq brokers are masters (no replication)")
+        try:
+            role = BrokerRole(self.broker_role)
+        except ValueError:
+            raise ValueError(
+                f"broker_role {self.broker_role!r} must be ASYNC_MASTER, SYNC_MASTER or SLAVE"
+            ) from None
+        object.__setattr__(self, "broker_role", role)
+        if role.is_master and self.broker_id != 0:
+            raise ValueError(f"broker_id must be 0 for a master ({role}), got {self.broker_id}")
+        if not role.is_master and self.broker_id < 1:
+            raise ValueError(f"broker_id must be >= 1 for a SLAVE, got {self.broker_id}")
+        if self.ha_master_address is not None:
+            if role.is_master:
+                raise ValueError("ha_master_address is a SLAVE's option (its master's HA port)")
+            parse_host_port(self.ha_master_address, "ha_master_address")
+        if role is BrokerRole.SLAVE and self.ha_master_address is None and not self.namesrv_addr:
+            raise ValueError(
+                "a SLAVE needs ha_master_address (--ha-master-address) or name servers "
+                "(--namesrv) to learn its master's HA address from"
+            )
+        if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
+            raise ValueError(f"ha_listen_port {self.ha_listen_port} must be 0..65535")
+        if self.commitlog_segment_size > (1 << 31) - 1:
+            raise ValueError(
+                "commitlog_segment_size must fit RocketMQ's int mappedFileSizeCommitLog (< 2 GiB)"
+            )
+        if self.slave_sync_interval <= 0:
+            raise ValueError("slave_sync_interval must be positive")
+        if not 1024 <= self.ha_transfer_batch_size <= 4 * 1024 * 1024 - 12:
+            raise ValueError("ha_transfer_batch_size must be 1 KiB .. 4 MiB - 12")
         if self.register_period <= 0 or self.register_timeout <= 0:
             raise ValueError("register_period and register_timeout must be positive")
 

@@ -8,9 +8,10 @@ a server not given ``max_connections`` takes before a budget is made: the name s
 leave), ``FdBudgetError``.
 
 The parts: what the process holds when the broker starts (stdio, the event loop, the log
-files), the listeners, the services' own descriptors (a timerfd per delay level and one
-for the timer service, the key index's mapped file and a lookup, one connection per
-external name server), a transient reserve (files the checkpoint, the allocator, the
+files), the listeners (a master's HA listener among them), the services' own descriptors
+(a timerfd per delay level and one for the timer service, the key index's mapped file and
+a lookup, one connection per external name server, a slave's two connections to its
+master), a transient reserve (files the checkpoint, the allocator, the
 timer buckets, log rotation and JSON tables open for a moment, and the accept of a
 connection beyond the limit, which is closed at once), the commit-log segments (one
 descriptor each, for as long as the segment exists: the ones on disk plus
@@ -155,9 +156,12 @@ def plan(
         + (1 if cfg.vip_channel else 0)
         + (0 if cfg.namesrv_addr else 1)
         + (1 if cfg.metrics_port is not None else 0)
+        + (1 if cfg.broker_role != "SLAVE" else 0)  # a master's HA listener (server/ha/)
     )
     namesrvs = len([a for a in (cfg.namesrv_addr or "").split(";") if a.strip()])
-    services = len(cfg.delay_levels_ms) + 1 + INDEX_FDS + namesrvs
+    # a slave's connections to its master: the HA stream and SlaveSynchronize's client
+    replication = 2 if cfg.broker_role == "SLAVE" else 0
+    services = len(cfg.delay_levels_ms) + 1 + INDEX_FDS + namesrvs + replication
     fixed = (
         (open_now if open_now is not None else 8)
         + listeners

@@ -196,6 +196,14 @@ class Supervisor:
     def status(self) -> list[dict[str, Any]]:
         return [self.services[n].as_dict() for n in sorted(self.services)]
 
+    async def stop_service(self, name: str, timeout: float = 5.0) -> None:
+        """Cancel one supervised task (a role change: a promoted slave's HA client) and
+        wait for it (bounded); its state becomes ``stopped``."""
+        task = self.tasks.get(name)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=timeout)
+
     async def stop(self, timeout: float = 5.0) -> None:
         """Cancel every supervised task and wait for them (bounded)."""
         tasks = list(self.tasks.values())

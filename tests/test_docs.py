@@ -27,6 +27,7 @@ PACKAGES = (
     "server/put",
     "server/transaction",
     "server/cluster",
+    "server/ha",
     "server/handlers/admin",
 )
 

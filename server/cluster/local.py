@@ -3,7 +3,8 @@
 Owns: the cluster plan (``plan_cluster``: one ``ChildSpec`` per process: the name server on
 ``--namesrv-port``, brokers ``broker-a``, ``broker-b``, ... on ``--base-port``, ``+10``,
 ``+20``, ... (RocketMQ's step: port-2 is the VIP channel, port+1 HA), each with its own data
-dir ``<data-dir>/broker-a``, ...; all in cluster ``DefaultCluster``), ``ClusterSupervisor``
+dir ``<data-dir>/broker-a``, ...; all in cluster ``DefaultCluster``; with ``--slaves 1`` each
+broker's SLAVE ``broker-a-s1`` on its port + 5, started after it), ``ClusterSupervisor``
 (spawns the children, waits until each listens, restarts one that dies, stops them in order)
 and the subcommand's options (``add_cluster_parser`` / ``cmd_cluster``, wired in cli.py).
 
@@ -54,6 +55,7 @@ from ..supervise import ServiceState, Supervisor
 
 CLUSTER_NAME = "DefaultCluster"
 PORT_STEP = 10
+SLAVE_PORT_OFFSET = 5  # a master's slave (--slaves 1): port + 5, its VIP channel + 3
 
 
 def broker_name(i: int) -> str:
@@ -252,8 +254,56 @@ def plan_cluster(args: argparse.Namespace) -> list[ChildSpec]:
             *common,
             *shlex.split(args.broker_args),
         ]
+        if args.slaves:  # a master and its slave (docs/replication.md)
+            argv += ["--broker-role", args.broker_role]
         specs.append(ChildSpec(name, "broker", probe, port, bdir, argv, dict(client_env)))
+        if args.slaves:
+            specs.append(_slave_spec(args, py, name, port, data, namesrv_addr, broker_ip, common))
+            specs[-1].env.update(client_env)
     return specs
+
+
+def _slave_spec(
+    args: argparse.Namespace,
+    py: list[str],
+    name: str,
+    master_port: int,
+    data: Path,
+    namesrv_addr: str,
+    broker_ip: str,
+    common: list[str],
+) -> ChildSpec:
+    """``<name>-s1``: brokerId 1 of ``name`` on the master's port + ``SLAVE_PORT_OFFSET``
+    (its VIP channel at + 3: inside the master's step of 10), replicating from the
+    master's HA port (port + 1)."""
+    port = master_port + SLAVE_PORT_OFFSET
+    sdir = data / f"{name}-s1"
+    argv = py + [
+        "broker",
+        "--host",
+        args.host,
+        "--port",
+        str(port),
+        "--data-dir",
+        str(sdir),
+        "--namesrv",
+        namesrv_addr,
+        "--broker-name",
+        name,
+        "--cluster",
+        args.cluster,
+        "--broker-ip",
+        broker_ip,
+        "--broker-role",
+        "SLAVE",
+        "--broker-id",
+        "1",
+        "--ha-master-address",
+        f"{broker_ip}:{master_port + 1}",
+        *common,
+        *shlex.split(args.broker_args),
+    ]
+    return ChildSpec(f"{name}-s1", "broker", _probe_host(args.host), port, sdir, argv)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -532,6 +582,20 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore
         help="first broker's port; broker i listens on base + 10*i",
     )
     p.add_argument("--cluster", default=CLUSTER_NAME, help="brokerClusterName")
+    p.add_argument(
+        "--slaves",
+        type=int,
+        default=0,
+        choices=(0, 1),
+        help="a SLAVE per broker (brokerId 1, <name>-s1 on its master's port + 5; "
+        "docs/replication.md)",
+    )
+    p.add_argument(
+        "--broker-role",
+        choices=("ASYNC_MASTER", "SYNC_MASTER"),
+        default="ASYNC_MASTER",
+        help="the masters' role with --slaves (default ASYNC_MASTER)",
+    )
     p.add_argument(
         "--namesrv",
         default=None,

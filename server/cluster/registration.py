@@ -4,7 +4,8 @@ and the broker's ``registerBrokerAll`` task.
 Owns: ``parse_namesrv_addr`` (the one parser of ``host:port;host:port``),
 ``BrokerRegistration`` (REGISTER_BROKER 103 to every name server at start, every
 ``register_period`` seconds and on every change of the topic table; UNREGISTER_BROKER 104
-on stop), its ``DataVersion`` and the per-name-server state ``status()`` shows. The wire
+on stop), its ``DataVersion``, the per-name-server state ``status()`` shows and, for a
+slave, the master the answers name (``ha_master_address``, ``master_address``). The wire
 forms are ``kairosmq.protocol.registration``'s; requests go over the client package's
 ``RemotingClient`` (one lazily reconnecting connection per name server), signed with
 ``--namesrv-access-key`` and the secret from ``KAIROS_NAMESRV_SECRET_KEY`` when given
@@ -170,6 +171,10 @@ class BrokerRegistration:
         self.log = log
         self.clock_ms = clock_ms
         self.data_version = DataVersion(clock_ms(), 0)
+        self.broker_id = config.broker_id  # 0 once a slave is promoted (server/ha/)
+        # a slave's master, as the name servers answered (haServerAddr, masterAddr)
+        self.ha_master_address: str | None = None
+        self.master_address: str | None = None
         hook = rpc_hook_for(namesrv_credentials(config))
         tls = namesrv_ssl_context(config)
         self.links = [
@@ -185,6 +190,12 @@ class BrokerRegistration:
 
     # ------------------------------------------------------------------ what is sent
 
+    def promoted(self) -> None:
+        """A promoted slave registers as the master (brokerId 0) at once."""
+        self.broker_id = 0
+        self.ha_master_address = self.master_address = None
+        self.topic_changed("")
+
     def topic_changed(self, topic: str) -> None:  # noqa: ARG002 - every change is alike
         """A topic was created, updated or deleted: a new version, registered at once."""
         self.data_version = self.data_version.next(
@@ -195,30 +206,22 @@ class BrokerRegistration:
 
     @staticmethod
     def _topic_config(t: TopicConfig) -> TopicConfigData:
-        return TopicConfigData(
-            t.topic_name,
-            t.read_queue_nums,
-            t.write_queue_nums,
-            t.perm,
-            "SINGLE_TAG",
-            t.topic_sys_flag,
-            t.order,
-        )
+        return t.to_data()
 
     def register_request(self) -> RemotingCommand:
         """REGISTER_BROKER as ``BrokerOuterAPI.registerBrokerAll`` builds it: the whole
-        topic table, no filter servers, brokerId 0, haServerAddr RocketMQ's form
-        (advertised host, port + 1; kairosmq runs no HA listener: there are no slaves).
+        topic table, no filter servers, the broker's brokerId, haServerAddr its HA listener
+        (RocketMQ's form: advertised host, HA port; port + 1 without a listener).
         Built in one go (tests); the registration task uses ``register_request_async``."""
         ep, cfg = self.endpoints, self.config
         return build_register_broker(
             cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name,
             broker_addr=ep.address,
-            ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
+            ha_server_addr=ep.ha_address,
             topic_configs=[self._topic_config(t) for t in self.topics.topics.values()],
             data_version=self.data_version,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id,
             compressed=cfg.compressed_register,
         )
 
@@ -244,8 +247,8 @@ class BrokerRegistration:
             cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name,
             broker_addr=ep.address,
-            ha_server_addr=f"{ep.advertised_host}:{ep.port + 1}",
-            broker_id=cfg.broker_id,
+            ha_server_addr=ep.ha_address,
+            broker_id=self.broker_id,
             compressed=cfg.compressed_register,
             crc32=crc,
         )
@@ -289,7 +292,7 @@ class BrokerRegistration:
             resp = await link.client.invoke(
                 cmd.code, cmd.ext_fields, cmd.body, timeout=self.config.register_timeout
             )
-            decode_register_response(resp)  # ValueError unless SUCCESS
+            result = decode_register_response(resp)  # ValueError unless SUCCESS
         except (ClientError, ValueError, OSError) as err:
             link.registered = False
             link.failures += 1
@@ -303,6 +306,12 @@ class BrokerRegistration:
                 retry_in_ms=round(retry * 1000, 3),
             )
             return False
+        # a slave learns its master from the answer (RocketMQ's registerBrokerAll result:
+        # haServerAddr -> the HA client, masterAddr -> SlaveSynchronize)
+        if result.ha_server_addr:
+            self.ha_master_address = result.ha_server_addr
+        if result.master_addr:
+            self.master_address = result.master_addr
         link.registered = True
         link.registrations += 1
         link.last_registered_ms = self.clock_ms()
@@ -340,7 +349,7 @@ class BrokerRegistration:
             cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name,
             broker_addr=self.endpoints.address,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id,
         )
         try:
             resp = await link.client.invoke(

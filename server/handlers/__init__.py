@@ -39,6 +39,7 @@ from .admin.groups import SubscriptionGroupProcessor
 from .admin.kairos import KairosAdminProcessor
 from .admin.kv import KvConfigProcessor
 from .admin.messages import QueryMessageProcessor
+from .admin.replication import SlaveSyncProcessor
 from .admin.stats import BrokerStatsProcessor
 from .admin.topics import TopicAdminProcessor
 from .client import ClientManageProcessor
@@ -204,6 +205,10 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         log=b.log,
     )
     stats_view = BrokerStatsProcessor(stats_manager=b.stats_manager)
+    # what a slave syncs that is not in the log (admin/replication.py; server/ha/sync.py)
+    slave_sync = SlaveSyncProcessor(
+        offsets=b.offsets, delay_progress=lambda: b.schedule.progress, promote=b.promote
+    )
     kairos = KairosAdminProcessor(
         reads=store,
         topics=b.topics,
@@ -291,6 +296,8 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             # MQADMIN (admin/groups.py, broker_config.py, callbacks.py, stats.py)
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.handle_update_subscription_group,
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: groups.handle_all_subscription_groups,
+            R.GET_ALL_CONSUMER_OFFSET: slave_sync.handle_all_consumer_offset,
+            R.GET_ALL_DELAY_OFFSET: slave_sync.handle_all_delay_offset,
             R.DELETE_SUBSCRIPTIONGROUP: groups.handle_delete_subscription_group,
             R.UPDATE_BROKER_CONFIG: settings.handle_update_broker_config,
             R.GET_CONSUMER_RUNNING_INFO: callbacks.handle_consumer_running_info,
@@ -303,6 +310,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             R.KAIROS_RESEND_DLQ: kairos.handle_resend_dlq,
             R.KAIROS_GET_BROKER_STATUS: kairos.handle_broker_status,
             R.KAIROS_GET_TIMER_STATUS: timer_status.handle_timer_status,
+            R.KAIROS_PROMOTE: slave_sync.handle_promote,
             # TXN
             R.END_TRANSACTION: end_tx.handle_end_transaction,
             R.KAIROS_GET_TRANSACTION_STATUS: tx_status.handle_transaction_status,

@@ -20,6 +20,9 @@ Invariants:
 * A response frame from a client completes the broker -> client call waiting on its
   opaque (``client_calls.py``: GET_CONSUMER_RUNNING_INFO); any other is dropped, and a
   closing connection fails the calls still waiting on it.
+* SYNC_MASTER (``replicated``): a SUCCESS answer to a request that appended (a send, a
+  send-back, a transaction end, a recall, a DLQ resend) leaves only once a slave acked
+  its records; else FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE (RocketMQ's handleHA).
 * One-way requests are never answered. A malformed or oversized frame (or a header above
   ``max_header``) closes only that connection; an unknown code answers
   REQUEST_CODE_NOT_SUPPORTED; an exception in a handler answers SYSTEM_ERROR with a
@@ -348,6 +351,7 @@ class RemotingServer:
         max_frame: int,
         limits: ConnectionLimits | None = None,
         ack_guard: Any = None,
+        replicated: Callable[[int], Awaitable[tuple[int, str] | None]] | None = None,
     ) -> None:
         self.log = log
         self.before_write = before_write
@@ -360,6 +364,10 @@ class RemotingServer:
         # The store (appends / ack_token() / ack_problem()): an answer to a request that
         # appended leaves only if its records were written (not rolled back).
         self.ack_guard = ack_guard
+        # SYNC_MASTER (server/ha/master.py wait_replicated): a SUCCESS answer to a request
+        # that appended leaves only once a slave acked its records, else the (code,
+        # remark) it returns (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE); None: no wait
+        self.replicated = replicated
         self.refused = 0  # connections refused by max_connections
         self.unknown_peer = 0  # connections closed unread: no peer address (reset early)
         self.timed_out = 0  # connections closed by the idle / partial-frame sweep
@@ -420,6 +428,10 @@ class RemotingServer:
         if result is None:
             return
         ack = guard.ack_token() if guard is not None and guard.appends != appends else None
+        if self.replicated is not None and (
+            ack is not None or not isinstance(result, RemotingCommand)
+        ):
+            result = self._when_replicated(cmd, result, ack, appends)
         if isinstance(result, RemotingCommand):
             if not cmd.is_oneway:
                 conn.send(result, cmd, ack)
@@ -447,6 +459,30 @@ class RemotingServer:
                 conn.send_acked(result, cmd)
         elif result is not None and not cmd.is_oneway:
             conn.send(result, cmd, ack)
+
+    async def _when_replicated(
+        self, cmd: RemotingCommand, result: Any, ack: Any, appends: int
+    ) -> RemotingCommand | AckedAnswer | None:
+        """``result`` (awaited), once a slave acked what the request appended; a SUCCESS
+        answer becomes the code ``replicated`` returns when no slave acks it in time."""
+        if not isinstance(result, RemotingCommand):
+            result = await result
+        answer = result.command if isinstance(result, AckedAnswer) else result
+        if answer is None or answer.code != ResponseCode.SUCCESS or self.replicated is None:
+            return result
+        ends = [token[0] for token in result.acks] if isinstance(result, AckedAnswer) else []
+        if ack is not None:
+            ends.append(ack[0])
+        guard = self.ack_guard
+        if not ends and guard is not None and guard.appends != appends:
+            ends.append(guard.ack_token()[0])  # appended while awaited: the latest end covers it
+        if not ends:
+            return result
+        failed = await self.replicated(max(ends))
+        if failed is None:
+            return result
+        answer = cmd.response(failed[0], ext_fields=answer.ext_fields, remark=failed[1])
+        return AckedAnswer(answer, result.acks) if isinstance(result, AckedAnswer) else answer
 
     def failure_answer(
         self, conn: Connection, cmd: RemotingCommand, err: Exception

@@ -142,6 +142,7 @@ ADMIN_CODES = frozenset(
         R.DELETE_KV_CONFIG,
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         R.KAIROS_RESEND_DLQ,
+        R.KAIROS_PROMOTE,  # a slave takes over as the master
         # the standalone name server: broker registration and its writes
         R.REGISTER_BROKER,
         R.UNREGISTER_BROKER,
@@ -152,6 +153,8 @@ ADMIN_CODES = frozenset(
         # reads of other accounts' messages, groups and clients, or of the deployment
         R.VIEW_MESSAGE_BY_ID,  # an offset id names any message
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        R.GET_ALL_CONSUMER_OFFSET,  # a slave's SlaveSynchronize (every group's offsets)
+        R.GET_ALL_DELAY_OFFSET,
         R.GET_PRODUCER_CONNECTION_LIST,
         R.QUERY_TOPIC_CONSUME_BY_WHO,
         R.GET_BROKER_CONSUME_STATS,

@@ -5,7 +5,8 @@ Owns: segment files ``commitlog/<20-digit base offset>`` of ``segment_size`` byt
 a sparse file), the in-memory write buffer, reads by physical offset, the one record
 check (``check_record``: magic, size, lengths, body CRC) used by recovery and by checked
 reads at client-given offsets (``read_record``), fsync, recovery of a torn tail and
-deletion of expired segments.
+deletion of expired segments; on a slave, appends of its master's bytes at their own
+offsets (``append_at``) and cutting a tail it cannot dispatch (``cut_to``).
 
 Invariants:
 * Physical offsets are global: segment ``k`` holds ``[k*segment_size, (k+1)*segment_size)``.
@@ -161,6 +162,41 @@ class CommitLog:
         view.release()
         self._written += len(data)
         self._pending = bytearray()
+
+    def append_at(self, offset: int, data: bytes) -> None:
+        """Append bytes another log holds at ``offset`` (a slave's copy of its master's),
+        written to the OS at once. ``offset`` is ``max_offset`` (or, in an empty log, any
+        segment start) and the bytes stay inside the segment holding ``offset``: else
+        ``ValueError`` saying which, and nothing is appended."""
+        seg_size = self.segment_size
+        if not self.segments and not self._pending:
+            if offset % seg_size:
+                raise ValueError(
+                    f"an empty log starts at a segment start: {offset} is not a multiple "
+                    f"of the segment size {seg_size}"
+                )
+            self._written = self._flushed = offset
+        elif offset != self.max_offset:
+            raise ValueError(f"offset {offset} is not the end of the log ({self.max_offset})")
+        base = offset - offset % seg_size
+        if offset + len(data) > base + seg_size:
+            raise ValueError(
+                f"{len(data)} bytes at {offset} cross the end of the segment at "
+                f"{base + seg_size} (segment size {seg_size})"
+            )
+        if not self.segments or self.segments[-1].base != base:
+            self.write_out()
+            self._open_segment(base, create=True)
+        self._pending += data
+        self.write_out()
+
+    def cut_to(self, end: int) -> int:
+        """Cut the log at ``end`` (a record boundary): later bytes zeroed, later segments
+        deleted; return the bytes cut. A slave drops a tail it cannot dispatch this way."""
+        self.write_out()
+        cut = self._truncate(end)
+        self._written = self._flushed = end
+        return cut
 
     def _write_failed(self, err: OSError, data: bytearray, done: int) -> WriteFailed:
         """Keep the records written whole, drop the rest of the pending bytes."""

@@ -3,8 +3,8 @@
 Owns: the free-space watermark (a cached ``statvfs`` of the data directory, refreshed at
 most every ``check_interval`` seconds, never per message), the hold after a failed
 commit-log write or file allocation (puts refused for ``check_interval``, then tried
-again), the operator's ``writable`` switch, and the ack bookkeeping the outbox uses
-(``appends``, ``ack_token``, ``ack_problem``).
+again), the operator's ``writable`` switch, a slave's ``role_refusal``, and the ack
+bookkeeping the outbox uses (``appends``, ``ack_token``, ``ack_problem``).
 
 Invariants:
 * ``refusal()`` is the one answer to "may a put append now": None, or the remark for
@@ -34,6 +34,8 @@ class WriteGuard:
         self.check_interval = check_interval
         self.log = log
         self.writable = True  # the operator's switch
+        # a slave's refusal of every put (ha/role.py SLAVE_REFUSAL), None on a master
+        self.role_refusal: str | None = None
         self.used_ratio = 0.0
         self.disk_full: str | None = None  # the refusal remark while above the watermark
         self.write_failure: str | None = None  # the last failed write/allocation, if any
@@ -49,6 +51,8 @@ class WriteGuard:
 
     def refusal(self) -> str | None:
         """Why a put must be refused now, or None (cheap: one monotonic read)."""
+        if self.role_refusal is not None:
+            return self.role_refusal
         if not self.writable:
             return "store is not writable"
         now = time.monotonic()

@@ -15,7 +15,10 @@ Invariants:
   atomic without a lock, and queue offsets are assigned in commit-log order.
 * ``dispatch`` is the only writer of consume queues and the only feed of dispatch
   listeners (the scheduler derives its progress there); recovery replays the records
-  after the checkpoint through the same ``dispatch`` with ``replay=True``.
+  after the checkpoint through the same ``dispatch`` with ``replay=True``
+  (``replay_record``, which a slave also runs on each replicated record:
+  store/replica.py; its checkpoint then records ``replica_end``, the end of the last
+  whole record, not the log's end).
 * A checkpoint records a commit-log offset X only after every consume-queue unit and
   provider state for records below X is on disk, so replaying from X rebuilds the rest
   (queue files stored into since the last checkpoint are synced by path, mapped or not:
@@ -149,6 +152,11 @@ class MessageStore(StoreReads):
         self._write_scheduled = False
         self._last_record: int | None = None
         self.checkpoint_path = self.data_dir / "checkpoint.json"
+        # a slave: the end of the last replicated record dispatched (store/replica.py);
+        # the log may hold part of the next one, which a checkpoint must not cover
+        self.replica_end: int | None = None
+        # SYNC_MASTER: pulls serve records ending at or below this (the slave's ack)
+        self.confirm_offset: int | None = None
 
     # ------------------------------------------------------------------ queues
 
@@ -441,32 +449,8 @@ class MessageStore(StoreReads):
 
         def replay(phy: int, rec: bytes) -> None:
             nonlocal replayed
-            self._last_record = phy
-            try:
-                m = decode_record(rec)
-                if not 0 <= m.queue_id <= _INT32_MAX or not 0 <= m.queue_offset <= _INT64_MAX:
-                    raise ValueError(f"queue {m.queue_id} offset {m.queue_offset} out of range")
-                req = DispatchRequest(
-                    m.topic,
-                    m.queue_id,
-                    phy,
-                    len(rec),
-                    compute_tags_code(m.topic, m.properties),
-                    m.queue_offset,
-                    m.store_timestamp,
-                    m.properties,
-                    replay=True,
-                )
-                self.dispatch(req)
-            except OSError:
-                raise  # the disk, not the record: fail the start loudly, lose nothing
-            except Exception as err:  # noqa: BLE001 - one bad record never stops a restart
-                self._replay_skipped += 1
-                self.log.error(
-                    "store.replay_skipped", phy_offset=phy, reason=f"{type(err).__name__}: {err}"
-                )
-                return
-            replayed += 1
+            if self.replay_record(phy, rec) is not None:
+                replayed += 1
 
         trusted, last = trusted_offset(cp, self.queues, self.checkpoint_path, self.log)
         # the record ending at the trusted offset: kept if replay finds nothing after it, so
@@ -497,6 +481,38 @@ class MessageStore(StoreReads):
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
         }
 
+    def replay_record(self, phy: int, rec: bytes) -> DispatchRequest | None:
+        """Dispatch a record that is already in the log at ``phy`` (recovery's replay, and
+        a slave's replicated records: one code path); its request, or None if it was
+        skipped (logged ``store.replay_skipped``, counted). ``OSError`` is raised (the
+        disk, not the record)."""
+        self._last_record = phy
+        try:
+            m = decode_record(rec)
+            if not 0 <= m.queue_id <= _INT32_MAX or not 0 <= m.queue_offset <= _INT64_MAX:
+                raise ValueError(f"queue {m.queue_id} offset {m.queue_offset} out of range")
+            req = DispatchRequest(
+                m.topic,
+                m.queue_id,
+                phy,
+                len(rec),
+                compute_tags_code(m.topic, m.properties),
+                m.queue_offset,
+                m.store_timestamp,
+                m.properties,
+                replay=True,
+            )
+            self.dispatch(req)
+        except OSError:
+            raise  # the disk, not the record: fail loudly, lose nothing
+        except Exception as err:  # noqa: BLE001 - one bad record never stops a restart
+            self._replay_skipped += 1
+            self.log.error(
+                "store.replay_skipped", phy_offset=phy, reason=f"{type(err).__name__}: {err}"
+            )
+            return None
+        return req
+
     def checkpoint_snapshot(self) -> dict[str, Any]:
         """Take (on the loop) the state to persist; pair with ``persist_checkpoint``."""
         self.write_out()
@@ -505,7 +521,9 @@ class MessageStore(StoreReads):
         for cq in changed:
             table[cq.key] = cq.max_offset
         return {
-            "dispatched_offset": self.commitlog.max_offset,
+            "dispatched_offset": (
+                self.commitlog.max_offset if self.replica_end is None else self.replica_end
+            ),
             "last_record": self._last_record,
             "queues": table.copy(),
             "states": {p.name: p.snapshot() for p in self.providers},

@@ -11,6 +11,9 @@ Invariants:
   reads and pulls go on while puts are refused (write failure, disk watermark).
 * Reads at client-given offsets go through ``read_record``: the one record check plus
   "a consume-queue unit points here", so a record hidden in a body is never served.
+* ``get`` never returns a record ending above ``confirm_offset`` (a SYNC_MASTER's slave
+  ack, ha/master.py): what a failover could take back is never served; a pull that
+  meets one first is answered OFFSET_OVERFLOW_ONE (held, woken when the ack covers it).
 * ``get`` never returns a unit below the commit log's minimum offset or a hole (they
   make ``OFFSET_FOUND_NULL`` when nothing else matched); if retention removes a range
   while it reads, the answer is cut before that unit and ``next_begin_offset`` follows
@@ -40,6 +43,7 @@ class StoreReads:
     queues: dict[tuple[str, int], ConsumeQueue]
     commitlog: CommitLog
     max_record_size: int
+    confirm_offset: int | None  # SYNC_MASTER: serve records ending at or below it
 
     def read(self, phy_offset: int, size: int) -> bytes | None:
         return self.commitlog.read(phy_offset, size)
@@ -99,7 +103,8 @@ class StoreReads:
         log_min = self.commitlog.min_offset
         total = scanned = 0
         pos = offset
-        missing = False
+        missing = unconfirmed = False
+        limit = self.confirm_offset
         # a chunk at a time: unfiltered, the units a pull can take (holes make it read
         # again); with a filter, more, since it may skip many
         chunk = max_count if match is None else max(64, 2 * max_count)
@@ -109,6 +114,9 @@ class StoreReads:
                 break
             for unit in units:
                 phy, size, code = unit
+                if limit is not None and phy + size > limit:
+                    unconfirmed = True  # the slave has not acked it yet: not served
+                    break
                 scanned += 1
                 if phy < log_min or size <= 0:  # removed by retention, a hole, lost
                     missing = True
@@ -137,6 +145,8 @@ class StoreReads:
             res.status = GetStatus.FOUND
         elif missing:
             res.status = GetStatus.OFFSET_FOUND_NULL
+        elif unconfirmed and scanned == 0:
+            res.status = GetStatus.OFFSET_OVERFLOW_ONE  # held like a pull at the end
         return res
 
     def store_time_at(self, topic: str, queue_id: int, index: int) -> int | None:

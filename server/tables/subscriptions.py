@@ -236,6 +236,22 @@ class SubscriptionGroupManager:
             self.log.info("subgroup.deleted", group=group)
         return True
 
+    def replace_all(self, configs: list[SubscriptionGroupConfig]) -> int:
+        """A slave's copy of its master's table (RocketMQ SlaveSynchronize: clear,
+        putAll); the groups changed."""
+        wanted = {c.group_name: c for c in configs[: self.max_groups]}
+        changed = [g for g in self.table if g not in wanted]
+        for group in changed:
+            del self.table[group]
+            del self._rows[group]
+        for name, cfg in wanted.items():
+            if self.table.get(name) != cfg:
+                self._set(cfg)
+                changed.append(name)
+        if changed:
+            self._changed()
+        return len(changed)
+
     def missing(self, group: str) -> str | None:
         """None if ``group`` exists (auto-created first, as ``find``), else the remark of
         RocketMQ's SUBSCRIPTION_GROUP_NOT_EXIST saying why it was not created."""

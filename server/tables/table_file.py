@@ -47,15 +47,25 @@ JOIN_ROWS = 2000  # pre-encoded rows joined per loop step (~0.3 ms)
 Snapshot = Callable[[], Iterator[bytes]]
 
 
-def encode_parts(open_: bytes, rows: list[Any], close: bytes, *, mapping: bool) -> Iterator[bytes]:
+def encode_parts(
+    open_: bytes,
+    rows: list[Any],
+    close: bytes,
+    *,
+    mapping: bool,
+    value: Callable[[Any], Any] | None = None,
+) -> Iterator[bytes]:
     """``open_`` + the JSON of ``rows`` joined by commas + ``close``, in parts of
     ``PART_ENTRIES`` rows. ``mapping``: rows are ``(key, value)`` pairs of a JSON object
-    (non-string keys allowed), else items of a JSON array."""
+    (non-string keys allowed), else items of a JSON array. ``value``: what each pair's
+    value becomes in the JSON (converted part by part, not all at once)."""
     yield open_
     opt = orjson.OPT_NON_STR_KEYS
     first = True
     for i in range(0, len(rows), PART_ENTRIES):
         chunk = rows[i : i + PART_ENTRIES]
+        if value is not None:
+            chunk = [(k, value(v)) for k, v in chunk]
         raw = orjson.dumps(dict(chunk) if mapping else chunk, option=opt)
         inner = raw[1:-1]  # drop the chunk's own brackets
         if inner:

@@ -49,6 +49,7 @@ from kairosmq.protocol.naming import (
     is_system_topic,
     validate_queue_topic,
 )
+from kairosmq.protocol.registration import TopicConfigData
 
 from ..store.files import read_json
 from .table_file import TableFile, join_parts
@@ -87,6 +88,18 @@ class TopicConfig:
     @property
     def queue_nums(self) -> int:
         return max(self.read_queue_nums, self.write_queue_nums)
+
+    def to_data(self) -> TopicConfigData:
+        """RocketMQ's TopicConfig (registrations, GET_ALL_TOPIC_CONFIG's answer)."""
+        return TopicConfigData(
+            self.topic_name,
+            self.read_queue_nums,
+            self.write_queue_nums,
+            self.perm,
+            "SINGLE_TAG",
+            self.topic_sys_flag,
+            self.order,
+        )
 
 
 class TopicConfigManager:
@@ -209,6 +222,24 @@ class TopicConfigManager:
     def _changed(self, topic: str) -> None:
         for listener in self.on_change:
             listener(topic)
+
+    def replace_all(self, configs: list[TopicConfig]) -> int:
+        """A slave's copy of its master's table (RocketMQ SlaveSynchronize: clear, putAll):
+        exactly ``configs`` afterwards (the schedule topic stays); the topics changed."""
+        wanted = {c.topic_name: c for c in configs if c.topic_name != SCHEDULE_TOPIC}
+        changed = [t for t in self.topics if t != SCHEDULE_TOPIC and t not in wanted]
+        for topic in changed:
+            del self.topics[topic]
+            del self._rows[topic]
+        for name, cfg in wanted.items():
+            if self.topics.get(name) != cfg:
+                self._set(cfg)
+                changed.append(name)
+        if changed:
+            self.file.changed()
+            for topic in changed:
+                self._changed(topic)
+        return len(changed)
 
     def ensure(self, topic: str, queue_nums: int) -> tuple[TopicConfig, bool]:
         """Return the topic, creating it with ``queue_nums`` queues if absent (True)."""

@@ -146,7 +146,7 @@ async def test_topic_cap_refuses_with_rocketmq_codes(hostile: Any) -> None:
     peer = await verify_after_kill9(hb)
     topics = await _topics(peer)
     assert set(created) | {"CappedBySend"} <= set(topics), "an acked topic was lost"
-    assert topics["Capped0"]["write_queue_nums"] == 8
+    assert topics["Capped0"]["writeQueueNums"] == 8
     assert not {"CapOver", "CapOverSend", "%RETRY%CapCG"} & set(topics)
 
 

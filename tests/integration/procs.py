@@ -39,8 +39,12 @@ class BrokerProcess:
         *extra: str,
         env: dict[str, str] | None = None,
         nofile: int | tuple[int, int] | None = None,
+        stdout: Path | None = None,
+        vip_channel: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.stdout = stdout  # append the process's stdout (its JSON log lines) here
+        self.vip_channel = vip_channel  # listen on port - 2 too (an Apache slave syncs there)
         self.port = free_port()
         self.namesrv_port = free_port()
         self.extra = extra
@@ -67,7 +71,7 @@ class BrokerProcess:
             str(self.data_dir),
             "--delay-levels",
             FAST_LEVELS,
-            "--no-vip-channel",
+            *(() if self.vip_channel else ("--no-vip-channel",)),
             "--no-log-file",
             "--log-format",
             "json",
@@ -86,13 +90,22 @@ class BrokerProcess:
             if isinstance(self.nofile, int)
             else nofile_limit(*self.nofile)
         )
-        return subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, **self.env} if self.env else None,
-            preexec_fn=limit,
-        )
+        if self.stdout is None:
+            return subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=limit,
+            )
+        with open(self.stdout, "ab") as out:
+            return subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=limit,
+            )
 
     def launch(self) -> None:
         """Start the process without waiting for it to listen (to kill it mid-start)."""

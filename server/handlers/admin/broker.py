@@ -255,6 +255,8 @@ class AdminBrokerProcessor:
                     if value is None
                     else (str(value).lower() if isinstance(value, bool) else str(value))
                 )
+        if ep.ha_port:  # the HA listener as bound (a master; RocketMQ haListenPort)
+            out["haListenPort"] = str(ep.ha_port)
         return out
 
     def handle_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -6,6 +6,9 @@ cannot be created, changed or deleted by clients; names, queue counts and perm b
 checked by ``ingress`` first. (Message lookup, VIEW_MESSAGE_BY_ID and QUERY_MESSAGE, is
 ``messages.py``'s.)
 
+GET_ALL_TOPIC_CONFIG answers RocketMQ's TopicConfigSerializeWrapper (``topicName``,
+``readQueueNums``, ... and a ``dataVersion``), what mqadmin and an Apache slave read.
+
 Invariants: UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER are answered only after
 ``topics.json`` holds the change (written off the event loop; ``handlers/__init__.py``),
 so an acknowledged creation survives kill -9; a new topic past ``max_topics`` is refused
@@ -14,8 +17,10 @@ with SYSTEM_ERROR naming the option.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
+import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import (
@@ -41,6 +46,7 @@ class TopicAdminProcessor:
         self.topics = topics
         self.offsets = offsets
         self.log = log
+        self.started_ms = int(time.time() * 1000)  # dataVersion's timestamp
 
     def handle_create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(cmd.ext_fields)
@@ -61,8 +67,16 @@ class TopicAdminProcessor:
     async def handle_all_topic_config(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
+        """RocketMQ's TopicConfigSerializeWrapper: ``dataVersion`` (this broker's start and
+        the table's version: an Apache slave's SlaveSynchronize copies the table when it
+        moves) and ``topicConfigTable`` with RocketMQ's field names."""
+        version = orjson.dumps({"counter": self.topics.version, "timestamp": self.started_ms})
         # encoded in parts between other requests (100k topics: ~10 MB of JSON)
         parts = encode_parts(
-            b'{"topicConfigTable":{', list(self.topics.topics.items()), b"}}", mapping=True
+            b'{"dataVersion":' + version + b',"topicConfigTable":{',
+            list(self.topics.topics.items()),
+            b"}}",
+            mapping=True,
+            value=lambda cfg: cfg.to_data().to_dict(),
         )
         return cmd.response(body=await collect(parts))

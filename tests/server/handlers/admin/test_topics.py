@@ -52,7 +52,7 @@ async def test_delete_drops_offsets_and_all_config_lists(services: Services) -> 
             )
         ).body
     )["topicConfigTable"]
-    assert table["T"]["write_queue_nums"] == 2
+    assert table["T"]["writeQueueNums"] == 2
     delete = services.guarded(proc.handle_delete_topic)
     resp = await delete(services.conn(), req(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}))
     assert resp.code == ResponseCode.SUCCESS

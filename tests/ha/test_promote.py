@@ -1,0 +1,91 @@
+"""Promotion (`kairosmq admin --broker <slave> promote`): after the master is killed -9,
+its slave becomes an ASYNC_MASTER on the state it derived: it takes sends, and the timer
+messages still pending fire there, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import orjson
+import pytest
+from kairosmq.protocol.codes import RequestCode, ResponseCode
+
+from tests.ha.pair import log_bytes, master, pull_all, slave, status, wait_for
+from tests.helpers import send
+from tests.wire import RawPeer
+
+pytestmark = pytest.mark.slow
+
+
+def admin(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kairosmq.server", "admin", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_promoted_slave_takes_sends_and_fires_pending_timers_once(tmp_path) -> None:
+    m = master(tmp_path / "m")
+    await m.start()
+    s = slave(tmp_path / "s", m)
+    await s.start()
+    mp = await RawPeer.connect(m.address)
+    try:
+        plain, timers = [], []
+        for i in range(40):
+            r = await send(mp, "Fail", f"p{i}".encode(), {"UNIQ_KEY": f"P{i:03d}"}, queue_id=0)
+            assert r.code == ResponseCode.SUCCESS
+            plain.append(f"P{i:03d}")
+        for i in range(20):
+            key = f"T{i:03d}"
+            r = await send(mp, "Fail", b"t", {"UNIQ_KEY": key, "TIMER_DELAY_MS": "6000"})
+            assert r.code == ResponseCode.SUCCESS
+            timers.append(key)
+
+        async def same() -> bool:
+            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+
+        await wait_for(same, what="replicated before the master dies")
+        held = len(log_bytes(tmp_path / "s"))
+        m.kill()
+    finally:
+        await mp.close()
+    # a master refuses it; the slave takes it
+    done = await asyncio.to_thread(admin, "--broker", s.address, "promote", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["brokerRole"] == "ASYNC_MASTER" and answer["epoch"] == 1
+    assert answer["startOffset"] == held and answer["cutBytes"] == 0
+    again = await asyncio.to_thread(admin, "--broker", s.address, "promote", "--json")
+    assert again.returncode != 0 and "already a master" in again.stdout + again.stderr
+    sp = await RawPeer.connect(s.address)
+    try:
+        r = await send(sp, "Fail", b"after", {"UNIQ_KEY": "AFTER"}, queue_id=0)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        want = sorted([*plain, *timers, "AFTER"])
+
+        async def all_once() -> bool:
+            return sorted(x.msg_id for x in await pull_all(sp, "Fail", 1)) == want
+
+        await wait_for(all_once, timeout=30, what="the pending timers fired on the new master")
+        await asyncio.sleep(1.0)
+        assert sorted(x.msg_id for x in await pull_all(sp, "Fail", 1)) == want, "once each"
+        st = await status(sp)
+        assert st["ha"]["role"] == "ASYNC_MASTER" and st["ha"]["epoch"] == {
+            "epoch": 1,
+            "startOffset": held,
+        }
+        assert {"transaction-check", "timer"} <= {x["name"] for x in st["services"]}
+        epochs = orjson.loads((tmp_path / "s" / "store" / "epoch.json").read_bytes())
+        assert epochs == [{"epoch": 1, "startOffset": held}]
+        r = await sp.call(RequestCode.KAIROS_PROMOTE, {})
+        assert r.code == ResponseCode.SYSTEM_ERROR
+    finally:
+        await sp.close()
+        s.terminate()
