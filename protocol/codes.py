@@ -91,7 +91,7 @@ class RequestCode(IntEnum):
     KAIROS_GET_BROKER_STATUS = 904  # liveness/health: uptime, connections, commit-log range
     KAIROS_GET_TIMER_STATUS = 905  # timer messages: pending per hour, next due, counters
     KAIROS_GET_TRANSACTION_STATUS = 906  # pending half messages per producer group
-    KAIROS_PROMOTE = 907  # a slave becomes an ASYNC_MASTER (docs/replication.md)
+    KAIROS_PROMOTE = 913  # a slave becomes an ASYNC_MASTER (docs/replication.md)
 
 
 class ResponseCode(IntEnum):

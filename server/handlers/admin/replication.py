@@ -1,6 +1,6 @@
 """What a slave asks its master for that is not in the commit log (RocketMQ 4.9.8's
 SlaveSynchronize): GET_ALL_CONSUMER_OFFSET (43) and GET_ALL_DELAY_OFFSET (45); and
-KAIROS_PROMOTE (907, ``kairosmq admin promote``): a slave becomes the master.
+KAIROS_PROMOTE (913, ``kairosmq admin promote``): a slave becomes the master.
 GET_ALL_TOPIC_CONFIG (21) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) are topics.py's and
 groups.py's; the slave's side is server/ha/sync.py.
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class SlaveSyncProcessor:
-    """43, 45 and 907."""
+    """43, 45 and 913."""
 
     def __init__(
         self,
