@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any
 
+from kairosmq.protocol import native
+
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
@@ -275,6 +277,7 @@ class Broker:
             "commitLogMaxOffset": log_max,
             "topics": len(self.topics.topics),
             "indexEndOffset": self.index.end_phy,
+            "core": native.describe(),  # native or pure, and why (protocol/native.py)
             # supervised services (server/supervise.py): state, failures, last error
             "services": self.supervisor.status(),
             "degraded": self.supervisor.degraded,
@@ -449,6 +452,11 @@ class Broker:
             flush_mode=cfg.flush_mode.value,
             namesrv=self.namesrv_address,
         )
+        core = native.core()
+        if core == "native" or native.DISABLED:
+            self.log.info("broker.core", core=core, reason=native.reason())
+        else:  # a twin not built or stale: nobody asked for the pure core
+            self.log.warning("broker.core", core=core, reason=native.reason())
 
     async def stop(self, reason: str = "requested") -> None:
         if not self.running:
