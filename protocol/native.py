@@ -30,6 +30,7 @@ DISABLE_ENV = "KAIROSMQ_NO_EXTENSIONS"
 TWINS: dict[str, str] = {
     "kairosmq.protocol.codec": "kairosmq.protocol._codec",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
+    "kairosmq.protocol.properties": "kairosmq.protocol._properties",
 }
 
 
