@@ -4,9 +4,10 @@
 pyproject's ``[build-system]``; an editable install builds them in place, next to their
 ``.pyx``, which ``protocol/native.py`` checks for staleness). Never a failed install:
 with ``KAIROSMQ_NO_EXTENSIONS=1`` at build time, without Cython importable (a
-``--no-build-isolation`` build in an environment lacking it) or when the C compiler
-fails on any twin, one warning is printed, every compiled output is dropped and the
-package installs as pure Python (the broker's ``broker.core`` event then says why).
+``--no-build-isolation`` build in an environment lacking it), when Cython refuses a
+twin or when the C compiler fails on any twin, one warning is printed, every compiled
+output is dropped and the package installs as pure Python (the broker's ``broker.core``
+event then says why).
 The ``.py`` modules always ship and stay the reference.
 """
 
@@ -66,17 +67,21 @@ def native_extensions() -> list[Any]:
     extensions = [
         Extension(name, [src], extra_compile_args=["-O2"]) for name, src in twin_sources().items()
     ]
-    return cythonize(
-        extensions,
-        compiler_directives={
-            "language_level": 3,
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-            "embedsignature": True,
-        },
-        quiet=True,
-    )
+    try:
+        return cythonize(
+            extensions,
+            compiler_directives={
+                "language_level": 3,
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+                "embedsignature": True,
+            },
+            quiet=True,
+        )
+    except Exception as err:  # noqa: BLE001 - Cython refused a twin: all or nothing
+        _warn(f"Cython could not translate the twins ({type(err).__name__}: {err})")
+        return []
 
 
 class OptionalBuildExt(build_ext):

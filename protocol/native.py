@@ -29,6 +29,7 @@ DISABLE_ENV = "KAIROSMQ_NO_EXTENSIONS"
 # pure module -> its twin (the ``_name.pyx`` beside it)
 TWINS: dict[str, str] = {
     "kairosmq.protocol.codec": "kairosmq.protocol._codec",
+    "kairosmq.protocol.headers": "kairosmq.protocol._headers",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
 }

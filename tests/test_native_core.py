@@ -130,10 +130,10 @@ def test_built_twins_are_chosen() -> None:
 
 
 def _build_wheel(
-    python: str, out: Path, env: dict[str, str], *flags: str
+    python: str, out: Path, env: dict[str, str], *flags: str, root: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [python, "-m", "pip", "wheel", "-v", "--no-deps", *flags, "-w", str(out), str(ROOT)],
+        [python, "-m", "pip", "wheel", "-v", "--no-deps", *flags, "-w", str(out), str(root)],
         env={**os.environ, "KAIROSMQ_NO_EXTENSIONS": "", **env},
         capture_output=True,
         text=True,
@@ -142,11 +142,33 @@ def _build_wheel(
     )
 
 
+def _copy_tree(dest: Path) -> Path:
+    """The checkout's files (tracked and new, not ignored: no build output) under ``dest``."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(src.read_bytes())
+    return dest
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["no C compiler", "no Cython"])
+@pytest.mark.parametrize("case", ["no C compiler", "no Cython", "a twin Cython refuses"])
 def test_a_failed_native_build_installs_pure_python(tmp_path: Path, case: str) -> None:
     if case == "no C compiler":  # the isolated build of pyproject's [build-system]
         r = _build_wheel(sys.executable, tmp_path / "wheel", {"CC": str(tmp_path / "no-cc")})
+    elif case == "a twin Cython refuses":
+        tree = _copy_tree(tmp_path / "tree")
+        with (tree / "protocol" / "_codec.pyx").open("a") as f:
+            f.write("\ncdef int broken = undefined_name_here(\n")
+        r = _build_wheel(sys.executable, tmp_path / "wheel", {}, root=tree)
     else:  # a build environment without Cython (pip install --no-build-isolation)
         subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
         python = str(tmp_path / "venv" / "bin" / "python")
