@@ -84,6 +84,10 @@ def main() -> None:
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
+    # what "this checkout" runs (protocol/native.py): each twin's pure module imported
+    from kairosmq.protocol import codec, headers, message, native, properties  # noqa: F401
+
+    print(f"core: {native.describe()}")
     what = "delayed message (send, re-put, pull)" if a.delayed else "round of every phase"
     this = per_round(a.n1, a.n2, None, a.delayed)
     print(f"this checkout: {this / 1e3:,.0f} k instructions per {what}")

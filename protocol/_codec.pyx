@@ -380,7 +380,7 @@ cdef class _Frames:
     cdef Py_ssize_t partial
     cdef bint done
 
-    def __cinit__(self, FrameReader reader):
+    def __cinit__(self, FrameReader reader not None):
         self.reader = reader
         self.buf = reader._buf
         self.pos = 0

@@ -90,7 +90,7 @@ cdef inline object _int(object key, object raw):
 cdef class FromExt:
     cdef _Fields s
 
-    def __call__(self, dict ext):
+    def __call__(self, dict ext not None):
         cdef _Fields s = self.s
         cdef int i
         cdef PyObject* p

@@ -48,13 +48,15 @@ cdef inline bint _add(list parts, object k, object v) except -1:
     return True
 
 
-def encode_properties(dict props):
+def encode_properties(props):
     """``properties.encode_properties``."""
+    if not isinstance(props, dict):  # any mapping (or the reference's error)
+        return encode_property_pairs(props.items())
     cdef list parts = []
     cdef Py_ssize_t i = 0
     cdef PyObject* k
     cdef PyObject* v
-    while PyDict_Next(props, &i, &k, &v):
+    while PyDict_Next(<dict>props, &i, &k, &v):
         _add(parts, <object>k, <object>v)
     if parts:
         parts.pop()

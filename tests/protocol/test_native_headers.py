@@ -79,3 +79,9 @@ def test_header_codecs(nat, cls, v2: bool, data) -> None:  # type: ignore[no-unt
     hdr = ref_from(full)
     _same(outcome(nat_from, full), ("ok", hdr))
     assert nat_to(hdr) == ref_to(hdr)
+
+
+def test_no_ext_fields_is_an_error_not_a_crash(nat) -> None:  # type: ignore[no-untyped-def]
+    from_ext, _ = nat.compile_codec(headers.SendMessageRequestHeader, False)
+    with pytest.raises(TypeError):
+        from_ext(None)

@@ -48,3 +48,13 @@ def test_encode_any_dict_and_pairs(nat, props, pairs) -> None:  # type: ignore[n
     assert outcome(nat.encode_properties, props) == outcome(ref.encode_properties, props)
     assert outcome(nat.encode_property_pairs, pairs) == outcome(ref.encode_property_pairs, pairs)
     assert nat.encode_property_pairs(iter(pairs)) == ref.encode_property_pairs(iter(pairs))
+
+
+def test_encode_any_mapping_and_refuse_none_alike(nat) -> None:  # type: ignore[no-untyped-def]
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    for props in (OrderedDict(a="1", b=""), MappingProxyType({"x": "y", "": "z"})):
+        assert nat.encode_properties(props) == ref.encode_properties(props)
+    assert outcome(nat.encode_properties, None)[:2] == outcome(ref.encode_properties, None)[:2]
+    assert outcome(nat.decode_properties, None) == outcome(ref.decode_properties, None)
