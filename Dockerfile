@@ -4,21 +4,29 @@
 #   docker build -t kairosmq .                                  # broker (the last stage)
 #   docker build --target spark-report -t kairosmq-spark .      # Spark report job, Java 17
 #
-# Stages: build (venv with the broker + clients + prometheus-client), build-spark (+ pyspark),
-# spark-report (JRE 17 + that venv), broker (slim runtime). Both runtimes run as the
-# non-root user "kairosmq" (uid/gid 10001) and keep their state in volumes.
+# Stages: build (venv with the broker + clients + prometheus-client, its native core built
+# with Cython), build-spark (+ pyspark), spark-report (JRE 17 + that venv), broker (slim
+# runtime). Both runtimes run as the non-root user "kairosmq" (uid/gid 10001) and keep
+# their state in volumes.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# a C compiler for the native core (setup.py: Cython twins of the hot modules); the
+# runtime stages copy only the venv, so they carry no build tools
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/kairosmq
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY protocol/ protocol/
 COPY server/ server/
 COPY client/ client/
 COPY spark/ spark/
-RUN /opt/kairosmq/bin/pip install ".[metrics,acl]"
+RUN /opt/kairosmq/bin/pip install ".[metrics,acl]" \
+    && /opt/kairosmq/bin/python -c "from kairosmq.protocol import codec, message, native; \
+assert native.core() == 'native', native.describe()"
 
 FROM build AS build-spark
 RUN /opt/kairosmq/bin/pip install ".[spark]"

@@ -1,116 +1,123 @@
-"""Optional native build: the broker's hot modules compiled with mypyc (docs/performance.md).
+"""The native core's build: each ``_name.pyx`` beside ``name.py`` compiled with Cython.
 
-Off unless ``KAIROSMQ_NATIVE=1`` is set at build time, so ``pip install -e .`` and
-``pip install .`` stay pure Python and need no C compiler. With it (and mypy importable,
-e.g. ``pip install mypy && KAIROSMQ_NATIVE=1 pip install --no-build-isolation .``), the
-modules in ``HOT`` are compiled; if mypy, the compiler or any module's build fails, every
-native output is dropped and the package installs as pure Python (a warning says why).
-The ``.py`` files always ship: an interpreter the ``.so`` files were not built for (another
-Python version) imports them instead. Never built in place: a ``.so`` next to its source
-would shadow later edits of it.
+``pip install .`` and ``pip install -e .`` build every twin (Cython comes from
+pyproject's ``[build-system]``; an editable install builds them in place, next to their
+``.pyx``, which ``protocol/native.py`` checks for staleness). Never a failed install:
+with ``KAIROSMQ_NO_EXTENSIONS=1`` at build time, without Cython importable (a
+``--no-build-isolation`` build in an environment lacking it), when Cython refuses a
+twin or when the C compiler fails on any twin, one warning is printed, every compiled
+output is dropped and the package installs as pure Python (the broker's ``broker.core``
+event then says why).
+The ``.py`` modules always ship and stay the reference.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-# package dir -> import name (pyproject.toml's package-dir)
-PACKAGES = {"protocol": "kairosmq/protocol", "server": "kairosmq/server"}
-HOT = [
-    "protocol/codec.py",
-    "protocol/message.py",
-    "protocol/properties.py",
-    "protocol/events.py",
-    "protocol/commands.py",
-    "protocol/timer.py",
-    "protocol/ids.py",
-    "protocol/naming.py",
-    "server/store/message_store.py",
-    "server/store/commitlog.py",
-    "server/store/index.py",
-    "server/store/consumequeue.py",
-    "server/store/reads.py",
-    "server/store/guard.py",
-    "server/store/mapped.py",
-    "server/clock.py",
-    "server/put/path.py",
-    "server/put/requeue.py",
-    "server/schedule/delay/service.py",
-    "server/schedule/delay/levels.py",
-    "server/schedule/reput.py",
-    "server/schedule/delivered.py",
-    "server/schedule/recalls.py",
-    "server/remoting/transport.py",
-    "server/remoting/ingress.py",
-    "server/remoting/longpoll.py",
-    "server/observe/logs.py",
-    "server/observe/logsink.py",
-    "server/handlers/send.py",
-    "server/handlers/pull.py",
-    "server/schedule/timer/service.py",
-    "server/schedule/timer/admission.py",
-]
+# source directories holding twins -> their import packages (pyproject.toml's package-dir)
+PACKAGES = {"protocol": "kairosmq.protocol", "server": "kairosmq.server"}
+WARNING = "kairosmq: building the pure-Python core only"
 
 
 def _warn(msg: str) -> None:
-    print(f"kairosmq: {msg}; installing the pure-Python modules", file=sys.stderr)
+    print(f"{WARNING}: {msg}", file=sys.stderr)
 
 
-def native_extensions() -> list:  # type: ignore[type-arg]
-    if os.environ.get("KAIROSMQ_NATIVE") != "1":
-        return []
-    if {"egg_info", "dist_info", "sdist"} & set(sys.argv):  # metadata only: nothing to build
-        return []
-    if {"editable_wheel", "develop", "--inplace"} & set(sys.argv):
-        _warn("no native build for an editable install (a .so would shadow its .py)")
-        return []
+def twin_sources(root: Path = HERE) -> dict[str, str]:
+    """Extension name -> its ``.pyx`` path relative to ``root``."""
+    out: dict[str, str] = {}
+    for src, pkg in PACKAGES.items():
+        for pyx in sorted((root / src).rglob("_*.pyx")):
+            rel = pyx.relative_to(root)
+            out[".".join([pkg, *rel.parent.parts[1:], pyx.stem])] = rel.as_posix()
+    return out
+
+
+def plan(environ: dict[str, str] | os._Environ[str], argv: list[str], have_cython: bool) -> str:
+    """What to build: ``"native"``, ``"metadata"`` (nothing needs compiling) or the
+    reason for the pure core (printed as the one warning)."""
+    if environ.get("KAIROSMQ_NO_EXTENSIONS", "").strip() not in ("", "0"):
+        return "KAIROSMQ_NO_EXTENSIONS is set"
+    if {"egg_info", "dist_info", "sdist"} & set(argv):
+        return "metadata"
+    if not have_cython:
+        return "Cython is not importable (pyproject's [build-system] provides it)"
+    return "native"
+
+
+def native_extensions() -> list[Any]:
     try:
-        from mypyc.build import mypycify
+        from Cython.Build import cythonize
     except ImportError:
-        _warn("KAIROSMQ_NATIVE=1 but mypy is not importable (use --no-build-isolation)")
+        cythonize = None
+    decision = plan(os.environ, sys.argv, cythonize is not None)
+    if decision != "native":
+        if decision != "metadata":
+            _warn(decision)
         return []
-    # mypyc names modules after their paths: stage protocol/ and server/ as kairosmq/...
-    stage = HERE / "build" / "native-src"
-    shutil.rmtree(stage, ignore_errors=True)
-    for src, dst in PACKAGES.items():
-        shutil.copytree(
-            HERE / src, stage / dst, ignore=shutil.ignore_patterns("__pycache__", "*.so")
-        )
-    (stage / "mypy.ini").write_text(
-        f"[mypy]\nmypy_path = {stage}\nexplicit_package_bases = True\n"
-        "ignore_missing_imports = True\nfollow_imports = silent\n"
-    )
+    assert cythonize is not None
+    extensions = [
+        Extension(name, [src], extra_compile_args=["-O2"]) for name, src in twin_sources().items()
+    ]
     try:
-        return mypycify(
-            ["--config-file", str(stage / "mypy.ini")] + [str(stage / "kairosmq" / p) for p in HOT],
-            opt_level="3",
-            group_name="kairosmq_native",
-            target_dir=str(stage / "c"),
+        return cythonize(
+            extensions,
+            compiler_directives={
+                "language_level": 3,
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+                "embedsignature": True,
+            },
+            quiet=True,
         )
-    except BaseException as err:  # noqa: BLE001 - mypyc exits (SystemExit) on type errors
-        _warn(f"mypyc refused the modules ({err!r})")
+    except Exception as err:  # noqa: BLE001 - Cython refused a twin: all or nothing
+        _warn(f"Cython could not translate the twins ({type(err).__name__}: {err})")
         return []
 
 
 class OptionalBuildExt(build_ext):
-    """All or nothing: one failed extension (the group's shared library above all, which
-    every module's shim imports) drops every native output."""
+    """All or nothing: one twin that fails to compile or link drops every compiled
+    output, so the package installs as pure Python."""
 
     def run(self) -> None:
         try:
             super().run()
         except Exception as err:  # noqa: BLE001 - no compiler, compile error, link error
-            for out in self.get_outputs():
-                Path(out).unlink(missing_ok=True)
-            self.extensions = []
-            _warn(f"the native build failed ({err})")
+            self._drop(err)
+
+    def build_extension(self, ext: Any) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as err:  # noqa: BLE001 - setuptools raises CompileError/LinkError
+            self._drop(err)
+            raise _Dropped from err
+
+    def build_extensions(self) -> None:
+        try:
+            super().build_extensions()
+        except _Dropped:
+            pass
+
+    def _drop(self, err: BaseException) -> None:
+        for out in self.get_outputs():
+            Path(out).unlink(missing_ok=True)
+        if self.extensions:
+            _warn(f"the C build failed ({err})")
+        self.extensions = []
 
 
-setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+class _Dropped(Exception):
+    pass
+
+
+if __name__ == "__main__":
+    setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})

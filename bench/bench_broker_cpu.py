@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from kairosmq.protocol import native
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -119,7 +120,9 @@ def pull_frame(i: int, queue_id: int, offset: int, topic: str = TOPIC) -> bytes:
     return encode_command(RemotingCommand(code=RequestCode.PULL_MESSAGE, opaque=i, ext_fields=ext))
 
 
-async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
+async def figures(
+    data_dir: Path, n: int, repeat: int, delayed_only: bool = False
+) -> dict[str, float]:
     configure_logging(json=True, log_dir=data_dir / "logs", stdout=False)
     broker = Broker(
         BrokerConfig(data_dir=data_dir / "store", port=0, namesrv_port=0, vip_channel=False)
@@ -164,7 +167,7 @@ async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
         best["re-put"] = (time.process_time() - t0) / sent
         per_queue = sent // 4
         for _ in range(repeat):
-            count = min(n, per_queue)
+            count = min(n, sent)  # offsets wrap below: a pull per message sent
             frames = [pull_frame(i, i % 4, (i // 4) % per_queue) for i in range(count)]
             gc.collect()
             t0 = time.process_time()
@@ -172,8 +175,11 @@ async def figures(data_dir: Path, n: int, repeat: int) -> dict[str, float]:
                 conn.data_received(f)
                 await asyncio.sleep(0)
             best["pull"] = min(best["pull"], (time.process_time() - t0) / count)
-        best["timer fire"] = await timer_fires(broker, conn, n)
-        best["held pull"] = await held_pulls(broker, conn, n, repeat)
+        if delayed_only:  # the delayed message's path alone (bench_instructions --delayed)
+            del best["timer fire"], best["held pull"]
+        else:
+            best["timer fire"] = await timer_fires(broker, conn, n)
+            best["held pull"] = await held_pulls(broker, conn, n, repeat)
         return {k: v * 1e6 for k, v in best.items()}
     finally:
         gc.enable()
@@ -250,9 +256,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="requests per timed loop")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--delayed-only",
+        action="store_true",
+        help="only the delayed message's phases (delayed send, re-put, pull)",
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        got = uvloop.run(figures(Path(d), a.n, a.repeat))  # the broker's loop (cli.py)
+        # the broker's loop (cli.py)
+        got = uvloop.run(figures(Path(d), a.n, a.repeat, a.delayed_only))
+    print(f"core: {native.describe()}")  # protocol/native.py (KAIROSMQ_NO_EXTENSIONS=1: pure)
     print(
         "broker CPU µs per request, warm, no network (best of "
         f"{a.repeat} loops of {a.n}; re-put: one pass over all)"

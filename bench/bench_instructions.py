@@ -11,7 +11,13 @@ plain send that wakes it, and a plain send), start-up and warm-up cancelled out.
 the ratio. Needs ``valgrind`` (Debian: ``apt-get install valgrind``); ~40x slower than
 native, so a run takes a few minutes.
 
+``--delayed`` counts the delayed message's path alone (``bench_broker_cpu.py
+--delayed-only``: its delayed send, its re-put and a pull of 1 per message), so the
+figure is instructions per delayed message. ``--cores`` runs each count twice, with the
+native core and with the pure one (``KAIROSMQ_NO_EXTENSIONS=1``), and prints the ratio.
+
     python bench/bench_instructions.py [--n1 300 --n2 900] [--tree /tmp/ab/before-pp]
+    python bench/bench_instructions.py --delayed --cores
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def instructions(n: int, pythonpath: str | None) -> int:
+def instructions(n: int, pythonpath: str | None, delayed: bool = False, pure: bool = False) -> int:
     """Instructions (``I refs``) of one ``bench_broker_cpu.py --n n --repeat 1`` run."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    env["KAIROSMQ_NO_EXTENSIONS"] = "1" if pure else ""
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run(
             [
@@ -46,6 +53,7 @@ def instructions(n: int, pythonpath: str | None) -> int:
                 str(n),
                 "--repeat",
                 "1",
+                *(["--delayed-only"] if delayed else []),
             ],
             env=env,
             capture_output=True,
@@ -58,8 +66,12 @@ def instructions(n: int, pythonpath: str | None) -> int:
     return int(m.group(1).replace(",", ""))
 
 
-def per_round(n1: int, n2: int, pythonpath: str | None) -> float:
-    return (instructions(n2, pythonpath) - instructions(n1, pythonpath)) / (n2 - n1)
+def per_round(
+    n1: int, n2: int, pythonpath: str | None, delayed: bool = False, pure: bool = False
+) -> float:
+    return (
+        instructions(n2, pythonpath, delayed, pure) - instructions(n1, pythonpath, delayed, pure)
+    ) / (n2 - n1)
 
 
 def main() -> None:
@@ -67,13 +79,26 @@ def main() -> None:
     ap.add_argument("--n1", type=int, default=300)
     ap.add_argument("--n2", type=int, default=900)
     ap.add_argument("--tree", help="PYTHONPATH of another checkout to compare with")
+    ap.add_argument("--delayed", action="store_true", help="per delayed message only")
+    ap.add_argument("--cores", action="store_true", help="native and pure core, and the ratio")
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
-    this = per_round(a.n1, a.n2, None)
-    print(f"this checkout: {this / 1e3:,.0f} k instructions per round of every phase")
+    # what "this checkout" runs (protocol/native.py): each twin's pure module imported
+    from kairosmq.protocol import codec, headers, message, native, properties  # noqa: F401
+
+    print(f"core: {native.describe()}")
+    what = "delayed message (send, re-put, pull)" if a.delayed else "round of every phase"
+    this = per_round(a.n1, a.n2, None, a.delayed)
+    print(f"this checkout: {this / 1e3:,.0f} k instructions per {what}")
+    if a.cores:
+        pure = per_round(a.n1, a.n2, None, a.delayed, pure=True)
+        print(
+            f"this checkout, pure core (KAIROSMQ_NO_EXTENSIONS=1): {pure / 1e3:,.0f} k "
+            f"instructions per {what} (native / pure = {this / pure:.3f})"
+        )
     if a.tree:
-        other = per_round(a.n1, a.n2, a.tree)
+        other = per_round(a.n1, a.n2, a.tree, a.delayed)
         print(
             f"{a.tree}: {other / 1e3:,.0f} k instructions per round "
             f"(this / other = {this / other:.3f})"

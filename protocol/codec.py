@@ -26,6 +26,11 @@ Invariants:
   instead of ``parse()``'s wrapper chain, and reads the results by key: the same
   generated code, without four calls and a context Container per frame. Measured cost:
   docs/performance.md ("construct at runtime").
+* This module is the reference core. Its native twin ``_codec.pyx`` (the same rules over
+  C pointers, without construct) replaces the public functions and ``FrameReader`` when
+  ``native.py`` chooses it; ``reference`` keeps the pure ones, and
+  tests/protocol/test_native_codec.py holds the twin to them (generated and captured
+  frames), so the construct declarations stay the grammar the twin is proven against.
 """
 
 from __future__ import annotations
@@ -33,11 +38,12 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Generator
+from types import ModuleType, SimpleNamespace
 
 import orjson
 from construct import ConstructError
 
-from . import schema
+from . import native, schema
 from .codes import LanguageCode, SerializeType
 from .commands import RemotingCommand
 from .errors import FrameTooLarge, MalformedFrame, shown
@@ -271,6 +277,9 @@ def decode_payload(
     raise MalformedFrame(f"unknown serialize type {stype}")
 
 
+_decode_payload = decode_payload  # the reference's own (the public name may be the twin's)
+
+
 def decode_frame(frame: bytes) -> RemotingCommand:
     """Decode exactly one complete frame, length prefix included."""
     if len(frame) < 4:
@@ -278,7 +287,7 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     (length,) = _U32.unpack_from(frame, 0)
     if length != len(frame) - 4:
         raise MalformedFrame(f"length prefix says {length}, frame has {len(frame) - 4} bytes")
-    return decode_payload(frame[4:])
+    return _decode_payload(frame[4:])
 
 
 LARGE_FRAME = 1024 * 1024  # a partial frame this big is gathered in parts (FrameReader)
@@ -349,7 +358,7 @@ class FrameReader:
 
     def __iter__(self) -> Generator[RemotingCommand, None, None]:
         # a caller that stops early must close() it: the consumed frames leave the buffer
-        # in the ``finally`` (compiled with mypyc, an abandoned generator never runs it)
+        # in the ``finally`` (the native twin drops them on close() or when done, as here)
         buf = self._buf
         pos = 0
         partial = 0  # the size of a checked frame whose rest has not arrived
@@ -373,9 +382,35 @@ class FrameReader:
                     partial = end - pos
                     break
                 start, pos = pos + 4, end
-                yield decode_payload(buf, start, end)  # slices header and body, no other copy
+                yield _decode_payload(buf, start, end)  # slices header and body, no other copy
         finally:
             if pos:
                 del buf[:pos]
             if partial >= LARGE_FRAME and buf is self._buf:
                 self._gather(partial)
+
+
+# ---------------------------------------------------------------- the native twin
+
+# The pure functions above are the reference (parity tests hold the twin to them); the
+# public names become the twin's (``_codec.pyx``) when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    FrameReader=FrameReader,
+    decode_frame=decode_frame,
+    decode_payload=decode_payload,
+    encode_command=encode_command,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _codec  # type: ignore[attr-defined]
+
+    return _codec
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    FrameReader = _twin.FrameReader  # type: ignore[misc]  # noqa: F811
+    decode_frame = _twin.decode_frame
+    decode_payload = _twin.decode_payload
+    encode_command = _twin.encode_command

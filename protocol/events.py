@@ -68,6 +68,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "fits": "boolean",
         "remark": "string",
     },
+    # which core runs (protocol/native.py): "native" (every compiled twin), "pure" or
+    # "mixed"; reason says why a module runs its pure core (KAIROSMQ_NO_EXTENSIONS, not
+    # built, stale); warning when the core is not native and nobody asked for that
+    "broker.core": {"core": "string", "reason": "string"},
     # warning: the VIP channel (port - 2) could not be bound; the broker serves without it
     "broker.vip_unavailable": {"port": "int", "error": "string"},
     "broker.stopping": {"reason": "string"},

@@ -11,14 +11,19 @@ Invariants:
   an error response. Unknown keys (``bname``, ``Signature``, ...) are ignored.
 * ``to_ext_fields`` writes every value as a string and leaves out ``None``; booleans are
   ``true``/``false`` and accepted back as ``true``/``1`` (the C++ client sends ``0``/``1``).
+* ``_compile`` is the reference codec; its native twin ``_headers.pyx`` (the same fields
+  walked over a C array, the dataclass built without its ``__init__``) replaces it when
+  ``native.py`` chooses it; tests/protocol/test_native_headers.py holds the two equal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
 from typing import Any, ClassVar, TypeVar  # Any: field values of any type; exec-built codecs
 
+from . import native
 from .errors import HeaderError, shown
 from .naming import AUTO_CREATE_TOPIC_KEY
 
@@ -452,3 +457,22 @@ class TransactionStatusRequestHeader(Header):
     """KAIROS_GET_TRANSACTION_STATUS (906): optionally one producer group."""
 
     producer_group: str | None = wire("producerGroup", default=None)
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``_compile`` above is the reference (parity tests hold the twin to it); ``Header._codec``
+# calls the twin's ``compile_codec`` (``_headers.pyx``) instead when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(compile=_compile)
+
+
+def _load_twin() -> ModuleType:
+    from . import _headers  # type: ignore[attr-defined]
+
+    return _headers
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    _compile = _twin.compile_codec

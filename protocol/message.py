@@ -16,6 +16,11 @@ Invariants:
 * A record is self-consistent: ``encode_record`` derives the BORNHOST_V6/STOREHOST_V6
   sys-flag bits from the lengths of the addresses it writes (4 or 16 bytes), whatever
   bits the caller passed, so the decoder and recovery always find the body where it is.
+* This module is the reference core. Its native twin ``_message.pyx`` replaces the record
+  functions (encode, decode, view, patch, summaries, properties read) when ``native.py``
+  chooses it; ``reference`` keeps the pure ones and tests/protocol/test_native_message.py
+  holds the twin to them. The twin hands every record it finds out of shape to the
+  function here, so the error rules stay written once.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import ModuleType, SimpleNamespace
 from typing import NamedTuple
 
+from . import native
 from .codes import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from .errors import MessageDecodeError
 from .ids import create_offset_msg_id
@@ -238,13 +245,16 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
     )
 
 
+_decode_record = decode_record  # the reference's own (the public name may be the twin's)
+
+
 def decode_records(buf: bytes | memoryview) -> list[MessageExt]:
     """Decode back-to-back records (a pull body); stop silently at the first bad one."""
     out: list[MessageExt] = []
     pos, n = 0, len(buf)
     while pos < n:
         try:
-            m = decode_record(buf, pos)
+            m = _decode_record(buf, pos)
         except MessageDecodeError:
             break
         out.append(m)
@@ -330,6 +340,9 @@ def patched_size(
     )
 
 
+_patched_size = patched_size  # the reference's own (the public name may be the twin's)
+
+
 def patch_record(
     buf: bytes,
     view: RecordView,
@@ -357,7 +370,7 @@ def patch_record(
     return b"".join(
         (
             _HEAD.pack(
-                patched_size(view, topic, properties, store_host),
+                _patched_size(view, topic, properties, store_host),
                 MESSAGE_MAGIC_CODE,
                 zlib.crc32(body) & 0x7FFFFFFF,
                 queue_id,
@@ -517,3 +530,37 @@ def record_properties(buf: bytes | memoryview, pos: int = 0) -> dict[str, str]:
         return decode_properties(bytes(buf[ppos + 2 : ppos + 2 + plen]).decode())
     except (IndexError, struct.error, UnicodeDecodeError):
         return {}
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The pure functions above are the reference (parity tests hold the twin to them); the
+# public names become the twin's (``_message.pyx``) when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    encode_record=encode_record,
+    decode_record=decode_record,
+    decode_records=decode_records,
+    view_record=view_record,
+    patched_size=patched_size,
+    patch_record=patch_record,
+    summarize_records=summarize_records,
+    record_properties=record_properties,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _message  # type: ignore[attr-defined]
+
+    return _message
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    encode_record = _twin.encode_record
+    decode_record = _twin.decode_record
+    decode_records = _twin.decode_records
+    view_record = _twin.view_record
+    patched_size = _twin.patched_size
+    patch_record = _twin.patch_record
+    summarize_records = _twin.summarize_records
+    record_properties = _twin.record_properties

@@ -13,11 +13,19 @@ it) and skips pairs with an empty name or value (a name given twice: the last va
 wins); encoding never writes a trailing separator and never writes a pair with an empty
 name or value. Encoded strings over 32767 UTF-8 bytes are the caller's to reject
 (MESSAGE_ILLEGAL), because the record stores an int16 length.
+
+This module is the reference core; the string codec's native twin ``_properties.pyx``
+replaces ``encode_properties``, ``encode_property_pairs`` and ``decode_properties`` when
+``native.py`` chooses it (``reference`` keeps the pure ones; tests/protocol/
+test_native_properties.py holds the twin to them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import ModuleType, SimpleNamespace
+
+from . import native
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -119,7 +127,7 @@ def parse_java_int(raw: str | None) -> int | None:
 
 def encode_properties(props: dict[str, str]) -> str:
     """Encode properties; pairs with an empty name or value are left out."""
-    return encode_property_pairs(props.items())
+    return _encode_property_pairs(props.items())
 
 
 def encode_property_pairs(pairs: Iterable[tuple[str, str]]) -> str:
@@ -128,6 +136,9 @@ def encode_property_pairs(pairs: Iterable[tuple[str, str]]) -> str:
     return PROPERTY_SEPARATOR.join(
         f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in pairs if k and v != ""
     )
+
+
+_encode_property_pairs = encode_property_pairs  # the reference's own (see the end)
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -140,3 +151,28 @@ def decode_properties(text: str) -> dict[str, str]:
         if sep and name and value:
             out[name] = value
     return out
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The pure functions above are the reference (parity tests hold the twin to them); the
+# codec's public names become the twin's (``_properties.pyx``) when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(
+    encode_properties=encode_properties,
+    encode_property_pairs=encode_property_pairs,
+    decode_properties=decode_properties,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _properties  # type: ignore[attr-defined]
+
+    return _properties
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    encode_properties = _twin.encode_properties
+    encode_property_pairs = _twin.encode_property_pairs
+    decode_properties = _twin.decode_properties

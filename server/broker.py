@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any  # Any: JSON status and checkpoint; optional AclGuard, sink listener
 
+from kairosmq.protocol import native
+
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
@@ -296,6 +298,7 @@ class Broker:
             "commitLogMaxOffset": log_max,
             "topics": len(self.topics.topics),
             "indexEndOffset": self.index.end_phy,
+            "core": native.describe(),  # native or pure, and why (protocol/native.py)
             # supervised services (server/supervise.py): state, failures, last error
             "services": self.supervisor.status(),
             "degraded": self.supervisor.degraded,
@@ -484,6 +487,11 @@ class Broker:
             broker_role=self.role.value,
             ha_port=self.endpoints.ha_port,
         )
+        core = native.core()
+        if core == "native" or native.DISABLED:
+            self.log.info("broker.core", core=core, reason=native.reason())
+        else:  # a twin not built or stale: nobody asked for the pure core
+            self.log.warning("broker.core", core=core, reason=native.reason())
 
     def _start_master_services(self) -> None:
         """What only a master runs: the delay levels, the timers, the transaction check

@@ -265,7 +265,7 @@ class Connection(asyncio.Protocol):
             self.abort(f"protocol error: {err}")
             return
         finally:
-            frames.close()  # drops the frames handled (mypyc: not on the generator's release)
+            frames.close()  # drops the frames handled (the native twin: on close, not on release)
         self.frames_in += n
         if n >= FRAMES_PER_TURN and self.reader.buffered and not self.closed:
             self._busy = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import orjson
+from kairosmq.protocol import native
 from kairosmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
@@ -333,6 +334,8 @@ async def test_kairosmq_admin_status_shows_the_runtime_stats(broker, admin) -> N
     assert st["msgPutTotalTodayNow"] == "2" and st["brokerVersionDesc"] == "V4_9_8"
     assert st["scheduleMessageOffset_1"].endswith(",1")
     assert len(st["putTps"].split()) == 3
+    assert st["core"] == native.describe()  # which core runs (protocol/native.py)
     code, out, err = await admin(broker)("status")
     assert code == 0 and "msgPutTotalTodayNow: 2" in out, err
+    assert f"core: {native.describe()}" in out
     await peer.close()
