@@ -299,6 +299,8 @@ def render(args: argparse.Namespace, result: Any) -> str:
             f"\nresent {len(result['resent'])}; still in {dlq_topic(result['group'])}: "
             f"{result['remaining']}"
         )
+    if cmd == "pending":
+        return _pending(args, result)
     if cmd == "status":
         return _status(result)
     if cmd == "health":
@@ -309,3 +311,43 @@ def render(args: argparse.Namespace, result: Any) -> str:
     if isinstance(result, dict):
         return "\n".join(f"{k}: {v}" for k, v in result.items())
     return str(result)
+
+
+def _pending(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    now = result.get("nowMs")
+    if args.action == "list":
+        rows = [
+            {
+                **r,
+                "due": fmt_time(r["dueMs"]),
+                "in": "-" if now is None else fmt_ms(max(0, r["dueMs"] - now)),
+                "what": f"level {r['level']}" if r["kind"] == "level" else "timer",
+            }
+            for r in result["rows"]
+        ]
+        more = result.get("nextCursor")
+        return table(
+            rows,
+            [
+                ("REF", "ref"),
+                ("DUE", "due"),
+                ("IN", "in"),
+                ("KIND", "what"),
+                ("TOPIC", "topic"),
+                ("MSG ID", "msgId"),
+                ("KEYS", "keys"),
+                ("TAGS", "tags"),
+            ],
+        ) + (f"\nmore: --cursor {more}" if more else "")
+    if args.action == "histogram":
+        rows = [{**b, "start": fmt_time(b["startMs"])} for b in result["bins"]]
+        return table(rows, [("FROM", "start"), ("TIMERS", "timers"), ("LEVELS", "levels")]) + (
+            f"\npending: timers {result['timers']}, level-delayed {result['levels']}"
+        )
+    lines = [
+        f"{r['outcome']}: {r['msgId']} of {r['topic']} ({r['kind']}, was due "
+        f"{fmt_time(r['dueMs'])})"
+        + (f" -> due {fmt_time(r['newDueMs'])}, ref {r['newRef']}" if "newRef" in r else "")
+        for r in result["results"]
+    ]
+    return "\n".join(lines)

@@ -179,6 +179,27 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "phy_offset": "long",
         "kind": "string",
     },
+    # an operator moved a pending timer or level-delayed message (KAIROS_RESCHEDULE_PENDING,
+    # server/schedule/pending/actions.py): from its due ms to a new one (run_now: to the
+    # broker's now); new_phy_offset is the timer record that replaces it
+    "schedule.rescheduled": {
+        "msg_id": "string",
+        "topic": "string",
+        "kind": "string",
+        "from_ts": "long",
+        "deliver_ts": "long",
+        "phy_offset": "long",
+        "new_phy_offset": "long",
+        "run_now": "boolean",
+    },
+    # an operator recalled a pending message by ref, msgId or key (KAIROS_RECALL_PENDING)
+    "schedule.recalled": {
+        "msg_id": "string",
+        "topic": "string",
+        "kind": "string",
+        "deliver_ts": "long",
+        "phy_offset": "long",
+    },
     "timer.record_skipped": {"phy_offset": "long", "reason": "string"},
     "timer.origin_ignored": {"phy_offset": "long", "origin": "string"},
     "timer.buckets_deleted": {"count": "int", "before_ts": "long"},
