@@ -32,7 +32,6 @@ Invariants:
 from __future__ import annotations
 
 import bisect
-import os
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
@@ -60,6 +59,8 @@ from ..timer.buckets import TimerBuckets, live_entries
 from ..timer.topic import TIMER_QUEUE
 
 BIG = (1 << 63) - 1
+Version = tuple[int, int]  # TimerBuckets.version
+_BATCH = 256  # uncached buckets read per thread call
 START: tuple[int, int] = (-1, BIG)  # before every entry
 _CHUNK = 256  # schedule units read per step, records read per batch
 
@@ -103,62 +104,65 @@ class SortedBucket:
 
 
 class BucketCache:
-    """Sorted live entries per timer bucket, valid while the bucket's content (file plus
-    buffered entries) keeps its length; least recently used buckets dropped beyond
-    ``max_cached`` entries."""
+    """Sorted live entries per timer bucket, valid while the bucket's content keeps its
+    ``TimerBuckets.version``; least recently used buckets dropped beyond ``max_cached``
+    entries. Live counts are kept apart (a few bytes per bucket) for the histogram."""
 
     def __init__(self, buckets: TimerBuckets, max_cached: int = 2_000_000) -> None:
         self.buckets = buckets
         self.max_cached = max_cached
-        self._sorted: OrderedDict[int, tuple[tuple[int, int], SortedBucket]] = OrderedDict()
-        self._counts: dict[int, tuple[tuple[int, int], int]] = {}
+        self._sorted: OrderedDict[int, tuple[Version, SortedBucket]] = OrderedDict()
+        self._counts: dict[int, tuple[Version, int]] = {}
         self._held = 0
-
-    def key(self, bucket: int) -> tuple[int, int]:
-        """(file size, pending bytes): the files are append-only, so a length names a content."""
-        try:
-            size = os.stat(self.buckets.path(bucket)).st_size
-        except FileNotFoundError:
-            size = 0
-        return size, len(self.buckets.pending_bytes(bucket))
 
     def cached(self, bucket: int) -> SortedBucket | None:
         hit = self._sorted.get(bucket)
-        if hit is None or hit[0] != self.key(bucket):
+        if hit is None or hit[0] != self.buckets.version(bucket):
             return None
         self._sorted.move_to_end(bucket)
         return hit[1]
 
-    def read(self, bucket: int) -> tuple[tuple[int, int], SortedBucket]:
-        """Blocking (a thread): the bucket's content, decoded and sorted."""
-        pending = self.buckets.pending_bytes(bucket)
-        data = self.buckets.read_file(bucket)
-        key = (len(data), len(pending))
-        return key, SortedBucket(live_entries((data, pending)))
+    def snapshot(self, bucket: int) -> tuple[int, Version, bytes]:
+        """On the loop, before a read: the bucket, its version, its buffered entries."""
+        return bucket, self.buckets.version(bucket), self.buckets.pending_bytes(bucket)
 
-    def put(self, bucket: int, key: tuple[int, int], sb: SortedBucket) -> None:
+    def read(self, wanted: list[tuple[int, Version, bytes]]) -> list[SortedBucket]:
+        """Blocking (a thread): each bucket's file plus its buffered entries, sorted."""
+        return [
+            SortedBucket(live_entries((self.buckets.read_file(b), pending)))
+            for b, _v, pending in wanted
+        ]
+
+    def put(self, bucket: int, version: Version, sb: SortedBucket) -> None:
         old = self._sorted.pop(bucket, None)
         if old is not None:
             self._held -= len(old[1])
-        self._sorted[bucket] = (key, sb)
+        self._sorted[bucket] = (version, sb)
         self._held += len(sb)
-        self._counts[bucket] = (key, len(sb))
+        self._counts[bucket] = (version, len(sb))
         while self._held > self.max_cached and len(self._sorted) > 1:
-            _b, (_k, gone) = self._sorted.popitem(last=False)
+            _b, (_v, gone) = self._sorted.popitem(last=False)
             self._held -= len(gone)
 
     def count_cached(self, bucket: int) -> int | None:
         hit = self._counts.get(bucket)
-        return hit[1] if hit is not None and hit[0] == self.key(bucket) else None
+        return hit[1] if hit is not None and hit[0] == self.buckets.version(bucket) else None
 
-    def count(self, bucket: int) -> tuple[tuple[int, int], int]:
-        """Blocking (a thread): live entries of the bucket, not kept sorted."""
-        pending = self.buckets.pending_bytes(bucket)
-        data = self.buckets.read_file(bucket)
-        return (len(data), len(pending)), len(live_entries((data, pending)))
+    def count(self, wanted: list[tuple[int, Version, bytes]]) -> list[int]:
+        """Blocking (a thread): live entries per bucket, not kept sorted."""
+        return [
+            len(live_entries((self.buckets.read_file(b), pending))) for b, _v, pending in wanted
+        ]
 
-    def put_count(self, bucket: int, key: tuple[int, int], n: int) -> None:
-        self._counts[bucket] = (key, n)
+    def put_count(self, bucket: int, version: Version, n: int) -> None:
+        self._counts[bucket] = (version, n)
+
+    def keep_only(self, names: list[int]) -> None:
+        """Forget the counts of buckets no longer pending (fired ones), so the table stays
+        as large as the pending buckets."""
+        if len(self._counts) > 2 * len(names) + 1024:
+            keep = set(names)
+            self._counts = {b: c for b, c in self._counts.items() if b in keep}
 
 
 def record_row(e: Entry, m: MessageExt) -> dict[str, Any]:
@@ -218,12 +222,23 @@ class PendingView:
 
     # ------------------------------------------------------------------ timers
 
-    async def sorted_bucket(self, bucket: int) -> SortedBucket:
+    async def sorted_bucket(self, bucket: int, ahead: list[int] | None = None) -> SortedBucket:
+        """A bucket's sorted live timers; when it must be read, up to ``_BATCH`` buckets of
+        ``ahead`` not cached either are read in the same thread call (pages cross many
+        small buckets when the backlog is spread over days)."""
         sb = self.cache.cached(bucket)
-        if sb is None:
-            key, sb = await self.run_blocking(self.cache.read, bucket)
-            self.cache.put(bucket, key, sb)
-        return sb
+        if sb is not None:
+            return sb
+        wanted = [self.cache.snapshot(bucket)]
+        for b in ahead or ():
+            if len(wanted) >= _BATCH:
+                break
+            if b != bucket and self.cache.cached(b) is None:
+                wanted.append(self.cache.snapshot(b))
+        got = await self.run_blocking(self.cache.read, wanted)
+        for (b, version, _p), one in zip(wanted, got, strict=True):
+            self.cache.put(b, version, one)
+        return got[0]
 
     async def _timers(self, after: tuple[int, int], to_ms: int, n: int) -> list[Entry]:
         """The first ``n`` pending timers strictly after ``after`` and due before ``to_ms``."""
@@ -233,12 +248,12 @@ class PendingView:
         out: list[Entry] = []
         names = self.pending_buckets()
         i = bisect.bisect_left(names, self.buckets.bucket_of(max(start[0], 0)))
-        while i < len(names) and len(out) < n:
+        last = bisect.bisect_left(names, -(-to_ms // bucket_ms)) if to_ms < BIG else len(names)
+        while i < last and len(out) < n:
             bucket = names[i]
             i += 1
-            if bucket * bucket_ms >= to_ms:
-                break
-            sb = await self.sorted_bucket(bucket)
+            # read ahead about as many buckets as the page may still need
+            sb = await self.sorted_bucket(bucket, names[i : min(last, i + n - len(out))])
             j = sb.after(start)
             while j < len(sb) and len(out) < n:
                 due = sb.dues[j]
@@ -479,25 +494,38 @@ class PendingView:
         fired = self.timer_cursor()
         cursor_bucket = self.buckets.bucket_of(fired[0]) if fired[1] >= 0 else -1
         names = self.pending_buckets()
-        i = bisect.bisect_left(names, self.buckets.bucket_of(max(from_ms, 0)))
-        for bucket in names[i:]:
+        self.cache.keep_only(names)
+        lo = bisect.bisect_left(names, self.buckets.bucket_of(max(from_ms, 0)))
+        hi = bisect.bisect_left(names, -(-to_ms // bucket_ms))
+        edges: list[int] = []
+        counted: list[tuple[int, int]] = []  # (bucket, live entries)
+        unknown: list[tuple[int, Version, bytes]] = []
+        for bucket in names[lo:hi]:
             start, end = bucket * bucket_ms, (bucket + 1) * bucket_ms
-            if start >= to_ms:
-                break
-            whole = (
+            if not (
                 bucket > cursor_bucket
                 and start >= from_ms
                 and end <= to_ms
                 and start // unit_ms == (end - 1) // unit_ms
-            )
-            if whole:
-                n = self.cache.count_cached(bucket)
-                if n is None:
-                    key, n = await self.run_blocking(self.cache.count, bucket)
-                    self.cache.put_count(bucket, key, n)
-                if n:
-                    bins.setdefault(start // unit_ms * unit_ms, [0, 0])[0] += n
+            ):
+                edges.append(bucket)  # cut by the window, a bin or the fired cursor
                 continue
+            n = self.cache.count_cached(bucket)
+            if n is None:
+                unknown.append(self.cache.snapshot(bucket))
+            elif n:
+                counted.append((bucket, n))
+        for k in range(0, len(unknown), 4 * _BATCH):
+            part = unknown[k : k + 4 * _BATCH]
+            for (bucket, version, _p), n in zip(
+                part, await self.run_blocking(self.cache.count, part), strict=True
+            ):
+                self.cache.put_count(bucket, version, n)
+                counted.append((bucket, n))
+        for bucket, n in counted:
+            if n:
+                bins.setdefault(bucket * bucket_ms // unit_ms * unit_ms, [0, 0])[0] += n
+        for bucket in edges:
             sb = await self.sorted_bucket(bucket)
             for j in range(sb.after(max(fired, (from_ms - 1, BIG))), len(sb)):
                 due = sb.dues[j]

@@ -127,7 +127,7 @@ class TimerService:
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
         self._waker: PreciseWaker | None = None
         self._started = False
-        self._pending_key: tuple[int, int, int | None, int] | None = None
+        self._pending_key: tuple[int, int, int | None] | None = None
         self._pending_sorted: list[int] = []
         store.rollback_listeners.append(self.rollback)
 
@@ -176,7 +176,9 @@ class TimerService:
         """The buckets that may hold pending timers, ascending: the fired cursor's
         through the loaded ones, the one loading and those not loaded yet (``_known``);
         sorted once per change (a load or a new bucket), for browsing."""
-        key = (len(self._known), self._loaded_through, self._loading, self.cursor[0])
+        # the cursor is not in the key: a bucket it passed stays listed, and readers skip
+        # what it passed anyway
+        key = (len(self._known), self._loaded_through, self._loading)
         if self._pending_key != key or not self._started:
             first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else None
             if not self._started:  # before start: what the files and buffers hold
