@@ -22,7 +22,8 @@ Invariants:
   at the tenth. Offsets are never counted.
 * Bounded work per request: at most ``max_scan`` entries are examined (filters that
   read records: topic); a page that ran out of budget says so (``complete`` false) and
-  its ``nextCursor`` continues where it stopped. The bucket cache holds at most
+  its ``nextCursor`` continues where it stopped; a scan yields to the event loop
+  between its batches of records. The bucket cache holds at most
   ``max_cached`` entries (least recently used buckets dropped), so memory does not grow
   with the backlog; bucket files are read and sorted in a thread.
 * A view, not a lock: an entry shown may fire or be recalled a moment later; every
@@ -31,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from array import array
 from collections import OrderedDict
@@ -365,6 +367,8 @@ class PendingView:
             if not batch:
                 exhausted = True
                 break
+            if scanned:
+                await asyncio.sleep(0)  # a long scan yields between batches
             records = self.read_records(batch)
             for e, rec in zip(batch, records, strict=True):
                 scanned += 1
@@ -595,6 +599,7 @@ class PendingView:
             batch = await self.first(after, to_ms, min(_CHUNK * 4, max_scan - scanned), kind)
             if not batch:
                 return bins, None, scanned
+            await asyncio.sleep(0)  # a long scan yields between batches
             for e, rec in zip(batch, self.read_records(batch), strict=True):
                 scanned += 1
                 after = (e.due, e.phy)
