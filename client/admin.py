@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
@@ -30,8 +31,10 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError
 from kairosmq.protocol.headers import (
+    BrowseDlqRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
+    EndHalfMessageRequestHeader,
     Header,
     OffsetResponseHeader,
     QueryMessageRequestHeader,
@@ -243,7 +246,15 @@ async def cmd_timers(a: Admin, args: argparse.Namespace) -> Any:
 
 
 async def cmd_transactions(a: Admin, args: argparse.Namespace) -> Any:
-    """Pending half messages per producer group (906), counters, check settings."""
+    """Pending half messages per producer group (906), counters, check settings; or an
+    admin's commit / rollback of one of them (912)."""
+    if args.action:
+        if args.offset is None:
+            raise AdminError(f"usage: kairosmq admin transactions {args.action} <commitLogOffset>")
+        return await a.json(
+            R.KAIROS_END_HALF_MESSAGE,
+            EndHalfMessageRequestHeader(commit_log_offset=args.offset, action=args.action),
+        )
     return await a.json(
         R.KAIROS_GET_TRANSACTION_STATUS, TransactionStatusRequestHeader(producer_group=args.group)
     )
@@ -297,8 +308,16 @@ async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
 
 
 async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
+    if args.action in ("list", "export"):
+        return await _dlq_pages(a, args)
+    delay = None
+    if args.delay is not None:
+        due = parse_instant(f"+{args.delay}", 0)
+        if due is None or due < 0:
+            raise AdminError(f"--delay {args.delay!r} is not <n>ms|s|m|h|d")
+        delay = due
     out = await a.json(
-        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry)
+        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry, delay)
     )
     if out.get("error"):
         raise AdminError(f"resent {len(out['resent'])}, then stopped: {out['error']}")
@@ -406,6 +425,27 @@ async def _pending_histogram(a: Admin, args: argparse.Namespace) -> Any:
         "levels": sum(r["levels"] for r in rows),
         "nowMs": out["nowMs"],
     }
+
+
+async def _dlq_pages(a: Admin, args: argparse.Namespace) -> Any:
+    """Dead letters in pages (911); ``export`` follows every page, with bodies (one JSON
+    object per dead letter, written to ``--out`` as JSON lines, else printed so)."""
+    export = args.action == "export"
+    rows: list[dict[str, Any]] = []
+    cursor = getattr(args, "cursor", None)
+    while True:
+        page = await a.json(
+            R.KAIROS_BROWSE_DLQ, BrowseDlqRequestHeader(args.group, cursor, args.limit, export)
+        )
+        rows.extend(page["rows"])
+        cursor = page["nextCursor"]
+        if cursor is None or not (export or args.all):
+            break
+    if export and args.out:
+        data = b"".join(orjson.dumps(r) + b"\n" for r in rows)
+        await asyncio.to_thread(Path(args.out).write_bytes, data)
+        return {"group": args.group, "exported": len(rows), "out": args.out}
+    return {"group": args.group, "rows": rows, "nextCursor": cursor}
 
 
 RUNTIME_KEYS = (
@@ -528,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="pending transaction half messages per producer group",
     )
     p.add_argument("--group", default=None, help="only this producer group")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["commit", "rollback"],
+        help="commit or roll back the pending half message at OFFSET (admin)",
+    )
+    p.add_argument("offset", nargs="?", type=int, help="its commitLogOffset (from the list)")
     p = sub.add_parser(
         "msg", parents=sub_common, help="look up a message, or recall a timer/delayed one"
     )
@@ -558,6 +605,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resend to %%RETRY%%<group> instead (only this group sees them)",
     )
+    p.add_argument(
+        "--delay",
+        default=None,
+        metavar="N<ms|s|m|h|d>",
+        help="deliver each resent message this long after the resend (as a timer)",
+    )
+    for action, text in (
+        ("list", "dead letters of %%DLQ%%<group>, page by page"),
+        ("export", "every dead letter with its body (base64) as JSON lines"),
+    ):
+        p = dlq.add_parser(action, parents=sub_common, help=text)
+        p.add_argument("group")
+        p.add_argument("--limit", type=int, default=50 if action == "list" else 500)
+        if action == "list":
+            p.add_argument("--cursor", help="continue at <queueId>:<queueOffset>")
+            p.add_argument("--all", action="store_true", help="follow the pages to the end")
+        else:
+            p.add_argument("--out", help="write to this file (default: stdout)")
     pending = sub.add_parser(
         "pending", help="pending timers and level-delayed messages, one by one"
     ).add_subparsers(dest="action", required=True)

@@ -94,6 +94,8 @@ class RequestCode(IntEnum):
     KAIROS_PENDING_HISTOGRAM = 908  # pending per minute/hour/day of due time
     KAIROS_RESCHEDULE_PENDING = 909  # move a pending message to a new instant (or now)
     KAIROS_RECALL_PENDING = 910  # recall a pending message by ref, msgId or key
+    KAIROS_BROWSE_DLQ = 911  # %DLQ%<group> messages in pages (with bodies: an export)
+    KAIROS_END_HALF_MESSAGE = 912  # an admin commits or rolls back a pending half message
 
 
 class ResponseCode(IntEnum):

@@ -52,7 +52,11 @@ from .reply import ReplyMessageProcessor
 from .send import SendMessageProcessor
 from .send_back import ConsumerSendMsgBackProcessor
 from .timers import RecallMessageProcessor, TimerStatusProcessor
-from .transaction import EndTransactionProcessor, TransactionStatusProcessor
+from .transaction import (
+    EndTransactionProcessor,
+    TransactionAdminProcessor,
+    TransactionStatusProcessor,
+)
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -278,6 +282,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
     # TXN: transactional messages (transaction.py; server/transaction/)
     end_tx = EndTransactionProcessor(transactions=b.transactions, log=b.log)
     tx_status = TransactionStatusProcessor(transactions=b.transactions)
+    tx_admin = TransactionAdminProcessor(transactions=b.transactions, log=b.log)
     return _guarded(
         b,
         {
@@ -329,6 +334,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             R.KAIROS_GET_CONSUMER_LAG: kairos.handle_consumer_lag,
             R.KAIROS_GET_SCHEDULE_BACKLOG: kairos.handle_schedule_backlog,
             R.KAIROS_RESEND_DLQ: kairos.handle_resend_dlq,
+            R.KAIROS_BROWSE_DLQ: kairos.handle_browse_dlq,
             R.KAIROS_GET_BROKER_STATUS: kairos.handle_broker_status,
             R.KAIROS_GET_TIMER_STATUS: timer_status.handle_timer_status,
             R.KAIROS_BROWSE_PENDING: pending.handle_browse,
@@ -338,6 +344,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             # TXN
             R.END_TRANSACTION: end_tx.handle_end_transaction,
             R.KAIROS_GET_TRANSACTION_STATUS: tx_status.handle_transaction_status,
+            R.KAIROS_END_HALF_MESSAGE: tx_admin.handle_end_half,
         },
         TOPIC_CHANGING,
     )

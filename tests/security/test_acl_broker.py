@@ -473,7 +473,8 @@ async def test_send_back_needs_sub_on_the_copied_message_topic(acl_broker: Broke
 
 
 async def test_pending_message_codes_are_admin_only(acl_broker: Broker) -> None:
-    """Browsing every topic's pending messages, and acting on any producer's, needs admin."""
+    """Browsing every topic's pending messages and dead letters, and acting on any
+    producer's messages or transactions, needs admin."""
     addr = acl_broker.address
     consumer, admin = signed_client(addr, CONSUMER), signed_client(addr, ADMIN)
     try:
@@ -482,6 +483,8 @@ async def test_pending_message_codes_are_admin_only(acl_broker: Broker) -> None:
             (R.KAIROS_PENDING_HISTOGRAM, {"unit": "hour"}),
             (R.KAIROS_RESCHEDULE_PENDING, {"msgId": "X", "runNow": "true"}),
             (R.KAIROS_RECALL_PENDING, {"key": "k"}),
+            (R.KAIROS_BROWSE_DLQ, {"consumerGroup": "OrdersCG", "withBody": "true"}),
+            (R.KAIROS_END_HALF_MESSAGE, {"commitLogOffset": "0", "action": "commit"}),
         ):
             r = await call(consumer, code, ext)
             assert r.code == C.NO_PERMISSION, (code, r.remark)
