@@ -62,7 +62,8 @@ from ..timer.topic import TIMER_QUEUE
 
 BIG = (1 << 63) - 1
 Version = tuple[int, int]  # TimerBuckets.version
-_BATCH = 256  # uncached buckets read per thread call
+_BATCH = 256  # uncached buckets read per thread call at most
+AHEAD_BYTES = 64 * 1024  # bucket entries read ahead per thread call, beyond the one needed
 START: tuple[int, int] = (-1, BIG)  # before every entry
 _CHUNK = 256  # schedule units read per step, records read per batch
 
@@ -110,7 +111,7 @@ class BucketCache:
     ``TimerBuckets.version``; least recently used buckets dropped beyond ``max_cached``
     entries. Live counts are kept apart (a few bytes per bucket) for the histogram."""
 
-    def __init__(self, buckets: TimerBuckets, max_cached: int = 2_000_000) -> None:
+    def __init__(self, buckets: TimerBuckets, max_cached: int = 1_000_000) -> None:
         self.buckets = buckets
         self.max_cached = max_cached
         self._sorted: OrderedDict[int, tuple[Version, SortedBucket]] = OrderedDict()
@@ -129,11 +130,18 @@ class BucketCache:
         return bucket, self.buckets.version(bucket), self.buckets.pending_bytes(bucket)
 
     def read(self, wanted: list[tuple[int, Version, bytes]]) -> list[SortedBucket]:
-        """Blocking (a thread): each bucket's file plus its buffered entries, sorted."""
-        return [
-            SortedBucket(live_entries((self.buckets.read_file(b), pending)))
-            for b, _v, pending in wanted
-        ]
+        """Blocking (a thread): the first bucket's file plus its buffered entries, sorted,
+        then as many of the others as fit in ``AHEAD_BYTES`` of entries read (a prefix of
+        ``wanted``: read ahead helps small buckets, never a page in a dense minute)."""
+        out: list[SortedBucket] = []
+        spent = 0
+        for b, _v, pending in wanted:
+            data = self.buckets.read_file(b)
+            spent += len(data) + len(pending)
+            if out and spent > AHEAD_BYTES:
+                break
+            out.append(SortedBucket(live_entries((data, pending))))
+        return out
 
     def put(self, bucket: int, version: Version, sb: SortedBucket) -> None:
         old = self._sorted.pop(bucket, None)
@@ -211,7 +219,7 @@ class PendingView:
         level_progress: Callable[[], dict[int, int]],
         level_recalls: LevelRecalls,
         run_blocking: Callable[..., Awaitable[Any]],
-        max_cached: int = 2_000_000,
+        max_cached: int = 1_000_000,
     ) -> None:
         self.store = store
         self.buckets = buckets
@@ -238,7 +246,7 @@ class PendingView:
             if b != bucket and self.cache.cached(b) is None:
                 wanted.append(self.cache.snapshot(b))
         got = await self.run_blocking(self.cache.read, wanted)
-        for (b, version, _p), one in zip(wanted, got, strict=True):
+        for (b, version, _p), one in zip(wanted, got, strict=False):
             self.cache.put(b, version, one)
         return got[0]
 
