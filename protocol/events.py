@@ -203,6 +203,24 @@ CATALOGUE: dict[str, dict[str, str]] = {
     "timer.record_skipped": {"phy_offset": "long", "reason": "string"},
     "timer.origin_ignored": {"phy_offset": "long", "origin": "string"},
     "timer.buckets_deleted": {"count": "int", "before_ts": "long"},
+    # ---- the web console's process (console/, `kairosmq console`): its own log lines
+    "console.started": {
+        "host": "string",
+        "port": "int",
+        "namesrv": "string",
+        "users": "int",
+    },
+    "console.login": {"user": "string", "role": "string", "peer": "string"},
+    "console.login_failed": {"user": "string", "peer": "string"},  # warning
+    # an operator's action through the console (the broker's answer code; 0: done)
+    "console.action": {
+        "user": "string",
+        "route": "string",
+        "broker": "string",
+        "target": "string",
+        "code": "int",
+    },
+    "console.request_failed": {"path": "string", "error": "string"},  # error: a 500
     # ---- transactional messages (server/transaction/): half, end, check-back
     "transaction.prepared": {
         "msg_id": "string",

@@ -29,6 +29,7 @@ PACKAGES = (
     "server/transaction",
     "server/cluster",
     "server/handlers/admin",
+    "console",
 )
 
 
