@@ -28,6 +28,9 @@ Invariants:
   with the backlog; bucket files are read and sorted in a thread.
 * A view, not a lock: an entry shown may fire or be recalled a moment later; every
   action decides again (``actions.py``).
+* A level's queue is in due order unless the wall clock stepped back while it filled
+  (RocketMQ's correctDeliverTimestamp case); its binary search then lands near, not
+  exactly at, the cursor, so a page may skip or repeat a few of that level's entries.
 """
 
 from __future__ import annotations
