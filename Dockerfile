@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY protocol/ protocol/
 COPY server/ server/
 COPY client/ client/
+COPY console/ console/
 COPY spark/ spark/
 RUN /opt/kairosmq/bin/pip install ".[metrics,acl]"
 

@@ -6,7 +6,8 @@ mapping of a route's parameters to the broker request's fields, the answers) and
 ``--broker``; one ``RemotingPool`` signed with the console's own ACL account).
 
 Routes (JSON in, JSON out; ``broker`` names a broker of the cluster, default the only
-or first master):
+or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.css``:
+``console/assets/``, served to anyone, offline: no other origin is ever named):
 
 * ``POST /api/login`` ``{user, password}`` -> ``{user, role, csrf}`` and the login
   cookie; ``POST /api/logout``; ``GET /api/me``; ``GET /api/brokers``;
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -46,6 +48,16 @@ from .auth import COOKIE, Login, Logins, Throttle, Users, csrf_ok
 from .http import HttpError, Request, Response
 
 MAX_FIELD = 256
+_HERE = Path(__file__).resolve().parent / "assets"
+# the browser pages, offline (no other origin): path -> (content type, bytes), read once
+ASSETS: dict[str, tuple[str, bytes]] = {
+    path: (ctype, (_HERE / name).read_bytes())
+    for path, name, ctype in (
+        ("/", "index.html", "text/html; charset=utf-8"),
+        ("/assets/app.js", "app.js", "text/javascript; charset=utf-8"),
+        ("/assets/app.css", "app.css", "text/css; charset=utf-8"),
+    )
+}
 VIEWER, OPERATOR = "viewer", "operator"
 
 
@@ -170,6 +182,11 @@ class ConsoleApi:
     # ------------------------------------------------------------------ dispatch
 
     async def handle(self, req: Request) -> Response:
+        asset = ASSETS.get(req.path)
+        if asset is not None:
+            if req.method != "GET":
+                return Response.error(405, f"{req.method} is not allowed on {req.path}")
+            return Response(200, asset[1], content_type=asset[0])
         if req.method == "POST" and req.path == "/api/login":
             self._same_origin(req)
             return await self.login(req)
