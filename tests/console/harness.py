@@ -33,8 +33,9 @@ def users_file(tmp: Path) -> Path:
 class Http:
     """One request per connection, raw bytes: what any HTTP client would send."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, ssl: Any = None) -> None:
         self.port = port
+        self.ssl = ssl  # an ssl.SSLContext: talk HTTPS
         self.cookie = ""
         self.csrf = ""
         self.last_headers: dict[str, str] = {}
@@ -42,7 +43,8 @@ class Http:
     async def raw(self, data: bytes, eof: bool = False) -> tuple[int, dict[str, str], bytes]:
         """Send ``data`` (then end the sending side with ``eof``), read one answer (its
         headers, then Content-Length bytes)."""
-        r, w = await asyncio.open_connection("127.0.0.1", self.port)
+        host = "localhost" if self.ssl is not None else "127.0.0.1"
+        r, w = await asyncio.open_connection(host, self.port, ssl=self.ssl)
         w.write(data)
         if eof:
             w.write_eof()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
 import sys
 import time
 import uuid
@@ -20,13 +21,17 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kairosmq.console.auth import MAX_FAILURES
+from kairosmq.client.remoting import RemotingPool
+from kairosmq.console.api import Brokers, ConsoleApi
+from kairosmq.console.auth import MAX_FAILURES, Users
+from kairosmq.console.http import HttpServer
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.timer import decode_recall_handle
 
-from tests.console.harness import Http, users_file
+from tests.console.harness import Http, Log, users_file
 from tests.helpers import pull_all, send, wait_until
 from tests.integration.procs import free_port
+from tests.security.certs import make_certs, openssl_missing
 from tests.wire import RawPeer
 
 
@@ -202,3 +207,31 @@ async def test_kairosmq_console_process(broker, tmp_path: Path) -> None:
     )
     _out, why = await asyncio.wait_for(bad.communicate(), 30)
     assert bad.returncode == 2 and b"none" in why
+
+
+async def test_https_with_a_secure_cookie(broker, tmp_path: Path) -> None:
+    reason = openssl_missing()
+    if reason:
+        pytest.skip(reason)
+    certs = make_certs(tmp_path / "certs")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(certs.server_cert, certs.server_key)
+    pool = RemotingPool()
+    api = ConsoleApi(
+        Users.load(users_file(tmp_path)),
+        Brokers(pool, namesrv=None, broker=broker.address),
+        log=Log(),
+        secure_cookie=True,
+    )
+    server = HttpServer(api.handle, "127.0.0.1", 0, ssl_context=tls)
+    await server.start()
+    try:
+        h = Http(server.port, ssl=certs.client_context())
+        assert (await h.login("vera", "view-pw"))[0] == 200
+        assert "Secure" in h.last_headers["set-cookie"]
+        assert (await h.call("GET", "/api/pending"))[0] == 200
+        with pytest.raises((OSError, asyncio.IncompleteReadError, TimeoutError)):
+            await Http(server.port).raw(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", eof=True)
+    finally:
+        await server.stop()
+        pool.close()
