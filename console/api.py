@@ -91,9 +91,14 @@ class Brokers:
         if self.fixed is not None:
             return {"broker": self.fixed}
         if time.monotonic() - self._fetched > 10 or not self._masters:
-            resp = await self.pool.invoke(
-                str(self.namesrv), R.GET_BROKER_CLUSTER_INFO, {}, timeout=self.timeout
-            )
+            try:
+                resp = await self.pool.invoke(
+                    str(self.namesrv), R.GET_BROKER_CLUSTER_INFO, {}, timeout=self.timeout
+                )
+            except (ClientError, OSError) as err:
+                raise HttpError(
+                    502, f"name server {self.namesrv} cannot be reached: {err}"
+                ) from None
             if resp.code != ResponseCode.SUCCESS:
                 raise BrokerError(resp.code, resp.remark or "cluster info refused")
             table = cluster_json(resp.body).get("brokerAddrTable", {})

@@ -235,3 +235,22 @@ async def test_https_with_a_secure_cookie(broker, tmp_path: Path) -> None:
     finally:
         await server.stop()
         pool.close()
+
+
+async def test_an_unreachable_name_server_answers_502(tmp_path: Path) -> None:
+    pool = RemotingPool()
+    api = ConsoleApi(
+        Users.load(users_file(tmp_path)),
+        Brokers(pool, namesrv=f"127.0.0.1:{free_port()}", broker=None, timeout=2),
+        log=Log(),
+    )
+    server = HttpServer(api.handle, "127.0.0.1", 0)
+    await server.start()
+    try:
+        h = Http(server.port)
+        await h.login("vera", "view-pw")
+        status, out = await h.call("GET", "/api/pending")
+        assert status == 502 and "cannot be reached" in out["error"], out
+    finally:
+        await server.stop()
+        pool.close()
