@@ -23,6 +23,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY protocol/ protocol/
 COPY server/ server/
 COPY client/ client/
+COPY console/ console/
 COPY spark/ spark/
 RUN /opt/kairosmq/bin/pip install ".[metrics,acl]" \
     && /opt/kairosmq/bin/python -c "from kairosmq.protocol import codec, message, native; \

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
+import re
 import sys
+import time
+from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
@@ -27,8 +31,10 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import HeaderError
 from kairosmq.protocol.headers import (
+    BrowseDlqRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
+    EndHalfMessageRequestHeader,
     Header,
     OffsetResponseHeader,
     QueryMessageRequestHeader,
@@ -42,6 +48,15 @@ from kairosmq.protocol.headers import (
 )
 from kairosmq.protocol.ids import decode_offset_msg_id
 from kairosmq.protocol.message import MessageExt, decode_records
+from kairosmq.protocol.pending import (
+    DEFAULT_PAGE,
+    KINDS,
+    UNITS_MS,
+    BrowsePendingRequestHeader,
+    PendingHistogramRequestHeader,
+    RecallPendingRequestHeader,
+    ReschedulePendingRequestHeader,
+)
 from kairosmq.protocol.registration import ClusterInfo
 from kairosmq.protocol.timer import RecallHandleInvalid, decode_recall_handle
 
@@ -231,7 +246,15 @@ async def cmd_timers(a: Admin, args: argparse.Namespace) -> Any:
 
 
 async def cmd_transactions(a: Admin, args: argparse.Namespace) -> Any:
-    """Pending half messages per producer group (906), counters, check settings."""
+    """Pending half messages per producer group (906), counters, check settings; or an
+    admin's commit / rollback of one of them (912)."""
+    if args.action:
+        if args.offset is None:
+            raise AdminError(f"usage: kairosmq admin transactions {args.action} <commitLogOffset>")
+        return await a.json(
+            R.KAIROS_END_HALF_MESSAGE,
+            EndHalfMessageRequestHeader(commit_log_offset=args.offset, action=args.action),
+        )
     return await a.json(
         R.KAIROS_GET_TRANSACTION_STATUS, TransactionStatusRequestHeader(producer_group=args.group)
     )
@@ -285,12 +308,144 @@ async def cmd_msg(a: Admin, args: argparse.Namespace) -> Any:
 
 
 async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
+    if args.action in ("list", "export"):
+        return await _dlq_pages(a, args)
+    delay = None
+    if args.delay is not None:
+        due = parse_instant(f"+{args.delay}", 0)
+        if due is None or due < 0:
+            raise AdminError(f"--delay {args.delay!r} is not <n>ms|s|m|h|d")
+        delay = due
     out = await a.json(
-        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry)
+        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry, delay)
     )
     if out.get("error"):
         raise AdminError(f"resent {len(out['resent'])}, then stopped: {out['error']}")
     return out
+
+
+_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_instant(text: str | None, now_ms: int | None = None) -> int | None:
+    """An instant for ``--from``/``--to``/``--at``: epoch ms, ``+<n><ms|s|m|h|d>`` from
+    now, or an ISO 8601 date-time (local time unless it names its zone)."""
+    if text is None:
+        return None
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    m = _RELATIVE.match(text)
+    if m:
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        return now + round(float(m.group(1)) * _UNIT_MS[m.group(2)])
+    try:
+        return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise AdminError(
+            f"{text!r} is not an instant: give epoch ms, +<n>s|m|h|d or an ISO date-time"
+        ) from None
+
+
+async def cmd_pending(a: Admin, args: argparse.Namespace) -> Any:
+    """Pending timers and level-delayed messages (907-910): list, histogram, reschedule,
+    run-now, recall."""
+    if args.action == "list":
+        return await _pending_list(a, args)
+    if args.action == "histogram":
+        return await _pending_histogram(a, args)
+    names = {"ref": args.ref, "msg_id": args.id, "key": args.key, "topic": args.topic}
+    if args.action == "recall":
+        return await a.json(R.KAIROS_RECALL_PENDING, RecallPendingRequestHeader(**names))
+    run_now = args.action == "run-now"
+    due = None if run_now else parse_instant(args.at)
+    if not run_now and due is None:
+        raise AdminError("give --at (epoch ms, +<n>s|m|h|d or an ISO date-time)")
+    return await a.json(
+        R.KAIROS_RESCHEDULE_PENDING,
+        ReschedulePendingRequestHeader(**names, due_ms=due, run_now=run_now),
+    )
+
+
+async def _pending_list(a: Admin, args: argparse.Namespace) -> Any:
+    """Pages of pending messages; ``--all`` follows ``nextCursor`` to the end."""
+    rows: list[dict[str, Any]] = []
+    cursor = args.cursor
+    while True:
+        page = await a.json(
+            R.KAIROS_BROWSE_PENDING,
+            BrowsePendingRequestHeader(
+                cursor=cursor,
+                limit=args.limit,
+                topic=args.topic,
+                msg_id=args.id,
+                key=args.key,
+                kind=args.kind,
+                from_ms=parse_instant(args.from_),
+                to_ms=parse_instant(args.to),
+            ),
+        )
+        rows.extend(page["rows"])
+        cursor = page["nextCursor"]
+        if not args.all or cursor is None:
+            break
+    return {"rows": rows, "nextCursor": cursor, "nowMs": page["nowMs"]}
+
+
+async def _pending_histogram(a: Admin, args: argparse.Namespace) -> Any:
+    """The histogram; with ``--topic`` the broker scans in steps: their bins are summed."""
+    bins: dict[int, list[int]] = {}
+    cursor = None
+    while True:
+        out = await a.json(
+            R.KAIROS_PENDING_HISTOGRAM,
+            PendingHistogramRequestHeader(
+                unit=args.unit,
+                topic=args.topic,
+                kind=args.kind,
+                from_ms=parse_instant(args.from_),
+                to_ms=parse_instant(args.to),
+                cursor=cursor,
+            ),
+        )
+        for b in out["bins"]:
+            acc = bins.setdefault(b["startMs"], [0, 0])
+            acc[0] += b["timers"]
+            acc[1] += b["levels"]
+        cursor = out["nextCursor"]
+        if out["complete"] or cursor is None:
+            break
+    rows = [{"startMs": k, "timers": v[0], "levels": v[1]} for k, v in sorted(bins.items())]
+    return {
+        "unit": out["unit"],
+        "topic": out["topic"],
+        "bins": rows,
+        "timers": sum(r["timers"] for r in rows),
+        "levels": sum(r["levels"] for r in rows),
+        "nowMs": out["nowMs"],
+    }
+
+
+async def _dlq_pages(a: Admin, args: argparse.Namespace) -> Any:
+    """Dead letters in pages (911); ``export`` follows every page, with bodies (one JSON
+    object per dead letter, written to ``--out`` as JSON lines, else printed so)."""
+    export = args.action == "export"
+    rows: list[dict[str, Any]] = []
+    cursor = getattr(args, "cursor", None)
+    while True:
+        page = await a.json(
+            R.KAIROS_BROWSE_DLQ, BrowseDlqRequestHeader(args.group, cursor, args.limit, export)
+        )
+        rows.extend(page["rows"])
+        cursor = page["nextCursor"]
+        if cursor is None or not (export or args.all):
+            break
+    if export and args.out:
+        data = b"".join(orjson.dumps(r) + b"\n" for r in rows)
+        await asyncio.to_thread(Path(args.out).write_bytes, data)
+        return {"group": args.group, "exported": len(rows), "out": args.out}
+    return {"group": args.group, "rows": rows, "nextCursor": cursor}
 
 
 RUNTIME_KEYS = (
@@ -340,6 +495,7 @@ COMMANDS = {
     "dlq": cmd_dlq,
     "status": cmd_status,
     "transactions": cmd_transactions,
+    "pending": cmd_pending,
     "health": cmd_status,
 }
 
@@ -421,6 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="pending transaction half messages per producer group",
     )
     p.add_argument("--group", default=None, help="only this producer group")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["commit", "rollback"],
+        help="commit or roll back the pending half message at OFFSET (admin)",
+    )
+    p.add_argument("offset", nargs="?", type=int, help="its commitLogOffset (from the list)")
     p = sub.add_parser(
         "msg", parents=sub_common, help="look up a message, or recall a timer/delayed one"
     )
@@ -451,6 +614,60 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resend to %%RETRY%%<group> instead (only this group sees them)",
     )
+    p.add_argument(
+        "--delay",
+        default=None,
+        metavar="N<ms|s|m|h|d>",
+        help="deliver each resent message this long after the resend (as a timer)",
+    )
+    for action, text in (
+        ("list", "dead letters of %%DLQ%%<group>, page by page"),
+        ("export", "every dead letter with its body (base64) as JSON lines"),
+    ):
+        p = dlq.add_parser(action, parents=sub_common, help=text)
+        p.add_argument("group")
+        p.add_argument("--limit", type=int, default=50 if action == "list" else 500)
+        if action == "list":
+            p.add_argument("--cursor", help="continue at <queueId>:<queueOffset>")
+            p.add_argument("--all", action="store_true", help="follow the pages to the end")
+        else:
+            p.add_argument("--out", help="write to this file (default: stdout)")
+    pending = sub.add_parser(
+        "pending", help="pending timers and level-delayed messages, one by one"
+    ).add_subparsers(dest="action", required=True)
+    p = pending.add_parser(
+        "list", parents=sub_common, help="pending messages by due time (keyset pages)"
+    )
+    p.add_argument("--topic", help="only messages for this topic")
+    p.add_argument("--id", help="only this msgId (UNIQ_KEY)")
+    p.add_argument("--key", help="only messages with this key (KEYS)")
+    p.add_argument("--kind", default="all", choices=KINDS)
+    p.add_argument("--from", dest="from_", help="due at or after (ms, +1h, ISO)")
+    p.add_argument("--to", help="due before (ms, +1h, ISO)")
+    p.add_argument("--limit", type=int, default=DEFAULT_PAGE, help="rows per page")
+    p.add_argument("--cursor", help="continue after this ref (a page's nextCursor)")
+    p.add_argument("--all", action="store_true", help="follow the pages to the end")
+    p = pending.add_parser(
+        "histogram", parents=sub_common, help="pending per minute, hour or day of due time"
+    )
+    p.add_argument("--unit", default="hour", choices=sorted(UNITS_MS))
+    p.add_argument("--topic", help="only messages for this topic (the broker scans)")
+    p.add_argument("--kind", default="all", choices=KINDS)
+    p.add_argument("--from", dest="from_", help="due at or after (ms, +1h, ISO)")
+    p.add_argument("--to", help="due before (ms, +1h, ISO)")
+    for action, text in (
+        ("reschedule", "move pending message(s) to a new instant (--at)"),
+        ("run-now", "deliver pending message(s) now"),
+        ("recall", "recall (cancel) pending message(s), no recall handle needed"),
+    ):
+        p = pending.add_parser(action, parents=sub_common, help=text)
+        g = p.add_mutually_exclusive_group(required=True)
+        g.add_argument("--ref", help="a ref from `pending list` (<dueMs>:<phyOffset>)")
+        g.add_argument("--id", help="msgId (UNIQ_KEY)")
+        g.add_argument("--key", help="every pending message with this key (KEYS)")
+        p.add_argument("--topic", help="only messages for this topic")
+        if action == "reschedule":
+            p.add_argument("--at", required=True, help="new instant (ms, +10m, ISO)")
     sub.add_parser("status", parents=sub_common, help="broker status")
     sub.add_parser(
         "promote",

@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 from typing import Any
 
+import orjson
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE
 from kairosmq.protocol.message import MessageExt
 from kairosmq.protocol.naming import dlq_topic, is_dlq_topic, is_retry_topic, is_system_topic
@@ -261,6 +262,12 @@ def render(args: argparse.Namespace, result: Any) -> str:
         return _schedule(result)
     if cmd == "timers":
         return _timers(result)
+    if cmd == "transactions" and args.action:
+        return (
+            f"{result['action']}: {result['msgId']} of {result['topic']} "
+            f"(group {result['producerGroup']}, offset {result['commitLogOffset']})"
+            + (f": {result['remark']}" if result.get("remark") else "")
+        )
     if cmd == "transactions":
         rows = [
             {"group": g, **m}
@@ -274,6 +281,7 @@ def render(args: argparse.Namespace, result: Any) -> str:
                 ("GROUP", "group"),
                 ("MSG ID", "msgId"),
                 ("TOPIC", "topic"),
+                ("OFFSET", "commitLogOffset"),
                 ("AGE MS", "ageMs"),
                 ("CHECKS", "checks"),
                 ("NEXT CHECK MS", "nextCheckInMs"),
@@ -286,6 +294,27 @@ def render(args: argparse.Namespace, result: Any) -> str:
         )
     if cmd == "msg":
         return _messages(result)
+    if cmd == "dlq" and args.action == "export":
+        if "out" in result:
+            n, group = result["exported"], result["group"]
+            return f"exported {n} dead letters of {group} to {result['out']}"
+        return "\n".join(orjson.dumps(r).decode() for r in result["rows"])  # JSON lines
+    if cmd == "dlq" and args.action == "list":
+        more = result.get("nextCursor")
+        rows = [{**r, "stored": fmt_time(r["storeMs"])} for r in result["rows"]]
+        return table(
+            rows,
+            [
+                ("QUEUE", "queueId"),
+                ("OFFSET", "queueOffset"),
+                ("MSG ID", "msgId"),
+                ("FROM TOPIC", "originTopic"),
+                ("KEYS", "keys"),
+                ("RECONSUMES", "reconsumeTimes"),
+                ("STORED", "stored"),
+                ("RESENT", "resent"),
+            ],
+        ) + (f"\nmore: --cursor {more}" if more else "")
     if cmd == "dlq":
         return table(
             result["resent"],
@@ -299,6 +328,8 @@ def render(args: argparse.Namespace, result: Any) -> str:
             f"\nresent {len(result['resent'])}; still in {dlq_topic(result['group'])}: "
             f"{result['remaining']}"
         )
+    if cmd == "pending":
+        return _pending(args, result)
     if cmd == "status":
         return _status(result)
     if cmd == "health":
@@ -309,3 +340,43 @@ def render(args: argparse.Namespace, result: Any) -> str:
     if isinstance(result, dict):
         return "\n".join(f"{k}: {v}" for k, v in result.items())
     return str(result)
+
+
+def _pending(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    now = result.get("nowMs")
+    if args.action == "list":
+        rows = [
+            {
+                **r,
+                "due": fmt_time(r["dueMs"]),
+                "in": "-" if now is None else fmt_ms(max(0, r["dueMs"] - now)),
+                "what": f"level {r['level']}" if r["kind"] == "level" else "timer",
+            }
+            for r in result["rows"]
+        ]
+        more = result.get("nextCursor")
+        return table(
+            rows,
+            [
+                ("REF", "ref"),
+                ("DUE", "due"),
+                ("IN", "in"),
+                ("KIND", "what"),
+                ("TOPIC", "topic"),
+                ("MSG ID", "msgId"),
+                ("KEYS", "keys"),
+                ("TAGS", "tags"),
+            ],
+        ) + (f"\nmore: --cursor {more}" if more else "")
+    if args.action == "histogram":
+        rows = [{**b, "start": fmt_time(b["startMs"])} for b in result["bins"]]
+        return table(rows, [("FROM", "start"), ("TIMERS", "timers"), ("LEVELS", "levels")]) + (
+            f"\npending: timers {result['timers']}, level-delayed {result['levels']}"
+        )
+    lines = [
+        f"{r['outcome']}: {r['msgId']} of {r['topic']} ({r['kind']}, was due "
+        f"{fmt_time(r['dueMs'])})"
+        + (f" -> due {fmt_time(r['newDueMs'])}, ref {r['newRef']}" if "newRef" in r else "")
+        for r in result["results"]
+    ]
+    return "\n".join(lines)

@@ -91,6 +91,13 @@ class RequestCode(IntEnum):
     KAIROS_GET_BROKER_STATUS = 904  # liveness/health: uptime, connections, commit-log range
     KAIROS_GET_TIMER_STATUS = 905  # timer messages: pending per hour, next due, counters
     KAIROS_GET_TRANSACTION_STATUS = 906  # pending half messages per producer group
+    # pending scheduled messages, one by one (protocol/pending.py; `kairosmq admin pending`)
+    KAIROS_BROWSE_PENDING = 907  # timers and level-delayed messages by due time, keyset pages
+    KAIROS_PENDING_HISTOGRAM = 908  # pending per minute/hour/day of due time
+    KAIROS_RESCHEDULE_PENDING = 909  # move a pending message to a new instant (or now)
+    KAIROS_RECALL_PENDING = 910  # recall a pending message by ref, msgId or key
+    KAIROS_BROWSE_DLQ = 911  # %DLQ%<group> messages in pages (with bodies: an export)
+    KAIROS_END_HALF_MESSAGE = 912  # an admin commits or rolls back a pending half message
     KAIROS_PROMOTE = 913  # a slave becomes an ASYNC_MASTER (docs/replication.md)
 
 

@@ -234,9 +234,48 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "phy_offset": "long",
         "kind": "string",
     },
+    # an operator moved a pending timer or level-delayed message (KAIROS_RESCHEDULE_PENDING,
+    # server/schedule/pending/actions.py): from its due ms to a new one (run_now: to the
+    # broker's now); new_phy_offset is the timer record that replaces it
+    "schedule.rescheduled": {
+        "msg_id": "string",
+        "topic": "string",
+        "kind": "string",
+        "from_ts": "long",
+        "deliver_ts": "long",
+        "phy_offset": "long",
+        "new_phy_offset": "long",
+        "run_now": "boolean",
+    },
+    # an operator recalled a pending message by ref, msgId or key (KAIROS_RECALL_PENDING)
+    "schedule.recalled": {
+        "msg_id": "string",
+        "topic": "string",
+        "kind": "string",
+        "deliver_ts": "long",
+        "phy_offset": "long",
+    },
     "timer.record_skipped": {"phy_offset": "long", "reason": "string"},
     "timer.origin_ignored": {"phy_offset": "long", "origin": "string"},
     "timer.buckets_deleted": {"count": "int", "before_ts": "long"},
+    # ---- the web console's process (console/, `kairosmq console`): its own log lines
+    "console.started": {
+        "host": "string",
+        "port": "int",
+        "namesrv": "string",
+        "users": "int",
+    },
+    "console.login": {"user": "string", "role": "string", "peer": "string"},
+    "console.login_failed": {"user": "string", "peer": "string"},  # warning
+    # an operator's action through the console (the broker's answer code; 0: done)
+    "console.action": {
+        "user": "string",
+        "route": "string",
+        "broker": "string",
+        "target": "string",
+        "code": "int",
+    },
+    "console.request_failed": {"path": "string", "error": "string"},  # error: a 500
     # ---- transactional messages (server/transaction/): half, end, check-back
     "transaction.prepared": {
         "msg_id": "string",

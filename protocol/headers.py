@@ -296,6 +296,29 @@ class ResendDlqRequestHeader(Header):
     consumer_group: str = wire("consumerGroup")
     max_num: int = wire("maxNum", default=1000)
     to_retry_topic: bool = wire("toRetryTopic", default=False)
+    # resend each as a timer due this many ms after the resend (kairosmq, issue 33)
+    delay_ms: int | None = wire("delayMs", default=None)
+
+
+@dataclass(slots=True)
+class BrowseDlqRequestHeader(Header):
+    """KAIROS_BROWSE_DLQ (911): ``%DLQ%<consumerGroup>`` messages after ``cursor``
+    (``<queueId>:<queueOffset>``, the next to show), ``limit`` per page, with bodies when
+    ``withBody`` (an export)."""
+
+    consumer_group: str = wire("consumerGroup")
+    cursor: str | None = wire("cursor", default=None)
+    limit: int = wire("limit", default=50)
+    with_body: bool = wire("withBody", default=False)
+
+
+@dataclass(slots=True)
+class EndHalfMessageRequestHeader(Header):
+    """KAIROS_END_HALF_MESSAGE (912): an admin commits or rolls back the pending half
+    message at ``commitLogOffset`` (``action``: commit | rollback)."""
+
+    commit_log_offset: int = wire("commitLogOffset")
+    action: str = wire("action")
 
 
 @dataclass(slots=True)

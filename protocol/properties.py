@@ -67,6 +67,9 @@ DELIVER_TIME = "KAIROS_DELIVER_MS"
 TIMER_ORIGIN = "KAIROS_TIMER_ORIGIN"
 RECALL_TARGET = "KAIROS_RECALL_TARGET"
 RECALL_KIND = "KAIROS_RECALL_KIND"  # "timer" (default) or "level"
+# on a timer record an operator rescheduled from another: "<due>:<phy>" of the record it
+# replaces (a timer, or a schedule record with RECALL_KIND "level"); one append moves it
+RESCHEDULE_OF = "KAIROS_RESCHEDULE_OF"
 # RocketMQ 5 timer messages (and the ONS/aliyun ``__STARTDELIVERTIME``): a due instant
 # (protocol/timer.py reads them; server/schedule/timer/ keeps them until due).
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"

@@ -1,6 +1,6 @@
 """The ``kairosmq`` command: ``broker`` (run a broker), ``namesrv`` (a standalone name server,
 namesrv/cli.py), ``cluster`` (a name server and N brokers, cluster/local.py), ``report`` (the Spark
-job), ``admin`` (operate a running broker).
+job), ``admin`` (operate a running broker), ``console`` (the web console, console/cli.py).
 
 Owns: argument parsing into ``BrokerConfig``, logging setup, uvloop, and signal handling
 (SIGINT/SIGTERM -> graceful ``Broker.stop``). Defaults need no config file: data under
@@ -623,6 +623,10 @@ def main(argv: list[str] | None = None) -> int:
         from kairosmq.client.admin import main as admin_main
 
         return int(admin_main(argv[1:]) or 0)
+    if argv and argv[0] == "console":
+        from kairosmq.console.cli import main as console_main
+
+        return int(console_main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="kairosmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _broker_parser(sub)
@@ -634,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     add_namesrv_parser(sub)
     sub.add_parser("report", help="delivery-quality report over broker logs (Spark)")
     sub.add_parser("admin", help="operate a running broker")
+    sub.add_parser("console", help="the web console (HTTP API; docs/console.md)")
     args = parser.parse_args(argv)
     if args.command == "cluster":
         return cmd_cluster(args)

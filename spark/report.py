@@ -74,7 +74,16 @@ def summarize(tables: Mapping[str, Rows]) -> dict[str, Any]:
         "dead_lettered_by_group": {r["group"]: r["messages"] for r in tables.get("dlq_counts", [])},
         "timers": _totals(
             tables.get("timer_counts", []),
-            ("scheduled", "fired", "recalled", "pending", "level_recalled"),
+            (
+                "scheduled",
+                "fired",
+                "recalled",
+                "pending",
+                "level_recalled",
+                "rescheduled",
+                "operator_recalled",
+                "level_rescheduled",
+            ),
         )
         | {"lateness_ms": {k: timer.get(k) for k in (*LATENESS_KEYS, "early")}},
         "transactions": _totals(tables.get("transaction_counts", []), TX_KEYS)
@@ -146,6 +155,12 @@ def console_summary(tables: Mapping[str, Rows], summary: Mapping[str, Any]) -> s
             f"timers scheduled {tm['scheduled']:,}, fired {tm['fired']:,}, recalled "
             f"{tm['recalled']:,}, pending {tm['pending']:,} (early "
             f"{tm['lateness_ms']['early'] or 0:,})"
+            + (
+                f"; operators rescheduled {tm['rescheduled'] + tm['level_rescheduled']:,}, "
+                f"recalled {tm['operator_recalled']:,}"
+                if tm["rescheduled"] or tm["level_rescheduled"] or tm["operator_recalled"]
+                else ""
+            )
         )
     if any(tx[k] for k in TX_KEYS):
         out.append("transactions " + ", ".join(f"{k.replace('_', ' ')} {tx[k]:,}" for k in TX_KEYS))
@@ -377,9 +392,10 @@ def render_html(
         "</details>",
         "<h3>Timer messages per topic</h3>",
         "<p>Scheduled (accepted with a delivery time), fired (transferred to the real topic), "
-        "recalled (cancelled with RECALL_MESSAGE before firing), pending (scheduled - fired - "
-        "recalled, within these logs). <i>level recalls</i>: recalls of level-delayed "
-        "messages.</p>",
+        "recalled (cancelled with RECALL_MESSAGE before firing), rescheduled and operator "
+        "recalls (<code>kairosmq admin pending</code>), pending (scheduled - fired - recalled "
+        "- operator recalls - rescheduled, within these logs). <i>level recalls</i> and "
+        "<i>level rescheduled</i>: the same for level-delayed messages.</p>",
         _html_table(
             tables.get("timer_counts", []),
             [
@@ -387,8 +403,11 @@ def render_html(
                 ("scheduled", "scheduled"),
                 ("fired", "fired"),
                 ("recalled", "recalled"),
+                ("rescheduled", "rescheduled"),
+                ("operator_recalled", "operator recalls"),
                 ("pending", "pending"),
                 ("level_recalled", "level recalls"),
+                ("level_rescheduled", "level rescheduled"),
             ],
         ),
         "<h2>Throughput</h2>",

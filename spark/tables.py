@@ -30,7 +30,11 @@ TIMER_EVENTS = (
     ("scheduled", "timer.scheduled"),
     ("fired", "timer.fired"),
     ("recalled", "timer.recalled"),
+    # an operator's actions on pending timers (a level message's: the <level ...> labels)
+    ("rescheduled", "schedule.rescheduled"),
+    ("operator_recalled", "schedule.recalled"),
 )
+_LEVEL_LABELS = {"schedule.rescheduled": "<level reschedule>"}  # else "<level recall>"
 TRANSACTION_EVENTS = (
     ("prepared", "transaction.prepared"),
     ("committed", "transaction.committed"),
@@ -196,13 +200,41 @@ def _per_key(
 
 
 def timer_counts(counts: Rows) -> Rows:
-    """Per real ``topic``: timers ``scheduled``, ``fired``, ``recalled`` (timer recalls),
-    ``pending`` (scheduled - fired - recalled, at least 0: the logs may begin after some
-    were scheduled) and ``level_recalled`` (recalls of level-delayed messages)."""
-    relabelled = [{**r, "label": "<level recall>"} if r.get("level_recall") else r for r in counts]
-    per = _per_key(relabelled, (*TIMER_EVENTS, ("level_recalled", "<level recall>")), "topic")
+    """Per real ``topic``: timers ``scheduled``, ``fired``, ``recalled`` (timer recalls by a
+    producer's handle), ``rescheduled`` and ``operator_recalled`` (an operator's actions
+    on timers), ``pending`` (scheduled - fired - recalled - operator_recalled -
+    rescheduled, at least 0: the logs may begin after some were scheduled; a reschedule
+    is a new timer.scheduled replacing a timer that never fires), ``level_recalled``
+    (recalls of level-delayed messages, whoever made them) and ``level_rescheduled``
+    (level-delayed messages an operator moved: each became a timer)."""
+    relabelled = [
+        {**r, "label": _LEVEL_LABELS.get(r["label"], "<level recall>")}
+        if r.get("level_recall")
+        else r
+        for r in counts
+    ]
+    per = _per_key(
+        relabelled,
+        (
+            *TIMER_EVENTS,
+            ("level_recalled", "<level recall>"),
+            ("level_rescheduled", "<level reschedule>"),
+        ),
+        "topic",
+    )
     out = [
-        {**r, "pending": max(0, r["scheduled"] - r["fired"] - r["recalled"])} for r in per.values()
+        {
+            **r,
+            "pending": max(
+                0,
+                r["scheduled"]
+                - r["fired"]
+                - r["recalled"]
+                - r["operator_recalled"]
+                - r["rescheduled"],
+            ),
+        }
+        for r in per.values()
     ]
     return sorted(out, key=lambda r: (r["topic"] is None, r["topic"] or ""))
 

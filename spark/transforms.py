@@ -53,6 +53,10 @@ REJECTED = "message.rejected"
 TIMER_SCHEDULED = "timer.scheduled"
 TIMER_FIRED = "timer.fired"
 TIMER_RECALLED = "timer.recalled"
+# an operator's actions on pending messages (server/schedule/pending/actions.py)
+RESCHEDULED = "schedule.rescheduled"
+OPERATOR_RECALLED = "schedule.recalled"
+OPERATOR_EVENTS = (RESCHEDULED, OPERATOR_RECALLED)
 
 MALFORMED = "<malformed>"
 NO_EVENT = "<no event>"
@@ -157,7 +161,8 @@ def line_counts(lines_df: DataFrame) -> DataFrame:
     """Lines per ``label, minute`` (epoch minute; null without a time), split by ``dlq_copy``
     (the broker's ``message.stored`` of a message it moved to ``%DLQ%``), with ``group`` kept
     for dead letters (the real topic for ``timer.*``, the producer group for
-    ``transaction.*``), ``level_recall`` for a ``timer.recalled`` of a level message; plus the
+    ``transaction.*`` and an operator's ``schedule.rescheduled`` / ``schedule.recalled``),
+    ``level_recall`` for a ``timer.recalled`` (or an operator's action) of a level message; plus the
     first and last time. Event counts, throughput per minute, the dead letters per group and
     the timer and transaction counts are sums over this small table."""
     return counts_of(one_pass(facts(lines_df)))
@@ -310,7 +315,8 @@ def facts(lines_df: DataFrame) -> DataFrame:
     delivered = c.isin(3, 8)
     real_topic = F.coalesce(F.col("real_topic"), F.col("topic"))
     level = F.when(c.isin(7, 8), F.lit(TIMER_LEVEL)).otherwise(F.col("delay_level"))
-    level_recall = (label == TIMER_RECALLED) & (
+    # a recall (or an operator's reschedule) of a level-delayed message, not of a timer
+    level_recall = label.isin(TIMER_RECALLED, *OPERATOR_EVENTS) & (
         F.coalesce(F.col("recall_kind"), F.lit("timer")) != "timer"
     )
     rows = F.array(
@@ -320,7 +326,7 @@ def facts(lines_df: DataFrame) -> DataFrame:
             {
                 "s1": label,
                 "s2": F.when(c == 6, grp)
-                .when(label.startswith("timer."), real_topic)
+                .when(label.startswith("timer.") | label.isin(*OPERATOR_EVENTS), real_topic)
                 .when(label.startswith("transaction."), F.col("producer_group")),
                 "k1": F.floor(ts / 60_000),
                 "k2": F.when(F.col("dlq_copy"), F.lit(1))

@@ -19,6 +19,7 @@ PACKAGES = (
     "server/schedule",
     "server/schedule/delay",
     "server/schedule/timer",
+    "server/schedule/pending",
     "server/namesrv",
     "server/observe",
     "server/tables",
@@ -29,6 +30,7 @@ PACKAGES = (
     "server/cluster",
     "server/ha",
     "server/handlers/admin",
+    "console",
 )
 
 

@@ -20,6 +20,7 @@ PACKAGES = {
     "client": "kairosmq.client",
     "client/producer": "kairosmq.client.producer",
     "client/consumer": "kairosmq.client.consumer",
+    "console": "kairosmq.console",
 }
 FORBIDDEN = "kairosmq.server"
 

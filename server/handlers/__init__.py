@@ -31,6 +31,8 @@ from kairosmq.protocol.commands import RemotingCommand
 from ..config import FlushMode
 from ..remoting.ingress import guarded
 from ..remoting.transport import Handler
+from ..schedule.pending.actions import PendingActions
+from ..schedule.pending.browse import PendingView
 from .admin.broker import AdminBrokerProcessor
 from .admin.broker_config import BrokerConfigProcessor
 from .admin.callbacks import ConsumerCallbackProcessor
@@ -40,6 +42,7 @@ from .admin.kairos import KairosAdminProcessor
 from .admin.kv import KvConfigProcessor
 from .admin.messages import QueryMessageProcessor
 from .admin.replication import SlaveSyncProcessor
+from .admin.pending import PendingMessageProcessor
 from .admin.stats import BrokerStatsProcessor
 from .admin.topics import TopicAdminProcessor
 from .client import ClientManageProcessor
@@ -50,7 +53,11 @@ from .reply import ReplyMessageProcessor
 from .send import SendMessageProcessor
 from .send_back import ConsumerSendMsgBackProcessor
 from .timers import RecallMessageProcessor, TimerStatusProcessor
-from .transaction import EndTransactionProcessor, TransactionStatusProcessor
+from .transaction import (
+    EndTransactionProcessor,
+    TransactionAdminProcessor,
+    TransactionStatusProcessor,
+)
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -252,9 +259,35 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         clock_ms=store.clock_ms,
         max_delay_ms=cfg.timer_max_delay_sec * 1000,
     )
+    # pending scheduled messages, one by one (admin/pending.py; server/schedule/pending/)
+    view = PendingView(
+        store,
+        b.timer_buckets,
+        timer_cursor=lambda: b.timer.cursor,
+        pending_buckets=b.timer.pending_buckets,
+        level_progress=lambda: b.schedule.progress,
+        level_recalls=b.timer.level_recalls,
+        run_blocking=b.timer.run_blocking,
+    )
+    pending = PendingMessageProcessor(
+        view=view,
+        actions=PendingActions(
+            view=view,
+            timer=b.timer,
+            index=b.index,
+            put=put,
+            schedule_fired=lambda level, off: b.schedule.progress.get(level, 0) > off,
+            clock_ms=store.clock_ms,
+            max_delay_ms=cfg.timer_max_delay_sec * 1000,
+            wait_flushed=b.wait_flushed if cfg.flush_mode is FlushMode.SYNC_FLUSH else None,
+        ),
+        index=b.index,
+        clock_ms=store.clock_ms,
+    )
     # TXN: transactional messages (transaction.py; server/transaction/)
     end_tx = EndTransactionProcessor(transactions=b.transactions, log=b.log)
     tx_status = TransactionStatusProcessor(transactions=b.transactions)
+    tx_admin = TransactionAdminProcessor(transactions=b.transactions, log=b.log)
     return _guarded(
         b,
         {
@@ -308,12 +341,18 @@ def broker_table(b: Broker) -> dict[int, Handler]:
             R.KAIROS_GET_CONSUMER_LAG: kairos.handle_consumer_lag,
             R.KAIROS_GET_SCHEDULE_BACKLOG: kairos.handle_schedule_backlog,
             R.KAIROS_RESEND_DLQ: kairos.handle_resend_dlq,
+            R.KAIROS_BROWSE_DLQ: kairos.handle_browse_dlq,
             R.KAIROS_GET_BROKER_STATUS: kairos.handle_broker_status,
             R.KAIROS_GET_TIMER_STATUS: timer_status.handle_timer_status,
             R.KAIROS_PROMOTE: slave_sync.handle_promote,
+            R.KAIROS_BROWSE_PENDING: pending.handle_browse,
+            R.KAIROS_PENDING_HISTOGRAM: pending.handle_histogram,
+            R.KAIROS_RESCHEDULE_PENDING: pending.handle_reschedule,
+            R.KAIROS_RECALL_PENDING: pending.handle_recall,
             # TXN
             R.END_TRANSACTION: end_tx.handle_end_transaction,
             R.KAIROS_GET_TRANSACTION_STATUS: tx_status.handle_transaction_status,
+            R.KAIROS_END_HALF_MESSAGE: tx_admin.handle_end_half,
         },
         TOPIC_CHANGING,
     )

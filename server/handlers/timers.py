@@ -32,8 +32,6 @@ from kairosmq.protocol.properties import (
     DELIVER_TIME,
     INT64_DIGITS,
     REAL_TOPIC,
-    RECALL_KIND,
-    RECALL_TARGET,
     TIMER_ORIGIN,
     UNIQ_KEY,
     parse_decimal,
@@ -47,7 +45,7 @@ from kairosmq.protocol.timer import (
 
 from ..put.kind import MessageKind
 from ..remoting import ingress
-from ..schedule.timer.topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, format_pair
+from ..schedule.timer.topic import TIMER_QUEUE, RecallOutcome, recall_record
 from ..store import MessageInner, PutResult, PutStatus
 from ..store.index import KIND_UNIQ
 
@@ -137,13 +135,8 @@ class RecallMessageProcessor:
         if outcome is RecallOutcome.ALREADY_RECALLED:
             resp.remark = "already recalled"
             return resp
-        marker = MessageInner(
-            topic=TIMER_TOPIC,
-            queue_id=RECALL_QUEUE,
-            body=b"0",
-            properties={RECALL_TARGET: format_pair(found.due, found.phy), RECALL_KIND: found.kind},
-            born_timestamp=self.clock_ms(),
-            born_host=(conn.born_ip, conn.peer_port),
+        marker = recall_record(
+            found.due, found.phy, found.kind, self.clock_ms(), (conn.born_ip, conn.peer_port)
         )
         result = self.put(marker, MessageKind.RECALL)
         if result.status is not PutStatus.PUT_OK:

@@ -1,4 +1,5 @@
-"""END_TRANSACTION (37) and KAIROS_GET_TRANSACTION_STATUS (906).
+"""END_TRANSACTION (37), KAIROS_GET_TRANSACTION_STATUS (906) and KAIROS_END_HALF_MESSAGE
+(912, an admin's commit or rollback).
 
 Owns: ``EndTransactionProcessor`` (RocketMQ's: the producer's commit, rollback or
 "unknown" for a half message, one-way from stock clients, also the answer to a
@@ -21,6 +22,7 @@ import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import (
+    EndHalfMessageRequestHeader,
     EndTransactionRequestHeader,
     TransactionStatusRequestHeader,
 )
@@ -109,3 +111,50 @@ class TransactionStatusProcessor:
         if group is not None:
             ingress.check_group(group, "producerGroup")
         return cmd.response(body=orjson.dumps(self.transactions.status(group)))
+
+
+class TransactionAdminProcessor:
+    """KAIROS_END_HALF_MESSAGE (912): an admin commits or rolls back the pending half
+    message at a commit-log offset (``kairosmq admin transactions commit|rollback``),
+    through the producer's own path (``TransactionService.end``: a commit is one append,
+    a rollback one op record, each exactly once across ``kill -9``)."""
+
+    ACTIONS = {"commit": COMMIT, "rollback": ROLLBACK}
+
+    def __init__(self, *, transactions: TransactionService, log: Any) -> None:
+        self.transactions = transactions
+        self.log = log
+
+    def handle_end_half(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = EndHalfMessageRequestHeader.from_ext_fields(cmd.ext_fields)
+        kind = self.ACTIONS.get(h.action)
+        if kind is None:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR, f"action {h.action[:32]!r} is not commit or rollback"
+            )
+        if h.commit_log_offset < 0:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR, f"commitLogOffset {h.commit_log_offset} is negative"
+            )
+        entry = self.transactions.pending.get(h.commit_log_offset)
+        if entry is None:
+            return cmd.error(
+                ResponseCode.ILLEGAL_OPERATION,
+                f"no pending half message at commitLogOffset {h.commit_log_offset} "
+                f"(already committed, rolled back or discarded, or none there)",
+            )
+        try:
+            remark = self.transactions.end(
+                entry.group, entry.queue_offset, entry.phy, kind, False, f"admin {conn.peer}"
+            )
+        except TransactionError as err:
+            return cmd.error(err.code, err.remark)
+        body = {
+            "msgId": entry.msg_id,
+            "producerGroup": entry.group,
+            "topic": entry.topic,
+            "commitLogOffset": entry.phy,
+            "action": h.action,
+            "remark": remark,
+        }
+        return cmd.response(body=orjson.dumps(body))

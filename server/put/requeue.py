@@ -37,6 +37,7 @@ from kairosmq.protocol.properties import (
     DELIVER_TIME,
     RECALL_KIND,
     RECALL_TARGET,
+    RESCHEDULE_OF,
     SCHEDULE_ORIGIN,
     TIMER_ORIGIN,
 )
@@ -52,6 +53,7 @@ INTERNAL_PROPERTIES: tuple[str, ...] = (
     TIMER_ORIGIN,
     RECALL_TARGET,
     RECALL_KIND,
+    RESCHEDULE_OF,
 )
 
 

@@ -55,12 +55,15 @@ Resources (``needed_access``; RocketMQ 4.9's list, extended where it left holes)
   covered by ``defaultTopicPerm``: only an explicit entry or an admin reaches them
   (RocketMQ lets any default-SUB account pull every pending delayed message).
 Admin-only (``ADMIN_CODES``): RocketMQ's five, every other write (name server, KV config,
-offset reset, DLQ resend, registration), and every read that lists other accounts' groups,
-clients or data (all subscription groups, producer connections, who consumes a topic,
-every group's consume stats, stats items, message by offset id, the schedule backlog,
-timer and transaction status, broker and name-server config), plus QUERY_MESSAGE without a
-topic (all topics). ``SIGNED_ONLY``: routes, cluster info, topic lists and configs, KV
-reads, broker runtime info and status (aggregates), CHECK_CLIENT_CONFIG (parses a filter).
+offset reset, DLQ resend, operators' reschedule and recall of pending messages, an
+admin's commit or rollback of a half message, registration), and every read that lists
+other accounts' groups, clients or data (all subscription groups, producer connections,
+who consumes a topic, every group's consume stats, stats items, message by offset id,
+the schedule backlog, pending messages and their histogram, dead letters, timer and
+transaction status, broker and name-server config), plus QUERY_MESSAGE without a topic
+(all topics). ``SIGNED_ONLY``: routes, cluster info, topic
+lists and configs, KV reads, broker runtime info and status (aggregates),
+CHECK_CLIENT_CONFIG (parses a filter).
 A code in none of the sets is not served (REQUEST_CODE_NOT_SUPPORTED after the signature
 check); tests/security/test_request_binding.py fails for a served code left unclassified.
 
@@ -143,6 +146,9 @@ ADMIN_CODES = frozenset(
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         R.KAIROS_RESEND_DLQ,
         R.KAIROS_PROMOTE,  # a slave takes over as the master
+        R.KAIROS_RESCHEDULE_PENDING,  # any producer's pending message, by ref, msgId or key
+        R.KAIROS_RECALL_PENDING,
+        R.KAIROS_END_HALF_MESSAGE,  # any producer's transaction
         # the standalone name server: broker registration and its writes
         R.REGISTER_BROKER,
         R.UNREGISTER_BROKER,
@@ -163,6 +169,9 @@ ADMIN_CODES = frozenset(
         R.KAIROS_GET_SCHEDULE_BACKLOG,
         R.KAIROS_GET_TIMER_STATUS,
         R.KAIROS_GET_TRANSACTION_STATUS,  # every producer's pending half messages and offsets
+        R.KAIROS_BROWSE_PENDING,  # every topic's pending messages (ids, keys, topics)
+        R.KAIROS_PENDING_HISTOGRAM,
+        R.KAIROS_BROWSE_DLQ,  # dead letters with their bodies (an export)
         R.GET_BROKER_CONFIG,
         R.GET_NAMESRV_CONFIG,
     }

@@ -73,7 +73,8 @@ def test_compose_services_volumes_ports() -> None:
         "namesrv",
         "broker-a",
         "broker-b",
-    }  # tests/cluster
+        "console",
+    }  # tests/cluster; console: docs/console.md
     b = PLANS["broker"]
     assert COMPOSE["services"]["broker"]["restart"] in ("always", "unless-stopped")
     assert b.healthcheck == STAGES["broker"].healthcheck
@@ -91,6 +92,12 @@ def test_compose_services_volumes_ports() -> None:
     assert logs[report.argv[2]] == (mounts[str(args.log_dir)], True)  # the broker's logs
     out = report.argv[report.argv.index("--output") + 1]
     assert out in logs and logs[out][0] in COMPOSE["volumes"]
+    console = PLANS["console"]
+    assert "console" in console.profiles and console.argv[:2] == ["kairosmq", "console"]
+    assert console.argv[console.argv.index("--namesrv") + 1] == f"broker:{DEFAULTS.namesrv_port}"
+    users = console.argv[console.argv.index("--users") + 1]
+    assert {dst: ro for _src, dst, ro in console.volumes} == {users: True}
+    assert console.published == {8088: "127.0.0.1"}  # loopback only
     for name in ("producer", "consumer"):
         plan = PLANS[name]
         assert plan.environment["NAMESRV_ADDR"] == f"broker:{DEFAULTS.namesrv_port}"
@@ -112,6 +119,10 @@ def test_every_command_resolves() -> None:
                 ap = argparse.ArgumentParser()
                 add_namesrv_parser(ap.add_subparsers(dest="command", required=True))
                 ap.parse_args(rest)
+            elif sub == "console":
+                from kairosmq.console.cli import build_parser
+
+                build_parser().parse_args(rest[1:])
             elif sub == "report":
                 pytest.importorskip("pyspark")
                 from kairosmq.spark.job import parse_args

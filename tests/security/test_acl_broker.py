@@ -470,3 +470,29 @@ async def test_send_back_needs_sub_on_the_copied_message_topic(acl_broker: Broke
     retried = lambda: acl_broker.store.max_offset("%RETRY%OrdersCG", 0)  # noqa: E731
     await wait_until(lambda: retried() == 1, 5.0)
     assert await stays_false(lambda: retried() > 1, 0.5)
+
+
+async def test_pending_message_codes_are_admin_only(acl_broker: Broker) -> None:
+    """Browsing every topic's pending messages and dead letters, and acting on any
+    producer's messages or transactions, needs admin."""
+    addr = acl_broker.address
+    consumer, admin = signed_client(addr, CONSUMER), signed_client(addr, ADMIN)
+    try:
+        for code, ext in (
+            (R.KAIROS_BROWSE_PENDING, {}),
+            (R.KAIROS_PENDING_HISTOGRAM, {"unit": "hour"}),
+            (R.KAIROS_RESCHEDULE_PENDING, {"msgId": "X", "runNow": "true"}),
+            (R.KAIROS_RECALL_PENDING, {"key": "k"}),
+            (R.KAIROS_BROWSE_DLQ, {"consumerGroup": "OrdersCG", "withBody": "true"}),
+            (R.KAIROS_END_HALF_MESSAGE, {"commitLogOffset": "0", "action": "commit"}),
+        ):
+            r = await call(consumer, code, ext)
+            assert r.code == C.NO_PERMISSION, (code, r.remark)
+            assert f"Need admin permission for request code={int(code)}" in r.remark
+        r = await call(admin, R.KAIROS_BROWSE_PENDING, {"limit": "5"})
+        assert r.code == C.SUCCESS, r.remark
+        r = await call(admin, R.KAIROS_RECALL_PENDING, {"key": "k"})
+        assert r.code == C.ILLEGAL_OPERATION and "no pending" in r.remark, r.remark
+    finally:
+        consumer.close()
+        admin.close()

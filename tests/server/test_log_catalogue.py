@@ -41,7 +41,7 @@ GROUP = "CG-logcat"
 def _log_calls() -> Iterator[tuple[str, int, ast.Call]]:
     """Every ``x.<level>(...)`` call in ``server/`` with arguments, and every call of a local
     alias of one (``info = broker.msglog.info; info("message.pulled", ...)``)."""
-    for path in sorted(SERVER.rglob("*.py")):
+    for path in sorted([*SERVER.rglob("*.py"), *(SERVER.parent / "console").rglob("*.py")]):
         tree = ast.parse(path.read_text(), str(path))
         aliases = {
             node.targets[0].id

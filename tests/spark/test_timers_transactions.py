@@ -44,6 +44,15 @@ def _timer(mid: str, topic: str, at: int, due: int, late: float | None = None) -
     return out
 
 
+def _operator(event: str, mid: str, topic: str, kind: str, at: int, due: int) -> dict:
+    extra = (
+        {"from_ts": due, "deliver_ts": due + 30_000, "new_phy_offset": 1, "run_now": False}
+        if event == "schedule.rescheduled"
+        else {"deliver_ts": due}
+    )
+    return ev(event, at, msg_id=mid, topic=topic, kind=kind, phy_offset=0, **extra)
+
+
 def _tx(event: str, mid: str, group: str, at: int, **extra) -> dict:
     if event == "transaction.prepared":
         return ev(
@@ -116,6 +125,15 @@ def records() -> list[dict]:
             kind="level",
         )
     )
+    # an operator's actions (kairosmq admin pending): t6 moved later (a new timer record
+    # replaces it, still pending), t7 recalled; the level message l2 moved (now a timer)
+    r += _timer("t6", "T", T0 + 70, T0 + 50_000)
+    r.append(_operator("schedule.rescheduled", "t6", "T", "timer", T0 + 80, T0 + 50_000))
+    r += _timer("t6", "T", T0 + 80, T0 + 90_000)
+    r += _timer("t7", "T", T0 + 90, T0 + 60_000)
+    r.append(_operator("schedule.recalled", "t7", "T", "timer", T0 + 95, T0 + 60_000))
+    r.append(_operator("schedule.rescheduled", "l2", "L", "level", T0 + 96, T0 + 7_000))
+    r += _timer("l2", "L", T0 + 96, T0 + 80_000)
     # transactions: PG1 commits h1, rolls back h2, h3 is checked twice then discarded;
     # PG2's h4 is checked once and still pending
     r += [_tx("transaction.prepared", h, "PG1", T0 + i) for i, h in enumerate(("h1", "h2", "h3"))]
@@ -206,24 +224,31 @@ def test_timer_lifecycle_and_added_delay(got):
 
 def test_timer_and_transaction_counts(got):
     counts = got["line_counts"]
+    none = {"rescheduled": 0, "operator_recalled": 0, "level_rescheduled": 0}
     assert tables.timer_counts(counts) == [
         {
+            **none,
             "topic": "L",
-            "scheduled": 0,
+            "scheduled": 1,  # l2, moved by an operator: now a timer
             "fired": 0,
             "recalled": 0,
             "level_recalled": 1,
-            "pending": 0,
-        },
-        {
-            "topic": "T",
-            "scheduled": 4,
-            "fired": 2,
-            "recalled": 1,
-            "level_recalled": 0,
+            "level_rescheduled": 1,
             "pending": 1,
         },
         {
+            **none,
+            "topic": "T",
+            "scheduled": 7,  # t1-t4, t6 and the record replacing it, t7
+            "fired": 2,
+            "recalled": 1,
+            "rescheduled": 1,
+            "operator_recalled": 1,
+            "level_recalled": 0,
+            "pending": 2,  # t4 and t6 (at its new instant)
+        },
+        {
+            **none,
             "topic": "U",
             "scheduled": 1,
             "fired": 1,
@@ -259,7 +284,8 @@ def test_timer_and_transaction_counts(got):
         by_event["timer.scheduled"],
         by_event["timer.recalled"],
         by_event["transaction.checked"],
-    ) == (5, 2, 3)
+    ) == (9, 2, 3)
+    assert (by_event["schedule.rescheduled"], by_event["schedule.recalled"]) == (2, 1)
 
 
 def test_summary_console_and_html_show_timers_and_transactions(got):
@@ -267,7 +293,12 @@ def test_summary_console_and_html_show_timers_and_transactions(got):
     s = report.summarize(t)
     assert {
         k: s["timers"][k] for k in ("scheduled", "fired", "recalled", "pending", "level_recalled")
-    } == {"scheduled": 5, "fired": 3, "recalled": 1, "pending": 1, "level_recalled": 1}
+    } == {"scheduled": 9, "fired": 3, "recalled": 1, "pending": 3, "level_recalled": 1}
+    assert (
+        s["timers"]["rescheduled"],
+        s["timers"]["operator_recalled"],
+        s["timers"]["level_rescheduled"],
+    ) == (1, 1, 1)
     assert s["timers"]["lateness_ms"] == {
         "count": 3,
         "p50": 2.0,
@@ -305,13 +336,17 @@ def test_summary_console_and_html_show_timers_and_transactions(got):
         },
     }
     console = report.console_summary(t, s)
-    assert "timers scheduled 5, fired 3, recalled 1, pending 1 (early 1)" in console
+    assert (
+        "timers scheduled 9, fired 3, recalled 1, pending 3 (early 1); "
+        "operators rescheduled 2, recalled 1" in console
+    )
     assert "transactions prepared 4, committed 1, rolled back 1" in console
     assert any(line.split()[:2] == ["timer", "3"] for line in console.splitlines())
     html = report.render_html(t, s, {})
     assert "<td>timer</td><td>3</td><td>2.0</td><td>4.0</td>" in html  # lateness row
     assert "<td>timer</td><td>2</td><td>15.0</td><td>25.0</td>" in html  # added-delay row
     assert "<td>PG2</td><td>1</td><td>0</td><td>0</td><td>1</td><td>0</td><td>1</td>" in html
-    assert "<td>T</td><td>4</td><td>2</td><td>1</td><td>1</td><td>0</td>" in html
+    cells = "".join(f"<td>{v}</td>" for v in ("T", 7, 2, 1, 1, 1, 2, 0, 0))
+    assert cells in html  # scheduled .. pending, level recalls, level rescheduled
     charts = report.charts(t)
     assert ">timer</text>" in charts["lateness"] and ">timer</text>" in charts["added_delay"]

@@ -7,7 +7,10 @@ registry, the scheduler's backlog, stats, the put path, the broker's status snap
 log, config values and the broker clock) and ``known_groups``.
 
 Invariants:
-* Read-only except KAIROS_RESEND_DLQ.
+* Read-only except KAIROS_RESEND_DLQ (KAIROS_BROWSE_DLQ pages dead letters, bodies
+  included for an export, and changes nothing).
+* A resend with ``delayMs`` stores each dead letter as a timer due that long after the
+  resend (the TIMER kind of the put path), so it is delivered then, not at once.
 * DLQ resend progress is the group's own consumer offset on ``%DLQ%<group>`` (consumers
   never read the DLQ), committed per message after its re-put succeeded: a message is
   resent at most once per request, and a failure that may pass (topic gone, store
@@ -19,14 +22,19 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any  # Any: JSON values; structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.errors import MessageDecodeError
-from kairosmq.protocol.headers import ConsumerGroupRequestHeader, ResendDlqRequestHeader
+from kairosmq.protocol.errors import MessageDecodeError, shown
+from kairosmq.protocol.headers import (
+    BrowseDlqRequestHeader,
+    ConsumerGroupRequestHeader,
+    ResendDlqRequestHeader,
+)
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.naming import (
     dlq_topic,
@@ -34,12 +42,13 @@ from kairosmq.protocol.naming import (
     group_of_retry_topic,
     retry_topic,
 )
-from kairosmq.protocol.properties import RETRY_TOPIC
+from kairosmq.protocol.properties import INT64_DIGITS, RETRY_TOPIC, parse_decimal_pair
 
 from ...put.kind import MessageKind
 from ...put.requeue import requeue, resend_target
 from ...remoting import ingress
-from ...store import MessageInner, PutResult, PutStatus
+from ...remoting.ingress import Rejected
+from ...store import PutResult, PutStatus
 from ...store.commitlog import RecordProblem
 from ...tables.topics import TopicTableFull
 
@@ -53,6 +62,7 @@ if TYPE_CHECKING:
     from ...tables.topics import TopicConfigManager
 
 MAX_RESEND = 10_000
+MAX_DLQ_PAGE = 1_000  # dead letters per KAIROS_BROWSE_DLQ page at most
 
 
 def _json(cmd: RemotingCommand, data: Any) -> RemotingCommand:
@@ -82,7 +92,7 @@ class _Stop:
 
 class KairosAdminProcessor:
     """KAIROS_GET_CONSUMER_GROUPS, KAIROS_GET_CONSUMER_LAG, KAIROS_GET_SCHEDULE_BACKLOG,
-    KAIROS_RESEND_DLQ and KAIROS_GET_BROKER_STATUS."""
+    KAIROS_RESEND_DLQ, KAIROS_BROWSE_DLQ and KAIROS_GET_BROKER_STATUS."""
 
     def __init__(
         self,
@@ -93,7 +103,7 @@ class KairosAdminProcessor:
         clients: ClientRegistry,
         backlog: Callable[[], dict[int, tuple[int, int | None]]],
         stats: BrokerStats,
-        put: Callable[[MessageInner, MessageKind], PutResult],
+        put: Callable[..., PutResult],
         status: Callable[[], dict[str, Any]],
         config: BrokerConfig,
         log: Any,
@@ -203,6 +213,11 @@ class KairosAdminProcessor:
         cfg = self.topics.get(dlq)
         if cfg is None:
             return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"group {group} has no dead letters")
+        if h.delay_ms is not None and not 0 <= h.delay_ms <= self.config.timer_max_delay_sec * 1000:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"delayMs {h.delay_ms} is not within 0..{self.config.timer_max_delay_sec * 1000}",
+            )
         budget = max(0, min(h.max_num, MAX_RESEND))
         resent: list[dict[str, Any]] = []
         skipped: list[dict[str, Any]] = []
@@ -214,7 +229,7 @@ class KairosAdminProcessor:
             committed = self.offsets.query(group, dlq, qid)
             off = max(committed if committed is not None and committed >= 0 else 0, cq.min_offset)
             while off < cq.max_offset and len(resent) < budget and error is None:
-                outcome = self._resend_one(group, cq.get(off), h.to_retry_topic, resent)
+                outcome = self._resend_one(group, cq.get(off), h.to_retry_topic, resent, h.delay_ms)
                 if isinstance(outcome, _Stop):
                     error = outcome.reason
                     break
@@ -246,6 +261,7 @@ class KairosAdminProcessor:
         unit: tuple[int, int, int] | None,
         to_retry: bool,
         resent: list[dict[str, Any]],
+        delay_ms: int | None = None,
     ) -> _Stop | dict[str, Any] | None:
         """Re-put one dead letter. None: resent (or its record is gone); a dict: skipped for
         good (msgId, offset, reason); ``_Stop``: failed now, stop the request here."""
@@ -280,7 +296,12 @@ class KairosAdminProcessor:
             reconsume_times=0,
             drop=() if to_retry else (RETRY_TOPIC,),
         )
-        result = self.put(msg, MessageKind.NORMAL)  # requeue dropped DELAY: stored as is
+        if delay_ms:  # a timer due delay_ms from now (put/path.py's TIMER kind)
+            due = self.clock_ms() + delay_ms
+            result = self.put(msg, MessageKind.TIMER, due_ms=due)
+        else:
+            due = None
+            result = self.put(msg, MessageKind.NORMAL)  # requeue dropped DELAY: as is
         if result.status is not PutStatus.PUT_OK:
             return _Stop(
                 f"storing {m.msg_id} in {target} failed: {result.remark or result.status.value}"
@@ -291,9 +312,89 @@ class KairosAdminProcessor:
                 "topic": target,
                 "queueId": msg.queue_id,
                 "queueOffset": result.queue_offset,
+                "dueMs": due,
             }
         )
         return None
+
+    def handle_browse_dlq(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """KAIROS_BROWSE_DLQ: a page of dead letters from ``cursor`` (queue, offset), each
+        with whether the group's resend progress passed it; ``withBody``: the bodies too
+        (base64), for an export."""
+        h = BrowseDlqRequestHeader.from_ext_fields(cmd.ext_fields)
+        ingress.check_group(h.consumer_group, "consumerGroup")
+        group, dlq = h.consumer_group, dlq_topic(h.consumer_group)
+        start = (0, 0)
+        if h.cursor:
+            pair = parse_decimal_pair(h.cursor, 10, INT64_DIGITS)
+            if pair is None:
+                raise Rejected(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"cursor: {shown(h.cursor)} is not <queueId>:<queueOffset>",
+                )
+            start = pair
+        if h.limit <= 0:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"limit: {h.limit} must be positive")
+        limit = min(h.limit, MAX_DLQ_PAGE)
+        cfg = self.topics.get(dlq)
+        if cfg is None:
+            return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"group {group} has no dead letters")
+        rows: list[dict[str, Any]] = []
+        nxt: str | None = None
+        for qid in range(start[0], cfg.read_queue_nums):
+            cq = self.reads.find_queue(dlq, qid)
+            if cq is None:
+                continue
+            committed = self.offsets.query(group, dlq, qid)
+            done = committed if committed is not None and committed >= 0 else 0
+            off = max(start[1] if qid == start[0] else 0, cq.min_offset)
+            while off < cq.max_offset and len(rows) < limit:
+                units = cq.units(off, min(limit - len(rows), cq.max_offset - off))
+                if not units:  # a lost file: nothing readable from here on
+                    off = cq.max_offset
+                    break
+                for i, unit in enumerate(units):
+                    row = self._dlq_row(unit, qid, off + i, done, h.with_body)
+                    if row is not None:
+                        rows.append(row)
+                off += len(units)
+            if len(rows) >= limit:
+                if off < cq.max_offset:
+                    nxt = f"{qid}:{off}"
+                elif qid + 1 < cfg.read_queue_nums:
+                    nxt = f"{qid + 1}:0"
+                break
+        return _json(cmd, {"group": group, "rows": rows, "nextCursor": nxt})
+
+    def _dlq_row(
+        self, unit: tuple[int, int, int], qid: int, off: int, done: int, with_body: bool
+    ) -> dict[str, Any] | None:
+        if unit[0] < 0:  # a hole
+            return None
+        record = self.reads.read_record(unit[0])
+        if isinstance(record, RecordProblem):
+            return None
+        try:
+            m = decode_record(record)
+        except MessageDecodeError:
+            return None
+        row: dict[str, Any] = {
+            "queueId": qid,
+            "queueOffset": off,
+            "msgId": m.msg_id,
+            "originTopic": m.properties.get(RETRY_TOPIC),
+            "keys": m.keys,
+            "tags": m.tags,
+            "reconsumeTimes": m.reconsume_times,
+            "bornMs": m.born_timestamp,
+            "storeMs": m.store_timestamp,
+            "bodySize": len(m.body),
+            "resent": off < done,  # the group's resend progress passed it
+        }
+        if with_body:
+            row["properties"] = m.properties
+            row["body"] = base64.b64encode(m.body).decode()
+        return row
 
     def handle_broker_status(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return _json(cmd, self.status())

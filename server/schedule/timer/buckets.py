@@ -3,7 +3,8 @@
 Owns: the bucket files under ``<store>/timer/`` (``<day>/<bucket>.tb``; a bucket is
 ``due_ms // bucket_ms``), their 24-byte entries ``(due_ms, phy_offset, size, kind)``,
 buffered appends, flushing them (the checkpoint's thread), loading one bucket as a
-sorted list of live timers, listing and deleting buckets.
+sorted list of live timers, listing and deleting buckets, and each bucket's content
+``version`` (for the browse cache of ``schedule/pending/``).
 
 Invariants:
 * The files are derived data: every entry comes from a record in the commit log (a
@@ -51,6 +52,7 @@ class TimerBuckets:
         self._in_flight: dict[int, bytes] = {}  # taken, not yet confirmed on disk
         self._lock = threading.Lock()  # guards _in_flight (the loop and the flush thread)
         self._flush_lock = threading.Lock()
+        self._flushes: dict[int, int] = {}  # bucket -> appends to its file since the start
 
     # ------------------------------------------------------------------ naming
 
@@ -103,6 +105,7 @@ class TimerBuckets:
             sync_filesystem(self.directory)  # file data, new files and directory entries
             with self._lock:
                 for bucket, data in taken.items():
+                    self._flushes[bucket] = self._flushes.get(bucket, 0) + 1
                     cur = self._in_flight.get(bucket)
                     if cur is None or not cur.startswith(data):
                         continue
@@ -118,6 +121,16 @@ class TimerBuckets:
         with self._lock:
             flying = self._in_flight.get(bucket, b"")
         return flying + bytes(self._buffer.get(bucket, b""))
+
+    def version(self, bucket: int) -> tuple[int, int]:
+        """On the loop: what names a bucket's content (file plus buffered entries) for a
+        reader's cache: the appends to its file since the start and the length of what is
+        not in it yet. Every change of the content changes it (entries are only appended);
+        taken before a read, a stale version only makes the reader read again."""
+        with self._lock:
+            flying = len(self._in_flight.get(bucket, b""))
+            done = self._flushes.get(bucket, 0)
+        return done, flying + len(self._buffer.get(bucket, b""))
 
     def read_file(self, bucket: int) -> bytes:
         try:
@@ -177,6 +190,8 @@ class TimerBuckets:
                 with contextlib.suppress(FileNotFoundError):
                     self.path(b).unlink()
                     n += 1
+                with self._lock:
+                    self._flushes.pop(b, None)
                 with contextlib.suppress(OSError):
                     self.path(b).parent.rmdir()  # only when empty
         return n

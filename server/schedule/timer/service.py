@@ -11,6 +11,10 @@ Records (all in the commit log; ``TIMER_TOPIC`` is a system topic no client may 
 * a timer record: ``TIMER_TOPIC`` queue 0, properties ``TIMER_OUT_MS`` (due ms),
   ``REAL_TOPIC``/``REAL_QID`` (where it fires to);
 * a recall record: ``TIMER_TOPIC`` queue 1, ``KAIROS_RECALL_TARGET=<due>:<phy>``;
+* an operator's reschedule: a timer record (a copy of the message, due at the new
+  instant) that also carries ``KAIROS_RESCHEDULE_OF=<due>:<phy>`` (and
+  ``KAIROS_RECALL_KIND``): its dispatch adds the new timer and cancels the old one (a
+  CANCEL entry, or a level mark), so the move is one append (``schedule/pending/``);
 * a fired copy: the real topic, ``KAIROS_TIMER_ORIGIN=<due>:<phy>`` (the timer record).
 
 Invariants:
@@ -48,6 +52,7 @@ from kairosmq.protocol.properties import (
     INT64_DIGITS,
     RECALL_KIND,
     RECALL_TARGET,
+    RESCHEDULE_OF,
     TIMER_ORIGIN,
     parse_decimal,
 )
@@ -122,6 +127,8 @@ class TimerService:
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
         self._waker: PreciseWaker | None = None
         self._started = False
+        self._pending_key: tuple[int, int, int | None] | None = None
+        self._pending_sorted: list[int] = []
         store.rollback_listeners.append(self.rollback)
 
     # ------------------------------------------------------------- StateProvider
@@ -165,6 +172,30 @@ class TimerService:
             found.append(self._future_min.get(first, first * self.buckets.bucket_ms))
         return min(found) if found else None
 
+    def pending_buckets(self) -> list[int]:
+        """The buckets that may hold pending timers, ascending: the fired cursor's
+        through the loaded ones, the one loading and those not loaded yet (``_known``);
+        sorted once per change (a load or a new bucket), for browsing."""
+        # the cursor is not in the key: a bucket it passed stays listed, and readers skip
+        # what it passed anyway
+        key = (len(self._known), self._loaded_through, self._loading)
+        if self._pending_key != key or not self._started:
+            first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else None
+            if not self._started:  # before start: what the files and buffers hold
+                found = self.buckets.buckets()
+                low = first if first is not None else (found[0] if found else 0)
+                self._pending_sorted = [b for b in found if b >= low]
+            else:
+                low = first if first is not None else self._loaded_through
+                near: set[int] = set(range(low, self._loaded_through + 1))
+                if len(near) > 4_096:  # a long loaded span (a backlog): the buckets there
+                    near &= set(self.buckets.buckets())
+                if self._loading is not None:
+                    near.add(self._loading)
+                self._pending_sorted = sorted(near | self._known)
+            self._pending_key = key
+        return self._pending_sorted
+
     # ------------------------------------------------------------- dispatch
 
     def on_dispatch(self, req: DispatchRequest) -> None:
@@ -175,6 +206,9 @@ class TimerService:
                 due = parse_decimal(raw, INT64_DIGITS)
                 if due is not None:
                     self._add((due, req.phy_offset, req.size))
+                    replaced = parse_pair(props.get(RESCHEDULE_OF, ""))
+                    if replaced is not None:  # an operator's reschedule: the same append
+                        self._replace(replaced, props.get(RECALL_KIND))
                 else:
                     self.log.error(
                         "timer.record_skipped",
@@ -185,10 +219,7 @@ class TimerService:
                 target = parse_pair(props.get(RECALL_TARGET, ""))
                 if target is None:
                     return
-                if props.get(RECALL_KIND) == "level":
-                    self.level_recalls.mark(target[1])
-                else:
-                    self._cancel(*target)
+                self._replace(target, props.get(RECALL_KIND))
             return
         origin = props.get(TIMER_ORIGIN)
         if origin is None:
@@ -220,6 +251,14 @@ class TimerService:
                 heapq.heappush(self._future, bucket)
                 if self._future[0] == bucket:
                     self._poke()
+
+    def _replace(self, target: tuple[int, int], kind: str | None) -> None:
+        """A recall record's or a reschedule's target never fires: a level mark for a
+        schedule record (``kind`` "level"), else a CANCEL entry for the timer."""
+        if kind == "level":
+            self.level_recalls.mark(target[1])
+        else:
+            self._cancel(*target)
 
     def _cancel(self, due: int, phy: int) -> None:
         bucket = self.buckets.add(due, phy, 0, KIND_CANCEL)
