@@ -405,7 +405,8 @@ reference = SimpleNamespace(
 def _load_twin() -> ModuleType:
     from . import _codec  # type: ignore[attr-defined]
 
-    return _codec
+    twin: ModuleType = _codec  # the compiled module, untyped to mypy
+    return twin
 
 
 _twin = native.twin(__name__, _load_twin)

@@ -493,7 +493,8 @@ reference = SimpleNamespace(compile=_compile)
 def _load_twin() -> ModuleType:
     from . import _headers  # type: ignore[attr-defined]
 
-    return _headers
+    twin: ModuleType = _headers  # the compiled module, untyped to mypy
+    return twin
 
 
 _twin = native.twin(__name__, _load_twin)

@@ -551,7 +551,8 @@ reference = SimpleNamespace(
 def _load_twin() -> ModuleType:
     from . import _message  # type: ignore[attr-defined]
 
-    return _message
+    twin: ModuleType = _message  # the compiled module, untyped to mypy
+    return twin
 
 
 _twin = native.twin(__name__, _load_twin)

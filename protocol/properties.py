@@ -171,7 +171,8 @@ reference = SimpleNamespace(
 def _load_twin() -> ModuleType:
     from . import _properties  # type: ignore[attr-defined]
 
-    return _properties
+    twin: ModuleType = _properties  # the compiled module, untyped to mypy
+    return twin
 
 
 _twin = native.twin(__name__, _load_twin)

@@ -14,7 +14,7 @@ master rejoining as a slave must cut back to (not built yet: docs/replication.md
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON read from the epoch file, checked field by field
 
 from ..store.files import read_json, write_json_atomic
 

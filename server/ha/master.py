@@ -30,7 +30,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods); JSON status rows
 
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import SCHEDULE_TOPIC

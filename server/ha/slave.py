@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods); JSON status rows
 
 from ..store.replica import ReplicaMismatch
 from .role import parse_host_port

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import (
+    TYPE_CHECKING,
+    Any,
+)  # Any: JSON tables read from the master, checked field by field; structlog's logger
 
 from kairosmq.client.errors import ClientError
 from kairosmq.client.remoting import RemotingClient

@@ -41,8 +41,8 @@ from .admin.groups import SubscriptionGroupProcessor
 from .admin.kairos import KairosAdminProcessor
 from .admin.kv import KvConfigProcessor
 from .admin.messages import QueryMessageProcessor
-from .admin.replication import SlaveSyncProcessor
 from .admin.pending import PendingMessageProcessor
+from .admin.replication import SlaveSyncProcessor
 from .admin.stats import BrokerStatsProcessor
 from .admin.topics import TopicAdminProcessor
 from .client import ClientManageProcessor

@@ -465,24 +465,25 @@ class RemotingServer:
     ) -> RemotingCommand | AckedAnswer | None:
         """``result`` (awaited), once a slave acked what the request appended; a SUCCESS
         answer becomes the code ``replicated`` returns when no slave acks it in time."""
-        if not isinstance(result, RemotingCommand):
-            result = await result
-        answer = result.command if isinstance(result, AckedAnswer) else result
+        done: RemotingCommand | AckedAnswer | None = (
+            result if isinstance(result, RemotingCommand) else await result
+        )
+        answer = done.command if isinstance(done, AckedAnswer) else done
         if answer is None or answer.code != ResponseCode.SUCCESS or self.replicated is None:
-            return result
-        ends = [token[0] for token in result.acks] if isinstance(result, AckedAnswer) else []
+            return done
+        ends = [token[0] for token in done.acks] if isinstance(done, AckedAnswer) else []
         if ack is not None:
             ends.append(ack[0])
         guard = self.ack_guard
         if not ends and guard is not None and guard.appends != appends:
             ends.append(guard.ack_token()[0])  # appended while awaited: the latest end covers it
         if not ends:
-            return result
+            return done
         failed = await self.replicated(max(ends))
         if failed is None:
-            return result
+            return done
         answer = cmd.response(failed[0], ext_fields=answer.ext_fields, remark=failed[1])
-        return AckedAnswer(answer, result.acks) if isinstance(result, AckedAnswer) else answer
+        return AckedAnswer(answer, done.acks) if isinstance(done, AckedAnswer) else answer
 
     def failure_answer(
         self, conn: Connection, cmd: RemotingCommand, err: Exception

@@ -16,7 +16,7 @@ Invariants: the checks run synchronously in the handler (``ingress.guarded`` ans
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: JSON answer bodies; coroutine type parameters
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

@@ -16,7 +16,7 @@ alike); the ACL classes both as admin reads (security/access.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: the JSON status a promotion answers
 
 import orjson
 from kairosmq.protocol.codes import ResponseCode

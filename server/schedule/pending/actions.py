@@ -30,7 +30,11 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    NamedTuple,
+)  # Any: JSON answer rows; a born host of either address family
 
 from kairosmq.protocol.message import MessageExt
 from kairosmq.protocol.pending import MAX_TARGETS, format_ref

@@ -40,7 +40,10 @@ import bisect
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import (
+    Any,
+    NamedTuple,
+)  # Any: JSON answer rows; a blocking call run off the loop returns its own type
 
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import MessageExt, decode_record, view_record
@@ -248,7 +251,7 @@ class PendingView:
                 break
             if b != bucket and self.cache.cached(b) is None:
                 wanted.append(self.cache.snapshot(b))
-        got = await self.run_blocking(self.cache.read, wanted)
+        got: list[SortedBucket] = await self.run_blocking(self.cache.read, wanted)
         for (b, version, _p), one in zip(wanted, got, strict=False):
             self.cache.put(b, version, one)
         return got[0]
