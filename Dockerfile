@@ -26,8 +26,8 @@ COPY client/ client/
 COPY console/ console/
 COPY spark/ spark/
 RUN /opt/kairosmq/bin/pip install ".[metrics,acl]" \
-    && /opt/kairosmq/bin/python -c "from kairosmq.protocol import codec, message, native; \
-assert native.core() == 'native', native.describe()"
+    && /opt/kairosmq/bin/python -c "import kairosmq.server.broker; \
+from kairosmq.protocol import native; assert native.core() == 'native', native.describe()"
 
 FROM build AS build-spark
 RUN /opt/kairosmq/bin/pip install ".[spark]"

@@ -32,6 +32,7 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.headers": "kairosmq.protocol._headers",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
+    "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
 }
 
 

@@ -26,6 +26,8 @@ Invariants:
   skip the next message; readers treat a hole like a unit below the log's minimum.
 * Unit layout is ``schema.CqUnit`` (int64 phy offset, int32 size, int64 tagsCode);
   for SCHEDULE_TOPIC_XXXX and the timer topic the tagsCode is the due timestamp in ms.
+* ``read_units`` is the reference read of a run of units; its native twin
+  ``_consumequeue.pyx`` reads them from the map in one pass when ``native.py`` chooses it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import struct
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
+from kairosmq.protocol import native
 from kairosmq.protocol.message import tags_code
 from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from kairosmq.protocol.properties import DELIVER_TIME, INT64_DIGITS, TAGS, parse_decimal
@@ -51,6 +55,14 @@ from .mapped import MappedFile, MappedFiles
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
 HOLE = (-1, 1, 0)  # a rolled-back unit (phy < 0: below any log minimum)
+
+
+def read_units(buf: mmap.mmap | bytes, first: int, count: int) -> list[tuple[int, int, int]]:
+    """``count`` units of ``buf`` (a queue file's map) from its unit ``first``, in order;
+    ``struct.error`` if they run past its end (the native twin reads them in one pass)."""
+    return [UNIT.unpack_from(buf, (first + i) * UNIT_SIZE) for i in range(count)]
+
+
 _SCAN_IN_MEMORY = 64 << 10  # a newest file up to this size is read whole at load
 _OWN_MAPS = 8  # mappings of a queue built without a store's MappedFiles (tests, tools)
 
@@ -364,7 +376,7 @@ class ConsumeQueue:
         mm = self.maps.map(f)
         base = f.base
         end = min(end, base + self.units_per_file, base + len(mm) // UNIT_SIZE)
-        return [UNIT.unpack_from(mm, (i - base) * UNIT_SIZE) for i in range(start, end)]
+        return read_units(mm, start - base, end - start)
 
     def _write_unit(self, index: int, unit: tuple[int, int, int]) -> None:
         f = self._file_for(index)
@@ -506,3 +518,22 @@ def load_queues(
             queues[(topic, qid)] = cq
             cq.load()
     return queues
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``read_units`` above is the reference (tests/server/test_native_consumequeue.py holds the
+# twin to it); the twin's (``_consumequeue.pyx``) replaces it when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(read_units=read_units)
+
+
+def _load_twin() -> ModuleType:
+    from . import _consumequeue  # type: ignore[attr-defined]
+
+    return _consumequeue
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    read_units = _twin.read_units
