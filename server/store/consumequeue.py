@@ -531,7 +531,8 @@ reference = SimpleNamespace(read_units=read_units)
 def _load_twin() -> ModuleType:
     from . import _consumequeue  # type: ignore[attr-defined]
 
-    return _consumequeue
+    twin: ModuleType = _consumequeue  # the compiled module, untyped to mypy
+    return twin
 
 
 _twin = native.twin(__name__, _load_twin)
