@@ -155,6 +155,16 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "broker_role": "string",
     },
     "ha.epoch_unreadable": {"path": "string", "error": "string"},  # error: read as empty
+    # a starting slave cut its log at its master's newest epoch start (warning; cut_bytes
+    # 0: it held nothing there) and rebuilds what was derived; or could not check
+    # (warning; error when its own epoch is newer than its master's)
+    "ha.rejoined": {
+        "master": "string",
+        "epoch": "int",
+        "start_offset": "long",
+        "cut_bytes": "long",
+    },
+    "ha.rejoin_unchecked": {"master": "string", "reason": "string"},
     # SlaveSynchronize (ha/sync.py): a table copied (count: entries changed; info), or a
     # request that failed (warning; retried next round)
     "ha.synced": {"master": "string", "table": "string", "count": "int"},

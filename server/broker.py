@@ -51,6 +51,7 @@ from .fdbudget import (
 )
 from .ha.epoch import EpochFile
 from .ha.master import HAService
+from .ha.rejoin import rejoin
 from .ha.role import SLAVE_REFUSAL, BrokerRole
 from .ha.slave import HAClient
 from .ha.sync import SlaveSynchronize, master_broker_address
@@ -304,7 +305,11 @@ class Broker:
             status["registration"] = self.registration.status()
         # replication (server/ha/): the role, the slaves and their acks, or the master
         if self.ha is not None:
-            status["ha"] = {**self.ha.status(), "epoch": self.epochs.current}
+            status["ha"] = {
+                **self.ha.status(),
+                "epoch": self.epochs.current,
+                "epochs": self.epochs.entries,
+            }
         elif self.ha_client is not None and self.slave_sync is not None:
             status["ha"] = {**self.ha_client.status(), **self.slave_sync.status()}
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
@@ -341,11 +346,19 @@ class Broker:
                 keys=",".join(sorted(self.settings.overrides)),
                 skipped=",".join(skipped),
             )
-        self.recovery = await asyncio.to_thread(self.store.open)
-        self.log.info("store.recovered", **self.recovery)
         unreadable = self.epochs.load()
         if unreadable is not None:
             self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
+        if not self.role.is_master:  # a log running past the master's newest epoch is cut
+            await rejoin(
+                store_dir=self.store.data_dir,
+                segment_size=self.config.commitlog_segment_size,
+                epochs=self.epochs,
+                master=self._master_broker_address(),
+                log=get_logger("ha"),
+            )
+        self.recovery = await asyncio.to_thread(self.store.open)
+        self.log.info("store.recovered", **self.recovery)
         try:
             await self._start_serving()
         except BaseException:
