@@ -147,12 +147,14 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "reason": "string",
     },
     # warning: a slave became an ASYNC_MASTER (`kairosmq admin promote`): its new epoch
-    # starts at start_offset; cut_bytes: a record it was receiving, dropped
+    # starts at start_offset; cut_bytes: a record it was receiving, dropped;
+    # topics_created: topics its log holds that its last table sync had not brought
     "ha.promoted": {
         "epoch": "int",
         "start_offset": "long",
         "cut_bytes": "long",
         "broker_role": "string",
+        "topics_created": "int",
     },
     "ha.epoch_unreadable": {"path": "string", "error": "string"},  # error: read as empty
     # a starting slave cut its log at its master's newest epoch start (warning; cut_bytes

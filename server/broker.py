@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any
 
+from kairosmq.protocol.naming import is_system_topic
+
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
@@ -520,6 +522,7 @@ class Broker:
         await sup.stop_service("slave-sync")
         appender = self.ha_client.appender
         cut = self.store.commitlog.cut_to(appender.dispatched)  # a record half received
+        created = self._topics_of_queues()
         self.store.replica_end = None
         start = self.store.commitlog.max_offset
         epoch = await asyncio.to_thread(self.epochs.begin, start)
@@ -540,16 +543,31 @@ class Broker:
             start_offset=start,
             cut_bytes=cut,
             broker_role=self.role.value,
+            topics_created=len(created),
         )
         return {
             "brokerRole": self.role.value,
             "epoch": epoch["epoch"],
             "startOffset": start,
             "cutBytes": cut,
+            "topicsCreated": created,
             "haListenPort": self.endpoints.ha_port,
             "remark": "promoted; start it next time with --broker-role ASYNC_MASTER "
             "(or SYNC_MASTER) and --broker-id 0",
         }
+
+    def _topics_of_queues(self) -> list[str]:
+        """Topics the log holds messages for that the table lacks (created on the master
+        after the last SlaveSynchronize round): created with the queues seen, at least
+        the default count, so the new master serves them. System topics are the
+        broker's own."""
+        need: dict[str, int] = {}
+        for topic, qid in list(self.store.queues):
+            if topic not in self.topics.topics and not is_system_topic(topic):
+                need[topic] = max(need.get(topic, 0), qid + 1)
+        for topic, n in need.items():
+            self.topics.create(topic, max(n, self.config.default_queue_nums), bounded=False)
+        return sorted(need)
 
     async def _start_ha(self) -> None:
         """A master's HA listener (port + 1 unless --ha-listen-port; a failed bind of the
