@@ -151,14 +151,26 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "reason": "string",
     },
     # warning: a slave became an ASYNC_MASTER (`kairosmq admin promote`): its new epoch
-    # starts at start_offset; cut_bytes: a record it was receiving, dropped
+    # starts at start_offset; cut_bytes: a record it was receiving, dropped;
+    # topics_created: topics its log holds that its last table sync had not brought
     "ha.promoted": {
         "epoch": "int",
         "start_offset": "long",
         "cut_bytes": "long",
         "broker_role": "string",
+        "topics_created": "int",
     },
     "ha.epoch_unreadable": {"path": "string", "error": "string"},  # error: read as empty
+    # a starting slave cut its log at its master's newest epoch start (warning; cut_bytes
+    # 0: it held nothing there) and rebuilds what was derived; or could not check
+    # (warning; error when its own epoch is newer than its master's)
+    "ha.rejoined": {
+        "master": "string",
+        "epoch": "int",
+        "start_offset": "long",
+        "cut_bytes": "long",
+    },
+    "ha.rejoin_unchecked": {"master": "string", "reason": "string"},
     # SlaveSynchronize (ha/sync.py): a table copied (count: entries changed; info), or a
     # request that failed (warning; retried next round)
     "ha.synced": {"master": "string", "table": "string", "count": "int"},

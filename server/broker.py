@@ -40,6 +40,8 @@ from typing import Any  # Any: JSON status and checkpoint; optional AclGuard, si
 
 from kairosmq.protocol import native
 
+from kairosmq.protocol.naming import is_system_topic
+
 from .cluster.registration import BrokerRegistration
 from .config import BrokerConfig, FlushMode
 from .endpoints import Endpoints
@@ -53,6 +55,7 @@ from .fdbudget import (
 )
 from .ha.epoch import EpochFile
 from .ha.master import HAService
+from .ha.rejoin import rejoin
 from .ha.role import SLAVE_REFUSAL, BrokerRole
 from .ha.slave import HAClient
 from .ha.sync import SlaveSynchronize, master_broker_address
@@ -307,7 +310,11 @@ class Broker:
             status["registration"] = self.registration.status()
         # replication (server/ha/): the role, the slaves and their acks, or the master
         if self.ha is not None:
-            status["ha"] = {**self.ha.status(), "epoch": self.epochs.current}
+            status["ha"] = {
+                **self.ha.status(),
+                "epoch": self.epochs.current,
+                "epochs": self.epochs.entries,
+            }
         elif self.ha_client is not None and self.slave_sync is not None:
             status["ha"] = {**self.ha_client.status(), **self.slave_sync.status()}
         if self.fd_budget is not None:  # descriptors: open now against the start's budget
@@ -344,11 +351,19 @@ class Broker:
                 keys=",".join(sorted(self.settings.overrides)),
                 skipped=",".join(skipped),
             )
-        self.recovery = await asyncio.to_thread(self.store.open)
-        self.log.info("store.recovered", **self.recovery)
         unreadable = self.epochs.load()
         if unreadable is not None:
             self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
+        if not self.role.is_master:  # a log running past the master's newest epoch is cut
+            await rejoin(
+                store_dir=self.store.data_dir,
+                segment_size=self.config.commitlog_segment_size,
+                epochs=self.epochs,
+                master=self._master_broker_address(),
+                log=get_logger("ha"),
+            )
+        self.recovery = await asyncio.to_thread(self.store.open)
+        self.log.info("store.recovered", **self.recovery)
         try:
             await self._start_serving()
         except BaseException:
@@ -515,6 +530,7 @@ class Broker:
         await sup.stop_service("slave-sync")
         appender = self.ha_client.appender
         cut = self.store.commitlog.cut_to(appender.dispatched)  # a record half received
+        created = self._topics_of_queues()
         self.store.replica_end = None
         start = self.store.commitlog.max_offset
         epoch = await asyncio.to_thread(self.epochs.begin, start)
@@ -535,16 +551,31 @@ class Broker:
             start_offset=start,
             cut_bytes=cut,
             broker_role=self.role.value,
+            topics_created=len(created),
         )
         return {
             "brokerRole": self.role.value,
             "epoch": epoch["epoch"],
             "startOffset": start,
             "cutBytes": cut,
+            "topicsCreated": created,
             "haListenPort": self.endpoints.ha_port,
             "remark": "promoted; start it next time with --broker-role ASYNC_MASTER "
             "(or SYNC_MASTER) and --broker-id 0",
         }
+
+    def _topics_of_queues(self) -> list[str]:
+        """Topics the log holds messages for that the table lacks (created on the master
+        after the last SlaveSynchronize round): created with the queues seen, at least
+        the default count, so the new master serves them. System topics are the
+        broker's own."""
+        need: dict[str, int] = {}
+        for topic, qid in list(self.store.queues):
+            if topic not in self.topics.topics and not is_system_topic(topic):
+                need[topic] = max(need.get(topic, 0), qid + 1)
+        for topic, n in need.items():
+            self.topics.create(topic, max(n, self.config.default_queue_nums), bounded=False)
+        return sorted(need)
 
     async def _start_ha(self) -> None:
         """A master's HA listener (port + 1 unless --ha-listen-port; a failed bind of the

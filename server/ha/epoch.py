@@ -8,7 +8,7 @@ Invariants: epochs strictly increase and start offsets never decrease; an unread
 file is treated as empty (``load`` says why, the caller logs it; a promotion then starts
 epoch 1). The commit log up to the current epoch's start offset is the previous
 master's log byte for byte (the promoted slave held exactly that), which is what an old
-master rejoining as a slave must cut back to (not built yet: docs/replication.md).
+master rejoining as a slave cuts back to (rejoin.py).
 """
 
 from __future__ import annotations

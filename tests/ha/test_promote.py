@@ -89,3 +89,81 @@ async def test_promoted_slave_takes_sends_and_fires_pending_timers_once(tmp_path
     finally:
         await sp.close()
         s.terminate()
+
+
+async def test_old_master_rejoins_as_slave_cutting_its_unreplicated_tail(tmp_path) -> None:
+    m = master(tmp_path / "m")  # becomes the old master
+    await m.start()
+    s = master(tmp_path / "s")  # ports paired (its HA port at + 1 once promoted) ...
+    s.extra = (
+        *s.extra,
+        "--broker-role",
+        "SLAVE",
+        "--ha-master-address",
+        f"127.0.0.1:{m.ha_port}",
+        "--slave-sync-interval",
+        "0.5",
+    )  # ... a slave now
+    await s.start()
+    mp = await RawPeer.connect(m.address)
+    try:
+        both = [f"B{i:03d}" for i in range(30)]
+        for key in both:
+            assert (await send(mp, "Re", key.encode(), {"UNIQ_KEY": key}, queue_id=0)).code == 0
+
+        async def same() -> bool:
+            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+
+        await wait_for(same, what="replicated")
+        s.kill()  # the slave misses what follows: the old master's unreplicated tail
+        for i in range(10):
+            r = await send(mp, "Re", b"lost", {"UNIQ_KEY": f"L{i:03d}"}, queue_id=0)
+            assert r.code == 0
+        m.kill()
+    finally:
+        await mp.close()
+    await s.start()
+    done = await asyncio.to_thread(admin, "--broker", s.address, "promote", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    start = json.loads(done.stdout)["startOffset"]
+    sp = await RawPeer.connect(s.address)
+    try:
+        newer = [f"N{i:03d}" for i in range(15)]
+        for key in newer:
+            r = await send(sp, "Re", b"new-" + key.encode(), {"UNIQ_KEY": key}, queue_id=0)
+            assert r.code == 0, r.remark
+        assert len(log_bytes(tmp_path / "m")) > start, "the old master holds a diverging tail"
+        # the old master comes back as a slave of the new one
+        m.extra = (
+            *m.extra,
+            "--broker-role",
+            "SLAVE",
+            "--ha-master-address",
+            f"127.0.0.1:{s.port + 1}",
+            "--slave-sync-interval",
+            "0.5",
+        )
+        await m.start()
+
+        async def rejoined() -> bool:
+            return log_bytes(tmp_path / "m") == log_bytes(tmp_path / "s")
+
+        await wait_for(rejoined, timeout=30, what="the old master holds the new master's log")
+        (ev,) = m.events("ha.rejoined")
+        assert (ev["epoch"], ev["start_offset"]) == (1, start) and ev["cut_bytes"] > 0
+        mp = await RawPeer.connect(m.address)
+        try:
+
+            async def served() -> bool:
+                got = sorted(x.msg_id for x in await pull_all(mp, "Re", 1))
+                return got == sorted([*both, *newer])
+
+            await wait_for(served, what="the rejoined slave serves the new master's messages only")
+        finally:
+            await mp.close()
+        epochs = orjson.loads((tmp_path / "m" / "store" / "epoch.json").read_bytes())
+        assert epochs == [{"epoch": 1, "startOffset": start}]
+    finally:
+        await sp.close()
+        s.terminate()
+        m.terminate()
