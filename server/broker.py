@@ -39,7 +39,6 @@ import time
 from typing import Any  # Any: JSON status and checkpoint; optional AclGuard, sink listener
 
 from kairosmq.protocol import native
-
 from kairosmq.protocol.naming import is_system_topic
 
 from .cluster.registration import BrokerRegistration
