@@ -24,7 +24,7 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.client.errors import ClientError
