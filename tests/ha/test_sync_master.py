@@ -14,7 +14,7 @@ from kairosmq.protocol.codes import RequestCode, ResponseCode
 from kairosmq.protocol.message import decode_records
 
 from tests.ha.pair import log_bytes, master, pull_all, slave, status, wait_for
-from tests.helpers import pull, send
+from tests.helpers import pull, send, send_ext
 from tests.wire import RawPeer
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,12 @@ async def test_sync_master_times_out_a_stalled_slave_then_a_held_pull_wakes_on_i
         os.kill(s.proc.pid, signal.SIGSTOP)  # attached, but acks nothing
         try:
             started = time.monotonic()
-            r = await send(mp, "Sync", b"stalled", {"UNIQ_KEY": "STALLED"})
+            r = await mp.call(  # answered after syncFlushTimeout (5 s): wait longer
+                RequestCode.SEND_MESSAGE_V2,
+                send_ext("Sync", {"UNIQ_KEY": "STALLED"}),
+                b"stalled",
+                timeout=15,
+            )
             took = time.monotonic() - started
             assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, r.remark
             assert 4.5 <= took < 12, took  # syncFlushTimeout: 5 s
