@@ -142,6 +142,10 @@ function showTab(name) {
   for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== name;
   if (name === "pending") loadPending(null).catch((e) => status(e.message, true));
   if (name === "transactions") loadTransactions().catch((e) => status(e.message, true));
+  if (name === "timers") loadTimers().catch((e) => status(e.message, true));
+  if (name === "cluster") loadCluster().catch((e) => status(e.message, true));
+  if (name === "topics") loadTopics(0).catch((e) => status(e.message, true));
+  if (name === "groups") loadGroups().catch((e) => status(e.message, true));
 }
 
 // ------------------------------------------------------------------ pending
@@ -347,6 +351,161 @@ $("#tx-filter").addEventListener("submit", (ev) => {
   ev.preventDefault();
   loadTransactions().catch((e) => status(e.message, true));
 });
+
+// ------------------------------------------------------------------ timer health
+
+function fmtDur(ms) {
+  if (ms === null || ms === undefined) return "-";
+  if (ms < 1000) return `${ms} ms`;
+  return fmtIn(ms);
+}
+
+async function loadTimers(keepStatus = false) {
+  const out = await api("GET", "/api/timers?" + withBroker({}));
+  const tbody = $("#timer-table tbody");
+  tbody.textContent = "";
+  if (out.timers) {
+    const t = out.timers;
+    const tr = document.createElement("tr");
+    cell(tr, t.pending);
+    cell(tr, t.pending ? fmtTime(t.nextDueMs) : "-");
+    cell(tr, t.oldestOverdueMs ? fmtDur(t.oldestOverdueMs) : "none", t.oldestOverdueMs ? "bad" : "");
+    cell(tr, t.scheduled);
+    cell(tr, t.fired);
+    cell(tr, t.meanLatenessMs === null ? "-" : `${t.meanLatenessMs} ms`);
+    tbody.appendChild(tr);
+  }
+  const lbody = $("#level-table tbody");
+  lbody.textContent = "";
+  for (const lv of out.levels) {
+    const tr = document.createElement("tr");
+    cell(tr, lv.level);
+    cell(tr, lv.delayMs === undefined ? "-" : fmtDur(lv.delayMs));
+    cell(tr, lv.pending);
+    cell(tr, lv.pending && lv.nextDueMs ? fmtTime(lv.nextDueMs) : "-");
+    cell(tr, lv.oldestOverdueMs ? fmtDur(lv.oldestOverdueMs) : "none", lv.oldestOverdueMs ? "bad" : "");
+    cell(tr, lv.scheduled);
+    cell(tr, lv.delivered);
+    lbody.appendChild(tr);
+  }
+  if (!keepStatus) {
+    status(out.kairosmq ? `${out.timers.pending} timers pending` : "not a kairosmq broker: delay levels only");
+  }
+}
+
+// ------------------------------------------------------------------ cluster
+
+async function loadCluster() {
+  const out = await api("GET", "/api/cluster");
+  const tbody = $("#cluster-table tbody");
+  tbody.textContent = "";
+  for (const b of out.brokers) {
+    const tr = document.createElement("tr");
+    cell(tr, b.cluster);
+    cell(tr, b.brokerName);
+    cell(tr, b.brokerId);
+    cell(tr, b.address, "id");
+    cell(tr, b.role);
+    if (b.error) {
+      cell(tr, b.error, "bad");
+    } else {
+      cell(tr, b.version);
+      cell(tr, b.putTps === null ? "-" : b.putTps.toFixed(1));
+      cell(tr, b.getTps === null ? "-" : b.getTps.toFixed(1));
+      cell(tr, b.diskUsed === null ? "-" : `${(b.diskUsed * 100).toFixed(1)} %`);
+      cell(tr, b.kairosmq ? b.core : "(Apache)");
+      cell(tr, b.ha ? `${b.ha.role || ""}${b.ha.lagBytes !== undefined && b.ha.lagBytes !== null ? ` lag ${b.ha.lagBytes} B` : ""}` : "-");
+    }
+    tbody.appendChild(tr);
+  }
+  status(`${out.brokers.length} brokers in ${out.clusters.join(", ")}`);
+}
+
+// ------------------------------------------------------------------ topics
+
+state.topicsOffset = 0;
+
+async function loadTopics(offset, keepStatus = false) {
+  const f = new FormData($("#topics-filter"));
+  const page = await api("GET", "/api/topics?" + withBroker({
+    contains: f.get("contains"), kind: f.get("kind"), offset, limit: 50,
+  }));
+  const tbody = $("#topics-table tbody");
+  tbody.textContent = "";
+  for (const r of page.rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.topic = r.topic;
+    cell(tr, r.topic);
+    cell(tr, r.kind);
+    cell(tr, `${r.readQueues}/${r.writeQueues}`);
+    cell(tr, r.error ? r.error : r.messages);
+    cell(tr, r.queues ? r.queues.map((q) => q.maxOffset).join(" ") : "-");
+    cell(tr, fmtTime(r.lastUpdateTimestamp));
+    tbody.appendChild(tr);
+  }
+  state.topicsOffset = page.offset;
+  state.topicsNext = page.nextOffset;
+  $("#topics-next").disabled = page.nextOffset === null;
+  $("#topics-total").textContent = `${page.offset + 1}-${page.offset + page.rows.length} of ${page.total}`;
+  if (!keepStatus) status(`${page.total} topics`);
+}
+
+$("#topics-filter").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  loadTopics(0).catch((e) => status(e.message, true));
+});
+$("#topics-first").addEventListener("click", () => loadTopics(0).catch((e) => status(e.message, true)));
+$("#topics-next").addEventListener("click", () => loadTopics(state.topicsNext).catch((e) => status(e.message, true)));
+
+// ------------------------------------------------------------------ groups
+
+async function loadGroups() {
+  const out = await api("GET", "/api/groups?" + withBroker({}));
+  const tbody = $("#groups-table tbody");
+  tbody.textContent = "";
+  for (const g of out.groups) {
+    const tr = document.createElement("tr");
+    tr.dataset.group = g.group;
+    cell(tr, g.group);
+    cell(tr, g.online);
+    cell(tr, g.lag);
+    cell(tr, g.messageModel);
+    const c = cell(tr, "");
+    c.textContent = "";
+    c.append(button("Details", () => loadGroup(g.group).catch((e) => status(e.message, true))));
+    tbody.appendChild(tr);
+  }
+  status(`${out.groups.length} consumer groups`);
+}
+
+async function loadGroup(name) {
+  const out = await api("GET", "/api/groups/detail?" + withBroker({ consumerGroup: name }));
+  $("#group-detail").hidden = false;
+  $("#group-name").textContent = `${out.group}: lag ${out.lag}`;
+  const qbody = $("#group-queues tbody");
+  qbody.textContent = "";
+  for (const q of out.queues) {
+    const tr = document.createElement("tr");
+    cell(tr, q.topic);
+    cell(tr, q.queueId);
+    cell(tr, q.brokerOffset);
+    cell(tr, q.consumerOffset);
+    cell(tr, q.lag);
+    cell(tr, fmtTime(q.lastTimestamp));
+    qbody.appendChild(tr);
+  }
+  const cbody = $("#group-connections tbody");
+  cbody.textContent = "";
+  for (const c of out.connections) {
+    const tr = document.createElement("tr");
+    cell(tr, c.clientId, "id");
+    cell(tr, c.clientAddr);
+    cell(tr, c.language);
+    cell(tr, c.version);
+    cbody.appendChild(tr);
+  }
+  status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
+}
 
 // ------------------------------------------------------------------ start
 

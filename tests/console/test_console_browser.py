@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.headers import UpdateConsumerOffsetRequestHeader
 from kairosmq.spark.png import find_chromium
 
 from tests.helpers import pull_all, send, wait_until
@@ -69,6 +70,9 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
     )
     assert back.code == ResponseCode.SUCCESS, back.remark
     await half(peer, "Ledger", "HALF-1")
+    # a group with offsets on Paid (for the Groups view)
+    commit = UpdateConsumerOffsetRequestHeader("PaidCG", "Paid", 0, 0)
+    assert (await peer.call(R.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())).code == 0
     problems: list[str] = []
     async with playwright.async_playwright() as pw:
         browser = await pw.chromium.launch(
@@ -135,6 +139,40 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         await tx_rows.nth(0).get_by_role("button", name="Commit").click()
         await expect(page.locator("#status")).to_contain_text("commit: HALF-1")
         await expect(tx_rows).to_have_count(0)
+        # the read-only views: timer health, cluster, topics, groups
+        await page.click("button[data-tab=timers]")
+        await expect(page.locator("#timer-table tbody tr")).to_have_count(1)
+        assert (await page.locator("#timer-table tbody td").first.text_content()) == "2"
+        level2 = page.locator("#level-table tbody tr").nth(1)  # level 2: 30 s, one pending
+        await expect(level2).to_contain_text("30.0 s")
+        assert [await c.text_content() for c in await level2.locator("td").all()][:3] == [
+            "2",
+            "30.0 s",
+            "1",
+        ]
+        await shot(page, "console-timers")
+        await page.click("button[data-tab=cluster]")
+        await expect(page.locator("#cluster-table tbody tr")).to_have_count(1)
+        assert broker.address in await page.text_content("#cluster-table tbody")
+        assert "master" in await page.text_content("#cluster-table tbody")
+        await shot(page, "console-cluster")
+        await page.click("button[data-tab=topics]")
+        await page.fill("#topics-filter input[name=contains]", "Paid")
+        await page.click("#topics-filter button[type=submit]")
+        paid = page.locator("#topics-table tbody tr", has_text="Paid")
+        await expect(paid).to_have_count(1)
+        assert "Paid" in await paid.text_content()
+        await page.fill("#topics-filter input[name=contains]", "")
+        await page.click("#topics-filter button[type=submit]")
+        await expect(page.locator("#topics-total")).to_contain_text("of ")
+        await shot(page, "console-topics")
+        await page.click("button[data-tab=groups]")
+        group_row = page.locator("#groups-table tbody tr", has_text="PaidCG")
+        await expect(group_row).to_have_count(1)
+        await group_row.get_by_role("button", name="Details").click()
+        await expect(page.locator("#group-queues tbody tr")).to_have_count(4)  # Paid's queues
+        assert "lag 2" in await page.text_content("#group-name")  # DEAD-1 and its resend
+        await shot(page, "console-groups")
         await page.click("button[data-tab=pending]")
         await page.click("#logout")
         await page.wait_for_selector("#login:not([hidden])")
