@@ -17,13 +17,17 @@ or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.
   ``console/views.py``: ``GET /api/cluster``, ``/api/topics``, ``/api/groups``,
   ``/api/groups/detail``, ``/api/timers``;
 * operator: ``POST /api/pending/reschedule``, ``/run-now`` (909), ``/recall`` (910),
-  ``POST /api/dlq/resend`` (903), ``POST /api/transactions/end`` (912).
+  ``POST /api/dlq/resend`` (903), ``POST /api/transactions/end`` (912);
+* admin (``console/actions.py``): ``POST /api/topics/create`` (17),
+  ``/api/topics/delete`` (215, 216), ``POST /api/groups/reset-offset`` (222, or 29/30
+  and 15 for a group with no client online).
 
 Invariants:
 * Every route but login needs a live login (401); every POST but login needs the
   login's CSRF token in ``X-CSRF-Token`` (403), a JSON body, and, when the browser
   sends an ``Origin``, one naming this console's host (403); actions need the operator
-  role (403). Each action is logged (``console.action``: user, route, broker, what it
+  role, topic and offset writes the admin role (403; viewer < operator < admin).
+  Each action is logged (``console.action``: user, route, broker, what it
   named, the broker's answer code).
 * Only the field names a route declares reach the broker, each at most ``MAX_FIELD``
   characters; the broker checks their values and its refusals come back as 422 with
@@ -48,8 +52,8 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
-from . import views
-from .auth import COOKIE, Login, Logins, Throttle, Users, csrf_ok
+from . import actions, views
+from .auth import COOKIE, ROLES, Login, Logins, Throttle, Users, csrf_ok
 from .http import HttpError, Request, Response
 from .views import BrokerError
 
@@ -64,7 +68,7 @@ ASSETS: dict[str, tuple[str, bytes]] = {
         ("/assets/app.css", "app.css", "text/css; charset=utf-8"),
     )
 }
-VIEWER, OPERATOR = "viewer", "operator"
+VIEWER, OPERATOR, ADMIN = ROLES
 
 
 class Brokers:
@@ -108,6 +112,13 @@ class Brokers:
             self._info = cluster_json(resp.body)
             self._fetched = time.monotonic()
         return self._info
+
+    async def namesrv_call(self, code: int, fields: dict[str, str]) -> RemotingCommand:
+        """One request to the name server (any answer code comes back)."""
+        try:
+            return await self.pool.invoke(str(self.namesrv), code, fields, timeout=self.timeout)
+        except (ClientError, OSError) as err:
+            raise HttpError(502, f"name server {self.namesrv} cannot be reached: {err}") from None
 
     async def masters(self) -> dict[str, str]:
         """Broker name -> master address."""
@@ -159,6 +170,7 @@ class Brokers:
 
 
 Route = Callable[[Request, Login], Awaitable[Response]]
+AdminWrite = Callable[[Brokers, str | None, dict[str, Any]], Awaitable[Any]]
 
 
 def _fields(src: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
@@ -214,6 +226,9 @@ class ConsoleApi:
             ("POST", "/api/pending/recall"): (OPERATOR, self.recall),
             ("POST", "/api/dlq/resend"): (OPERATOR, self.dlq_resend),
             ("POST", "/api/transactions/end"): (OPERATOR, self.end_half),
+            ("POST", "/api/topics/create"): (ADMIN, self.create_topic),
+            ("POST", "/api/topics/delete"): (ADMIN, self.delete_topic),
+            ("POST", "/api/groups/reset-offset"): (ADMIN, self.reset_offset),
         }
 
     # ------------------------------------------------------------------ dispatch
@@ -240,8 +255,8 @@ class ConsoleApi:
             self._same_origin(req)
             if not csrf_ok(login, req.headers.get("x-csrf-token")):
                 return Response.error(403, "missing or wrong X-CSRF-Token")
-        if role == OPERATOR and login.role != OPERATOR:
-            return Response.error(403, f"{req.path} needs the operator role")
+        if ROLES.index(login.role) < ROLES.index(role):
+            return Response.error(403, f"{req.path} needs the {role} role")
         try:
             return await route(req, login)
         except BrokerError as err:
@@ -401,3 +416,28 @@ class ConsoleApi:
 
     async def end_half(self, req: Request, s: Login) -> Response:
         return await self._act(req, s, R.KAIROS_END_HALF_MESSAGE, ("commitLogOffset", "action"))
+
+    # ------------------------------------------------------------------ admin writes
+
+    async def _admin(self, req: Request, s: Login, write: AdminWrite) -> Response:
+        body = req.json()
+        broker = body.get("broker")
+        if broker is not None and not isinstance(broker, str):
+            return Response.error(400, "broker must be a string")
+        named = _fields(body, ("topic", "consumerGroup", "timestamp", "queues", "perm"))
+        try:
+            out = await write(self.brokers, broker, body)
+        except BrokerError as err:
+            self._audit(s, req, broker, named, err.code)
+            raise
+        self._audit(s, req, broker, named, int(ResponseCode.SUCCESS))
+        return Response.json(out)
+
+    async def create_topic(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.create_topic)
+
+    async def delete_topic(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.delete_topic)
+
+    async def reset_offset(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.reset_offset)

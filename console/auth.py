@@ -3,7 +3,8 @@
 Owns: ``Users`` (the users file: ``users: [{name, role, password}]``, YAML, passwords as
 ``hash_password`` hashes: scrypt, N=2^14, r=8, p=1, a 16-byte salt), ``ROLES``
 (``viewer``: every read; ``operator``: also the actions: reschedule, run now, recall,
-DLQ resend, ending a half message), ``Logins`` (random login tokens in an
+DLQ resend, ending a half message; ``admin``: also creating and deleting topics and
+resetting a group's offsets), ``Logins`` (random login tokens in an
 HttpOnly, SameSite=Strict cookie, an idle and an absolute expiry, at most
 ``MAX_LOGINS``) and ``Throttle`` (failed logins per name and per address).
 
@@ -32,7 +33,7 @@ from typing import Any
 
 import yaml
 
-ROLES = ("viewer", "operator")
+ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
 SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 MAX_LOGINS = 10_000
 IDLE_S = 30 * 60

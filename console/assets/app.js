@@ -85,7 +85,8 @@ function showLogin() {
 async function loggedIn(me) {
   state.csrf = me.csrf;
   state.role = me.role;
-  document.body.classList.toggle("viewer", me.role !== "operator");
+  document.body.classList.toggle("viewer", me.role === "viewer");
+  document.body.classList.toggle("admin", me.role === "admin");
   $("#user").textContent = `${me.user} (${me.role})`;
   $("#login").hidden = true;
   $("#tabs").hidden = false;
@@ -441,6 +442,9 @@ async function loadTopics(offset, keepStatus = false) {
     cell(tr, r.error ? r.error : r.messages);
     cell(tr, r.queues ? r.queues.map((q) => q.maxOffset).join(" ") : "-");
     cell(tr, fmtTime(r.lastUpdateTimestamp));
+    const actions = cell(tr, "", "actions adm");
+    actions.textContent = "";
+    actions.append(button("Delete", () => deleteTopic(r.topic), "danger"));
     tbody.appendChild(tr);
   }
   state.topicsOffset = page.offset;
@@ -449,6 +453,32 @@ async function loadTopics(offset, keepStatus = false) {
   $("#topics-total").textContent = `${page.offset + 1}-${page.offset + page.rows.length} of ${page.total}`;
   if (!keepStatus) status(`${page.total} topics`);
 }
+
+async function adminWrite(path, body, what, reload) {
+  let text, error = false;
+  try {
+    const out = await api("POST", path, { ...body, broker: state.broker });
+    text = `${what}: done` + (out.queues && out.queues.map ? ` (${out.queues.map((q) => `${q.queueId}@${q.offset}`).join(" ")})` : "");
+  } catch (err) {
+    text = `${what}: ${err.message}`;
+    error = true;
+  }
+  await reload().catch(() => {});
+  status(text, error);
+}
+
+function deleteTopic(topic) {
+  if (!window.confirm(`Delete topic ${topic} on ${state.broker}?`)) return;
+  adminWrite("/api/topics/delete", { topic }, `delete ${topic}`, () => loadTopics(state.topicsOffset, true));
+}
+
+$("#topic-create").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const topic = f.get("topic");
+  adminWrite("/api/topics/create", { topic, queues: Number(f.get("queues")), perm: f.get("perm") },
+    `create ${topic}`, () => loadTopics(state.topicsOffset, true));
+});
 
 $("#topics-filter").addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -478,7 +508,21 @@ async function loadGroups() {
   status(`${out.groups.length} consumer groups`);
 }
 
-async function loadGroup(name) {
+$("#reset-offset").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const timestamp = f.get("end") === "on" ? -1 : new Date(f.get("at")).getTime();
+  if (Number.isNaN(timestamp)) {
+    status("give the instant or tick 'the end'", true);
+    return;
+  }
+  const group = state.group;
+  adminWrite("/api/groups/reset-offset", { consumerGroup: group, topic: f.get("topic"), timestamp },
+    `reset ${group}`, () => loadGroup(group, true));
+});
+
+async function loadGroup(name, keepStatus = false) {
+  state.group = name;
   const out = await api("GET", "/api/groups/detail?" + withBroker({ consumerGroup: name }));
   $("#group-detail").hidden = false;
   $("#group-name").textContent = `${out.group}: lag ${out.lag}`;
@@ -504,7 +548,7 @@ async function loadGroup(name) {
     cell(tr, c.version);
     cbody.appendChild(tr);
   }
-  status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
+  if (!keepStatus) status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
 }
 
 // ------------------------------------------------------------------ start

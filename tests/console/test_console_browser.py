@@ -9,6 +9,7 @@ With ``KAIROSMQ_SCREENSHOTS=<dir>`` it also saves the screenshots docs/console.m
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import re
@@ -71,8 +72,9 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
     assert back.code == ResponseCode.SUCCESS, back.remark
     await half(peer, "Ledger", "HALF-1")
     # a group with offsets on Paid (for the Groups view)
-    commit = UpdateConsumerOffsetRequestHeader("PaidCG", "Paid", 0, 0)
-    assert (await peer.call(R.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())).code == 0
+    for qid in range(4):
+        commit = UpdateConsumerOffsetRequestHeader("PaidCG", "Paid", qid, 0)
+        assert (await peer.call(R.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())).code == 0
     problems: list[str] = []
     async with playwright.async_playwright() as pw:
         browser = await pw.chromium.launch(
@@ -184,6 +186,36 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         await rows.nth(2).wait_for()
         assert not await rows.nth(0).get_by_role("button", name="Run now").is_visible()
         await shot(page, "console-viewer")
+        await page.click("button[data-tab=topics]")
+        await expect(page.locator("#topics-table tbody tr").first).to_be_visible()
+        assert not await page.locator("#topic-create").is_visible()  # admin only
+        # an admin creates and deletes a topic and resets a group's offsets
+        await page.click("#logout")
+        await page.wait_for_selector("#login:not([hidden])")
+        await page.fill("#login-user", "ada")
+        await page.fill("#login-password", "admin-pw")
+        await page.click("#login button[type=submit]")
+        await rows.nth(2).wait_for()
+        await page.click("button[data-tab=topics]")
+        await page.fill("#topic-create input[name=topic]", "WebAdmT")
+        await page.fill("#topic-create input[name=queues]", "2")
+        await page.click("#topic-create button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("create WebAdmT: done")
+        assert broker.topics.get("WebAdmT") is not None
+        page.on("dialog", lambda d: asyncio.ensure_future(d.accept()))
+        made = page.locator("#topics-table tbody tr", has_text="WebAdmT")
+        await made.get_by_role("button", name="Delete").click()
+        await expect(page.locator("#status")).to_contain_text("delete WebAdmT: done")
+        assert broker.topics.get("WebAdmT") is None
+        await page.click("button[data-tab=groups]")
+        group_row = page.locator("#groups-table tbody tr", has_text="PaidCG")
+        await group_row.get_by_role("button", name="Details").click()
+        await page.fill("#reset-offset input[name=topic]", "Paid")
+        await page.check("#reset-offset input[name=end]")
+        await shot(page, "console-admin")
+        await page.click("#reset-offset button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("reset PaidCG: done")
+        await expect(page.locator("#group-name")).to_contain_text("lag 0")
         await browser.close()
     assert problems == [], problems
     got = {m.properties["UNIQ_KEY"] for m in await pull_all(peer, "Orders")}
@@ -197,5 +229,8 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         "/api/pending/reschedule",
         "/api/dlq/resend",
         "/api/transactions/end",
+        "/api/topics/create",
+        "/api/topics/delete",
+        "/api/groups/reset-offset",
     ]
     await peer.close()
