@@ -18,12 +18,15 @@ Invariants:
   address) within ``FAIL_WINDOW_S`` further attempts are refused (429) until the window
   passes; the tables are bounded.
 * The users file is read all or nothing at start: a bad entry is a start-up error naming it.
+  A missing one is created (``create_first_admin``) with one ``admin`` user, mode 0600,
+  never over an existing file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import time
 from collections import OrderedDict
@@ -65,6 +68,21 @@ def verify_password(password: str, stored: str) -> bool:
 
 class UsersFileError(ValueError):
     """The users file cannot be used (the message names the file and the entry)."""
+
+
+FIRST_ADMIN = "admin"
+
+
+def create_first_admin(path: Path, password: str) -> None:
+    """Write a new users file holding one ``admin`` user with ``password`` (hashed), mode
+    0600; refuses (FileExistsError) to replace a file that exists."""
+    text = (
+        "users:\n"
+        + f"  - {{name: {FIRST_ADMIN}, role: admin, password: '{hash_password(password)}'}}\n"
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 @dataclass(frozen=True, slots=True)
