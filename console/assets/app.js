@@ -161,6 +161,7 @@ function pendingQuery() {
 }
 
 async function loadPending(cursor, keepStatus = false) {
+  state.pendingPage = cursor;
   const query = pendingQuery();
   state.pendingQuery = query;
   const page = await api("GET", "/api/pending?" + withBroker({ ...query, cursor }));
@@ -550,6 +551,32 @@ async function loadGroup(name, keepStatus = false) {
   }
   if (!keepStatus) status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
 }
+
+// ------------------------------------------------------------------ live pages
+
+// The pending and timer-health views refresh themselves every POLL_MS (the page shown
+// again, the status line kept), unless the tab is hidden, a request is still running,
+// or a reschedule form is open.
+const POLL_MS = 3000;
+let polling = false;
+
+setInterval(async () => {
+  if (polling || document.hidden || !state.csrf) return;
+  const active = document.querySelector(".tab.active");
+  const tab = active && !$("#tabs").hidden ? active.dataset.tab : "";
+  polling = true;
+  try {
+    if (tab === "pending" && !document.querySelector("#pending-table .inline-form")) {
+      await loadPending(state.pendingPage, true);
+    } else if (tab === "timers") {
+      await loadTimers(true);
+    }
+  } catch (_err) {
+    // the next tick tries again; a lost login shows the login form (api())
+  } finally {
+    polling = false;
+  }
+}, POLL_MS);
 
 // ------------------------------------------------------------------ start
 

@@ -234,3 +234,44 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         "/api/groups/reset-offset",
     ]
     await peer.close()
+
+
+async def test_pending_and_timer_health_refresh_without_a_reload(console) -> None:
+    broker, port, _log = console
+    peer = await RawPeer.connect(broker.address)
+    problems: list[str] = []
+
+    async def timer_in(ms: int) -> str:
+        uniq = uuid.uuid4().hex.upper()
+        props = {"UNIQ_KEY": uniq, "TIMER_DELIVER_MS": str(int(time.time() * 1000) + ms)}
+        assert (await send(peer, "Live", b"x", props)).code == ResponseCode.SUCCESS
+        return uniq
+
+    async with playwright.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=BROWSER, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        page = await browser.new_page(viewport={"width": 1280, "height": 720})
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        await page.goto(f"http://127.0.0.1:{port}/")
+        await page.fill("#login-user", "vera")
+        await page.fill("#login-password", "view-pw")
+        await page.click("#login button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("Nothing pending here.")
+        await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        problems.clear()  # the page's first GET /api/me (401) and favicon.ico (404)
+        rows = page.locator("#pending-table tbody tr")
+        first = await timer_in(600_000)
+        await expect(rows).to_have_count(1, timeout=10_000)
+        assert first in await rows.nth(0).text_content()
+        await expect(page.locator("#hist-total")).to_contain_text("1 timers")
+        await page.click("button[data-tab=timers]")
+        pending = page.locator("#timer-table tbody td").first
+        await expect(pending).to_have_text("1")
+        await timer_in(700_000)
+        await expect(pending).to_have_text("2", timeout=10_000)
+        assert await page.evaluate("window.loadedOnce") is True
+        await browser.close()
+    assert problems == [], problems
+    await peer.close()
