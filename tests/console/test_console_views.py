@@ -4,6 +4,7 @@ health (per delay level and for timers)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -102,4 +103,39 @@ async def test_timer_health(console) -> None:
     t = out["timers"]
     assert t["pending"] == 1 and t["oldestOverdueMs"] == 0
     assert abs(t["nextDueMs"] - due) < 1_000
+    await peer.close()
+
+
+async def test_ten_thousand_topics_page_fast(console) -> None:
+    """10,000 topics: a page costs one topic-table request and ``limit`` offset requests,
+    wherever it is in the list."""
+    broker, port, _log = console
+    peer = await RawPeer.connect(broker.address)
+    names = [f"Many{i:05d}" for i in range(10_000)]
+    for at in range(0, len(names), 500):
+        answers = await asyncio.gather(
+            *(
+                peer.call(
+                    R.UPDATE_AND_CREATE_TOPIC,
+                    CreateTopicRequestHeader(
+                        topic=t, read_queue_nums=1, write_queue_nums=1
+                    ).to_ext_fields(),
+                )
+                for t in names[at : at + 500]
+            )
+        )
+        assert all(a.code == ResponseCode.SUCCESS for a in answers)
+    vera = Http(port)
+    await vera.login("vera", "view-pw")
+    for query, first in (
+        ("contains=Many&limit=50", "Many00000"),
+        ("contains=Many&limit=50&offset=9950", "Many09950"),
+        ("contains=Many0777", "Many07770"),
+    ):
+        t0 = time.monotonic()
+        status, page = await vera.call("GET", f"/api/topics?{query}")
+        took = time.monotonic() - t0
+        assert status == 200 and page["rows"][0]["topic"] == first, page
+        assert took < 3.0, (query, took)
+    assert page["total"] == 10
     await peer.close()
