@@ -3,7 +3,8 @@
 Owns: ``ConsoleApi`` (the route table, the role and CSRF checks of each route, the
 mapping of a route's parameters to the broker request's fields, the answers) and
 ``Brokers`` (the brokers the console may reach: the name server's cluster info, or one
-``--broker``; one ``RemotingPool`` signed with the console's own ACL account).
+``--broker``; one ``RemotingPool`` signed with the console's own ACL account; every
+request goes to an address of the cluster info).
 
 Routes (JSON in, JSON out; ``broker`` names a broker of the cluster, default the only
 or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.css``:
@@ -12,15 +13,21 @@ or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.
 * ``POST /api/login`` ``{user, password}`` -> ``{user, role, csrf}`` and the login
   cookie; ``POST /api/logout``; ``GET /api/me``; ``GET /api/brokers``;
 * viewer: ``GET /api/pending`` (907), ``GET /api/pending/histogram`` (908),
-  ``GET /api/dlq`` (911), ``GET /api/transactions`` (906);
+  ``GET /api/dlq`` (911), ``GET /api/transactions`` (906), and the views of
+  ``console/views.py``: ``GET /api/cluster``, ``/api/topics``, ``/api/groups``,
+  ``/api/groups/detail``, ``/api/timers``;
 * operator: ``POST /api/pending/reschedule``, ``/run-now`` (909), ``/recall`` (910),
-  ``POST /api/dlq/resend`` (903), ``POST /api/transactions/end`` (912).
+  ``POST /api/dlq/resend`` (903), ``POST /api/transactions/end`` (912);
+* admin (``console/actions.py``): ``POST /api/topics/create`` (17),
+  ``/api/topics/delete`` (215, 216), ``POST /api/groups/reset-offset`` (222, or 29/30
+  and 15 for a group with no client online).
 
 Invariants:
 * Every route but login needs a live login (401); every POST but login needs the
   login's CSRF token in ``X-CSRF-Token`` (403), a JSON body, and, when the browser
   sends an ``Origin``, one naming this console's host (403); actions need the operator
-  role (403). Each action is logged (``console.action``: user, route, broker, what it
+  role, topic and offset writes the admin role (403; viewer < operator < admin).
+  Each action is logged (``console.action``: user, route, broker, what it
   named, the broker's answer code).
 * Only the field names a route declares reach the broker, each at most ``MAX_FIELD``
   characters; the broker checks their values and its refusals come back as 422 with
@@ -43,9 +50,12 @@ from kairosmq.client.errors import ClientError
 from kairosmq.client.remoting import RemotingPool
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.commands import RemotingCommand
 
-from .auth import COOKIE, Login, Logins, Throttle, Users, csrf_ok
+from . import actions, views
+from .auth import COOKIE, ROLES, Login, Logins, Throttle, Users, csrf_ok
 from .http import HttpError, Request, Response
+from .views import BrokerError
 
 MAX_FIELD = 256
 _HERE = Path(__file__).resolve().parent / "assets"
@@ -58,14 +68,7 @@ ASSETS: dict[str, tuple[str, bytes]] = {
         ("/assets/app.css", "app.css", "text/css; charset=utf-8"),
     )
 }
-VIEWER, OPERATOR = "viewer", "operator"
-
-
-class BrokerError(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+VIEWER, OPERATOR, ADMIN = ROLES
 
 
 class Brokers:
@@ -83,14 +86,19 @@ class Brokers:
         self.namesrv = namesrv
         self.fixed = broker
         self.timeout = timeout
-        self._masters: dict[str, str] = {}
+        self._info: dict[str, Any] = {}
         self._fetched = 0.0
 
-    async def masters(self) -> dict[str, str]:
-        """Broker name -> master address (cached for 10 s)."""
+    async def cluster_info(self) -> dict[str, Any]:
+        """The name server's cluster info (GET_BROKER_CLUSTER_INFO, cached for 10 s):
+        ``clusterAddrTable`` and ``brokerAddrTable`` (broker name -> id -> address);
+        one ``--broker`` is the master ``broker`` of a cluster ``-``."""
         if self.fixed is not None:
-            return {"broker": self.fixed}
-        if time.monotonic() - self._fetched > 10 or not self._masters:
+            return {
+                "clusterAddrTable": {"-": ["broker"]},
+                "brokerAddrTable": {"broker": {"brokerAddrs": {"0": self.fixed}}},
+            }
+        if time.monotonic() - self._fetched > 10 or not self._info:
             try:
                 resp = await self.pool.invoke(
                     str(self.namesrv), R.GET_BROKER_CLUSTER_INFO, {}, timeout=self.timeout
@@ -101,14 +109,30 @@ class Brokers:
                 ) from None
             if resp.code != ResponseCode.SUCCESS:
                 raise BrokerError(resp.code, resp.remark or "cluster info refused")
-            table = cluster_json(resp.body).get("brokerAddrTable", {})
-            self._masters = {
-                n: str(b["brokerAddrs"]["0"])
-                for n, b in sorted(table.items())
-                if b.get("brokerAddrs", {}).get("0")
-            }
+            self._info = cluster_json(resp.body)
             self._fetched = time.monotonic()
-        return self._masters
+        return self._info
+
+    async def namesrv_call(self, code: int, fields: dict[str, str]) -> RemotingCommand:
+        """One request to the name server (any answer code comes back)."""
+        try:
+            return await self.pool.invoke(str(self.namesrv), code, fields, timeout=self.timeout)
+        except (ClientError, OSError) as err:
+            raise HttpError(502, f"name server {self.namesrv} cannot be reached: {err}") from None
+
+    async def masters(self) -> dict[str, str]:
+        """Broker name -> master address."""
+        table = (await self.cluster_info()).get("brokerAddrTable", {})
+        return {
+            n: str(b["brokerAddrs"]["0"])
+            for n, b in sorted(table.items())
+            if b.get("brokerAddrs", {}).get("0")
+        }
+
+    async def known(self, addr: str) -> bool:
+        """Whether ``addr`` is a broker (master or slave) of the cluster info."""
+        table = (await self.cluster_info()).get("brokerAddrTable", {})
+        return any(addr in map(str, b.get("brokerAddrs", {}).values()) for b in table.values())
 
     async def address(self, name: str | None) -> str:
         masters = await self.masters()
@@ -120,18 +144,33 @@ class Brokers:
             raise HttpError(404, f"no broker {name[:64]!r} in the cluster")
         return masters[name]
 
-    async def call(self, name: str | None, code: int, fields: dict[str, str]) -> Any:
-        addr = await self.address(name)
+    async def raw(
+        self,
+        addr: str,
+        code: int,
+        fields: dict[str, str],
+        *,
+        accept: tuple[int, ...] | None = (),
+    ) -> RemotingCommand:
+        """One request to ``addr`` (an address of the cluster info): the answer if it
+        succeeded or its code is in ``accept`` (``None``: any code), else BrokerError."""
+        if not await self.known(addr):
+            raise HttpError(404, f"no broker at {addr[:64]!r} in the cluster")
         try:
             resp = await self.pool.invoke(addr, code, fields, timeout=self.timeout)
         except (ClientError, OSError) as err:
             raise HttpError(502, f"broker {addr} cannot be reached: {err}") from None
-        if resp.code != ResponseCode.SUCCESS:
+        if resp.code != ResponseCode.SUCCESS and accept is not None and resp.code not in accept:
             raise BrokerError(resp.code, resp.remark or f"code {resp.code}")
+        return resp
+
+    async def call(self, name: str | None, code: int, fields: dict[str, str]) -> Any:
+        resp = await self.raw(await self.address(name), code, fields)
         return orjson.loads(resp.body) if resp.body else {}
 
 
 Route = Callable[[Request, Login], Awaitable[Response]]
+AdminWrite = Callable[[Brokers, str | None, dict[str, Any]], Awaitable[Any]]
 
 
 def _fields(src: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
@@ -177,11 +216,19 @@ class ConsoleApi:
             ("GET", "/api/pending/histogram"): (VIEWER, self.histogram),
             ("GET", "/api/dlq"): (VIEWER, self.dlq),
             ("GET", "/api/transactions"): (VIEWER, self.transactions),
+            ("GET", "/api/cluster"): (VIEWER, self.cluster),
+            ("GET", "/api/topics"): (VIEWER, self.topics),
+            ("GET", "/api/groups"): (VIEWER, self.groups),
+            ("GET", "/api/groups/detail"): (VIEWER, self.group),
+            ("GET", "/api/timers"): (VIEWER, self.timers),
             ("POST", "/api/pending/reschedule"): (OPERATOR, self.reschedule),
             ("POST", "/api/pending/run-now"): (OPERATOR, self.run_now),
             ("POST", "/api/pending/recall"): (OPERATOR, self.recall),
             ("POST", "/api/dlq/resend"): (OPERATOR, self.dlq_resend),
             ("POST", "/api/transactions/end"): (OPERATOR, self.end_half),
+            ("POST", "/api/topics/create"): (ADMIN, self.create_topic),
+            ("POST", "/api/topics/delete"): (ADMIN, self.delete_topic),
+            ("POST", "/api/groups/reset-offset"): (ADMIN, self.reset_offset),
         }
 
     # ------------------------------------------------------------------ dispatch
@@ -208,8 +255,8 @@ class ConsoleApi:
             self._same_origin(req)
             if not csrf_ok(login, req.headers.get("x-csrf-token")):
                 return Response.error(403, "missing or wrong X-CSRF-Token")
-        if role == OPERATOR and login.role != OPERATOR:
-            return Response.error(403, f"{req.path} needs the operator role")
+        if ROLES.index(login.role) < ROLES.index(role):
+            return Response.error(403, f"{req.path} needs the {role} role")
         try:
             return await route(req, login)
         except BrokerError as err:
@@ -300,6 +347,29 @@ class ConsoleApi:
             )
         )
 
+    async def cluster(self, req: Request, s: Login) -> Response:
+        return Response.json(await views.cluster(self.brokers))
+
+    async def topics(self, req: Request, s: Login) -> Response:
+        q = req.query
+        fields = _fields(q, ("offset", "limit", "contains", "kind"))
+        return Response.json(await views.topics(self.brokers, q.get("broker"), fields))
+
+    async def groups(self, req: Request, s: Login) -> Response:
+        return Response.json(await views.groups(self.brokers, req.query.get("broker")))
+
+    async def group(self, req: Request, s: Login) -> Response:
+        q = req.query
+        fields = _fields(q, ("consumerGroup",))
+        if "consumerGroup" not in fields:
+            return Response.error(400, "give consumerGroup")
+        return Response.json(
+            await views.group(self.brokers, q.get("broker"), fields["consumerGroup"])
+        )
+
+    async def timers(self, req: Request, s: Login) -> Response:
+        return Response.json(await views.timer_health(self.brokers, req.query.get("broker")))
+
     # ------------------------------------------------------------------ actions
 
     async def _act(
@@ -346,3 +416,28 @@ class ConsoleApi:
 
     async def end_half(self, req: Request, s: Login) -> Response:
         return await self._act(req, s, R.KAIROS_END_HALF_MESSAGE, ("commitLogOffset", "action"))
+
+    # ------------------------------------------------------------------ admin writes
+
+    async def _admin(self, req: Request, s: Login, write: AdminWrite) -> Response:
+        body = req.json()
+        broker = body.get("broker")
+        if broker is not None and not isinstance(broker, str):
+            return Response.error(400, "broker must be a string")
+        named = _fields(body, ("topic", "consumerGroup", "timestamp", "queues", "perm"))
+        try:
+            out = await write(self.brokers, broker, body)
+        except BrokerError as err:
+            self._audit(s, req, broker, named, err.code)
+            raise
+        self._audit(s, req, broker, named, int(ResponseCode.SUCCESS))
+        return Response.json(out)
+
+    async def create_topic(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.create_topic)
+
+    async def delete_topic(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.delete_topic)
+
+    async def reset_offset(self, req: Request, s: Login) -> Response:
+        return await self._admin(req, s, actions.reset_offset)

@@ -3,7 +3,8 @@
 Owns: ``Users`` (the users file: ``users: [{name, role, password}]``, YAML, passwords as
 ``hash_password`` hashes: scrypt, N=2^14, r=8, p=1, a 16-byte salt), ``ROLES``
 (``viewer``: every read; ``operator``: also the actions: reschedule, run now, recall,
-DLQ resend, ending a half message), ``Logins`` (random login tokens in an
+DLQ resend, ending a half message; ``admin``: also creating and deleting topics and
+resetting a group's offsets), ``Logins`` (random login tokens in an
 HttpOnly, SameSite=Strict cookie, an idle and an absolute expiry, at most
 ``MAX_LOGINS``) and ``Throttle`` (failed logins per name and per address).
 
@@ -17,12 +18,15 @@ Invariants:
   address) within ``FAIL_WINDOW_S`` further attempts are refused (429) until the window
   passes; the tables are bounded.
 * The users file is read all or nothing at start: a bad entry is a start-up error naming it.
+  A missing one is created (``create_first_admin``) with one ``admin`` user, mode 0600,
+  never over an existing file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import time
 from collections import OrderedDict
@@ -32,7 +36,7 @@ from typing import Any
 
 import yaml
 
-ROLES = ("viewer", "operator")
+ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
 SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 MAX_LOGINS = 10_000
 IDLE_S = 30 * 60
@@ -64,6 +68,21 @@ def verify_password(password: str, stored: str) -> bool:
 
 class UsersFileError(ValueError):
     """The users file cannot be used (the message names the file and the entry)."""
+
+
+FIRST_ADMIN = "admin"
+
+
+def create_first_admin(path: Path, password: str) -> None:
+    """Write a new users file holding one ``admin`` user with ``password`` (hashed), mode
+    0600; refuses (FileExistsError) to replace a file that exists."""
+    text = (
+        "users:\n"
+        + f"  - {{name: {FIRST_ADMIN}, role: admin, password: '{hash_password(password)}'}}\n"
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,11 @@ stdin), structlog JSON lines on stderr (events catalogued in ``protocol/events.p
 ``console.*``), uvloop, and SIGINT/SIGTERM -> a clean stop.
 
 Invariants: a separate process that reaches brokers over the remoting protocol only (it
-imports nothing from ``kairosmq.server``); without a readable users file it does not
-start (exit 2, the reason on stderr); it listens on 127.0.0.1 unless told otherwise.
+imports nothing from ``kairosmq.server``); without ``--users`` or with an unusable users
+file it does not start (exit 2, the reason on stderr); a users file that does not exist
+is created with one ``admin`` user (``first_admin``: its password from
+``$KAIROSMQ_CONSOLE_ADMIN_PASSWORD`` or generated and printed once to stderr, never in
+the JSON log), mode 0600; it listens on 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import getpass
 import os
+import secrets
 import signal
 import ssl
 import sys
@@ -31,8 +35,10 @@ from kairosmq.client.admin import security_options
 from kairosmq.protocol.events import record
 
 from .api import Brokers, ConsoleApi
-from .auth import Users, UsersFileError, hash_password
+from .auth import FIRST_ADMIN, Users, UsersFileError, create_first_admin, hash_password
 from .http import HttpServer
+
+ADMIN_PASSWORD_ENV = "KAIROSMQ_CONSOLE_ADMIN_PASSWORD"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--broker", default=None, help="one broker host:port instead of a cluster")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8088, help="listen port (default 8088)")
-    ap.add_argument("--users", type=Path, help="the users file (YAML; see docs/console.md)")
+    ap.add_argument(
+        "--users",
+        type=Path,
+        help="the users file (YAML; see docs/console.md); created with one admin user if missing",
+    )
     ap.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", type=Path, help="its private key (PEM)")
     ap.add_argument(
@@ -127,6 +137,31 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
     return 0
 
 
+def first_admin(path: Path) -> None:
+    """Create the users file with one ``admin`` user: the password from
+    ``$KAIROSMQ_CONSOLE_ADMIN_PASSWORD``, else a generated one printed once to stderr (a
+    plain line, before the JSON log starts; never logged)."""
+    password = os.environ.get(ADMIN_PASSWORD_ENV, "")
+    generated = not password
+    if generated:
+        password = secrets.token_urlsafe(18)
+    create_first_admin(path, password)
+    if generated:
+        print(
+            f"kairosmq console: created {path} with user {FIRST_ADMIN}, password {password} "
+            f"(shown once; add users with `kairosmq console hash-password`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print(
+            f"kairosmq console: created {path} with user {FIRST_ADMIN}, password from "
+            f"${ADMIN_PASSWORD_ENV}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "hash-password":
@@ -143,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         print("kairosmq console: give --users FILE (docs/console.md)", file=sys.stderr)
         return 2
     try:
+        if not args.users.exists():
+            first_admin(args.users)
         return uvloop.run(serve(args))
     except (UsersFileError, OSError, ssl.SSLError, ValueError) as err:
         print(f"kairosmq console: {err}", file=sys.stderr)

@@ -85,7 +85,8 @@ function showLogin() {
 async function loggedIn(me) {
   state.csrf = me.csrf;
   state.role = me.role;
-  document.body.classList.toggle("viewer", me.role !== "operator");
+  document.body.classList.toggle("viewer", me.role === "viewer");
+  document.body.classList.toggle("admin", me.role === "admin");
   $("#user").textContent = `${me.user} (${me.role})`;
   $("#login").hidden = true;
   $("#tabs").hidden = false;
@@ -142,6 +143,10 @@ function showTab(name) {
   for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== name;
   if (name === "pending") loadPending(null).catch((e) => status(e.message, true));
   if (name === "transactions") loadTransactions().catch((e) => status(e.message, true));
+  if (name === "timers") loadTimers().catch((e) => status(e.message, true));
+  if (name === "cluster") loadCluster().catch((e) => status(e.message, true));
+  if (name === "topics") loadTopics(0).catch((e) => status(e.message, true));
+  if (name === "groups") loadGroups().catch((e) => status(e.message, true));
 }
 
 // ------------------------------------------------------------------ pending
@@ -156,6 +161,7 @@ function pendingQuery() {
 }
 
 async function loadPending(cursor, keepStatus = false) {
+  state.pendingPage = cursor;
   const query = pendingQuery();
   state.pendingQuery = query;
   const page = await api("GET", "/api/pending?" + withBroker({ ...query, cursor }));
@@ -347,6 +353,230 @@ $("#tx-filter").addEventListener("submit", (ev) => {
   ev.preventDefault();
   loadTransactions().catch((e) => status(e.message, true));
 });
+
+// ------------------------------------------------------------------ timer health
+
+function fmtDur(ms) {
+  if (ms === null || ms === undefined) return "-";
+  if (ms < 1000) return `${ms} ms`;
+  return fmtIn(ms);
+}
+
+async function loadTimers(keepStatus = false) {
+  const out = await api("GET", "/api/timers?" + withBroker({}));
+  const tbody = $("#timer-table tbody");
+  tbody.textContent = "";
+  if (out.timers) {
+    const t = out.timers;
+    const tr = document.createElement("tr");
+    cell(tr, t.pending);
+    cell(tr, t.pending ? fmtTime(t.nextDueMs) : "-");
+    cell(tr, t.oldestOverdueMs ? fmtDur(t.oldestOverdueMs) : "none", t.oldestOverdueMs ? "bad" : "");
+    cell(tr, t.scheduled);
+    cell(tr, t.fired);
+    cell(tr, t.meanLatenessMs === null ? "-" : `${t.meanLatenessMs} ms`);
+    tbody.appendChild(tr);
+  }
+  const lbody = $("#level-table tbody");
+  lbody.textContent = "";
+  for (const lv of out.levels) {
+    const tr = document.createElement("tr");
+    cell(tr, lv.level);
+    cell(tr, lv.delayMs === undefined ? "-" : fmtDur(lv.delayMs));
+    cell(tr, lv.pending);
+    cell(tr, lv.pending && lv.nextDueMs ? fmtTime(lv.nextDueMs) : "-");
+    cell(tr, lv.oldestOverdueMs ? fmtDur(lv.oldestOverdueMs) : "none", lv.oldestOverdueMs ? "bad" : "");
+    cell(tr, lv.scheduled);
+    cell(tr, lv.delivered);
+    lbody.appendChild(tr);
+  }
+  if (!keepStatus) {
+    status(out.kairosmq ? `${out.timers.pending} timers pending` : "not a kairosmq broker: delay levels only");
+  }
+}
+
+// ------------------------------------------------------------------ cluster
+
+async function loadCluster() {
+  const out = await api("GET", "/api/cluster");
+  const tbody = $("#cluster-table tbody");
+  tbody.textContent = "";
+  for (const b of out.brokers) {
+    const tr = document.createElement("tr");
+    cell(tr, b.cluster);
+    cell(tr, b.brokerName);
+    cell(tr, b.brokerId);
+    cell(tr, b.address, "id");
+    cell(tr, b.role);
+    if (b.error) {
+      cell(tr, b.error, "bad");
+    } else {
+      cell(tr, b.version);
+      cell(tr, b.putTps === null ? "-" : b.putTps.toFixed(1));
+      cell(tr, b.getTps === null ? "-" : b.getTps.toFixed(1));
+      cell(tr, b.diskUsed === null ? "-" : `${(b.diskUsed * 100).toFixed(1)} %`);
+      cell(tr, b.kairosmq ? b.core : "(Apache)");
+      cell(tr, b.ha ? `${b.ha.role || ""}${b.ha.lagBytes !== undefined && b.ha.lagBytes !== null ? ` lag ${b.ha.lagBytes} B` : ""}` : "-");
+    }
+    tbody.appendChild(tr);
+  }
+  status(`${out.brokers.length} brokers in ${out.clusters.join(", ")}`);
+}
+
+// ------------------------------------------------------------------ topics
+
+state.topicsOffset = 0;
+
+async function loadTopics(offset, keepStatus = false) {
+  const f = new FormData($("#topics-filter"));
+  const page = await api("GET", "/api/topics?" + withBroker({
+    contains: f.get("contains"), kind: f.get("kind"), offset, limit: 50,
+  }));
+  const tbody = $("#topics-table tbody");
+  tbody.textContent = "";
+  for (const r of page.rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.topic = r.topic;
+    cell(tr, r.topic);
+    cell(tr, r.kind);
+    cell(tr, `${r.readQueues}/${r.writeQueues}`);
+    cell(tr, r.error ? r.error : r.messages);
+    cell(tr, r.queues ? r.queues.map((q) => q.maxOffset).join(" ") : "-");
+    cell(tr, fmtTime(r.lastUpdateTimestamp));
+    const actions = cell(tr, "", "actions adm");
+    actions.textContent = "";
+    actions.append(button("Delete", () => deleteTopic(r.topic), "danger"));
+    tbody.appendChild(tr);
+  }
+  state.topicsOffset = page.offset;
+  state.topicsNext = page.nextOffset;
+  $("#topics-next").disabled = page.nextOffset === null;
+  $("#topics-total").textContent = `${page.offset + 1}-${page.offset + page.rows.length} of ${page.total}`;
+  if (!keepStatus) status(`${page.total} topics`);
+}
+
+async function adminWrite(path, body, what, reload) {
+  let text, error = false;
+  try {
+    const out = await api("POST", path, { ...body, broker: state.broker });
+    text = `${what}: done` + (out.queues && out.queues.map ? ` (${out.queues.map((q) => `${q.queueId}@${q.offset}`).join(" ")})` : "");
+  } catch (err) {
+    text = `${what}: ${err.message}`;
+    error = true;
+  }
+  await reload().catch(() => {});
+  status(text, error);
+}
+
+function deleteTopic(topic) {
+  if (!window.confirm(`Delete topic ${topic} on ${state.broker}?`)) return;
+  adminWrite("/api/topics/delete", { topic }, `delete ${topic}`, () => loadTopics(state.topicsOffset, true));
+}
+
+$("#topic-create").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const topic = f.get("topic");
+  adminWrite("/api/topics/create", { topic, queues: Number(f.get("queues")), perm: f.get("perm") },
+    `create ${topic}`, () => loadTopics(state.topicsOffset, true));
+});
+
+$("#topics-filter").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  loadTopics(0).catch((e) => status(e.message, true));
+});
+$("#topics-first").addEventListener("click", () => loadTopics(0).catch((e) => status(e.message, true)));
+$("#topics-next").addEventListener("click", () => loadTopics(state.topicsNext).catch((e) => status(e.message, true)));
+
+// ------------------------------------------------------------------ groups
+
+async function loadGroups() {
+  const out = await api("GET", "/api/groups?" + withBroker({}));
+  const tbody = $("#groups-table tbody");
+  tbody.textContent = "";
+  for (const g of out.groups) {
+    const tr = document.createElement("tr");
+    tr.dataset.group = g.group;
+    cell(tr, g.group);
+    cell(tr, g.online);
+    cell(tr, g.lag);
+    cell(tr, g.messageModel);
+    const c = cell(tr, "");
+    c.textContent = "";
+    c.append(button("Details", () => loadGroup(g.group).catch((e) => status(e.message, true))));
+    tbody.appendChild(tr);
+  }
+  status(`${out.groups.length} consumer groups`);
+}
+
+$("#reset-offset").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const timestamp = f.get("end") === "on" ? -1 : new Date(f.get("at")).getTime();
+  if (Number.isNaN(timestamp)) {
+    status("give the instant or tick 'the end'", true);
+    return;
+  }
+  const group = state.group;
+  adminWrite("/api/groups/reset-offset", { consumerGroup: group, topic: f.get("topic"), timestamp },
+    `reset ${group}`, () => loadGroup(group, true));
+});
+
+async function loadGroup(name, keepStatus = false) {
+  state.group = name;
+  const out = await api("GET", "/api/groups/detail?" + withBroker({ consumerGroup: name }));
+  $("#group-detail").hidden = false;
+  $("#group-name").textContent = `${out.group}: lag ${out.lag}`;
+  const qbody = $("#group-queues tbody");
+  qbody.textContent = "";
+  for (const q of out.queues) {
+    const tr = document.createElement("tr");
+    cell(tr, q.topic);
+    cell(tr, q.queueId);
+    cell(tr, q.brokerOffset);
+    cell(tr, q.consumerOffset);
+    cell(tr, q.lag);
+    cell(tr, fmtTime(q.lastTimestamp));
+    qbody.appendChild(tr);
+  }
+  const cbody = $("#group-connections tbody");
+  cbody.textContent = "";
+  for (const c of out.connections) {
+    const tr = document.createElement("tr");
+    cell(tr, c.clientId, "id");
+    cell(tr, c.clientAddr);
+    cell(tr, c.language);
+    cell(tr, c.version);
+    cbody.appendChild(tr);
+  }
+  if (!keepStatus) status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
+}
+
+// ------------------------------------------------------------------ live pages
+
+// The pending and timer-health views refresh themselves every POLL_MS (the page shown
+// again, the status line kept), unless the tab is hidden, a request is still running,
+// or a reschedule form is open.
+const POLL_MS = 3000;
+let polling = false;
+
+setInterval(async () => {
+  if (polling || document.hidden || !state.csrf) return;
+  const active = document.querySelector(".tab.active");
+  const tab = active && !$("#tabs").hidden ? active.dataset.tab : "";
+  polling = true;
+  try {
+    if (tab === "pending" && !document.querySelector("#pending-table .inline-form")) {
+      await loadPending(state.pendingPage, true);
+    } else if (tab === "timers") {
+      await loadTimers(true);
+    }
+  } catch (_err) {
+    // the next tick tries again; a lost login shows the login form (api())
+  } finally {
+    polling = false;
+  }
+}, POLL_MS);
 
 // ------------------------------------------------------------------ start
 

@@ -1,6 +1,6 @@
 """The console under test: a real broker (in-process, port 0) and the console's API and
-pages served in-process on port 0, with a users file of a viewer (vera / view-pw) and an
-operator (otto / op-pw)."""
+pages served in-process on port 0, with a users file of a viewer (vera / view-pw), an
+operator (otto / op-pw) and an admin (ada / admin-pw)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ def users_file(tmp: Path) -> Path:
         "users:\n"
         f"  - {{name: vera, role: viewer, password: '{hash_password('view-pw')}'}}\n"
         f"  - {{name: otto, role: operator, password: '{hash_password('op-pw')}'}}\n"
+        f"  - {{name: ada, role: admin, password: '{hash_password('admin-pw')}'}}\n"
     )
     return p
 

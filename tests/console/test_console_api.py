@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import ssl
 import sys
@@ -199,9 +200,16 @@ async def test_kairosmq_console_process(broker, tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    # without a users file it does not start
+    # with a users file that cannot be created (no such directory) it does not start
     bad = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "kairosmq.server", "console", "--users", str(tmp_path / "none")],
+        *[
+            sys.executable,
+            "-m",
+            "kairosmq.server",
+            "console",
+            "--users",
+            str(tmp_path / "none" / "users.yml"),
+        ],
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -254,3 +262,77 @@ async def test_an_unreachable_name_server_answers_502(tmp_path: Path) -> None:
     finally:
         await server.stop()
         pool.close()
+
+
+async def _first_start(
+    broker_address: str, users: Path, env: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, int, Http]:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "kairosmq.server", "console", "--broker", broker_address]
+        + ["--users", str(users), "--port", str(port)],
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    h = Http(port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            await h.call("GET", "/api/me")
+            return proc, port, h
+        except OSError:
+            assert time.monotonic() < deadline and proc.returncode is None, "not up"
+            await asyncio.sleep(0.1)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> bytes:
+    os.kill(proc.pid, signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 20) == 0
+    assert proc.stderr is not None
+    return await proc.stderr.read()
+
+
+@pytest.mark.slow
+async def test_first_start_creates_the_users_file_with_an_admin(broker, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KAIROSMQ_CONSOLE_ADMIN_PASSWORD"}
+    # no password given: one is generated and printed once, outside the JSON log
+    users = tmp_path / "gen" / "users.yml"
+    users.parent.mkdir()
+    proc, _port, h = await _first_start(broker.address, users, env)
+    try:
+        assert users.stat().st_mode & 0o777 == 0o600
+        err_head = await asyncio.wait_for(proc.stderr.readline(), 10)  # type: ignore[union-attr]
+        m = re.search(rb"user admin, password (\S+) ", err_head)
+        assert m, err_head
+        password = m.group(1).decode()
+        assert len(password) >= 20
+        assert (await h.login("admin", "wrong"))[0] == 401
+        status, out = await h.login("admin", password)
+        assert status == 200 and out["role"] == "admin"
+        status, _ = await h.call("POST", "/api/topics/create", {"topic": "FirstT"})
+        assert status == 200 and broker.topics.get("FirstT") is not None
+    finally:
+        rest = await _stop(proc)
+    lines = [orjson.loads(x) for x in rest.splitlines() if x.startswith(b"{")]
+    assert [x["event"] for x in lines][:2] == ["console.started", "console.login_failed"]
+    assert password.encode() not in rest  # printed once, never in the JSON log
+    assert password not in users.read_text()  # only its hash
+    # a second start keeps the file (and its password)
+    proc, _port, h = await _first_start(broker.address, users, env)
+    try:
+        assert (await h.login("admin", password))[0] == 200
+    finally:
+        again = await _stop(proc)
+    assert password.encode() not in again and b"created" not in again
+    # the password from the environment: nothing printed
+    users2 = tmp_path / "env-users.yml"
+    proc, _port, h = await _first_start(
+        broker.address, users2, {**env, "KAIROSMQ_CONSOLE_ADMIN_PASSWORD": "From-Env-pw1"}
+    )
+    try:
+        assert (await h.login("admin", "From-Env-pw1"))[0] == 200
+        assert users2.stat().st_mode & 0o777 == 0o600
+    finally:
+        out = await _stop(proc)
+    assert b"From-Env-pw1" not in out and b"KAIROSMQ_CONSOLE_ADMIN_PASSWORD" in out

@@ -9,6 +9,7 @@ With ``KAIROSMQ_SCREENSHOTS=<dir>`` it also saves the screenshots docs/console.m
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
+from kairosmq.protocol.headers import UpdateConsumerOffsetRequestHeader
 from kairosmq.spark.png import find_chromium
 
 from tests.helpers import pull_all, send, wait_until
@@ -69,6 +71,10 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
     )
     assert back.code == ResponseCode.SUCCESS, back.remark
     await half(peer, "Ledger", "HALF-1")
+    # a group with offsets on Paid (for the Groups view)
+    for qid in range(4):
+        commit = UpdateConsumerOffsetRequestHeader("PaidCG", "Paid", qid, 0)
+        assert (await peer.call(R.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())).code == 0
     problems: list[str] = []
     async with playwright.async_playwright() as pw:
         browser = await pw.chromium.launch(
@@ -135,6 +141,40 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         await tx_rows.nth(0).get_by_role("button", name="Commit").click()
         await expect(page.locator("#status")).to_contain_text("commit: HALF-1")
         await expect(tx_rows).to_have_count(0)
+        # the read-only views: timer health, cluster, topics, groups
+        await page.click("button[data-tab=timers]")
+        await expect(page.locator("#timer-table tbody tr")).to_have_count(1)
+        assert (await page.locator("#timer-table tbody td").first.text_content()) == "2"
+        level2 = page.locator("#level-table tbody tr").nth(1)  # level 2: 30 s, one pending
+        await expect(level2).to_contain_text("30.0 s")
+        assert [await c.text_content() for c in await level2.locator("td").all()][:3] == [
+            "2",
+            "30.0 s",
+            "1",
+        ]
+        await shot(page, "console-timers")
+        await page.click("button[data-tab=cluster]")
+        await expect(page.locator("#cluster-table tbody tr")).to_have_count(1)
+        assert broker.address in await page.text_content("#cluster-table tbody")
+        assert "master" in await page.text_content("#cluster-table tbody")
+        await shot(page, "console-cluster")
+        await page.click("button[data-tab=topics]")
+        await page.fill("#topics-filter input[name=contains]", "Paid")
+        await page.click("#topics-filter button[type=submit]")
+        paid = page.locator("#topics-table tbody tr", has_text="Paid")
+        await expect(paid).to_have_count(1)
+        assert "Paid" in await paid.text_content()
+        await page.fill("#topics-filter input[name=contains]", "")
+        await page.click("#topics-filter button[type=submit]")
+        await expect(page.locator("#topics-total")).to_contain_text("of ")
+        await shot(page, "console-topics")
+        await page.click("button[data-tab=groups]")
+        group_row = page.locator("#groups-table tbody tr", has_text="PaidCG")
+        await expect(group_row).to_have_count(1)
+        await group_row.get_by_role("button", name="Details").click()
+        await expect(page.locator("#group-queues tbody tr")).to_have_count(4)  # Paid's queues
+        assert "lag 2" in await page.text_content("#group-name")  # DEAD-1 and its resend
+        await shot(page, "console-groups")
         await page.click("button[data-tab=pending]")
         await page.click("#logout")
         await page.wait_for_selector("#login:not([hidden])")
@@ -146,6 +186,36 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         await rows.nth(2).wait_for()
         assert not await rows.nth(0).get_by_role("button", name="Run now").is_visible()
         await shot(page, "console-viewer")
+        await page.click("button[data-tab=topics]")
+        await expect(page.locator("#topics-table tbody tr").first).to_be_visible()
+        assert not await page.locator("#topic-create").is_visible()  # admin only
+        # an admin creates and deletes a topic and resets a group's offsets
+        await page.click("#logout")
+        await page.wait_for_selector("#login:not([hidden])")
+        await page.fill("#login-user", "ada")
+        await page.fill("#login-password", "admin-pw")
+        await page.click("#login button[type=submit]")
+        await rows.nth(2).wait_for()
+        await page.click("button[data-tab=topics]")
+        await page.fill("#topic-create input[name=topic]", "WebAdmT")
+        await page.fill("#topic-create input[name=queues]", "2")
+        await page.click("#topic-create button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("create WebAdmT: done")
+        assert broker.topics.get("WebAdmT") is not None
+        page.on("dialog", lambda d: asyncio.ensure_future(d.accept()))
+        made = page.locator("#topics-table tbody tr", has_text="WebAdmT")
+        await made.get_by_role("button", name="Delete").click()
+        await expect(page.locator("#status")).to_contain_text("delete WebAdmT: done")
+        assert broker.topics.get("WebAdmT") is None
+        await page.click("button[data-tab=groups]")
+        group_row = page.locator("#groups-table tbody tr", has_text="PaidCG")
+        await group_row.get_by_role("button", name="Details").click()
+        await page.fill("#reset-offset input[name=topic]", "Paid")
+        await page.check("#reset-offset input[name=end]")
+        await shot(page, "console-admin")
+        await page.click("#reset-offset button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("reset PaidCG: done")
+        await expect(page.locator("#group-name")).to_contain_text("lag 0")
         await browser.close()
     assert problems == [], problems
     got = {m.properties["UNIQ_KEY"] for m in await pull_all(peer, "Orders")}
@@ -159,5 +229,49 @@ async def test_operator_and_viewer_in_chromium(console) -> None:
         "/api/pending/reschedule",
         "/api/dlq/resend",
         "/api/transactions/end",
+        "/api/topics/create",
+        "/api/topics/delete",
+        "/api/groups/reset-offset",
     ]
+    await peer.close()
+
+
+async def test_pending_and_timer_health_refresh_without_a_reload(console) -> None:
+    broker, port, _log = console
+    peer = await RawPeer.connect(broker.address)
+    problems: list[str] = []
+
+    async def timer_in(ms: int) -> str:
+        uniq = uuid.uuid4().hex.upper()
+        props = {"UNIQ_KEY": uniq, "TIMER_DELIVER_MS": str(int(time.time() * 1000) + ms)}
+        assert (await send(peer, "Live", b"x", props)).code == ResponseCode.SUCCESS
+        return uniq
+
+    async with playwright.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=BROWSER, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        page = await browser.new_page(viewport={"width": 1280, "height": 720})
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        await page.goto(f"http://127.0.0.1:{port}/")
+        await page.fill("#login-user", "vera")
+        await page.fill("#login-password", "view-pw")
+        await page.click("#login button[type=submit]")
+        await expect(page.locator("#status")).to_contain_text("Nothing pending here.")
+        await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        problems.clear()  # the page's first GET /api/me (401) and favicon.ico (404)
+        rows = page.locator("#pending-table tbody tr")
+        first = await timer_in(600_000)
+        await expect(rows).to_have_count(1, timeout=10_000)
+        assert first in await rows.nth(0).text_content()
+        await expect(page.locator("#hist-total")).to_contain_text("1 timers")
+        await page.click("button[data-tab=timers]")
+        pending = page.locator("#timer-table tbody td").first
+        await expect(pending).to_have_text("1")
+        await timer_in(700_000)
+        await expect(pending).to_have_text("2", timeout=10_000)
+        assert await page.evaluate("window.loadedOnce") is True
+        await browser.close()
+    assert problems == [], problems
     await peer.close()
