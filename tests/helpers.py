@@ -66,6 +66,15 @@ ROCKETMQ_JARS = sorted((ROCKETMQ_HOME / "lib").glob("*.jar"))
 SHORT_JVM = ["-XX:TieredStopAtLevel=1"]
 # JAVA_OPT_EXT of start_namesrv.sh / start_broker.sh, unless the environment sets its own
 APACHE_JAVA_OPT_EXT = os.environ.get("JAVA_OPT_EXT", " ".join(SHORT_JVM))
+# Apache's broker launcher, and why a test that starts one cannot run here (None: it can)
+START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
+APACHE_BROKER_MISSING = (
+    f"{START_BROKER} not found"
+    if not START_BROKER.exists()
+    else "java is not on PATH"
+    if shutil.which("java") is None
+    else None
+)
 
 
 async def compile_java(dest: Path, name: str, source: str) -> str:

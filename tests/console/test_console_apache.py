@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import socket
 from pathlib import Path
@@ -26,20 +25,20 @@ from kairosmq.protocol.headers import CreateTopicRequestHeader, UpdateConsumerOf
 from kairosmq.server.namesrv import NameServer
 
 from tests.console.harness import Http, Log, users_file
-from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, send, wait_until
+from tests.helpers import (
+    APACHE_BROKER_MISSING,
+    APACHE_JAVA_OPT_EXT,
+    START_BROKER,
+    send,
+    wait_until,
+)
 from tests.wire import RawPeer
 
-START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (
-    f"{START_BROKER} not found"
-    if not START_BROKER.exists()
-    else "java is not on PATH"
-    if shutil.which("java") is None
-    else None
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+    pytest.mark.skipif(
+        APACHE_BROKER_MISSING is not None, reason=f"Apache broker: {APACHE_BROKER_MISSING}"
+    ),
 ]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -14,22 +13,21 @@ import pytest
 from kairosmq.protocol.codes import ResponseCode
 
 from tests.ha.pair import LoggedBroker, log_bytes, master, pull_all, status, wait_for
-from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, send
+from tests.helpers import (
+    APACHE_BROKER_MISSING,
+    APACHE_JAVA_OPT_EXT,
+    START_BROKER,
+    send,
+)
 from tests.namesrv.procs import NamesrvProcess
 from tests.namesrv.test_apache_broker import _free_broker_port
 from tests.wire import RawPeer
 
-START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (
-    f"{START_BROKER} not found"
-    if not START_BROKER.exists()
-    else "java is not on PATH"
-    if shutil.which("java") is None
-    else None
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+    pytest.mark.skipif(
+        APACHE_BROKER_MISSING is not None, reason=f"Apache broker: {APACHE_BROKER_MISSING}"
+    ),
 ]
 SEGMENT = 16 * 1024 * 1024  # both ends (the kairosmq test broker's --segment-size-mb 16)
 

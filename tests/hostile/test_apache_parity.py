@@ -27,22 +27,22 @@ from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.properties import encode_properties
 from kairosmq.server.namesrv import NameServer
 
-from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, send_ext, wait_until
+from tests.helpers import (
+    APACHE_BROKER_MISSING,
+    APACHE_JAVA_OPT_EXT,
+    START_BROKER,
+    send_ext,
+    wait_until,
+)
 from tests.hostile.harness import Acked, now_ms, verify_after_kill9
 from tests.namesrv.test_apache_broker import _free_broker_port
 from tests.wire import RawPeer
 
-START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (
-    f"{START_BROKER} not found"
-    if not START_BROKER.exists()
-    else "java is not on PATH"
-    if shutil.which("java") is None
-    else None
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+    pytest.mark.skipif(
+        APACHE_BROKER_MISSING is not None, reason=f"Apache broker: {APACHE_BROKER_MISSING}"
+    ),
 ]
 
 R = RequestCode

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import socket
 from pathlib import Path
@@ -25,23 +24,24 @@ import pytest
 from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from kairosmq.server.namesrv import NameServer
 
-from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, mqadmin_argv, wait_until
+from tests.helpers import (
+    APACHE_BROKER_MISSING,
+    APACHE_JAVA_OPT_EXT,
+    ROCKETMQ_HOME,
+    START_BROKER,
+    mqadmin_argv,
+    wait_until,
+)
 from tests.namesrv.acl_calls import cluster_info, wait_route
 from tests.namesrv.procs import NamesrvProcess
 from tests.security.acl_setup import ACL_FILE
 
-START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
 MQADMIN = ROCKETMQ_HOME / "mqadmin.sh"
-_missing = (
-    f"{START_BROKER} not found"
-    if not START_BROKER.exists()
-    else "java is not on PATH"
-    if shutil.which("java") is None
-    else None
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+    pytest.mark.skipif(
+        APACHE_BROKER_MISSING is not None, reason=f"Apache broker: {APACHE_BROKER_MISSING}"
+    ),
 ]
 
 TOPIC, PGROUP, CGROUP = "NsApacheTopic", "NsApachePG", "NsApacheCG"

@@ -23,20 +23,20 @@ from kairosmq.client import ConsumeFromWhere, ConsumeStatus, Message, Producer, 
 from kairosmq.client.errors import ClientError
 from kairosmq.server.namesrv import NameServer
 
-from tests.helpers import APACHE_JAVA_OPT_EXT, ROCKETMQ_HOME, wait_until
+from tests.helpers import (
+    APACHE_BROKER_MISSING,
+    APACHE_JAVA_OPT_EXT,
+    ROCKETMQ_HOME,
+    START_BROKER,
+    wait_until,
+)
 from tests.namesrv.test_apache_broker import _free_broker_port
 
-START_BROKER = ROCKETMQ_HOME / "start_broker.sh"
-_missing = (
-    f"{START_BROKER} not found"
-    if not START_BROKER.exists()
-    else "java is not on PATH"
-    if shutil.which("java") is None
-    else None
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_missing is not None, reason=f"Apache broker: {_missing}"),
+    pytest.mark.skipif(
+        APACHE_BROKER_MISSING is not None, reason=f"Apache broker: {APACHE_BROKER_MISSING}"
+    ),
 ]
 
 TOPIC, PGROUP, CGROUP = "AclApacheTopic", "AclApachePG", "AclApacheCG"
