@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import random
 import selectors
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -75,6 +77,43 @@ APACHE_BROKER_MISSING = (
     if shutil.which("java") is None
     else None
 )
+
+
+def free_broker_port() -> int:
+    """A port p with p-2 (an Apache broker's VIP channel), p and p+1 (HA) free."""
+    for _ in range(200):
+        p = random.randrange(30_000, 45_000)
+        try:
+            for port in (p - 2, p, p + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port triple")
+
+
+async def start_apache_broker(
+    store: Path, port: int, namesrv: str, cluster: str, name: str = "apache-a"
+) -> asyncio.subprocess.Process:
+    """Apache's broker (``start_broker.sh``) on ``port``, registered with ``namesrv``; its
+    own process group (stop it with ``os.killpg``)."""
+    env = {
+        **os.environ,
+        "STORE_DIR": str(store),
+        "BROKER_PORT": str(port),
+        "NAMESRV": namesrv,
+        "BROKER_NAME": name,
+        "CLUSTER": cluster,
+        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
+    }
+    return await asyncio.create_subprocess_exec(
+        str(START_BROKER),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 async def compile_java(dest: Path, name: str, source: str) -> str:

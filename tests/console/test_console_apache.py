@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -27,9 +25,9 @@ from kairosmq.server.namesrv import NameServer
 from tests.console.harness import Http, Log, users_file
 from tests.helpers import (
     APACHE_BROKER_MISSING,
-    APACHE_JAVA_OPT_EXT,
-    START_BROKER,
+    free_broker_port,
     send,
+    start_apache_broker,
     wait_until,
 )
 from tests.wire import RawPeer
@@ -42,41 +40,12 @@ pytestmark = [
 ]
 
 
-def _free_broker_port() -> int:
-    """A port p with p-2 (VIP channel), p and p+1 (HA) free."""
-    for _ in range(200):
-        p = random.randrange(30_000, 45_000)
-        try:
-            for port in (p - 2, p, p + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port triple")
-
-
 async def test_views_over_an_apache_and_a_kairosmq_broker(broker_factory, tmp_path: Path) -> None:
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
-    port = _free_broker_port()
+    port = free_broker_port()
     apache_addr = f"127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "STORE_DIR": str(tmp_path / "apache"),
-        "BROKER_PORT": str(port),
-        "NAMESRV": ns.address,
-        "BROKER_NAME": "apache-a",
-        "CLUSTER": "Mixed",
-        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
-    }
-    java = await asyncio.create_subprocess_exec(
-        str(START_BROKER),
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    java = await start_apache_broker(tmp_path / "apache", port, ns.address, "Mixed")
     pool = RemotingPool()
     server = None
     try:

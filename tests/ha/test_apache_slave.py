@@ -17,10 +17,10 @@ from tests.helpers import (
     APACHE_BROKER_MISSING,
     APACHE_JAVA_OPT_EXT,
     START_BROKER,
+    free_broker_port,
     send,
 )
 from tests.namesrv.procs import NamesrvProcess
-from tests.namesrv.test_apache_broker import _free_broker_port
 from tests.wire import RawPeer
 
 pytestmark = [
@@ -44,11 +44,11 @@ async def test_apache_slave_copies_a_kairosmq_master_byte_for_byte(tmp_path) -> 
     await ns.start()
     # an Apache slave reads GET_ALL_TOPIC_CONFIG on the VIP channel (port - 2)
     m = master(
-        tmp_path / "m", "--namesrv", ns.address, "--register-period", "1", port=_free_broker_port()
+        tmp_path / "m", "--namesrv", ns.address, "--register-period", "1", port=free_broker_port()
     )
     await m.start()
     mp = await RawPeer.connect(m.address)
-    port = _free_broker_port()
+    port = free_broker_port()
     store = tmp_path / "apache"
     env = {
         **os.environ,
@@ -117,7 +117,7 @@ async def test_apache_slave_copies_a_kairosmq_master_byte_for_byte(tmp_path) -> 
 
 
 async def test_kairosmq_slave_of_an_apache_master(tmp_path) -> None:
-    port = _free_broker_port()
+    port = free_broker_port()
     store = tmp_path / "apache"
     env = {
         **os.environ,

@@ -31,11 +31,11 @@ from tests.helpers import (
     APACHE_BROKER_MISSING,
     APACHE_JAVA_OPT_EXT,
     START_BROKER,
+    free_broker_port,
     send_ext,
     wait_until,
 )
 from tests.hostile.harness import Acked, now_ms, verify_after_kill9
-from tests.namesrv.test_apache_broker import _free_broker_port
 from tests.wire import RawPeer
 
 pytestmark = [
@@ -256,7 +256,7 @@ async def _ask(peers: dict[str, RawPeer], side: str, address: str, p: Probe) -> 
 async def test_what_apache_accepts_kairosmq_accepts(hostile, tmp_path: Path) -> None:
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
-    port = _free_broker_port()
+    port = free_broker_port()
     env = {
         **os.environ,
         "STORE_DIR": str(tmp_path / "apache"),

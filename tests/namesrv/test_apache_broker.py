@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,9 @@ from tests.helpers import (
     APACHE_JAVA_OPT_EXT,
     ROCKETMQ_HOME,
     START_BROKER,
+    free_broker_port,
     mqadmin_argv,
+    start_apache_broker,
     wait_until,
 )
 from tests.namesrv.acl_calls import cluster_info, wait_route
@@ -45,20 +45,6 @@ pytestmark = [
 ]
 
 TOPIC, PGROUP, CGROUP = "NsApacheTopic", "NsApachePG", "NsApacheCG"
-
-
-def _free_broker_port() -> int:
-    """A port p with p-2 (VIP channel), p and p+1 (HA) free."""
-    for _ in range(200):
-        p = random.randrange(30_000, 45_000)
-        try:
-            for port in (p - 2, p, p + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port triple")
 
 
 async def mqadmin(store: Path, *args: str) -> str:
@@ -80,24 +66,9 @@ async def mqadmin(store: Path, *args: str) -> str:
 async def test_apache_broker_registers_and_clients_route_through_us(tmp_path: Path) -> None:
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
-    port = _free_broker_port()
+    port = free_broker_port()
     addr = f"127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "STORE_DIR": str(tmp_path / "apache"),
-        "BROKER_PORT": str(port),
-        "NAMESRV": ns.address,
-        "BROKER_NAME": "apache-a",
-        "CLUSTER": "MixedCluster",
-        "JAVA_OPT_EXT": APACHE_JAVA_OPT_EXT,
-    }
-    broker = await asyncio.create_subprocess_exec(
-        str(START_BROKER),
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    broker = await start_apache_broker(tmp_path / "apache", port, ns.address, "MixedCluster")
     producer: Any = None
     consumer: Any = None
     try:
@@ -170,7 +141,7 @@ async def test_apache_broker_registers_through_the_white_list_only(tmp_path: Pat
     white = NamesrvProcess(tmp_path / "ns-white", "--acl", str(white_acl))
     await closed.start()
     await white.start()
-    port = _free_broker_port()
+    port = free_broker_port()
     addr = f"127.0.0.1:{port}"
     env = {
         **os.environ,

@@ -58,6 +58,7 @@ from tests.helpers import (
     ROCKETMQ_HOME,
     ROCKETMQ_JARS,
     SHORT_JVM,
+    free_broker_port,
     jvm_flags,
     wait_until,
 )
@@ -126,22 +127,6 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: flo
                 return
         assert time.monotonic() < deadline, f"{what} did not listen on {port}"
         time.sleep(0.2)
-
-
-def _free_broker_port() -> int:
-    """A port p with p-2 (Apache's VIP channel), p and p+1 (HA) free."""
-    for _ in range(200):
-        p = free_port()
-        if p < 1026:
-            continue
-        try:
-            for port in (p - 2, p + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port triple")
 
 
 async def _registered(ns: str, want: dict[str, str], timeout: float) -> None:
@@ -240,7 +225,7 @@ def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procs]:
             classpath = compiled.result()
         namesrvs = {"kairosmq": f"127.0.0.1:{ns_port}", "apache": apache_ns.address}
         both = ";".join(namesrvs.values())
-        port = _free_broker_port()
+        port = free_broker_port()
         env = {
             **os.environ,
             "STORE_DIR": str(root / "apache-broker"),

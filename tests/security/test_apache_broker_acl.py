@@ -28,9 +28,9 @@ from tests.helpers import (
     APACHE_JAVA_OPT_EXT,
     ROCKETMQ_HOME,
     START_BROKER,
+    free_broker_port,
     wait_until,
 )
-from tests.namesrv.test_apache_broker import _free_broker_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -66,7 +66,7 @@ async def test_apache_acl_broker_verifies_the_bundled_clients(tmp_path: Path) ->
             shutil.copy(ROCKETMQ_HOME / "conf" / name, home / "conf" / name)
     ns = NameServer(port=0, data_dir=tmp_path / "namesrv")
     await ns.start()
-    port = _free_broker_port()
+    port = free_broker_port()
     env = {
         **os.environ,
         "STORE_DIR": str(tmp_path / "apache"),
