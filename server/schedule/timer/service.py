@@ -130,7 +130,7 @@ class TimerService:
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
         self._waker: PreciseWaker | None = None
         self._started = False
-        self._pending_key: tuple[int, int, int | None] | None = None
+        self._pending_key: tuple[int, int, int | None, int | None] | None = None
         self._pending_sorted: list[int] = []
         store.rollback_listeners.append(self.rollback)
 
