@@ -10,6 +10,8 @@ through its HTTP API against a real broker (in-process, port 0) with real messag
   (``console.bulk_action``); a viewer is refused, and so is a request without CSRF.
 * ``POST /api/dlq/resend`` with ``queueId``/``queueOffset``: one row.
 * ``GET /api/timers``: on-time shares from the brokers' lateness histograms.
+* ``GET /api/report`` without ``--spark-report-dir``: 404 naming the option
+  (tests/console/test_console_report.py reads a real report).
 """
 
 from __future__ import annotations
@@ -224,3 +226,11 @@ async def test_on_time_shares_from_the_lateness_histograms(console) -> None:
     assert level1["onTime"]["within100ms"] in (0.0, 100.0)
     assert out["onTime"]["fired"] == 4
     await peer.close()
+
+
+async def test_report_route_without_the_option(console) -> None:
+    _broker, port, _log = console
+    vera = Http(port)
+    await vera.login("vera", "view-pw")
+    status, out = await vera.call("GET", "/api/report")
+    assert status == 404 and "--spark-report-dir" in out["error"]
