@@ -173,6 +173,15 @@ async def test_dlq_resend_one_row(broker) -> None:
         {"consumerGroup": "DG1", "queueId": str(qid), "queueOffset": str(first["queueOffset"])},
     )
     assert r.code == ResponseCode.SYSTEM_ERROR and "resent already" in (r.remark or "")
+    # kairosmq admin dlq resend --at: a row of another queue (or the same one's next)
+    other = next(r for r in rows if r["msgId"] not in (first["msgId"], last["msgId"]))
+    o, e = io.StringIO(), io.StringIO()
+    argv = ["--broker", broker.address, "dlq", "resend", "DG1", "--at"]
+    at = f"{other['queueId']}:{other['queueOffset']}"
+    code = await asyncio.to_thread(admin_main, [*argv, at], out=o, err=e)
+    assert code == 0 and other["msgId"] in o.getvalue(), o.getvalue() + e.getvalue()
+    code = await asyncio.to_thread(admin_main, [*argv, "x:1"], out=o, err=e)
+    assert code != 0 and "--at 'x:1'" in e.getvalue(), e.getvalue()
     for fields, words in [
         ({"queueId": "99", "queueOffset": "0"}, "queueId 99"),
         ({"queueId": str(qid), "queueOffset": "9999"}, "queueOffset 9999"),
