@@ -16,7 +16,7 @@ or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.
   ``GET /api/dlq`` (911), ``GET /api/transactions`` (906), and the views of
   ``console/views.py``: ``GET /api/cluster``, ``/api/topics``, ``/api/groups``,
   ``/api/groups/detail``, ``/api/timers``; ``GET /api/journey`` (``console/journey.py``:
-  a message's journey from QUERY_MESSAGE, 907 and QUERY_CONSUMER_OFFSET);
+  a message's journey from QUERY_MESSAGE, 907 and GET_CONSUME_STATS);
   ``GET /api/report`` (``console/report.py``: the newest Spark report under
   ``--spark-report-dir``);
 * operator: ``POST /api/pending/reschedule``, ``/run-now`` (909), ``/recall`` (910),

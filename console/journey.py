@@ -10,8 +10,9 @@ broker: QUERY_MESSAGE (12) by UNIQ_KEY returns every record that carries the mes
 msgId (its timer record in ``rmq_sys_wheel_timer`` or schedule record in
 ``SCHEDULE_TOPIC_XXXX``, the fired copy in the real topic, each retry's schedule record
 and ``%RETRY%`` copy, the ``%DLQ%`` copy, an operator's reschedule or recall record);
-KAIROS_BROWSE_PENDING (907) says whether it is still pending; QUERY_CONSUMER_OFFSET (14)
-per consumer group (the groups of ``views.groups``) says who consumed each delivered copy.
+KAIROS_BROWSE_PENDING (907) says whether it is still pending; GET_CONSUME_STATS (208)
+per consumer group (the groups of ``views.groups``) says who consumed each delivered copy
+(only groups with offsets on, or a subscription to, its topic are shown).
 
 Invariants:
 * Read-only; at most ``MAX_MESSAGES`` messages per search (a key names several), at most
@@ -26,13 +27,10 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from kairosmq.protocol.bodies import decode_mq_table
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
-from kairosmq.protocol.headers import (
-    OffsetResponseHeader,
-    QueryConsumerOffsetRequestHeader,
-    QueryMessageRequestHeader,
-)
+from kairosmq.protocol.headers import GetConsumeStatsRequestHeader, QueryMessageRequestHeader
 from kairosmq.protocol.message import MessageExt, decode_records
 from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from kairosmq.protocol.pending import BrowsePendingRequestHeader
@@ -160,15 +158,21 @@ async def _records(brokers: Brokers, name: str | None, key: str, uniq: bool) -> 
     return decode_records(resp.body or b"")
 
 
-async def _offset(brokers: Brokers, addr: str, group: str, topic: str, qid: int) -> int | None:
-    h = QueryConsumerOffsetRequestHeader(group, topic, qid)
-    resp = await brokers.raw(addr, R.QUERY_CONSUMER_OFFSET, h.to_ext_fields(), accept=views.ANY)
-    if resp.code != ResponseCode.SUCCESS:
-        return None
-    try:
-        return OffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
-    except Exception:  # noqa: BLE001 - an unreadable answer: no offset known
-        return None
+async def _offsets(brokers: Brokers, addr: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, per (topic, queue), on the topics it has offsets on
+    or subscribes to (GET_CONSUME_STATS, 208, without a topic: a group that never
+    consumed a topic is not listed for it; QUERY_CONSUMER_OFFSET would answer 0 there,
+    as RocketMQ does while the queue starts at 0)."""
+    h = GetConsumeStatsRequestHeader(group)
+    resp = await brokers.raw(addr, R.GET_CONSUME_STATS, h.to_ext_fields(), accept=views.ANY)
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        return {}
+    table, _ = decode_mq_table(resp.body, "offsetTable")
+    return {
+        (mq.topic, mq.queue_id): int(v.get("consumerOffset", -1))
+        for mq, v in table.items()
+        if int(v.get("consumerOffset", -1)) >= 0
+    }
 
 
 async def journey(
@@ -248,12 +252,18 @@ async def _consumed(
             asks.append((s, s["topic"][len(RETRY_PREFIX) :]))
         else:
             asks += [(s, g) for g in groups]
-    offsets = await asyncio.gather(
-        *(_offset(brokers, addr, g, s["topic"], s["queueId"]) for s, g in asks)
+    names = sorted({g for _s, g in asks})
+    tables = dict(
+        zip(
+            names,
+            await asyncio.gather(*(_offsets(brokers, addr, g) for g in names)),
+            strict=True,
+        )
     )
     out = []
-    for (s, g), off in zip(asks, offsets, strict=True):
-        if off is None or off < 0:
+    for s, g in asks:
+        off = tables[g].get((s["topic"], s["queueId"]))
+        if off is None:
             continue
         out.append(
             {
