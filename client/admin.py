@@ -316,8 +316,15 @@ async def cmd_dlq(a: Admin, args: argparse.Namespace) -> Any:
         if due is None or due < 0:
             raise AdminError(f"--delay {args.delay!r} is not <n>ms|s|m|h|d")
         delay = due
+    qid = qoff = None
+    if args.at is not None:
+        pair = args.at.split(":")
+        if len(pair) != 2 or not all(x.isdigit() for x in pair):
+            raise AdminError(f"--at {args.at!r} is not <queueId>:<queueOffset>")
+        qid, qoff = int(pair[0]), int(pair[1])
     out = await a.json(
-        R.KAIROS_RESEND_DLQ, ResendDlqRequestHeader(args.group, args.max, args.to_retry, delay)
+        R.KAIROS_RESEND_DLQ,
+        ResendDlqRequestHeader(args.group, args.max, args.to_retry, delay, qid, qoff),
     )
     if out.get("error"):
         raise AdminError(f"resent {len(out['resent'])}, then stopped: {out['error']}")
@@ -619,6 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N<ms|s|m|h|d>",
         help="deliver each resent message this long after the resend (as a timer)",
+    )
+    p.add_argument(
+        "--at",
+        metavar="QUEUE:OFFSET",
+        help="only the dead letter at <queueId>:<queueOffset> (as `dlq list` shows it)",
     )
     for action, text in (
         ("list", "dead letters of %%DLQ%%<group>, page by page"),

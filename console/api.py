@@ -15,9 +15,14 @@ or first master), after the pages (``GET /``, ``/assets/app.js``, ``/assets/app.
 * viewer: ``GET /api/pending`` (907), ``GET /api/pending/histogram`` (908),
   ``GET /api/dlq`` (911), ``GET /api/transactions`` (906), and the views of
   ``console/views.py``: ``GET /api/cluster``, ``/api/topics``, ``/api/groups``,
-  ``/api/groups/detail``, ``/api/timers``;
+  ``/api/groups/detail``, ``/api/timers``; ``GET /api/journey`` (``console/journey.py``:
+  a message's journey from QUERY_MESSAGE, 907 and GET_CONSUME_STATS);
+  ``GET /api/report`` (``console/report.py``: the newest Spark report under
+  ``--spark-report-dir``);
 * operator: ``POST /api/pending/reschedule``, ``/run-now`` (909), ``/recall`` (910),
-  ``POST /api/dlq/resend`` (903), ``POST /api/transactions/end`` (912);
+  ``/bulk`` (``console/bulk.py``: a dry-run count, then 909/910 per message after the
+  count is confirmed), ``POST /api/dlq/resend`` (903; one row with ``queueId`` and
+  ``queueOffset``), ``POST /api/transactions/end`` (912);
 * admin (``console/actions.py``): ``POST /api/topics/create`` (17),
   ``/api/topics/delete`` (215, 216), ``POST /api/groups/reset-offset`` (222, or 29/30
   and 15 for a group with no client online).
@@ -52,7 +57,7 @@ from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 
-from . import actions, views
+from . import actions, bulk, journey, report, views
 from .auth import COOKIE, ROLES, Login, Logins, Throttle, Users, csrf_ok
 from .http import HttpError, Request, Response
 from .views import BrokerError
@@ -200,8 +205,10 @@ class ConsoleApi:
         log: Any,
         secure_cookie: bool = False,
         logins: Logins | None = None,
+        spark_report_dir: Path | None = None,
     ) -> None:
         self.users = users
+        self.spark_report_dir = spark_report_dir
         self.brokers = brokers
         self.log = log
         self.secure_cookie = secure_cookie
@@ -221,9 +228,12 @@ class ConsoleApi:
             ("GET", "/api/groups"): (VIEWER, self.groups),
             ("GET", "/api/groups/detail"): (VIEWER, self.group),
             ("GET", "/api/timers"): (VIEWER, self.timers),
+            ("GET", "/api/journey"): (VIEWER, self.journey),
+            ("GET", "/api/report"): (VIEWER, self.spark_report),
             ("POST", "/api/pending/reschedule"): (OPERATOR, self.reschedule),
             ("POST", "/api/pending/run-now"): (OPERATOR, self.run_now),
             ("POST", "/api/pending/recall"): (OPERATOR, self.recall),
+            ("POST", "/api/pending/bulk"): (OPERATOR, self.bulk),
             ("POST", "/api/dlq/resend"): (OPERATOR, self.dlq_resend),
             ("POST", "/api/transactions/end"): (OPERATOR, self.end_half),
             ("POST", "/api/topics/create"): (ADMIN, self.create_topic),
@@ -370,6 +380,22 @@ class ConsoleApi:
     async def timers(self, req: Request, s: Login) -> Response:
         return Response.json(await views.timer_health(self.brokers, req.query.get("broker")))
 
+    async def journey(self, req: Request, s: Login) -> Response:
+        q = req.query
+        fields = _fields(q, ("msgId", "key"))
+        if not fields:
+            return Response.error(400, "give msgId or key")
+        return Response.json(
+            await journey.journey(
+                self.brokers, q.get("broker"), fields.get("msgId"), fields.get("key")
+            )
+        )
+
+    async def spark_report(self, req: Request, s: Login) -> Response:
+        if self.spark_report_dir is None:
+            return Response.error(404, "the console was started without --spark-report-dir")
+        return Response.json(await asyncio.to_thread(report.read, self.spark_report_dir))
+
     # ------------------------------------------------------------------ actions
 
     async def _act(
@@ -411,8 +437,37 @@ class ConsoleApi:
 
     async def dlq_resend(self, req: Request, s: Login) -> Response:
         return await self._act(
-            req, s, R.KAIROS_RESEND_DLQ, ("consumerGroup", "maxNum", "toRetryTopic", "delayMs")
+            req,
+            s,
+            R.KAIROS_RESEND_DLQ,
+            ("consumerGroup", "maxNum", "toRetryTopic", "delayMs", "queueId", "queueOffset"),
         )
+
+    async def bulk(self, req: Request, s: Login) -> Response:
+        body = req.json()
+        broker = body.get("broker")
+        if broker is not None and not isinstance(broker, str):
+            return Response.error(400, "broker must be a string")
+
+        def audit(fields: dict[str, str], code: int) -> None:
+            self._audit(s, req, broker, fields, code)
+
+        status, out = await bulk.run(self.brokers, broker, body, audit)
+        if not out.get("dryRun", True) or status != 200:
+            self.log.info(
+                "console.bulk_action",
+                user=s.user,
+                broker=broker or "",
+                action=str(out["action"]),
+                filter=",".join(f"{k}={v}" for k, v in sorted(out["filter"].items()))[:500],
+                selected=int(out["count"]),
+                done=sum(out.get("outcomes", {}).values()),
+                failed=len(out.get("failed", [])),
+                confirmed=status == 200,
+            )
+        if status != 200:
+            return Response(status, orjson.dumps(out))
+        return Response.json(out)
 
     async def end_half(self, req: Request, s: Login) -> Response:
         return await self._act(req, s, R.KAIROS_END_HALF_MESSAGE, ("commitLogOffset", "action"))

@@ -1,9 +1,9 @@
 """``kairosmq console``: the web console's process (its HTTP API; docs/console.md).
 
 Owns: the options (where the brokers are, the listen address, the users file, TLS, the
-console's own ACL account), ``hash-password`` (a users-file hash of a password read from
-stdin), structlog JSON lines on stderr (events catalogued in ``protocol/events.py``:
-``console.*``), uvloop, and SIGINT/SIGTERM -> a clean stop.
+console's own ACL account, the Spark report directory), ``hash-password`` (a users-file
+hash of a password read from stdin), structlog JSON lines on stderr (events catalogued
+in ``protocol/events.py``: ``console.*``), uvloop, and SIGINT/SIGTERM -> a clean stop.
 
 Invariants: a separate process that reaches brokers over the remoting protocol only (it
 imports nothing from ``kairosmq.server``); without ``--users`` or with an unusable users
@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--broker-tls", action="store_true", help="reach the brokers over TLS")
     ap.add_argument("--broker-tls-ca", default=None, help="verify the brokers against this CA")
     ap.add_argument("--timeout", type=float, default=10.0, help="per broker request, seconds")
+    ap.add_argument(
+        "--spark-report-dir",
+        type=Path,
+        default=None,
+        help="show the newest delivery-quality report (kairosmq report -o) at or under this",
+    )
     return ap
 
 
@@ -112,6 +118,7 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         Brokers(pool, namesrv=args.namesrv, broker=args.broker, timeout=args.timeout),
         log=log,
         secure_cookie=tls is not None,
+        spark_report_dir=args.spark_report_dir,
     )
     server = HttpServer(api.handle, args.host, args.port, ssl_context=tls, log=log)
     await server.start()

@@ -259,7 +259,9 @@ async def timer_health(brokers: Brokers, name: str | None) -> dict[str, Any]:
     earliest due message is past its time). From KAIROS_GET_SCHEDULE_BACKLOG (902) and
     KAIROS_GET_TIMER_STATUS (905), the live timer count from KAIROS_PENDING_HISTOGRAM
     (908); on a broker without them, the levels' backlog from
-    GET_BROKER_RUNTIME_INFO's ``scheduleMessageOffset_<level>`` (delivered, stored)."""
+    GET_BROKER_RUNTIME_INFO's ``scheduleMessageOffset_<level>`` (delivered, stored).
+    ``onTime`` per level, for timers and in all: the share fired within 10 and 100 ms of
+    due, from the lateness histograms 902 and 905 carry."""
     addr = await brokers.address(name)
     backlog = await brokers.raw(addr, R.KAIROS_GET_SCHEDULE_BACKLOG, {}, accept=(NOT_SUPPORTED,))
     if backlog.code == ResponseCode.SUCCESS:
@@ -274,6 +276,7 @@ async def timer_health(brokers: Brokers, name: str | None) -> dict[str, Any]:
                 "oldestOverdueMs": _overdue(now, lv.get("pending", 0), lv.get("nextDueMs")),
                 "scheduled": lv.get("scheduled"),
                 "delivered": lv.get("delivered"),
+                "onTime": on_time(lv.get("lateness")),
             }
             for lv in data.get("levels", [])
         ]
@@ -294,14 +297,15 @@ async def timer_health(brokers: Brokers, name: str | None) -> dict[str, Any]:
             "fired": ts.get("fired"),
             "meanLatenessMs": ts.get("meanLatenessMs"),
             "entriesPerHour": ts.get("entriesPerHour", []),
+            "onTime": on_time(ts.get("lateness")),
         }
+        hists = [lv.get("lateness") for lv in data.get("levels", [])] + [ts.get("lateness")]
         return {
             "nowMs": now,
             "kairosmq": True,
             "levels": levels,
             "timers": timers,
-            # neither status carries a lateness histogram: no on-time share to show
-            "onTimePercent": None,
+            "onTime": on_time(_sum_histograms(hists)),
         }
     table = (await brokers.call(name, R.GET_BROKER_RUNTIME_INFO, {})).get("table", {})
     levels = []
@@ -319,8 +323,42 @@ async def timer_health(brokers: Brokers, name: str | None) -> dict[str, Any]:
         "kairosmq": False,
         "levels": sorted(levels, key=lambda x: x["level"]),
         "timers": None,
-        "onTimePercent": None,
+        "onTime": None,
     }
+
+
+ON_TIME_MS = (10, 100)  # the on-time shares shown: fired within 10 ms and 100 ms of due
+
+
+def on_time(hist: Any) -> dict[str, Any] | None:
+    """From a status's lateness histogram (``boundsMs``, ``counts``: ``counts[i]`` fired
+    at most ``boundsMs[i]`` ms late): how many fired and the percentage within each of
+    ``ON_TIME_MS``; None without a histogram (an older broker) or when none fired."""
+    if not isinstance(hist, dict):
+        return None
+    bounds, counts = hist.get("boundsMs"), hist.get("counts")
+    if not isinstance(bounds, list) or not isinstance(counts, list):
+        return None
+    total = sum(int(c) for c in counts)
+    out: dict[str, Any] = {"fired": total}
+    for ms in ON_TIME_MS:
+        within = sum(int(c) for b, c in zip(bounds, counts, strict=False) if float(b) <= ms)
+        out[f"within{ms}ms"] = round(100.0 * within / total, 2) if total else None
+    return out
+
+
+def _sum_histograms(hists: list[Any]) -> dict[str, Any] | None:
+    """One histogram of several with the same bounds (the levels' and the timers')."""
+    have = [h for h in hists if isinstance(h, dict) and isinstance(h.get("counts"), list)]
+    if not have:
+        return None
+    counts = [0] * len(have[0]["counts"])
+    for h in have:
+        if h.get("boundsMs") != have[0].get("boundsMs"):
+            return None
+        for i, c in enumerate(h["counts"]):
+            counts[i] += int(c)
+    return {"boundsMs": have[0]["boundsMs"], "counts": counts}
 
 
 def _overdue(now: int, pending: int, next_due: int | None) -> int:

@@ -288,6 +288,18 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "code": "int",
     },
     "console.request_failed": {"path": "string", "error": "string"},  # error: a 500
+    # a bulk action on pending messages (console/bulk.py): after each message's
+    # console.action, the whole; confirmed false: the count changed, nothing was done
+    "console.bulk_action": {
+        "user": "string",
+        "broker": "string",
+        "action": "string",
+        "filter": "string",
+        "selected": "int",
+        "done": "int",
+        "failed": "int",
+        "confirmed": "boolean",
+    },
     # ---- transactional messages (server/transaction/): half, end, check-back
     "transaction.prepared": {
         "msg_id": "string",

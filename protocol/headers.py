@@ -291,13 +291,17 @@ class QueryMessageResponseHeader(Header):
 
 @dataclass(slots=True)
 class ResendDlqRequestHeader(Header):
-    """KAIROS_RESEND_DLQ (903): resend up to ``maxNum`` dead letters of a group."""
+    """KAIROS_RESEND_DLQ (903): resend up to ``maxNum`` dead letters of a group, or the
+    one at ``queueId``/``queueOffset``."""
 
     consumer_group: str = wire("consumerGroup")
     max_num: int = wire("maxNum", default=1000)
     to_retry_topic: bool = wire("toRetryTopic", default=False)
     # resend each as a timer due this many ms after the resend (kairosmq, issue 33)
     delay_ms: int | None = wire("delayMs", default=None)
+    # only the dead letter at this queue and offset of %DLQ%<group> (a workbench row)
+    queue_id: int | None = wire("queueId", default=None)
+    queue_offset: int | None = wire("queueOffset", default=None)
 
 
 @dataclass(slots=True)

@@ -147,6 +147,9 @@ function showTab(name) {
   if (name === "cluster") loadCluster().catch((e) => status(e.message, true));
   if (name === "topics") loadTopics(0).catch((e) => status(e.message, true));
   if (name === "groups") loadGroups().catch((e) => status(e.message, true));
+  if (name === "timeline") loadTimeline().catch((e) => status(e.message, true));
+  if (name === "report") loadReport().catch((e) => status(e.message, true));
+  if (name === "search") status("Search a message by msgId or key.");
 }
 
 // ------------------------------------------------------------------ pending
@@ -268,6 +271,7 @@ $("#hist-unit").addEventListener("change", () => loadHistogram().catch((e) => st
 // ------------------------------------------------------------------ dead letters
 
 async function loadDlq(cursor, keepStatus = false) {
+  state.dlqPage = cursor;
   const group = new FormData($("#dlq-filter")).get("consumerGroup");
   const page = await api("GET", "/api/dlq?" + withBroker({ consumerGroup: group, cursor }));
   const body = $("#dlq-table tbody");
@@ -282,11 +286,30 @@ async function loadDlq(cursor, keepStatus = false) {
     cell(tr, r.reconsumeTimes);
     cell(tr, fmtTime(r.storeMs));
     cell(tr, r.resent ? "yes" : "no");
+    const actions = cell(tr, "", "actions op");
+    actions.textContent = "";
+    if (!r.resent) actions.append(button("Resend", () => resendRow(group, r)));
     body.appendChild(tr);
   }
   state.dlqCursor = page.nextCursor;
   $("#dlq-next").disabled = !page.nextCursor;
   if (!keepStatus) status(`${page.rows.length} dead letters of ${group} shown`);
+}
+
+async function resendRow(group, r) {
+  const delayMs = Number(new FormData($("#dlq-resend")).get("delay")) * 1000 || undefined;
+  let text, error = false;
+  try {
+    const out = await api("POST", "/api/dlq/resend", {
+      broker: state.broker, consumerGroup: group, queueId: r.queueId, queueOffset: r.queueOffset, delayMs,
+    });
+    text = `resent ${r.msgId}` + (out.resent.length && out.resent[0].dueMs ? ` (due ${fmtTime(out.resent[0].dueMs)})` : "");
+  } catch (err) {
+    text = `resend ${r.msgId}: ${err.message}`;
+    error = true;
+  }
+  await loadDlq(state.dlqPage, true).catch(() => {});
+  status(text, error);
 }
 
 $("#dlq-filter").addEventListener("submit", (ev) => {
@@ -375,6 +398,7 @@ async function loadTimers(keepStatus = false) {
     cell(tr, t.scheduled);
     cell(tr, t.fired);
     cell(tr, t.meanLatenessMs === null ? "-" : `${t.meanLatenessMs} ms`);
+    onTimeCells(tr, t.onTime);
     tbody.appendChild(tr);
   }
   const lbody = $("#level-table tbody");
@@ -388,11 +412,22 @@ async function loadTimers(keepStatus = false) {
     cell(tr, lv.oldestOverdueMs ? fmtDur(lv.oldestOverdueMs) : "none", lv.oldestOverdueMs ? "bad" : "");
     cell(tr, lv.scheduled);
     cell(tr, lv.delivered);
+    onTimeCells(tr, lv.onTime);
     lbody.appendChild(tr);
   }
+  const all = out.onTime;
+  $("#ontime-all").textContent = all && all.fired
+    ? `On time: ${all.within10ms} % of ${all.fired} fired within 10 ms of due, ${all.within100ms} % within 100 ms`
+    : (out.kairosmq ? "On time: nothing fired yet" : "On time: not reported by this broker");
   if (!keepStatus) {
     status(out.kairosmq ? `${out.timers.pending} timers pending` : "not a kairosmq broker: delay levels only");
   }
+}
+
+function onTimeCells(tr, ot) {
+  const pct = (v) => (v === null || v === undefined ? "-" : `${v} %`);
+  cell(tr, ot ? pct(ot.within10ms) : "-");
+  cell(tr, ot ? pct(ot.within100ms) : "-");
 }
 
 // ------------------------------------------------------------------ cluster
@@ -550,6 +585,280 @@ async function loadGroup(name, keepStatus = false) {
     cbody.appendChild(tr);
   }
   if (!keepStatus) status(`${out.group}: ${out.queues.length} queues, ${out.connections.length} connections`);
+}
+
+// ------------------------------------------------------------------ bulk actions
+
+// The pending filter selects (topic, key, kind, due window); a dry run counts, the
+// confirmation step shows that count and sends it back: the console refuses (409) when
+// the filter selects another count by then.
+function bulkBody() {
+  const q = pendingQuery();
+  const f = new FormData($("#bulk"));
+  const body = { broker: state.broker, topic: q.topic, key: q.key, kind: q.kind, action: f.get("action") };
+  if (q.fromMs) body.fromMs = Number(q.fromMs);
+  if (q.toMs) body.toMs = Number(q.toMs);
+  if (body.action === "shift") body.shiftMs = Math.round(Number(f.get("shiftMin")) * 60000);
+  return body;
+}
+
+$("#bulk").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const body = bulkBody();
+  try {
+    const out = await api("POST", "/api/pending/bulk", { ...body, dryRun: true });
+    state.bulk = { ...body, confirmCount: out.count };
+    const what = body.action === "shift" ? `shift by ${body.shiftMs / 60000} min` : body.action;
+    $("#bulk-count").textContent = `${what}: ${out.count} pending messages selected. Confirm?`;
+    $("#bulk-confirm").hidden = false;
+    $("#bulk-go").disabled = out.count === 0;
+    status(`dry run: ${out.count} selected`);
+  } catch (err) {
+    status(err.message, true);
+  }
+});
+
+$("#bulk-cancel").addEventListener("click", () => {
+  $("#bulk-confirm").hidden = true;
+  state.bulk = null;
+});
+
+$("#bulk-go").addEventListener("click", async () => {
+  if (!state.bulk) return;
+  let text, error = false;
+  try {
+    const out = await api("POST", "/api/pending/bulk", { ...state.bulk, dryRun: false });
+    const parts = Object.entries(out.outcomes).map(([k, v]) => `${v} ${k}`);
+    text = `${out.action}: ${parts.join(", ") || "nothing"}` + (out.failed.length ? `, ${out.failed.length} failed` : "");
+  } catch (err) {
+    text = `bulk ${state.bulk.action}: ${err.message}`;
+    error = true;
+  }
+  $("#bulk-confirm").hidden = true;
+  state.bulk = null;
+  await loadPending(null, true).catch(() => {});
+  status(text, error);
+});
+
+// ------------------------------------------------------------------ timeline
+
+const SVG = "http://www.w3.org/2000/svg";
+const UNIT_MS = { minute: 60000, hour: 3600000, day: 86400000 };
+const SPAN_MS = { minute: 12 * 3600000, hour: 40 * 86400000, day: 40 * 86400000 };
+
+function svg(tag, attrs, parent) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  if (parent) parent.appendChild(el);
+  return el;
+}
+
+function toLocalInput(ms) {
+  const d = new Date(ms);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+async function loadTimeline() {
+  const f = new FormData($("#timeline-filter"));
+  const unit = f.get("unit");
+  const step = UNIT_MS[unit];
+  const now = Date.now();
+  const from = Math.floor(now / step) * step;
+  const to = from + SPAN_MS[unit] + step;
+  const counts = new Map();
+  let cursor = null, total = 0, pages = 0, complete = true;
+  do {  // a topic's histogram is a scan: follow its cursor (at most 20 requests)
+    const h = await api("GET", "/api/pending/histogram?" + withBroker({
+      unit, topic: f.get("topic"), kind: f.get("kind"), fromMs: 0, toMs: to, cursor,
+    }));
+    for (const b of h.bins) {
+      const start = Math.max(b.startMs, from);  // overdue ones count in the first bar
+      const c = counts.get(start) || { timers: 0, levels: 0 };
+      c.timers += b.timers;
+      c.levels += b.levels;
+      counts.set(start, c);
+      total += b.timers + b.levels;
+    }
+    cursor = h.nextCursor;
+    pages += 1;
+    complete = !cursor;
+  } while (cursor && pages < 20);
+  const n = Math.round((to - from) / step);
+  const barW = Math.max(2, Math.min(24, Math.floor(1200 / n)));
+  const height = 180, top = 10, bottom = 30, left = 40;
+  const max = Math.max(1, ...[...counts.values()].map((c) => c.timers + c.levels));
+  const box = $("#timeline-chart");
+  box.textContent = "";
+  const chart = svg("svg", { width: left + n * barW + 10, height, role: "img", "aria-label": `pending per ${unit}` }, box);
+  svg("line", { x1: left, y1: height - bottom, x2: left + n * barW, y2: height - bottom, class: "axis" }, chart);
+  svg("text", { x: left - 4, y: top + 8, class: "tick", "text-anchor": "end" }, chart).textContent = String(max);
+  svg("text", { x: left - 4, y: height - bottom, class: "tick", "text-anchor": "end" }, chart).textContent = "0";
+  const labelEvery = Math.max(1, Math.ceil(n / 8));
+  for (let i = 0; i < n; i++) {
+    const start = from + i * step;
+    if (i % labelEvery === 0) {
+      const label = unit === "day" || (unit === "hour" && labelEvery >= 24) ? fmtTime(start).slice(5, 10) : fmtTime(start).slice(5, 16);
+      svg("text", { x: left + i * barW, y: height - bottom + 16, class: "tick" }, chart).textContent = label;
+    }
+    const c = counts.get(start);
+    if (!c) continue;
+    const v = c.timers + c.levels;
+    const h = Math.max(2, Math.round((v / max) * (height - top - bottom)));
+    const bar = svg("rect", {
+      x: left + i * barW, y: height - bottom - h, width: Math.max(1, barW - 1), height: h,
+      class: c.levels > c.timers ? "tl-bar level" : "tl-bar", "data-start": start, tabindex: 0,
+    }, chart);
+    svg("title", {}, bar).textContent = `${fmtTime(start)}: ${c.timers} timers, ${c.levels} level-delayed`;
+    const open = () => showWindow(start, start + step, f.get("topic"), f.get("kind"));
+    bar.addEventListener("click", open);
+    bar.addEventListener("keydown", (ev) => { if (ev.key === "Enter") open(); });
+  }
+  $("#timeline-total").textContent = `${total} pending in the next ${unit === "minute" ? "12 hours" : "40 days"}` +
+    (complete ? "" : " (scan budget reached: partial)");
+  status(`timeline per ${unit}: ${counts.size} ${unit}s with pending messages`);
+}
+
+function showWindow(fromMs, toMs, topic, kind) {
+  const form = $("#pending-filter");
+  form.elements.from.value = toLocalInput(fromMs);
+  form.elements.to.value = toLocalInput(toMs);
+  form.elements.topic.value = topic || "";
+  form.elements.kind.value = kind || "all";
+  form.elements.msgId.value = "";
+  form.elements.key.value = "";
+  showTab("pending");
+}
+
+$("#timeline-filter").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  loadTimeline().catch((e) => status(e.message, true));
+});
+
+// ------------------------------------------------------------------ search: a message's journey
+
+function fmtLate(ms) {
+  if (ms === null || ms === undefined) return "-";
+  return ms < 1000 ? `${ms} ms` : fmtIn(ms);
+}
+
+async function search() {
+  const f = new FormData($("#search-form"));
+  const out = await api("GET", "/api/journey?" + withBroker({ msgId: f.get("msgId"), key: f.get("key") }));
+  const box = $("#journeys");
+  box.textContent = "";
+  for (const m of out.messages) {
+    const card = document.createElement("div");
+    card.className = "journey";
+    card.dataset.msgId = m.msgId;
+    const h = document.createElement("h2");
+    h.textContent = `${m.msgId} in ${m.topic || "?"}` + (m.keys ? ` (keys ${m.keys})` : "");
+    card.appendChild(h);
+    const table = document.createElement("table");
+    table.className = "steps";
+    const head = document.createElement("tr");
+    for (const t of ["Step", "Topic", "Queue:offset", "Stored", "Due", "Late by", "Detail"]) {
+      const th = document.createElement("th");
+      th.textContent = t;
+      head.appendChild(th);
+    }
+    table.appendChild(head);
+    const rows = [...m.steps];
+    for (const p of m.pending) rows.push({ ...p, pending: true });
+    for (const s of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.step = s.step;
+      cell(tr, s.step);
+      cell(tr, s.topic);
+      cell(tr, s.queueId === undefined ? "-" : `${s.queueId}:${s.queueOffset}`);
+      cell(tr, s.storeMs ? fmtTime(s.storeMs) : "-");
+      cell(tr, s.dueMs ? fmtTime(s.dueMs) : "-");
+      const late = s.pending ? `due in ${fmtIn(s.dueMs - out.nowMs)}` : fmtLate(s.latenessMs);
+      cell(tr, late, s.latenessMs > 1000 ? "bad" : "");
+      const detail = [];
+      if (s.kind) detail.push(s.kind === "level" ? `level ${s.level}` : "timer");
+      if (s.group) detail.push(`group ${s.group}`);
+      if (s.realTopic && s.realTopic !== s.topic) detail.push(`for ${s.realTopic}`);
+      if (s.originMsgId) detail.push(`origin ${s.originMsgId}`);
+      cell(tr, detail.join(", "));
+      table.appendChild(tr);
+    }
+    for (const c of m.consumed) {
+      const tr = document.createElement("tr");
+      tr.dataset.step = c.consumed ? "consumed" : "not consumed";
+      cell(tr, c.consumed ? "consumed" : "not consumed yet");
+      cell(tr, c.topic);
+      cell(tr, `${c.queueId}:${c.queueOffset}`);
+      cell(tr, "-");
+      cell(tr, "-");
+      cell(tr, "-");
+      cell(tr, `group ${c.group}, committed offset ${c.committedOffset}`);
+      table.appendChild(tr);
+    }
+    card.appendChild(table);
+    box.appendChild(card);
+  }
+  status(out.messages.length ? `${out.messages.length} messages found` + (out.truncated ? " (first 10)" : "") : "No message found.");
+}
+
+$("#search-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  search().catch((e) => status(e.message, true));
+});
+
+// ------------------------------------------------------------------ the latest Spark report
+
+function reportTable(rows) {
+  const table = document.createElement("table");
+  const cols = [];
+  for (const r of rows) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
+  const head = document.createElement("tr");
+  for (const c of cols) {
+    const th = document.createElement("th");
+    th.textContent = c;
+    head.appendChild(th);
+  }
+  table.appendChild(head);
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    for (const c of cols) {
+      const v = r[c];
+      cell(tr, v !== null && typeof v === "object" ? JSON.stringify(v) : v);
+    }
+    table.appendChild(tr);
+  }
+  return table;
+}
+
+async function loadReport() {
+  const out = await api("GET", "/api/report");
+  const summary = $("#report-summary tbody");
+  summary.textContent = "";
+  const tables = $("#report-tables");
+  tables.textContent = "";
+  if (!out.dir) {
+    $("#report-head").textContent = "No report yet (kairosmq report -o <dir> writes one).";
+    status("no report");
+    return;
+  }
+  $("#report-head").textContent = `${out.dir}, written ${fmtTime(out.writtenMs)}`;
+  for (const [k, v] of Object.entries(out.summary || {})) {
+    const tr = document.createElement("tr");
+    cell(tr, k, "id");
+    cell(tr, v !== null && typeof v === "object" ? JSON.stringify(v) : v);
+    summary.appendChild(tr);
+  }
+  for (const [name, t] of Object.entries(out.tables)) {
+    const d = document.createElement("details");
+    d.dataset.table = name;
+    d.open = t.rows.length > 0 && t.rows.length <= 20;
+    const sum = document.createElement("summary");
+    sum.textContent = `${name} (${t.total} rows${t.truncated ? `, first ${t.rows.length} shown` : ""})`;
+    d.appendChild(sum);
+    if (t.rows.length) d.appendChild(reportTable(t.rows));
+    tables.appendChild(d);
+  }
+  status(`report: ${Object.keys(out.tables).length} tables`);
 }
 
 // ------------------------------------------------------------------ live pages

@@ -238,6 +238,7 @@ class TimerStatusProcessor:
             "scheduled": self.stats.timers_scheduled,
             "fired": self.stats.timers_fired,
             "meanLatenessMs": round(lat.sum_ms / lat.total, 3) if lat.total else None,
+            "lateness": lat.as_json(),
             "loaded": timer.pending_in_memory,
             "cursor": list(timer.cursor),
             "buckets": sum(1 for b in counts if b >= first),

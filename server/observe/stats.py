@@ -31,6 +31,17 @@ class LatenessHistogram:
         self.total += 1
         self.sum_ms += ms
 
+    def as_json(self) -> dict[str, object]:
+        """The buckets for a status answer (KAIROS_GET_SCHEDULE_BACKLOG, 902, per level;
+        KAIROS_GET_TIMER_STATUS, 905): ``counts[i]`` fired at most ``boundsMs[i]`` ms late
+        (and more than ``boundsMs[i-1]``), the last one later than every bound."""
+        return {
+            "boundsMs": list(LATENESS_BUCKETS_MS),
+            "counts": list(self.counts),
+            "total": self.total,
+            "sumMs": round(self.sum_ms, 3),
+        }
+
 
 class BrokerStats:
     def __init__(self) -> None:

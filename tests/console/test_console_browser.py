@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from kairosmq.protocol.codes import RequestCode as R
 from kairosmq.protocol.codes import ResponseCode
@@ -275,3 +276,157 @@ async def test_pending_and_timer_health_refresh_without_a_reload(console) -> Non
         await browser.close()
     assert problems == [], problems
     await peer.close()
+
+
+async def test_timeline_bulk_search_dlq_row_and_on_time_in_chromium(console) -> None:
+    """The due-time timeline (a click on a bar opens that window in Pending), a bulk
+    shift and a bulk recall after the dry-run count and its confirmation, a message's
+    journey found by key, one dead letter resent from its row, and the on-time shares;
+    a viewer sees none of the actions."""
+    broker, port, log = console
+    peer = await RawPeer.connect(broker.address)
+    now = int(time.time() * 1000)
+    hour = 3_600_000
+    soon = (now + 2 * hour) // hour * hour + 600_000  # ten minutes into an hour two hours on
+    for i in range(3):
+        props = {"UNIQ_KEY": f"TLA-{i}", "KEYS": "bulk-a", "TIMER_DELIVER_MS": str(soon + i)}
+        assert (await send(peer, "TimelineA", b"x", props)).code == ResponseCode.SUCCESS
+    for i in range(2):
+        props = {"UNIQ_KEY": f"TLB-{i}", "TIMER_DELIVER_MS": str(now + 26 * hour + i)}
+        assert (await send(peer, "TimelineB", b"x", props)).code == ResponseCode.SUCCESS
+    # one message's whole journey: a timer fired, consumed by TripCG, retried, dead-lettered
+    trip = "TRIP-" + uuid.uuid4().hex[:8].upper()
+    props = {"UNIQ_KEY": trip, "KEYS": "trip-1", "TIMER_DELIVER_MS": str(now + 300)}
+    assert (await send(peer, "Trips", b"x", props)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: broker.stats.timers_fired >= 1, timeout=5)
+    (fired,) = await pull_all(peer, "Trips")
+    h = UpdateConsumerOffsetRequestHeader("TripCG", "Trips", fired.queue_id, fired.queue_offset + 1)
+    assert (await peer.call(R.UPDATE_CONSUMER_OFFSET, h.to_ext_fields())).code == 0
+    for level in (1, -1):
+        back = await peer.call(
+            R.CONSUMER_SEND_MSG_BACK,
+            {"offset": fired.commit_log_offset, "group": "TripCG", "delayLevel": level},
+        )
+        assert back.code == ResponseCode.SUCCESS, back.remark
+    await wait_until(lambda: broker.stats.lateness[1].total >= 1, timeout=5)
+    # two dead letters of RowCG: the second one is resent from its row
+    for i in range(2):
+        assert (await send(peer, "Rows", b"d", {"UNIQ_KEY": f"ROW-{i}"}, queue_id=0)).code == 0
+    for m in sorted(await pull_all(peer, "Rows"), key=lambda m: m.queue_offset):
+        r = await peer.call(
+            R.CONSUMER_SEND_MSG_BACK,
+            {"offset": m.commit_log_offset, "group": "RowCG", "delayLevel": -1},
+        )
+        assert r.code == ResponseCode.SUCCESS
+    problems: list[str] = []
+    async with playwright.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=BROWSER, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        page = await browser.new_page(viewport={"width": 1280, "height": 720})
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        await page.goto(f"http://127.0.0.1:{port}/")
+        await page.fill("#login-user", "otto")
+        await page.fill("#login-password", "op-pw")
+        problems.clear()  # the page's first GET /api/me (401)
+        await page.click("#login button[type=submit]")
+        await page.locator("#pending-table tbody tr").nth(4).wait_for()
+        # the timeline: one bar per hour with pending messages; a click opens its window
+        await page.click("button[data-tab=timeline]")
+        bars = page.locator("#timeline-chart rect.tl-bar")
+        await expect(bars).to_have_count(2)
+        await expect(page.locator("#timeline-total")).to_contain_text("5 pending")
+        await shot(page, "console-timeline")
+        start = soon // hour * hour
+        await page.locator(f"#timeline-chart rect[data-start='{start}']").click()
+        rows = page.locator("#pending-table tbody tr")
+        await expect(rows).to_have_count(3)
+        assert "TimelineA" in await rows.nth(0).text_content()
+        # bulk: shift what the window selects by an hour, after the count is confirmed
+        await page.select_option("#bulk select[name=action]", "shift")
+        await page.fill("#bulk input[name=shiftMin]", "60")
+        await page.click("#bulk button[type=submit]")
+        await expect(page.locator("#bulk-count")).to_contain_text("3 pending messages selected")
+        assert broker.stats.timers_scheduled == 3 + 2 + 1  # nothing moved by the dry run
+        await shot(page, "console-bulk")
+        await page.click("#bulk-go")
+        await expect(page.locator("#status")).to_contain_text("shift: 3 rescheduled")
+        await expect(rows).to_have_count(0)  # moved out of the window
+        moved = await pull_pending(peer, "TimelineA")
+        assert sorted(moved.values()) == [soon + hour + i for i in range(3)]
+        # bulk recall by topic
+        await page.fill("#pending-filter input[name=from]", "")
+        await page.fill("#pending-filter input[name=to]", "")
+        await page.fill("#pending-filter input[name=topic]", "TimelineB")
+        await page.click("#pending-filter button[type=submit]")
+        await expect(rows).to_have_count(2)
+        await page.select_option("#bulk select[name=action]", "recall")
+        await page.click("#bulk button[type=submit]")
+        await expect(page.locator("#bulk-count")).to_contain_text("2 pending messages selected")
+        await page.click("#bulk-go")
+        await expect(page.locator("#status")).to_contain_text("recall: 2 recalled")
+        await expect(rows).to_have_count(0)
+        # search by key: the journey of the message
+        await page.click("button[data-tab=search]")
+        await page.fill("#search-form input[name=key]", "trip-1")
+        await page.click("#search-form button[type=submit]")
+        card = page.locator(f".journey[data-msg-id='{trip}']")
+        await expect(card).to_have_count(1)
+        steps = [await r.get_attribute("data-step") for r in await card.locator("tr").all()][1:]
+        assert steps[:6] == [
+            "sent",
+            "scheduled",
+            "fired",
+            "retry scheduled",
+            "dead-lettered",
+            "retried",
+        ], steps
+        consumed = card.locator("tr[data-step=consumed]")
+        await expect(consumed).to_have_count(1)
+        assert "group TripCG" in await consumed.text_content()
+        late = fired.store_timestamp - int(props["TIMER_DELIVER_MS"])
+        assert f"{late} ms" in await card.locator("tr[data-step=fired]").text_content()
+        await shot(page, "console-search")
+        # one dead letter resent from its row
+        await page.click("button[data-tab=dlq]")
+        await page.fill("#dlq-filter input[name=consumerGroup]", "RowCG")
+        await page.click("#dlq-filter button[type=submit]")
+        dlq_rows = page.locator("#dlq-table tbody tr")
+        await expect(dlq_rows).to_have_count(2)
+        await shot(page, "console-dlq-row")
+        await dlq_rows.filter(has_text="ROW-1").get_by_role("button", name="Resend").click()
+        await expect(page.locator("#status")).to_contain_text("resent ROW-1")
+        # on time: the shares of the fired ones
+        await page.click("button[data-tab=timers]")
+        await expect(page.locator("#ontime-all")).to_contain_text("fired within 10 ms of due")
+        timer_cells = await page.locator("#timer-table tbody td").all_text_contents()
+        assert timer_cells[-2].endswith(" %") and timer_cells[-1].endswith(" %"), timer_cells
+        await shot(page, "console-ontime")
+        # a viewer: no bulk form, no row resend
+        await page.click("#logout")
+        await page.wait_for_selector("#login:not([hidden])")
+        await page.fill("#login-user", "vera")
+        await page.fill("#login-password", "view-pw")
+        await page.click("#login button[type=submit]")
+        await expect(page.locator("#pending")).to_be_visible()
+        assert not await page.locator("#bulk").is_visible()
+        await page.click("button[data-tab=dlq]")
+        await page.fill("#dlq-filter input[name=consumerGroup]", "RowCG")
+        await page.click("#dlq-filter button[type=submit]")
+        await expect(page.locator("#dlq-table tbody tr")).to_have_count(2)
+        assert await page.get_by_role("button", name="Resend").count() == 0
+        await browser.close()
+    assert problems == [], problems
+    assert sorted(m.msg_id for m in await pull_all(peer, "Rows")) == ["ROW-0", "ROW-1", "ROW-1"]
+    assert await pull_all(peer, "TimelineB") == []
+    summaries = [kw["action"] for e, kw in log.lines if e == "console.bulk_action"]
+    assert summaries == ["shift", "recall"]
+    await peer.close()
+
+
+async def pull_pending(peer: RawPeer, topic: str) -> dict[str, int]:
+    """msgId -> due time of ``topic``'s pending messages (907)."""
+    r = await peer.call(R.KAIROS_BROWSE_PENDING, {"topic": topic})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return {row["msgId"]: row["dueMs"] for row in orjson.loads(r.body)["rows"]}

@@ -94,7 +94,11 @@ async def test_timer_health(console) -> None:
     await vera.login("vera", "view-pw")
     status, out = await vera.call("GET", "/api/timers")
     assert status == 200, out
-    assert out["kairosmq"] is True and out["onTimePercent"] is None
+    assert out["kairosmq"] is True and out["onTime"] == {
+        "fired": 0,
+        "within10ms": None,
+        "within100ms": None,
+    }
     levels = {lv["level"]: lv for lv in out["levels"]}
     assert levels[2]["pending"] == 1 and levels[2]["delayMs"] == 30_000
     assert now + 29_000 <= levels[2]["nextDueMs"] <= now + 31_000 + 5_000

@@ -129,6 +129,69 @@ async def test_dlq_browse_resend_with_delay_and_export(broker, tmp_path: Path) -
     await peer.close()
 
 
+async def test_dlq_resend_one_row(broker) -> None:
+    """A workbench row: the dead letter at one queue offset, optionally delayed; refused
+    once the group's resend progress passed it; bad positions are named."""
+    peer = await RawPeer.connect(broker.address)
+    await dead_letters(peer, "DL1", "DG1", 3)
+    rows = (await body(peer, R.KAIROS_BROWSE_DLQ, consumerGroup="DG1", limit=10))["rows"]
+    assert len(rows) == 3
+    by_queue: dict[int, list[Any]] = {}
+    for r in rows:
+        by_queue.setdefault(r["queueId"], []).append(r)
+    qid, queue_rows = max(by_queue.items(), key=lambda kv: len(kv[1]))
+    last = queue_rows[-1]
+    t0 = now_ms()
+    out = await body(
+        peer,
+        R.KAIROS_RESEND_DLQ,
+        consumerGroup="DG1",
+        queueId=last["queueId"],
+        queueOffset=last["queueOffset"],
+        delayMs=300,
+    )
+    assert [r["msgId"] for r in out["resent"]] == [last["msgId"]]
+    assert out["resent"][0]["dueMs"] >= t0 + 300
+    await wait_until(lambda: broker.stats.timers_fired >= 1, timeout=5)
+    back = [m for m in await pull_all(peer, "DL1") if m.store_timestamp >= t0]
+    assert [m.msg_id for m in back] == [last["msgId"]]
+    assert back[0].store_timestamp >= out["resent"][0]["dueMs"]
+    # the first row of the queue is the next one: resending it moves the progress
+    first = queue_rows[0]
+    out = await body(
+        peer,
+        R.KAIROS_RESEND_DLQ,
+        consumerGroup="DG1",
+        queueId=qid,
+        queueOffset=first["queueOffset"],
+    )
+    assert [r["msgId"] for r in out["resent"]] == [first["msgId"]]
+    page = await body(peer, R.KAIROS_BROWSE_DLQ, consumerGroup="DG1", limit=10)
+    assert [r["resent"] for r in page["rows"] if r["msgId"] == first["msgId"]] == [True]
+    r = await peer.call(
+        R.KAIROS_RESEND_DLQ,
+        {"consumerGroup": "DG1", "queueId": str(qid), "queueOffset": str(first["queueOffset"])},
+    )
+    assert r.code == ResponseCode.SYSTEM_ERROR and "resent already" in (r.remark or "")
+    # kairosmq admin dlq resend --at: a row of another queue (or the same one's next)
+    other = next(r for r in rows if r["msgId"] not in (first["msgId"], last["msgId"]))
+    o, e = io.StringIO(), io.StringIO()
+    argv = ["--broker", broker.address, "dlq", "resend", "DG1", "--at"]
+    at = f"{other['queueId']}:{other['queueOffset']}"
+    code = await asyncio.to_thread(admin_main, [*argv, at], out=o, err=e)
+    assert code == 0 and other["msgId"] in o.getvalue(), o.getvalue() + e.getvalue()
+    code = await asyncio.to_thread(admin_main, [*argv, "x:1"], out=o, err=e)
+    assert code != 0 and "--at 'x:1'" in e.getvalue(), e.getvalue()
+    for fields, words in [
+        ({"queueId": "99", "queueOffset": "0"}, "queueId 99"),
+        ({"queueId": str(qid), "queueOffset": "9999"}, "queueOffset 9999"),
+        ({"queueId": str(qid)}, "both queueId and queueOffset"),
+    ]:
+        r = await peer.call(R.KAIROS_RESEND_DLQ, {"consumerGroup": "DG1", **fields})
+        assert r.code == ResponseCode.SYSTEM_ERROR and words in (r.remark or ""), r.remark
+    await peer.close()
+
+
 def _offset(r: Any) -> int:
     return decode_offset_msg_id(r.ext_fields["msgId"])[2]
 

@@ -127,6 +127,23 @@ def rows_phy(rows: list[dict[str, Any]], uniq: str) -> int:
     return next(r["phyOffset"] for r in rows if r["msgId"] == uniq)
 
 
+async def test_browse_lists_a_timer_due_before_the_first_loaded_one(broker) -> None:
+    """Before any timer fired, the loaded span starts at the first timer's bucket: a timer
+    sent later, due earlier, lands below it and is still browsed and counted (it was
+    left out of pages and the histogram)."""
+    peer = await RawPeer.connect(broker.address)
+    t = now_ms()
+    dues = [t + 600_000, t + 3_600_000, t + 90_000, t + 4_000_000]
+    ids = [(await timer(peer, "Below", due))[0] for due in dues]
+    page = await body(peer, R.KAIROS_BROWSE_PENDING, topic="Below")
+    assert [r["msgId"] for r in page["rows"]] == [ids[2], ids[0], ids[1], ids[3]]
+    hist = await body(peer, R.KAIROS_PENDING_HISTOGRAM, unit="day", kind="timer")
+    assert hist["timers"] == 4
+    window = await body(peer, R.KAIROS_BROWSE_PENDING, fromMs=t, toMs=t + 120_000)
+    assert [r["msgId"] for r in window["rows"]] == [ids[2]]
+    await peer.close()
+
+
 async def test_histogram_counts_every_pending_message(broker_factory) -> None:
     broker = await broker_factory(delay_levels="1s 2m")
     peer = await RawPeer.connect(broker.address)

@@ -97,7 +97,14 @@ def test_compose_services_volumes_ports() -> None:
     assert console.argv[console.argv.index("--namesrv") + 1] == f"broker:{DEFAULTS.namesrv_port}"
     users = console.argv[console.argv.index("--users") + 1]
     # the users file lives in a writable volume: the first start creates it (docs/docker.md)
-    assert {dst: ro for _src, dst, ro in console.volumes} == {str(Path(users).parent): False}
+    reports = console.argv[console.argv.index("--spark-report-dir") + 1]
+    # ... and the Report view reads, read-only, the volume the spark-report service writes
+    mounted = {dst: (src, ro) for src, dst, ro in console.volumes}
+    assert {dst: ro for dst, (_src, ro) in mounted.items()} == {
+        str(Path(users).parent): False,
+        reports: True,
+    }
+    assert mounted[reports][0] == logs[out][0]
     assert console.published == {8088: "127.0.0.1"}  # loopback only
     for name in ("producer", "consumer"):
         plan = PLANS[name]

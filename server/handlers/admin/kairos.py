@@ -9,6 +9,10 @@ log, config values and the broker clock) and ``known_groups``.
 Invariants:
 * Read-only except KAIROS_RESEND_DLQ (KAIROS_BROWSE_DLQ pages dead letters, bodies
   included for an export, and changes nothing).
+* A resend of one row (``queueId``/``queueOffset``) re-puts that dead letter only; it
+  is refused once the group's resend progress passed it, and moves the progress on when
+  it is the next one; one further on leaves the progress as it is (a later bulk resend
+  sends it again: the progress is one offset per queue, not a set).
 * A resend with ``delayMs`` stores each dead letter as a timer due that long after the
   resend (the TIMER kind of the put path), so it is delivered then, not at once.
 * DLQ resend progress is the group's own consumer offset on ``%DLQ%<group>`` (consumers
@@ -44,6 +48,7 @@ from kairosmq.protocol.naming import (
 )
 from kairosmq.protocol.properties import INT64_DIGITS, RETRY_TOPIC, parse_decimal_pair
 
+from ...observe.stats import LatenessHistogram
 from ...put.kind import MessageKind
 from ...put.requeue import requeue, resend_target
 from ...remoting import ingress
@@ -202,6 +207,9 @@ class KairosAdminProcessor:
                     "nextDueMs": due,
                     "scheduled": stats.scheduled.get(level, 0),
                     "delivered": stats.lateness[level].total if level in stats.lateness else 0,
+                    "lateness": (
+                        stats.lateness[level] if level in stats.lateness else LatenessHistogram()
+                    ).as_json(),
                 }
             )
         return _json(cmd, {"nowMs": self.clock_ms(), "levels": levels})
@@ -218,6 +226,8 @@ class KairosAdminProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"delayMs {h.delay_ms} is not within 0..{self.config.timer_max_delay_sec * 1000}",
             )
+        if h.queue_id is not None or h.queue_offset is not None:
+            return self._resend_single(cmd, h, cfg.read_queue_nums)
         budget = max(0, min(h.max_num, MAX_RESEND))
         resent: list[dict[str, Any]] = []
         skipped: list[dict[str, Any]] = []
@@ -252,6 +262,50 @@ class KairosAdminProcessor:
                 "skipped": skipped,
                 "remaining": remaining,
                 "error": error,
+            },
+        )
+
+    def _resend_single(
+        self, cmd: RemotingCommand, h: ResendDlqRequestHeader, queues: int
+    ) -> RemotingCommand:
+        """One dead letter (a workbench row): the record at ``queueId``/``queueOffset``.
+        One the group's resend progress has passed is refused (it was resent); the one
+        at the progress moves it on by one, so a later bulk resend starts after it."""
+        group, dlq = h.consumer_group, dlq_topic(h.consumer_group)
+        if h.queue_id is None or h.queue_offset is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, "give both queueId and queueOffset")
+        qid, off = h.queue_id, h.queue_offset
+        if not 0 <= qid < queues:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR, f"queueId {qid} is not within 0..{queues - 1}"
+            )
+        cq = self.reads.find_queue(dlq, qid)
+        if cq is None or not cq.min_offset <= off < cq.max_offset:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR, f"queueOffset {off}: no dead letter there in queue {qid}"
+            )
+        committed = self.offsets.query(group, dlq, qid)
+        progress = committed if committed is not None and committed >= 0 else 0
+        if off < progress:
+            raise Rejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueOffset {off} of queue {qid} was resent already (resend progress {progress})",
+            )
+        resent: list[dict[str, Any]] = []
+        outcome = self._resend_one(group, cq.get(off), h.to_retry_topic, resent, h.delay_ms)
+        if isinstance(outcome, _Stop):
+            raise Rejected(ResponseCode.SYSTEM_ERROR, outcome.reason)
+        if off == progress:
+            self.offsets.commit(group, dlq, qid, off + 1)
+        remaining = sum(r["lag"] for r in self._lag_rows(group) if r["topic"] == dlq)
+        return _json(
+            cmd,
+            {
+                "group": group,
+                "resent": resent,
+                "skipped": [outcome] if outcome is not None else [],
+                "remaining": remaining,
+                "error": None,
             },
         )
 

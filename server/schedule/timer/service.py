@@ -116,6 +116,9 @@ class TimerService:
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
         self._loaded_through = -1
+        # the lowest bucket a timer was added to inside the loaded span (None: none yet):
+        # before the first fire the span's low end is not the cursor's bucket
+        self._near_low: int | None = None
         self.retention = RetentionWalk(
             store, lambda: self.cursor, buckets, lambda *a: self.run_blocking(*a)
         )
@@ -127,7 +130,7 @@ class TimerService:
         self._loader: asyncio.Task[None] | None = None  # the bucket load in flight
         self._waker: PreciseWaker | None = None
         self._started = False
-        self._pending_key: tuple[int, int, int | None] | None = None
+        self._pending_key: tuple[int, int, int | None, int | None] | None = None
         self._pending_sorted: list[int] = []
         store.rollback_listeners.append(self.rollback)
 
@@ -178,7 +181,7 @@ class TimerService:
         sorted once per change (a load or a new bucket), for browsing."""
         # the cursor is not in the key: a bucket it passed stays listed, and readers skip
         # what it passed anyway
-        key = (len(self._known), self._loaded_through, self._loading)
+        key = (len(self._known), self._loaded_through, self._loading, self._near_low)
         if self._pending_key != key or not self._started:
             first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else None
             if not self._started:  # before start: what the files and buffers hold
@@ -187,6 +190,8 @@ class TimerService:
                 self._pending_sorted = [b for b in found if b >= low]
             else:
                 low = first if first is not None else self._loaded_through
+                if first is None and self._near_low is not None:
+                    low = min(low, self._near_low)  # added below the span before a fire
                 near: set[int] = set(range(low, self._loaded_through + 1))
                 if len(near) > 4_096:  # a long loaded span (a backlog): the buckets there
                     near &= set(self.buckets.buckets())
@@ -239,6 +244,8 @@ class TimerService:
         if not self._started:
             return
         if bucket <= self._loaded_through:
+            if self._near_low is None or bucket < self._near_low:
+                self._near_low = bucket
             if self.window.push(entry):
                 self._poke()
         elif bucket == self._loading:
