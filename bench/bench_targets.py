@@ -84,6 +84,7 @@ def cpu_and_rate(a: argparse.Namespace) -> list[dict[str, Any]]:
     py = bench_peers.ensure_venv(Path(a.bench_venv))
     RedisServer.install()
     rows = []
+    print("  " + bench_peers.HEAD, flush=True)
     for rate, n in ((2000.0, a.n_paced), (500.0, a.n_paced), (0.0, a.n_max)):
         for system in ("kairosmq", "redis"):
             log(f"{system} at {int(rate) or 'max'}/s, n={n}")
@@ -345,8 +346,12 @@ def main() -> None:
     from kairosmq.server.store import consumequeue  # noqa: F401
 
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     print(
-        f"bench_targets {started}, core: {native.describe()}, load {os.getloadavg()[0]:.2f}, "
+        f"bench_targets {started}, tree {commit or '?'}, core: {native.describe()}, "
+        f"load {os.getloadavg()[0]:.2f}, "
         f"{os.cpu_count()} CPUs{' (quick)' if a.quick else ''}",
         flush=True,
     )
