@@ -61,7 +61,8 @@ _CODES = {
 }
 
 Filter = frozenset[int] | Selector | None
-_TAG_FILTERS = 4096  # request-carried TAG expressions kept parsed (then the cache restarts)
+_TAG_FILTERS = 4096  # request-carried TAG expressions kept parsed (then the table restarts)
+_TAG_FILTER_CHARS = 256  # longer expressions are parsed on every pull (the table's memory)
 
 
 class PullMessageProcessor:
@@ -113,10 +114,14 @@ class PullMessageProcessor:
         """What the pull takes: None (everything), the tagsCodes of a TAG subscription or
         a SQL92 selector (``Rejected`` if it does not compile). A TAG expression the
         request carries (stock consumers send theirs with every pull) is parsed once
-        (``_tag_filters``, bounded by ``_TAG_FILTERS``)."""
+        (``_tag_filters``: at most ``_TAG_FILTERS`` of at most ``_TAG_FILTER_CHARS``)."""
         expr = h.subscription if h.sys_flag & PULL_SUBSCRIPTION else None
-        if not expr or not property_filter.is_tag_type(h.expression_type):
-            expr = None  # not a request-carried TAG expression
+        if (
+            not expr
+            or len(expr) > _TAG_FILTER_CHARS
+            or not property_filter.is_tag_type(h.expression_type)
+        ):
+            expr = None  # not a request-carried TAG expression the table keeps
         elif expr in self._tag_filters:
             return self._tag_filters[expr]
         sub = self._subscription(h)

@@ -109,6 +109,12 @@ async def test_request_tag_expressions_parsed_once_each(services: Services) -> N
             services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription=f"X{i}")
         )
     assert len(proc._tag_filters) <= pull_mod._TAG_FILTERS
+    long = " || ".join(["B"] * 100)  # longer than the table keeps: parsed, answered, not kept
+    proc._tag_filters.clear()
+    resp = proc.handle_pull(
+        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription=long)
+    )
+    assert _bodies(resp) == [b"B1"] and not proc._tag_filters
     resp = proc.handle_pull(
         services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription="B")
     )
