@@ -329,8 +329,9 @@ def main() -> None:
     ap.add_argument(
         "--burst-margin",
         type=float,
-        default=15.0,
-        help="seconds between the end of the burst's stores and its due instant",
+        default=30.0,
+        help="seconds planned between the end of the burst's stores and its due instant "
+        "(the broker's start on them and the consumer's come out of it)",
     )
     ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--bench-venv", default=str(Path.home() / ".cache" / "kairosmq-bench-venv"))
