@@ -197,9 +197,11 @@ class KairosServer(Server):
     ) -> None:
         super().__init__(workdir, keep)
         self.python, self.repo, self.extra = python, repo, extra
+        self.namesrv_port = 0
 
     def start(self) -> dict[str, str]:
         port = free_port()
+        self.namesrv_port = free_port()  # the broker's embedded name server (clients' route)
         cmd = [
             self.python,
             "-m",
@@ -210,7 +212,7 @@ class KairosServer(Server):
             "--port",
             str(port),
             "--namesrv-port",
-            str(free_port()),
+            str(self.namesrv_port),
             "--data-dir",
             str(self.dir / "data"),
             "--no-vip-channel",

@@ -3,7 +3,8 @@
 Owns: ``PullMessageProcessor`` (services: store reads, topic table, consumer offsets,
 the client registry's subscriptions, the arrival notifier and pull holds, stats, logs,
 config values, and whether the broker is running): subscription resolution (the
-request's own, else the group's from heartbeats),
+request's own, else the group's from heartbeats; a TAG expression a request carries is
+parsed once and kept in a bounded table),
 the server-side tag-hash filter (SQL92 subscriptions: ``property_filter``), the
 COMMIT_OFFSET side effect, the store-status to response-code table of the reference
 (§9.2), long polling, and ``message.pulled`` logs.
@@ -19,7 +20,6 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any  # Any: structlog's loggers; handler answers (see Handler)
 
@@ -61,6 +61,8 @@ _CODES = {
 }
 
 Filter = frozenset[int] | Selector | None
+_TAG_FILTERS = 4096  # request-carried TAG expressions kept parsed (then the table restarts)
+_TAG_FILTER_CHARS = 256  # longer expressions are parsed on every pull (the table's memory)
 
 
 class PullMessageProcessor:
@@ -94,6 +96,7 @@ class PullMessageProcessor:
         self.log = log
         self.msglog = msglog
         self.running = running
+        self._tag_filters: dict[str, frozenset[int] | None] = {}  # TAG expression -> codes
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData | None:
         if h.sys_flag & PULL_SUBSCRIPTION and h.subscription:
@@ -106,6 +109,31 @@ class PullMessageProcessor:
                 )  # expression_type: a str, not a tag type
             return SubscriptionData.build(h.topic, h.subscription, h.sub_version)
         return self.clients.subscription(h.consumer_group, h.topic)
+
+    def _filter(self, h: PullMessageRequestHeader) -> Filter:
+        """What the pull takes: None (everything), the tagsCodes of a TAG subscription or
+        a SQL92 selector (``Rejected`` if it does not compile). A TAG expression the
+        request carries (stock consumers send theirs with every pull) is parsed once
+        (``_tag_filters``: at most ``_TAG_FILTERS`` of at most ``_TAG_FILTER_CHARS``)."""
+        expr = h.subscription if h.sys_flag & PULL_SUBSCRIPTION else None
+        if (
+            not expr
+            or len(expr) > _TAG_FILTER_CHARS
+            or not property_filter.is_tag_type(h.expression_type)
+        ):
+            expr = None  # not a request-carried TAG expression the table keeps
+        elif expr in self._tag_filters:
+            return self._tag_filters[expr]
+        sub = self._subscription(h)
+        # SQL92: a compiled selector over record properties (Rejected if it does not compile)
+        codes: Filter = property_filter.selector_for(self.config.enable_property_filter, sub)
+        if codes is None and sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
+            codes = frozenset(sub.code_set)
+        if expr is not None and not isinstance(codes, Selector):
+            if len(self._tag_filters) >= _TAG_FILTERS:
+                self._tag_filters.clear()
+            self._tag_filters[expr] = codes
+        return codes
 
     def handle_pull(self, conn: Connection, cmd: RemotingCommand) -> Any:
         h = PullMessageRequestHeader.from_ext_fields(cmd.ext_fields)
@@ -121,11 +149,7 @@ class PullMessageProcessor:
             return cmd.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
         if not cfg.perm & PERM_READ:
             return cmd.error(ResponseCode.NO_PERMISSION, f"topic {h.topic} is not readable")
-        sub = self._subscription(h)
-        # SQL92: a compiled selector over record properties (Rejected if it does not compile)
-        codes: Filter = property_filter.selector_for(self.config.enable_property_filter, sub)
-        if codes is None and sub is not None and sub.sub_string != SUB_ALL and sub.code_set:
-            codes = frozenset(sub.code_set)
+        codes = self._filter(h)
         if h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
             self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         result = self._get(h, codes)
@@ -162,7 +186,7 @@ class PullMessageProcessor:
             h.queue_offset,
             max_count,
             max_bytes=self.config.pull_max_bytes,
-            match=None if codes is None else codes.__contains__,
+            match=codes,  # a set of tagsCodes: tested in C on the native core
         )
 
     def _hold(
@@ -174,7 +198,17 @@ class PullMessageProcessor:
         in between."""
         timeout_ms = max(0, min(h.suspend_timeout_millis, self.config.max_pull_hold_ms))
         # parsed into ``h``: what is held keeps no raw header (memory per held pull)
-        cmd = dataclasses.replace(cmd, ext_fields={}, body=b"")
+        cmd = RemotingCommand(
+            cmd.code,
+            cmd.opaque,
+            cmd.flag,
+            cmd.language,
+            cmd.version,
+            cmd.remark,
+            {},
+            b"",
+            cmd.serialize_type,
+        )
         self.log.debug(
             "pull.held",
             group=h.consumer_group,

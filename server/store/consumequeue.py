@@ -366,17 +366,25 @@ class ConsumeQueue:
 
     def units(self, start: int, count: int) -> list[tuple[int, int, int]]:
         """Up to ``count`` units from ``start`` (stops at a file end; call again)."""
+        buf, first, n = self.unit_run(start, count)
+        return [HOLE] * n if buf is None else read_units(buf, first, n)
+
+    def unit_run(self, start: int, count: int) -> tuple[mmap.mmap | None, int, int]:
+        """Where up to ``count`` units from ``start`` are, without reading them: (the
+        queue file's map, the index of ``start`` in it, how many), stopping at a file
+        end; ``(None, 0, k)``: ``k`` holes (inside a lost file: readers skip them);
+        ``(None, 0, 0)``: none."""
         end = min(self.max_offset, start + count)
         if start >= end or not self.files or start < self.files[0].base:
-            return []
+            return None, 0, 0
         f = self._file_for(start)
         if f is None:  # inside a lost file: holes up to the next file (readers skip them)
             nxt = next((g.base for g in self.files if g.base > start), end)
-            return [HOLE] * (min(end, nxt) - start)
+            return None, 0, min(end, nxt) - start
         mm = self.maps.map(f)
         base = f.base
         end = min(end, base + self.units_per_file, base + len(mm) // UNIT_SIZE)
-        return read_units(mm, start - base, end - start)
+        return mm, start - base, max(0, end - start)
 
     def _write_unit(self, index: int, unit: tuple[int, int, int]) -> None:
         f = self._file_for(index)

@@ -18,23 +18,81 @@ Invariants:
   make ``OFFSET_FOUND_NULL`` when nothing else matched); if retention removes a range
   while it reads, the answer is cut before that unit and ``next_begin_offset`` follows
   the last unit returned.
+* ``walk_units`` (the unit walk of ``get``: limits, holes, the tag filter, the count and
+  byte bounds, over units read in place from the queue file's map) is the reference;
+  its native twin (``_reads.pyx``, chosen by ``protocol/native.py``) walks the same
+  bytes in one C loop and builds a tuple only for a unit it takes.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
 
+from kairosmq.protocol import native
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import STORE_TIMESTAMP_POS, decode_record
 
+from . import consumequeue
 from .commitlog import CommitLog, RecordProblem
 from .consumequeue import ConsumeQueue
 from .types import GetResult, GetStatus
 
-__all__ = ["StoreReads"]
+__all__ = ["StoreReads", "walk_units"]
 
 _I64 = struct.Struct(">q")
+
+Unit = tuple[int, int, int]  # (phy offset, size, tagsCode)
+# what a pull takes: every unit (None), the units whose tagsCode is in a set, or a test
+Match = frozenset[int] | set[int] | Callable[[int], bool] | None
+
+# ``walk_units`` flags
+MISSING = 1  # a unit below the log's minimum or a hole was walked over
+UNCONFIRMED = 2  # stopped at a unit the slave has not acked (``confirm_offset``)
+STOP = 4  # the walk ended before the run's end (count, bytes or unconfirmed)
+
+
+def walk_units(
+    buf: mmap.mmap | bytes,
+    first: int,
+    count: int,
+    index: int,
+    log_min: int,
+    limit: int | None,
+    match: Match,
+    max_count: int,
+    max_bytes: int,
+    total: int,
+    units: list[Unit],
+    queue_offsets: list[int],
+) -> tuple[int, int, int]:
+    """Walk ``count`` units of ``buf`` (a queue file's map) from its unit ``first``
+    (queue index ``index``), appending each unit taken to ``units`` and its queue index
+    to ``queue_offsets``: a unit is taken if it is a record at or above ``log_min``
+    that ``match`` accepts; the walk stops before a unit ending above ``limit``, before
+    a unit that would bring the bytes taken (``total`` so far) above ``max_bytes``
+    (unless nothing is taken yet) and after the ``max_count``-th unit taken. Returns
+    (units walked, bytes taken in all, ``MISSING | UNCONFIRMED | STOP`` flags);
+    ``struct.error`` if the run passes the end of ``buf``."""
+    accept = match.__contains__ if isinstance(match, frozenset | set) else match
+    walked = flags = 0
+    for phy, size, code in consumequeue.read_units(buf, first, count):
+        if limit is not None and phy + size > limit:
+            return walked, total, flags | UNCONFIRMED | STOP
+        if phy < log_min or size <= 0:  # removed by retention, a hole, lost
+            flags |= MISSING
+        elif accept is None or accept(code):
+            if units and total + size > max_bytes:
+                return walked, total, flags | STOP
+            total += size
+            units.append((phy, size, code))
+            queue_offsets.append(index + walked)
+            if len(units) >= max_count:
+                return walked + 1, total, flags | STOP
+        walked += 1
+    return walked, total, flags
 
 
 class StoreReads:
@@ -86,7 +144,7 @@ class StoreReads:
         max_count: int,
         *,
         max_bytes: int = 4 << 20,
-        match: Callable[[int], bool] | None = None,
+        match: Match = None,
         max_scan: int = 16_000,
     ) -> GetResult:
         cq = self.queues.get((topic, queue_id))
@@ -101,38 +159,39 @@ class StoreReads:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         log_min = self.commitlog.min_offset
-        total = scanned = 0
+        total = scanned = flags = 0
         pos = offset
-        missing = unconfirmed = False
         limit = self.confirm_offset
         # a chunk at a time: unfiltered, the units a pull can take (holes make it read
         # again); with a filter, more, since it may skip many
         chunk = max_count if match is None else max(64, 2 * max_count)
         while pos < hi and len(res.units) < max_count and scanned < max_scan:
-            units = cq.units(pos, min(max_scan - scanned, hi - pos, chunk))
-            if not units:
+            buf, first, n = cq.unit_run(pos, min(max_scan - scanned, hi - pos, chunk))
+            if n == 0:
                 break
-            for unit in units:
-                phy, size, code = unit
-                if limit is not None and phy + size > limit:
-                    unconfirmed = True  # the slave has not acked it yet: not served
-                    break
-                scanned += 1
-                if phy < log_min or size <= 0:  # removed by retention, a hole, lost
-                    missing = True
-                elif match is None or match(code):
-                    if res.units and total + size > max_bytes:
-                        scanned -= 1
-                        break
-                    total += size
-                    res.units.append(unit)
-                    res.queue_offsets.append(offset + scanned - 1)
-                    if len(res.units) >= max_count:
-                        break
+            if buf is None:  # inside a lost file: holes
+                walked, got = n, MISSING
             else:
-                pos += len(units)
-                continue
-            break
+                walked, total, got = walk_units(
+                    buf,
+                    first,
+                    n,
+                    pos,
+                    log_min,
+                    limit,
+                    match,
+                    max_count,
+                    max_bytes,
+                    total,
+                    res.units,
+                    res.queue_offsets,
+                )
+            scanned += walked
+            flags |= got
+            if got & STOP:
+                break
+            pos += n
+        missing, unconfirmed = flags & MISSING, flags & UNCONFIRMED
         if res.units:
             res.chunks, read = self.commitlog.read_concat([(u[0], u[1]) for u in res.units])
             if read < len(res.units):  # a range fell outside the log (retention raced us)
@@ -156,3 +215,22 @@ class StoreReads:
             return None
         data = self.commitlog.read(unit[0] + STORE_TIMESTAMP_POS, 8)
         return _I64.unpack(data)[0] if data else None
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``walk_units`` above is the reference (tests/server/test_native_reads.py holds the twin
+# to it); the twin's (``_reads.pyx``) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(walk_units=walk_units)
+
+
+def _load_twin() -> ModuleType:
+    from . import _reads  # type: ignore[attr-defined]
+
+    twin: ModuleType = _reads  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    walk_units = _twin.walk_units

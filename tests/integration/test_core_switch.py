@@ -12,9 +12,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kairosmq.protocol.codes import RequestCode, ResponseCode
+from kairosmq.protocol.codes import PULL_SUBSCRIPTION, RequestCode, ResponseCode
+from kairosmq.protocol.message import decode_records
 
-from tests.helpers import pull_all, send_ext
+from tests.helpers import pull, pull_all, send_ext
 from tests.integration.procs import BrokerProcess
 from tests.twins import twin
 from tests.wire import RawPeer
@@ -78,3 +79,58 @@ async def test_one_core_writes_the_other_recovers_after_kill9(tmp_path: Path, fi
     assert await _served(peer, len(acked)) == sorted(acked)  # nothing acked lost
     await peer.close()
     assert bp.terminate() == 0
+
+
+async def _pulls(peer: RawPeer) -> list[tuple[int, str | None, bytes]]:
+    """Pulls with and without TAG filters: (code, nextBeginOffset, body) each."""
+    out = []
+    for offset, n, expr in [
+        (0, 32, None),
+        (0, 32, "T1"),
+        (5, 7, "T0 || T3"),
+        (100, 64, "T2"),
+        (0, 16, "nope"),
+        (119, 4, None),
+    ]:
+        r = await pull(
+            peer,
+            "CoreTags",
+            0,
+            offset,
+            sys_flag=0 if expr is None else PULL_SUBSCRIPTION,
+            subscription=expr,
+            max_n=n,
+            suspend_ms=0,
+        )
+        out.append((r.code, r.ext_fields.get("nextBeginOffset"), r.body))
+    return out
+
+
+@pytest.mark.slow
+async def test_the_same_pulls_get_the_same_bytes_on_both_cores(tmp_path: Path) -> None:
+    """One store of tagged messages, the same pulls to a native and then a pure broker
+    process on it: the same codes, next offsets and answer bytes (the pull's unit walk
+    and tag filter, ``reads.walk_units`` and its twin)."""
+    twin("server.store.reads")
+    bp = BrokerProcess(tmp_path / "d", env=NATIVE)
+    await bp.start()
+    peer = await RawPeer.connect(bp.address)
+    for i in range(120):
+        ext = send_ext("CoreTags", {"TAGS": f"T{i % 4}", "UNIQ_KEY": f"U{i}"}, queue_id=0)
+        r = await peer.call(RequestCode.SEND_MESSAGE_V2, ext, b"b%d" % i)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    answers = {"native": await _pulls(peer)}
+    await peer.close()
+    assert bp.terminate() == 0
+    bp.env = PURE
+    await bp.start()
+    peer = await RawPeer.connect(bp.address)
+    assert (await _core(peer)).startswith("pure (")
+    answers["pure"] = await _pulls(peer)
+    await peer.close()
+    assert bp.terminate() == 0
+    assert answers["native"] == answers["pure"]
+    code, nxt, body = answers["pure"][1]
+    assert code == ResponseCode.SUCCESS and nxt == "120"  # 30 T1 in 120: walked to the end
+    tagged = decode_records(body)
+    assert len(tagged) == 30 and {m.properties["TAGS"] for m in tagged} == {"T1"}

@@ -81,6 +81,46 @@ async def test_tag_subscription_filters_at_the_broker(services: Services) -> Non
     assert _bodies(resp) == [b"a", b"a2"] and resp.ext_fields["nextBeginOffset"] == "3"
 
 
+async def test_request_tag_expressions_parsed_once_each(services: Services) -> None:
+    """The same processor answers a run of pulls with different TAG expressions each
+    by its own expression (the parsed ones are kept, keyed by the expression), also once
+    the table of parsed expressions has restarted; SQL92 ones are not kept there."""
+    from kairosmq.server.handlers import pull as pull_mod
+
+    for i, tag in enumerate("ABAC"):
+        services.store_message("T", f"{tag}{i}".encode(), props={"TAGS": tag})
+    proc = _processor(services)
+    want = {
+        "A": [b"A0", b"A2"],
+        "B": [b"B1"],
+        "A || C": [b"A0", b"A2", b"C3"],
+        " C ": [b"C3"],
+        "*": [b"A0", b"B1", b"A2", b"C3"],
+    }
+    for _ in range(2):
+        for expr, bodies in want.items():
+            resp = proc.handle_pull(
+                services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription=expr)
+            )
+            assert _bodies(resp) == bodies, expr
+    assert set(proc._tag_filters) == set(want)
+    for i in range(pull_mod._TAG_FILTERS + 5):  # the table restarts, answers stay right
+        proc.handle_pull(
+            services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription=f"X{i}")
+        )
+    assert len(proc._tag_filters) <= pull_mod._TAG_FILTERS
+    long = " || ".join(["B"] * 100)  # longer than the table keeps: parsed, answered, not kept
+    proc._tag_filters.clear()
+    resp = proc.handle_pull(
+        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription=long)
+    )
+    assert _bodies(resp) == [b"B1"] and not proc._tag_filters
+    resp = proc.handle_pull(
+        services.conn(), _pull("T", sys_flag=PULL_SUBSCRIPTION, subscription="B")
+    )
+    assert _bodies(resp) == [b"B1"]
+
+
 async def test_commit_flag_commits_the_consumer_offset(services: Services) -> None:
     services.store_message("T", b"x")
     _processor(services).handle_pull(
