@@ -355,8 +355,8 @@ class Broker:
             self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
         if not self.role.is_master:  # a log running past the master's newest epoch is cut
             await rejoin(
+                config=self.config,
                 store_dir=self.store.data_dir,
-                segment_size=self.config.commitlog_segment_size,
                 epochs=self.epochs,
                 master=self._master_broker_address(),
                 log=get_logger("ha"),
