@@ -141,11 +141,11 @@ class Rebalance:
                     log.info("rebalance skips %s: %s", topic, err)
                     lock_failed = True
                     continue
-            if not self._routes.broker_addrs() <= client._heartbeated:
+            if not client._broker_addrs() <= client._heartbeated:
                 await client._heartbeat_all()  # a broker we never told about our group
             mqs = info.subscribe_queues
             if self.clustering:
-                cids = await self._consumer_ids(info.broker_addrs.values())
+                cids = await self._consumer_ids(info.all_addrs())
                 if cids is None:
                     continue
                 mine = set(allocate_averagely(client.client_id, mqs, cids))
@@ -245,7 +245,7 @@ class Rebalance:
                     sub,
                     self._pull,
                     self._pool,
-                    self._addr_of,
+                    self._routes.find_in_subscribe,
                     lambda p: self.offsets.cached(p.mq),
                     self.service.submit,
                     self.record_offset,
