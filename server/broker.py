@@ -233,6 +233,7 @@ class Broker:
                 services=self.supervisor.status,
                 uptime_ms=lambda: self.uptime_ms,
                 acl_denied=lambda: self.acl.denied if self.acl is not None else {},
+                replication=self._replication_metrics,
             ),
             cfg.metrics_host,
             cfg.metrics_port,
@@ -311,6 +312,7 @@ class Broker:
         if self.ha is not None:
             status["ha"] = {
                 **self.ha.status(),
+                "haAddress": self.endpoints.ha_address,
                 "epoch": self.epochs.current,
                 "epochs": self.epochs.entries,
             }
@@ -605,6 +607,17 @@ class Broker:
             master_address=self._master_broker_address,
             log=get_logger("ha"),
         )
+
+    def _replication_metrics(self) -> dict[str, int | None]:
+        """What a scrape exports of replication: a master's only ({}: none)."""
+        if self.ha is None:
+            return {}
+        return {
+            "slaves": len(self.ha.connections),
+            "ackOffset": self.ha.push_max,
+            "lagBytes": self.ha.lag_bytes(),
+            "lagMs": self.ha.lag_ms(),
+        }
 
     def _ha_master_address(self) -> str | None:
         """A slave's master HA address: --ha-master-address, else the name servers'."""
