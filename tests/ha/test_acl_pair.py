@@ -63,12 +63,16 @@ async def test_acl_master_syncs_tables_to_a_signed_slave_and_rejoin_promote_are_
 
         await wait_for(synced, what="the slave copies the ACL master's topic table")
         await sp.close()
-        assert not s.events("ha.sync_denied"), s.events("ha.sync_denied")
-        tables = {e["table"] for e in s.events("ha.synced")}
-        assert "topics" in tables
+
+        async def logged() -> bool:  # log lines are flushed every 0.2 s
+            return "topics" in {e["table"] for e in s.events("ha.synced")}  # type: ignore[attr-defined]
+
+        await wait_for(logged, what="the slave logs ha.synced for the topic table")
+        assert not s.events("ha.sync_denied"), s.events("ha.sync_denied")  # type: ignore[attr-defined]
         # the rejoin check at a restart reads the master's epochs, signed
         s.kill()
         await s.start()
+        await asyncio.sleep(0.5)  # the start's log lines flushed (every 0.2 s)
         assert not s.events("ha.rejoin_unchecked"), s.events("ha.rejoin_unchecked")
         await _send(mp, 10, start=40)
         await _same_log(tmp_path)
@@ -144,7 +148,14 @@ async def test_acl_master_refuses_an_unsigned_or_missigned_slave_which_loses_not
         want_key = {"none": "", "wrong_secret": ADMIN.access_key, "not_admin": PRODUCER.access_key}
         assert ev["access_key"] == want_key[account]
         assert "AclException" in ev["error"] and "--ha-access-key" in ev["fix"]
-        assert m.events("acl.denied")  # type: ignore[attr-defined]
+
+        async def master_logged() -> bool:  # its log lines are flushed every 0.2 s
+            return any(
+                e["access_key"] == want_key[account]
+                for e in m.events("acl.denied")  # type: ignore[attr-defined]
+            )
+
+        await wait_for(master_logged, what="the master logs acl.denied for the slave's account")
         # nothing lost: the log keeps replicating, the tables stay as last synced
         await _send(mp, 20, start=20)
         await _same_log(tmp_path)
