@@ -255,6 +255,21 @@ def _ha_options(p: argparse.ArgumentParser) -> None:
         "often, in seconds (RocketMQ SlaveSynchronize: 10)",
     )
     g.add_argument(
+        "--slave-read-enable",
+        action="store_true",
+        help="pull answers send a consumer that is far behind to a slave (RocketMQ "
+        "slaveReadEnable; off: consumers read from the master while it is there)",
+    )
+    g.add_argument(
+        "--access-message-in-memory-max-ratio",
+        type=int,
+        default=40,
+        metavar="PERCENT",
+        help="with --slave-read-enable: 'far behind' is more than this %% of the physical "
+        "memory between the pulled messages and the log's end (RocketMQ "
+        "accessMessageInMemoryMaxRatio; default 40)",
+    )
+    g.add_argument(
         "--ha-access-key",
         default=None,
         metavar="KEY",
@@ -493,6 +508,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         register_period=args.register_period,
         **_namesrv_credentials(args),
         **_ha_credentials(args),
+        slave_read_enable=args.slave_read_enable,
+        access_message_in_memory_max_ratio=args.access_message_in_memory_max_ratio,
         broker_role=args.broker_role,
         broker_id=(
             args.broker_id

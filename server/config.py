@@ -69,6 +69,12 @@ class BrokerConfig:
     ha_housekeeping_interval: float = 20.0
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # RocketMQ slaveReadEnable: pull answers suggest the group's whichBrokerWhenConsumeSlowly
+    # (a slave) when the pull is further behind the log's end than
+    # accessMessageInMemoryMaxRatio % of the physical memory, else the group's brokerId;
+    # off: always 0, the master
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
     slave_sync_interval: float = 10.0
     # A slave's account of its master's plain_acl.yml (an admin): signs SlaveSynchronize's
     # table reads and the rejoin check's status read (RocketMQ's AclClientRPCHook); None:

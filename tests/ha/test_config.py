@@ -101,3 +101,18 @@ def test_cli_ha_account_secret_from_the_environment_only(tmp_path, monkeypatch) 
     assert creds is not None and creds.access_key == "env_ak"
     with pytest.raises(ValueError, match="go together"):
         BrokerConfig(data_dir=tmp_path, ha_access_key="k")
+
+
+def test_cli_slave_read_enable_rocketmq_defaults(tmp_path) -> None:
+    cfg = build_config(_args("--data-dir", str(tmp_path)))
+    assert (cfg.slave_read_enable, cfg.access_message_in_memory_max_ratio) == (False, 40)
+    cfg = build_config(
+        _args(
+            "--data-dir",
+            str(tmp_path),
+            "--slave-read-enable",
+            "--access-message-in-memory-max-ratio",
+            "10",
+        )
+    )
+    assert (cfg.slave_read_enable, cfg.access_message_in_memory_max_ratio) == (True, 10)

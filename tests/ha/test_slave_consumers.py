@@ -246,3 +246,80 @@ async def test_consumer_keeps_consuming_from_the_slave_after_kill9_of_the_master
             m.terminate()
         ns.proc.terminate()
         ns.proc.wait(20)
+
+
+async def _slave_pulled(sp: RawPeer) -> int:
+    r = await sp.call(RequestCode.GET_BROKER_RUNTIME_INFO, {})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return int(orjson.loads(r.body)["table"]["msgGetTotalTodayNow"])
+
+
+@pytest.mark.parametrize("slave_read", [True, False])
+async def test_slave_read_enable_sends_a_lagging_consumer_to_the_slave(
+    tmp_path, slave_read: bool
+) -> None:
+    # RocketMQ's slaveReadEnable with accessMessageInMemoryMaxRatio 0: every pull that
+    # finds messages is "far behind", so the master suggests brokerId 1 and the bundled
+    # consumer follows (PullAPIWrapper); off, every answer suggests 0 and the slave serves
+    # no pull while the master is there
+    from kairosmq.client import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+    ns = NamesrvProcess(tmp_path / "ns")
+    await ns.start()
+    common = ("--namesrv", ns.address, "--register-period", "1", "--broker-name", "bk")
+    flags = ("--slave-read-enable", "--access-message-in-memory-max-ratio", "0")
+    read = flags if slave_read else ()
+    m = BrokerProcess(tmp_path / "m", *common, *read, "--ha-listen-port", str(free_port()))
+    s = BrokerProcess(
+        tmp_path / "s", *common, *read, "--broker-role", "SLAVE", "--slave-sync-interval", "0.5"
+    )
+    await m.start()
+    await s.start()
+    mp = await RawPeer.connect(m.address)
+    sp = await RawPeer.connect(s.address)
+    nsp = await RawPeer.connect(ns.address)
+    got: set[str] = set()
+    c = None
+    try:
+        for i in range(4 * N):
+            r = await send(mp, TOPIC, f"c{i}".encode(), queue_id=i % 4)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+
+        async def ready() -> bool:
+            same = log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+            return same and await _route(nsp) == {"0": m.address, "1": s.address}
+
+        await wait_for(ready, timeout=30, what="replicated and routed to brokerId 0 and 1")
+
+        async def listener(msgs, _ctx):  # type: ignore[no-untyped-def]
+            got.update(x.body.decode() for x in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        c = PushConsumer(
+            "SlaveReadEnableCG",
+            ns.address,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            pull_batch_size=2,
+        )
+        c.subscribe(TOPIC, "*")
+        c.register_listener(listener)
+        await c.start()
+
+        async def all_consumed() -> bool:
+            return got == {f"c{i}" for i in range(4 * N)}
+
+        await wait_for(all_consumed, timeout=60, what="every message consumed")
+        pulled = await _slave_pulled(sp)
+        if slave_read:
+            assert pulled > 0, "the consumer followed suggestWhichBrokerId 1 to the slave"
+        else:
+            assert pulled == 0, "no suggestion: the consumer reads from the master"
+    finally:
+        if c is not None:
+            await c.shutdown()
+        for p in (mp, sp, nsp):
+            await p.close()
+        s.terminate()
+        m.terminate()
+        ns.proc.terminate()
+        ns.proc.wait(20)
