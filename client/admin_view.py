@@ -140,7 +140,9 @@ def _status(result: dict[str, Any]) -> str:
     """Broker status: one ``key: value`` line per field, then the services table and
     a ``degraded:`` line naming each failing service with its last error."""
     services = result.get("services") or []
-    lines = [f"{k}: {v}" for k, v in result.items() if k not in ("services", "degraded")]
+    lines = [f"{k}: {v}" for k, v in result.items() if k not in ("services", "degraded", "ha")]
+    if isinstance(result.get("ha"), dict):
+        lines += _ha_lines(result["ha"])
     if services:
         rows = [
             {
@@ -170,6 +172,24 @@ def _status(result: dict[str, Any]) -> str:
     elif services:
         lines.append("degraded: none")
     return "\n".join(lines)
+
+
+def _ha_lines(ha: dict[str, Any]) -> list[str]:
+    """Replication (docs/replication.md): the role, where slaves connect or the master
+    followed, the lag in bytes and ms, then every other field as ``ha.<key>: value``."""
+    lines = [f"ha.role: {ha.get('role')}"]
+    if "haAddress" in ha:
+        lines.append(f"ha.address: {ha['haAddress']}")
+        if ha.get("lagBytes") is None:
+            lines.append("ha.lag: no slave attached")
+        else:
+            lines.append(f"ha.lag: {ha['lagBytes']} bytes, {ha.get('lagMs')} ms")
+    elif "masterAddress" in ha:
+        state = "connected" if ha.get("connected") else "not connected"
+        lines.append(f"ha.master: {ha['masterAddress']} ({state})")
+    shown = {"role", "haAddress", "lagBytes", "lagMs", "masterAddress", "connected"}
+    lines += [f"ha.{k}: {v}" for k, v in ha.items() if k not in shown]
+    return lines
 
 
 def _messages(result: list[dict[str, Any]]) -> str:

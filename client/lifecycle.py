@@ -140,7 +140,7 @@ class ClientLifecycle:
             await t.stop()
         await self._shutdown()
         ext = self._unregister_header().to_ext_fields()
-        for addr in self._routes.broker_addrs():
+        for addr in self._broker_addrs():
             try:
                 await self._pool.invoke(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
             except ClientError as err:
@@ -157,10 +157,15 @@ class ClientLifecycle:
 
     # ------------------------------------------------------------ heartbeats and tasks
 
+    def _broker_addrs(self) -> set[str]:
+        """The brokers this client heartbeats: every master of a known route (a
+        consumer adds the slaves, as RocketMQ's does)."""
+        return self._routes.broker_addrs()
+
     async def _heartbeat_all(self) -> None:
         """HEART_BEAT to every broker of a known route."""
         body = self._heartbeat_data().to_json()
-        for addr in self._routes.broker_addrs():
+        for addr in self._broker_addrs():
             await self._heartbeat(addr, body)
 
     async def _heartbeat_new(self, addrs: Any) -> None:
@@ -193,7 +198,7 @@ class ClientLifecycle:
         """After a route refresh: forget brokers no route lists any more (close their
         connection; a broker that comes back is heartbeated as new) and heartbeat the new
         ones (RocketMQ's cleanOfflineBroker + sendHeartbeatToAllBroker)."""
-        live = self._routes.broker_addrs()
+        live = self._broker_addrs()
         for addr in sorted(self._heartbeated - live):
             self._heartbeated.discard(addr)
             self._pool.drop(addr)

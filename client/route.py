@@ -1,7 +1,8 @@
 """Topic routes: name-server lookup (GET_ROUTEINFO_BY_TOPIC) and the client's route cache.
 
-Owns: ``TopicRouteInfo`` (a route turned into publish/subscribe ``MessageQueue`` lists and
-master addresses) and ``RouteCache`` (lookup, de-duplicated concurrent fetches, refresh).
+Owns: ``TopicRouteInfo`` (a route turned into publish/subscribe ``MessageQueue`` lists,
+master addresses and every brokerId's address) and ``RouteCache`` (lookup, de-duplicated
+concurrent fetches, refresh, RocketMQ's ``findBrokerAddressInSubscribe``).
 
 Invariants:
 * Producers publish to ``writeQueueNums`` queues of writable (perm WRITE) brokers that
@@ -12,15 +13,19 @@ Invariants:
   the broker auto-creates the topic on the first send. Each refresh retries the real route.
 * Name servers are tried in turn; the last one that answered is asked first next time.
 * Several brokers: a route's queues are those of all its brokers; ``broker_addrs()`` is
-  the union over every cached route (the brokers a client heartbeats), and a refresh
-  replaces a topic's route whole, so a broker the name server dropped disappears.
+  the union over every cached route's masters (the brokers a producer heartbeats;
+  ``all_addrs()`` adds the slaves, which a consumer heartbeats too, as RocketMQ's), and a
+  refresh replaces a topic's route whole, so a broker the name server dropped disappears.
+* Master/slave (docs/replication.md): a consumer reads a broker name's queues at the
+  brokerId it was told (``find_in_subscribe``), else at the lowest id the route lists:
+  the master while it is there, a slave (brokerId >= 1) when the name server dropped it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kairosmq.protocol.bodies import TopicRouteData
 from kairosmq.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -44,6 +49,11 @@ class TopicRouteInfo:
     subscribe_queues: list[MessageQueue]
     broker_addrs: dict[str, str]  # broker name -> master address
     from_default: bool = False
+    # broker name -> brokerId -> address (the master is 0, slaves >= 1)
+    addr_table: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def all_addrs(self) -> set[str]:
+        return {a for ids in self.addr_table.values() for a in ids.values()}
 
     @classmethod
     def build(
@@ -67,6 +77,10 @@ class TopicRouteInfo:
             sorted(sub),
             {k: v for k, v in masters.items() if v},
             from_default,
+            {
+                b.broker_name: {i: a for i, a in b.broker_addrs.items() if a}
+                for b in route.broker_datas
+            },
         )
 
 
@@ -102,6 +116,21 @@ class RouteCache:
 
     def broker_addrs(self) -> set[str]:
         return {a for info in self._routes.values() for a in info.broker_addrs.values()}
+
+    def all_addrs(self) -> set[str]:
+        """Every address of every cached route: masters and slaves."""
+        return {a for info in self._routes.values() for a in info.all_addrs()}
+
+    def find_in_subscribe(self, broker_name: str, broker_id: int) -> tuple[str, int] | None:
+        """RocketMQ's ``findBrokerAddressInSubscribe(name, id, false)``: the address of
+        ``broker_id`` of ``broker_name``, else of the lowest brokerId the newest route
+        lists (the master, else a slave); with that id. None: no route lists the name."""
+        for info in reversed(self._routes.values()):
+            ids = info.addr_table.get(broker_name)
+            if ids:
+                bid = broker_id if broker_id in ids else min(ids)
+                return ids[bid], bid
+        return None
 
     async def get(self, topic: str, *, allow_default: bool = False) -> TopicRouteInfo:
         """The cached route of ``topic``, fetched first if unknown.

@@ -175,6 +175,14 @@ CATALOGUE: dict[str, dict[str, str]] = {
     # request that failed (warning; retried next round)
     "ha.synced": {"master": "string", "table": "string", "count": "int"},
     "ha.sync_failed": {"master": "string", "table": "string", "error": "string"},
+    # the master's ACL refused the slave's account (error; nothing changed, retried next round)
+    "ha.sync_denied": {
+        "master": "string",
+        "table": "string",
+        "access_key": "string",
+        "error": "string",
+        "fix": "string",
+    },
     "store.recovered": {
         "commitlog_max_offset": "long",
         "truncated_bytes": "long",

@@ -86,6 +86,7 @@ from .tables.topics import TopicConfigManager
 from .transaction.service import TransactionService
 
 STOP_STEP_TIMEOUT = 10.0  # seconds: a stop step that takes longer is abandoned (logged)
+PROMOTE_DISCONNECT_WAIT = 2.0  # seconds a promotion waits for a killed master's connection to end
 
 
 def _ipv4(host: str) -> bytes:
@@ -233,6 +234,7 @@ class Broker:
                 services=self.supervisor.status,
                 uptime_ms=lambda: self.uptime_ms,
                 acl_denied=lambda: self.acl.denied if self.acl is not None else {},
+                replication=self._replication_metrics,
             ),
             cfg.metrics_host,
             cfg.metrics_port,
@@ -311,6 +313,7 @@ class Broker:
         if self.ha is not None:
             status["ha"] = {
                 **self.ha.status(),
+                "haAddress": self.endpoints.ha_address,
                 "epoch": self.epochs.current,
                 "epochs": self.epochs.entries,
             }
@@ -355,8 +358,8 @@ class Broker:
             self.log.error("ha.epoch_unreadable", path=str(self.epochs.path), error=unreadable)
         if not self.role.is_master:  # a log running past the master's newest epoch is cut
             await rejoin(
+                config=self.config,
                 store_dir=self.store.data_dir,
-                segment_size=self.config.commitlog_segment_size,
                 epochs=self.epochs,
                 master=self._master_broker_address(),
                 log=get_logger("ha"),
@@ -520,10 +523,12 @@ class Broker:
         and table sync stop, a part of a record it was receiving is cut, a new epoch
         starts at its log's end, puts are taken, its HA listener opens, the delay levels,
         timers and transaction check start on the state it derived, and it registers as
-        brokerId 0. ``ValueError`` on a master. The start options are not rewritten: the
+        brokerId 0. ``ValueError`` on a master, and on a slave still connected to its
+        master (``_refuse_promotion_while_replicating``). The start options are not rewritten: the
         next start needs ``--broker-role ASYNC_MASTER`` (or SYNC_MASTER) and brokerId 0."""
         if self.role.is_master or self.ha_client is None:
             raise ValueError(f"this broker is already a master ({self.role.value})")
+        await self._refuse_promotion_while_replicating(self.ha_client)
         sup = self.supervisor
         await sup.stop_service("ha-client")
         await sup.stop_service("slave-sync")
@@ -562,6 +567,23 @@ class Broker:
             "remark": "promoted; start it next time with --broker-role ASYNC_MASTER "
             "(or SYNC_MASTER) and --broker-id 0",
         }
+
+    async def _refuse_promotion_while_replicating(self, client: HAClient) -> None:
+        """``ValueError`` while the slave is still connected to its master: promoting it
+        would make two masters, and lose whatever the master holds past this slave's
+        offset. A master killed just now: its connection's end is awaited a moment
+        (PROMOTE_DISCONNECT_WAIT) before refusing."""
+        deadline = time.monotonic() + PROMOTE_DISCONNECT_WAIT
+        while client.connected_to is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if client.connected_to is not None:
+            raise ValueError(
+                f"this slave is still connected to its master {client.connected_to} and "
+                f"replicating (at offset {client.appender.max_offset}): promoting it would "
+                "make two masters and lose what the master holds past that offset; stop "
+                "the master first (a silent master's connection is closed after "
+                f"{self.config.ha_housekeeping_interval:g} s)"
+            )
 
     def _topics_of_queues(self) -> list[str]:
         """Topics the log holds messages for that the table lacks (created on the master
@@ -605,6 +627,17 @@ class Broker:
             master_address=self._master_broker_address,
             log=get_logger("ha"),
         )
+
+    def _replication_metrics(self) -> dict[str, int | None]:
+        """What a scrape exports of replication: a master's only ({}: none)."""
+        if self.ha is None:
+            return {}
+        return {
+            "slaves": len(self.ha.connections),
+            "ackOffset": self.ha.push_max,
+            "lagBytes": self.ha.lag_bytes(),
+            "lagMs": self.ha.lag_ms(),
+        }
 
     def _ha_master_address(self) -> str | None:
         """A slave's master HA address: --ha-master-address, else the name servers'."""

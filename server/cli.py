@@ -26,6 +26,9 @@ SWITCH_INTERVAL = 0.0005  # seconds; see run_broker
 # (arguments show in `ps`); `kairosmq cluster --acl` sets both for its brokers
 NAMESRV_ACCESS_KEY_ENV = "KAIROS_NAMESRV_ACCESS_KEY"
 NAMESRV_SECRET_KEY_ENV = "KAIROS_NAMESRV_SECRET_KEY"
+# a slave's account toward its master's ACL (docs/replication.md), the same way
+HA_ACCESS_KEY_ENV = "KAIROS_HA_ACCESS_KEY"
+HA_SECRET_KEY_ENV = "KAIROS_HA_SECRET_KEY"
 
 
 def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -251,6 +254,30 @@ def _ha_options(p: argparse.ArgumentParser) -> None:
         help="a slave copies its master's topics, groups and consumer offsets this "
         "often, in seconds (RocketMQ SlaveSynchronize: 10)",
     )
+    g.add_argument(
+        "--slave-read-enable",
+        action="store_true",
+        help="pull answers send a consumer that is far behind to a slave (RocketMQ "
+        "slaveReadEnable; off: consumers read from the master while it is there)",
+    )
+    g.add_argument(
+        "--access-message-in-memory-max-ratio",
+        type=int,
+        default=40,
+        metavar="PERCENT",
+        help="with --slave-read-enable: 'far behind' is more than this %% of the physical "
+        "memory between the pulled messages and the log's end (RocketMQ "
+        "accessMessageInMemoryMaxRatio; default 40)",
+    )
+    g.add_argument(
+        "--ha-access-key",
+        default=None,
+        metavar="KEY",
+        help="a slave signs its requests to its master's broker port (table sync, the "
+        "rejoin check) with this admin account of the master's plain_acl.yml; its secret "
+        f"key is read from ${HA_SECRET_KEY_ENV} (default ${HA_ACCESS_KEY_ENV}, else the "
+        "--namesrv-access-key account)",
+    )
 
 
 def add_security_options(p: argparse.ArgumentParser) -> None:
@@ -451,6 +478,21 @@ def _namesrv_credentials(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _ha_credentials(args: argparse.Namespace) -> dict[str, Any]:
+    """A slave's account toward its master (``ValueError`` naming what is missing: the
+    secret key comes from the environment only)."""
+    access_key = args.ha_access_key or os.environ.get(HA_ACCESS_KEY_ENV) or None
+    secret_key = os.environ.get(HA_SECRET_KEY_ENV) or None
+    if access_key is not None and secret_key is None:
+        raise ValueError(
+            f"--ha-access-key {access_key} needs its secret key in ${HA_SECRET_KEY_ENV}"
+        )
+    return {
+        "ha_access_key": access_key,
+        "ha_secret_key": secret_key if access_key is not None else None,
+    }
+
+
 def build_config(args: argparse.Namespace) -> BrokerConfig:
     log_dir = None if args.no_log_file else (args.log_dir or args.data_dir / "logs")
     return BrokerConfig(
@@ -465,6 +507,9 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         cluster_name=args.cluster,
         register_period=args.register_period,
         **_namesrv_credentials(args),
+        **_ha_credentials(args),
+        slave_read_enable=args.slave_read_enable,
+        access_message_in_memory_max_ratio=args.access_message_in_memory_max_ratio,
         broker_role=args.broker_role,
         broker_id=(
             args.broker_id

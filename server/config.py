@@ -69,7 +69,18 @@ class BrokerConfig:
     ha_housekeeping_interval: float = 20.0
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # RocketMQ slaveReadEnable: pull answers suggest the group's whichBrokerWhenConsumeSlowly
+    # (a slave) when the pull is further behind the log's end than
+    # accessMessageInMemoryMaxRatio % of the physical memory, else the group's brokerId;
+    # off: always 0, the master
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
     slave_sync_interval: float = 10.0
+    # A slave's account of its master's plain_acl.yml (an admin): signs SlaveSynchronize's
+    # table reads and the rejoin check's status read (RocketMQ's AclClientRPCHook); None:
+    # the namesrv account below when given, else unsigned (a master with --acl refuses)
+    ha_access_key: str | None = None
+    ha_secret_key: str | None = field(default=None, repr=False)
     register_period: float = 30.0  # RocketMQ registerNameServerPeriod (seconds)
     register_timeout: float = 6.0  # RocketMQ registerBrokerTimeoutMills (seconds)
     compressed_register: bool = False  # RocketMQ compressedRegister (deflated body)
@@ -225,6 +236,10 @@ class BrokerConfig:
             )
         if self.namesrv_access_key == "" or self.namesrv_secret_key == "":
             raise ValueError("namesrv_access_key and namesrv_secret_key must not be empty")
+        if (self.ha_access_key is None) != (self.ha_secret_key is None):
+            raise ValueError("ha_access_key and ha_secret_key go together: give both, or neither")
+        if self.ha_access_key == "" or self.ha_secret_key == "":
+            raise ValueError("ha_access_key and ha_secret_key must not be empty")
         uses_namesrv = (
             self.namesrv_access_key is not None
             or self.namesrv_tls

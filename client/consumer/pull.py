@@ -13,6 +13,10 @@ Invariants:
   are in flight, and (orderly CLUSTERING) only while the queue's broker lock is held.
 * sysFlag is SUSPEND|SUBSCRIPTION, plus COMMIT_OFFSET when a committed offset > 0 is
   known; the request timeout (30 s) is longer than the broker's suspend (15 s).
+* Which broker of the queue's broker name a pull goes to is RocketMQ's PullAPIWrapper
+  rule: the brokerId the last answer suggested (``suggestWhichBrokerId``; the master,
+  0, at first), else the lowest id the route lists (a slave when the master is gone);
+  a pull to a slave never carries COMMIT_OFFSET (the master owns the offsets).
 * After a pull that found messages the loop waits ``pull_interval`` ms (RocketMQ's
   pullInterval, 0 by default) before the next one.
 * Errors never kill the loop: it waits ``pull_time_delay_millis_when_exception`` and pulls
@@ -29,6 +33,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kairosmq.protocol.bodies import MASTER_ID
 from kairosmq.protocol.codes import (
     PULL_COMMIT_OFFSET,
     PULL_SUBSCRIPTION,
@@ -94,7 +99,7 @@ async def pull_loop(
     sub: Subscription,
     cfg: PullSettings,
     pool: RemotingPool,
-    addr_of: Callable[[str], str | None],
+    find: Callable[[str, int], tuple[str, int] | None],
     committed: Callable[[ProcessQueue], int],
     on_found: Callable[[ProcessQueue, list[MessageExt]], None],
     on_offset: Callable[[ProcessQueue, int], None],
@@ -105,6 +110,7 @@ async def pull_loop(
     timeout = cfg.consumer_timeout_millis_when_suspend / 1000
     interval = cfg.pull_interval / 1000
     failures = 0  # consecutive failed pulls: logged on the 1st, every 20th and on recovery
+    suggested = MASTER_ID  # RocketMQ's pullFromWhichNodeTable entry of this queue
     while not pq.dropped:
         await pq.wait_for_space()
         if pq.dropped:
@@ -112,11 +118,12 @@ async def pull_loop(
         if cfg.needs_lock and not pq.lock_valid():
             await asyncio.sleep(min(delay, 0.5))
             continue
-        addr = addr_of(mq.broker_name)
-        if addr is None:
+        found_at = find(mq.broker_name, suggested)
+        if found_at is None:
             await asyncio.sleep(delay)
             continue
-        commit = committed(pq) if cfg.commit_offset_on_pull else -1
+        addr, broker_id = found_at
+        commit = committed(pq) if cfg.commit_offset_on_pull and broker_id == MASTER_ID else -1
         flag = PULL_SUSPEND | PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit > 0 else 0)
         req = PullMessageRequestHeader(
             consumer_group=cfg.group,
@@ -152,9 +159,9 @@ async def pull_loop(
             failures = 0
         code = resp.code
         try:
-            next_offset = PullMessageResponseHeader.from_ext_fields(
-                resp.ext_fields
-            ).next_begin_offset
+            header = PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
+            next_offset = header.next_begin_offset
+            suggested = max(header.suggest_which_broker_id, MASTER_ID)
         except HeaderError:  # an error answer need not carry the offsets
             next_offset = -1
         if code == ResponseCode.SUCCESS and next_offset >= 0:

@@ -23,6 +23,11 @@ Invariants:
   wakes the rebalance. A message whose storing broker cannot take it back is re-sent to
   ``%RETRY%<group>`` through an internal producer (``_send_back_fallback``, Java's
   ``sendMessageBack`` fallback); that producer starts on first use, stops on shutdown.
+* Master/slave (docs/replication.md): the consumer heartbeats every broker of its routes,
+  slaves too; a queue is pulled where the last answer suggested (the master, or a slave
+  when the master is gone from the route: pull.py), and offsets are read and committed on
+  the master, else on a slave (``_offset_addr_of``). Sends back, locks and queue-offset
+  lookups go to the master only, as RocketMQ's.
 * BROADCASTING: every queue is owned, offsets live in a local file, nothing is retried.
 * Rebalances run one at a time (the rebalance's timer task); NOTIFY_CONSUMER_IDS_CHANGED
   from a broker only wakes that task.
@@ -41,7 +46,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from kairosmq.protocol.bodies import ConsumerData, HeartbeatData
+from kairosmq.protocol.bodies import MASTER_ID, ConsumerData, HeartbeatData
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import UnregisterClientRequestHeader
@@ -117,7 +122,7 @@ class PushConsumer(ClientLifecycle):
         self._offsets: OffsetStore
         if self._clustering:
             self._offsets = RemoteOffsetStore(
-                self._pool, self.group, self._addr_of, self.request_timeout
+                self._pool, self.group, self._offset_addr_of, self.request_timeout
             )
         else:
             directory = opts.offset_store_dir or Path.home() / ".kairosmq_offsets"
@@ -286,6 +291,15 @@ class PushConsumer(ClientLifecycle):
 
     def _addr_of(self, broker_name: str) -> str | None:
         return self._routes.broker_addr(broker_name)
+
+    def _offset_addr_of(self, broker_name: str) -> str | None:
+        """Where consumer offsets are read and committed: the master, else a slave
+        (RocketMQ's RemoteBrokerOffsetStore falls back the same way)."""
+        found = self._routes.find_in_subscribe(broker_name, MASTER_ID)
+        return None if found is None else found[0]
+
+    def _broker_addrs(self) -> set[str]:
+        return self._routes.all_addrs()  # RocketMQ's consumers heartbeat slaves too
 
     def _on_request(self, _client: RemotingClient, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code in callbacks.CODES:  # consumerStatus / resetOffsetByTime (callbacks.py)

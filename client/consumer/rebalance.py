@@ -141,11 +141,11 @@ class Rebalance:
                     log.info("rebalance skips %s: %s", topic, err)
                     lock_failed = True
                     continue
-            if not self._routes.broker_addrs() <= client._heartbeated:
+            if not client._broker_addrs() <= client._heartbeated:
                 await client._heartbeat_all()  # a broker we never told about our group
             mqs = info.subscribe_queues
             if self.clustering:
-                cids = await self._consumer_ids(info.broker_addrs.values())
+                cids = await self._consumer_ids(info.all_addrs(), set(info.broker_addrs.values()))
                 if cids is None:
                     continue
                 mine = set(allocate_averagely(client.client_id, mqs, cids))
@@ -157,17 +157,18 @@ class Rebalance:
         if lock_failed and client.running:  # a lock or a route is missing
             asyncio.get_running_loop().call_later(1.0, self.timer.wake)
 
-    async def _consumer_ids(self, addrs: Any) -> list[str] | None:
+    async def _consumer_ids(self, addrs: Any, masters: Any = ()) -> list[str] | None:
         """The group's members from the first broker of the route that lists this client.
 
-        Brokers in reconnect backoff (dead) are asked last. A broker that does not list
+        Masters are asked before slaves (RocketMQ's selectBrokerAddr: the master, else a
+        slave), brokers in reconnect backoff (dead) last. A broker that does not list
         this client yet (restarted, or our heartbeat has not reached it) is heartbeated and
         the next one asked (the first one twice): its list would leave this member out and
         make it drop every queue. None when no broker answers with a list that includes
         this client (the queues then stay as they are).
         """
         client = self.client
-        order = sorted(addrs, key=lambda a: (self._pool.backing_off(a), a))
+        order = sorted(addrs, key=lambda a: (self._pool.backing_off(a), a not in masters, a))
         for addr in order + order[:1]:  # the first one again after heartbeating it
             try:
                 resp = await self._pool.invoke(
@@ -245,7 +246,7 @@ class Rebalance:
                     sub,
                     self._pull,
                     self._pool,
-                    self._addr_of,
+                    self._routes.find_in_subscribe,
                     lambda p: self.offsets.cached(p.mq),
                     self.service.submit,
                     self.record_offset,

@@ -21,6 +21,10 @@ Invariants:
   SLAVE_NOT_AVAILABLE when no slave is attached or the best one is more than
   ``ha_slave_fallbehind_max`` behind (RocketMQ's isSlaveOK); FLUSH_SLAVE_TIMEOUT after
   ``sync_flush_timeout``. Pulls serve records up to ``push_max`` only.
+* The lag (``status``, the metrics): ``lagBytes`` is the log's written end minus
+  ``push_max``; ``lagMs`` is how long the log has held bytes past ``push_max``: the age
+  of the oldest sample of the written end (taken at each slave report and each status
+  read, so at their resolution) that ``push_max`` does not cover yet; 0 when caught up.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods); JSON status rows
 
 from kairosmq.protocol.codes import ResponseCode
@@ -96,6 +101,8 @@ class HAService:
         self.role = role or BrokerRole(config.broker_role)
         self.connections: set[HAConnection] = set()
         self.push_max = 0
+        # (written end, monotonic ms) samples not yet covered by push_max: lag_ms
+        self._ends: deque[tuple[int, float]] = deque(maxlen=4096)
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._data = asyncio.Event()
@@ -155,7 +162,30 @@ class HAService:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._data.wait(), timeout)
 
+    def _sample_end(self) -> None:
+        end = self.store.commitlog.written_offset
+        if not self._ends or self._ends[-1][0] != end:
+            self._ends.append((end, time.monotonic() * 1000))
+        while self._ends and self._ends[0][0] <= self.push_max:
+            self._ends.popleft()
+
+    def lag_bytes(self) -> int | None:
+        """The written end minus the best ack (None: no slave attached)."""
+        if not self.connections:
+            return None
+        return max(0, self.store.commitlog.written_offset - self.push_max)
+
+    def lag_ms(self) -> int | None:
+        """How long bytes past the best ack have been waiting (None: no slave)."""
+        self._sample_end()
+        if not self.connections:
+            return None
+        if not self._ends:
+            return 0
+        return round(time.monotonic() * 1000 - self._ends[0][1])
+
     def acked(self, offset: int) -> None:
+        self._sample_end()
         if offset <= self.push_max:
             return
         self.push_max = offset
@@ -201,13 +231,13 @@ class HAService:
         return None
 
     def status(self) -> dict[str, Any]:
-        log = self.store.commitlog
         return {
             "role": self.role.value,
             "haListenPort": self.port,
             "slaveAckOffset": self.push_max,
             "slaves": [c.as_dict() for c in self.connections],
-            "lagBytes": max(0, log.written_offset - self.push_max) if self.connections else None,
+            "lagBytes": self.lag_bytes(),
+            "lagMs": self.lag_ms(),
         }
 
 

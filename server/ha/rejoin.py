@@ -16,6 +16,8 @@ Invariants:
   its own).
 * A slave whose last epoch is newer than its master's refuses to adopt anything
   (``ha.rejoin_unchecked``): two masters claim the newer epoch, an operator decides.
+* The status read is signed like SlaveSynchronize's (``sync.master_client``): a master
+  with ``--acl`` answers a slave holding an account of its ACL file.
 """
 
 from __future__ import annotations
@@ -24,25 +26,28 @@ import asyncio
 import os
 import shutil
 from pathlib import Path
-from typing import Any  # Any: structlog's logger (dynamic methods)
+from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods)
 
 import orjson
 from kairosmq.client.errors import ClientError
-from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
 from ..store.commitlog import CommitLog
 from ..store.files import write_json_atomic
 from .epoch import EpochFile
+from .sync import master_client
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
 
 DERIVED = ("consumequeue", "index", "timer")  # under the store dir, rebuilt by replay
 REQUEST_TIMEOUT = 5.0
 
 
-async def master_epochs(address: str) -> list[dict[str, int]]:
+async def master_epochs(config: BrokerConfig, address: str) -> list[dict[str, int]]:
     """The master's epoch list (``ValueError`` / ``ClientError`` / ``OSError`` if it
     cannot be had)."""
-    client = RemotingClient(address, backoff_base=0.1, backoff_max=1.0)
+    client = master_client(config, address)
     try:
         resp = await client.invoke(
             RequestCode.KAIROS_GET_BROKER_STATUS, {}, b"", timeout=REQUEST_TIMEOUT
@@ -99,14 +104,14 @@ def apply_cut(store_dir: Path, segment_size: int, offset: int) -> int:
 
 
 async def rejoin(
-    *, store_dir: Path, segment_size: int, epochs: EpochFile, master: str | None, log: Any
+    *, config: BrokerConfig, store_dir: Path, epochs: EpochFile, master: str | None, log: Any
 ) -> None:
     """The start-time check (see the module docstring); logs what it did."""
     if master is None:
         log.warning("ha.rejoin_unchecked", master="", reason="no master address known yet")
         return
     try:
-        theirs = await master_epochs(master)
+        theirs = await master_epochs(config, master)
     except (ClientError, OSError, ValueError, KeyError, TypeError) as err:
         log.warning("ha.rejoin_unchecked", master=master, reason=f"{type(err).__name__}: {err}")
         return
@@ -116,7 +121,7 @@ async def rejoin(
         return
     if point is None:
         return
-    cut = await asyncio.to_thread(apply_cut, store_dir, segment_size, point)
+    cut = await asyncio.to_thread(apply_cut, store_dir, config.commitlog_segment_size, point)
     await asyncio.to_thread(write_json_atomic, epochs.path, theirs)
     epochs.load()
     log.warning(

@@ -15,7 +15,14 @@ Invariants:
   scheduler's progress from the replicated log (the truth), so the master's numbers
   are shown next to its own, never written over them.
 * A failed request is logged (``ha.sync_failed``) and retried next round; nothing the
-  master answers can stop the slave (a bad row is skipped).
+  master answers can stop the slave (a bad row is skipped). A master with ``--acl``
+  that refuses the slave's account (none, unknown, wrong secret, not an admin) is logged
+  as ``ha.sync_denied`` (error, naming the account and what to give) and changes nothing:
+  the slave keeps the tables it has and its log keeps replicating (the HA port carries no
+  ACL, as in RocketMQ).
+* Every request to the master is signed with ``master_credentials`` (``--ha-access-key``,
+  else the ``--namesrv-access-key`` account; RocketMQ's AclClientRPCHook), the rejoin
+  check's too.
 """
 
 from __future__ import annotations
@@ -27,11 +34,14 @@ from typing import (
     Any,
 )  # Any: JSON tables read from the master, checked field by field; structlog's logger
 
+from kairosmq.client.credentials import SessionCredentials, rpc_hook_for
 from kairosmq.client.errors import ClientError
 from kairosmq.client.remoting import RemotingClient
 from kairosmq.protocol.bodies import java_json_object
 from kairosmq.protocol.codes import RequestCode, ResponseCode
 
+from ..cluster.registration import namesrv_credentials
+from ..security.access import ACL_EXCEPTION
 from ..tables.subscriptions import SubscriptionGroupConfig
 from ..tables.topics import TopicConfig
 from .role import parse_host_port
@@ -44,6 +54,33 @@ if TYPE_CHECKING:
     from ..tables.topics import TopicConfigManager
 
 REQUEST_TIMEOUT = 10.0
+
+
+class SyncRefused(ValueError):
+    """The master's ACL refused a request (its remark is RocketMQ's AclException)."""
+
+
+def master_credentials(config: BrokerConfig) -> SessionCredentials | None:
+    """The account a slave signs its master requests with (None: unsigned)."""
+    if config.ha_access_key is not None and config.ha_secret_key is not None:
+        return SessionCredentials(config.ha_access_key, config.ha_secret_key)
+    return namesrv_credentials(config)
+
+
+def master_client(config: BrokerConfig, address: str) -> RemotingClient:
+    """A connection to the master's broker port whose requests are signed."""
+    return RemotingClient(
+        address,
+        backoff_base=0.1,
+        backoff_max=2.0,
+        rpc_hook=rpc_hook_for(master_credentials(config)),
+    )
+
+
+def refusal(code: int, remark: str | None) -> ValueError:
+    """A non-SUCCESS answer as an error: ``SyncRefused`` when the master's ACL said no."""
+    text = f"code {code}: {remark}"
+    return SyncRefused(text) if (remark or "").startswith(ACL_EXCEPTION) else ValueError(text)
 
 
 def master_broker_address(ha_master_address: str) -> str:
@@ -103,8 +140,10 @@ class SlaveSynchronize:
         self.master_delay_offsets: dict[str, int] = {}
 
     def status(self) -> dict[str, Any]:
+        creds = master_credentials(self.config)
         return {
             "masterBrokerAddress": self.master_address(),
+            "accessKey": None if creds is None else creds.access_key,
             "syncRounds": self.rounds,
             "masterDelayOffsets": self.master_delay_offsets,
         }
@@ -125,7 +164,7 @@ class SlaveSynchronize:
         if self.client is None or self.client.address != addr:
             if self.client is not None:
                 self.client.close()
-            self.client = RemotingClient(addr, backoff_base=0.1, backoff_max=2.0)
+            self.client = master_client(self.config, addr)
         for what, code, apply in (
             ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
             ("consumer_offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
@@ -135,8 +174,20 @@ class SlaveSynchronize:
             try:
                 resp = await self.client.invoke(code, {}, b"", timeout=REQUEST_TIMEOUT)
                 if resp.code != ResponseCode.SUCCESS:
-                    raise ValueError(f"code {resp.code}: {resp.remark}")
+                    raise refusal(resp.code, resp.remark)
                 changed = apply(resp.body)
+            except SyncRefused as err:
+                creds = master_credentials(self.config)
+                self.log.error(
+                    "ha.sync_denied",
+                    master=addr,
+                    table=what,
+                    access_key="" if creds is None else creds.access_key,
+                    error=str(err),
+                    fix="give the slave an admin account of the master's ACL file: "
+                    "--ha-access-key KEY with its secret in $KAIROS_HA_SECRET_KEY",
+                )
+                continue
             except (ClientError, OSError, ValueError) as err:
                 self.log.warning(
                     "ha.sync_failed", master=addr, table=what, error=f"{type(err).__name__}: {err}"

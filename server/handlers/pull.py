@@ -14,16 +14,23 @@ Invariants:
   (capped at ``max_pull_hold_ms``, well under the client's 30 s) passes, or when the
   broker stops - never left unanswered, and it never blocks other requests on the
   connection (it runs as its own task).
+* ``suggestWhichBrokerId`` is RocketMQ 4.9.8's: 0 (the master) unless
+  ``slave_read_enable``; then the group's ``whichBrokerWhenConsumeSlowly`` when the last
+  message served lies further from the commit log's end than
+  ``access_message_in_memory_max_ratio`` % of the physical memory (RocketMQ's
+  isSuggestPullingFromSlave), else the group's ``brokerId``. A master and a slave answer
+  alike (an Apache slave also serves pulls with slaveReadEnable off).
 * The pull body is the stored record bytes concatenated, copied from the commit log
   without decoding (one read per contiguous run of records).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any  # Any: structlog's loggers; handler answers (see Handler)
 
-from kairosmq.protocol.bodies import SUB_ALL, SubscriptionData
+from kairosmq.protocol.bodies import MASTER_ID, SUB_ALL, SubscriptionData
 from kairosmq.protocol.codes import (
     PERM_READ,
     PULL_COMMIT_OFFSET,
@@ -51,6 +58,8 @@ if TYPE_CHECKING:
     from ..tables.subscriptions import SubscriptionGroupManager
     from ..tables.topics import TopicConfigManager
 
+# RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE (slave_read_enable's threshold)
+PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 _CODES = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
     GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -229,6 +238,20 @@ class PullMessageProcessor:
 
         self.notifier.hold(h.topic, h.queue_id, answer, timeout_ms / 1000)
 
+    def _suggest(self, h: PullMessageRequestHeader, result: GetResult) -> int:
+        """suggestWhichBrokerId (module docstring)."""
+        if not self.config.slave_read_enable:
+            return MASTER_ID
+        subs = self.subscriptions
+        group = subs.get(h.consumer_group) if subs is not None else None
+        slow = group.which_broker_when_consume_slowly if group is not None else 1
+        home = group.broker_id if group is not None else MASTER_ID
+        if result.status is not GetStatus.FOUND or not result.units:
+            return home
+        behind = self.reads.phy_range()[1] - result.units[-1][0]
+        memory = PHYSICAL_MEMORY * self.config.access_message_in_memory_max_ratio / 100
+        return slow if behind > memory else home
+
     def _answer(
         self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult
     ) -> RemotingCommand:
@@ -242,7 +265,7 @@ class PullMessageProcessor:
         else:
             code = _CODES[status]
         ext = PullMessageResponseHeader(
-            suggest_which_broker_id=0,
+            suggest_which_broker_id=self._suggest(h, result),
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,

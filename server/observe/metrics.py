@@ -75,6 +75,9 @@ class MetricsSources:
     services: Callable[[], list[dict[str, Any]]]  # the supervisor's status
     uptime_ms: Callable[[], float]
     acl_denied: Callable[[], Mapping[str, int]]  # refusals by reason ({} without --acl)
+    # a master's replication (server/ha/master.py): slaves, ackOffset, lagBytes, lagMs
+    # (None: no slave attached); {} on a slave or without an HA listener
+    replication: Callable[[], Mapping[str, int | None]]
 
 
 def take_snapshot(src: MetricsSources) -> dict[str, Any]:
@@ -111,6 +114,7 @@ def take_snapshot(src: MetricsSources) -> dict[str, Any]:
         "log_min": log_min,
         "log_max": log_max,
         "uptime_s": src.uptime_ms() / 1000,
+        "replication": dict(src.replication()),
     }
 
 
@@ -290,6 +294,40 @@ class BrokerCollector:
             ("kairosmq_uptime_seconds", "Seconds since the broker started", snap["uptime_s"]),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        yield from _replication(snap["replication"])
+
+
+def _replication(rep: Mapping[str, int | None]) -> Iterator[Any]:
+    """A master's replication gauges (docs/replication.md); the lag ones only while a
+    slave is attached."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    if not rep:
+        return
+    for name, doc, key, scale in (
+        ("kairosmq_ha_slaves", "Slaves connected to the HA port", "slaves", 1),
+        (
+            "kairosmq_ha_slave_ack_offset_bytes",
+            "Highest commit-log offset a slave acked (push2SlaveMaxOffset)",
+            "ackOffset",
+            1,
+        ),
+        (
+            "kairosmq_ha_slave_lag_bytes",
+            "Commit-log bytes written on the master and not acked by a slave",
+            "lagBytes",
+            1,
+        ),
+        (
+            "kairosmq_ha_slave_lag_seconds",
+            "How long the master has held bytes not acked by a slave",
+            "lagMs",
+            1000,
+        ),
+    ):
+        value = rep.get(key)
+        if value is not None:
+            yield GaugeMetricFamily(name, doc, value=value / scale)
 
 
 def make_registry(sources: MetricsSources, loop: asyncio.AbstractEventLoop) -> Any:

@@ -186,10 +186,10 @@ async def test_a_dead_brokers_queue_is_pulled_with_backoff_and_resumes(
     sub = Subscription("Dead", "*", 1, None)
     calls = 0
 
-    def addr_of(_name: str) -> str:
+    def addr_of(_name: str, _broker_id: int) -> tuple[str, int]:
         nonlocal calls
         calls += 1
-        return addr
+        return addr, 0
 
     task = asyncio.create_task(
         pull_loop(

@@ -35,7 +35,13 @@ class LoggedBroker(BrokerProcess):
     """A broker process whose JSON log lines (info and up, no per-message events) go to
     ``<data>.log``: ``events(name)`` reads them."""
 
-    def __init__(self, data_dir: Path, *extra: str, vip_channel: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        vip_channel: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         super().__init__(
             data_dir,
@@ -45,6 +51,7 @@ class LoggedBroker(BrokerProcess):
             *extra,
             stdout=self.log_path,
             vip_channel=vip_channel,
+            env=env,
         )
 
     def events(self, name: str) -> list[dict]:
@@ -73,7 +80,9 @@ def master(
     return bp
 
 
-def slave(data: Path, m: BrokerProcess, *extra: str) -> BrokerProcess:
+def slave(
+    data: Path, m: BrokerProcess, *extra: str, env: dict[str, str] | None = None
+) -> BrokerProcess:
     return LoggedBroker(
         data,
         "--broker-role",
@@ -83,6 +92,7 @@ def slave(data: Path, m: BrokerProcess, *extra: str) -> BrokerProcess:
         "--slave-sync-interval",
         "0.5",
         *extra,
+        env=env,
     )
 
 

@@ -110,3 +110,29 @@ async def test_cluster_with_slaves_replicates_under_sync_master(tmp_path: Path) 
             await sp.close()
     finally:
         c.stop()
+
+
+def test_acl_cluster_slaves_sign_their_master_requests(tmp_path: Path, monkeypatch) -> None:
+    # `kairosmq cluster --acl --slaves 1`: each slave carries the ACL file's first admin
+    # account for its name server, and signs its table sync with it (no --ha-access-key)
+    from kairosmq.server.cli import _broker_parser, build_config
+    from kairosmq.server.ha.sync import master_credentials
+
+    from tests.security.acl_setup import ACL_FILE, ADMIN
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_FILE)
+    specs = plan_cluster(
+        _parse(["--slaves", "1", "--acl", str(acl), "--data-dir", str(tmp_path / "d")])
+    )
+    spec = next(s for s in specs if s.name == "broker-a-s1")
+    for k, v in spec.env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("KAIROS_HA_ACCESS_KEY", raising=False)
+    monkeypatch.delenv("KAIROS_HA_SECRET_KEY", raising=False)
+    ap = argparse.ArgumentParser()
+    _broker_parser(ap.add_subparsers())
+    broker_argv = spec.argv[spec.argv.index("broker") :]
+    creds = master_credentials(build_config(ap.parse_args(broker_argv)))
+    assert creds is not None
+    assert (creds.access_key, creds.secret_key) == (ADMIN.access_key, ADMIN.secret_key)

@@ -79,3 +79,40 @@ def test_cli_slave_gets_broker_id_1_and_its_options(tmp_path) -> None:
         20912,
     )
     assert cfg.ha_slave_fallbehind_max == 1 << 20
+
+
+def test_cli_ha_account_secret_from_the_environment_only(tmp_path, monkeypatch) -> None:
+    from kairosmq.server.ha.sync import master_credentials
+
+    monkeypatch.delenv("KAIROS_HA_SECRET_KEY", raising=False)
+    monkeypatch.delenv("KAIROS_HA_ACCESS_KEY", raising=False)
+    slave = ("--data-dir", str(tmp_path), "--broker-role", "SLAVE")
+    slave += ("--ha-master-address", "10.0.0.1:10912")
+    with pytest.raises(ValueError, match="needs its secret key in \\$KAIROS_HA_SECRET_KEY"):
+        build_config(_args(*slave, "--ha-access-key", "admin_ak"))
+    assert master_credentials(build_config(_args(*slave))) is None
+    monkeypatch.setenv("KAIROS_HA_SECRET_KEY", "admin_sk")
+    cfg = build_config(_args(*slave, "--ha-access-key", "admin_ak"))
+    creds = master_credentials(cfg)
+    assert creds is not None and (creds.access_key, creds.secret_key) == ("admin_ak", "admin_sk")
+    assert "admin_sk" not in repr(cfg)
+    monkeypatch.setenv("KAIROS_HA_ACCESS_KEY", "env_ak")
+    creds = master_credentials(build_config(_args(*slave)))
+    assert creds is not None and creds.access_key == "env_ak"
+    with pytest.raises(ValueError, match="go together"):
+        BrokerConfig(data_dir=tmp_path, ha_access_key="k")
+
+
+def test_cli_slave_read_enable_rocketmq_defaults(tmp_path) -> None:
+    cfg = build_config(_args("--data-dir", str(tmp_path)))
+    assert (cfg.slave_read_enable, cfg.access_message_in_memory_max_ratio) == (False, 40)
+    cfg = build_config(
+        _args(
+            "--data-dir",
+            str(tmp_path),
+            "--slave-read-enable",
+            "--access-message-in-memory-max-ratio",
+            "10",
+        )
+    )
+    assert (cfg.slave_read_enable, cfg.access_message_in_memory_max_ratio) == (True, 10)

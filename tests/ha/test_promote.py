@@ -167,3 +167,50 @@ async def test_old_master_rejoins_as_slave_cutting_its_unreplicated_tail(tmp_pat
         await sp.close()
         s.terminate()
         m.terminate()
+
+
+async def test_promote_refused_on_a_slave_still_replicating_from_a_live_master(tmp_path) -> None:
+    # the bad-input case "a promote on a slave that is behind": while its master is alive
+    # the slave is behind by whatever the master holds next; promoting it would make two
+    # masters. Refused with the reason; the slave goes on replicating; once the master is
+    # gone the same request promotes it
+    m = master(tmp_path / "m")
+    await m.start()
+    s = slave(tmp_path / "s", m)
+    await s.start()
+    mp = await RawPeer.connect(m.address)
+    try:
+        for i in range(200):
+            r = await send(mp, "Behind", b"z" * 2000, queue_id=i % 4)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        refused = await asyncio.to_thread(admin, "--broker", s.address, "promote", "--json")
+        text = refused.stdout + refused.stderr
+        assert refused.returncode != 0
+        assert "still connected to its master" in text and "two masters" in text, text
+        for i in range(50):
+            r = await send(mp, "Behind", b"after" * 100, queue_id=i % 4)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+
+        async def same() -> bool:
+            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+
+        await wait_for(same, what="the refused slave keeps replicating")
+        sp = await RawPeer.connect(s.address)
+        try:
+            st = await status(sp)
+            assert st["ha"]["role"] == "SLAVE" and st["ha"]["connected"] is True
+            assert (
+                not (tmp_path / "s" / "store" / "epoch.json").exists()
+                or orjson.loads((tmp_path / "s" / "store" / "epoch.json").read_bytes()) == []
+            )
+            m.kill()
+            r = await sp.call(RequestCode.KAIROS_PROMOTE, {}, timeout=20)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            assert orjson.loads(r.body)["startOffset"] == len(log_bytes(tmp_path / "m"))
+        finally:
+            await sp.close()
+    finally:
+        await mp.close()
+        s.terminate()
+        if m.proc is not None and m.proc.poll() is None:
+            m.terminate()

@@ -74,7 +74,9 @@ def test_compose_services_volumes_ports() -> None:
         "broker-a",
         "broker-b",
         "console",
-    }  # tests/cluster; console: docs/console.md
+        "master",
+        "slave",
+    }  # tests/cluster; console: docs/console.md; master/slave: tests/ha/test_compose_pair.py
     b = PLANS["broker"]
     assert COMPOSE["services"]["broker"]["restart"] in ("always", "unless-stopped")
     assert b.healthcheck == STAGES["broker"].healthcheck
