@@ -32,7 +32,9 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.headers": "kairosmq.protocol._headers",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
+    "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
+    "kairosmq.server.store.message_store": "kairosmq.server.store._message_store",
 }
 
 
