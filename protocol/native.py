@@ -34,6 +34,7 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
+    "kairosmq.server.store.index": "kairosmq.server.store._index",
     "kairosmq.server.store.message_store": "kairosmq.server.store._message_store",
 }
 
