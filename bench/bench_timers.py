@@ -366,8 +366,8 @@ def burst_round(n: int, workdir: Path, body: int) -> dict[str, Any]:
                 put("P", i, now + 3_600_000)
             rate = probe / max(time.monotonic() - t_probe, 1e-3)
             b.store.write_out()
-            # due at a whole second after the burst is stored (and 3 s to spare)
-            due = int(time.time() * 1000) + int(n / rate * 1000 * 1.3) + 3_000
+            # due at a whole second after the burst is stored (the rate falls as it goes)
+            due = int(time.time() * 1000) + int(n / rate * 1000 * 2) + 5_000
             due = due - due % 1000 + 1000
             for i in range(n):
                 put("B", i, due)
