@@ -16,6 +16,10 @@ Two parts, each printing a table:
   a host control over the same span (``peers/hostcontrol.py``): a bare uvloop process of
   its own that wakes every 1 ms and records how late each wake-up came, i.e. what the
   host does to any process here at that moment.
+* ``burst``: ``--burst N`` timers due at the same instant, stored through the broker's
+  own put path in this process (its defaults, message logs on), fired by its timer
+  service with nothing consuming: prints how late the first, the median, the 99th
+  percentile and the last were fired (store time - due) and the fire rate.
 * ``pending``: ``--pending N`` timers due 1-40 days ahead are stored through the broker's
   own put path (in-process, no network: the point is the files, not the send rate), the
   broker stopped, then started as a process on those files: prints the time to serving,
@@ -27,6 +31,8 @@ Two parts, each printing a table:
                                      # spans a minute-bucket boundary; the broker is
                                      # killed (-9) and restarted between send and fire
     python bench/bench_timers.py --pending 10000000 --skip-lateness
+    python bench/bench_timers.py --burst 500000 --skip-lateness
+                                     # 500,000 timers due at one instant: store - due
     python bench/bench_timers.py --rates 5000 --seconds 10 --repeat 5   # p99 spread
     python bench/bench_timers.py --rates 5000 --seconds 10 --brokers 1,2 --repeat 2
                                      # 1 and 2 broker processes behind a name server,
@@ -309,6 +315,117 @@ def start_py_spy(
     )
 
 
+# ---------------------------------------------------------------- burst
+
+
+def burst_round(n: int, workdir: Path, body: int) -> dict[str, Any]:
+    """``n`` timers due at one instant: how late the broker fired them (store time - due).
+
+    One broker in this process on its defaults (message logs on, into a file; on uvloop):
+    the timers are stored through its own put path (no network: the point is the fire),
+    all due at one whole second a few seconds after the last is stored; then its timer
+    service fires them while nothing consumes. The figures come from the fired copies'
+    store timestamps, read back from the real topic's consume queues and records.
+    """
+    from kairosmq.protocol import native
+    from kairosmq.protocol.message import decode_record
+    from kairosmq.server.broker import Broker
+    from kairosmq.server.config import BrokerConfig
+    from kairosmq.server.observe.logs import close_sinks, configure_logging
+    from kairosmq.server.put.kind import MessageKind
+    from kairosmq.server.store import MessageInner
+
+    data = workdir / "burst"
+
+    async def run() -> dict[str, Any]:
+        configure_logging(json=True, log_dir=data / "logs", stdout=False)
+        b = Broker(BrokerConfig(data_dir=data / "store", port=0, namesrv_port=0, vip_channel=False))
+        await b.start()
+        try:
+            b.topics.ensure(TOPIC, QUEUES)
+            t0 = time.monotonic()
+            now = int(time.time() * 1000)
+            payload = b"b" * body
+
+            def put(key: str, i: int, at: int) -> None:
+                msg = MessageInner(
+                    topic=TOPIC,
+                    queue_id=i % QUEUES,
+                    body=payload,
+                    properties={"UNIQ_KEY": f"{key}{i:016d}"},
+                    born_timestamp=now,
+                )
+                r = b.put_path.put(msg, MessageKind.TIMER, due_ms=at)
+                if r.status.value != "PUT_OK":
+                    raise RuntimeError(f"put {i}: {r.status}")
+
+            # the store rate, to place the due instant: a few timers due later
+            probe = min(n, 5_000)
+            t_probe = time.monotonic()
+            for i in range(probe):
+                put("P", i, now + 3_600_000)
+            rate = probe / max(time.monotonic() - t_probe, 1e-3)
+            b.store.write_out()
+            # due at a whole second after the burst is stored (the rate falls as it goes)
+            due = int(time.time() * 1000) + int(n / rate * 1000 * 2) + 5_000
+            due = due - due % 1000 + 1000
+            for i in range(n):
+                put("B", i, due)
+                if i % 20_000 == 0:
+                    b.store.write_out()
+                    await asyncio.sleep(0)
+            b.store.write_out()
+            stored_s = time.monotonic() - t0
+            left = due - int(time.time() * 1000)
+            if left <= 0:
+                raise RuntimeError(f"storing took past the due instant ({-left} ms)")
+            fired0 = b.stats.timers_fired
+            await asyncio.sleep(left / 1000)
+            deadline = time.monotonic() + 120
+            while b.stats.timers_fired - fired0 < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            fired = b.stats.timers_fired - fired0
+            late: list[int] = []
+            for q in range(QUEUES):
+                cq = b.store.find_queue(TOPIC, q)
+                if cq is None:
+                    continue
+                units = []
+                pos = 0
+                while pos < cq.max_offset:
+                    got = cq.units(pos, 10_000)
+                    if not got:
+                        break
+                    units.extend(got)
+                    pos += len(got)
+                b.store.write_out()
+                for rec in b.store.commitlog.read_many([(u[0], u[1]) for u in units]):
+                    m = decode_record(rec)
+                    if m.properties.get("TIMER_OUT_MS") == str(due):
+                        late.append(m.store_timestamp - due)
+            late.sort()
+            return {
+                "core": native.core(),
+                "timers": n,
+                "stored in s": stored_s,
+                "fired": fired,
+                "read back": len(late),
+                "first fired ms after due": late[0] if late else None,
+                "p50 ms": percentile(late, 50) if late else None,
+                "p99 ms": percentile(late, 99) if late else None,
+                "last fired ms after due": late[-1] if late else None,
+                "fired per s": len(late) / max(late[-1] / 1000, 1e-3) if late else None,
+            }
+        finally:
+            await b.stop("burst done")
+            close_sinks()
+
+    try:
+        return uvloop.run(run())
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- pending
 
 
@@ -391,6 +508,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--pending", type=int, default=0, help="timers for the pending part")
+    ap.add_argument(
+        "--burst", type=int, default=0, help="timers due at one instant (the burst part)"
+    )
     ap.add_argument("--skip-lateness", action="store_true")
     ap.add_argument(
         "--restart",
@@ -495,6 +615,10 @@ def main() -> None:
                     + " vCPU-ms; host "
                     "control p99: " + ", ".join(f"{v:.1f}" for v in hosts[rate, nb]) + " ms"
                 )
+    if a.burst:
+        r = burst_round(a.burst, workdir, a.body)
+        for k, v in r.items():
+            print(f"burst {k}: {v:,.1f}" if isinstance(v, float) else f"burst {k}: {v}")
     if a.pending:
         r = pending_round(a.pending, workdir)
         for k, v in r.items():

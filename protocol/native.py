@@ -32,8 +32,11 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.headers": "kairosmq.protocol._headers",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
+    "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
+    "kairosmq.server.store.index": "kairosmq.server.store._index",
+    "kairosmq.server.store.message_store": "kairosmq.server.store._message_store",
 }
 
 

@@ -28,14 +28,19 @@ Invariants:
   fire keeps ``TIMER_OUT_MS`` (when it was due) and drops the timer properties.
 * Nothing trusts a record's properties: REAL_QID must be a decimal of at most
   ``INT32_DIGITS`` digits, or the record is skipped (``RequeueError``).
+* The restores here are the reference; their native twin (``_reput.pyx``, chosen by
+  ``protocol/native.py``) builds the same view, target and properties in one pass and
+  hands every record it cannot restore to them (tests/server/test_native_reput.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from types import ModuleType, SimpleNamespace
 from typing import Generic, NamedTuple, TypeVar
 
+from kairosmq.protocol import native
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import MessageExt, RecordView, decode_record, view_record
 from kairosmq.protocol.properties import (
@@ -162,6 +167,28 @@ def restore_timer(record: bytes, due: int, phy: int) -> MessageInner:
     return requeue(
         m, topic, qid, drop=TIMER_PROPERTIES, properties=_timer_properties(m.properties, due, phy)
     )
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The restores above are the reference (tests/server/test_native_reput.py holds the twin
+# to them); the twin's (``_reput.pyx``) replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    restore_delayed_view=restore_delayed_view, restore_timer_view=restore_timer_view
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _reput  # type: ignore[attr-defined]
+
+    twin: ModuleType = _reput  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    restore_delayed_view = _twin.restore_delayed_view
+    restore_timer_view = _twin.restore_timer_view
 
 
 # ------------------------------------------------------------------ the protocol

@@ -26,8 +26,10 @@ Invariants:
   skip the next message; readers treat a hole like a unit below the log's minimum.
 * Unit layout is ``schema.CqUnit`` (int64 phy offset, int32 size, int64 tagsCode);
   for SCHEDULE_TOPIC_XXXX and the timer topic the tagsCode is the due timestamp in ms.
-* ``read_units`` is the reference read of a run of units; its native twin
-  ``_consumequeue.pyx`` reads them from the map in one pass when ``native.py`` chooses it.
+* ``read_units`` (a run of units), ``ConsumeQueue.append`` (one unit) and
+  ``compute_tags_code`` are the reference; their native twins (``_consumequeue.pyx``: the
+  run read from the map in one pass, the unit packed into the map, the due time read as
+  C digits) replace them when ``native.py`` chooses it.
 """
 
 from __future__ import annotations
@@ -530,10 +532,12 @@ def load_queues(
 
 # ------------------------------------------------------------------ the native twin
 
-# ``read_units`` above is the reference (tests/server/test_native_consumequeue.py holds the
-# twin to it); the twin's (``_consumequeue.pyx``) replaces it when protocol/native.py
-# chooses it.
-reference = SimpleNamespace(read_units=read_units)
+# ``read_units``, ``ConsumeQueue.append`` and ``compute_tags_code`` above are the reference
+# (tests/server/test_native_consumequeue.py holds the twins to them); the twin's
+# (``_consumequeue.pyx``) replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    read_units=read_units, append=ConsumeQueue.append, compute_tags_code=compute_tags_code
+)
 
 
 def _load_twin() -> ModuleType:
@@ -546,3 +550,5 @@ def _load_twin() -> ModuleType:
 _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     read_units = _twin.read_units
+    compute_tags_code = _twin.compute_tags_code
+    ConsumeQueue.append = _twin.append  # type: ignore[method-assign]

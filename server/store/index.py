@@ -27,6 +27,10 @@ Invariants:
   SIGBUS on a full disk. A file that cannot be allocated leaves the index behind
   (entries skipped, ``store.allocation_failed`` logged, retried after ``RETRY_ALLOC``
   seconds); lookups still verify every hit, so a missing entry costs a miss, nothing else.
+* ``KeyIndex.dispatch`` here is the reference; its native twin (``_index.pyx``, chosen by
+  ``protocol/native.py``) writes the same entries into the mapped file in one C function
+  and hands the dispatches that fill a file or reach its half to it
+  (tests/server/test_native_index.py).
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING
 
+from kairosmq.protocol import native
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import decode_record
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
@@ -338,3 +344,22 @@ class KeyIndex:
             if eh == h:
                 out.append(phy)
             bound, entry = entry, prev
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``KeyIndex.dispatch`` above is the reference (tests/server/test_native_index.py holds
+# the twin to it); the twin's (``_index.pyx``) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(dispatch=KeyIndex.dispatch)
+
+
+def _load_twin() -> ModuleType:
+    from . import _index  # type: ignore[attr-defined]
+
+    twin: ModuleType = _index  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    KeyIndex.dispatch = _twin.dispatch  # type: ignore[method-assign]

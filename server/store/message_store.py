@@ -41,6 +41,11 @@ Invariants:
 * Reads at client-given offsets go through ``read_record`` (reads.py): the one record
   check plus "a consume-queue unit points here", so a record hidden in a body is never
   served.
+* ``put`` and ``put_patched`` here are the reference. Their native twin
+  (``_message_store.pyx``, chosen by ``protocol/native.py``) makes the common put (every
+  check passed, room in the queue's map and in the current segment) in one C function,
+  mirroring ``_put``, ``ensure_room``, ``reserve``, ``append`` and ``dispatch`` step for
+  step, and hands every other put to these before changing anything.
 """
 
 from __future__ import annotations
@@ -50,8 +55,10 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any  # Any: JSON values of the checkpoint
 
+from kairosmq.protocol import native
 from kairosmq.protocol.message import (
     RECORD_OVERHEAD_V4,
     RecordView,
@@ -103,6 +110,8 @@ _MAX_OVERHEAD = RECORD_OVERHEAD_V4 + 24 + 127 + MAX_PROPERTIES_BYTES
 # more dirty consume-queue files than this at a checkpoint: one syncfs instead of an
 # fdatasync each (measured here: 0.28 ms a file each, 8 ms for 1,000 files at once)
 SYNCFS_OVER = 64
+# what building a record raises for a message the record cannot hold (MESSAGE_ILLEGAL)
+ENCODE_ERRORS = (struct.error, ValueError, OverflowError)
 
 
 class MessageStore(StoreReads):
@@ -289,7 +298,7 @@ class MessageStore(StoreReads):
             store_ts = self.clock_ms()
         try:
             record = build(queue_offset, phy, store_ts)
-        except (struct.error, ValueError, OverflowError) as err:  # nothing appended yet
+        except ENCODE_ERRORS as err:  # nothing appended yet
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"cannot encode the message: {err}")
         self.commitlog.append(record)
         self._last_record = phy
@@ -559,3 +568,24 @@ class MessageStore(StoreReads):
                 files += n
                 queue_bytes += n * cq.file_bytes
         return Expired(len(segs), files, len(segs) * self.commitlog.segment_size, queue_bytes)
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``MessageStore.put`` and ``put_patched`` above are the reference
+# (tests/server/test_native_message_store.py holds the twin to them); the twin's
+# (``_message_store.pyx``) replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(put=MessageStore.put, put_patched=MessageStore.put_patched)
+
+
+def _load_twin() -> ModuleType:
+    from . import _message_store  # type: ignore[attr-defined]
+
+    twin: ModuleType = _message_store  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    MessageStore.put = _twin.put  # type: ignore[method-assign]
+    MessageStore.put_patched = _twin.put_patched  # type: ignore[method-assign]

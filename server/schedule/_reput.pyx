@@ -1,0 +1,106 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native twin of ``reput.py``'s restores (chosen by ``protocol/native.py``; ``reput.py``
+is the reference and owns every rule of a re-put).
+
+``restore_delayed_view`` and ``restore_timer_view`` read the record's layout and its
+properties (the record and properties twins) and build the properties to store in one
+pass over them, with no Python frame of their own: the strip table, the kept names, the
+origin and the target's REAL_TOPIC/REAL_QID check mirrored from ``reput.py``. A record
+that cannot be read, a REAL_QID that is not a queue id or REAL_TOPIC/REAL_QID that do
+not name a queue go to the reference, which raises its ``RequeueError``.
+"""
+
+from kairosmq.protocol.errors import MessageDecodeError
+from kairosmq.protocol.message import view_record
+from kairosmq.protocol.properties import (
+    DELIVER_TIME,
+    INT32_DIGITS,
+    REAL_QID,
+    REAL_TOPIC,
+    SCHEDULE_ORIGIN,
+    TIMER_ORIGIN,
+    decode_properties,
+)
+from kairosmq.protocol.timer import TIMER_OUT_MS
+
+from . import reput as _ref
+
+cdef object _pure = _ref.reference
+cdef frozenset _INTERNAL = frozenset(_ref.INTERNAL_PROPERTIES)
+cdef frozenset _TIMER_STRIP = frozenset(_ref._TIMER_STRIP)
+cdef tuple _KEEP = _ref._KEEP_ON_REPUT
+cdef Py_ssize_t _QID_DIGITS = INT32_DIGITS
+
+
+cdef object _qid(object raw):
+    """``parse_decimal(raw, INT32_DIGITS)``: None unless 1..9 ASCII digits."""
+    cdef Py_ssize_t n
+    cdef Py_UCS4 c
+    cdef long d, v = 0
+    if type(raw) is not str:
+        return None
+    n = len(<str>raw)
+    if n == 0 or n > _QID_DIGITS or not (<str>raw).isascii():
+        return None
+    for c in <str>raw:
+        d = <long>c - 48
+        if d < 0 or d > 9:
+            return None
+        v = v * 10 + d
+    return v
+
+
+cdef tuple _read(bytes record):
+    """The record's view and its properties, or None (the reference raises)."""
+    try:
+        view = view_record(record)
+        props = decode_properties(record[view.props_start : view.props_end].decode())
+    except (MessageDecodeError, UnicodeDecodeError):
+        return None
+    return view, props
+
+
+def restore_delayed_view(record, level, schedule_offset):
+    """``reput.restore_delayed_view``."""
+    cdef dict props, new
+    if type(record) is not bytes:
+        return _pure.restore_delayed_view(record, level, schedule_offset)
+    got = _read(<bytes>record)
+    if got is None:
+        return _pure.restore_delayed_view(record, level, schedule_offset)
+    view, props = got
+    qid = _qid(props.get(REAL_QID, "0"))
+    if qid is None:
+        return _pure.restore_delayed_view(record, level, schedule_offset)
+    topic = props.get(REAL_TOPIC, view.topic)
+    new = {}
+    for k, v in props.items():
+        if k not in _INTERNAL:
+            new[k] = v
+    for k in _KEEP:
+        if k in props:
+            new[k] = props[k]
+    new[SCHEDULE_ORIGIN] = f"{level}:{schedule_offset}"
+    return view, topic, qid, new
+
+
+def restore_timer_view(record, due, phy):
+    """``reput.restore_timer_view``."""
+    cdef dict props, new
+    if type(record) is not bytes:
+        return _pure.restore_timer_view(record, due, phy)
+    got = _read(<bytes>record)
+    if got is None:
+        return _pure.restore_timer_view(record, due, phy)
+    view, props = got
+    topic = props.get(REAL_TOPIC, "")
+    qid = _qid(props.get(REAL_QID, "0"))
+    if not topic or qid is None:
+        return _pure.restore_timer_view(record, due, phy)
+    new = {}
+    for k, v in props.items():
+        if k not in _TIMER_STRIP:
+            new[k] = v
+    new[TIMER_OUT_MS] = str(due)
+    new[TIMER_ORIGIN] = f"{due}:{phy}"
+    return view, topic, qid, new

@@ -1,0 +1,227 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native twin of ``message_store.py``'s puts (chosen by ``protocol/native.py``;
+``message_store.py`` is the reference and owns every rule of a put).
+
+``put`` and ``put_patched`` (``MessageStore.put`` / ``put_patched``) make the common put
+in one C function: the record built by the record twin, appended to the commit-log
+buffer at the offset ``CommitLog.reserve`` would give, its unit packed into its
+consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed, the one
+write scheduled and the ``PutResult`` returned, with no Python frame of the store's own.
+It mirrors the reference's common case step for step: ``_put``'s checks passed (the
+write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
+mapped, nothing to ask" case, ``reserve``'s "fits the current segment" case, ``append``,
+``WriteGuard.appended``, ``clock.wall_ms`` and ``dispatch`` (not a replay), the
+``DispatchRequest`` and ``PutResult`` filled field by field.
+
+Anything else is handed to the reference before anything is changed, which decides and
+says why: a refusal by the write guard, a check that fails (properties, topic, size), a
+queue not made yet, a queue whose next unit needs room made or asked for, a record that
+needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
+"""
+
+from asyncio import get_running_loop
+from time import monotonic as _monotonic, time as _time
+
+from kairosmq.protocol.message import RECORD_OVERHEAD_V4, encode_record, patch_record, patched_size
+from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
+
+from ..clock import wall_ms as _wall_ms
+from . import message_store as _ref
+from .commitlog import MIN_BLANK
+from .consumequeue import compute_tags_code
+from .types import DispatchRequest, PutResult, PutStatus
+
+cdef object _pure = _ref.reference
+cdef object _PUT_OK = PutStatus.PUT_OK
+cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
+cdef object _new = object.__new__
+
+
+cdef bint _refused(guard):
+    """``WriteGuard.refusal() is not None``, its quiet case read without a call: no role
+    refusal, writable, the disk check not due, the disk not full, no failure held; in
+    any other state the guard is asked."""
+    if (
+        guard.role_refusal is None
+        and guard.writable
+        and guard.disk_full is None
+        and guard.write_failure is None
+        and _monotonic() < guard._check_at
+    ):
+        return False
+    return guard.refusal() is not None
+
+
+cdef object _now_ms(store):
+    """``store.clock_ms()``; ``clock.wall_ms``'s ``int(time.time() * 1000)`` without a call."""
+    clock = store.clock_ms
+    if clock is _wall_ms:
+        return int(_time() * 1000)
+    return clock()
+
+
+cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
+    """The queue of ``topic``/``queue_id`` when its next unit and a record of ``size``
+    both have room now (the reference's common case), else None."""
+    cdef Py_ssize_t pos, base
+    cq = store.queues.get((topic, queue_id))
+    if cq is None:
+        return None
+    files = cq.files
+    if not files:
+        return None
+    f = files[len(files) - 1]
+    if not (cq.max_offset < f.ready_until and f.mm is not None):  # ensure_room's fast case
+        return None
+    log = store.commitlog
+    segments = log.segments
+    if not segments:
+        return None
+    seg = segments[len(segments) - 1]
+    pos = log._written + len(log._pending)
+    base = seg.base
+    if not (base <= pos and pos + size + MIN_BLANK <= base + <Py_ssize_t>log.segment_size):
+        return None  # reserve ends the segment or opens one: the reference does it
+    store.maps.touch(f)
+    return cq
+
+
+cdef object _append(
+    store, cq, str topic, object queue_id, dict properties, Py_ssize_t size, object code,
+    object queue_offset, object store_ts, bytes record,
+):
+    """``_put`` after the build: append, dispatch, schedule the write, the result."""
+    log = store.commitlog
+    phy = log._written + len(log._pending)
+    pending = log._pending
+    pending += record  # CommitLog.append
+    store._last_record = phy
+    guard = store.guard  # WriteGuard.appended
+    guard.appends += 1
+    guard._end = phy + size
+    guard._epoch = len(guard._rollbacks)
+    # the dataclasses' fields set without running their __init__
+    req = _new(DispatchRequest)
+    req.topic = topic
+    req.queue_id = queue_id
+    req.phy_offset = phy
+    req.size = size
+    req.tags_code = code
+    req.queue_offset = queue_offset
+    req.store_timestamp = store_ts
+    req.properties = properties
+    req.replay = False
+    cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
+    store._cp_changed.add(cq)
+    store._notify(req)
+    if not store._write_scheduled:
+        store._write_scheduled = True
+        get_running_loop().call_soon(store.write_out)
+    result = _new(PutResult)
+    result.status = _PUT_OK
+    result.phy_offset = phy
+    result.size = size
+    result.queue_offset = queue_offset
+    result.store_timestamp = store_ts
+    result.tags_code = code
+    result.remark = ""
+    result.offset_msg_id = ""
+    return result
+
+
+def put(store, msg):
+    """``MessageStore.put``."""
+    cdef Py_ssize_t size
+    properties = msg.properties
+    props = encode_properties(properties).encode()
+    topic = msg.topic
+    topic_b = topic.encode()
+    born_host = msg.born_host
+    store_host = store.store_host
+    body = msg.body
+    size = (
+        RECORD_OVERHEAD_V4 + len(body) + len(topic_b) + len(props)
+        + len(born_host[0]) + len(store_host[0]) - 8
+    )
+    if (
+        type(topic) is not str
+        or type(properties) is not dict
+        or _refused(store.guard)
+        or len(props) > MAX_PROPERTIES_BYTES
+        or not 0 < len(topic_b) <= 127
+        or size > store.max_record_size
+    ):
+        return _pure.put(store, msg)
+    queue_id = msg.queue_id
+    code = compute_tags_code(topic, properties)
+    cq = _room(store, topic, queue_id, size)
+    if cq is None:
+        return _pure.put(store, msg)
+    queue_offset = cq.max_offset
+    store_ts = msg.store_timestamp
+    if store_ts is None:
+        store_ts = _now_ms(store)
+    log = store.commitlog
+    try:
+        record = encode_record(
+            topic=topic_b,
+            body=body,
+            properties=props,
+            queue_id=queue_id,
+            flag=msg.flag,
+            queue_offset=queue_offset,
+            physical_offset=log._written + len(log._pending),
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=born_host,
+            store_timestamp=store_ts,
+            store_host=store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+    except _ENCODE_ERRORS:
+        return _pure.put(store, msg)  # nothing appended: the reference says why
+    return _append(
+        store, cq, topic, queue_id, properties, size, code, queue_offset, store_ts, record
+    )
+
+
+def put_patched(store, src, view, topic, queue_id, properties):
+    """``MessageStore.put_patched``."""
+    cdef Py_ssize_t size
+    props = encode_properties(properties).encode()
+    topic_b = topic.encode()
+    store_host = store.store_host
+    size = patched_size(view, topic_b, props, store_host)
+    if (
+        type(topic) is not str
+        or type(properties) is not dict
+        or _refused(store.guard)
+        or len(props) > MAX_PROPERTIES_BYTES
+        or not 0 < len(topic_b) <= 127
+        or size > store.max_record_size
+    ):
+        return _pure.put_patched(store, src, view, topic, queue_id, properties)
+    code = compute_tags_code(topic, properties)
+    cq = _room(store, topic, queue_id, size)
+    if cq is None:
+        return _pure.put_patched(store, src, view, topic, queue_id, properties)
+    queue_offset = cq.max_offset
+    store_ts = _now_ms(store)
+    log = store.commitlog
+    try:
+        record = patch_record(
+            src,
+            view,
+            topic=topic_b,
+            properties=props,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            physical_offset=log._written + len(log._pending),
+            store_timestamp=store_ts,
+            store_host=store_host,
+        )
+    except _ENCODE_ERRORS:
+        return _pure.put_patched(store, src, view, topic, queue_id, properties)
+    return _append(
+        store, cq, topic, queue_id, properties, size, code, queue_offset, store_ts, record
+    )

@@ -1,0 +1,350 @@
+"""The native puts (server/store/_message_store.pyx) and consume-queue units
+(_consumequeue.pyx's ``append`` and ``compute_tags_code``) against the reference
+(``message_store.reference``, ``consumequeue.reference``).
+
+Two real stores in their own directories get the same messages, one through the
+reference's ``put``/``put_patched``, one through the twin's: the same ``PutResult``, the
+same commit-log bytes (segment files, BLANK markers included), the same consume-queue
+files and the same ``DispatchRequest`` fed to a listener. The messages are generated
+(any topic the store takes or refuses, IPv4 and IPv6 hosts, any body and properties,
+due times of any text) and placed so that every case the twin hands to the reference
+happens too: a queue's first put, a full queue file, a record that ends a segment, a
+refused put (properties too large, a topic too long, a record over the limit, the
+operator's switch off), a record that cannot be encoded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import struct
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any  # Any: the twins are untyped compiled modules
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kairosmq.protocol.message import view_record
+from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
+from kairosmq.protocol.properties import DELIVER_TIME, TAGS
+from kairosmq.protocol.timer import TIMER_OUT_MS
+from kairosmq.server.store import consumequeue, message_store
+from kairosmq.server.store.consumequeue import HOLE, UNIT, ConsumeQueue
+from kairosmq.server.store.message_store import MessageStore
+from kairosmq.server.store.types import DispatchRequest, MessageInner, PutStatus
+
+from tests.twins import outcome, twin
+
+ref = message_store.reference
+cq_ref = consumequeue.reference
+PARITY = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+HOST4 = (b"\x7f\x00\x00\x01", 10911)
+HOST6 = (bytes(range(16)), 10911)
+SEG = 8 << 10  # small segments: records end them often
+UPF = 8  # small queue files: units fill them often
+NOW = 1_700_000_000_123
+
+
+@pytest.fixture(scope="module")
+def nat() -> ModuleType:
+    return twin("server.store.message_store")
+
+
+@pytest.fixture(scope="module")
+def cq_nat() -> ModuleType:
+    return twin("server.store.consumequeue")
+
+
+class Rig:
+    """A real store in its own directory, fixed clock, every dispatch recorded."""
+
+    def __init__(self, root: Path, host: tuple[bytes, int], max_message_size: int) -> None:
+        self.store = MessageStore(
+            root,
+            store_host=host,
+            segment_size=SEG,
+            units_per_file=UPF,
+            clock_ms=lambda: NOW,
+            max_message_size=max_message_size,
+        )
+        self.store.open()
+        self.store._write_scheduled = True  # no loop here: written out by hand
+        self.seen: list[DispatchRequest] = []
+        self.store.dispatchers.append(self.seen.append)
+
+    def state(self) -> tuple[object, ...]:
+        s = self.store
+        s.commitlog.write_out()
+        log = b"".join(seg.path.read_bytes() for seg in s.commitlog.segments)
+        queues = {}
+        for key, cq in sorted(s.queues.items()):
+            queues[key] = (
+                cq.max_offset,
+                [Path(f.path).read_bytes() for f in cq.files],
+            )
+        return s.commitlog.max_offset, log, queues, s.guard.appends, s.guard.ack_token()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _same_result(a: tuple[object, ...], b: tuple[object, ...]) -> None:
+    assert a == b
+    if a[0] == "ok" and dataclasses.is_dataclass(a[1]):
+        for f in dataclasses.fields(a[1]):
+            assert getattr(a[1], f.name) == getattr(b[1], f.name), f.name
+
+
+_topic = st.one_of(
+    st.sampled_from(["T", "TopicA", SCHEDULE_TOPIC, TIMER_TOPIC, "%RETRY%g", "x" * 127]),
+    st.sampled_from(["", "x" * 128, "bad/name", "ü" * 70]),  # refused or too long
+)
+_value = st.one_of(
+    st.text(max_size=12),
+    st.integers(0, 10**19).map(str),
+    st.sampled_from(["", "0", "00012", "1" * 18, "9" * 19, "-5", "٣٤", "12a"]),
+)
+_props = st.dictionaries(
+    st.sampled_from([DELIVER_TIME, TIMER_OUT_MS, TAGS, "UNIQ_KEY", "KEYS", "a", "WAIT"]),
+    _value,
+    max_size=5,
+)
+_message = st.builds(
+    MessageInner,
+    topic=_topic,
+    queue_id=st.one_of(st.integers(0, 2), st.sampled_from([-1, 2**31, 2**40])),
+    body=st.one_of(st.binary(max_size=300), st.sampled_from([b"\xab" * 3000])),
+    properties=_props,
+    flag=st.one_of(st.integers(0, 5), st.sampled_from([2**31, -(2**31) - 1])),
+    sys_flag=st.integers(0, 3),
+    born_timestamp=st.one_of(st.integers(0, 2**45), st.sampled_from([2**63])),
+    born_host=st.sampled_from([HOST4, HOST6]),
+    reconsume_times=st.integers(0, 16),
+    store_timestamp=st.one_of(st.none(), st.integers(0, 2**45)),
+)
+
+
+def _pair(
+    host: tuple[bytes, int], max_size: int
+) -> tuple[Rig, Rig, tempfile.TemporaryDirectory[str]]:
+    d = tempfile.TemporaryDirectory()
+    return Rig(Path(d.name) / "ref", host, max_size), Rig(Path(d.name) / "nat", host, max_size), d
+
+
+@PARITY
+@given(
+    st.lists(_message, min_size=1, max_size=30),
+    st.sampled_from([HOST4, HOST6]),
+    st.lists(st.integers(0, 29), max_size=3),
+)
+def test_puts_write_the_same_bytes(
+    nat: ModuleType, msgs: list[MessageInner], host: tuple[bytes, int], switched_off: list[int]
+) -> None:
+    a, b, d = _pair(host, 2048)
+    try:
+        for i, m in enumerate(msgs):
+            off = i in switched_off  # the operator's switch: refused by the guard
+            a.store.writable = b.store.writable = not off
+            ra = outcome(ref.put, a.store, dataclasses.replace(m, properties=dict(m.properties)))
+            rb = outcome(nat.put, b.store, dataclasses.replace(m, properties=dict(m.properties)))
+            _same_result(ra, rb)
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
+        d.cleanup()
+
+
+@PARITY
+@given(
+    st.lists(_message.filter(lambda m: m.queue_id == 0), min_size=1, max_size=12),
+    st.lists(st.tuples(_topic, st.integers(0, 2), _props), min_size=1, max_size=12),
+)
+def test_patched_puts_write_the_same_bytes(
+    nat: ModuleType,
+    msgs: list[MessageInner],
+    targets: list[tuple[str, int, dict[str, str]]],
+) -> None:
+    """Stored records re-addressed (the scheduler's and the timer's re-put): both stores
+    hold the same records (put by the reference), then each core re-puts them."""
+    a, b, d = _pair(HOST4, 2048)
+    try:
+        records = []
+        for m in msgs:
+            ra = ref.put(a.store, dataclasses.replace(m, properties=dict(m.properties)))
+            rb = ref.put(b.store, dataclasses.replace(m, properties=dict(m.properties)))
+            assert ra == rb
+            if ra.status is PutStatus.PUT_OK:
+                a.store.commitlog.write_out()
+                records.append(a.store.commitlog.read(ra.phy_offset, ra.size))
+        for i, (topic, qid, props) in enumerate(targets):
+            if not records:
+                break
+            src = records[i % len(records)]
+            assert src is not None
+            view = view_record(src)
+            ra = outcome(ref.put_patched, a.store, src, view, topic, qid, dict(props))
+            rb = outcome(nat.put_patched, b.store, src, view, topic, qid, dict(props))
+            _same_result(ra, rb)
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
+        d.cleanup()
+
+
+def test_patched_puts_into_same_stores(nat: ModuleType, tmp_path: Path) -> None:
+    """The same records re-put through each core into stores that hold the same log: the
+    same bytes, including a re-put that ends a segment and one into a new queue."""
+    a = Rig(tmp_path / "a", HOST4, 2048)
+    b = Rig(tmp_path / "b", HOST4, 2048)
+    try:
+        srcs = []
+        for i in range(6):
+            m = MessageInner(
+                SCHEDULE_TOPIC,
+                0,
+                b"\xcd" * (100 + 400 * i),
+                {"UNIQ_KEY": f"K{i}", DELIVER_TIME: str(NOW + i), "REAL_TOPIC": "Real"},
+                born_host=HOST4,
+            )
+            ra, rb = ref.put(a.store, m), ref.put(b.store, m)
+            assert ra == rb and ra.status is PutStatus.PUT_OK
+            a.store.commitlog.write_out()
+            srcs.append(a.store.commitlog.read(ra.phy_offset, ra.size))
+        for n in range(30):
+            src = srcs[n % len(srcs)]
+            assert src is not None
+            view = view_record(src)
+            props = {"UNIQ_KEY": f"K{n}", "KAIROS_SCHEDULE_ORIGIN": f"1:{n}", TAGS: "t" * (n % 3)}
+            topic, qid = ("Real", n % 3) if n % 7 else (f"Fresh{n}", 0)
+            ra = ref.put_patched(a.store, src, view, topic, qid, dict(props))
+            rb = nat.put_patched(b.store, src, view, topic, qid, dict(props))
+            assert ra == rb
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+        assert a.store.commitlog.segments[-1].base > 0  # records ended segments
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_wall_clock_stamps_a_put(nat: ModuleType, tmp_path: Path) -> None:
+    """On the broker's clock (``clock.wall_ms``) the twin reads the time itself."""
+    s = MessageStore(tmp_path, store_host=HOST4, segment_size=SEG, units_per_file=UPF)
+    s.open()
+    s._write_scheduled = True
+    try:
+        ref.put(s, MessageInner("T", 0, b"first"))  # the queue's first put: its file
+        before = int(time.time() * 1000)
+        r = nat.put(s, MessageInner("T", 0, b"x"))
+        after = int(time.time() * 1000)
+        assert r.status is PutStatus.PUT_OK and before <= r.store_timestamp <= after
+    finally:
+        s.close()
+
+
+async def test_the_broker_puts_through_the_twin(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """A broker on the native core stores sends and delayed re-puts through the twin."""
+    from kairosmq.protocol import native
+
+    from tests.helpers import pull, send
+    from tests.wire import RawPeer
+
+    b = await broker_factory()
+    peer = await RawPeer.connect(b.address)
+    for i in range(5):
+        assert (await send(peer, "Twin", b"m%d" % i)).code == 0
+    r = await pull(peer, "Twin", 0, 0, max_n=32, suspend_ms=0)
+    assert r.code == 0 and r.ext_fields["nextBeginOffset"] == "5"
+    if native.chosen().get("kairosmq.server.store.message_store") == "native":
+        assert MessageStore.put is nat_put()
+    await peer.close()
+
+
+def nat_put() -> Any:  # Any: the twin's compiled function
+    from kairosmq.server.store import _message_store  # type: ignore[attr-defined]
+
+    return _message_store.put
+
+
+# ------------------------------------------------------------------ consume-queue units
+
+
+@PARITY
+@given(
+    st.sampled_from(["T", SCHEDULE_TOPIC, TIMER_TOPIC, "%RETRY%g"]),
+    st.dictionaries(st.sampled_from([DELIVER_TIME, TIMER_OUT_MS, TAGS, "x"]), _value, max_size=3),
+)
+def test_tags_code(cq_nat: ModuleType, topic: str, props: dict[str, str]) -> None:
+    assert outcome(cq_nat.compute_tags_code, topic, props) == outcome(
+        cq_ref.compute_tags_code, topic, props
+    )
+
+
+def test_tags_code_of_odd_values(cq_nat: ModuleType) -> None:
+    for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        for raw in (1, None, b"12", "", "0" * 18, "9" * 18, "1" * 19, "1 ", "\u0663"):
+            key = DELIVER_TIME if topic == SCHEDULE_TOPIC else TIMER_OUT_MS
+            assert outcome(cq_nat.compute_tags_code, topic, {key: raw}) == outcome(
+                cq_ref.compute_tags_code, topic, {key: raw}
+            ), raw
+    for args in ((1, {}), ("T", None), ("T", {TAGS: 5}), ("T", {TAGS: ""})):
+        a, b = outcome(cq_nat.compute_tags_code, *args), outcome(cq_ref.compute_tags_code, *args)
+        assert a[:2] == b[:2], args
+
+
+_unit = st.tuples(
+    st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([2**63, -(2**63) - 1])),
+    st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([2**31, True])),
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+@PARITY
+@given(st.lists(st.one_of(_unit, st.just(HOLE)), min_size=1, max_size=30))
+def test_units_append_the_same_bytes(cq_nat: ModuleType, units: list[tuple[int, int, int]]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        qa = ConsumeQueue(Path(d) / "a", "T", 0, UPF)
+        qb = ConsumeQueue(Path(d) / "b", "T", 0, UPF)
+        try:
+            for i, u in enumerate(units):
+                if i % 5 == 1:  # as the store does before most appends
+                    qa.ensure_room()
+                    qb.ensure_room()
+                ra, rb = outcome(cq_ref.append, qa, *u), outcome(cq_nat.append, qb, *u)
+                assert ra[:2] == rb[:2], u
+                assert (qa.max_offset, qa._tail_end) == (qb.max_offset, qb._tail_end)
+            assert [Path(f.path).read_bytes() for f in qa.files] == [
+                Path(f.path).read_bytes() for f in qb.files
+            ]
+            assert qa.units(0, len(units)) == qb.units(0, len(units))
+        finally:
+            qa.close()
+            qb.close()
+
+
+def test_a_unit_lands_in_the_map(cq_nat: ModuleType, tmp_path: Path) -> None:
+    q = ConsumeQueue(tmp_path, "T", 0, UPF)
+    try:
+        q.ensure_room()
+        assert cq_nat.append(q, 2**40, 1234, -7) == 0
+        f = q.files[-1]
+        assert isinstance(f.mm, mmap.mmap)
+        assert UNIT.unpack_from(f.mm, 0) == (2**40, 1234, -7)
+        with pytest.raises(struct.error):
+            cq_nat.append(q, 0, 2**31, 0)  # the reference's error, nothing written
+        assert q.max_offset == 1
+    finally:
+        q.close()
