@@ -79,18 +79,37 @@ APACHE_BROKER_MISSING = (
 )
 
 
-def free_broker_port() -> int:
-    """A port p with p-2 (an Apache broker's VIP channel), p and p+1 (HA) free."""
-    for _ in range(200):
-        p = random.randrange(30_000, 45_000)
+def _listen_port_range() -> range:
+    """Ports a test may listen on: below the kernel's ephemeral range (where outgoing
+    connections take their local ports, so a port probed free there can be taken before
+    the process binds it), else above it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(10_000, low - 4) if low > 12_000 else range(high + 4, 65_530)
+
+
+def free_port(below: int = 0, above: int = 0) -> int:
+    """A free port p to listen on, with p - ``below`` .. p + ``above`` free too, outside
+    the ephemeral range (see ``_listen_port_range``)."""
+    ports = _listen_port_range()
+    for _ in range(500):
+        p = random.choice(ports)
         try:
-            for port in (p - 2, p, p + 1):
+            for port in range(p - below, p + above + 1):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
             return p
         except OSError:
             continue
-    raise RuntimeError("no free port triple")
+    raise RuntimeError("no free port")
+
+
+def free_broker_port() -> int:
+    """A port p with p-2 (an Apache broker's VIP channel), p and p+1 (HA) free."""
+    return free_port(below=2, above=1)
 
 
 async def start_apache_broker(

@@ -7,19 +7,12 @@ import asyncio
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import FAST_LEVELS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import FAST_LEVELS, free_port
 
 
 def nofile_limit(soft: int, hard: int | None = None) -> Callable[[], None]:
@@ -45,7 +38,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.stdout = stdout  # append the process's stdout (its JSON log lines) here
         self.vip_channel = vip_channel  # listen on port - 2 too (an Apache slave syncs there)
-        self.port = free_port()
+        self.port = free_port(below=2 if vip_channel else 0, above=1)  # p + 1: HA
         self.namesrv_port = free_port()
         self.extra = extra
         self.env = env  # added to this process's environment (e.g. a secret key)

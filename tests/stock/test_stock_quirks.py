@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import struct
 from pathlib import Path
 from typing import Any
@@ -23,29 +22,10 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.message import BatchItem, encode_batch
 
-from tests.helpers import pull, send
+from tests.helpers import free_port, pull, send
 from tests.wire import RawPeer
 
 from .golden import RawConn, check_reply_envelope, parse_ipv4_records
-
-
-def _port_with_free_vip() -> int:
-    """A free port P (> 1025) whose P - 2 is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 1026:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", port - 2))
-        except OSError:
-            continue
-        return port
-    pytest.skip(
-        "VIP channel test not run: no free port pair P, P-2 (P > 1025) on 127.0.0.1 in 100 tries"
-    )
 
 
 def _json_frame(header: bytes, body: bytes = b"") -> bytes:
@@ -56,7 +36,7 @@ def _json_frame(header: bytes, body: bytes = b"") -> bytes:
 
 
 async def test_vip_channel_answers_on_port_minus_two(broker_factory: Any, tmp_path: Path) -> None:
-    port = _port_with_free_vip()
+    port = free_port(below=2)  # P - 2: the VIP channel
     b = await broker_factory(port=port, vip_channel=True, data_dir=tmp_path / "vip")
     assert b.port == port
     vip = await RawPeer.connect(f"127.0.0.1:{port - 2}")
@@ -77,7 +57,7 @@ async def test_vip_channel_answers_on_port_minus_two(broker_factory: Any, tmp_pa
 async def test_vip_channel_off_leaves_port_minus_two_closed(
     broker_factory: Any, tmp_path: Path
 ) -> None:
-    port = _port_with_free_vip()
+    port = free_port(below=2)  # P - 2: the VIP channel
     b = await broker_factory(port=port, vip_channel=False, data_dir=tmp_path / "novip")
     assert b.port == port
     with pytest.raises(OSError):
