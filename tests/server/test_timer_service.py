@@ -362,6 +362,54 @@ def test_due_during_downtime_fires_at_start_in_due_order(tmp_path: Path) -> None
     run(tmp_path, body)
 
 
+def test_browse_lists_the_previous_bucket_once_the_next_loads_before_any_fire(
+    tmp_path: Path,
+) -> None:
+    """Nothing has fired yet (the cursor is unset) and the next bucket loads 2 s ahead
+    while the loaded one still holds a pending timer: the browse (the operator's pages,
+    over ``pending_buckets``) lists both until they fire (the span's low end was the last
+    loaded bucket, so the earlier timer was left out of pages and the histogram)."""
+    from kairosmq.server.schedule.pending.browse import PendingView
+
+    async def body(rig: Rig) -> None:
+        view = PendingView(
+            rig.store,
+            rig.buckets,
+            timer_cursor=lambda: rig.timer.cursor,
+            pending_buckets=rig.timer.pending_buckets,
+            level_progress=dict,
+            level_recalls=rig.timer.level_recalls,
+            run_blocking=inline,
+        )
+
+        async def listed() -> list[int]:
+            page = await view.page(
+                (0, -1),
+                limit=10,
+                from_ms=None,
+                to_ms=None,
+                topic=None,
+                kind="timer",
+                max_scan=100,
+            )
+            return [r["dueMs"] for r in page["rows"]]
+
+        dues = [BASE_MS + 59_500, BASE_MS + 61_000]  # the last second of a bucket; the next
+        for i, due in enumerate(dues):
+            rig.schedule(f"m{i}".encode(), due)
+        await asyncio.sleep(1)
+        assert await listed() == dues
+        await asyncio.sleep(58.5 - 1)  # the next bucket loaded (2 s ahead), nothing fired
+        assert rig.timer.cursor[1] < 0 and rig.timer.pending_in_memory == 2
+        assert await listed() == dues
+        await asyncio.sleep(1.2)
+        assert await listed() == dues[1:]
+        await asyncio.sleep(2)
+        assert await listed() == [] and len(rig.fired) == 2
+
+    run(tmp_path, body)
+
+
 def test_admit_never_puts_a_timer_behind_the_cursor(tmp_path: Path) -> None:
     async def body(rig: Rig) -> None:
         rig.schedule(b"a", BASE_MS + 2_000)

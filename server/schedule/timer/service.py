@@ -116,9 +116,10 @@ class TimerService:
         self._known: set[int] = set()
         self._future_min: dict[int, int] = {}  # earliest due added online, per future bucket
         self._loaded_through = -1
-        # the lowest bucket a timer was added to inside the loaded span (None: none yet):
-        # before the first fire the span's low end is not the cursor's bucket
-        self._near_low: int | None = None
+        # the lowest bucket loaded, or added to inside the loaded span, since the start
+        # (None: none yet): before the first fire it is the span's low end (the cursor's
+        # bucket is after it); loads go up, so ``_loaded_through`` alone is not
+        self._span_low: int | None = None
         self.retention = RetentionWalk(
             store, lambda: self.cursor, buckets, lambda *a: self.run_blocking(*a)
         )
@@ -176,12 +177,13 @@ class TimerService:
         return min(found) if found else None
 
     def pending_buckets(self) -> list[int]:
-        """The buckets that may hold pending timers, ascending: the fired cursor's
-        through the loaded ones, the one loading and those not loaded yet (``_known``);
-        sorted once per change (a load or a new bucket), for browsing."""
+        """The buckets that may hold pending timers, ascending: the fired cursor's (before
+        the first fire: the lowest loaded since the start) through the loaded ones, the
+        one loading and those not loaded yet (``_known``); sorted once per change (a load
+        or a new bucket), for browsing."""
         # the cursor is not in the key: a bucket it passed stays listed, and readers skip
         # what it passed anyway
-        key = (len(self._known), self._loaded_through, self._loading, self._near_low)
+        key = (len(self._known), self._loaded_through, self._loading, self._span_low)
         if self._pending_key != key or not self._started:
             first = self.buckets.bucket_of(self.cursor[0]) if self.cursor[1] >= 0 else None
             if not self._started:  # before start: what the files and buffers hold
@@ -190,8 +192,10 @@ class TimerService:
                 self._pending_sorted = [b for b in found if b >= low]
             else:
                 low = first if first is not None else self._loaded_through
-                if first is None and self._near_low is not None:
-                    low = min(low, self._near_low)  # added below the span before a fire
+                if first is None and self._span_low is not None:
+                    # before a fire: from the first loaded bucket (a later load must not
+                    # hide it) or a lower one a timer was added to
+                    low = min(low, self._span_low)
                 near: set[int] = set(range(low, self._loaded_through + 1))
                 if len(near) > 4_096:  # a long loaded span (a backlog): the buckets there
                     near &= set(self.buckets.buckets())
@@ -244,8 +248,7 @@ class TimerService:
         if not self._started:
             return
         if bucket <= self._loaded_through:
-            if self._near_low is None or bucket < self._near_low:
-                self._near_low = bucket
+            self._span_from(bucket)
             if self.window.push(entry):
                 self._poke()
         elif bucket == self._loading:
@@ -428,7 +431,13 @@ class TimerService:
             self.window.push(e)
         self._loading_extra = []
         self._loaded_through = bucket
+        self._span_from(bucket)
         self.window.add_slices(parts)
+
+    def _span_from(self, bucket: int) -> None:
+        """``bucket`` is in the loaded span: lower its low end (``pending_buckets``)."""
+        if self._span_low is None or bucket < self._span_low:
+            self._span_low = bucket
 
     def _load_sliced(
         self, bucket: int, pending: bytes, after: tuple[int, int], pace_until: int
