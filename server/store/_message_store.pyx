@@ -113,7 +113,11 @@ cdef object _append(
     req.replay = False
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
     store._cp_changed.add(cq)
-    store._notify(req)
+    for d in <list>store.dispatchers:  # MessageStore._notify's loop
+        try:
+            d(req)
+        except Exception as err:
+            store._dispatch_failed(d, req, err)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)
