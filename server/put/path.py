@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from ..store import MessageStore
 
 
-_DELAYABLE = frozenset((MessageKind.DELAYED, MessageKind.RETRY))
 # a refused put's answer on the wire (RocketMQ's SendMessageProcessor); others SYSTEM_ERROR
 _RESPONSE_CODES = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
@@ -100,7 +99,7 @@ class PutPath:
         props = msg.properties
         level = 0
         if kind is not MessageKind.REPUT and DELAY in props and msg.topic != SCHEDULE_TOPIC:
-            if kind in _DELAYABLE:
+            if kind is MessageKind.DELAYED or kind is MessageKind.RETRY:  # (no Enum hash)
                 level = int(props[DELAY])
             if level > 0:
                 level = transform_delayed(
