@@ -27,6 +27,12 @@ Invariants:
 * The processor chain is two steps (``record``: the format-2 dict, then one
   ``orjson.dumps`` fanned out to the sinks): a few microseconds per event, so one event
   per message step is affordable on the hot path.
+* With JSON sinks only, ``MessageLog`` events skip structlog; a ``LEAN_EVENTS`` event at
+  info is written as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to one
+  ``orjson.dumps`` of its fields, after the same drops ``record`` makes: the same keys
+  and values as the chain's line (``tests/server/test_lean_log_writer.py``; the Spark
+  parser reads both the same, ``tests/spark/test_lean_lines.py``). Any other event, a
+  level other than info, or fields naming ``component``/``event`` go through ``record``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 ``put`` and ``put_patched`` (``MessageStore.put`` / ``put_patched``) make the common put
 in one C function: the record built by the record twin, appended to the commit-log
 buffer at the offset ``CommitLog.reserve`` would give, its unit packed into its
-consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed, the one
+consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed from a C loop
+(one that raises goes to ``MessageStore._dispatch_failed``, the reference's rule), the one
 write scheduled and the ``PutResult`` returned, with no Python frame of the store's own.
 It mirrors the reference's common case step for step: ``_put``'s checks passed (the
 write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
