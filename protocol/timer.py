@@ -115,16 +115,17 @@ class RecallHandle:
     uniq_key: str
 
     def encode(self) -> str:
-        raw = " ".join(
-            (
-                RECALL_HANDLE_VERSION,
-                self.topic,
-                self.broker_name,
-                str(self.deliver_ms),
-                self.uniq_key,
-            )
-        )
-        return base64.urlsafe_b64encode(raw.encode()).decode("ascii")
+        return encode_recall_handle(self.topic, self.broker_name, self.deliver_ms, self.uniq_key)
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def encode_recall_handle(topic: str, broker_name: str, deliver_ms: int, uniq_key: str) -> str:
+    """A recall handle's text (RocketMQ's ``RecallMessageHandle.HandleV1.buildHandle``:
+    base64url of ``v1 topic brokerName timestamp uniqKey``, padded)."""
+    raw = f"{RECALL_HANDLE_VERSION} {topic} {broker_name} {deliver_ms} {uniq_key}".encode()
+    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).decode("ascii")
 
 
 def decode_recall_handle(handle: str) -> RecallHandle:

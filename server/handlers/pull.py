@@ -285,7 +285,6 @@ class PullMessageProcessor:
                         topic=h.topic,
                         queue_id=h.queue_id,
                         queue_offset=s.queue_offset,
-                        store_ts=s.store_timestamp,
                         born_ts=s.born_timestamp,
                         reconsume_times=s.reconsume_times,
                     )

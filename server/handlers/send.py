@@ -130,7 +130,7 @@ class SendMessageProcessor:
                     f"but TRAN_MSG=true is missing",
                 )
             try:
-                due = timer_due(props, self.clock_ms(), self.config.timer_max_delay_sec * 1000)
+                due = timer_due(props, self.clock_ms, self.config.timer_max_delay_sec * 1000)
             except TimerIllegal as err:
                 raise Rejected(ResponseCode.MESSAGE_ILLEGAL, str(err)) from None
             queue_id = self._resolve_topic(h, cfg)

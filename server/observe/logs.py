@@ -27,6 +27,12 @@ Invariants:
 * The processor chain is two steps (``record``: the format-2 dict, then one
   ``orjson.dumps`` fanned out to the sinks): a few microseconds per event, so one event
   per message step is affordable on the hot path.
+* With JSON sinks only, ``MessageLog`` events skip structlog; a ``LEAN_EVENTS`` event at
+  info is written as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to one
+  ``orjson.dumps`` of its fields, after the same drops ``record`` makes: the same keys
+  and values as the chain's line (``tests/server/test_lean_log_writer.py``; the Spark
+  parser reads both the same, ``tests/spark/test_lean_lines.py``). Any other event, a
+  level other than info, or fields naming ``component``/``event`` go through ``record``.
 """
 
 from __future__ import annotations
@@ -155,9 +161,33 @@ def configure_logging(
     _fast_debug = lvl <= logging.DEBUG
     _info_enabled = lvl <= logging.INFO
     if not console and lvl <= logging.INFO:
+        # a LEAN_EVENTS event at info: its line is ``{"ts":..,"v":2,"event":..`` (bytes
+        # made once here) and its fields dumped once, as ``record`` would order them
+        lean = {
+            event: (b',"v":%d,"event":' % LOG_FORMAT + dumps(event) + b",", drop)
+            for event, drop in LEAN_EVENTS.items()
+        }
+        wall = time.time
+        write = sinks[0].write if len(sinks) == 1 else None
 
         def emit(event: str, fields: dict[str, Any], level: str = "info") -> None:
-            line = dumps(record(event, fields, int(time.time() * 1000), level), default=str)
+            head = lean.get(event) if level == "info" else None
+            if head is None or not fields or "component" in fields or "event" in fields:
+                line = dumps(record(event, fields, int(wall() * 1000), level), default=str)
+            else:
+                prefix, drop = head
+                for key in drop:
+                    if key in fields:
+                        del fields[key]
+                if not fields.get("reconsume_times", 1):
+                    del fields["reconsume_times"]
+                body = dumps(fields, default=str)
+                line = b'{"ts":%d' % int(wall() * 1000) + (
+                    prefix + body[1:] if len(body) > 2 else prefix[:-1] + b"}"
+                )
+            if write is not None:
+                write(line)
+                return
             for s in sinks:
                 s.write(line)
 

@@ -30,11 +30,9 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
     DELAY,
     DELIVER_TIME,
-    KEYS,
     PGROUP,
     REAL_QID,
     REAL_TOPIC,
-    TAGS,
     UNIQ_KEY,
 )
 
@@ -51,7 +49,6 @@ if TYPE_CHECKING:
     from ..store import MessageStore
 
 
-_DELAYABLE = frozenset((MessageKind.DELAYED, MessageKind.RETRY))
 # a refused put's answer on the wire (RocketMQ's SendMessageProcessor); others SYSTEM_ERROR
 _RESPONSE_CODES = {
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
@@ -102,7 +99,7 @@ class PutPath:
         props = msg.properties
         level = 0
         if kind is not MessageKind.REPUT and DELAY in props and msg.topic != SCHEDULE_TOPIC:
-            if kind in _DELAYABLE:
+            if kind is MessageKind.DELAYED or kind is MessageKind.RETRY:  # (no Enum hash)
                 level = int(props[DELAY])
             if level > 0:
                 level = transform_delayed(
@@ -124,31 +121,24 @@ class PutPath:
                 self.msglog.info(
                     "message.scheduled",
                     msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id,
                     real_topic=props[REAL_TOPIC],
                     real_queue_id=int(props[REAL_QID]),
                     delay_level=level,
                     queue_offset=result.queue_offset,
                     phy_offset=result.phy_offset,
-                    store_ts=result.store_timestamp,
                     deliver_ts=int(props[DELIVER_TIME]),
                     reconsume_times=msg.reconsume_times,
-                    tags=props.get(TAGS),
                 )
             else:
                 self.msglog.info(
                     "message.stored",
                     msg_id=props.get(UNIQ_KEY) or offset_id,
-                    offset_msg_id=offset_id,
                     topic=msg.topic,
                     queue_id=msg.queue_id,
                     queue_offset=result.queue_offset,
                     phy_offset=result.phy_offset,
                     size=result.size,
-                    store_ts=result.store_timestamp,
                     born_ts=msg.born_timestamp,
-                    tags=props.get(TAGS),
-                    keys=props.get(KEYS),
                     reconsume_times=msg.reconsume_times,
                 )
         return result

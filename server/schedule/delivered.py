@@ -81,7 +81,6 @@ class DeliveryLog:
             queue_offset=result.queue_offset,
             phy_offset=result.phy_offset,
             delay_level=level,
-            deliver_ts=deliver_ts,
             lateness_ms=lateness,
             reconsume_times=target.reconsume_times,
         )

@@ -5,7 +5,8 @@
 ``put`` and ``put_patched`` (``MessageStore.put`` / ``put_patched``) make the common put
 in one C function: the record built by the record twin, appended to the commit-log
 buffer at the offset ``CommitLog.reserve`` would give, its unit packed into its
-consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed, the one
+consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed from a C loop
+(one that raises goes to ``MessageStore._dispatch_failed``, the reference's rule), the one
 write scheduled and the ``PutResult`` returned, with no Python frame of the store's own.
 It mirrors the reference's common case step for step: ``_put``'s checks passed (the
 write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
@@ -113,7 +114,11 @@ cdef object _append(
     req.replay = False
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
     store._cp_changed.add(cq)
-    store._notify(req)
+    for d in <list>store.dispatchers:  # MessageStore._notify's loop
+        try:
+            d(req)
+        except Exception as err:
+            store._dispatch_failed(d, req, err)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)

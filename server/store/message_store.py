@@ -420,19 +420,26 @@ class MessageStore(StoreReads):
             try:
                 d(req)
             except Exception as err:  # noqa: BLE001 - after the append nothing may fail
-                self.dispatch_failures += 1
-                name = getattr(d, "__qualname__", repr(d))
-                reason = f"dispatcher {name}: {type(err).__name__}: {err}"
-                if req.replay:
-                    self._replay_skipped += 1
-                    self.log.error("store.replay_skipped", phy_offset=req.phy_offset, reason=reason)
-                else:
-                    self.log.error(
-                        "store.dispatch_failed",
-                        phy_offset=req.phy_offset,
-                        dispatcher=name,
-                        error=f"{type(err).__name__}: {err}",
-                    )
+                self._dispatch_failed(d, req, err)
+
+    def _dispatch_failed(
+        self, d: Callable[[DispatchRequest], None], req: DispatchRequest, err: Exception
+    ) -> None:
+        """A dispatch listener raised ``err`` for ``req``: counted and logged, never raised
+        (``_notify`` and the native put's loop call this)."""
+        self.dispatch_failures += 1
+        name = getattr(d, "__qualname__", repr(d))
+        reason = f"dispatcher {name}: {type(err).__name__}: {err}"
+        if req.replay:
+            self._replay_skipped += 1
+            self.log.error("store.replay_skipped", phy_offset=req.phy_offset, reason=reason)
+        else:
+            self.log.error(
+                "store.dispatch_failed",
+                phy_offset=req.phy_offset,
+                dispatcher=name,
+                error=f"{type(err).__name__}: {err}",
+            )
 
     # ------------------------------------------------------------------ lifecycle
 

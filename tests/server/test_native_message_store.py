@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any  # Any: the twins are untyped compiled modules
 
 import pytest
+import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol.message import view_record
@@ -253,6 +254,43 @@ def test_the_wall_clock_stamps_a_put(nat: ModuleType, tmp_path: Path) -> None:
         assert r.status is PutStatus.PUT_OK and before <= r.store_timestamp <= after
     finally:
         s.close()
+
+
+def _listeners(heard: list[str]) -> list[Any]:
+    """Three dispatch listeners recording their calls into ``heard``; the middle raises."""
+
+    def bad(req: DispatchRequest) -> None:
+        heard.append("bad")
+        raise ValueError(f"no {req.topic}")
+
+    return [lambda r: heard.append("first"), bad, lambda r: heard.append("last")]
+
+
+def test_a_raising_listener_is_logged_and_the_others_are_fed(
+    nat: ModuleType, tmp_path: Path
+) -> None:
+    """Both puts feed every dispatch listener in order; one that raises is counted and
+    logged as ``store.dispatch_failed`` (``MessageStore._dispatch_failed``), the message
+    stays stored and the listeners after it still hear it."""
+    for name, put in (("ref", ref.put), ("nat", nat.put)):
+        s = MessageStore(tmp_path / name, store_host=HOST4, segment_size=SEG, units_per_file=UPF)
+        s.open()
+        s._write_scheduled = True
+        heard: list[str] = []
+        s.dispatchers[:] = _listeners(heard)
+        try:
+            ref.put(s, MessageInner("T", 0, b"first"))  # the queue's first put: its file
+            heard.clear()
+            with structlog.testing.capture_logs() as errors:
+                r = put(s, MessageInner("T", 0, b"x"))
+            assert r.status is PutStatus.PUT_OK and r.queue_offset == 1, name
+            assert heard == ["first", "bad", "last"], name
+            assert s.dispatch_failures == 2, name
+            assert [e["event"] for e in errors] == ["store.dispatch_failed"], name
+            assert errors[0]["error"] == "ValueError: no T", name
+            assert "bad" in errors[0]["dispatcher"], name
+        finally:
+            s.close()
 
 
 async def test_the_broker_puts_through_the_twin(broker_factory) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ a topic that is not a %RETRY% topic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kairosmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
 from kairosmq.protocol.properties import (
     DELAY,
@@ -22,18 +24,19 @@ from kairosmq.protocol.properties import (
     TIMER_PROPERTIES,
     UNIQ_KEY,
 )
-from kairosmq.protocol.timer import TIMER_OUT_MS, RecallHandle, has_timer, resolve_timer
+from kairosmq.protocol.timer import TIMER_OUT_MS, encode_recall_handle, has_timer, resolve_timer
 
 from ...put.kind import MessageKind
 from ...store import MessageInner
 
 
-def timer_due(props: dict[str, str], now_ms: int, max_delay_ms: int) -> int:
+def timer_due(props: dict[str, str], clock_ms: Callable[[], int], max_delay_ms: int) -> int:
     """The due ms of a single send's timer properties, 0 if none or if a delay level
-    wins. Raises ``TimerIllegal`` (checked before the topic is even auto-created)."""
+    wins (the clock is read only for a timer). Raises ``TimerIllegal`` (checked before
+    the topic is even auto-created)."""
     if not has_timer(props) or props.get(DELAY, "0") not in ("0", ""):
         return 0
-    return resolve_timer(props, now_ms, max_delay_ms, round_up_ms=1) or 0
+    return resolve_timer(props, clock_ms(), max_delay_ms, round_up_ms=1) or 0
 
 
 def timer_kind(msg: MessageInner, kind: MessageKind, due: int) -> MessageKind:
@@ -59,4 +62,4 @@ def recall_handle(msg: MessageInner, kind: MessageKind, broker_name: str) -> str
     topic, uniq = props.get(REAL_TOPIC), props.get(UNIQ_KEY)
     if not (due and topic and uniq) or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return None
-    return RecallHandle(topic, broker_name, int(due), uniq).encode()
+    return encode_recall_handle(topic, broker_name, int(due), uniq)
