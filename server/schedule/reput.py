@@ -293,3 +293,9 @@ class Reputs(Generic[U]):
     def made(self, origin: tuple[int, int]) -> bool:
         """Whether ``origin`` is the re-put this service is making right now."""
         return origin == self.in_flight
+
+
+# ``Reputs.put_many`` above is the reference; the twin's replaces it with the restores
+reference.put_many = Reputs.put_many
+if _twin is not None:
+    Reputs.put_many = _twin.put_many  # type: ignore[method-assign]
