@@ -33,7 +33,8 @@ Invariants:
   ``INT32_DIGITS`` digits, or the record is skipped (``RequeueError``).
 * The restores here are the reference; their native twin (``_reput.pyx``, chosen by
   ``protocol/native.py``) builds the same view, target and properties in one pass and
-  hands every record it cannot restore to them (tests/server/test_native_reput.py).
+  hands every record it cannot restore to them, and runs ``Reputs.put_many``'s loop
+  step for step (tests/server/test_native_reput.py: the same settles and bytes).
 """
 
 from __future__ import annotations
