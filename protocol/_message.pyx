@@ -28,6 +28,7 @@ cdef object _pure = _ref.reference  # the reference functions (never the twin's 
 cdef object MessageExt = _ref.MessageExt
 cdef object RecordView = _ref.RecordView
 cdef object RecordSummary = _ref.RecordSummary
+cdef object _tuple_new = tuple.__new__
 cdef object _crc32 = zlib.crc32
 cdef object _decode_properties = decode_properties
 
@@ -310,7 +311,9 @@ def view_record(buf):
         topic = PyUnicode_DecodeUTF8(<const char*>b + body_end + 1, tlen, NULL)
     except UnicodeDecodeError:
         return _pure.view_record(buf)
-    return RecordView(
+    # the named tuple made by tuple.__new__ (what its generated __new__ does, without
+    # that Python frame): the same RecordView
+    return _tuple_new(RecordView, (
         total,
         _i32(b + 16),
         sysflag,
@@ -323,7 +326,7 @@ def view_record(buf):
         topic,
         ppos,
         ppos + plen,
-    )
+    ))
 
 
 def patched_size(view, topic, properties, store_host):

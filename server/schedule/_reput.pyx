@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Native twin of ``reput.py``'s restores (chosen by ``protocol/native.py``; ``reput.py``
-is the reference and owns every rule of a re-put).
+"""Native twin of ``reput.py``'s restores and of ``Reputs.put_many`` (chosen by
+``protocol/native.py``; ``reput.py`` is the reference and owns every rule of a re-put).
 
 ``restore_delayed_view`` and ``restore_timer_view`` read the record's layout and its
 properties (the record and properties twins) and build the properties to store in one
@@ -8,6 +8,11 @@ pass over them, with no Python frame of their own: the strip table, the kept nam
 origin and the target's REAL_TOPIC/REAL_QID check mirrored from ``reput.py``. A record
 that cannot be read, a REAL_QID that is not a queue id or REAL_TOPIC/REAL_QID that do
 not name a queue go to the reference, which raises its ``RequeueError``.
+
+``put_many`` is ``Reputs.put_many``'s loop step for step (the origin in flight around
+each write, the outcome of each attempt, ``settle`` right after each DONE or SKIP, the
+stop at the first RETRY), its ``Attempt`` and ``Target`` made without their Python
+constructors' frames.
 """
 
 from kairosmq.protocol.errors import MessageDecodeError
@@ -30,6 +35,8 @@ cdef frozenset _INTERNAL = frozenset(_ref.INTERNAL_PROPERTIES)
 cdef frozenset _TIMER_STRIP = frozenset(_ref._TIMER_STRIP)
 cdef tuple _KEEP = _ref._KEEP_ON_REPUT
 cdef Py_ssize_t _QID_DIGITS = INT32_DIGITS
+cdef object _tuple_new = tuple.__new__
+cdef object _new = object.__new__
 
 
 cdef object _qid(object raw):
@@ -104,3 +111,46 @@ def restore_timer_view(record, due, phy):
     new[TIMER_OUT_MS] = str(due)
     new[TIMER_ORIGIN] = f"{due}:{phy}"
     return view, topic, qid, new
+
+
+def put_many(reputs, items, unread, settle):
+    """``reput.Reputs.put_many``."""
+    cdef Py_ssize_t i = 0
+    Attempt, Target, Outcome = _ref.Attempt, _ref.Target, _ref.Outcome
+    RequeueError, ok, permanent = _ref.RequeueError, _ref.PutStatus.PUT_OK, _ref.PERMANENT
+    DONE, SKIP, RETRY = Outcome.DONE, Outcome.SKIP, Outcome.RETRY
+    restore, put_patched = reputs.restore, reputs.put_patched
+    for record, a, b in items:
+        if record is None:
+            settle(_tuple_new(Attempt, (SKIP, None, None, unread)), a, b)
+            i += 1
+            continue
+        reputs.in_flight = (a, b)
+        try:
+            view, topic, queue_id, props = restore(record, a, b)
+            reputs.in_flight_props = props
+            result = put_patched(record, view, topic, queue_id, props)
+        except RequeueError as err:
+            reason = f"cannot restore the message: {err}"
+            settle(_tuple_new(Attempt, (SKIP, None, None, reason)), a, b)
+            i += 1
+            continue
+        finally:
+            reputs.in_flight = None
+            reputs.in_flight_props = None
+        target = _new(Target)  # Target.__init__'s four fields
+        target.topic = topic
+        target.queue_id = queue_id
+        target.properties = props
+        target.reconsume_times = view.reconsume_times
+        status = result.status
+        if status is ok:
+            settle(_tuple_new(Attempt, (DONE, result, target, "")), a, b)
+        elif status in permanent:
+            reason = f"the re-put was refused: {result.remark or status.value}"
+            settle(_tuple_new(Attempt, (SKIP, result, target, reason)), a, b)
+        else:
+            reputs.last_retry = _tuple_new(Attempt, (RETRY, result, target, ""))
+            return i
+        i += 1
+    return i

@@ -9,8 +9,9 @@ it goes and the properties to store, without decoding the record, for
 ``restore_timer``: the same message built through ``put/requeue.py``'s copy; the services
 never call them, tests/server/test_reput_parity.py holds the views to them byte for
 byte), ``RequeueError``, ``Target`` (what a re-put stored), ``Reputs`` (one service's
-re-puts: restore, put the patched record, the outcome and the reason of a skip, the
-origin in flight, the undo log of progress not yet written) and ``RETRY_PAUSE``.
+re-puts, one or a batch in one call: restore, put the patched record, the outcome and
+the reason of a skip, the origin in flight, the undo log of progress not yet written)
+and ``RETRY_PAUSE``.
 
 Invariants:
 * One outcome per attempt: DONE (stored: progress moves past it), SKIP (it can never be
@@ -19,8 +20,10 @@ Invariants:
   past it, so a task never stalls or dies on a record) or RETRY (not stored now: the
   same record again after ``RETRY_PAUSE``, nothing overtakes it).
 * The origin in flight: ``in_flight`` is the ``(a, b)`` of the re-put being made, set
-  around the store write only; a dispatch listener accepts an origin online only when
-  ``made`` says it is that one, so no client property moves progress.
+  around the store write only (``in_flight_props``: the properties dict that write
+  dispatches); a dispatch listener accepts an origin online only when ``made`` says it
+  is that one, or its request carries that very dict, so no client property moves
+  progress. A batch sets them item by item, each around its own write.
 * A delivered copy keeps every client property (UNIQ_KEY: the same msgId), body, flag,
   sys flag, born time and host, gets a fresh store time and loses the internal
   properties, except that a level re-put keeps REAL_TOPIC/REAL_QID (as RocketMQ does)
@@ -30,12 +33,13 @@ Invariants:
   ``INT32_DIGITS`` digits, or the record is skipped (``RequeueError``).
 * The restores here are the reference; their native twin (``_reput.pyx``, chosen by
   ``protocol/native.py``) builds the same view, target and properties in one pass and
-  hands every record it cannot restore to them (tests/server/test_native_reput.py).
+  hands every record it cannot restore to them, and runs ``Reputs.put_many``'s loop
+  step for step (tests/server/test_native_reput.py: the same settles and bytes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 from types import ModuleType, SimpleNamespace
 from typing import Generic, NamedTuple, TypeVar
@@ -221,6 +225,9 @@ class Attempt(NamedTuple):
     reason: str  # why a SKIP
 
 
+_NO_RETRY = Attempt(Outcome.RETRY, None, None, "")
+
+
 class Reputs(Generic[U]):
     """One service's re-puts of due records (``U``: what its undo log keeps)."""
 
@@ -230,32 +237,66 @@ class Reputs(Generic[U]):
         self.restore = restore
         self.put_patched = put_patched or store.put_patched  # a test wraps it (failures)
         self.in_flight: tuple[int, int] | None = None
+        # the properties of the re-put being made: the dispatch of that very put carries
+        # this dict, so a listener knows its origin by identity without parsing it
+        self.in_flight_props: dict[str, str] | None = None
+        self.last_retry = _NO_RETRY  # the RETRY that stopped the last batch
         # per re-put dispatched but not written yet: what a rollback of it undoes
         self.undo: UndoLog[U] = UndoLog(lambda: store.commitlog.written_offset)
 
     def put(self, record: bytes, a: int, b: int) -> Attempt:
         """Restore ``record`` with origin ``(a, b)``, put it patched, say the outcome."""
-        self.in_flight = (a, b)
-        try:
-            view, topic, queue_id, props = self.restore(record, a, b)
-            result = self.put_patched(record, view, topic, queue_id, props)
-        except RequeueError as err:
-            return Attempt(Outcome.SKIP, None, None, f"cannot restore the message: {err}")
-        finally:
-            self.in_flight = None
-        target = Target(topic, queue_id, props, view.reconsume_times)
-        status = result.status
-        if status is PutStatus.PUT_OK:
-            return Attempt(Outcome.DONE, result, target, "")
-        if status in PERMANENT:
-            return Attempt(
-                Outcome.SKIP,
-                result,
-                target,
-                f"the re-put was refused: {result.remark or status.value}",
-            )
-        return Attempt(Outcome.RETRY, result, target, "")
+        out: list[Attempt] = []
+        self.put_many([(record, a, b)], "", lambda attempt, _a, _b: out.append(attempt))
+        return out[0] if out else self.last_retry
+
+    def put_many(
+        self,
+        items: Sequence[tuple[bytes | None, int, int]],
+        unread: str,
+        settle: Callable[[Attempt, int, int], None],
+    ) -> int:
+        """Re-put each ``(record, a, b)`` of ``items`` in order, ``put``'s steps in one
+        frame for the batch; a ``None`` record (it could not be read) is a SKIP with the
+        reason ``unread``. ``settle(attempt, a, b)`` is called right after each DONE or
+        SKIP, before the next item is tried (the service moves its progress there, as
+        after ``put``). Stops at the first RETRY (kept in ``last_retry``): returns how
+        many items were settled, so ``items[returned]`` is the one to retry, if any."""
+        restore, put_patched = self.restore, self.put_patched
+        ok, permanent = PutStatus.PUT_OK, PERMANENT
+        for i, (record, a, b) in enumerate(items):
+            if record is None:
+                settle(Attempt(Outcome.SKIP, None, None, unread), a, b)
+                continue
+            self.in_flight = (a, b)
+            try:
+                view, topic, queue_id, props = restore(record, a, b)
+                self.in_flight_props = props
+                result = put_patched(record, view, topic, queue_id, props)
+            except RequeueError as err:
+                reason = f"cannot restore the message: {err}"
+                settle(Attempt(Outcome.SKIP, None, None, reason), a, b)
+                continue
+            finally:
+                self.in_flight = self.in_flight_props = None
+            target = Target(topic, queue_id, props, view.reconsume_times)
+            status = result.status
+            if status is ok:
+                settle(Attempt(Outcome.DONE, result, target, ""), a, b)
+            elif status in permanent:
+                reason = f"the re-put was refused: {result.remark or status.value}"
+                settle(Attempt(Outcome.SKIP, result, target, reason), a, b)
+            else:
+                self.last_retry = Attempt(Outcome.RETRY, result, target, "")
+                return i
+        return len(items)
 
     def made(self, origin: tuple[int, int]) -> bool:
         """Whether ``origin`` is the re-put this service is making right now."""
         return origin == self.in_flight
+
+
+# ``Reputs.put_many`` above is the reference; the twin's replaces it with the restores
+reference.put_many = Reputs.put_many
+if _twin is not None:
+    Reputs.put_many = _twin.put_many  # type: ignore[method-assign]

@@ -508,3 +508,53 @@ def test_slice_live_filters_dedupes_and_cuts_sorted_slices() -> None:
     assert all(p[0][0] // SLICE_MS == p[-1][0] // SLICE_MS for p in parts)
     assert len(paced) == 2 and all(w >= 0 for w in paced)  # one step per part here
     assert slice_live((b"",)) == []
+
+
+def test_a_batch_fires_in_order_around_a_skip_and_a_retry(tmp_path: Path) -> None:
+    """Twelve timers due at one instant fire as one batch (``Reputs.put_many``): one
+    that can never be re-put (REAL_QID ``x``) is skipped in its place, a store failure
+    at the sixth put stops the batch there and the rest follow after the pause, in
+    ``(due, phy)`` order, each once; every fired copy's own dispatch moved the cursor
+    (its undo entry), and a client copy of an origin moves nothing."""
+
+    async def body(rig: Rig) -> None:
+        due = BASE_MS + 1_000
+        phys = [rig.schedule(f"m{i}".encode(), due) for i in range(12)]
+        bad = MessageInner(
+            topic=TIMER_TOPIC,
+            queue_id=0,
+            body=b"bad",
+            born_timestamp=BASE_MS,
+            properties={REAL_TOPIC: "Real", REAL_QID: "x", TIMER_OUT_MS: str(due)},
+        )
+        bad_phy = rig.store.put(bad).phy_offset  # after m0..m11 (phy order)
+        calls = 0
+        real_put = rig.timer.reputs.put_patched
+
+        def failing(*args: Any) -> PutResult:
+            nonlocal calls
+            calls += 1
+            if calls == 6:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
+            return real_put(*args)
+
+        rig.timer.reputs.put_patched = failing
+        await asyncio.sleep(0.9)
+        forged = MessageInner(  # a client's message naming the last timer as its origin
+            topic="Real",
+            queue_id=0,
+            body=b"forged",
+            properties={TIMER_ORIGIN: format_pair(due, phys[-1])},
+        )
+        assert rig.store.put(forged).status is PutStatus.PUT_OK
+        assert rig.timer.cursor < (due, phys[0])
+        await asyncio.sleep(0.15)  # due; the sixth put fails: five fired, the rest wait
+        assert [b for b, _d, _a in rig.fired] == [f"m{i}".encode() for i in range(5)]
+        assert rig.timer.cursor == (due, phys[4])
+        await asyncio.sleep(2)
+        assert [b for b, _p in rig.real()] == [b"forged"] + [f"m{i}".encode() for i in range(12)]
+        assert rig.timer.skipped == 1 and rig.timer.cursor == (due, bad_phy)
+        assert len(rig.timer.reputs.undo) == 12  # each fire moved the cursor on dispatch
+        assert calls == 13  # m0..m11 once, m5 twice; the bad one never reached the store
+
+    run(tmp_path, body)

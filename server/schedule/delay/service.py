@@ -21,9 +21,10 @@ Invariants:
   event ``schedule.record_skipped``: a level task never stalls or dies on a record.
 * A recalled record (``recalled``: RECALL_MESSAGE won) is passed over, never re-put.
 * Only the scheduler moves progress: online, ``on_dispatch`` accepts an origin only for
-  the re-put the scheduler itself is making (``level:offset`` equal to the one in
-  flight); on replay, only a level in range with an offset below the schedule queue's
-  end. Anything else (``x``, a 20-digit value) is ignored and logged.
+  the re-put the scheduler itself is making (the request carries that re-put's own
+  properties, or ``level:offset`` equal to the one in flight); on replay, only a level
+  in range with an offset below the schedule queue's end. Anything else (``x``, a
+  20-digit value) is ignored and logged.
 * A failed commit-log write that drops a re-put undoes the progress it made
   (``rollback``, a store rollback listener), so the message is re-put again.
 * ``correctDeliverTimestamp`` (RocketMQ): after the wall clock steps back, a head whose
@@ -45,11 +46,12 @@ from ...observe.logs import get_logger
 from ...remoting.longpoll import ArrivalNotifier
 from ...store import DispatchRequest, MessageStore, PutResult
 from ...store.consumequeue import HOLE
-from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_delayed_view
+from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, Target, restore_delayed_view
 from ..waker import PreciseWaker
 
 _LEVEL_DIGITS = 4  # an origin's level: at most 4 digits (then checked against the table)
 _FIRST_CHUNK = 8  # schedule units read per first look at a level's head (_drain)
+_RECALLED = "recalled"  # a batch item passed over: its RECALL_MESSAGE won (_drain)
 
 
 class ScheduleService:
@@ -107,18 +109,26 @@ class ScheduleService:
                 self.progress[level] = off
 
     def on_dispatch(self, req: DispatchRequest) -> None:
-        origin = req.properties.get(SCHEDULE_ORIGIN)
-        if origin is None or req.topic == SCHEDULE_TOPIC:
+        props = req.properties
+        if req.topic == SCHEDULE_TOPIC:
             return
-        parsed = self._parse_origin(origin, req.replay)
-        if isinstance(parsed, str):
-            self.log.warning(
-                "schedule.origin_ignored",
-                phy_offset=req.phy_offset,
-                origin=origin[:64],
-                reason=parsed,
-            )
-            return
+        parsed: tuple[int, int] | str | None
+        if props is self.reputs.in_flight_props and not req.replay:  # the re-put being made
+            parsed = self.reputs.in_flight
+        else:
+            origin = props.get(SCHEDULE_ORIGIN)
+            if origin is None:
+                return
+            parsed = self._parse_origin(origin, req.replay)
+            if isinstance(parsed, str):
+                self.log.warning(
+                    "schedule.origin_ignored",
+                    phy_offset=req.phy_offset,
+                    origin=origin[:64],
+                    reason=parsed,
+                )
+                return
+        assert parsed is not None
         level, off = parsed
         prev = self.progress[level]
         if prev <= off:
@@ -298,21 +308,24 @@ class ScheduleService:
         records = self.store.commitlog.read_many([(u[0], u[1]) for u in due])
         if len(records) < len(due):
             due = due[: len(records)]  # a read failed: retry the rest on the next round
-        for i, (phy, _size, deliver_ts) in enumerate(due):
-            off = start + i
-            if self.recalled is not None and self.recalled(phy):  # RECALL_MESSAGE won
-                if self.progress[level] <= off:
-                    self.progress[level] = off + 1
-                continue
-            attempt = self.reputs.put(records[i], level, off)
-            if attempt.outcome is Outcome.RETRY:
-                return False
-            if attempt.outcome is Outcome.SKIP:
+        recalled = self.recalled
+        # the batch: a RECALL_MESSAGE that won is passed over in its place (no record)
+        batch = [
+            (None if recalled is not None and recalled(u[0]) else records[i], level, start + i)
+            for i, u in enumerate(due)
+        ]
+
+        def settle(attempt: Attempt, level: int, off: int) -> None:
+            phy, _size, deliver_ts = due[off - start]
+            if attempt.outcome is Outcome.SKIP and attempt.reason is not _RECALLED:
                 self._skip(level, off, phy, attempt.reason)
-                continue
+                return
             if self.progress[level] <= off:  # dispatch did not see the origin: never loop
                 self.progress[level] = off + 1
-            if self.on_delivered is not None:
+            if attempt.outcome is Outcome.DONE and self.on_delivered is not None:
                 assert attempt.target is not None and attempt.result is not None
                 self.on_delivered(attempt.target, attempt.result, level, off, deliver_ts, now)
+
+        if self.reputs.put_many(batch, _RECALLED, settle) < len(batch):
+            return False  # a RETRY: the same record on the next round
         return True

@@ -34,6 +34,11 @@ Invariants:
 * Memory: only buckets starting within ``lookahead_ms`` are loaded, and no further
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
+* Batches: a fire turn takes up to ``batch`` due entries, reads their records at once
+  and re-puts them with one ``Reputs.put_many``; each is settled (cursor, stats, event)
+  right after its own put, before the next is tried, so progress, skips and a RETRY
+  move exactly as with one put at a time, and the dispatch of a fired copy knows its
+  origin by the identity of its properties (no parse).
 * Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
   paced until just before it starts; its sorted slices join the heap as they fall due.
 """
@@ -63,7 +68,7 @@ from ...observe.logs import get_logger
 from ...store import DispatchRequest, MessageStore, PutResult
 from ...store.record_check import stored_physical_offset
 from ..recalls import LevelRecalls
-from ..reput import RETRY_PAUSE, Outcome, PutPatched, Reputs, Target, restore_timer_view
+from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, Target, restore_timer_view
 from ..waker import PreciseWaker
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .retention import RetentionWalk
@@ -71,6 +76,7 @@ from .topic import RECALL_QUEUE, TIMER_QUEUE, RecallOutcome, parse_pair
 from .window import Entry, Slice, TimerWindow, slice_live
 
 PACE_UNTIL_MS = 500  # a bucket load runs unpaced from this long before the bucket starts
+_UNREAD = "the timer record cannot be read (retention or damage)"
 
 
 class TimerService:
@@ -230,13 +236,20 @@ class TimerService:
                     return
                 self._replace(target, props.get(RECALL_KIND))
             return
-        origin = props.get(TIMER_ORIGIN)
-        if origin is None:
-            return
-        pair = parse_pair(origin)
-        if pair is None or (not req.replay and not self.reputs.made(pair)):
-            self.log.warning("timer.origin_ignored", phy_offset=req.phy_offset, origin=origin[:64])
-            return
+        reputs = self.reputs
+        if props is reputs.in_flight_props and not req.replay:  # the fire being made
+            pair = reputs.in_flight
+            assert pair is not None
+        else:
+            origin = props.get(TIMER_ORIGIN)
+            if origin is None:
+                return
+            pair = parse_pair(origin)
+            if pair is None or (not req.replay and not reputs.made(pair)):
+                self.log.warning(
+                    "timer.origin_ignored", phy_offset=req.phy_offset, origin=origin[:64]
+                )
+                return
         if pair > self.cursor:
             prev = self.cursor
             self.cursor = pair
@@ -467,28 +480,37 @@ class TimerService:
             recs = dict(
                 zip((phy for phy, _ in sized), self.store.commitlog.read_many(sized), strict=False)
             )
-            for i, (due, phy, size) in enumerate(due_now):
-                if (due, phy) <= self.cursor:  # a duplicate entry of one just fired
+            # the batch: each timer once (a duplicate entry of one fired sorts next to it),
+            # in (due, phy) order, its record or None if it cannot be read
+            batch: list[tuple[bytes | None, int, int]] = []
+            last = self.cursor
+            for due, phy, size in due_now:
+                if (due, phy) <= last:
                     continue
+                last = (due, phy)
                 rec = recs.get(phy) if size > 0 else self.store.read_at(phy)
-                if rec is None or stored_physical_offset(rec) != phy:
-                    self._skip(due, phy, "the timer record cannot be read (retention or damage)")
-                    continue
-                attempt = self.reputs.put(rec, due, phy)
-                if attempt.outcome is Outcome.SKIP:
-                    self._skip(due, phy, attempt.reason)
-                    continue
-                if attempt.outcome is Outcome.RETRY:
-                    for e in due_now[i:]:  # back at the head: nothing overtakes them
+                if rec is not None and stored_physical_offset(rec) != phy:
+                    rec = None
+                batch.append((rec, due, phy))
+            settled = self.reputs.put_many(batch, _UNREAD, self._settle)
+            fired += settled
+            if settled < len(batch):  # a RETRY: it and the rest back at the head
+                for e in due_now:  # nothing overtakes them
+                    if (e[0], e[1]) > self.cursor:
                         self.window.push(e)
-                    return False
-                if self.cursor < (due, phy):  # dispatch did not see the origin: never loop
-                    self.cursor = (due, phy)
-                fired += 1
-                if self.on_fired is not None:
-                    assert attempt.target is not None and attempt.result is not None
-                    self.on_fired(attempt.target, attempt.result, due)
+                return False
         return True
+
+    def _settle(self, attempt: Attempt, due: int, phy: int) -> None:
+        """After one re-put of ``_fire``'s batch: progress past it, its stats and event."""
+        if attempt.outcome is Outcome.SKIP:
+            self._skip(due, phy, attempt.reason)
+            return
+        if self.cursor < (due, phy):  # dispatch did not see the origin: never loop
+            self.cursor = (due, phy)
+        if self.on_fired is not None:
+            assert attempt.target is not None and attempt.result is not None
+            self.on_fired(attempt.target, attempt.result, due)
 
     def _skip(self, due: int, phy: int, reason: str) -> None:
         self.skipped += 1
