@@ -1,7 +1,7 @@
-"""Issue 32's targets 1-4 from one run, each as a ratio or a time with its threshold.
+"""The native core's targets 1-4 from one run, each as a ratio or a time with its threshold.
 
     .venv/bin/python bench/bench_targets.py --quick          # smoke: small N, ~5 min
-    .venv/bin/python bench/bench_targets.py                  # the issue's workloads
+    .venv/bin/python bench/bench_targets.py                  # the targets' workloads
     .venv/bin/python bench/bench_targets.py --only 3 --burst 100000
 
 1. broker CPU per delayed message, kairosmq / Redis, at 2,000/s (≤ 1.5 ×) and 500/s
@@ -364,7 +364,7 @@ def main() -> None:
     verdicts: list[tuple[str, bool]] = []
     rows = cpu_and_rate(a) if only & {1, 2} else []
     res3 = burst(a, a.burst) if 3 in only else None
-    print(f"\nissue 32 targets, this run (ended {time.strftime('%H:%M:%S')} UTC):")
+    print(f"\nnative core targets, this run (ended {time.strftime('%H:%M:%S')} UTC):")
     if rows:
         verdicts += report_1_2(rows)
     if res3 is not None:

@@ -7,7 +7,7 @@ Owns: ``FIXTURES``/``FAST_LEVELS``/``fast_config`` (an in-process broker on port
 delay levels), ``send_ext``/``send``/``pull`` (raw-protocol request builders, no client),
 ``Collector`` (an async push-consumer listener that records messages), ``wait_until``
 (poll a predicate with a generous deadline instead of a fixed sleep), ``stays_false``,
-``mqadmin_argv`` (Apache's mqadmin command line, its JVM prepared once per session),
+``mqadmin_argv`` (Apache's mqadmin command line, its JVM prepared once per test run),
 and ``VirtualLoop`` (an asyncio loop whose clock only moves when every
 task is idle: it jumps straight to the next timer, so a test can assert *when* code wakes
 and for how long it asked to sleep, without real waiting).
@@ -185,7 +185,7 @@ _mqadmin_launch: list[list[str]] = []  # [[jvm options..., "-cp", cp, main]] onc
 
 
 def _mqadmin_launcher() -> list[str]:
-    """JVM options, classpath and main class for mqadmin (prepared once per session):
+    """JVM options, classpath and main class for mqadmin (prepared once per test run):
     ``MQAdminExit`` in a jar beside the RocketMQ jars, and a class-data-sharing archive of
     the classes mqadmin loads (made by one run against a closed port). A missing javac
     leaves plain ``MQAdminStartup``; a failed archive dump leaves the archive out."""
@@ -260,7 +260,7 @@ def mqadmin_argv(
     ``user_home`` (``STORE_DIR`` of the script) also holds the logs unless ``log_root``;
     ``rocketmq_home`` is ``rocketmq.home.dir`` (``ROCKETMQ_HOME``). ``$KAIROS_MQADMIN`` set
     (and no ``rocketmq_home``): that script, as is. Blocks for a few seconds on the
-    session's first call."""
+    test run's first call."""
     script = os.environ.get("KAIROS_MQADMIN")
     if script and rocketmq_home is None:
         return [script, *args]
