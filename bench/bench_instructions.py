@@ -40,6 +40,21 @@ def instructions(n: int, pythonpath: str | None, delayed: bool = False, pure: bo
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     env["KAIROSMQ_NO_EXTENSIONS"] = "1" if pure else ""
+    return cachegrind_refs(
+        [
+            str(HERE / "bench_broker_cpu.py"),
+            "--n",
+            str(n),
+            "--repeat",
+            "1",
+            *(["--delayed-only"] if delayed else []),
+        ],
+        env,
+    )
+
+
+def cachegrind_refs(script_argv: list[str], env: dict[str, str]) -> int:
+    """Instructions (``I refs``) of one ``python <script_argv>`` run under cachegrind."""
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run(
             [
@@ -48,12 +63,7 @@ def instructions(n: int, pythonpath: str | None, delayed: bool = False, pure: bo
                 "--cache-sim=no",
                 f"--cachegrind-out-file={d}/cg.out",
                 sys.executable,
-                str(HERE / "bench_broker_cpu.py"),
-                "--n",
-                str(n),
-                "--repeat",
-                "1",
-                *(["--delayed-only"] if delayed else []),
+                *script_argv,
             ],
             env=env,
             capture_output=True,

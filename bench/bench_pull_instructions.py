@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -72,29 +70,9 @@ def instructions(which: str, n: int, pythonpath: str | None, pure: bool) -> int:
     env = dict(os.environ, KAIROSMQ_NO_EXTENSIONS="1" if pure else "")
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={d}/cg.out",
-                sys.executable,
-                __file__,
-                "--agent",
-                which,
-                "--n",
-                str(n),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    m = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-    if m is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
-    return int(m.group(1).replace(",", ""))
+    from bench_instructions import cachegrind_refs
+
+    return cachegrind_refs([__file__, "--agent", which, "--n", str(n)], env)
 
 
 def per_request(which: str, n1: int, n2: int, pythonpath: str | None, pure: bool) -> float:
