@@ -674,6 +674,17 @@ def all_fields() -> dict[str, str]:
     return out
 
 
+def drop_lean_fields(fields: dict[str, Any], drop: tuple[str, ...]) -> None:
+    """Leave out of a ``LEAN_EVENTS`` event's ``fields`` its format-1-only ``drop`` fields
+    and a ``reconsume_times`` of 0 (the one rule for ``record`` and the broker's hot-path
+    log writer)."""
+    for key in drop:
+        if key in fields:
+            del fields[key]
+    if not fields.get("reconsume_times", 1):
+        del fields["reconsume_times"]
+
+
 def record(event: str, fields: dict[str, Any], ts_ms: int, level: str = "info") -> dict[str, Any]:
     """The format-2 JSON record of one log call (``fields`` may be consumed).
 
@@ -692,10 +703,7 @@ def record(event: str, fields: dict[str, Any], ts_ms: int, level: str = "info") 
         if level != "info":
             rec["level"] = level
         fields.pop("component", None)
-        for key in drop:
-            fields.pop(key, None)
-        if not fields.get("reconsume_times"):
-            fields.pop("reconsume_times", None)
+        drop_lean_fields(fields, drop)
     fields.pop("event", None)
     rec.update(fields)
     return rec

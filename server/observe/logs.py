@@ -52,6 +52,7 @@ from kairosmq.protocol.events import (
     LEAN_EVENTS,
     LOG_FORMAT,
     all_fields,
+    drop_lean_fields,
     record,
 )
 
@@ -176,11 +177,7 @@ def configure_logging(
                 line = dumps(record(event, fields, int(wall() * 1000), level), default=str)
             else:
                 prefix, drop = head
-                for key in drop:
-                    if key in fields:
-                        del fields[key]
-                if not fields.get("reconsume_times", 1):
-                    del fields["reconsume_times"]
+                drop_lean_fields(fields, drop)
                 body = dumps(fields, default=str)
                 line = b'{"ts":%d' % int(wall() * 1000) + (
                     prefix + body[1:] if len(body) > 2 else prefix[:-1] + b"}"
