@@ -192,6 +192,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+NAME_OPTIONS = frozenset({"--broker-name", "--cluster"})  # values that are names, not hosts
+
+
 class HostMap:
     """How one compose project maps onto this machine (see module docstring)."""
 
@@ -223,16 +226,22 @@ class HostMap:
         return self.path(plan, a) if a.startswith("/") else a
 
     def argv(self, plan: ServicePlan, argv: list[str]) -> list[str]:
+        """Map a service's argv: the values of ``NAME_OPTIONS`` stay as written (a
+        ``--broker-name broker-a`` names a broker, even where a service has that name);
+        the listen ports the image leaves to their defaults (a broker's 10911 and its
+        embedded name server's 9876, a name server's 9876) are given, mapped."""
         head = {"kairosmq": str(BIN / "kairosmq"), "python": sys.executable}.get(argv[0], argv[0])
-        out = [
-            head,
-            *(
-                self.arg(plan, a, prev.startswith("-"))
-                for prev, a in zip(argv, argv[1:], strict=False)
-            ),
-        ]
-        if argv[:2] == ["kairosmq", "broker"]:  # listen ports are defaults, not in argv
-            out += ["--port", str(self.ports[10911]), "--namesrv-port", str(self.ports[9876])]
+        out = [head]
+        for prev, a in zip(argv, argv[1:], strict=False):
+            out.append(a if prev in NAME_OPTIONS else self.arg(plan, a, prev.startswith("-")))
+        given = set(argv)
+        if argv[:2] == ["kairosmq", "broker"]:
+            if "--port" not in given:
+                out += ["--port", str(self.ports[10911])]
+            if "--namesrv" not in given:  # the embedded name server (unused with --namesrv)
+                out += ["--namesrv-port", str(self.ports[9876])]
+        elif argv[:2] == ["kairosmq", "namesrv"] and "--port" not in given:
+            out += ["--port", str(self.ports[9876])]
         return out
 
     def env(self, plan: ServicePlan) -> dict[str, str]:

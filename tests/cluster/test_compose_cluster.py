@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,17 +68,7 @@ def test_cluster_profile_services() -> None:
 async def test_cluster_profile_commands_form_a_cluster_outside_docker(tmp_path: Path) -> None:
     plans = {n: PLANS[n] for n in CLUSTER}
     hm = cod.HostMap(plans, tmp_path)
-    bin_dir = Path(sys.executable).parent
-
-    def argv(plan: cod.ServicePlan, args: list[str]) -> list[str]:
-        out = [str(bin_dir / "kairosmq") if args[0] == "kairosmq" else args[0]]
-        for prev, a in zip(args, args[1:], strict=False):
-            keep = prev in ("--broker-name", "--cluster")  # names, not host names
-            out.append(a if keep else hm.arg(plan, a, prev.startswith("-")))
-        return out
-
-    cmds = {n: argv(p, p.argv) for n, p in plans.items()}
-    cmds["namesrv"] += ["--port", str(hm.ports[9876])]  # the image's default, not in argv
+    cmds = {n: hm.argv(p, p.argv) for n, p in plans.items()}
     for n in ("broker-a", "broker-b"):
         cmds[n] += ["--no-vip-channel", "--segment-size-mb", "16"]  # test-only: ports, disk
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -101,7 +90,7 @@ async def test_cluster_profile_commands_form_a_cluster_outside_docker(tmp_path: 
             "broker-b": addrs["broker-b"],
         }
         for n in ("broker-a", "broker-b"):  # the compose healthcheck, mapped
-            hc = argv(plans[n], plans[n].healthcheck or [])
+            hc = hm.argv(plans[n], plans[n].healthcheck or [])
             done = _run(hc)
             assert done.returncode == 0, (hc, done.stdout, done.stderr)
         for n in ("broker-a", "broker-b", "namesrv"):  # what `docker compose stop` sends

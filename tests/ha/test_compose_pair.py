@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -58,17 +57,7 @@ def test_pair_profile_services_are_valid_broker_commands() -> None:
 async def test_pair_profile_commands_replicate_outside_docker(tmp_path: Path) -> None:
     plans = {n: PLANS[n] for n in PAIR}
     hm = cod.HostMap(plans, tmp_path)
-    bin_dir = Path(sys.executable).parent
-
-    def argv(plan: cod.ServicePlan, args: list[str]) -> list[str]:
-        out = [str(bin_dir / "kairosmq") if args[0] == "kairosmq" else args[0]]
-        for prev, a in zip(args, args[1:], strict=False):
-            keep = prev in ("--broker-name", "--cluster")  # names, not host names
-            out.append(a if keep else hm.arg(plan, a, prev.startswith("-")))
-        return out
-
-    cmds = {n: argv(p, p.argv) for n, p in plans.items()}
-    cmds["namesrv"] += ["--port", str(hm.ports[9876])]  # the image's default, not in argv
+    cmds = {n: hm.argv(p, p.argv) for n, p in plans.items()}
     for n in ("master", "slave"):
         cmds[n] += ["--no-vip-channel", "--segment-size-mb", "16"]  # test-only: ports, disk
     procs: dict[str, subprocess.Popen[bytes]] = {}
