@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import orjson
@@ -110,6 +112,50 @@ async def wait_for(pred, timeout: float = 20.0, what: str = "") -> None:  # type
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out: {what}")
+
+
+async def wait_replicated(
+    slave_dir: Path, master_dir: Path, what: str, timeout: float = 20.0
+) -> None:
+    """Wait until the slave's commit log is the master's, byte for byte."""
+
+    async def same() -> bool:
+        return log_bytes(slave_dir) == log_bytes(master_dir)
+
+    await wait_for(same, timeout, what)
+
+
+async def wait_served(
+    peer: RawPeer, topic: str, keys: Sequence[str], what: str, queues: int = 4
+) -> None:
+    """Wait until ``peer`` serves exactly ``keys`` (each once) from ``topic``'s queues."""
+    want = sorted(keys)
+
+    async def served() -> bool:
+        return sorted(x.msg_id for x in await pull_all(peer, topic, queues)) == want
+
+    await wait_for(served, what=what)
+
+
+@contextlib.asynccontextmanager
+async def running_pair(
+    root: Path, master_args: Sequence[str] = (), slave_args: Sequence[str] = ()
+) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess, RawPeer]]:
+    """A started ASYNC_MASTER in ``root/m``, its started slave in ``root/s`` and a peer
+    connected to the master; on exit the peer is closed and both are terminated."""
+    m = master(root / "m", *master_args)
+    await m.start()
+    s = slave(root / "s", m, *slave_args)
+    try:
+        await s.start()
+        mp = await RawPeer.connect(m.address)
+        try:
+            yield m, s, mp
+        finally:
+            await mp.close()
+    finally:
+        s.terminate()
+        m.terminate()
 
 
 async def status(peer: RawPeer) -> dict:

@@ -11,7 +11,17 @@ import time
 import pytest
 from kairosmq.protocol.codes import ResponseCode
 
-from tests.ha.pair import log_bytes, master, pull_all, slave, status, wait_for
+from tests.ha.pair import (
+    log_bytes,
+    master,
+    pull_all,
+    running_pair,
+    slave,
+    status,
+    wait_for,
+    wait_replicated,
+    wait_served,
+)
 from tests.helpers import send
 from tests.wire import RawPeer
 
@@ -31,44 +41,29 @@ async def _send_many(
 
 
 async def test_async_master_slave_replicates_bytes_serves_pulls_refuses_sends(tmp_path) -> None:
-    m = master(tmp_path / "m")
-    await m.start()
-    s = slave(tmp_path / "s", m)
-    await s.start()
-    mp = await RawPeer.connect(m.address)
-    sp = await RawPeer.connect(s.address)
-    try:
-        keys = await _send_many(mp, "Rep", 300)
-
-        async def same() -> bool:
-            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-
-        await wait_for(same, what="the slave's log equals the master's")
-
-        async def served() -> bool:
-            return sorted(x.msg_id for x in await pull_all(sp, "Rep")) == keys
-
-        await wait_for(served, what="the slave serves every message (topic synced)")
-        r = await send(sp, "Rep", b"to the slave")
-        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
-        assert "the broker role is slave" in (r.remark or "")
-        st = await status(mp)
-        assert st["ha"]["role"] == "ASYNC_MASTER"
-        assert len(st["ha"]["slaves"]) == 1 and st["ha"]["slaves"][0]["kairosmq"] is True
-        assert st["ha"]["slaveAckOffset"] == len(log_bytes(tmp_path / "m"))
-        sst = await status(sp)
-        assert sst["ha"]["role"] == "SLAVE" and sst["ha"]["connected"] is True
-        assert sst["ha"]["masterSegmentSize"] == 16 * 1024 * 1024
-        # the slave fires nothing and runs no transaction check
-        names = {svc["name"] for svc in sst["services"]}
-        assert {"ha-client", "slave-sync"} <= names
-        assert not {"transaction-check", "timer"} & names
-        assert not any(n.startswith("schedule-level") for n in names)
-    finally:
-        await mp.close()
-        await sp.close()
-        s.terminate()
-        m.terminate()
+    async with running_pair(tmp_path) as (_m, s, mp):
+        sp = await RawPeer.connect(s.address)
+        try:
+            keys = await _send_many(mp, "Rep", 300)
+            await wait_replicated(tmp_path / "s", tmp_path / "m", "the slave's log is the master's")
+            await wait_served(sp, "Rep", keys, "the slave serves every message (topic synced)")
+            r = await send(sp, "Rep", b"to the slave")
+            assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert "the broker role is slave" in (r.remark or "")
+            st = await status(mp)
+            assert st["ha"]["role"] == "ASYNC_MASTER"
+            assert len(st["ha"]["slaves"]) == 1 and st["ha"]["slaves"][0]["kairosmq"] is True
+            assert st["ha"]["slaveAckOffset"] == len(log_bytes(tmp_path / "m"))
+            sst = await status(sp)
+            assert sst["ha"]["role"] == "SLAVE" and sst["ha"]["connected"] is True
+            assert sst["ha"]["masterSegmentSize"] == 16 * 1024 * 1024
+            # the slave fires nothing and runs no transaction check
+            names = {svc["name"] for svc in sst["services"]}
+            assert {"ha-client", "slave-sync"} <= names
+            assert not {"transaction-check", "timer"} & names
+            assert not any(n.startswith("schedule-level") for n in names)
+        finally:
+            await sp.close()
 
 
 async def test_new_slave_gets_the_whole_retained_log_across_segments(tmp_path) -> None:
@@ -84,21 +79,13 @@ async def test_new_slave_gets_the_whole_retained_log_across_segments(tmp_path) -
         assert len(segs) >= 3
         s = slave(tmp_path / "s", m, "--segment-size-mb", "1", "--max-message-size", "65536")
         await s.start()
-
-        async def same() -> bool:
-            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-
-        await wait_for(same, what="the slave holds every segment of the master")
+        await wait_replicated(tmp_path / "s", tmp_path / "m", "the slave holds every segment")
         assert [p.name for p in sorted((tmp_path / "s" / "store" / "commitlog").iterdir())] == [
             p.name for p in segs
         ]
         sp = await RawPeer.connect(s.address)
         try:
-
-            async def served() -> bool:
-                return sorted(x.msg_id for x in await pull_all(sp, "Old")) == keys
-
-            await wait_for(served, what="the slave serves the messages stored before it")
+            await wait_served(sp, "Old", keys, "the slave serves the messages stored before it")
         finally:
             await sp.close()
         st = await status(mp)
@@ -111,23 +98,14 @@ async def test_new_slave_gets_the_whole_retained_log_across_segments(tmp_path) -
 
 
 async def test_slave_kill9_restarts_from_its_own_max_offset(tmp_path) -> None:
-    m = master(tmp_path / "m")
-    await m.start()
-    s = slave(tmp_path / "s", m)
-    await s.start()
-    mp = await RawPeer.connect(m.address)
-    try:
+    async with running_pair(tmp_path) as (m, s, mp):
         keys = await _send_many(mp, "K9", 200)
-
-        async def same() -> bool:
-            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-
-        await wait_for(same, what="replicated before the kill")
+        await wait_replicated(tmp_path / "s", tmp_path / "m", "replicated before the kill")
         held = len(log_bytes(tmp_path / "s"))
         s.kill()
         keys += await _send_many(mp, "K9", 200, start=200)  # while the slave is down
         await s.start()
-        await wait_for(same, what="replicated after the restart")
+        await wait_replicated(tmp_path / "s", tmp_path / "m", "replicated after the restart")
 
         async def resumed() -> bool:
             slaves = (await status(mp))["ha"]["slaves"]
@@ -138,60 +116,37 @@ async def test_slave_kill9_restarts_from_its_own_max_offset(tmp_path) -> None:
         assert slaves[0]["startOffset"] == held, "it resumed where its own log ended"
         sp = await RawPeer.connect(s.address)
         try:
-
-            async def served() -> bool:
-                return sorted(x.msg_id for x in await pull_all(sp, "K9")) == keys
-
-            await wait_for(served, what="all 400 served by the restarted slave")
+            await wait_served(sp, "K9", keys, "all 400 served by the restarted slave")
         finally:
             await sp.close()
-    finally:
-        await mp.close()
-        s.terminate()
-        m.terminate()
 
 
 async def test_delayed_and_timer_messages_fire_once_on_the_master_only(tmp_path) -> None:
-    m = master(tmp_path / "m")
-    await m.start()
-    s = slave(tmp_path / "s", m)
-    await s.start()
-    mp = await RawPeer.connect(m.address)
-    sp = await RawPeer.connect(s.address)
-    try:
-        keys = []
-        for i in range(60):
-            key = f"D{i:03d}"
-            props = {"UNIQ_KEY": key}
-            if i % 2:
-                props["DELAY"] = str(1 + i % 5)
-            else:
-                props["TIMER_DELAY_MS"] = str(100 + 10 * i)
-            r = await send(mp, "Due", key.encode(), props, queue_id=0)
-            assert r.code == ResponseCode.SUCCESS, r.remark
-            keys.append(key)
-
-        async def delivered(peer: RawPeer) -> bool:
-            return sorted(x.msg_id for x in await pull_all(peer, "Due")) == keys
-
-        await wait_for(lambda: delivered(mp), what="every due message delivered on the master")
-        await wait_for(lambda: delivered(sp), what="the fired copies replicated to the slave")
-
-        async def same() -> bool:
-            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-
-        await wait_for(same, what="the slave's log is the master's")
-        await asyncio.sleep(1.5)  # any firing by the slave itself would show by now
-        assert log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-        got = [x.msg_id for x in await pull_all(sp, "Due")]
-        assert sorted(got) == keys, "each message once on the slave"
-        got = [x.msg_id for x in await pull_all(mp, "Due")]
-        assert sorted(got) == keys, "each message once on the master"
-    finally:
-        await mp.close()
-        await sp.close()
-        s.terminate()
-        m.terminate()
+    async with running_pair(tmp_path) as (_m, s, mp):
+        sp = await RawPeer.connect(s.address)
+        try:
+            keys = []
+            for i in range(60):
+                key = f"D{i:03d}"
+                props = {"UNIQ_KEY": key}
+                if i % 2:
+                    props["DELAY"] = str(1 + i % 5)
+                else:
+                    props["TIMER_DELAY_MS"] = str(100 + 10 * i)
+                r = await send(mp, "Due", key.encode(), props, queue_id=0)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                keys.append(key)
+            await wait_served(mp, "Due", keys, "every due message delivered on the master")
+            await wait_served(sp, "Due", keys, "the fired copies replicated to the slave")
+            await wait_replicated(tmp_path / "s", tmp_path / "m", "the slave's log is the master's")
+            await asyncio.sleep(1.5)  # any firing by the slave itself would show by now
+            assert log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
+            got = [x.msg_id for x in await pull_all(sp, "Due")]
+            assert sorted(got) == keys, "each message once on the slave"
+            got = [x.msg_id for x in await pull_all(mp, "Due")]
+            assert sorted(got) == keys, "each message once on the master"
+        finally:
+            await sp.close()
 
 
 async def test_second_slave_and_a_stopped_slave_leave_the_master_serving(tmp_path) -> None:
@@ -208,18 +163,10 @@ async def test_second_slave_and_a_stopped_slave_leave_the_master_serving(tmp_pat
             started = time.monotonic()
             await _send_many(mp, "Two", 300)
             assert time.monotonic() - started < 10, "sends to an ASYNC_MASTER never wait"
-
-            async def first_caught_up() -> bool:
-                return log_bytes(tmp_path / "s1") == log_bytes(tmp_path / "m")
-
-            await wait_for(first_caught_up, what="the running slave replicates")
+            await wait_replicated(tmp_path / "s1", tmp_path / "m", "the running slave replicates")
         finally:
             os.kill(s2.proc.pid, signal.SIGCONT)
-
-        async def second_caught_up() -> bool:
-            return log_bytes(tmp_path / "s2") == log_bytes(tmp_path / "m")
-
-        await wait_for(second_caught_up, what="the resumed slave catches up")
+        await wait_replicated(tmp_path / "s2", tmp_path / "m", "the resumed slave catches up")
         assert len((await status(mp))["ha"]["slaves"]) == 2
     finally:
         await mp.close()
@@ -229,12 +176,7 @@ async def test_second_slave_and_a_stopped_slave_leave_the_master_serving(tmp_pat
 
 
 async def test_slave_kill9_under_load_cuts_its_torn_tail_and_resumes(tmp_path) -> None:
-    m = master(tmp_path / "m")
-    await m.start()
-    s = slave(tmp_path / "s", m)
-    await s.start()
-    mp = await RawPeer.connect(m.address)
-    try:
+    async with running_pair(tmp_path) as (_m, s, mp):
         sender = asyncio.ensure_future(_send_many(mp, "Load", 3000, size=60))
         while len(log_bytes(tmp_path / "s")) < 200_000:  # mid-stream, records in flight
             await asyncio.sleep(0.01)
@@ -242,23 +184,13 @@ async def test_slave_kill9_under_load_cuts_its_torn_tail_and_resumes(tmp_path) -
         held = len(log_bytes(tmp_path / "s"))
         keys = await sender
         await s.start()
-
-        async def same() -> bool:
-            return log_bytes(tmp_path / "s") == log_bytes(tmp_path / "m")
-
-        await wait_for(same, timeout=40, what="the restarted slave caught up")
+        await wait_replicated(
+            tmp_path / "s", tmp_path / "m", "the restarted slave caught up", timeout=40
+        )
         slaves = (await status(mp))["ha"]["slaves"]
         assert 0 < slaves[0]["startOffset"] <= held, (slaves, held)
         sp = await RawPeer.connect(s.address)
         try:
-
-            async def served() -> bool:
-                return sorted(x.msg_id for x in await pull_all(sp, "Load")) == keys
-
-            await wait_for(served, what="every message served once by the slave")
+            await wait_served(sp, "Load", keys, "every message served once by the slave")
         finally:
             await sp.close()
-    finally:
-        await mp.close()
-        s.terminate()
-        m.terminate()
