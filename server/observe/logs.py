@@ -27,12 +27,18 @@ Invariants:
 * The processor chain is two steps (``record``: the format-2 dict, then one
   ``orjson.dumps`` fanned out to the sinks): a few microseconds per event, so one event
   per message step is affordable on the hot path.
-* With JSON sinks only, ``MessageLog`` events skip structlog; a ``LEAN_EVENTS`` event at
-  info is written as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to one
-  ``orjson.dumps`` of its fields, after the same drops ``record`` makes: the same keys
-  and values as the chain's line (``tests/server/test_lean_log_writer.py``; the Spark
-  parser reads both the same, ``tests/spark/test_lean_lines.py``). Any other event, a
-  level other than info, or fields naming ``component``/``event`` go through ``record``.
+* With JSON sinks only, ``MessageLog`` events skip structlog; a catalogued event is
+  written as its pre-made ``{"ts":..,"v":2,"event":..`` head bytes (with ``level`` for
+  an event not in ``LEAN_EVENTS``) joined to one ``orjson.dumps`` of its fields, after
+  the drops ``record`` makes for a ``LEAN_EVENTS`` event at info: byte for byte the line
+  ``record`` and one ``dumps`` make (``tests/server/test_log_batch_writer.py``), the same
+  keys and values as the chain's (``tests/server/test_lean_log_writer.py``; the Spark
+  parser reads both the same, ``tests/spark/test_lean_lines.py``). An uncatalogued
+  event, a lean one at another level, or fields naming a head key (``ts``, ``v``,
+  ``event``, ``level``, ``component``, ``uncatalogued``) go through ``record``.
+* ``MessageLog.info_many`` writes a batch of one event (each row with the ``ts`` read
+  when it happened: the scheduler's re-puts) as the same lines, handed to each sink in
+  one ``write_many`` call.
 """
 
 from __future__ import annotations

@@ -452,7 +452,7 @@ def test_wants_names_the_declared_topics_and_properties() -> None:
     def req(topic: str, props: dict[str, str]) -> DispatchRequest:
         return DispatchRequest(topic, 0, 0, 0, 0, 0, 0, props)
 
-    every = (print, None, None)
+    every = (print, None, ())
     declared = (print, frozenset({"B"}), ("Q", "P"))
     assert message_store.wants(every, req("C", {}))
     assert message_store.wants(declared, req("B", {}))
