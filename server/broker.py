@@ -150,7 +150,7 @@ class Broker:
         self.timer = TimerService(
             self.store,
             self.timer_buckets,
-            on_fired=deliveries.timer_fired,
+            on_fired=deliveries.timers_fired,
             level_recalls=self.level_recalls,
             batch=cfg.schedule_batch,
             clock_ms=self.store.clock_ms,

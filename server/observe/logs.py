@@ -27,12 +27,18 @@ Invariants:
 * The processor chain is two steps (``record``: the format-2 dict, then one
   ``orjson.dumps`` fanned out to the sinks): a few microseconds per event, so one event
   per message step is affordable on the hot path.
-* With JSON sinks only, ``MessageLog`` events skip structlog; a ``LEAN_EVENTS`` event at
-  info is written as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to one
-  ``orjson.dumps`` of its fields, after the same drops ``record`` makes: the same keys
-  and values as the chain's line (``tests/server/test_lean_log_writer.py``; the Spark
-  parser reads both the same, ``tests/spark/test_lean_lines.py``). Any other event, a
-  level other than info, or fields naming ``component``/``event`` go through ``record``.
+* With JSON sinks only, ``MessageLog`` events skip structlog; a catalogued event is
+  written as its pre-made ``{"ts":..,"v":2,"event":..`` head bytes (with ``level`` for
+  an event not in ``LEAN_EVENTS``) joined to one ``orjson.dumps`` of its fields, after
+  the drops ``record`` makes for a ``LEAN_EVENTS`` event at info: byte for byte the line
+  ``record`` and one ``dumps`` make (``tests/server/test_log_batch_writer.py``), the same
+  keys and values as the chain's (``tests/server/test_lean_log_writer.py``; the Spark
+  parser reads both the same, ``tests/spark/test_lean_lines.py``). An uncatalogued
+  event, a lean one at another level, or fields naming a head key (``ts``, ``v``,
+  ``event``, ``level``, ``component``, ``uncatalogued``) go through ``record``.
+* ``MessageLog.info_many`` writes a batch of one event (each row with the ``ts`` read
+  when it happened: the scheduler's re-puts) as the same lines, handed to each sink in
+  one ``write_many`` call.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any  # Any: structlog's processors and loggers; a log event's field values
 
@@ -105,6 +112,7 @@ _SINKS: list[BufferedSink] = []
 # skips structlog's bound-logger machinery (measured: ~14% of broker CPU under load) and
 # runs the same two steps (stamp, one orjson.dumps) into the same sinks.
 _fast_emit: Any = None
+_fast_emit_many: Any = None  # the same writer for one batch of one event's lines
 _fast_debug = False  # whether the fast path also carries debug-level message events
 _info_enabled = True  # whether info-level events are written (configure_logging sets it)
 
@@ -157,38 +165,30 @@ def configure_logging(
 
     stamp = _stamp
     processors: list[Any] = [stamp, fan_out]
-    global _fast_emit, _fast_debug, _info_enabled
-    _fast_emit = None
+    global _fast_emit, _fast_emit_many, _fast_debug, _info_enabled
+    _fast_emit = _fast_emit_many = None
     _fast_debug = lvl <= logging.DEBUG
     _info_enabled = lvl <= logging.INFO
     if not console and lvl <= logging.INFO:
-        # a LEAN_EVENTS event at info: its line is ``{"ts":..,"v":2,"event":..`` (bytes
-        # made once here) and its fields dumped once, as ``record`` would order them
-        lean = {
-            event: (b',"v":%d,"event":' % LOG_FORMAT + dumps(event) + b",", drop)
-            for event, drop in LEAN_EVENTS.items()
-        }
+        line_of = _line_maker(dumps)
         wall = time.time
         write = sinks[0].write if len(sinks) == 1 else None
 
         def emit(event: str, fields: dict[str, Any], level: str = "info") -> None:
-            head = lean.get(event) if level == "info" else None
-            if head is None or not fields or "component" in fields or "event" in fields:
-                line = dumps(record(event, fields, int(wall() * 1000), level), default=str)
-            else:
-                prefix, drop = head
-                drop_lean_fields(fields, drop)
-                body = dumps(fields, default=str)
-                line = b'{"ts":%d' % int(wall() * 1000) + (
-                    prefix + body[1:] if len(body) > 2 else prefix[:-1] + b"}"
-                )
+            line = line_of(event, fields, int(wall() * 1000), level)
             if write is not None:
                 write(line)
                 return
             for s in sinks:
                 s.write(line)
 
+        def emit_many(event: str, rows: list[tuple[int, dict[str, Any]]]) -> None:
+            lines = [line_of(event, fields, ts, "info") for ts, fields in rows]
+            for s in sinks:
+                s.write_many(lines)
+
         _fast_emit = emit
+        _fast_emit_many = emit_many
     if console:
         processors += [_console_time, structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
@@ -204,10 +204,42 @@ def configure_logging(
     return sink
 
 
+# the fields that would change a line's head (``record`` puts them first or drops them):
+# a call passing one of them is written through ``record``
+_HEAD_KEYS = frozenset(("ts", "v", "event", "level", "component", "uncatalogued"))
+
+
+def _line_maker(dumps: Callable[..., bytes]) -> Callable[[str, dict[str, Any], int, str], bytes]:
+    """``line(event, fields, ts_ms, level)``: the JSON line ``record`` + one ``dumps``
+    make for a catalogued event, written as its pre-made ``{"ts":..,"v":2,"event":..``
+    head bytes joined to one ``dumps`` of its fields (a ``LEAN_EVENTS`` event after the
+    drops ``record`` makes, at info only); any other call goes through ``record``."""
+    heads: dict[tuple[str, str], tuple[bytes, tuple[str, ...] | None]] = {}
+    for event in CATALOGUE:
+        drop = LEAN_EVENTS.get(event)
+        tail = b',"v":%d,"event":' % LOG_FORMAT + dumps(event) + b","
+        if drop is not None:
+            heads[(event, "info")] = (tail, drop)
+        for level in ("info", "warning", "error") if drop is None else ():
+            heads[(event, level)] = (tail + b'"level":' + dumps(level) + b",", None)
+
+    def line(event: str, fields: dict[str, Any], ts_ms: int, level: str) -> bytes:
+        head = heads.get((event, level))
+        if head is None or not fields or not _HEAD_KEYS.isdisjoint(fields):
+            return dumps(record(event, fields, ts_ms, level), default=str)
+        prefix, drop = head
+        if drop is not None:
+            drop_lean_fields(fields, drop)
+        body = dumps(fields, default=str)
+        return b'{"ts":%d' % ts_ms + (prefix + body[1:] if len(body) > 2 else prefix[:-1] + b"}")
+
+    return line
+
+
 def close_sinks() -> None:
     """Drain and close every sink ``configure_logging`` opened."""
-    global _fast_emit
-    _fast_emit = None
+    global _fast_emit, _fast_emit_many
+    _fast_emit = _fast_emit_many = None
     while _SINKS:
         _SINKS.pop().close()
 
@@ -233,6 +265,17 @@ class MessageLog:
             self._logger.info(event, **fields)
             return
         emit(event, fields)
+
+    def info_many(self, event: str, rows: list[tuple[int, dict[str, Any]]]) -> None:
+        """``info(event, **fields)`` for each ``(ts_ms, fields)`` of ``rows`` (a batch of
+        one event, ``ts_ms`` read when each happened): the same lines, handed to each
+        sink in one call. Through structlog (no fast emitter) each is one ``info``."""
+        emit_many = _fast_emit_many
+        if emit_many is None:
+            for _ts, fields in rows:
+                self._logger.info(event, **fields)
+            return
+        emit_many(event, rows)
 
     @property
     def enabled(self) -> bool:

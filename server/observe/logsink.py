@@ -86,6 +86,12 @@ class BufferedSink:
             self._pending.append(line)
             self._enqueued += 1
 
+    def write_many(self, lines: list[bytes]) -> None:
+        """``write`` of each line, in order, under one taking of the lock."""
+        with self._lock:
+            self._pending.extend(lines)
+            self._enqueued += len(lines)
+
     def _emit(self, data: bytes) -> None:
         raise NotImplementedError
 

@@ -5,7 +5,8 @@
 ``put`` and ``put_patched`` (``MessageStore.put`` / ``put_patched``) make the common put
 in one C function: the record built by the record twin, appended to the commit-log
 buffer at the offset ``CommitLog.reserve`` would give, its unit packed into its
-consume queue's map (``ConsumeQueue.append``), the dispatch listeners fed from a C loop
+consume queue's map (``ConsumeQueue.append``), the dispatch listeners that want the
+record (``message_store.wants``, mirrored) fed from a C loop over the dispatchers' plan
 (one that raises goes to ``MessageStore._dispatch_failed``, the reference's rule), the one
 write scheduled and the ``PutResult`` returned, with no Python frame of the store's own.
 It mirrors the reference's common case step for step: ``_put``'s checks passed (the
@@ -87,6 +88,31 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
     return cq
 
 
+cdef inline bint _wants(object topics, object names, str topic, dict properties):
+    """``message_store.wants`` for a plan entry with a declared interest."""
+    if topic in <frozenset>topics:
+        return True
+    for n in <tuple>names:
+        if n in properties:
+            return True
+    return False
+
+
+cdef _notify(store, req, str topic, dict properties):
+    """``MessageStore._notify``'s loop over the dispatchers' plan."""
+    dispatchers = store.dispatchers
+    plan = dispatchers._plan
+    if plan is None:
+        plan = dispatchers.plan()
+    for d, topics, names in <list>plan:
+        if topics is not None and not _wants(topics, names, topic, properties):
+            continue
+        try:
+            d(req)
+        except Exception as err:
+            store._dispatch_failed(d, req, err)
+
+
 cdef object _append(
     store, cq, str topic, object queue_id, dict properties, Py_ssize_t size, object code,
     object queue_offset, object store_ts, bytes record,
@@ -114,11 +140,7 @@ cdef object _append(
     req.replay = False
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
     store._cp_changed.add(cq)
-    for d in <list>store.dispatchers:  # MessageStore._notify's loop
-        try:
-            d(req)
-        except Exception as err:
-            store._dispatch_failed(d, req, err)
+    _notify(store, req, topic, properties)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)

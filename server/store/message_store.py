@@ -14,7 +14,10 @@ Invariants:
 * ``put`` is synchronous: on one event loop, "reserve, encode, append, dispatch" is
   atomic without a lock, and queue offsets are assigned in commit-log order.
 * ``dispatch`` is the only writer of consume queues and the only feed of dispatch
-  listeners (the scheduler derives its progress there); recovery replays the records
+  listeners (the scheduler derives its progress there). A listener may declare the
+  records it needs (``interested_in``: topics, property names); it is then fed only
+  those (``wants``, the one rule, read from ``Dispatchers.plan``), live or replayed, and
+  one without a declaration is fed every record; recovery replays the records
   after the checkpoint through the same ``dispatch`` with ``replay=True``
   (``replay_record``, which a slave also runs on each replicated record:
   store/replica.py; its checkpoint then records ``replica_end``, the end of the last
@@ -53,10 +56,10 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any  # Any: JSON values of the checkpoint
+from typing import Any, SupportsIndex, TypeVar  # Any: JSON values of the checkpoint
 
 from kairosmq.protocol import native
 from kairosmq.protocol.message import (
@@ -114,6 +117,91 @@ SYNCFS_OVER = 64
 ENCODE_ERRORS = (struct.error, ValueError, OverflowError)
 
 
+Dispatcher = Callable[[DispatchRequest], None]
+# a dispatcher's plan entry: the listener, and the topics (None: it hears every record)
+# and property names it declared (``interested_in``)
+PlanEntry = tuple[Dispatcher, frozenset[str] | None, tuple[str, ...]]
+
+
+_L = TypeVar("_L", bound=Callable[..., None])
+
+
+def interested_in(
+    *, topics: tuple[str, ...] = (), properties: tuple[str, ...] = ()
+) -> Callable[[_L], _L]:
+    """Declare which records a dispatch listener needs: those stored in one of ``topics``
+    or whose properties hold one of ``properties`` (records the listener would pass over
+    at its first check). The store then never calls it for the others (``wants``)."""
+
+    def mark(fn: _L) -> _L:
+        fn.dispatch_interest = (frozenset(topics), tuple(properties))  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def wants(entry: PlanEntry, req: DispatchRequest) -> bool:
+    """The one rule of a declared interest: whether ``entry``'s listener hears ``req``."""
+    _d, topics, names = entry
+    return topics is None or req.topic in topics or not req.properties.keys().isdisjoint(names)
+
+
+class Dispatchers(list[Dispatcher]):
+    """The store's dispatch listeners, in call order (a list: the broker appends to it),
+    and their ``plan``: each with its declared interest, made again after any change."""
+
+    _plan: list[PlanEntry] | None = None
+
+    def plan(self) -> list[PlanEntry]:
+        plan = self._plan
+        if plan is None:
+            plan = []
+            for d in self:
+                interest = getattr(d, "dispatch_interest", None)
+                if interest is None:
+                    plan.append((d, None, ()))
+                else:
+                    plan.append((d, interest[0], interest[1]))
+            self._plan = plan
+        return plan
+
+    def append(self, d: Dispatcher) -> None:
+        self._plan = None
+        super().append(d)
+
+    def extend(self, ds: Iterable[Dispatcher]) -> None:
+        self._plan = None
+        super().extend(ds)
+
+    def insert(self, i: SupportsIndex, d: Dispatcher) -> None:
+        self._plan = None
+        super().insert(i, d)
+
+    def remove(self, d: Dispatcher) -> None:
+        self._plan = None
+        super().remove(d)
+
+    def pop(self, i: SupportsIndex = -1) -> Dispatcher:
+        self._plan = None
+        return super().pop(i)
+
+    def clear(self) -> None:
+        self._plan = None
+        super().clear()
+
+    def __setitem__(self, i: Any, v: Any) -> None:  # Any: list's index-or-slice overloads
+        self._plan = None
+        super().__setitem__(i, v)
+
+    def __delitem__(self, i: SupportsIndex | slice) -> None:
+        self._plan = None
+        super().__delitem__(i)
+
+    def __iadd__(self, ds: Iterable[Dispatcher]) -> Dispatchers:  # type: ignore[override,misc]
+        self._plan = None
+        return super().__iadd__(ds)
+
+
 class MessageStore(StoreReads):
     def __init__(
         self,
@@ -142,7 +230,7 @@ class MessageStore(StoreReads):
         # 0.1-0.15 s of the loop every checkpoint when it was rebuilt each time)
         self._cp_queues: dict[str, int] = {}
         self._cp_changed: set[ConsumeQueue] = set()
-        self.dispatchers: list[Callable[[DispatchRequest], None]] = []
+        self.dispatchers = Dispatchers()  # the listeners; each may declare an interest
         # called with the commit-log offset a failed write rolled back to
         self.rollback_listeners: list[Callable[[int], None]] = []
         self.providers: list[StateProvider] = []
@@ -415,8 +503,13 @@ class MessageStore(StoreReads):
         self._notify(req)
 
     def _notify(self, req: DispatchRequest) -> None:
-        """Feed the dispatch listeners; one that raises is logged, never raised."""
-        for d in self.dispatchers:
+        """Feed the dispatch listeners that want ``req`` (``wants``); one that raises is
+        logged, never raised."""
+        topic, props = req.topic, req.properties
+        for d, topics, names in self.dispatchers.plan():
+            # ``wants``, inlined (a call per listener and record costs what it saves)
+            if topics is not None and topic not in topics and props.keys().isdisjoint(names):
+                continue
             try:
                 d(req)
             except Exception as err:  # noqa: BLE001 - after the append nothing may fail

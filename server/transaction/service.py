@@ -55,6 +55,7 @@ from ..put.kind import MessageKind
 from ..put.path import response_code
 from ..remoting.client_calls import notify_client
 from ..store import PutStatus
+from ..store.message_store import interested_in
 from ..store.undo import UndoLog
 from .messages import (
     CHECK_IMMUNITY,
@@ -167,6 +168,7 @@ class TransactionService:
 
     # ------------------------------------------------------------- dispatch
 
+    @interested_in(topics=(HALF_TOPIC,), properties=(TX_HALF,))  # halves, their ends
     def on_dispatch(self, req: DispatchRequest) -> None:
         props = req.properties
         if req.topic == HALF_TOPIC:

@@ -38,11 +38,44 @@ LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critic
 GROUP = "CG-logcat"
 
 
+def _batch_calls(tree: ast.Module) -> Iterator[ast.Call]:
+    """Each ``x.info_many(event, rows)`` call (``MessageLog.info_many``: one event, one
+    fields dict per row) as if it were one ``info`` call passing, as keywords, the keys of
+    the dict literals with string keys in the function that makes it."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        keys = {
+            k.value
+            for d in ast.walk(fn)
+            if isinstance(d, ast.Dict)
+            and d.keys
+            and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in d.keys)
+            for k in d.keys
+            if isinstance(k, ast.Constant)
+        }
+        for node in ast.walk(fn):
+            f = node.func if isinstance(node, ast.Call) else None
+            if isinstance(node, ast.Call) and isinstance(f, ast.Attribute) and node.args:
+                if f.attr == "info_many":
+                    kws = [ast.keyword(arg=k, value=ast.Constant(None)) for k in sorted(keys)]
+                    yield ast.Call(
+                        func=ast.Attribute(value=f.value, attr="info", ctx=ast.Load()),
+                        args=node.args[:1],
+                        keywords=kws,
+                        lineno=node.lineno,
+                        col_offset=node.col_offset,
+                    )
+
+
 def _log_calls() -> Iterator[tuple[str, int, ast.Call]]:
-    """Every ``x.<level>(...)`` call in ``server/`` with arguments, and every call of a local
-    alias of one (``info = broker.msglog.info; info("message.pulled", ...)``)."""
+    """Every ``x.<level>(...)`` call in ``server/`` with arguments, every call of a local
+    alias of one (``info = broker.msglog.info; info("message.pulled", ...)``) and every
+    ``info_many`` call (``_batch_calls``)."""
     for path in sorted([*SERVER.rglob("*.py"), *(SERVER.parent / "console").rglob("*.py")]):
         tree = ast.parse(path.read_text(), str(path))
+        for call in _batch_calls(tree):
+            yield f"{path.relative_to(SERVER.parent)}", call.lineno, call
         aliases = {
             node.targets[0].id
             for node in ast.walk(tree)

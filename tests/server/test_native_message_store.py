@@ -386,3 +386,76 @@ def test_a_unit_lands_in_the_map(cq_nat: ModuleType, tmp_path: Path) -> None:
         assert q.max_offset == 1
     finally:
         q.close()
+
+
+def _interested(heard: list[tuple[str, str, int]]) -> list[Any]:
+    """Dispatch listeners with and without a declared interest, recording what they hear."""
+
+    def hear(name: str) -> Any:
+        return lambda r: heard.append((name, r.topic, r.queue_offset))
+
+    every = hear("every")
+    topic = message_store.interested_in(topics=("A",))(hear("topic"))
+    prop = message_store.interested_in(properties=("P",))(hear("prop"))
+    both = message_store.interested_in(topics=("B",), properties=("Q", "P"))(hear("both"))
+    return [every, topic, prop, both]
+
+
+@PARITY
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["A", "B", "C"]),
+            st.dictionaries(st.sampled_from(["P", "Q", "R"]), st.sampled_from(["", "1"])),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_declared_interest_is_kept_alike(nat: ModuleType, puts: list[Any]) -> None:
+    """A listener that declares topics or property names (``interested_in``) is fed
+    exactly the records ``message_store.wants`` names, by the reference's puts and the
+    twin's, in listener order, also after the list changed; one without hears every
+    record."""
+    got = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, put in (("ref", ref.put), ("nat", nat.put)):
+            s = MessageStore(Path(tmp) / name, store_host=HOST4, segment_size=SEG)
+            s.open()
+            s._write_scheduled = True
+            heard: list[tuple[str, str, int]] = []
+            s.dispatchers.extend(_interested(heard))
+            try:
+                for i, (topic, props) in enumerate(puts):
+                    r = put(s, MessageInner(topic, 0, b"x", properties=dict(props)))
+                    assert r.status is PutStatus.PUT_OK
+                    if i == 0:  # the twin's common case from the queue's second put on
+                        s.dispatchers.append(s.dispatchers.pop())  # a change: a new plan
+                names = dict(zip(s.dispatchers, ["every", "topic", "prop", "both"], strict=True))
+                offsets: dict[str, int] = {}
+                want = []
+                for topic, props in puts:
+                    off = offsets[topic] = offsets.get(topic, -1) + 1
+                    req = DispatchRequest(topic, 0, 0, 0, 0, off, 0, props)
+                    for e in s.dispatchers.plan():
+                        if message_store.wants(e, req):
+                            want.append((names[e[0]], topic, off))
+                assert heard == want, name
+                got.append(heard)
+            finally:
+                s.close()
+    assert got[0] == got[1]
+    assert sum(h[0] == "every" for h in got[0]) == len(puts)
+
+
+def test_wants_names_the_declared_topics_and_properties() -> None:
+    def req(topic: str, props: dict[str, str]) -> DispatchRequest:
+        return DispatchRequest(topic, 0, 0, 0, 0, 0, 0, props)
+
+    every = (print, None, ())
+    declared = (print, frozenset({"B"}), ("Q", "P"))
+    assert message_store.wants(every, req("C", {}))
+    assert message_store.wants(declared, req("B", {}))
+    assert message_store.wants(declared, req("C", {"P": ""}))
+    assert not message_store.wants(declared, req("C", {"R": "1"}))
+    assert not message_store.wants((print, frozenset(), ()), req("B", {"P": "1"}))

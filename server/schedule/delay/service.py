@@ -35,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any  # Any: a service's snapshot state (JSON); the supervisor's task state
 
@@ -44,9 +45,11 @@ from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_de
 from ...clock import sub_ms, wall_ms
 from ...observe.logs import get_logger
 from ...remoting.longpoll import ArrivalNotifier
-from ...store import DispatchRequest, MessageStore, PutResult
+from ...store import DispatchRequest, MessageStore
 from ...store.consumequeue import HOLE
-from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, Target, restore_delayed_view
+from ...store.message_store import interested_in
+from ..delivered import Delivered
+from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, restore_delayed_view
 from ..waker import PreciseWaker
 
 _LEVEL_DIGITS = 4  # an origin's level: at most 4 digits (then checked against the table)
@@ -65,7 +68,7 @@ class ScheduleService:
         notifier: ArrivalNotifier,
         levels_ms: tuple[int, ...],
         *,
-        on_delivered: Callable[[Target, PutResult, int, int, int, int], None] | None = None,
+        on_delivered: Callable[[list[Delivered]], None] | None = None,
         recalled: Callable[[int], bool] | None = None,
         batch: int = 256,
         clock_ms: Callable[[], int] | None = None,
@@ -74,7 +77,8 @@ class ScheduleService:
         self.store = store
         self.notifier = notifier
         self.levels_ms = levels_ms
-        self.on_delivered = on_delivered  # DeliveryLog.delivered: stats, message.delivered
+        # DeliveryLog.delivered: stats, message.delivered (once per drain)
+        self.on_delivered = on_delivered
         # LevelRecalls.pass_record: a recalled schedule record is passed over
         self.recalled = recalled
         self.batch = batch
@@ -108,6 +112,7 @@ class ScheduleService:
             if level in self.progress and 0 <= off < 1 << 63:
                 self.progress[level] = off
 
+    @interested_in(properties=(SCHEDULE_ORIGIN,))  # its re-puts, fresh or replayed
     def on_dispatch(self, req: DispatchRequest) -> None:
         props = req.properties
         if req.topic == SCHEDULE_TOPIC:
@@ -324,8 +329,14 @@ class ScheduleService:
                 self.progress[level] = off + 1
             if attempt.outcome is Outcome.DONE and self.on_delivered is not None:
                 assert attempt.target is not None and attempt.result is not None
-                self.on_delivered(attempt.target, attempt.result, level, off, deliver_ts, now)
+                done.append(
+                    (attempt.target, attempt.result, level, off, deliver_ts, now, time.time())
+                )
 
-        if self.reputs.put_many(batch, _RECALLED, settle) < len(batch):
-            return False  # a RETRY: the same record on the next round
-        return True
+        done: list[Delivered] = []
+        try:
+            settled = self.reputs.put_many(batch, _RECALLED, settle)
+        finally:
+            if done and self.on_delivered is not None:
+                self.on_delivered(done)
+        return settled == len(batch)  # else a RETRY: the same record on the next round

@@ -35,10 +35,11 @@ Invariants:
   bucket is loaded while ``max_loaded`` entries wait (a backlog after downtime drains
   bucket by bucket, in due order).
 * Batches: a fire turn takes up to ``batch`` due entries, reads their records at once
-  and re-puts them with one ``Reputs.put_many``; each is settled (cursor, stats, event)
-  right after its own put, before the next is tried, so progress, skips and a RETRY
-  move exactly as with one put at a time, and the dispatch of a fired copy knows its
-  origin by the identity of its properties (no parse).
+  and re-puts them with one ``Reputs.put_many``; each is settled (cursor, the wall clock
+  read for its lateness) right after its own put, before the next is tried, so
+  progress, skips and a RETRY move exactly as with one put at a time, and the dispatch
+  of a fired copy knows its origin by the identity of its properties (no parse). The
+  batch's stats and ``timer.fired`` events go to ``on_fired`` once, after it.
 * Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
   paced until just before it starts; its sorted slices join the heap as they fall due.
 """
@@ -65,10 +66,12 @@ from kairosmq.protocol.timer import TIMER_OUT_MS
 
 from ...clock import sub_ms, wall_ms
 from ...observe.logs import get_logger
-from ...store import DispatchRequest, MessageStore, PutResult
+from ...store import DispatchRequest, MessageStore
+from ...store.message_store import interested_in
 from ...store.record_check import stored_physical_offset
+from ..delivered import Fired
 from ..recalls import LevelRecalls
-from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, Target, restore_timer_view
+from ..reput import RETRY_PAUSE, Attempt, Outcome, PutPatched, Reputs, restore_timer_view
 from ..waker import PreciseWaker
 from .buckets import KIND_CANCEL, TimerBuckets, cancels
 from .retention import RetentionWalk
@@ -89,7 +92,7 @@ class TimerService:
         store: MessageStore,
         buckets: TimerBuckets,
         *,
-        on_fired: Callable[[Target, PutResult, int], None] | None = None,
+        on_fired: Callable[[list[Fired]], None] | None = None,
         level_recalls: LevelRecalls | None = None,
         clock_ms: Callable[[], int] | None = None,
         batch: int = 256,
@@ -100,7 +103,8 @@ class TimerService:
     ) -> None:
         self.store = store
         self.buckets = buckets
-        self.on_fired = on_fired  # DeliveryLog.timer_fired: stats, timer.fired
+        self.on_fired = on_fired  # DeliveryLog.timers_fired: stats, timer.fired
+        self._fired: list[Fired] = []  # this put_many's DONE re-puts, for on_fired
         # recalled schedule records not yet passed (the level tasks read them)
         self.level_recalls = level_recalls if level_recalls is not None else LevelRecalls()
         self.clock_ms = clock_ms or wall_ms  # the broker passes the store's clock
@@ -213,6 +217,7 @@ class TimerService:
 
     # ------------------------------------------------------------- dispatch
 
+    @interested_in(topics=(TIMER_TOPIC,), properties=(TIMER_ORIGIN,))  # timers, recalls, fires
     def on_dispatch(self, req: DispatchRequest) -> None:
         props = req.properties
         if req.topic == TIMER_TOPIC:
@@ -492,7 +497,13 @@ class TimerService:
                 if rec is not None and stored_physical_offset(rec) != phy:
                     rec = None
                 batch.append((rec, due, phy))
-            settled = self.reputs.put_many(batch, _UNREAD, self._settle)
+            try:
+                settled = self.reputs.put_many(batch, _UNREAD, self._settle)
+            finally:
+                if self._fired:
+                    done, self._fired = self._fired, []
+                    if self.on_fired is not None:
+                        self.on_fired(done)
             fired += settled
             if settled < len(batch):  # a RETRY: it and the rest back at the head
                 for e in due_now:  # nothing overtakes them
@@ -510,7 +521,7 @@ class TimerService:
             self.cursor = (due, phy)
         if self.on_fired is not None:
             assert attempt.target is not None and attempt.result is not None
-            self.on_fired(attempt.target, attempt.result, due)
+            self._fired.append((attempt.target, attempt.result, due, time.time()))
 
     def _skip(self, due: int, phy: int, reason: str) -> None:
         self.skipped += 1
