@@ -32,6 +32,8 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.headers": "kairosmq.protocol._headers",
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
+    "kairosmq.server.handlers.send": "kairosmq.server.handlers._send",
+    "kairosmq.server.put.path": "kairosmq.server.put._path",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
