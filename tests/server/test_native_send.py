@@ -18,6 +18,7 @@ writer (``configure_logging``'s fast emitter) writes the same lines for both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import random
@@ -55,6 +56,8 @@ from kairosmq.server.handlers import send
 from kairosmq.server.handlers.send import SendMessageProcessor
 from kairosmq.server.observe import logs
 from kairosmq.server.put import path
+from kairosmq.server.remoting import transport
+from kairosmq.server.remoting.transport import Connection, RemotingServer
 from structlog.testing import capture_logs
 
 from tests.protocol.captures import entries_with_code, frame_bytes
@@ -72,11 +75,43 @@ PARITY = settings(
 MAX_BODY = 2048  # small, so that a body over the limit is cheap to make
 
 
+class Wire:
+    """Stands in for the socket under a ``Connection``: keeps the bytes written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _with(base: type, methods: dict[str, Any]) -> type:
+    """A subclass of ``base`` with ``methods`` (the reference's or the twin's)."""
+    return type(f"{base.__name__}Under", (base,), dict(methods))
+
+
 class Side:
-    """One broker's services and its send handler: the reference's or the twins'."""
+    """One broker's services and its send handler: the reference's or the twins'; with
+    ``wire`` (the transport's per-request methods), a ``Connection`` of the broker's
+    ``RemotingServer`` fed whole frames runs them too."""
 
     def __init__(
-        self, tmp: Path, handle: Any, put: Any, entry: Any = None, **overrides: Any
+        self,
+        tmp: Path,
+        handle: Any,
+        put: Any,
+        entry: Any = None,
+        wire: ModuleType | Any = None,
+        **overrides: Any,
     ) -> None:
         self.s = s = Services(tmp, max_message_size=MAX_BODY, **overrides)
         s.store.clock_ms = lambda: NOW  # one pinned clock: store, put path, send handler
@@ -105,6 +140,52 @@ class Side:
         s.topics.create("T2", 8)
         s.topics.create("RO", 4, perm=PERM_READ)
         s.topics.create("%RETRY%G1", 1)
+        w = transport.reference if wire is None else wire
+        server = s.broker.server
+        server.__class__ = _with(
+            RemotingServer,
+            {"dispatch": w.dispatch, "mark_dirty": w.mark_dirty, "_tick": _tick_of(w)},
+        )
+        conn_cls = _with(
+            Connection,
+            {
+                "data_received": w.data_received,
+                "_process": _process_of(w),
+                "send": w.send,
+                "flush_out": w.flush_out,
+            },
+        )
+        codes = (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        )
+        self.wired = conn_cls(server, {int(c): self.handler for c in codes}, "broker")
+        self.wired.peer, self.wired.peer_port = self.conn.peer, self.conn.peer_port
+        self.wired.peer_ip, self.wired.born_ip = self.conn.peer_ip, self.conn.born_ip
+        self.wire = Wire()
+        self.wired.transport = self.wire  # type: ignore[assignment]
+
+    async def frames(self, data: bytes, count: int) -> dict[int, bytes]:
+        """``data`` (whole frames) fed to the connection: its ``count`` answers by opaque."""
+        self.wired.data_received(data)
+        answers: dict[int, bytes] = {}
+        for _ in range(2000):
+            await asyncio.sleep(0)
+            reader = FrameReader(8 << 20)
+            reader.feed(bytes(self.wire.data))
+            got = [encode_command(c) for c in reader]
+            answers = {}
+            for frame in got:
+                reader = FrameReader(8 << 20)
+                reader.feed(frame)
+                (cmd,) = list(reader)
+                answers[cmd.opaque] = frame
+            if len(answers) >= count:
+                break
+            await asyncio.sleep(0.001)
+        self.wire.data.clear()
+        return answers
 
     async def answer(self, cmd: RemotingCommand) -> bytes:
         out = self.handler(self.conn, cmd)
@@ -129,22 +210,37 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def nat() -> tuple[ModuleType, ModuleType]:
-    return twin("server.handlers.send"), twin("server.put.path")
+def nat() -> tuple[ModuleType, ModuleType, ModuleType]:
+    return twin("server.handlers.send"), twin("server.put.path"), twin("server.remoting.transport")
 
 
-def _sides(tmp: Path, nat: tuple[ModuleType, ModuleType], **overrides: Any) -> tuple[Side, Side]:
-    send_twin, path_twin = nat
+def _tick_of(w: Any) -> Any:
+    return getattr(w, "tick", None) or w._tick
+
+
+def _process_of(w: Any) -> Any:
+    return getattr(w, "process", None) or w._process
+
+
+def _sides(
+    tmp: Path, nat: tuple[ModuleType, ModuleType, ModuleType], **overrides: Any
+) -> tuple[Side, Side]:
+    send_twin, path_twin, transport_twin = nat
     ref = Side(tmp / "ref", send.reference.handle_send, path.reference.put, **overrides)
     nat_side = Side(
-        tmp / "nat", send_twin.handle_send, path_twin.put, send_twin.GuardedSend, **overrides
+        tmp / "nat",
+        send_twin.handle_send,
+        path_twin.put,
+        send_twin.GuardedSend,
+        transport_twin,
+        **overrides,
     )
     return ref, nat_side
 
 
 @pytest.fixture(scope="module")
 def sides(
-    tmp_path_factory: pytest.TempPathFactory, nat: tuple[ModuleType, ModuleType]
+    tmp_path_factory: pytest.TempPathFactory, nat: tuple[ModuleType, ModuleType, ModuleType]
 ) -> Iterator[tuple[Side, Side, asyncio.AbstractEventLoop]]:
     loop = asyncio.new_event_loop()
     ref, nat_side = _sides(tmp_path_factory.mktemp("send"), nat)
@@ -235,6 +331,27 @@ def test_generated_sends_are_answered_and_stored_alike(
     assert nat_side.state() == ref.state()
 
 
+@settings(PARITY, max_examples=25)
+@given(reqs=st.lists(send_requests(), min_size=1, max_size=24))
+def test_generated_frames_through_the_transport_are_answered_alike(
+    sides: tuple[Side, Side, asyncio.AbstractEventLoop],
+    reqs: list[tuple[RemotingCommand, int]],
+) -> None:
+    """The same requests as whole frames in one read (more than FRAMES_PER_TURN at times)
+    through each side's ``Connection``: the transport's per-request steps, the send and
+    the put of that side: the same answer frames, stats and records."""
+    ref, nat_side, loop = sides
+    cmds = [dataclasses.replace(cmd, opaque=n) for n, (cmd, _) in enumerate(reqs)]
+    data = b"".join(encode_command(c) for c in cmds)
+    random.seed(reqs[0][1])
+    got_ref = loop.run_until_complete(ref.frames(data, len(cmds)))
+    random.seed(reqs[0][1])
+    got_nat = loop.run_until_complete(nat_side.frames(data, len(cmds)))
+    assert len(got_ref) == len(cmds)
+    assert got_nat == got_ref
+    assert nat_side.state() == ref.state()
+
+
 def test_the_common_send_takes_the_twin(
     sides: tuple[Side, Side, asyncio.AbstractEventLoop],
 ) -> None:
@@ -275,7 +392,9 @@ def test_stock_client_send_frames_are_answered_alike(
     assert nat_side.state() == ref.state()
 
 
-def test_sync_flush_answers_alike(tmp_path: Path, nat: tuple[ModuleType, ModuleType]) -> None:
+def test_sync_flush_answers_alike(
+    tmp_path: Path, nat: tuple[ModuleType, ModuleType, ModuleType]
+) -> None:
     ref, nat_side = _sides(tmp_path, nat, flush_mode=FlushMode.SYNC_FLUSH)
     loop = asyncio.new_event_loop()
     try:
@@ -291,7 +410,7 @@ def test_sync_flush_answers_alike(tmp_path: Path, nat: tuple[ModuleType, ModuleT
 
 
 def test_the_hot_path_writer_writes_the_same_lines(
-    tmp_path: Path, nat: tuple[ModuleType, ModuleType]
+    tmp_path: Path, nat: tuple[ModuleType, ModuleType, ModuleType]
 ) -> None:
     """``message.scheduled`` / ``message.stored`` through the fast emitter (the broker's
     logging): the same lines, ``ts`` pinned."""
