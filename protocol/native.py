@@ -33,6 +33,7 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
     "kairosmq.server.handlers.send": "kairosmq.server.handlers._send",
+    "kairosmq.server.observe.logs": "kairosmq.server.observe._logs",
     "kairosmq.server.put.path": "kairosmq.server.put._path",
     "kairosmq.server.remoting.transport": "kairosmq.server.remoting._transport",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",

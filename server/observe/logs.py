@@ -41,10 +41,12 @@ import logging
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any  # Any: structlog's processors and loggers; a log event's field values
 
 import orjson
 import structlog
+from kairosmq.protocol import native
 from kairosmq.protocol.events import (
     CATALOGUE,
     COMMON,
@@ -188,7 +190,7 @@ def configure_logging(
             for s in sinks:
                 s.write(line)
 
-        _fast_emit = emit
+        _fast_emit = emit if _twin is None else _twin.LeanEmitter(lean, wall, write, sinks)
     if console:
         processors += [_console_time, structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
@@ -252,3 +254,21 @@ class MessageLog:
             self._logger.debug(event, **fields)
         elif _fast_debug:
             emit(event, fields, "debug")
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``configure_logging``'s ``emit`` above is the reference (tests/server/
+# test_lean_log_writer.py and test_native_send.py hold the twin to it); the twin's
+# ``LeanEmitter`` (``_logs.pyx``) is configured in its place when protocol/native.py
+# chooses it.
+
+
+def _load_twin() -> ModuleType:
+    from . import _logs  # type: ignore[attr-defined]
+
+    twin: ModuleType = _logs  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
