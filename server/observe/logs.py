@@ -33,6 +33,7 @@ Invariants:
   and values as the chain's line (``tests/server/test_lean_log_writer.py``; the Spark
   parser reads both the same, ``tests/spark/test_lean_lines.py``). Any other event, a
   level other than info, or fields naming ``component``/``event`` go through ``record``.
+  On the native core that writer is ``_logs.pyx``'s ``LeanEmitter`` (the same steps).
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ Invariants:
   authorized holders. So the held total never exceeds the budget by more than one socket
   read. A legitimate frame is at most ``max_message_size`` plus its header (4 MiB): the
   default budget holds 64 of them in flight at once.
+* The per-request steps (``data_received``, ``_process``, ``send``, ``flush_out``,
+  ``dispatch``, ``mark_dirty``, ``_tick``) here are the reference; their native twin
+  (``_transport.pyx``) runs them compiled on the native core and hands a response frame,
+  an ACL-checked request and an unknown code to them.
 """
 
 from __future__ import annotations

@@ -355,8 +355,9 @@ def test_generated_frames_through_the_transport_are_answered_alike(
 def test_the_common_send_takes_the_twin(
     sides: tuple[Side, Side, asyncio.AbstractEventLoop],
 ) -> None:
-    """A delayed and a plain send to a known topic (the twins' own path: no fallback
-    could have made them equal) store the same records as the reference."""
+    """Stock-shaped delayed and plain sends to a known topic from a validated group (the
+    twins' common case, handled in C without the reference) store the same records,
+    counters and answers as the reference's."""
     ref, nat_side, loop = sides
     for i, delay in enumerate(["2", None, "1"]):
         props = {UNIQ_KEY: f"7F00000100002A9F0000{i:012X}", WAIT: "true", TAGS: "tag"}
