@@ -34,6 +34,7 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
     "kairosmq.server.handlers.send": "kairosmq.server.handlers._send",
     "kairosmq.server.observe.logs": "kairosmq.server.observe._logs",
+    "kairosmq.server.observe.logsink": "kairosmq.server.observe._logsink",
     "kairosmq.server.put.path": "kairosmq.server.put._path",
     "kairosmq.server.remoting.transport": "kairosmq.server.remoting._transport",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",

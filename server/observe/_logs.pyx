@@ -8,12 +8,15 @@ step: a ``LEAN_EVENTS`` event at info with fields naming neither ``component`` n
 ``orjson.dumps`` of its fields after ``events.drop_lean_fields``' drops (inline: the
 format-1-only fields, a ``reconsume_times`` of 0); every other call goes through
 ``record``, as the reference's does. The line goes to the one sink's ``write`` (or to
-each sink's).
+each sink's). ``info`` is ``MessageLog.info``: the configured writer called with the
+fields, or structlog without one.
 """
 
 import orjson
 
 from kairosmq.protocol.events import record as _record
+
+from . import logs as _logs_ref
 
 cdef object _dumps = orjson.dumps
 cdef object _str = str
@@ -54,3 +57,12 @@ cdef class LeanEmitter:
             return
         for s in self.sinks:
             s.write(line)
+
+
+def info(self, event, **fields):
+    """``MessageLog.info``."""
+    emit = _logs_ref._fast_emit
+    if emit is None:
+        self._logger.info(event, **fields)
+        return
+    emit(event, fields)

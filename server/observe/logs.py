@@ -259,10 +259,10 @@ class MessageLog:
 
 # ------------------------------------------------------------------ the native twin
 
-# ``configure_logging``'s ``emit`` above is the reference (tests/server/
-# test_lean_log_writer.py and test_native_send.py hold the twin to it); the twin's
-# ``LeanEmitter`` (``_logs.pyx``) is configured in its place when protocol/native.py
-# chooses it.
+# ``configure_logging``'s ``emit`` and ``MessageLog.info`` above are the reference
+# (tests/server/test_lean_log_writer.py and test_native_send.py hold the twin to them);
+# the twin's ``LeanEmitter`` (``_logs.pyx``) is configured in place of ``emit`` and its
+# ``info`` replaces ``MessageLog.info`` when protocol/native.py chooses it.
 
 
 def _load_twin() -> ModuleType:
@@ -273,3 +273,5 @@ def _load_twin() -> ModuleType:
 
 
 _twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    MessageLog.info = _twin.info  # type: ignore[method-assign]
