@@ -33,6 +33,27 @@ cdef dict _LANG_BY_NAME = {m.name: m for m in LanguageCode}
 cdef dict _LANG_VALUES = {m.value: m for m in LanguageCode}
 cdef object _OTHER = LanguageCode.OTHER
 cdef object _JAVA = LanguageCode.JAVA
+cdef object _LanguageCode = LanguageCode
+cdef dict _NAME_OF_LANG = {m: m.name for m in LanguageCode}
+cdef object _RemotingCommand = RemotingCommand
+cdef object _new = object.__new__
+
+
+cdef object _command(
+    code, opaque, flag, language, version, remark, fields, body, serialize_type
+):
+    """``RemotingCommand(...)``: the dataclass's fields set without running its ``__init__``."""
+    cmd = _new(_RemotingCommand)
+    cmd.code = code
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.language = language
+    cmd.version = version
+    cmd.remark = remark
+    cmd.ext_fields = fields
+    cmd.body = body
+    cmd.serialize_type = serialize_type
+    return cmd
 cdef object _loads = orjson.loads
 cdef object _dumps = orjson.dumps
 cdef object _JSONDecodeError = orjson.JSONDecodeError
@@ -107,7 +128,7 @@ cdef object _decode_json_header(bytes raw, bytes body):
     if not (_is_i32(code) and _is_i32(opaque) and _is_i32(flag) and _is_i32(version)):
         code, opaque = _int_field(h, "code"), _int_field(h, "opaque", 0)
         flag, version = _int_field(h, "flag", 0), _int_field(h, "version", 0)
-    return RemotingCommand(
+    return _command(
         code,
         opaque,
         flag,
@@ -160,7 +181,7 @@ cdef object _decode_binary_header(const uint8_t* raw, Py_ssize_t n, bytes body):
             fields[key] = PyUnicode_DecodeUTF8(<const char*>raw + vstart, pos - vstart, NULL)
     except UnicodeDecodeError as err:
         raise MalformedFrame(f"binary header text is not UTF-8: {err}") from err
-    return RemotingCommand(
+    return _command(
         <int16_t>_u16(raw),
         <int32_t>_u32(raw + 5),
         <int32_t>_u32(raw + 9),
@@ -276,7 +297,8 @@ cdef bytes _json_header(object cmd):
     if ext:
         h["extFields"] = ext
     h["flag"] = cmd.flag
-    h["language"] = cmd.language.name
+    lang = cmd.language
+    h["language"] = _NAME_OF_LANG[lang] if type(lang) is _LanguageCode else lang.name
     h["opaque"] = cmd.opaque
     remark = cmd.remark
     if remark is not None:

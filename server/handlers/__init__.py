@@ -10,12 +10,13 @@ config values); a handler is a processor's bound ``handle_x(conn, cmd)`` returni
 ``ingress`` check, then does the work.
 
 Invariants: every handler in both tables is wrapped by ``ingress.guarded``, which answers,
-counts and logs (``request.rejected``) a refused or undecodable request. A request that
-changed the topic table (a send or send-back that auto-created its topic, a heartbeat
-that created retry topics, UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, a DLQ
-resend) is answered once ``topics.json`` holds the change (``after_topic_write``; the
-write itself runs in the background, coalesced: ``server/tables/table_file.py``). A route lookup
-never changes the table.
+counts and logs (``request.rejected``) a refused or undecodable request (on the native
+core the send handlers' two wrappers are one C call, ``send.GuardedSend``: the same
+rules). A request that changed the topic table (a send or send-back that auto-created
+its topic, a heartbeat that created retry topics, UPDATE_AND_CREATE_TOPIC,
+DELETE_TOPIC_IN_BROKER, a DLQ resend) is answered once ``topics.json`` holds the change
+(``after_topic_write``; the write itself runs in the background, coalesced:
+``server/tables/table_file.py``). A route lookup never changes the table.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..remoting.ingress import guarded
 from ..remoting.transport import Handler
 from ..schedule.pending.actions import PendingActions
 from ..schedule.pending.browse import PendingView
+from . import send as send_module
 from .admin.broker import AdminBrokerProcessor
 from .admin.broker_config import BrokerConfigProcessor
 from .admin.callbacks import ConsumerCallbackProcessor
@@ -288,7 +290,7 @@ def broker_table(b: Broker) -> dict[int, Handler]:
     end_tx = EndTransactionProcessor(transactions=b.transactions, log=b.log)
     tx_status = TransactionStatusProcessor(transactions=b.transactions)
     tx_admin = TransactionAdminProcessor(transactions=b.transactions, log=b.log)
-    return _guarded(
+    table = _guarded(
         b,
         {
             R.SEND_MESSAGE: send.handle_send,
@@ -356,6 +358,11 @@ def broker_table(b: Broker) -> dict[int, Handler]:
         },
         TOPIC_CHANGING,
     )
+    entry = send_module.GuardedSend  # send.py's twin: the two wrappers above in one C call
+    if entry is not None:
+        for code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE):
+            table[code] = entry(send.handle_send, b.topics, b.stats, b.log)
+    return table
 
 
 def namesrv_table(b: Broker) -> dict[int, Handler]:

@@ -21,6 +21,12 @@ request that passed every check. A batch has no count limit (RocketMQ has none: 
 stored, that many per loop turn (a task), and answered only if every stored part is
 written (``transport.AckedAnswer``: one ack token per part); its queue offsets are
 consecutive unless another send to the same queue lands between two parts.
+
+Native twin: ``_send.pyx`` (``protocol/native.py`` chooses it) makes the common single send
+(a known, writable user topic; no batch, half message or timer) in one C function and
+hands every other request to ``handle_send`` here, the reference, before changing
+anything; its ``GuardedSend`` is the handler table's wrapping of the send codes
+(``handlers/__init__.py``). ``tests/server/test_native_send.py`` holds both to this module.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Generator
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any  # Any: structlog's logger; answers; V1/V2 send headers
 
+from kairosmq.protocol import native
 from kairosmq.protocol.codes import (
     PERM_WRITE,
     SYSFLAG_TRANSACTION_PREPARED,
@@ -408,3 +416,27 @@ class SendMessageProcessor:
             ext_fields=response.ext_fields,
             remark="stored, but the disk flush did not finish in time",
         )
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``SendMessageProcessor.handle_send`` above is the reference
+# (tests/server/test_native_send.py holds the twin to it); the twin's (``_send.pyx``:
+# the common single send in one C function) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(handle_send=SendMessageProcessor.handle_send)
+# the twin's send entry: handlers/__init__.py's wrapping of the send handlers
+# (``ingress.guarded`` over ``after_topic_write``) in one C call; None on the pure core
+GuardedSend: Callable[[Any, TopicConfigManager, BrokerStats, Any], Any] | None = None
+
+
+def _load_twin() -> ModuleType:
+    from . import _send  # type: ignore[attr-defined]
+
+    twin: ModuleType = _send  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    SendMessageProcessor.handle_send = _twin.handle_send  # type: ignore[method-assign]
+    GuardedSend = _twin.GuardedSend

@@ -39,6 +39,9 @@ Invariants:
 * ``MessageLog.info_many`` writes a batch of one event (each row with the ``ts`` read
   when it happened: the scheduler's re-puts) as the same lines, handed to each sink in
   one ``write_many`` call.
+* On the native core that writer is ``_logs.pyx``'s ``LineEmitter`` (``emit`` and
+  ``emit_many`` step for step, from the same head bytes) and ``MessageLog.info`` its
+  ``info``.
 """
 
 from __future__ import annotations
@@ -48,10 +51,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any  # Any: structlog's processors and loggers; a log event's field values
 
 import orjson
 import structlog
+from kairosmq.protocol import native
 from kairosmq.protocol.events import (
     CATALOGUE,
     COMMON,
@@ -170,7 +175,8 @@ def configure_logging(
     _fast_debug = lvl <= logging.DEBUG
     _info_enabled = lvl <= logging.INFO
     if not console and lvl <= logging.INFO:
-        line_of = _line_maker(dumps)
+        heads = _line_heads(dumps)
+        line_of = _line_maker(heads, dumps)
         wall = time.time
         write = sinks[0].write if len(sinks) == 1 else None
 
@@ -187,8 +193,11 @@ def configure_logging(
             for s in sinks:
                 s.write_many(lines)
 
-        _fast_emit = emit
-        _fast_emit_many = emit_many
+        if _twin is None:
+            _fast_emit, _fast_emit_many = emit, emit_many
+        else:
+            native_emit = _twin.LineEmitter(heads, wall, write, sinks)
+            _fast_emit, _fast_emit_many = native_emit, native_emit.many
     if console:
         processors += [_console_time, structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
@@ -209,12 +218,14 @@ def configure_logging(
 _HEAD_KEYS = frozenset(("ts", "v", "event", "level", "component", "uncatalogued"))
 
 
-def _line_maker(dumps: Callable[..., bytes]) -> Callable[[str, dict[str, Any], int, str], bytes]:
-    """``line(event, fields, ts_ms, level)``: the JSON line ``record`` + one ``dumps``
-    make for a catalogued event, written as its pre-made ``{"ts":..,"v":2,"event":..``
-    head bytes joined to one ``dumps`` of its fields (a ``LEAN_EVENTS`` event after the
-    drops ``record`` makes, at info only); any other call goes through ``record``."""
-    heads: dict[tuple[str, str], tuple[bytes, tuple[str, ...] | None]] = {}
+LineHeads = dict[tuple[str, str], tuple[bytes, tuple[str, ...] | None]]
+
+
+def _line_heads(dumps: Callable[..., bytes]) -> LineHeads:
+    """``(event, level) -> (the line's bytes after "ts", its drop fields or None)`` for
+    every catalogued event: a ``LEAN_EVENTS`` event at info only (no ``level`` key, its
+    drops), any other at info, warning and error (with its ``level``)."""
+    heads: LineHeads = {}
     for event in CATALOGUE:
         drop = LEAN_EVENTS.get(event)
         tail = b',"v":%d,"event":' % LOG_FORMAT + dumps(event) + b","
@@ -222,6 +233,16 @@ def _line_maker(dumps: Callable[..., bytes]) -> Callable[[str, dict[str, Any], i
             heads[(event, "info")] = (tail, drop)
         for level in ("info", "warning", "error") if drop is None else ():
             heads[(event, level)] = (tail + b'"level":' + dumps(level) + b",", None)
+    return heads
+
+
+def _line_maker(
+    heads: LineHeads, dumps: Callable[..., bytes]
+) -> Callable[[str, dict[str, Any], int, str], bytes]:
+    """``line(event, fields, ts_ms, level)``: the JSON line ``record`` + one ``dumps``
+    make for a catalogued event, written as its pre-made ``{"ts":..,"v":2,"event":..``
+    head bytes (``heads``) joined to one ``dumps`` of its fields (a ``LEAN_EVENTS`` event
+    after the drops ``record`` makes); any other call goes through ``record``."""
 
     def line(event: str, fields: dict[str, Any], ts_ms: int, level: str) -> bytes:
         head = heads.get((event, level))
@@ -295,3 +316,24 @@ class MessageLog:
             self._logger.debug(event, **fields)
         elif _fast_debug:
             emit(event, fields, "debug")
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``configure_logging``'s ``emit``/``emit_many`` and ``MessageLog.info`` above are the
+# reference (tests/server/test_lean_log_writer.py, test_log_batch_writer.py and
+# test_native_send.py hold the twin to them); the twin's ``LineEmitter`` (``_logs.pyx``)
+# is configured in their place and its ``info`` replaces ``MessageLog.info`` when
+# protocol/native.py chooses it.
+
+
+def _load_twin() -> ModuleType:
+    from . import _logs  # type: ignore[attr-defined]
+
+    twin: ModuleType = _logs  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    MessageLog.info = _twin.info  # type: ignore[method-assign]

@@ -28,7 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
+
+from kairosmq.protocol import native
 
 ACTIVE_NAME = "broker.jsonl"
 MAX_PENDING = 1_000_000
@@ -231,3 +234,21 @@ class RotatingJsonSink(BufferedSink):
 
     def _close_output(self) -> None:
         self._file.close()
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``BufferedSink.write`` above is the reference; the twin's (``_logsink.pyx``: the same
+# steps without a Python frame) replaces it when protocol/native.py chooses it.
+
+
+def _load_twin() -> ModuleType:
+    from . import _logsink  # type: ignore[attr-defined]
+
+    twin: ModuleType = _logsink  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    BufferedSink.write = _twin.write  # type: ignore[method-assign]

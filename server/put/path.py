@@ -16,14 +16,19 @@ Invariants:
 * A timer is never stored behind the fired cursor: its due time is the one
   ``admit_timer`` (``TimerService.admit``) gives, passed in at construction.
 * Synchronous, on the event loop, like ``MessageStore.put``.
+* ``PutPath.put`` here is the reference; its native twin (``_path.pyx``) makes a NORMAL
+  or DELAYED put in one C function and hands every other kind to it
+  (``tests/server/test_native_send.py`` holds the twin to it).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING
 
+from kairosmq.protocol import native
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
@@ -197,3 +202,23 @@ class PutPath:
                 phy_offset=result.phy_offset,
             )
         return result
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``PutPath.put`` above is the reference (tests/server/test_native_send.py holds the twin
+# to it); the twin's (``_path.pyx``: a NORMAL or DELAYED put in one C function) replaces
+# it when protocol/native.py chooses it.
+reference = SimpleNamespace(put=PutPath.put)
+
+
+def _load_twin() -> ModuleType:
+    from . import _path  # type: ignore[attr-defined]
+
+    twin: ModuleType = _path  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    PutPath.put = _twin.put  # type: ignore[method-assign]

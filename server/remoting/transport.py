@@ -51,6 +51,10 @@ Invariants:
   authorized holders. So the held total never exceeds the budget by more than one socket
   read. A legitimate frame is at most ``max_message_size`` plus its header (4 MiB): the
   default budget holds 64 of them in flight at once.
+* The per-request steps (``data_received``, ``_process``, ``send``, ``flush_out``,
+  ``dispatch``, ``mark_dirty``, ``_tick``) here are the reference; their native twin
+  (``_transport.pyx``) runs them compiled on the native core and hands a response frame,
+  an ACL-checked request and an unknown code to them.
 """
 
 from __future__ import annotations
@@ -61,8 +65,10 @@ import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
 from typing import Any  # Any: structlog's logger; flush acks; uvloop's server sockets
 
+from kairosmq.protocol import native
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import FLAG_ONEWAY, LanguageCode, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
@@ -624,3 +630,37 @@ class RemotingServer:
         for srv in self.servers:
             await srv.wait_closed()
         self.servers.clear()
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The per-request steps above are the reference (``tests/server/test_native_send.py``
+# and the transport tests on both cores hold the twin to them); the twin's
+# (``_transport.pyx``) replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    data_received=Connection.data_received,
+    process=Connection._process,
+    send=Connection.send,
+    flush_out=Connection.flush_out,
+    dispatch=RemotingServer.dispatch,
+    mark_dirty=RemotingServer.mark_dirty,
+    tick=RemotingServer._tick,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _transport  # type: ignore[attr-defined]
+
+    twin: ModuleType = _transport  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    Connection.data_received = _twin.data_received  # type: ignore[method-assign]
+    Connection._process = _twin._process  # type: ignore[method-assign]
+    Connection.send = _twin.send  # type: ignore[method-assign]
+    Connection.flush_out = _twin.flush_out  # type: ignore[method-assign]
+    RemotingServer.dispatch = _twin.dispatch  # type: ignore[method-assign]
+    RemotingServer.mark_dirty = _twin.mark_dirty  # type: ignore[method-assign]
+    RemotingServer._tick = _twin._tick  # type: ignore[method-assign]

@@ -47,8 +47,32 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, str]:
 @given(calls())
 def test_the_line_maker_writes_record_s_line(call: tuple[str, dict[str, Any], int, str]) -> None:
     event, fields, ts, level = call
-    line = logs._line_maker(orjson.dumps)(event, dict(fields), ts, level)
+    heads = logs._line_heads(orjson.dumps)
+    line = logs._line_maker(heads, orjson.dumps)(event, dict(fields), ts, level)
     assert line == orjson.dumps(logs.record(event, dict(fields), ts, level), default=str)
+    if logs._twin is not None:  # the native writer, from the same heads: the same line
+        one, each = _Capture(), _Capture()
+        wall = lambda: (ts + 0.5) / 1000  # noqa: E731  # read once per line, cut to ms
+        logs._twin.LineEmitter(heads, wall, one.write, [one])(event, dict(fields), level)
+        logs._twin.LineEmitter(heads, wall, None, [each, each])(event, dict(fields), level)
+        assert one.lines == [line] and each.lines == [line, line]
+        if level == "info":
+            batch = _Capture()
+            logs._twin.LineEmitter(heads, wall, None, [batch]).many(event, [(ts, dict(fields))])
+            assert batch.lines == [line]
+
+
+class _Capture:
+    """A sink that keeps the lines it is handed."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    def write_many(self, lines: list[bytes]) -> None:
+        self.lines.extend(lines)
 
 
 def _fired(i: int) -> dict[str, Any]:
