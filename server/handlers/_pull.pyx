@@ -1,0 +1,174 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native twin of ``pull.py``'s PULL_MESSAGE (chosen by ``protocol/native.py``;
+``pull.py`` is the reference and owns every rule of a pull).
+
+``handle_pull`` and ``answer`` (``PullMessageProcessor.handle_pull`` / ``_answer``) make
+the common pull in one C function each, mirroring the reference step for step: the
+header decoded by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``, the
+group's refusal checks, the request-carried TAG expression looked up in the parsed
+table, the offset commit of the sysFlag, the read (``reads.get`` called directly, its
+tagsCode set tested in C), the hold decision, and the answer: the response header's
+four fields written as ``to_ext_fields`` writes them, the stats, one ``message.pulled``
+event per record given to the log's hot-path writer, and the response command built
+without ``cmd.response``'s keyword frame.
+
+Anything else goes to the reference, which decides: a filter not in the table
+(``_filter``: parsed there, and a SQL92 selector is read by ``_get``), a hold
+(``_hold``), an answer that is not FOUND or with ``slave_read_enable`` (``_answer``).
+"""
+
+from kairosmq.protocol.codes import (
+    BROKER_VERSION,
+    FLAG_RESPONSE,
+    PERM_READ,
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    LanguageCode,
+    ResponseCode,
+)
+from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.headers import PullMessageRequestHeader
+from kairosmq.protocol.message import summarize_records
+from kairosmq.protocol.sql92 import Selector
+
+from ..observe import logs as _logs
+from ..remoting.ingress import check_pull as _check_pull
+from ..store import GetStatus
+from . import pull as _ref
+
+cdef object _pure = _ref.reference
+cdef object _FOUND = GetStatus.FOUND
+cdef object _OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
+cdef object _NO_MESSAGE = GetStatus.NO_MESSAGE_IN_QUEUE
+cdef object _TOPIC_NOT_EXIST = ResponseCode.TOPIC_NOT_EXIST
+cdef object _NO_PERMISSION = ResponseCode.NO_PERMISSION
+cdef int _SUCCESS = int(ResponseCode.SUCCESS)
+cdef object _JAVA = LanguageCode.JAVA
+cdef object _MessageLog = _logs.MessageLog
+cdef str _MASTER = str(_ref.MASTER_ID)
+cdef object _MISS = object()
+cdef Py_ssize_t _TAG_CHARS = _ref._TAG_FILTER_CHARS
+cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (first pull)
+
+
+cdef inline bint _is_tag_type(object t):
+    """``property_filter.is_tag_type``."""
+    return not t or t.upper() == "TAG"
+
+
+def handle_pull(self, conn, cmd):
+    """``PullMessageProcessor.handle_pull``."""
+    global _from_ext
+    cdef long long sys_flag
+    cdef Py_ssize_t max_count
+    if _from_ext is None:
+        _from_ext = PullMessageRequestHeader._codec(False)[0]
+    h = _from_ext(cmd.ext_fields)
+    cfg = _check_pull(self.topics, h)
+    subs = self.subscriptions
+    if subs is not None:  # the group's config first, as RocketMQ does
+        info = self.clients.group_info(h.consumer_group)
+        refused = subs.pull_refusal(
+            h.consumer_group, info.message_model if info is not None else None
+        )
+        if refused is not None:
+            return cmd.error(*refused)
+    topic = h.topic
+    if cfg is None:
+        return cmd.error(_TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+    if not cfg.perm & PERM_READ:
+        return cmd.error(_NO_PERMISSION, f"topic {topic} is not readable")
+    sys_flag = h.sys_flag
+    codes = _MISS
+    if sys_flag & PULL_SUBSCRIPTION:  # ``_filter``'s table, read in place
+        expr = h.subscription
+        if expr and len(expr) <= _TAG_CHARS and _is_tag_type(h.expression_type):
+            codes = self._tag_filters.get(expr, _MISS)
+    if codes is _MISS:
+        codes = self._filter(h)
+    if sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
+        self.offsets.commit(h.consumer_group, topic, h.queue_id, h.commit_offset)
+    if isinstance(codes, Selector):
+        result = self._get(h, codes)
+    else:  # ``_get``'s tag or no filter
+        max_count = h.max_msg_nums
+        if max_count > 512:
+            max_count = 512
+        if max_count < 1:
+            max_count = 1
+        result = self.reads.get(
+            topic,
+            h.queue_id,
+            h.queue_offset,
+            max_count,
+            max_bytes=self.config.pull_max_bytes,
+            match=codes,
+        )
+    status = result.status
+    if (
+        (status is _OVERFLOW_ONE or (status is _NO_MESSAGE and h.queue_offset == 0))
+        and sys_flag & PULL_SUSPEND
+        and self.config.long_polling
+        and self.running()
+    ):
+        if self.holds.acquire(conn):
+            self._hold(conn, cmd, h, codes)
+            return None
+    return answer(self, cmd, h, result)
+
+
+def answer(self, cmd, h, result):
+    """``PullMessageProcessor._answer``."""
+    cdef Py_ssize_t n
+    config = self.config
+    if result.status is not _FOUND or config.slave_read_enable:
+        return _pure._answer(self, cmd, h, result)
+    ext = {  # PullMessageResponseHeader.to_ext_fields: suggestWhichBrokerId 0 (the master)
+        "suggestWhichBrokerId": _MASTER,
+        "nextBeginOffset": str(result.next_begin_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+    }
+    chunks = result.chunks
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    n = len(result.units)
+    topic = h.topic
+    group = h.consumer_group
+    stats = self.stats
+    stats.pulled[topic] += n
+    stats.group_pulled[(topic, group)] += n
+    msglog = self.msglog
+    if config.log_messages and msglog.enabled:
+        emit = _logs._fast_emit if type(msglog) is _MessageLog else None
+        queue_id = h.queue_id
+        for s in summarize_records(body):
+            if emit is None:
+                msglog.info(
+                    "message.pulled",
+                    msg_id=s.msg_id,
+                    group=group,
+                    topic=topic,
+                    queue_id=queue_id,
+                    queue_offset=s.queue_offset,
+                    born_ts=s.born_timestamp,
+                    reconsume_times=s.reconsume_times,
+                )
+            else:  # MessageLog.info's fast case
+                emit(
+                    "message.pulled",
+                    {
+                        "msg_id": s.msg_id,
+                        "group": group,
+                        "topic": topic,
+                        "queue_id": queue_id,
+                        "queue_offset": s.queue_offset,
+                        "born_ts": s.born_timestamp,
+                        "reconsume_times": s.reconsume_times,
+                    },
+                )
+    # cmd.response(SUCCESS, ext_fields=ext, body=body)
+    return RemotingCommand(
+        _SUCCESS, cmd.opaque, FLAG_RESPONSE, _JAVA, BROKER_VERSION, None, ext, body,
+        cmd.serialize_type,
+    )
