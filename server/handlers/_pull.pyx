@@ -2,8 +2,9 @@
 """Native twin of ``pull.py``'s PULL_MESSAGE (chosen by ``protocol/native.py``;
 ``pull.py`` is the reference and owns every rule of a pull).
 
-``handle_pull`` and ``answer`` (``PullMessageProcessor.handle_pull`` / ``_answer``) make
-the common pull in one C function each, mirroring the reference step for step: the
+``handle_pull``, ``answer`` and ``hold`` (``PullMessageProcessor.handle_pull``,
+``_answer`` and ``_hold``, whose ``answer`` closure is ``HeldAnswer``) make the common
+pull in one C function each, mirroring the reference step for step: the
 header decoded by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``, the
 group's refusal checks, the request-carried TAG expression looked up in the parsed
 table, the offset commit of the sysFlag, the read (``reads.get`` called directly, its
@@ -13,12 +14,13 @@ event per record given to the log's hot-path writer, and the response command bu
 without ``cmd.response``'s keyword frame.
 
 Anything else goes to the reference, which decides: a filter not in the table
-(``_filter``: parsed there, and a SQL92 selector is read by ``_get``), a hold
-(``_hold``), an answer that is not FOUND or with ``slave_read_enable`` (``_answer``).
+(``_filter``: parsed there, and a SQL92 selector is read by ``_get``), an answer that is
+not FOUND or with ``slave_read_enable`` (``_answer``).
 """
 
 from kairosmq.protocol.codes import (
     BROKER_VERSION,
+    FLAG_ONEWAY,
     FLAG_RESPONSE,
     PERM_READ,
     PULL_COMMIT_OFFSET,
@@ -34,6 +36,7 @@ from kairosmq.protocol.sql92 import Selector
 
 from ..observe import logs as _logs
 from ..remoting.ingress import check_pull as _check_pull
+from ..remoting.longpoll import PullHolds
 from ..store import GetStatus
 from . import pull as _ref
 
@@ -61,7 +64,6 @@ def handle_pull(self, conn, cmd):
     """``PullMessageProcessor.handle_pull``."""
     global _from_ext
     cdef long long sys_flag
-    cdef Py_ssize_t max_count
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
     h = _from_ext(cmd.ext_fields)
@@ -89,22 +91,7 @@ def handle_pull(self, conn, cmd):
         codes = self._filter(h)
     if sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
         self.offsets.commit(h.consumer_group, topic, h.queue_id, h.commit_offset)
-    if isinstance(codes, Selector):
-        result = self._get(h, codes)
-    else:  # ``_get``'s tag or no filter
-        max_count = h.max_msg_nums
-        if max_count > 512:
-            max_count = 512
-        if max_count < 1:
-            max_count = 1
-        result = self.reads.get(
-            topic,
-            h.queue_id,
-            h.queue_offset,
-            max_count,
-            max_bytes=self.config.pull_max_bytes,
-            match=codes,
-        )
+    result = _read(self, h, codes)
     status = result.status
     if (
         (status is _OVERFLOW_ONE or (status is _NO_MESSAGE and h.queue_offset == 0))
@@ -116,6 +103,81 @@ def handle_pull(self, conn, cmd):
             self._hold(conn, cmd, h, codes)
             return None
     return answer(self, cmd, h, result)
+
+
+cdef object _read(self, h, codes):
+    """``PullMessageProcessor._get``: the tag or no filter read directly."""
+    cdef Py_ssize_t max_count
+    if isinstance(codes, Selector):
+        return self._get(h, codes)
+    max_count = h.max_msg_nums
+    if max_count > 512:
+        max_count = 512
+    if max_count < 1:
+        max_count = 1
+    return self.reads.get(
+        h.topic,
+        h.queue_id,
+        h.queue_offset,
+        max_count,
+        max_bytes=self.config.pull_max_bytes,
+        match=codes,
+    )
+
+
+cdef class HeldAnswer:
+    """``_hold``'s ``answer(notified)``: the held pull's release, read and answer."""
+
+    cdef object proc, conn, cmd, h, codes
+
+    def __init__(self, proc, conn, cmd, h, codes):
+        self.proc, self.conn, self.cmd, self.h, self.codes = proc, conn, cmd, h, codes
+
+    def __call__(self, notified):
+        proc, conn, cmd = self.proc, self.conn, self.cmd
+        holds = proc.holds
+        if type(holds) is PullHolds:  # PullHolds.release
+            conn.held_pulls -= 1
+            holds.held -= 1
+        else:
+            holds.release(conn)
+        try:
+            response = proc._answer(cmd, self.h, _read(proc, self.h, self.codes))
+        except Exception as err:  # every failure becomes an answer
+            response = conn.server.failure_answer(conn, cmd, err)
+        if not cmd.flag & FLAG_ONEWAY:
+            conn.send(response)
+
+
+def hold(self, conn, cmd, h, codes):
+    """``PullMessageProcessor._hold``."""
+    timeout_ms = h.suspend_timeout_millis  # max(0, min(.., max_pull_hold_ms)), any int
+    cap = self.config.max_pull_hold_ms
+    if timeout_ms > cap:
+        timeout_ms = cap
+    if timeout_ms < 0:
+        timeout_ms = 0
+    # parsed into ``h``: what is held keeps no raw header (memory per held pull)
+    cmd = RemotingCommand(
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.language,
+        cmd.version,
+        cmd.remark,
+        {},
+        b"",
+        cmd.serialize_type,
+    )
+    self.log.debug(
+        "pull.held",
+        group=h.consumer_group,
+        topic=h.topic,
+        queue_id=h.queue_id,
+        queue_offset=h.queue_offset,
+        timeout_ms=timeout_ms,
+    )
+    self.notifier.hold(h.topic, h.queue_id, HeldAnswer(self, conn, cmd, h, codes), timeout_ms / 1000)
 
 
 def answer(self, cmd, h, result):

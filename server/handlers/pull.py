@@ -22,10 +22,11 @@ Invariants:
   alike (an Apache slave also serves pulls with slaveReadEnable off).
 * The pull body is the stored record bytes concatenated, copied from the commit log
   without decoding (one read per contiguous run of records).
-* ``handle_pull`` and ``_answer`` are the reference; their native twin (``_pull.pyx``,
-  chosen by ``protocol/native.py``) makes the common pull (a request-carried TAG or
-  ``*`` subscription already parsed, a FOUND answer from the master) in one C function
-  each and calls the methods here for everything else.
+* ``handle_pull``, ``_answer`` and ``_hold`` are the reference; their native twin
+  (``_pull.pyx``, chosen by ``protocol/native.py``) makes the common pull (a
+  request-carried TAG or ``*`` subscription already parsed, a FOUND answer from the
+  master, a hold and its wake) in one C function each and calls the methods here for
+  everything else.
 """
 
 from __future__ import annotations
@@ -299,11 +300,13 @@ class PullMessageProcessor:
 
 # ------------------------------------------------------------------ the native twin
 
-# ``handle_pull`` and ``_answer`` above are the reference
+# ``handle_pull``, ``_answer`` and ``_hold`` above are the reference
 # (tests/server/handlers/test_native_pull.py holds the twin to them); the twin's
 # (``_pull.pyx``) replace them when protocol/native.py chooses it.
 reference = SimpleNamespace(
-    handle_pull=PullMessageProcessor.handle_pull, _answer=PullMessageProcessor._answer
+    handle_pull=PullMessageProcessor.handle_pull,
+    _answer=PullMessageProcessor._answer,
+    _hold=PullMessageProcessor._hold,
 )
 
 
@@ -318,3 +321,4 @@ _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     PullMessageProcessor.handle_pull = _twin.handle_pull  # type: ignore[method-assign]
     PullMessageProcessor._answer = _twin.answer  # type: ignore[method-assign]
+    PullMessageProcessor._hold = _twin.hold  # type: ignore[method-assign]

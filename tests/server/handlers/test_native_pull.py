@@ -70,10 +70,12 @@ def _cores(nat: Any) -> dict[str, type[PullMessageProcessor]]:
     class Reference(PullMessageProcessor):
         handle_pull = pull.reference.handle_pull
         _answer = pull.reference._answer
+        _hold = pull.reference._hold
 
     class Native(PullMessageProcessor):
         handle_pull = nat.handle_pull
         _answer = nat.answer
+        _hold = nat.hold
 
     return {"ref": Reference, "nat": Native}
 
