@@ -5,8 +5,8 @@
 ``handle_pull``, ``answer`` and ``hold`` (``PullMessageProcessor.handle_pull``,
 ``_answer`` and ``_hold``, whose ``answer`` closure is ``HeldAnswer``) make the common
 pull in one C function each, mirroring the reference step for step: the
-header decoded by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``, the
-group's refusal checks, the request-carried TAG expression looked up in the parsed
+header decoded by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``'s and
+the group's checks (their passing case read in place, any other case asked of them), the request-carried TAG expression looked up in the parsed
 table, the offset commit of the sysFlag, the read (``reads.get`` called directly, its
 tagsCode set tested in C), the hold decision, and the answer: the response header's
 four fields written as ``to_ext_fields`` writes them, the stats, one ``message.pulled``
@@ -35,8 +35,12 @@ from kairosmq.protocol.message import summarize_records
 from kairosmq.protocol.sql92 import Selector
 
 from ..observe import logs as _logs
+from ..remoting import ingress as _ingress
 from ..remoting.ingress import check_pull as _check_pull
 from ..remoting.longpoll import PullHolds
+from ..tables.clients import ClientRegistry
+from ..tables.subscriptions import SubscriptionGroupManager
+from ..tables.topics import TopicConfig, TopicConfigManager
 from ..store import GetStatus
 from . import pull as _ref
 
@@ -55,6 +59,26 @@ cdef Py_ssize_t _TAG_CHARS = _ref._TAG_FILTER_CHARS
 cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (first pull)
 
 
+cdef object _checked(topics, h):
+    """``ingress.check_pull``: a group name already validated, a topic of the table, a
+    queue id within its queues and an offset >= 0 read in place; any other request goes
+    to ``check_pull``, which refuses it or answers alike."""
+    group = h.consumer_group
+    if type(group) is not str or group not in _ingress._groups.ok:
+        return _check_pull(topics, h)
+    cfg = topics.topics.get(h.topic) if type(topics) is TopicConfigManager else None
+    if type(cfg) is not TopicConfig:
+        return _check_pull(topics, h)
+    queue_id = h.queue_id
+    if (
+        queue_id < 0
+        or queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums)  # queue_nums
+        or h.queue_offset < 0
+    ):
+        return _check_pull(topics, h)
+    return cfg
+
+
 cdef inline bint _is_tag_type(object t):
     """``property_filter.is_tag_type``."""
     return not t or t.upper() == "TAG"
@@ -67,15 +91,29 @@ def handle_pull(self, conn, cmd):
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
     h = _from_ext(cmd.ext_fields)
-    cfg = _check_pull(self.topics, h)
+    cfg = _checked(self.topics, h)
     subs = self.subscriptions
     if subs is not None:  # the group's config first, as RocketMQ does
-        info = self.clients.group_info(h.consumer_group)
-        refused = subs.pull_refusal(
-            h.consumer_group, info.message_model if info is not None else None
+        group = h.consumer_group
+        clients = self.clients
+        info = (
+            clients.consumers.get(group)  # ClientRegistry.group_info
+            if type(clients) is ClientRegistry
+            else clients.group_info(group)
         )
-        if refused is not None:
-            return cmd.error(*refused)
+        model = info.message_model if info is not None else None
+        # SubscriptionGroupManager.pull_refusal's "no refusal" read in place: an existing
+        # group, consumeEnable, not a broadcast consumer of a group without
+        # consumeBroadcastEnable; any other case asks it (it auto-creates the group)
+        gcfg = subs.table.get(group) if type(subs) is SubscriptionGroupManager else None
+        if (
+            gcfg is None
+            or not gcfg.consume_enable
+            or (model == "BROADCASTING" and not gcfg.consume_broadcast_enable)
+        ):
+            refused = subs.pull_refusal(group, model)
+            if refused is not None:
+                return cmd.error(*refused)
     topic = h.topic
     if cfg is None:
         return cmd.error(_TOPIC_NOT_EXIST, f"topic {topic} does not exist")

@@ -15,7 +15,10 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.set cimport PySet_Contains
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
+from os import pread as _pread
+
 from . import reads as _ref
+from .commitlog import CommitLog
 
 cdef object _pure = _ref.reference
 
@@ -105,6 +108,33 @@ def walk_units(buf, Py_ssize_t first, Py_ssize_t count, index, log_min, limit, m
     return walked, tot, flags
 
 
+cdef object _read(log, start, size):
+    """``CommitLog.read``: bytes still pending or one ``pread`` of a segment read in
+    place; a span across both (or another log class) asks it."""
+    if type(log) is not CommitLog:
+        return log.read(start, size)
+    segments = log.segments
+    written = log._written
+    pending = log._pending
+    if (
+        start < (segments[0].base if segments else 0)
+        or start + size > written + len(pending)
+        or size <= 0
+    ):
+        return None
+    if start >= written:
+        return bytes(pending[start - written : start - written + size])
+    if start + size > written:
+        return log.read(start, size)
+    seg_size = log.segment_size
+    idx = (start // seg_size) - (segments[0].base // seg_size)
+    if not 0 <= idx < len(segments):
+        return None
+    seg = segments[idx]
+    data = _pread(seg.fd, size, start - seg.base)
+    return data if len(data) == size else None
+
+
 cdef object _FOUND = _ref.GetStatus.FOUND
 cdef object _GetResult = _ref.GetResult
 
@@ -188,7 +218,7 @@ def get(self, topic, queue_id, offset, max_count, *, max_bytes=4 << 20, match=No
     if stop is None or start // log.segment_size != units[k - 1][0] // log.segment_size:
         chunks, read = log.read_concat([(u[0], u[1]) for u in units])
     else:
-        span = log.read(start, stop - start)
+        span = _read(log, start, stop - start)
         if span is None:
             chunks, read = log.read_concat([(u[0], u[1]) for u in units])
         else:

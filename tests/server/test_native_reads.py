@@ -161,12 +161,14 @@ async def test_get_reads_alike_on_both_cores(tmp_path: Path) -> None:
             msg = MessageInner("G", i % 2, b"m%d" % i * (1 + i % 9), {"TAGS": tag})
             store.put(msg)
         store.write_out()
+        for i in range(30):  # pending: not written yet (no loop turn)
+            store.put(MessageInner("G", i % 2, b"p%d" % i, {"TAGS": "T2"}))
         codes = [tags_code(f"T{t}") for t in range(4)]
 
         @PARITY
         @given(
             st.integers(0, 1),
-            st.integers(-2, 105),
+            st.integers(-2, 120),
             st.integers(1, 40),
             st.sampled_from([4 << 20, 700, 1, 2500]),
             st.sampled_from([16_000, 1, 5, 9]),

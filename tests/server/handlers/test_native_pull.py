@@ -13,6 +13,7 @@ hold, woken by a put and answered alike).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any  # Any: the twins are untyped compiled modules
@@ -122,11 +123,13 @@ async def _fill(s: Services) -> None:
         props = {"TAGS": TAGS[i % 3 if i % 7 else 1]} if i % 5 else {}
         s.store_message("P", b"m%d" % i * (1 + i % 4), queue_id=q, props=props)
     s.store.write_out()
+    subs = s.broker.subscriptions
+    subs.update(dataclasses.replace(subs.new_config("Off"), consume_enable=False))
 
 
 def _ext(draw: Any) -> dict[str, Any]:
     ext: dict[str, Any] = {
-        "consumerGroup": draw(st.sampled_from(["G", "G", "bad group!"])),
+        "consumerGroup": draw(st.sampled_from(["G", "G", "G", "Off", "New", "bad group!"])),
         "topic": draw(st.sampled_from(["P", "P", "P", "Missing", "bad/topic"])),
         "queueId": draw(st.integers(-1, 4)),
         "queueOffset": draw(st.integers(-1, 45)),
