@@ -19,6 +19,7 @@ from os import pread as _pread
 
 from . import reads as _ref
 from .commitlog import CommitLog
+from .consumequeue import ConsumeQueue
 
 cdef object _pure = _ref.reference
 
@@ -136,36 +137,49 @@ cdef object _read(log, start, size):
 
 
 cdef object _FOUND = _ref.GetStatus.FOUND
+cdef object _NO_MESSAGE = _ref.GetStatus.NO_MESSAGE_IN_QUEUE
+cdef object _TOO_SMALL = _ref.GetStatus.OFFSET_TOO_SMALL
+cdef object _OVERFLOW_ONE = _ref.GetStatus.OFFSET_OVERFLOW_ONE
+cdef object _OVERFLOW_BADLY = _ref.GetStatus.OFFSET_OVERFLOW_BADLY
 cdef object _GetResult = _ref.GetResult
 
 
 def get(self, topic, queue_id, offset, max_count, *, max_bytes=4 << 20, match=None,
         max_scan=16_000):
-    """``StoreReads.get``'s common case: the queue's units from ``offset`` in one run of
+    """``StoreReads.get``: a queue without messages, an offset outside its units, or the
+    common case: the queue's units from ``offset`` in one run of
     the file mapped now, a walk that ends in that run (its bounds met or the queue's
     end reached), the records taken read as one contiguous span of one segment. Every
-    other read (a status other than FOUND, a run to read again, holes, records apart)
-    goes to the reference; up to there the only change is the queue file's place in
+    other read (a run to read again, holes, records apart, nothing taken) goes to the
+    reference; up to there the only change is the queue file's place in
     the map cache (``MappedFiles.map``), which the reference makes again the same."""
     cdef Py_ssize_t upf, i, n, k, count, chunk, mc, total_size
     cdef int flags
     cq = self.queues.get((topic, queue_id))
+    if cq is not None and type(cq) is not ConsumeQueue:
+        return _pure.get(self, topic, queue_id, offset, max_count, max_bytes=max_bytes,
+                         match=match, max_scan=max_scan)
+    if cq is None or cq.max_offset == 0:
+        return _GetResult(_NO_MESSAGE, 0, 0, 0)
+    files = cq.files
+    hi = cq.max_offset
+    lo = files[0].base if files else hi  # ConsumeQueue.min_offset
+    if offset < lo:
+        return _GetResult(_TOO_SMALL, lo, lo, hi)
+    if offset == hi:
+        return _GetResult(_OVERFLOW_ONE, offset, lo, hi)
+    if offset > hi:
+        return _GetResult(_OVERFLOW_BADLY, hi, lo, hi)
     if (
-        cq is None
-        or not cq.files
+        not files
         or type(offset) is not int
         or type(max_count) is not int
         or type(max_scan) is not int
         or not (0 < max_count < 1 << 30)
         or not (0 < max_scan < 1 << 30)
         or (match is not None and not isinstance(match, (set, frozenset)))
+        or hi - offset > 1 << 40
     ):
-        return _pure.get(self, topic, queue_id, offset, max_count, max_bytes=max_bytes,
-                         match=match, max_scan=max_scan)
-    files = cq.files
-    hi = cq.max_offset
-    lo = files[0].base
-    if not (lo <= offset < hi) or hi - offset > 1 << 40:
         return _pure.get(self, topic, queue_id, offset, max_count, max_bytes=max_bytes,
                          match=match, max_scan=max_scan)
     mc = max_count
