@@ -33,6 +33,7 @@ TWINS: dict[str, str] = {
     "kairosmq.protocol.message": "kairosmq.protocol._message",
     "kairosmq.protocol.properties": "kairosmq.protocol._properties",
     "kairosmq.server.handlers.pull": "kairosmq.server.handlers._pull",
+    "kairosmq.server.remoting.longpoll": "kairosmq.server.remoting._longpoll",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
