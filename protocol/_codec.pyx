@@ -31,6 +31,7 @@ cdef object _JSON = SerializeType.JSON
 cdef object _ROCKETMQ = SerializeType.ROCKETMQ
 cdef dict _LANG_BY_NAME = {m.name: m for m in LanguageCode}
 cdef dict _LANG_VALUES = {m.value: m for m in LanguageCode}
+cdef dict _LANG_NAMES = {m: m.name for m in LanguageCode}  # .name without enum's frames
 cdef object _OTHER = LanguageCode.OTHER
 cdef object _JAVA = LanguageCode.JAVA
 cdef object _loads = orjson.loads
@@ -276,7 +277,8 @@ cdef bytes _json_header(object cmd):
     if ext:
         h["extFields"] = ext
     h["flag"] = cmd.flag
-    h["language"] = cmd.language.name
+    lang = cmd.language
+    h["language"] = _LANG_NAMES[lang] if type(lang) is LanguageCode else lang.name
     h["opaque"] = cmd.opaque
     remark = cmd.remark
     if remark is not None:

@@ -55,6 +55,7 @@ cdef object _JAVA = LanguageCode.JAVA
 cdef object _MessageLog = _logs.MessageLog
 cdef str _MASTER = str(_ref.MASTER_ID)
 cdef object _MISS = object()
+cdef object _new = object.__new__
 cdef Py_ssize_t _TAG_CHARS = _ref._TAG_FILTER_CHARS
 cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (first pull)
 
@@ -239,8 +240,10 @@ def answer(self, cmd, h, result):
     stats.pulled[topic] += n
     stats.group_pulled[(topic, group)] += n
     msglog = self.msglog
-    if config.log_messages and msglog.enabled:
-        emit = _logs._fast_emit if type(msglog) is _MessageLog else None
+    fast = type(msglog) is _MessageLog
+    # MessageLog.enabled and MessageLog.info's emitter, read in place
+    if config.log_messages and (_logs._info_enabled if fast else msglog.enabled):
+        emit = _logs._fast_emit if fast else None
         queue_id = h.queue_id
         for s in summarize_records(body):
             if emit is None:
@@ -267,8 +270,15 @@ def answer(self, cmd, h, result):
                         "reconsume_times": s.reconsume_times,
                     },
                 )
-    # cmd.response(SUCCESS, ext_fields=ext, body=body)
-    return RemotingCommand(
-        _SUCCESS, cmd.opaque, FLAG_RESPONSE, _JAVA, BROKER_VERSION, None, ext, body,
-        cmd.serialize_type,
-    )
+    # cmd.response(SUCCESS, ext_fields=ext, body=body), without its frames
+    out = _new(RemotingCommand)
+    out.code = _SUCCESS
+    out.opaque = cmd.opaque
+    out.flag = FLAG_RESPONSE
+    out.language = _JAVA
+    out.version = BROKER_VERSION
+    out.remark = None
+    out.ext_fields = ext
+    out.body = body
+    out.serialize_type = cmd.serialize_type
+    return out

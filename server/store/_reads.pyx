@@ -136,6 +136,7 @@ cdef object _read(log, start, size):
     return data if len(data) == size else None
 
 
+cdef object _new = object.__new__
 cdef object _FOUND = _ref.GetStatus.FOUND
 cdef object _NO_MESSAGE = _ref.GetStatus.NO_MESSAGE_IN_QUEUE
 cdef object _TOO_SMALL = _ref.GetStatus.OFFSET_TOO_SMALL
@@ -243,8 +244,14 @@ def get(self, topic, queue_id, offset, max_count, *, max_bytes=4 << 20, match=No
         del queue_offsets[read:]
         if queue_offsets:
             scanned = queue_offsets[len(queue_offsets) - 1] - offset + 1
-    res = _GetResult(_FOUND if units else _ref.GetStatus.NO_MATCHED_MESSAGE,
-                     offset + scanned, lo, hi, chunks, units, queue_offsets)
+    res = _new(_GetResult)  # GetResult(..) without its __init__ frame
+    res.status = _FOUND if units else _ref.GetStatus.NO_MATCHED_MESSAGE
+    res.next_begin_offset = offset + scanned
+    res.min_offset = lo
+    res.max_offset = hi
+    res.chunks = chunks
+    res.units = units
+    res.queue_offsets = queue_offsets
     if not units and flags & UNCONFIRMED and scanned == 0:
-        res.status = _ref.GetStatus.OFFSET_OVERFLOW_ONE
+        res.status = _OVERFLOW_ONE
     return res
