@@ -4,14 +4,16 @@
 
 ``handle_pull``, ``answer`` and ``hold`` (``PullMessageProcessor.handle_pull``,
 ``_answer`` and ``_hold``, whose ``answer`` closure is ``HeldAnswer``) make the common
-pull in one C function each, mirroring the reference step for step: the
-header decoded by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``'s and
-the group's checks (their passing case read in place, any other case asked of them), the request-carried TAG expression looked up in the parsed
-table, the offset commit of the sysFlag, the read (``reads.get`` called directly, its
-tagsCode set tested in C), the hold decision, and the answer: the response header's
-four fields written as ``to_ext_fields`` writes them, the stats, one ``message.pulled``
-event per record given to the log's hot-path writer, and the response command built
-without ``cmd.response``'s keyword frame.
+pull in one C function each, mirroring the reference step for step: the header decoded
+by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``'s and the group's
+checks (their passing case read in place, any other case asked of them), the
+request-carried TAG expression looked up in the parsed table, the offset commit of the
+sysFlag, the read (``reads.get`` called directly, its tagsCode set tested in C), the
+hold decision, and the answer: the response header's four fields written as
+``to_ext_fields`` writes them, the stats, one ``message.pulled`` event per record given
+to the log's hot-path writer, and the response command filled without its
+``__init__``. A held pull's wake (``HeldAnswer``) releases its admission, reads and
+answers the same way.
 
 Anything else goes to the reference, which decides: a filter not in the table
 (``_filter``: parsed there, and a SQL92 selector is read by ``_get``), an answer that is
