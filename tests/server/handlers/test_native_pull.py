@@ -7,8 +7,9 @@ messages in small queue files and segments; generated PULL_MESSAGE headers (any 
 topic, queue, offset, count, sysFlag, commit offset, TAG / SQL92 / no subscription and
 expression type) are answered by a processor on the reference and by one on the twin:
 the same answer bytes (or the same refusal raised), the same committed offset, the same
-stats and the same ``message.pulled`` events. Held pulls are compared too (the same
-hold, woken by a put and answered alike).
+stats and the same ``message.pulled`` events; so are the captured stock-client pull
+frames (tests/fixtures/real-client-frames). Held pulls are compared too (the same hold,
+woken by a put or by its deadline, answered alike).
 """
 
 from __future__ import annotations
@@ -235,3 +236,45 @@ async def test_held_pulls_wake_and_answer_alike(rig, nat) -> None:  # type: igno
     for name, conn in conns.items():
         answers[name] = list(conn._out)
     assert len(answers["ref"]) == 3 and answers["ref"] == answers["nat"]
+
+
+async def test_captured_stock_client_pulls_answer_alike(  # type: ignore[no-untyped-def]
+    rig, nat, nat_reads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every captured stock-client PULL_MESSAGE frame (tests/fixtures), as sent (its own
+    topic and group) and pointed at the test's queues at a few offsets: the same answer
+    bytes, changes and events from both cores."""
+    from kairosmq.protocol.codec import decode_frame
+
+    from tests.protocol.captures import entries_with_code, frame_bytes
+
+    await _fill(rig)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        logs,
+        "_fast_emit",
+        lambda event, fields, level="info": events.append((event, dict(fields))),
+    )
+    gets = {"ref": reads.reference.get, "nat": nat_reads.get}
+    procs = {name: _processor(cls, rig, False) for name, cls in _cores(nat).items()}
+    captured = entries_with_code(RequestCode.PULL_MESSAGE)
+    assert captured
+    found = 0
+    for folder, e in captured:
+        sent = decode_frame(frame_bytes(folder, e["file"]))
+        for retarget in (None, 0, 7, 39):
+            ext = dict(sent.ext_fields)
+            if retarget is not None:
+                ext.update(topic="P", consumerGroup="G", queueId="1", queueOffset=str(retarget))
+            cmd = dataclasses.replace(sent, ext_fields=ext)
+            seen = []
+            for name, proc in procs.items():
+                with monkeypatch.context() as mp:
+                    mp.setattr(StoreReads, "get", gets[name])
+                    before = _state(rig)
+                    del events[:]
+                    got = _answer(rig, proc, cmd)
+                    seen.append((got, _change(before, _state(rig)), list(events)))
+            assert seen[0] == seen[1], (folder, e["file"], retarget)
+            found += bool(seen[0][2])
+    assert found  # some captured pulls found messages
