@@ -82,6 +82,19 @@ cdef object _checked(topics, h):
     return cfg
 
 
+cdef bint _acquired(holds, conn) except -1:
+    """``PullHolds.acquire``, read in place (another admission class is asked)."""
+    if type(holds) is not PullHolds:
+        return holds.acquire(conn)
+    n = getattr(conn, "held_pulls", 0)
+    if n >= holds.per_connection or holds.held >= holds.limit:
+        holds.refused += 1
+        return False
+    conn.held_pulls = n + 1
+    holds.held += 1
+    return True
+
+
 cdef inline bint _is_tag_type(object t):
     """``property_filter.is_tag_type``."""
     return not t or t.upper() == "TAG"
@@ -140,7 +153,7 @@ def handle_pull(self, conn, cmd):
         and self.config.long_polling
         and self.running()
     ):
-        if self.holds.acquire(conn):
+        if _acquired(self.holds, conn):
             self._hold(conn, cmd, h, codes)
             return None
     return answer(self, cmd, h, result)
@@ -199,17 +212,17 @@ def hold(self, conn, cmd, h, codes):
     if timeout_ms < 0:
         timeout_ms = 0
     # parsed into ``h``: what is held keeps no raw header (memory per held pull)
-    cmd = RemotingCommand(
-        cmd.code,
-        cmd.opaque,
-        cmd.flag,
-        cmd.language,
-        cmd.version,
-        cmd.remark,
-        {},
-        b"",
-        cmd.serialize_type,
-    )
+    held = _new(RemotingCommand)  # RemotingCommand(..) without its __init__ frame
+    held.code = cmd.code
+    held.opaque = cmd.opaque
+    held.flag = cmd.flag
+    held.language = cmd.language
+    held.version = cmd.version
+    held.remark = cmd.remark
+    held.ext_fields = {}
+    held.body = b""
+    held.serialize_type = cmd.serialize_type
+    cmd = held
     self.log.debug(
         "pull.held",
         group=h.consumer_group,
