@@ -37,6 +37,8 @@ TWINS: dict[str, str] = {
     "kairosmq.server.observe.logsink": "kairosmq.server.observe._logsink",
     "kairosmq.server.put.path": "kairosmq.server.put._path",
     "kairosmq.server.remoting.transport": "kairosmq.server.remoting._transport",
+    "kairosmq.server.handlers.pull": "kairosmq.server.handlers._pull",
+    "kairosmq.server.remoting.longpoll": "kairosmq.server.remoting._longpoll",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",

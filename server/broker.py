@@ -74,7 +74,7 @@ from .schedule.delivered import DeliveryLog
 from .schedule.recalls import LevelRecalls
 from .schedule.timer import TimerBuckets, TimerService
 from .security.install import install_security
-from .store import DispatchRequest, MessageStore
+from .store import MessageStore
 from .store.index import KeyIndex
 from .store.replica import ReplicaAppender
 from .supervise import ServiceState, Supervisor
@@ -182,7 +182,7 @@ class Broker:
         else:
             self.store.guard.role_refusal = SLAVE_REFUSAL
         if self.ha is None or self.ha.gate is None:
-            self.store.dispatchers.append(self._on_dispatch)
+            self.store.dispatchers.append(self.notifier.on_dispatch)
         self.store.dispatchers.append(self.schedule.on_dispatch)
         self.store.providers.append(self.timer)
         self.store.dispatchers.append(self.timer.on_dispatch)
@@ -758,10 +758,6 @@ class Broker:
     @property
     def metrics_address(self) -> str | None:
         return self.metrics.address
-
-    def _on_dispatch(self, req: DispatchRequest) -> None:
-        if not req.replay:
-            self.notifier.notify(req.topic, req.queue_id)
 
     # ------------------------------------------------------------------ flushing
 

@@ -22,14 +22,21 @@ Invariants:
   alike (an Apache slave also serves pulls with slaveReadEnable off).
 * The pull body is the stored record bytes concatenated, copied from the commit log
   without decoding (one read per contiguous run of records).
+* ``handle_pull``, ``_answer`` and ``_hold`` are the reference; their native twin
+  (``_pull.pyx``, chosen by ``protocol/native.py``) makes the common pull (a
+  request-carried TAG or ``*`` subscription already parsed, a FOUND answer from the
+  master, a hold and its wake) in one C function each and calls the methods here for
+  everything else.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any  # Any: structlog's loggers; handler answers (see Handler)
 
+from kairosmq.protocol import native
 from kairosmq.protocol.bodies import MASTER_ID, SUB_ALL, SubscriptionData
 from kairosmq.protocol.codes import (
     PERM_READ,
@@ -289,3 +296,29 @@ class PullMessageProcessor:
                         reconsume_times=s.reconsume_times,
                     )
         return cmd.response(code, ext_fields=ext, body=body)
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``handle_pull``, ``_answer`` and ``_hold`` above are the reference
+# (tests/server/handlers/test_native_pull.py holds the twin to them); the twin's
+# (``_pull.pyx``) replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    handle_pull=PullMessageProcessor.handle_pull,
+    _answer=PullMessageProcessor._answer,
+    _hold=PullMessageProcessor._hold,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _pull  # type: ignore[attr-defined]
+
+    twin: ModuleType = _pull  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    PullMessageProcessor.handle_pull = _twin.handle_pull  # type: ignore[method-assign]
+    PullMessageProcessor._answer = _twin.answer  # type: ignore[method-assign]
+    PullMessageProcessor._hold = _twin.hold  # type: ignore[method-assign]

@@ -6,6 +6,9 @@ listener calls ``notify`` for every stored unit. Held pulls register a ``Held`` 
 RocketMQ's PullRequestHoldService plus NotifyMessageArrivingListener. ``PullHolds`` — the
 count of held pulls per connection and in total, with their limits.
 
+The arrival path (``on_dispatch``, ``notify``, ``hold``, ``Held.fire``, ``_wake``) is the
+reference of its native twin (``_longpoll.pyx``, chosen by ``protocol/native.py``).
+
 Invariants: ``notify`` is O(1) when nobody waits on the key (one dict lookup per stored
 message); a waiter wakes at most once; the held pulls of a key wake in one loop callback
 after the arrival (so the appends of this loop turn are written and answered together);
@@ -19,7 +22,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any  # Any: a connection (only its held_pulls attribute is read)
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, Any  # Any: a connection (only its held_pulls attribute is read)
+
+from kairosmq.protocol import native
+
+if TYPE_CHECKING:
+    from ..store.types import DispatchRequest
 
 
 class Held:
@@ -60,6 +69,12 @@ class ArrivalNotifier:
         """Something (a held pull, the scheduler) waits for an arrival in the queue."""
         key = (topic, queue_id)
         return bool(self._waiters.get(key) or self._held.get(key))
+
+    def on_dispatch(self, req: DispatchRequest) -> None:
+        """The store's dispatch listener: ``notify`` of a stored record's queue (a record
+        replayed at recovery wakes nobody)."""
+        if not req.replay:
+            self.notify(req.topic, req.queue_id)
 
     def notify(self, topic: str, queue_id: int) -> None:
         key = (topic, queue_id)
@@ -166,3 +181,33 @@ class PullHolds:
     def release(self, conn: Any) -> None:
         conn.held_pulls -= 1
         self.held -= 1
+
+
+# ------------------------------------------------------------------ the native twin
+
+# the arrival path above is the reference (tests/server/test_longpoll.py runs on both
+# cores; tests/server/handlers/test_native_pull.py wakes held pulls through it); the
+# twin's (``_longpoll.pyx``) replace it when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    on_dispatch=ArrivalNotifier.on_dispatch,
+    notify=ArrivalNotifier.notify,
+    hold=ArrivalNotifier.hold,
+    fire=Held.fire,
+    wake=_wake,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _longpoll  # type: ignore[attr-defined]
+
+    twin: ModuleType = _longpoll  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    ArrivalNotifier.on_dispatch = _twin.on_dispatch  # type: ignore[method-assign]
+    ArrivalNotifier.notify = _twin.notify  # type: ignore[method-assign]
+    ArrivalNotifier.hold = _twin.hold  # type: ignore[method-assign]
+    Held.fire = _twin.fire  # type: ignore[method-assign]
+    _wake = _twin.wake

@@ -21,7 +21,10 @@ Invariants:
 * ``walk_units`` (the unit walk of ``get``: limits, holes, the tag filter, the count and
   byte bounds, over units read in place from the queue file's map) is the reference;
   its native twin (``_reads.pyx``, chosen by ``protocol/native.py``) walks the same
-  bytes in one C loop and builds a tuple only for a unit it takes.
+  bytes in one C loop and builds a tuple only for a unit it takes. ``get`` is the
+  reference of the twin's ``get``: a pull whose walk ends in one run of a mapped queue
+  file and whose records are one contiguous span is read there without Python frames
+  of its own; every other read is this one.
 """
 
 from __future__ import annotations
@@ -219,9 +222,10 @@ class StoreReads:
 
 # ------------------------------------------------------------------ the native twin
 
-# ``walk_units`` above is the reference (tests/server/test_native_reads.py holds the twin
-# to it); the twin's (``_reads.pyx``) replaces it when protocol/native.py chooses it.
-reference = SimpleNamespace(walk_units=walk_units)
+# ``walk_units`` and ``StoreReads.get`` above are the reference
+# (tests/server/test_native_reads.py holds the twin to them); the twin's (``_reads.pyx``)
+# replace them when protocol/native.py chooses it.
+reference = SimpleNamespace(walk_units=walk_units, get=StoreReads.get)
 
 
 def _load_twin() -> ModuleType:
@@ -234,3 +238,4 @@ def _load_twin() -> ModuleType:
 _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     walk_units = _twin.walk_units
+    StoreReads.get = _twin.get  # type: ignore[method-assign]
