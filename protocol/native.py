@@ -44,6 +44,7 @@ TWINS: dict[str, str] = {
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
     "kairosmq.server.store.index": "kairosmq.server.store._index",
     "kairosmq.server.store.message_store": "kairosmq.server.store._message_store",
+    "kairosmq.server.ha.master": "kairosmq.server.ha._master",
 }
 
 

@@ -25,6 +25,8 @@ Invariants:
   ``push_max``; ``lagMs`` is how long the log has held bytes past ``push_max``: the age
   of the oldest sample of the written end (taken at each slave report and each status
   read, so at their resolution) that ``push_max`` does not cover yet; 0 when caught up.
+* ``on_dispatch`` here is the reference of its native twin (``_master.pyx``, chosen by
+  ``protocol/native.py``), which skips the call to an event already set.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ import heapq
 import itertools
 import time
 from collections import deque
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any  # Any: structlog's logger (dynamic methods); JSON status rows
 
+from kairosmq.protocol import native
 from kairosmq.protocol.codes import ResponseCode
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
@@ -416,3 +420,23 @@ class HAConnection:
                 last_write = time.monotonic()
                 continue
             await svc.wait_data(min(wait, 0.1))
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``HAService.on_dispatch`` above is the reference (tests/ha/test_native_master.py holds
+# the twin to it); the twin's (``_master.pyx``) replaces it when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(on_dispatch=HAService.on_dispatch)
+
+
+def _load_twin() -> ModuleType:
+    from . import _master  # type: ignore[attr-defined]
+
+    twin: ModuleType = _master  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    HAService.on_dispatch = _twin.on_dispatch  # type: ignore[method-assign]

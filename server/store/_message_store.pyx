@@ -19,8 +19,21 @@ Anything else is handed to the reference before anything is changed, which decid
 says why: a refusal by the write guard, a check that fails (properties, topic, size), a
 queue not made yet, a queue whose next unit needs room made or asked for, a record that
 needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
+
+``write_out`` (``MessageStore.write_out``, run before every ack and once a loop turn)
+makes the common write-out with no Python frame of the store's own: the pending bytes
+handed to the current segment with ``os.pwrite`` (looked up on the ``os`` module at each
+call, as ``CommitLog.write_out`` does), the written end advanced and the buffer renewed,
+the last written record noted and the write guard told (``WriteGuard.written``: only a
+held failure has anything to clear, then the guard itself is asked). The order of these
+steps is the reference's, so what an ack check sees after it is the same. A failed
+``pwrite`` goes through the commit log's and the store's own rollback methods
+(``CommitLog._write_failed``, ``MessageStore._write_failed``); a commit log or guard of
+another class goes to the reference whole.
 """
 
+import errno as _errno
+import os as _os
 from asyncio import get_running_loop
 from time import monotonic as _monotonic, time as _time
 
@@ -29,7 +42,8 @@ from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 from ..clock import wall_ms as _wall_ms
 from . import message_store as _ref
-from .commitlog import MIN_BLANK
+from .commitlog import MIN_BLANK, CommitLog
+from .guard import WriteGuard
 from .consumequeue import compute_tags_code
 from .types import DispatchRequest, PutResult, PutStatus
 
@@ -37,6 +51,8 @@ cdef object _pure = _ref.reference
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
 cdef object _new = object.__new__
+cdef object _CommitLog = CommitLog
+cdef object _WriteGuard = WriteGuard
 
 
 cdef bint _refused(guard):
@@ -252,3 +268,40 @@ def put_patched(store, src, view, topic, queue_id, properties):
     return _append(
         store, cq, topic, queue_id, properties, size, code, queue_offset, store_ts, record
     )
+
+
+def write_out(store):
+    """``MessageStore.write_out``."""
+    cdef Py_ssize_t total, done, n, pos
+    log = store.commitlog
+    guard = store.guard
+    if type(log) is not _CommitLog or type(guard) is not _WriteGuard:
+        return _pure.write_out(store)
+    data = log._pending
+    total = len(data)
+    segments = log.segments
+    if total and not segments:  # the reference's IndexError, raised by the reference
+        return _pure.write_out(store)
+    store._write_scheduled = False
+    if total:  # CommitLog.write_out
+        seg = segments[len(segments) - 1]
+        pos = log._written - seg.base
+        fd = seg.fd
+        done = 0
+        try:
+            while done < total:
+                if done == 0:
+                    n = _os.pwrite(fd, data, pos)
+                else:
+                    n = _os.pwrite(fd, memoryview(data)[done:], pos + done)
+                if n <= 0:
+                    raise OSError(_errno.EIO, "pwrite wrote nothing")
+                done += n
+        except OSError as err:
+            store._write_failed(log._write_failed(err, data, done))
+            return
+        log._written += total
+        log._pending = bytearray()
+    store._last_written_record = store._last_record
+    if guard.write_failure is not None:  # WriteGuard.written's only case with work
+        guard.written()

@@ -48,7 +48,10 @@ Invariants:
   (``_message_store.pyx``, chosen by ``protocol/native.py``) makes the common put (every
   check passed, room in the queue's map and in the current segment) in one C function,
   mirroring ``_put``, ``ensure_room``, ``reserve``, ``append`` and ``dispatch`` step for
-  step, and hands every other put to these before changing anything.
+  step, and hands every other put to these before changing anything. ``write_out``
+  is the reference too: the twin makes its common case (the pending bytes written into
+  the current segment, counters advanced, the guard told, in the reference's order) and
+  a failed write through the same rollback methods.
 """
 
 from __future__ import annotations
@@ -672,10 +675,12 @@ class MessageStore(StoreReads):
 
 # ------------------------------------------------------------------ the native twin
 
-# ``MessageStore.put`` and ``put_patched`` above are the reference
+# ``MessageStore.put``, ``put_patched`` and ``write_out`` above are the reference
 # (tests/server/test_native_message_store.py holds the twin to them); the twin's
 # (``_message_store.pyx``) replace them when protocol/native.py chooses it.
-reference = SimpleNamespace(put=MessageStore.put, put_patched=MessageStore.put_patched)
+reference = SimpleNamespace(
+    put=MessageStore.put, put_patched=MessageStore.put_patched, write_out=MessageStore.write_out
+)
 
 
 def _load_twin() -> ModuleType:
@@ -689,3 +694,4 @@ _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     MessageStore.put = _twin.put  # type: ignore[method-assign]
     MessageStore.put_patched = _twin.put_patched  # type: ignore[method-assign]
+    MessageStore.write_out = _twin.write_out  # type: ignore[method-assign]
