@@ -331,6 +331,27 @@ def view_record(buf):
 
 def patched_size(view, topic, properties, store_host):
     """``message.patched_size``."""
+    cdef tuple t
+    cdef int64_t be, bs, bn
+    if type(view) is RecordView and type(topic) is bytes and type(properties) is bytes:
+        # the view's fields by index (the named tuple's own layout), not by property
+        t = <tuple>view
+        sh_ip = store_host[0]
+        if type(sh_ip) is bytes and type(t[8]) is int and type(t[7]) is int and type(t[4]) is int:
+            try:
+                be, bs, bn = t[8], t[7], t[4]
+            except OverflowError:
+                be = bs = bn = -1
+            if 0 <= bs <= 0x7FFFFFFF and 0 <= be <= 0x7FFFFFFF and 0 <= bn <= 0x7FFFFFFF:
+                return (
+                    OVERHEAD
+                    + (be - bs)
+                    + PyBytes_GET_SIZE(topic)
+                    + PyBytes_GET_SIZE(properties)
+                    + (bn - HEAD - 8)
+                    + PyBytes_GET_SIZE(sh_ip)
+                    - 4
+                )
     return (
         OVERHEAD
         + (view.body_end - view.body_start)
@@ -369,14 +390,20 @@ def patch_record(
                                physical_offset, store_timestamp, store_host)
     cdef Py_ssize_t sl = PyBytes_GET_SIZE(sh_ip), tl = PyBytes_GET_SIZE(topic)
     cdef Py_ssize_t pl = PyBytes_GET_SIZE(properties), n = PyBytes_GET_SIZE(buf)
+    cdef tuple t
     try:
         c_qid, c_qoff, c_phy, c_store, c_sport = (
             queue_id, queue_offset, physical_offset, store_timestamp, sh_port
         )
-        c_flag, c_sys, c_born = view.flag, view.sys_flag, view.born_timestamp
-        body_start, body_end, born_end, rpos = (
-            view.body_start, view.body_end, view.born_end, view.reconsume_pos
-        )
+        if type(view) is RecordView:  # by index (the named tuple's layout), no properties
+            t = <tuple>view
+            c_flag, c_sys, c_born = t[1], t[2], t[3]
+            body_start, body_end, born_end, rpos = t[7], t[8], t[4], t[5]
+        else:
+            c_flag, c_sys, c_born = view.flag, view.sys_flag, view.born_timestamp
+            body_start, body_end, born_end, rpos = (
+                view.body_start, view.body_end, view.born_end, view.reconsume_pos
+            )
     except (OverflowError, TypeError):
         return _fallback_patch(buf, view, topic, properties, queue_id, queue_offset,
                                physical_offset, store_timestamp, store_host)
@@ -399,12 +426,11 @@ def patch_record(
                                physical_offset, store_timestamp, store_host)
     cdef const uint8_t* src = <const uint8_t*>PyBytes_AS_STRING(buf)
     c_sys = (c_sys & ~STORE_V6) | (STORE_V6 if sl == 16 else 0)
-    cdef int c_crc = _crc(src + body_start, nb)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
     _put32(p, <uint32_t>total)
     _put32(p + 4, MAGIC)
-    _put32(p + 8, <uint32_t>c_crc)
+    memcpy(p + 8, src + 8, 4)  # the source's body CRC (message.patch_record says why)
     _put32(p + 12, <uint32_t>c_qid)
     _put32(p + 16, <uint32_t>c_flag)
     _put64(p + 20, <uint64_t>c_qoff)

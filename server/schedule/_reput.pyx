@@ -15,8 +15,11 @@ stop at the first RETRY), its ``Attempt`` and ``Target`` made without their Pyth
 constructors' frames.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
 from kairosmq.protocol.errors import MessageDecodeError
-from kairosmq.protocol.message import view_record
+from kairosmq.protocol.message import RecordView, view_record
 from kairosmq.protocol.properties import (
     DELIVER_TIME,
     INT32_DIGITS,
@@ -37,6 +40,7 @@ cdef tuple _KEEP = _ref._KEEP_ON_REPUT
 cdef Py_ssize_t _QID_DIGITS = INT32_DIGITS
 cdef object _tuple_new = tuple.__new__
 cdef object _new = object.__new__
+cdef object _RecordView = RecordView
 
 
 cdef object _qid(object raw):
@@ -59,10 +63,21 @@ cdef object _qid(object raw):
 
 cdef tuple _read(bytes record):
     """The record's view and its properties, or None (the reference raises)."""
+    cdef Py_ssize_t ps, pe
     try:
         view = view_record(record)
-        props = decode_properties(record[view.props_start : view.props_end].decode())
-    except (MessageDecodeError, UnicodeDecodeError):
+        if type(view) is _RecordView:
+            # the properties decoded where they lie (no slice copied first): the
+            # named tuple's props_start and props_end by index
+            ps, pe = (<tuple>view)[10], (<tuple>view)[11]
+            if 0 <= ps <= pe <= PyBytes_GET_SIZE(record):
+                text = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(record) + ps, pe - ps, NULL)
+            else:
+                text = record[view.props_start : view.props_end].decode()
+        else:
+            text = record[view.props_start : view.props_end].decode()
+        props = decode_properties(text)
+    except (MessageDecodeError, UnicodeDecodeError, OverflowError):
         return None
     return view, props
 

@@ -237,3 +237,45 @@ def test_patch_refuses_what_the_reference_refuses(nat, kw, name, value) -> None:
         outcome(nat.patch_record, rec, view, **args)[:2]
         == outcome(ref.patch_record, rec, view, **args)[:2]
     )
+
+
+@PARITY
+@given(fields, st.integers(-(2**31), 2**31 - 1))
+def test_patch_keeps_the_stored_body_crc(nat, kw, stored_crc) -> None:  # type: ignore[no-untyped-def]
+    """The copy's body CRC is the source record's, on both cores: a sound record's equals
+    the body's CRC computed again; a damaged one (any CRC field) keeps its mismatch."""
+    sound = ref.encode_record(**{**kw, "crc": None})  # its CRC computed from the body
+    view = ref.view_record(sound)
+    args = dict(
+        topic=b"T",
+        properties=b"",
+        queue_id=1,
+        queue_offset=2,
+        physical_offset=3,
+        store_timestamp=4,
+        store_host=(b"\x7f\0\0\1", 10911),
+    )
+    for core in (nat, ref):
+        out = core.patch_record(sound, view, **args)
+        assert out[8:12] == sound[8:12]
+        assert ref.decode_record(out, check_crc=True).body == kw["body"]
+    damaged = sound[:8] + stored_crc.to_bytes(4, "big", signed=True) + sound[12:]
+    a = nat.patch_record(damaged, view, **args)
+    assert a == ref.patch_record(damaged, view, **args)
+    assert a[8:12] == damaged[8:12]
+    assert a[:8] + sound[8:12] + a[12:] == ref.patch_record(sound, view, **args)
+
+
+@PARITY
+@given(fields, st.lists(wild, min_size=12, max_size=12))
+def test_patched_size_of_any_view_fields(nat, kw, values) -> None:  # type: ignore[no-untyped-def]
+    """``patched_size`` of a RecordView holding any values: the reference's outcome."""
+    rec = ref.encode_record(**kw)
+    view = ref.view_record(rec)._replace(
+        born_end=values[4], body_start=values[7], body_end=values[8]
+    )
+    host = (b"\0" * 4, 1)
+    assert (
+        outcome(nat.patched_size, view, b"T", b"", host)[:2]
+        == outcome(ref.patched_size, view, b"T", b"", host)[:2]
+    )
