@@ -430,7 +430,7 @@ def patch_record(
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
     _put32(p, <uint32_t>total)
     _put32(p + 4, MAGIC)
-    memcpy(p + 8, src + 8, 4)  # the source's body CRC (message.patch_record says why)
+    _put32(p + 8, <uint32_t>_crc(src + body_start, nb))  # computed again (message.patch_record)
     _put32(p + 12, <uint32_t>c_qid)
     _put32(p + 16, <uint32_t>c_flag)
     _put64(p + 20, <uint64_t>c_qoff)

@@ -357,16 +357,16 @@ def patch_record(
 ) -> bytes:
     """A new record from the one in ``buf``: the same body, flag, born time and host and
     reconsume count, with a new topic, queue, properties, offsets, store time and host,
-    and no prepared-transaction offset. The body CRC is the source record's, copied as
-    the body is: the body does not change, and a stored record's CRC was computed when it
-    was written (and is checked on recovery, ``server/store/record_check.py``), so
-    computing it again gives the same value for every sound record, and a corrupt one
-    keeps its mismatch instead of having it blessed. Byte for byte what ``encode_record``
-    writes for those fields (a parity test holds it)."""
+    the body CRC computed again and no prepared-transaction offset. Byte for byte what
+    ``encode_record`` writes for those fields (a parity test holds it). The CRC is not
+    copied: the source is read without a check (the fire and drain reads), and a copy
+    with a mismatching CRC would be where recovery's scan cuts the log
+    (``server/store/record_check.py``), dropping every record after it."""
     sh_ip, sh_port = store_host
     if len(sh_ip) not in (4, 16):
         raise ValueError(f"host addresses must be 4 or 16 bytes, got {len(sh_ip)}")
     mv = memoryview(buf)
+    body = mv[view.body_start : view.body_end]
     sys_flag = (view.sys_flag & ~SYSFLAG_STOREHOST_V6) | (
         SYSFLAG_STOREHOST_V6 if len(sh_ip) == 16 else 0
     )
@@ -375,7 +375,7 @@ def patch_record(
             _HEAD.pack(
                 _patched_size(view, topic, properties, store_host),
                 MESSAGE_MAGIC_CODE,
-                _I32.unpack_from(buf, 8)[0],  # the source's body CRC (see above)
+                zlib.crc32(body) & 0x7FFFFFFF,
                 queue_id,
                 view.flag,
                 queue_offset,

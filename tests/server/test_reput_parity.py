@@ -8,7 +8,6 @@ order, empty and large bodies; and the same ``RequeueError`` for records neither
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +123,7 @@ def _object_path(
     restore: Any = restore_delayed,
 ) -> bytes:
     msg = restore(record, level, off)
-    # the copy keeps the stored body CRC (message.patch_record): the same value as
-    # computing it for a sound record, the stored mismatch for a damaged one
     return encode_record(
-        crc=struct.unpack_from(">i", record, 8)[0],
         topic=msg.topic.encode(),
         body=msg.body,
         properties=encode_properties(msg.properties).encode(),
