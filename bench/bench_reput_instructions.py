@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 
 def records(n: int, delayed: bool) -> list[bytes]:
     from kairosmq.protocol.message import encode_record
+    from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
     from kairosmq.protocol.properties import encode_properties
 
     out = []
@@ -43,7 +44,7 @@ def records(n: int, delayed: bool) -> list[bytes]:
         props = encode_properties({**timing, "UNIQ_KEY": f"7F0000010000{i:020X}", "WAIT": "true"})
         out.append(
             encode_record(
-                topic=b"SCHEDULE_TOPIC_XXXX" if delayed else b"rmq_sys_wheel_timer",
+                topic=(SCHEDULE_TOPIC if delayed else TIMER_TOPIC).encode(),
                 body=b"\xab" * 1024,
                 properties=props.encode(),
                 queue_id=0,
