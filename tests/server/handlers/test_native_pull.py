@@ -32,6 +32,7 @@ from kairosmq.server.store import reads
 from kairosmq.server.store.reads import StoreReads
 
 from tests.server.handlers.rig import Services, req
+from tests.server.handlers.test_pull import _processor as processor
 from tests.twins import outcome, twin
 
 PARITY = settings(
@@ -83,21 +84,7 @@ def _cores(nat: Any) -> dict[str, type[PullMessageProcessor]]:
 
 
 def _processor(cls: type[PullMessageProcessor], s: Services, running: bool) -> PullMessageProcessor:
-    b = s.broker
-    return cls(
-        reads=s.store,
-        topics=s.topics,
-        offsets=s.offsets,
-        clients=s.clients,
-        notifier=b.notifier,
-        holds=b.pull_holds,
-        stats=s.stats,
-        config=s.config,
-        log=s.log,
-        msglog=b.msglog,
-        running=lambda: running,
-        subscriptions=b.subscriptions,
-    )
+    return processor(s, running, cls=cls, subscriptions=True)
 
 
 def _state(s: Services) -> tuple[Any, ...]:

@@ -24,9 +24,16 @@ from tests.helpers import wait_until
 from tests.server.handlers.rig import Services, req
 
 
-def _processor(s: Services, running: bool = True) -> PullMessageProcessor:
+def _processor(
+    s: Services,
+    running: bool = True,
+    cls: type[PullMessageProcessor] = PullMessageProcessor,
+    subscriptions: bool = False,
+) -> PullMessageProcessor:
+    """A pull processor (``cls``: the reference or a native twin's subclass) over the
+    broker's services; ``subscriptions``: with its subscription-group table."""
     b = s.broker
-    return PullMessageProcessor(
+    return cls(
         reads=s.store,
         topics=s.topics,
         offsets=s.offsets,
@@ -38,6 +45,7 @@ def _processor(s: Services, running: bool = True) -> PullMessageProcessor:
         log=s.log,
         msglog=b.msglog,
         running=lambda: running,
+        subscriptions=b.subscriptions if subscriptions else None,
     )
 
 
