@@ -1,7 +1,8 @@
 """Consume services: hand pulled messages to the listener and settle the outcome.
 
 Owns: ``ConsumeContext``, listener invocation (``ListenerRunner``: async listeners
-awaited on the loop, sync ones in a thread pool), ``ConcurrentConsumeService`` (RocketMQ's
+awaited on the loop, sync ones in a thread pool, a concurrent consumer's waiting batches
+in chains: one pool job runs several one after another), ``ConcurrentConsumeService`` (RocketMQ's
 ConsumeMessageConcurrentlyService: any order, bounded concurrency, send-back on
 RECONSUME_LATER), ``OrderlyConsumeService`` (ConsumeMessageOrderlyService: one batch at a
 time per queue, in queue order, local retry after a pause), ``SendBack``
@@ -14,6 +15,12 @@ Invariants:
 * Concurrent: at most ``consume_thread_max`` listener calls run at once; workers take
   batches FIFO from one backlog. A batch whose queue was dropped meanwhile is skipped and
   its offset not advanced (the queue's next owner consumes it: at-least-once).
+* Chains (a sync concurrent listener): a worker takes its share of the backlog (at most
+  ``CHAIN_MAX`` batches, at least one) into one pool job, which calls the listener on
+  each batch in turn, as a Java pool thread takes request after request; the answers are
+  settled on the loop when the job ends, in the chain's order. ``consume_timeout`` holds
+  per batch: the one running over it counts as RECONSUME_LATER, the job stops after it,
+  and the batches it had not started go back to the front of the backlog.
 * CLUSTERING + RECONSUME_LATER: each message goes back with CONSUMER_SEND_MSG_BACK
   (delayLevel 0: the broker picks 3 + reconsumeTimes). A message whose send-back fails
   stays in flight (the offset does not pass it) and is consumed again locally after
@@ -29,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +68,13 @@ log = logging.getLogger("kairosmq.client.consume")
 Listener = Callable[[list[MessageExt], "ConsumeContext"], Any]
 # (pq, new commit offset) -> None; Rebalance.record_offset puts it in the offset store
 OffsetSink = Callable[[ProcessQueue, int], None]
+# one batch waiting in a concurrent consumer's backlog
+Batch = tuple[ProcessQueue, list[MessageExt]]
+
+# the most batches one pool job of a sync concurrent listener runs (a chain): long enough
+# that a burst pays one thread hand-over per dozens of messages, short enough that a slow
+# listener's chain does not hold much of the backlog from the other threads
+CHAIN_MAX = 64
 
 
 @dataclass(slots=True)
@@ -93,6 +109,7 @@ class ListenerRunner:
         self._max_threads = max_threads
         self._pool: ThreadPoolExecutor | None = None
         self._deadlines: dict[asyncio.Task[Any], float] = {}  # calls in flight
+        self._chains: dict[asyncio.Task[Any], _Chain] = {}  # chains in flight (their own)
         self._expired: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -122,6 +139,46 @@ class ListenerRunner:
                 self._expired.discard(task)
                 task.uncancel()
 
+    async def many(self, batches: list[Batch]) -> list[ConsumeStatus | None]:
+        """A sync listener's chain: ``batches`` run one after another in one pool job.
+        The answers of the batches that ran, in order (None for a batch whose queue was
+        dropped before its turn: skipped); shorter than ``batches`` when the chain was
+        cut by ``consume_timeout`` (the batch over it answers RECONSUME_LATER, the rest
+        did not start)."""
+        assert not self.is_async
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_threads, "kairosmq-consume")
+        loop = asyncio.get_running_loop()
+        chain = _Chain(batches, self.fn, self.timeout)
+        task = asyncio.current_task() if self.timeout is not None else None
+        if task is not None:
+            self._chains[task] = chain
+            if self._watchdog is None:
+                self._watchdog = loop.call_later(self.timeout / 4, self._sweep)  # type: ignore[operator]
+        try:
+            await loop.run_in_executor(self._pool, chain.run)
+        except asyncio.CancelledError:
+            done, overtime = chain.stop()
+            if task is None or task not in self._expired:
+                raise
+            if overtime is not None:
+                pq, msgs = batches[overtime]
+                log.warning(
+                    "listener ran over consume_timeout (%.0f s) on %d message(s) of %s",
+                    self.timeout,
+                    len(msgs),
+                    pq.mq,
+                )
+                done.append(ConsumeStatus.RECONSUME_LATER)
+            return await _settled(done)
+        finally:
+            if task is not None:
+                del self._chains[task]
+                if task in self._expired:  # the watchdog's cancel is consumed here
+                    self._expired.discard(task)
+                    task.uncancel()
+        return await _settled(chain.results)
+
     def _sweep(self) -> None:
         """Cancel the calls past their deadline; run again while calls are in flight."""
         loop = asyncio.get_running_loop()
@@ -130,8 +187,14 @@ class ListenerRunner:
             if deadline <= now and task not in self._expired:
                 self._expired.add(task)
                 task.cancel()
+        mono = time.monotonic()  # a chain's thread reads this clock
+        for task, chain in self._chains.items():
+            due = chain.deadline
+            if due is not None and due <= mono and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
         self._watchdog = None
-        if self._deadlines:
+        if self._deadlines or self._chains:
             self._watchdog = loop.call_later(self.timeout / 4, self._sweep)  # type: ignore[operator]
 
     async def _call(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
@@ -150,11 +213,7 @@ class ListenerRunner:
         except Exception:
             log.exception("listener raised on %d message(s) of %s", len(msgs), ctx.message_queue)
             return ConsumeStatus.RECONSUME_LATER
-        if not isinstance(status, ConsumeStatus):
-            if status is not None:
-                log.warning("listener returned %r, treating it as RECONSUME_LATER", status)
-            return ConsumeStatus.RECONSUME_LATER
-        return status
+        return _status(status)
 
     def close(self) -> None:
         if self._watchdog is not None:
@@ -162,6 +221,91 @@ class ListenerRunner:
             self._watchdog = None
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _status(answer: Any) -> ConsumeStatus:  # Any: whatever the user's listener returned
+    """A listener's answer as a status: anything but a ``ConsumeStatus`` is RECONSUME_LATER."""
+    if not isinstance(answer, ConsumeStatus):
+        if answer is not None:
+            log.warning("listener returned %r, treating it as RECONSUME_LATER", answer)
+        return ConsumeStatus.RECONSUME_LATER
+    return answer
+
+
+_SKIPPED = object()  # a chain's batch whose queue was dropped before its turn
+
+
+async def _settled(answers: list[Any]) -> list[ConsumeStatus | None]:  # Any: listener answers
+    """A chain's answers as statuses, in order (an awaitable answer awaited here, on the
+    loop, as ``ListenerRunner._call`` does; a skipped batch as None)."""
+    out: list[ConsumeStatus | None] = []
+    for answer in answers:
+        if type(answer) is ConsumeStatus:  # the usual answer, no check to make
+            out.append(answer)
+            continue
+        if answer is _SKIPPED:
+            out.append(None)
+            continue
+        if inspect.isawaitable(answer):
+            try:
+                answer = await answer
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("listener raised")
+                answer = ConsumeStatus.RECONSUME_LATER
+        out.append(_status(answer))
+    return out
+
+
+class _Chain:
+    """One pool job of a sync concurrent listener: its batches, called in turn in the
+    pool's thread. ``results`` holds the raw answers of the batches that finished,
+    ``deadline`` (``time.monotonic``) the running one's ``consume_timeout``; ``stop``, on
+    the loop, ends the chain after the running batch and says which one that is."""
+
+    __slots__ = ("batches", "fn", "timeout", "results", "deadline", "running", "stopped", "lock")
+
+    def __init__(self, batches: list[Batch], fn: Listener, timeout: float | None) -> None:
+        self.batches = batches
+        self.fn = fn
+        self.timeout = timeout
+        self.results: list[Any] = []  # Any: the listener's raw answers
+        self.deadline: float | None = None
+        self.running: int | None = None
+        self.stopped = False
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        """In the pool's thread: each batch in turn until the end or ``stop``."""
+        fn, timeout, lock, results = self.fn, self.timeout, self.lock, self.results
+        for i, (pq, msgs) in enumerate(self.batches):
+            with lock:
+                if self.stopped:
+                    return
+                if pq.dropped:
+                    results.append(_SKIPPED)
+                    continue
+                self.running = i
+                if timeout is not None:
+                    self.deadline = time.monotonic() + timeout
+            try:
+                answer = fn(msgs, ConsumeContext(pq.mq))
+            except Exception:
+                log.exception("listener raised on %d message(s) of %s", len(msgs), pq.mq)
+                answer = ConsumeStatus.RECONSUME_LATER
+            with lock:
+                if self.stopped:  # this answer came after the cut: it is not counted
+                    return
+                results.append(answer)
+                self.running = self.deadline = None
+
+    def stop(self) -> tuple[list[Any], int | None]:  # Any: the listener's raw answers
+        """On the loop: no batch starts after this. The answers counted so far and the
+        index of the batch running now (its answer will not count), if any."""
+        with self.lock:
+            self.stopped = True
+            return list(self.results), self.running
 
 
 class SendBack:
@@ -286,7 +430,7 @@ class ConcurrentConsumeService(_ConsumeService):
         super().__init__(run, send_back, on_offset, clustering=clustering, batch_size=batch_size)
         self._max = max(1, max_concurrency)
         self._retry_delay = local_retry_delay
-        self._backlog: deque[tuple[ProcessQueue, list[MessageExt]]] = deque()
+        self._backlog: deque[Batch] = deque()
         self._workers: set[asyncio.Task[None]] = set()
         # counted by the workers themselves (not by done-callbacks, which run a loop
         # iteration late), so a worker that just ran dry is never mistaken for a live one
@@ -320,26 +464,66 @@ class ConcurrentConsumeService(_ConsumeService):
 
     async def _work(self) -> None:
         backlog = self._backlog
+        run = self._run
         while backlog and not self._stopping:
-            pq, msgs = backlog.popleft()
-            if pq.dropped:
+            if run.is_async:
+                pq, msgs = backlog.popleft()
+                if pq.dropped:
+                    continue
+                status = await run(msgs, ConsumeContext(pq.mq))
+                await self._settle(pq, msgs, status)
                 continue
-            ctx = ConsumeContext(pq.mq)
-            status = await self._run(msgs, ctx)
-            if pq.dropped:
+            chain = self._take_chain()
+            if not chain:
                 continue
-            if status is ConsumeStatus.CONSUME_SUCCESS or not self._clustering:
-                self._on_offset(pq, pq.remove(msgs))
-                continue
-            failed = [m for m in msgs if not await self._send_back(m, pq.mq)]
-            done = [m for m in msgs if m not in failed] if failed else msgs
-            self._on_offset(pq, pq.remove(done))
-            if failed:
-                for m in failed:
-                    m.reconsume_times += 1
-                loop = asyncio.get_running_loop()
-                handle = loop.call_later(self._retry_delay, self._retry, pq, failed)
-                self._timers.add(handle)
+            statuses = await run.many(chain)
+            if len(statuses) < len(chain) and not self._stopping:  # cut: the rest waits again
+                backlog.extendleft(reversed(chain[len(statuses) :]))
+            # the chain's successes settled per queue (one offset update each), then the rest
+            done: dict[ProcessQueue, list[MessageExt]] = {}
+            later: list[tuple[ProcessQueue, list[MessageExt], ConsumeStatus]] = []
+            for (pq, msgs), answer in zip(chain, statuses, strict=False):
+                if answer is ConsumeStatus.CONSUME_SUCCESS or (
+                    answer is not None and not self._clustering
+                ):
+                    done.setdefault(pq, []).extend(msgs)
+                elif answer is not None:
+                    later.append((pq, msgs, answer))
+            for pq, msgs in done.items():
+                if not pq.dropped:
+                    self._on_offset(pq, pq.remove(msgs))
+            for pq, msgs, answer in later:
+                await self._settle(pq, msgs, answer)
+
+    def _take_chain(self) -> list[Batch]:
+        """This worker's share of the backlog (its batches of live queues, in order)."""
+        backlog = self._backlog
+        n = min(CHAIN_MAX, max(1, len(backlog) // self._max))
+        chain: list[Batch] = []
+        while backlog and len(chain) < n:
+            item = backlog.popleft()
+            if not item[0].dropped:
+                chain.append(item)
+        return chain
+
+    async def _settle(
+        self, pq: ProcessQueue, msgs: list[MessageExt], status: ConsumeStatus
+    ) -> None:
+        """A batch's answer: its offset, or its send-back (and local retry) first."""
+        if pq.dropped:
+            return
+        if status is ConsumeStatus.CONSUME_SUCCESS or not self._clustering:
+            self._on_offset(pq, pq.remove(msgs))
+            return
+        failed = [m for m in msgs if not await self._send_back(m, pq.mq)]
+        done = [m for m in msgs if m not in failed] if failed else msgs
+        self._on_offset(pq, pq.remove(done))
+        if failed:
+            for m in failed:
+                m.reconsume_times += 1
+            loop = asyncio.get_running_loop()
+            handle = loop.call_later(self._retry_delay, self._retry, pq, failed)
+            self._timers.add(handle)
 
     def _retry(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         now = asyncio.get_running_loop().time()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt, MessageQueue
@@ -122,3 +123,118 @@ async def test_a_listener_call_over_consume_timeout_counts_as_reconsume_later() 
         assert await runner(msgs, ctx) is ConsumeStatus.CONSUME_SUCCESS
     finally:
         runner.close()
+
+
+class AcceptingSendBack:
+    """The broker takes every message back (records which)."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+
+    async def __call__(self, msg: MessageExt, mq: MessageQueue, delay_level: int = 0) -> bool:
+        self.offsets.append(msg.queue_offset)
+        return True
+
+
+def _queue(topic: str, n: int) -> tuple[ProcessQueue, list[MessageExt]]:
+    pq = ProcessQueue(MessageQueue(topic, "b", 0), 0)
+    msgs = [MessageExt(topic, b"x", queue_offset=i) for i in range(n)]
+    pq.put(msgs, n)
+    return pq, msgs
+
+
+async def test_a_sync_listener_consumes_a_backlog_in_chains_each_message_once() -> None:
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        with lock:
+            calls.extend(m.queue_offset for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    offsets: list[int] = []
+    runner = ListenerRunner(listener, 3, timeout=60)
+    svc = ConcurrentConsumeService(
+        runner,
+        AcceptingSendBack(),
+        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
+        clustering=True,
+        batch_size=2,
+        max_concurrency=3,
+    )
+    pq, msgs = _queue("T", 1_000)
+    svc.submit(pq, msgs)
+    await wait_until(lambda: offsets and offsets[-1] == 1_000, timeout=10)
+    assert sorted(calls) == list(range(1_000))  # each message once
+    assert offsets == sorted(offsets)  # the commit offset only moves forward
+    await svc.drain(1)
+    runner.close()
+
+
+async def test_a_chain_cut_by_consume_timeout_settles_what_ran_and_requeues_the_rest() -> None:
+    calls: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        off = msgs[0].queue_offset
+        calls.append(off)
+        if off == 1 and calls.count(1) == 1:
+            time.sleep(0.6)  # over the 0.2 s timeout, once
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    offsets: list[int] = []
+    send_back = AcceptingSendBack()
+    runner = ListenerRunner(listener, 1, timeout=0.2)
+    svc = ConcurrentConsumeService(
+        runner,
+        send_back,
+        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
+        clustering=True,
+        batch_size=1,
+        max_concurrency=1,
+    )
+    pq, msgs = _queue("T", 5)
+    svc.submit(pq, msgs)  # one chain of all five batches
+    await wait_until(lambda: offsets and offsets[-1] == 5, timeout=10)
+    # 0 ran; 1 ran over the timeout (sent back, its late answer ignored); 2-4 did not
+    # start in that chain and ran once each afterwards
+    assert calls == [0, 1, 2, 3, 4]
+    assert send_back.offsets == [1]
+    await svc.drain(1)
+    runner.close()
+
+
+async def test_a_chain_skips_the_batches_of_a_queue_dropped_meanwhile() -> None:
+    calls: list[str] = []
+    started, go = threading.Event(), threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        m = msgs[0]
+        calls.append(f"{m.topic}{m.queue_offset}")
+        if m.topic == "A" and m.queue_offset == 0:
+            started.set()
+            go.wait(5)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    offsets: list[tuple[str, int]] = []
+    runner = ListenerRunner(listener, 1, timeout=60)
+    svc = ConcurrentConsumeService(
+        runner,
+        AcceptingSendBack(),
+        lambda pq, off: offsets.append((pq.mq.topic, off)),
+        clustering=True,
+        batch_size=1,
+        max_concurrency=1,
+    )
+    a, a_msgs = _queue("A", 2)
+    b, b_msgs = _queue("B", 2)
+    svc.submit(a, a_msgs[:1])
+    svc.submit(b, b_msgs)
+    svc.submit(a, a_msgs[1:])
+    await wait_until(started.is_set, timeout=5)  # the chain runs A0; B0, B1, A1 wait in it
+    b.drop()  # rebalanced away: its batches must not reach the listener
+    go.set()
+    await wait_until(lambda: ("A", 2) in offsets, timeout=5)
+    assert calls == ["A0", "A1"]
+    assert all(topic == "A" for topic, _ in offsets)
+    await svc.drain(1)
+    runner.close()
