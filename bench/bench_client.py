@@ -8,8 +8,9 @@ Usage::
 
 Phase 1 keeps ``--inflight`` sends of ``--body`` bytes in flight until ``--messages``
 are acknowledged and prints acked msgs/s. Phase 2 starts a PushConsumer (new group,
-FIRST_OFFSET) on that backlog and prints msgs/s until all are consumed. Figures are
-printed, not asserted.
+FIRST_OFFSET) on that backlog and prints msgs/s until all are consumed: with an async
+listener, or with ``--sync-listener`` a plain function, which runs in the consumer's
+thread pool (the usual listener of a RocketMQ user). Figures are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,19 +78,29 @@ async def produce(namesrv: str, topic: str, n: int, inflight: int, body: bytes) 
     return rate
 
 
-async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
+async def consume(namesrv: str, topic: str, n: int, batch: int, sync: bool = False) -> float:
     done = asyncio.Event()
     count = 0
     first: float | None = None
+    loop = asyncio.get_running_loop()
 
-    async def listener(msgs: list[MessageExt], _ctx: ConsumeContext) -> ConsumeStatus:
+    def counted(msgs: list[MessageExt]) -> ConsumeStatus:
         nonlocal count, first
         if first is None:
             first = time.perf_counter()
         count += len(msgs)
         if count >= n:
-            done.set()
+            loop.call_soon_threadsafe(done.set)
         return ConsumeStatus.CONSUME_SUCCESS
+
+    async def async_listener(msgs: list[MessageExt], _ctx: ConsumeContext) -> ConsumeStatus:
+        return counted(msgs)
+
+    def sync_listener(msgs: list[MessageExt], _ctx: ConsumeContext) -> ConsumeStatus:
+        with lock:  # the pool's threads
+            return counted(msgs)
+
+    lock = threading.Lock()
 
     consumer = PushConsumer(
         f"bench_cg_{os.getpid()}_{time.time_ns()}",
@@ -98,7 +110,7 @@ async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
         pull_batch_size=32,
     )
     consumer.subscribe(topic)
-    consumer.register_listener(listener)
+    consumer.register_listener(sync_listener if sync else async_listener)
     t0, c0 = time.perf_counter(), time.process_time()
     await consumer.start()
     await done.wait()
@@ -108,7 +120,8 @@ async def consume(namesrv: str, topic: str, n: int, batch: int) -> float:
     start_s = (first or t0) - t0
     steady = count / (elapsed - start_s) if elapsed > start_s else rate
     print(
-        f"consume: {count} msgs (listener batch {batch}): {elapsed:.2f}s  {rate:,.0f} msgs/s"
+        f"consume: {count} msgs ({'sync' if sync else 'async'} listener, batch {batch}): "
+        f"{elapsed:.2f}s  {rate:,.0f} msgs/s"
         f"  (this process: {cpu / count * 1e6:.1f} us CPU/msg); first message after "
         f"{start_s:.2f}s (start-up), then {steady:,.0f} msgs/s"
     )
@@ -124,6 +137,9 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1, help="consume_message_batch_max_size")
     ap.add_argument("--topic", default=f"BenchTopic{os.getpid()}")
+    ap.add_argument(
+        "--sync-listener", action="store_true", help="a plain function (thread pool) listener"
+    )
     args = ap.parse_args(argv)
     body = os.urandom(args.body // 2).hex().encode()[: args.body]
     proc: asyncio.subprocess.Process | None = None
@@ -171,7 +187,7 @@ async def main(argv: list[str] | None = None) -> None:
             namesrv = f"127.0.0.1:{ns_port}"
         try:
             await produce(namesrv, args.topic, args.messages, args.inflight, body)
-            await consume(namesrv, args.topic, args.messages + 1, args.batch)
+            await consume(namesrv, args.topic, args.messages + 1, args.batch, args.sync_listener)
         finally:
             if broker is not None:
                 await broker.stop()
