@@ -15,8 +15,10 @@ Invariants:
 * Concurrent: at most ``consume_thread_max`` listener calls run at once; workers take
   batches FIFO from one backlog. A batch whose queue was dropped meanwhile is skipped and
   its offset not advanced (the queue's next owner consumes it: at-least-once).
-* Chains (a sync concurrent listener): a worker takes its share of the backlog (at most
-  ``CHAIN_MAX`` batches, at least one) into one pool job, which calls the listener on
+* Chains (a sync concurrent listener): a worker takes into one pool job its fair share
+  of the backlog, or more while the listener is fast (about ``CHAIN_BUDGET`` of listener
+  time at the recent mean call time; at most ``CHAIN_MAX`` batches, at least one), which
+  calls the listener on
   each batch in turn, as a Java pool thread takes request after request; the answers are
   settled on the loop when the job ends, in the chain's order. ``consume_timeout`` holds
   per batch: the one running over it counts as RECONSUME_LATER, the job stops after it,
@@ -71,10 +73,14 @@ OffsetSink = Callable[[ProcessQueue, int], None]
 # one batch waiting in a concurrent consumer's backlog
 Batch = tuple[ProcessQueue, list[MessageExt]]
 
-# the most batches one pool job of a sync concurrent listener runs (a chain): long enough
-# that a burst pays one thread hand-over per dozens of messages, short enough that a slow
-# listener's chain does not hold much of the backlog from the other threads
+# the most batches one pool job of a sync concurrent listener runs (a chain): a burst
+# pays one thread hand-over (~30 us of the loop's and the thread's work) per dozens of
+# batches instead of one per batch
 CHAIN_MAX = 64
+# a chain beyond its fair share of the backlog holds about this much listener time (s), at
+# the recent mean call time: a fast listener gets long chains, a slow one (where the
+# hand-over costs nothing in comparison) its share, so no thread idles behind another's
+CHAIN_BUDGET = 0.005
 
 
 @dataclass(slots=True)
@@ -112,6 +118,9 @@ class ListenerRunner:
         self._chains: dict[asyncio.Task[Any], _Chain] = {}  # chains in flight (their own)
         self._expired: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.TimerHandle | None = None
+        # the recent mean of a sync listener's call time (s), kept by the chains' threads;
+        # until calls are timed, a listener is taken as slow (chains of the fair share)
+        self.call_s = CHAIN_BUDGET
 
     async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
         task = asyncio.current_task() if self.timeout is not None else None
@@ -149,7 +158,7 @@ class ListenerRunner:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_threads, "kairosmq-consume")
         loop = asyncio.get_running_loop()
-        chain = _Chain(batches, self.fn, self.timeout)
+        chain = _Chain(batches, self)
         task = asyncio.current_task() if self.timeout is not None else None
         if task is not None:
             self._chains[task] = chain
@@ -264,12 +273,11 @@ class _Chain:
     ``deadline`` (``time.monotonic``) the running one's ``consume_timeout``; ``stop``, on
     the loop, ends the chain after the running batch and says which one that is."""
 
-    __slots__ = ("batches", "fn", "timeout", "results", "deadline", "running", "stopped", "lock")
+    __slots__ = ("batches", "runner", "results", "deadline", "running", "stopped", "lock")
 
-    def __init__(self, batches: list[Batch], fn: Listener, timeout: float | None) -> None:
+    def __init__(self, batches: list[Batch], runner: ListenerRunner) -> None:
         self.batches = batches
-        self.fn = fn
-        self.timeout = timeout
+        self.runner = runner
         self.results: list[Any] = []  # Any: the listener's raw answers
         self.deadline: float | None = None
         self.running: int | None = None
@@ -278,7 +286,8 @@ class _Chain:
 
     def run(self) -> None:
         """In the pool's thread: each batch in turn until the end or ``stop``."""
-        fn, timeout, lock, results = self.fn, self.timeout, self.lock, self.results
+        runner, lock, results = self.runner, self.lock, self.results
+        fn, timeout = runner.fn, runner.timeout
         for i, (pq, msgs) in enumerate(self.batches):
             with lock:
                 if self.stopped:
@@ -289,11 +298,14 @@ class _Chain:
                 self.running = i
                 if timeout is not None:
                     self.deadline = time.monotonic() + timeout
+            t0 = time.perf_counter()
             try:
                 answer = fn(msgs, ConsumeContext(pq.mq))
             except Exception:
                 log.exception("listener raised on %d message(s) of %s", len(msgs), pq.mq)
                 answer = ConsumeStatus.RECONSUME_LATER
+            # a moving mean (threads may race on it: a lost update only slows the mean)
+            runner.call_s += (time.perf_counter() - t0 - runner.call_s) / 8
             with lock:
                 if self.stopped:  # this answer came after the cut: it is not counted
                     return
@@ -496,9 +508,12 @@ class ConcurrentConsumeService(_ConsumeService):
                 await self._settle(pq, msgs, answer)
 
     def _take_chain(self) -> list[Batch]:
-        """This worker's share of the backlog (its batches of live queues, in order)."""
+        """This worker's chain: its share of the backlog, or what ``CHAIN_BUDGET`` of
+        listener time holds (batches of live queues, in order)."""
         backlog = self._backlog
-        n = min(CHAIN_MAX, max(1, len(backlog) // self._max))
+        share = len(backlog) // self._max
+        timed = int(CHAIN_BUDGET / max(self._run.call_s, 1e-6))
+        n = min(CHAIN_MAX, max(1, share, timed))
         chain: list[Batch] = []
         while backlog and len(chain) < n:
             item = backlog.popleft()

@@ -238,3 +238,29 @@ async def test_a_chain_skips_the_batches_of_a_queue_dropped_meanwhile() -> None:
     assert all(topic == "A" for topic, _ in offsets)
     await svc.drain(1)
     runner.close()
+
+
+async def test_a_slow_sync_listener_spreads_its_backlog_over_the_threads() -> None:
+    threads: set[int] = set()
+
+    def slow(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        threads.add(threading.get_ident())
+        time.sleep(0.05)  # ten times CHAIN_BUDGET: chains of the fair share only
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    offsets: list[int] = []
+    runner = ListenerRunner(slow, 4, timeout=60)
+    svc = ConcurrentConsumeService(
+        runner,
+        AcceptingSendBack(),
+        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
+        clustering=True,
+        batch_size=1,
+        max_concurrency=4,
+    )
+    pq, msgs = _queue("T", 8)
+    svc.submit(pq, msgs)
+    await wait_until(lambda: offsets and offsets[-1] == 8, timeout=10)
+    assert len(threads) >= 3  # not one thread behind a chain of all eight
+    await svc.drain(1)
+    runner.close()
