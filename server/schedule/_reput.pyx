@@ -18,6 +18,7 @@ constructors' frames.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.set cimport PySet_Contains
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH, PyUnicode_Substring
 
 cdef extern from "Python.h":
@@ -67,6 +68,9 @@ cdef object _qid(object raw):
 
 cdef frozenset _DELAYED_WANTED = frozenset((REAL_TOPIC, REAL_QID, *_KEEP))
 cdef frozenset _TIMER_WANTED = frozenset((REAL_TOPIC, REAL_QID))
+# whether a wanted name may be one the strip table keeps (then each kept name is checked)
+cdef bint _DELAYED_CHECK = not _DELAYED_WANTED <= _INTERNAL
+cdef bint _TIMER_CHECK = not _TIMER_WANTED <= _TIMER_STRIP
 
 
 cdef tuple _read(bytes record):
@@ -91,7 +95,7 @@ cdef tuple _read(bytes record):
     return view, text
 
 
-cdef dict _stripped(str text, frozenset strip, frozenset wanted, dict seen):
+cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept, dict seen):
     """``stripped(decode_properties(text), strip)`` in one pass over ``text`` (no dict of
     every property first), and in ``seen`` the values of the ``wanted`` names, as the
     decoded dict would hold them. The decode is ``decode_properties``' (pairs split at
@@ -109,13 +113,13 @@ cdef dict _stripped(str text, frozenset strip, frozenset wanted, dict seen):
         nv = PyUnicode_FindChar(text, 0x01, start, end, 1)
         if nv > start and nv + 1 < end:
             k = PyUnicode_Substring(text, start, nv)
-            if k in strip:
-                if k in wanted:
+            if PySet_Contains(strip, k):
+                if PySet_Contains(wanted, k):
                     seen[k] = PyUnicode_Substring(text, nv + 1, end)
             else:
                 v = PyUnicode_Substring(text, nv + 1, end)
                 new[k] = v
-                if k in wanted:
+                if check_kept and PySet_Contains(wanted, k):
                     seen[k] = v
         start = end + 1
     return new
@@ -130,7 +134,7 @@ def restore_delayed_view(record, level, schedule_offset):
     if got is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
     view, text = got
-    new = _stripped(<str>text, _INTERNAL, _DELAYED_WANTED, seen)
+    new = _stripped(<str>text, _INTERNAL, _DELAYED_WANTED, _DELAYED_CHECK, seen)
     qid = _qid(seen.get(REAL_QID, "0"))
     if qid is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
@@ -153,7 +157,7 @@ def restore_timer_view(record, due, phy):
     if got is None:
         return _pure.restore_timer_view(record, due, phy)
     view, text = got
-    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_WANTED, seen)
+    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_WANTED, _TIMER_CHECK, seen)
     topic = seen.get(REAL_TOPIC, "")
     qid = _qid(seen.get(REAL_QID, "0"))
     if not topic or qid is None:

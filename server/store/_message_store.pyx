@@ -13,7 +13,10 @@ It mirrors the reference's common case step for step: ``_put``'s checks passed (
 write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
 mapped, nothing to ask" case, ``reserve``'s "fits the current segment" case, ``append``,
 ``WriteGuard.appended``, ``clock.wall_ms`` and ``dispatch`` (not a replay), the
-``DispatchRequest`` and ``PutResult`` filled field by field.
+``DispatchRequest`` and ``PutResult`` made as ``object.__new__`` makes them and filled
+field by field, each value stored into its slot as the field's member descriptor does
+(the offsets read from the descriptors at import; a class not laid out as a plain
+slotted dataclass fails the import, and the pure core runs).
 
 Anything else is handed to the reference before anything is changed, which decides and
 says why: a refusal by the write guard, a check that fails (properties, topic, size), a
@@ -34,7 +37,8 @@ another class goes to the reference whole.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Next
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
 
@@ -54,9 +58,34 @@ from .consumequeue import compute_tags_code
 from .types import DispatchRequest, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
+cdef object _MemberDescriptor = type(PutResult.status)
+cdef object _DispatchRequest = DispatchRequest
+cdef object _PutResult = PutResult
+for _cls in (DispatchRequest, PutResult):
+    if _cls.__new__ is not object.__new__ or _cls.__mro__ != (_cls, object):
+        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
+# the fields' offsets, in the order _append fills them
+cdef Py_ssize_t REQ_TOPIC = _slot(DispatchRequest, "topic")
+cdef Py_ssize_t REQ_QID = _slot(DispatchRequest, "queue_id")
+cdef Py_ssize_t REQ_PHY = _slot(DispatchRequest, "phy_offset")
+cdef Py_ssize_t REQ_SIZE = _slot(DispatchRequest, "size")
+cdef Py_ssize_t REQ_CODE = _slot(DispatchRequest, "tags_code")
+cdef Py_ssize_t REQ_QOFF = _slot(DispatchRequest, "queue_offset")
+cdef Py_ssize_t REQ_TS = _slot(DispatchRequest, "store_timestamp")
+cdef Py_ssize_t REQ_PROPS = _slot(DispatchRequest, "properties")
+cdef Py_ssize_t REQ_REPLAY = _slot(DispatchRequest, "replay")
+cdef Py_ssize_t RES_STATUS = _slot(PutResult, "status")
+cdef Py_ssize_t RES_PHY = _slot(PutResult, "phy_offset")
+cdef Py_ssize_t RES_SIZE = _slot(PutResult, "size")
+cdef Py_ssize_t RES_QOFF = _slot(PutResult, "queue_offset")
+cdef Py_ssize_t RES_TS = _slot(PutResult, "store_timestamp")
+cdef Py_ssize_t RES_CODE = _slot(PutResult, "tags_code")
+cdef Py_ssize_t RES_REMARK = _slot(PutResult, "remark")
+cdef Py_ssize_t RES_MSG_ID = _slot(PutResult, "offset_msg_id")
+if len(DispatchRequest.__slots__) != 9 or len(PutResult.__slots__) != 8:
+    raise ImportError("DispatchRequest or PutResult has fields _append does not fill")
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
-cdef object _new = object.__new__
 cdef object _CommitLog = CommitLog
 cdef object _WriteGuard = WriteGuard
 
@@ -65,6 +94,46 @@ cdef extern from "Python.h":
     # NULL with the error set (a surrogate): no ``except`` clause, the caller clears it
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     void PyErr_Clear()
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
+    offset its member descriptor reads and writes. ImportError (the pure core runs) if
+    the class is not laid out so."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef object _fresh(object cls):
+    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
+    all ``object.__new__`` does for a class that does not override ``__new__``."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
 
 
 cdef bytes _encoded(object properties):
@@ -201,32 +270,34 @@ cdef object _append(
     guard.appends += 1
     guard._end = phy + size
     guard._epoch = len(guard._rollbacks)
-    # the dataclasses' fields set without running their __init__
-    req = _new(DispatchRequest)
-    req.topic = topic
-    req.queue_id = queue_id
-    req.phy_offset = phy
-    req.size = size
-    req.tags_code = code
-    req.queue_offset = queue_offset
-    req.store_timestamp = store_ts
-    req.properties = properties
-    req.replay = False
+    # the dataclasses' fields set without running their __init__, each straight into
+    # its slot (what the field's descriptor does)
+    size_o = size
+    req = _fresh(_DispatchRequest)
+    _put(req, REQ_TOPIC, topic)
+    _put(req, REQ_QID, queue_id)
+    _put(req, REQ_PHY, phy)
+    _put(req, REQ_SIZE, size_o)
+    _put(req, REQ_CODE, code)
+    _put(req, REQ_QOFF, queue_offset)
+    _put(req, REQ_TS, store_ts)
+    _put(req, REQ_PROPS, properties)
+    _put(req, REQ_REPLAY, False)
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
     store._cp_changed.add(cq)
     _notify(store, req, topic, properties)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)
-    result = _new(PutResult)
-    result.status = _PUT_OK
-    result.phy_offset = phy
-    result.size = size
-    result.queue_offset = queue_offset
-    result.store_timestamp = store_ts
-    result.tags_code = code
-    result.remark = ""
-    result.offset_msg_id = ""
+    result = _fresh(_PutResult)
+    _put(result, RES_STATUS, _PUT_OK)
+    _put(result, RES_PHY, phy)
+    _put(result, RES_SIZE, size_o)
+    _put(result, RES_QOFF, queue_offset)
+    _put(result, RES_TS, store_ts)
+    _put(result, RES_CODE, code)
+    _put(result, RES_REMARK, "")
+    _put(result, RES_MSG_ID, "")
     return result
 
 

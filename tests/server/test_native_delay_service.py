@@ -1,10 +1,10 @@
-"""The native twin of the delay levels' drain and dispatch listener
-(server/schedule/delay/_service.pyx) against the reference (``service.reference``).
+"""The native twin of the delay levels' drain (server/schedule/delay/_service.pyx)
+against the reference (``service.reference``).
 
 Same store, same due schedule records, same clock: the twin's ``drain`` and the
 reference's ``_drain`` return the same, move the same progress, store the same bytes,
-skip and log the same records, report the same deliveries and note the same undo; their
-``on_dispatch`` accept and ignore the same requests. Schedules: generated (levels, due
+skip and log the same records, report the same deliveries and note the same undo.
+Schedules: generated (levels, due
 or not, a bad REAL_QID, recalled records, a re-put the store refuses for a while, small
 batches, a wall clock stepped back).
 """
@@ -21,13 +21,12 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
-from kairosmq.protocol.properties import REAL_QID, SCHEDULE_ORIGIN
+from kairosmq.protocol.properties import REAL_QID
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
 from kairosmq.server.schedule.delay import service
 from kairosmq.server.schedule.delay.levels import transform_delayed
 from kairosmq.server.schedule.delay.service import ScheduleService
 from kairosmq.server.store import (
-    DispatchRequest,
     MessageInner,
     MessageStore,
     PutResult,
@@ -55,9 +54,9 @@ def nat() -> ModuleType:
 
 
 class Rig:
-    """A real store and a ScheduleService whose drain and listener are one core's."""
+    """A real store and a ScheduleService whose drain is one core's."""
 
-    def __init__(self, root: Path, drain: Any, on_dispatch: Any, batch: int) -> None:
+    def __init__(self, root: Path, drain: Any, batch: int) -> None:
         self.now = NOW
         self.store = MessageStore(
             root, store_host=HOST, segment_size=1 << 20, clock_ms=lambda: self.now
@@ -77,8 +76,7 @@ class Rig:
             clock_ms=lambda: self.now,
             put_patched=self._put_patched,
         )
-        listener = types.MethodType(on_dispatch, self.sched)
-        self.store.dispatchers.append(listener)
+        self.store.dispatchers.append(self.sched.on_dispatch)
         self.drain = types.MethodType(drain, self.sched)
 
     def _put_patched(self, *args: Any) -> PutResult:
@@ -142,8 +140,8 @@ def test_drains_alike(
 ) -> None:
     root = tmp_path_factory.mktemp("drain")
     rigs = [
-        Rig(root / "ref", ref.drain, ref.on_dispatch, batch),
-        Rig(root / "nat", nat.drain, nat.on_dispatch, batch),
+        Rig(root / "ref", ref.drain, batch),
+        Rig(root / "nat", nat.drain, batch),
     ]
     try:
         runs: list[list[Any]] = [[], []]
@@ -170,46 +168,10 @@ def test_drains_alike(
             rig.close()
 
 
-def test_on_dispatch_alike(nat: ModuleType, tmp_path: Path) -> None:
-    """The re-put in flight moves progress and notes the undo; anything else (a replay, a
-    schedule record, an origin in the properties, nothing in flight) is the reference's."""
-    out = []
-    for name, fn in (("ref", ref.on_dispatch), ("nat", nat.on_dispatch)):
-        rig = Rig(tmp_path / name, ref.drain, fn, 256)
-        rig.schedule(0, 1, 0, False)
-        rig.schedule(1, 1, 0, False)
-        s, reputs = rig.sched, rig.sched.reputs
-        seen = []
-        props = {SCHEDULE_ORIGIN: "1:0"}
-        cases: list[tuple[Any, Any, DispatchRequest]] = [
-            ((1, 0), props, DispatchRequest("Real", 0, 10, 5, 0, 0, NOW, props)),
-            ((1, 0), props, DispatchRequest("Real", 0, 20, 5, 0, 1, NOW, props)),  # again
-            ((1, 1), props, DispatchRequest(SCHEDULE_TOPIC, 0, 30, 5, 0, 2, NOW, props)),
-            ((1, 1), props, DispatchRequest("Real", 0, 40, 5, 0, 3, NOW, props, replay=True)),
-            ((1, 1), {}, DispatchRequest("Real", 0, 50, 5, 0, 4, NOW, {SCHEDULE_ORIGIN: "1:1"})),
-            (None, None, DispatchRequest("Real", 0, 60, 5, 0, 5, NOW, {SCHEDULE_ORIGIN: "x"})),
-            (None, None, DispatchRequest("Real", 0, 70, 5, 0, 6, NOW, {"a": "b"})),
-            ((2, 9), props, DispatchRequest("Real", 0, 80, 5, 0, 7, NOW, props)),
-        ]
-        for in_flight, in_props, req in cases:
-            reputs.in_flight, reputs.in_flight_props = in_flight, in_props
-            with structlog.testing.capture_logs() as logs:
-                fn(s, req)
-            seen.append((dict(s.progress), logs, list(reputs.undo._entries)))
-        rig.close()
-        out.append(seen)
-    assert out[0] == out[1]
-    assert out[0][0][0][1] == 1  # the re-put in flight moved level 1 past offset 0
-
-
 def test_the_broker_drains_through_the_twin(nat: ModuleType) -> None:
-    """On the native core the service's listener and drain are the twin's, the listener
-    with the reference's declared interest (the store feeds it only its re-puts)."""
+    """On the native core the service's drain is the twin's."""
     from kairosmq.protocol import native
 
     if native.core() != "native":
         pytest.skip(f"the pure core runs: {native.reason()}")
-    assert ScheduleService.on_dispatch is nat.on_dispatch
     assert ScheduleService._drain is nat.drain
-    interest = ref.on_dispatch.dispatch_interest
-    assert nat.on_dispatch.dispatch_interest == interest

@@ -1,25 +1,18 @@
 # cython: language_level=3, boundscheck=False
-"""Native twin of ``service.py``'s ``ScheduleService.on_dispatch`` and ``_drain`` (chosen by
+"""Native twin of ``service.py``'s ``ScheduleService._drain`` (chosen by
 ``protocol/native.py``; ``service.py`` is the reference and owns every rule of a level's
 drain and of its progress).
-
-``on_dispatch`` makes the listener's common case with no Python frame: the dispatch of
-the re-put the scheduler is making (its request carries that re-put's own properties,
-not a replay, not a schedule record), whose origin is the one in flight: the level's
-progress moved past it and the undo noted, as the reference does. Any other request (a
-replay, a schedule record, an origin read from the properties) goes to the reference,
-which decides and logs.
 
 ``drain`` is ``_drain`` step for step: the due head read in growing chunks, units removed
 by retention passed over, the records read, recalled ones passed over, the batch handed
 to ``Reputs.put_many`` and the delivered ones reported once. Its ``settle`` (the
-reference's closure) is ``_Settle``, a C callable: a SKIP logged through the service's
-own ``_skip``, progress moved past a settled record, a DONE noted for ``on_delivered``.
+reference's closure, a Python frame per re-put) is ``_Settle``, a C callable: a SKIP
+logged through the service's own ``_skip``, progress moved past a settled record, a DONE
+noted for ``on_delivered``. (``on_dispatch`` stays the reference's: measured, a twin of
+it cost more than the interpreter's specialised attribute reads.)
 """
 
 from time import time as _time
-
-from kairosmq.protocol.naming import SCHEDULE_TOPIC
 
 from ..reput import Attempt, Outcome
 from . import service as _ref
@@ -30,24 +23,6 @@ cdef object _SKIP = Outcome.SKIP
 cdef object _Attempt = Attempt
 cdef object _RECALLED = _ref._RECALLED  # the very object: compared by identity
 cdef object _FIRST_CHUNK = _ref._FIRST_CHUNK
-cdef object _SCHEDULE_TOPIC = SCHEDULE_TOPIC
-
-
-def on_dispatch(self, req):
-    """``ScheduleService.on_dispatch``."""
-    reputs = self.reputs
-    props = req.properties
-    if props is not reputs.in_flight_props or req.replay or req.topic == _SCHEDULE_TOPIC:
-        return _pure.on_dispatch(self, req)
-    parsed = reputs.in_flight
-    if parsed is None:
-        return _pure.on_dispatch(self, req)  # the reference's assertion
-    level, off = parsed
-    progress = self.progress
-    prev = progress[level]
-    if prev <= off:
-        progress[level] = off + 1
-        reputs.undo.add(req.phy_offset, (level, prev))
 
 
 cdef class _Settle:

@@ -27,10 +27,8 @@ Invariants:
   20-digit value) is ignored and logged.
 * A failed commit-log write that drops a re-put undoes the progress it made
   (``rollback``, a store rollback listener), so the message is re-put again.
-* ``on_dispatch`` and ``_drain`` here are the reference. Their native twin
-  (``_service.pyx``, chosen by ``protocol/native.py``) makes ``on_dispatch``'s common case
-  (the dispatch of the re-put in flight) and runs ``_drain`` step for step (its
-  ``settle`` a C callable), handing every other dispatch to the reference
+* ``_drain`` here is the reference. Its native twin (``_service.pyx``, chosen by
+  ``protocol/native.py``) runs it step for step, its ``settle`` a C callable
   (tests/server/test_native_delay_service.py: the same progress, bytes, skips and
   deliveries).
 * ``correctDeliverTimestamp`` (RocketMQ): after the wall clock steps back, a head whose
@@ -352,11 +350,10 @@ class ScheduleService:
 
 # ------------------------------------------------------------------ the native twin
 
-# ``ScheduleService.on_dispatch`` and ``_drain`` above are the reference
-# (tests/server/test_native_delay_service.py holds the twin to them); the twin's
-# (``_service.pyx``) replace them when protocol/native.py chooses it, the listener with
-# the reference's declared interest.
-reference = SimpleNamespace(on_dispatch=ScheduleService.on_dispatch, drain=ScheduleService._drain)
+# ``ScheduleService._drain`` above is the reference (tests/server/test_native_delay_service.py
+# holds the twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(drain=ScheduleService._drain)
 
 
 def _load_twin() -> ModuleType:
@@ -368,6 +365,4 @@ def _load_twin() -> ModuleType:
 
 _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
-    _twin.on_dispatch.dispatch_interest = ScheduleService.on_dispatch.dispatch_interest  # type: ignore[attr-defined]
-    ScheduleService.on_dispatch = _twin.on_dispatch  # type: ignore[method-assign]
     ScheduleService._drain = _twin.drain  # type: ignore[method-assign]
