@@ -4,8 +4,8 @@
 Owns nothing of its own: the commit-log record's encode, decode, view, patch, summary and
 properties read, over C pointers into the record's bytes (one allocation per record
 written, every field read in place; BODYCRC computed in C, with carry-less multiplies
-where the CPU has them, else by ``zlib.crc32``: the same value). The well-formed record takes the fast path; any
-record the fast path finds out of shape (a length that does not fit, a bad magic, text
+where the CPU has them, else by ``zlib.crc32``: the same value). The well-formed record
+takes the fast path; any record the fast path finds out of shape (a length that does not fit, a bad magic, text
 that is not UTF-8, a CRC mismatch, an integer out of its field's range) is handed to the
 reference function itself, which raises (or returns) exactly what the reference does: the
 error rules stay written once, in ``message.py``. ``tests/protocol/test_native_message.py``

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False
+# cython: language_level=3, boundscheck=True, wraparound=True
 """Native twin of ``service.py``'s ``ScheduleService._drain`` (chosen by
 ``protocol/native.py``; ``service.py`` is the reference and owns every rule of a level's
 drain and of its progress).
