@@ -18,8 +18,9 @@ field by field, each value stored into its slot as the field's member descriptor
 (the offsets read from the descriptors at import; a class not laid out as a plain
 slotted dataclass fails the import, and the pure core runs).
 
-Anything else is handed to the reference before anything is changed, which decides and
-says why: a refusal by the write guard, a check that fails (properties, topic, size), a
+``put`` reads a ``MessageInner``'s fields straight from their slots. Anything else is
+handed to the reference before anything is changed, which decides and says why: a
+message of another class or with a field never set, a refusal by the write guard, a check that fails (properties, topic, size), a
 queue not made yet, a queue whose next unit needs room made or asked for, a record that
 needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
 
@@ -55,7 +56,7 @@ from . import message_store as _ref
 from .commitlog import MIN_BLANK, CommitLog
 from .guard import WriteGuard
 from .consumequeue import compute_tags_code
-from .types import DispatchRequest, PutResult, PutStatus
+from .types import DispatchRequest, MessageInner, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
 cdef object _MemberDescriptor = type(PutResult.status)
@@ -82,6 +83,16 @@ cdef Py_ssize_t RES_TS = _slot(PutResult, "store_timestamp")
 cdef Py_ssize_t RES_CODE = _slot(PutResult, "tags_code")
 cdef Py_ssize_t RES_REMARK = _slot(PutResult, "remark")
 cdef Py_ssize_t RES_MSG_ID = _slot(PutResult, "offset_msg_id")
+# MessageInner's fields, in the order put reads them
+cdef object _MessageInner = MessageInner
+cdef Py_ssize_t MSG_SLOTS[10]
+for _i, _name in enumerate((
+    "properties", "topic", "born_host", "body", "queue_id", "store_timestamp", "flag",
+    "sys_flag", "born_timestamp", "reconsume_times",
+)):
+    MSG_SLOTS[_i] = _slot(MessageInner, _name)
+if len(MessageInner.__slots__) != 10 or MessageInner.__mro__ != (MessageInner, object):
+    raise ImportError("MessageInner has fields put does not read")
 if len(DispatchRequest.__slots__) != 9 or len(PutResult.__slots__) != 8:
     raise ImportError("DispatchRequest or PutResult has fields _append does not fill")
 cdef object _PUT_OK = PutStatus.PUT_OK
@@ -301,16 +312,35 @@ cdef object _append(
     return result
 
 
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
 def put(store, msg):
     """``MessageStore.put``."""
     cdef Py_ssize_t size
-    properties = msg.properties
+    cdef PyObject* f[10]
+    cdef int i
+    if type(msg) is not _MessageInner:
+        return _pure.put(store, msg)  # a message of another class: the reference reads it
+    for i in range(10):  # the fields straight from their slots (what each descriptor reads)
+        f[i] = _at(msg, MSG_SLOTS[i])
+        if f[i] == NULL:
+            return _pure.put(store, msg)  # an unset field: the reference's AttributeError
+    properties = <object>f[0]
+    topic = <object>f[1]
+    born_host = <object>f[2]
+    body = <object>f[3]
+    queue_id = <object>f[4]
+    store_ts = <object>f[5]
+    flag = <object>f[6]
+    sys_flag = <object>f[7]
+    born_ts = <object>f[8]
+    reconsume = <object>f[9]
     props = _encoded(properties)
-    topic = msg.topic
     topic_b = topic.encode()
-    born_host = msg.born_host
     store_host = store.store_host
-    body = msg.body
     size = (
         RECORD_OVERHEAD_V4 + len(body) + len(topic_b) + len(props)
         + len(born_host[0]) + len(store_host[0]) - 8
@@ -324,13 +354,11 @@ def put(store, msg):
         or size > store.max_record_size
     ):
         return _pure.put(store, msg)
-    queue_id = msg.queue_id
     code = compute_tags_code(topic, properties)
     cq = _room(store, topic, queue_id, size)
     if cq is None:
         return _pure.put(store, msg)
     queue_offset = cq.max_offset
-    store_ts = msg.store_timestamp
     if store_ts is None:
         store_ts = _now_ms(store)
     log = store.commitlog
@@ -340,15 +368,15 @@ def put(store, msg):
             body=body,
             properties=props,
             queue_id=queue_id,
-            flag=msg.flag,
+            flag=flag,
             queue_offset=queue_offset,
             physical_offset=log._written + len(log._pending),
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
+            sys_flag=sys_flag,
+            born_timestamp=born_ts,
             born_host=born_host,
             store_timestamp=store_ts,
             store_host=store_host,
-            reconsume_times=msg.reconsume_times,
+            reconsume_times=reconsume,
         )
     except _ENCODE_ERRORS:
         return _pure.put(store, msg)  # nothing appended: the reference says why

@@ -257,6 +257,34 @@ def test_odd_properties_are_written_alike(
         d.cleanup()
 
 
+def test_messages_of_other_shapes_are_put_alike(nat: ModuleType) -> None:
+    """The twin reads a ``MessageInner``'s fields from their slots; a message of another
+    class, or one with a field never set, goes to the reference: the same outcome."""
+    from types import SimpleNamespace
+
+    def shapes() -> list[object]:
+        duck = SimpleNamespace(
+            **{
+                f.name: getattr(MessageInner("T", 0, b"d"), f.name)
+                for f in dataclasses.fields(MessageInner)
+            }
+        )
+        unset = object.__new__(MessageInner)
+        unset.topic, unset.queue_id, unset.body = "T", 0, b"u"  # the rest never set
+        return [duck, unset, MessageInner("T", 0, b"plain", {"a": "b"})]
+
+    a, b, d = _pair(HOST4, 2048)
+    try:
+        for ma, mb in zip(shapes(), shapes(), strict=True):
+            _same_result(outcome(ref.put, a.store, ma), outcome(nat.put, b.store, mb))
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
+        d.cleanup()
+
+
 def test_patched_puts_into_same_stores(nat: ModuleType, tmp_path: Path) -> None:
     """The same records re-put through each core into stores that hold the same log: the
     same bytes, including a re-put that ends a segment and one into a new queue."""
