@@ -104,6 +104,8 @@ cdef object _WriteGuard = WriteGuard
 cdef extern from "Python.h":
     # NULL with the error set (a surrogate): no ``except`` clause, the caller clears it
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    void* PyUnicode_DATA(object s)
     void PyErr_Clear()
     object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
 
@@ -147,6 +149,16 @@ cdef object _fresh(object cls):
     return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
 
 
+cdef inline const char* _utf8(object s, Py_ssize_t* n) noexcept:
+    """The UTF-8 bytes of the ``str`` ``s`` and their count: an ASCII string's own
+    characters, else ``PyUnicode_AsUTF8AndSize`` (NULL with the error set if UTF-8
+    cannot hold it)."""
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        n[0] = PyUnicode_GET_LENGTH(s)
+        return <const char*>PyUnicode_DATA(s)
+    return PyUnicode_AsUTF8AndSize(s, n)
+
+
 cdef bytes _encoded(object properties):
     """``encode_properties(properties).encode()``: for a dict of ``str`` names and values,
     each pair with a name and a value written as ``name \\x01 value``, ``\\x02`` between
@@ -167,8 +179,8 @@ cdef bytes _encoded(object properties):
             return encode_properties(properties).encode()
         if PyUnicode_GET_LENGTH(<object>k) == 0 or PyUnicode_GET_LENGTH(<object>v) == 0:
             continue  # the reference leaves the pair out
-        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
-        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn) if kp != NULL else NULL
+        kp = _utf8(<object>k, &kn)
+        vp = _utf8(<object>v, &vn) if kp != NULL else NULL
         if vp == NULL:
             PyErr_Clear()
             return encode_properties(properties).encode()  # raises its error
@@ -181,8 +193,8 @@ cdef bytes _encoded(object properties):
     while PyDict_Next(<dict>properties, &i, &k, &v):
         if PyUnicode_GET_LENGTH(<object>k) == 0 or PyUnicode_GET_LENGTH(<object>v) == 0:
             continue
-        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)  # cached by the first pass
-        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        kp = _utf8(<object>k, &kn)  # in place, or cached by the first pass
+        vp = _utf8(<object>v, &vn)
         if q:
             p[q] = 2
             q += 1
