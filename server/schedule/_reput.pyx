@@ -19,9 +19,11 @@ constructors' frames.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.set cimport PySet_Contains
+from libc.stdio cimport snprintf
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH, PyUnicode_Substring
 
 cdef extern from "Python.h":
+    object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
     Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end,
                                   int direction) except -2
 
@@ -71,6 +73,22 @@ cdef frozenset _TIMER_WANTED = frozenset((REAL_TOPIC, REAL_QID))
 # whether a wanted name may be one the strip table keeps (then each kept name is checked)
 cdef bint _DELAYED_CHECK = not _DELAYED_WANTED <= _INTERNAL
 cdef bint _TIMER_CHECK = not _TIMER_WANTED <= _TIMER_STRIP
+
+
+cdef str _origin(object a, object b):
+    """``f"{a}:{b}"``: two ``int`` written in C, anything else by the f-string."""
+    cdef long long x, y
+    cdef char buf[48]
+    cdef int n
+    if type(a) is int and type(b) is int:
+        try:
+            x = a
+            y = b
+        except OverflowError:
+            return f"{a}:{b}"
+        n = snprintf(buf, sizeof(buf), "%lld:%lld", x, y)
+        return PyUnicode_DecodeASCII(buf, n, NULL)
+    return f"{a}:{b}"
 
 
 cdef tuple _read(bytes record):
@@ -144,7 +162,7 @@ def restore_delayed_view(record, level, schedule_offset):
     for k in _KEEP:
         if k in seen:
             new[k] = seen[k]
-    new[SCHEDULE_ORIGIN] = f"{level}:{schedule_offset}"
+    new[SCHEDULE_ORIGIN] = _origin(level, schedule_offset)
     return view, topic, qid, new
 
 
@@ -163,7 +181,7 @@ def restore_timer_view(record, due, phy):
     if not topic or qid is None:
         return _pure.restore_timer_view(record, due, phy)
     new[TIMER_OUT_MS] = str(due)
-    new[TIMER_ORIGIN] = f"{due}:{phy}"
+    new[TIMER_ORIGIN] = _origin(due, phy)
     return view, topic, qid, new
 
 

@@ -135,6 +135,32 @@ def test_restores_of_raw_properties(
     _same(outcome(nat.restore_timer_view, rec, 5, 9), outcome(ref.restore_timer_view, rec, 5, 9))
 
 
+@pytest.mark.parametrize(
+    "a, b",
+    [(0, 0), (-7, 3), (2**63 - 1, -(2**63)), (2**64, 5), (-(2**70), 1), (True, False), (1.5, "x")],
+)
+def test_the_origin_of_any_values(nat: ModuleType, a: Any, b: Any) -> None:
+    """The origin's ``a:b`` is written in C for two ``int``: the f-string's text for any
+    values, the ones past 64 bits and those of other types included."""
+    rec = encode_record(
+        topic=b"SCHEDULE_TOPIC_XXXX",
+        body=b"x",
+        properties=encode_properties({REAL_TOPIC: "Real", REAL_QID: "1", "k": "v"}).encode(),
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HOST,
+        store_timestamp=0,
+        store_host=HOST,
+        reconsume_times=0,
+    )
+    for fn in ("restore_delayed_view", "restore_timer_view"):
+        _same(outcome(getattr(nat, fn), rec, a, b), outcome(getattr(ref, fn), rec, a, b))
+
+
 def test_the_queue_id_rule(nat: ModuleType) -> None:
     """REAL_QID: 1..9 ASCII digits, else the record is skipped (both restores)."""
     from kairosmq.protocol.message import encode_record
