@@ -37,7 +37,8 @@ another class goes to the reference whole.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
+from cpython.set cimport PySet_Add
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_GET_LENGTH
@@ -232,7 +233,13 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
     """The queue of ``topic``/``queue_id`` when its next unit and a record of ``size``
     both have room now (the reference's common case), else None."""
     cdef Py_ssize_t pos, base
-    cq = store.queues.get((topic, queue_id))
+    cdef PyObject* found
+    queues = store.queues
+    if type(queues) is dict:  # dict.get without the method call
+        found = PyDict_GetItemWithError(queues, (topic, queue_id))
+        cq = <object>found if found != NULL else None
+    else:
+        cq = queues.get((topic, queue_id))
     if cq is None:
         return None
     files = cq.files
@@ -307,7 +314,11 @@ cdef object _append(
     _put(req, REQ_PROPS, properties)
     _put(req, REQ_REPLAY, False)
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
-    store._cp_changed.add(cq)
+    changed = store._cp_changed
+    if type(changed) is set:  # set.add without the method call
+        PySet_Add(changed, cq)
+    else:
+        changed.add(cq)
     _notify(store, req, topic, properties)
     if not store._write_scheduled:
         store._write_scheduled = True
