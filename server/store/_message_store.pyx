@@ -13,10 +13,14 @@ It mirrors the reference's common case step for step: ``_put``'s checks passed (
 write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
 mapped, nothing to ask" case, ``reserve``'s "fits the current segment" case, ``append``,
 ``WriteGuard.appended``, ``clock.wall_ms`` and ``dispatch`` (not a replay), the
-``DispatchRequest`` and ``PutResult`` filled field by field.
+``DispatchRequest`` and ``PutResult`` made as ``object.__new__`` makes them and filled
+field by field, each value stored into its slot as the field's member descriptor does
+(the offsets read from the descriptors at import; a class not laid out as a plain
+slotted dataclass fails the import, and the pure core runs).
 
-Anything else is handed to the reference before anything is changed, which decides and
-says why: a refusal by the write guard, a check that fails (properties, topic, size), a
+``put`` reads a ``MessageInner``'s fields straight from their slots. Anything else is
+handed to the reference before anything is changed, which decides and says why: a
+message of another class or with a field never set, a refusal by the write guard, a check that fails (properties, topic, size), a
 queue not made yet, a queue whose next unit needs room made or asked for, a record that
 needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
 
@@ -32,6 +36,14 @@ steps is the reference's, so what an ack check sees after it is the same. A fail
 another class goes to the reference whole.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
+from cpython.set cimport PySet_Add
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.string cimport memcpy
+
 import errno as _errno
 import os as _os
 from asyncio import get_running_loop
@@ -45,14 +57,153 @@ from . import message_store as _ref
 from .commitlog import MIN_BLANK, CommitLog
 from .guard import WriteGuard
 from .consumequeue import compute_tags_code
-from .types import DispatchRequest, PutResult, PutStatus
+from .types import DispatchRequest, MessageInner, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
+cdef object _MemberDescriptor = type(PutResult.status)
+cdef object _DispatchRequest = DispatchRequest
+cdef object _PutResult = PutResult
+for _cls in (DispatchRequest, PutResult):
+    if _cls.__new__ is not object.__new__ or _cls.__mro__ != (_cls, object):
+        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
+# the fields' offsets, in the order _append fills them
+cdef Py_ssize_t REQ_TOPIC = _slot(DispatchRequest, "topic")
+cdef Py_ssize_t REQ_QID = _slot(DispatchRequest, "queue_id")
+cdef Py_ssize_t REQ_PHY = _slot(DispatchRequest, "phy_offset")
+cdef Py_ssize_t REQ_SIZE = _slot(DispatchRequest, "size")
+cdef Py_ssize_t REQ_CODE = _slot(DispatchRequest, "tags_code")
+cdef Py_ssize_t REQ_QOFF = _slot(DispatchRequest, "queue_offset")
+cdef Py_ssize_t REQ_TS = _slot(DispatchRequest, "store_timestamp")
+cdef Py_ssize_t REQ_PROPS = _slot(DispatchRequest, "properties")
+cdef Py_ssize_t REQ_REPLAY = _slot(DispatchRequest, "replay")
+cdef Py_ssize_t RES_STATUS = _slot(PutResult, "status")
+cdef Py_ssize_t RES_PHY = _slot(PutResult, "phy_offset")
+cdef Py_ssize_t RES_SIZE = _slot(PutResult, "size")
+cdef Py_ssize_t RES_QOFF = _slot(PutResult, "queue_offset")
+cdef Py_ssize_t RES_TS = _slot(PutResult, "store_timestamp")
+cdef Py_ssize_t RES_CODE = _slot(PutResult, "tags_code")
+cdef Py_ssize_t RES_REMARK = _slot(PutResult, "remark")
+cdef Py_ssize_t RES_MSG_ID = _slot(PutResult, "offset_msg_id")
+# MessageInner's fields, in the order put reads them
+cdef object _MessageInner = MessageInner
+cdef Py_ssize_t MSG_SLOTS[10]
+for _i, _name in enumerate((
+    "properties", "topic", "born_host", "body", "queue_id", "store_timestamp", "flag",
+    "sys_flag", "born_timestamp", "reconsume_times",
+)):
+    MSG_SLOTS[_i] = _slot(MessageInner, _name)
+if len(MessageInner.__slots__) != 10 or MessageInner.__mro__ != (MessageInner, object):
+    raise ImportError("MessageInner has fields put does not read")
+if len(DispatchRequest.__slots__) != 9 or len(PutResult.__slots__) != 8:
+    raise ImportError("DispatchRequest or PutResult has fields _append does not fill")
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
-cdef object _new = object.__new__
 cdef object _CommitLog = CommitLog
 cdef object _WriteGuard = WriteGuard
+
+
+cdef extern from "Python.h":
+    # NULL with the error set (a surrogate): no ``except`` clause, the caller clears it
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    void* PyUnicode_DATA(object s)
+    void PyErr_Clear()
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
+    offset its member descriptor reads and writes. ImportError (the pure core runs) if
+    the class is not laid out so."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef object _fresh(object cls):
+    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
+    all ``object.__new__`` does for a class that does not override ``__new__``."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
+
+
+cdef inline const char* _utf8(object s, Py_ssize_t* n) noexcept:
+    """The UTF-8 bytes of the ``str`` ``s`` and their count: an ASCII string's own
+    characters, else ``PyUnicode_AsUTF8AndSize`` (NULL with the error set if UTF-8
+    cannot hold it)."""
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        n[0] = PyUnicode_GET_LENGTH(s)
+        return <const char*>PyUnicode_DATA(s)
+    return PyUnicode_AsUTF8AndSize(s, n)
+
+
+cdef bytes _encoded(object properties):
+    """``encode_properties(properties).encode()``: for a dict of ``str`` names and values,
+    each pair with a name and a value written as ``name \\x01 value``, ``\\x02`` between
+    pairs, in the dict's order, UTF-8, straight into one ``bytes`` (two passes: the size,
+    then the copy; nothing runs between them that could change the dict). Anything else
+    (not a dict, a name or value of another type, text UTF-8 cannot hold) by the
+    reference's own calls, which give (or raise) what the reference does."""
+    cdef Py_ssize_t i = 0, total = 0, kn, vn, q = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    cdef char* p
+    if type(properties) is not dict:
+        return encode_properties(properties).encode()
+    while PyDict_Next(<dict>properties, &i, &k, &v):
+        if type(<object>k) is not str or type(<object>v) is not str:
+            return encode_properties(properties).encode()
+        if PyUnicode_GET_LENGTH(<object>k) == 0 or PyUnicode_GET_LENGTH(<object>v) == 0:
+            continue  # the reference leaves the pair out
+        kp = _utf8(<object>k, &kn)
+        vp = _utf8(<object>v, &vn) if kp != NULL else NULL
+        if vp == NULL:
+            PyErr_Clear()
+            return encode_properties(properties).encode()  # raises its error
+        total += kn + vn + 2
+    if total == 0:
+        return b""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total - 1)
+    p = PyBytes_AS_STRING(out)
+    i = 0
+    while PyDict_Next(<dict>properties, &i, &k, &v):
+        if PyUnicode_GET_LENGTH(<object>k) == 0 or PyUnicode_GET_LENGTH(<object>v) == 0:
+            continue
+        kp = _utf8(<object>k, &kn)  # in place, or cached by the first pass
+        vp = _utf8(<object>v, &vn)
+        if q:
+            p[q] = 2
+            q += 1
+        memcpy(p + q, kp, kn)
+        p[q + kn] = 1
+        memcpy(p + q + kn + 1, vp, vn)
+        q += kn + 1 + vn
+    return out
 
 
 cdef bint _refused(guard):
@@ -82,7 +233,13 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
     """The queue of ``topic``/``queue_id`` when its next unit and a record of ``size``
     both have room now (the reference's common case), else None."""
     cdef Py_ssize_t pos, base
-    cq = store.queues.get((topic, queue_id))
+    cdef PyObject* found
+    queues = store.queues
+    if type(queues) is dict:  # dict.get without the method call
+        found = PyDict_GetItemWithError(queues, (topic, queue_id))
+        cq = <object>found if found != NULL else None
+    else:
+        cq = queues.get((topic, queue_id))
     if cq is None:
         return None
     files = cq.files
@@ -143,45 +300,70 @@ cdef object _append(
     guard.appends += 1
     guard._end = phy + size
     guard._epoch = len(guard._rollbacks)
-    # the dataclasses' fields set without running their __init__
-    req = _new(DispatchRequest)
-    req.topic = topic
-    req.queue_id = queue_id
-    req.phy_offset = phy
-    req.size = size
-    req.tags_code = code
-    req.queue_offset = queue_offset
-    req.store_timestamp = store_ts
-    req.properties = properties
-    req.replay = False
+    # the dataclasses' fields set without running their __init__, each straight into
+    # its slot (what the field's descriptor does)
+    size_o = size
+    req = _fresh(_DispatchRequest)
+    _put(req, REQ_TOPIC, topic)
+    _put(req, REQ_QID, queue_id)
+    _put(req, REQ_PHY, phy)
+    _put(req, REQ_SIZE, size_o)
+    _put(req, REQ_CODE, code)
+    _put(req, REQ_QOFF, queue_offset)
+    _put(req, REQ_TS, store_ts)
+    _put(req, REQ_PROPS, properties)
+    _put(req, REQ_REPLAY, False)
     cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
-    store._cp_changed.add(cq)
+    changed = store._cp_changed
+    if type(changed) is set:  # set.add without the method call
+        PySet_Add(changed, cq)
+    else:
+        changed.add(cq)
     _notify(store, req, topic, properties)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)
-    result = _new(PutResult)
-    result.status = _PUT_OK
-    result.phy_offset = phy
-    result.size = size
-    result.queue_offset = queue_offset
-    result.store_timestamp = store_ts
-    result.tags_code = code
-    result.remark = ""
-    result.offset_msg_id = ""
+    result = _fresh(_PutResult)
+    _put(result, RES_STATUS, _PUT_OK)
+    _put(result, RES_PHY, phy)
+    _put(result, RES_SIZE, size_o)
+    _put(result, RES_QOFF, queue_offset)
+    _put(result, RES_TS, store_ts)
+    _put(result, RES_CODE, code)
+    _put(result, RES_REMARK, "")
+    _put(result, RES_MSG_ID, "")
     return result
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
 
 
 def put(store, msg):
     """``MessageStore.put``."""
     cdef Py_ssize_t size
-    properties = msg.properties
-    props = encode_properties(properties).encode()
-    topic = msg.topic
+    cdef PyObject* f[10]
+    cdef int i
+    if type(msg) is not _MessageInner:
+        return _pure.put(store, msg)  # a message of another class: the reference reads it
+    for i in range(10):  # the fields straight from their slots (what each descriptor reads)
+        f[i] = _at(msg, MSG_SLOTS[i])
+        if f[i] == NULL:
+            return _pure.put(store, msg)  # an unset field: the reference's AttributeError
+    properties = <object>f[0]
+    topic = <object>f[1]
+    born_host = <object>f[2]
+    body = <object>f[3]
+    queue_id = <object>f[4]
+    store_ts = <object>f[5]
+    flag = <object>f[6]
+    sys_flag = <object>f[7]
+    born_ts = <object>f[8]
+    reconsume = <object>f[9]
+    props = _encoded(properties)
     topic_b = topic.encode()
-    born_host = msg.born_host
     store_host = store.store_host
-    body = msg.body
     size = (
         RECORD_OVERHEAD_V4 + len(body) + len(topic_b) + len(props)
         + len(born_host[0]) + len(store_host[0]) - 8
@@ -195,13 +377,11 @@ def put(store, msg):
         or size > store.max_record_size
     ):
         return _pure.put(store, msg)
-    queue_id = msg.queue_id
     code = compute_tags_code(topic, properties)
     cq = _room(store, topic, queue_id, size)
     if cq is None:
         return _pure.put(store, msg)
     queue_offset = cq.max_offset
-    store_ts = msg.store_timestamp
     if store_ts is None:
         store_ts = _now_ms(store)
     log = store.commitlog
@@ -211,15 +391,15 @@ def put(store, msg):
             body=body,
             properties=props,
             queue_id=queue_id,
-            flag=msg.flag,
+            flag=flag,
             queue_offset=queue_offset,
             physical_offset=log._written + len(log._pending),
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
+            sys_flag=sys_flag,
+            born_timestamp=born_ts,
             born_host=born_host,
             store_timestamp=store_ts,
             store_host=store_host,
-            reconsume_times=msg.reconsume_times,
+            reconsume_times=reconsume,
         )
     except _ENCODE_ERRORS:
         return _pure.put(store, msg)  # nothing appended: the reference says why
@@ -231,7 +411,7 @@ def put(store, msg):
 def put_patched(store, src, view, topic, queue_id, properties):
     """``MessageStore.put_patched``."""
     cdef Py_ssize_t size
-    props = encode_properties(properties).encode()
+    props = _encoded(properties)
     topic_b = topic.encode()
     store_host = store.store_host
     size = patched_size(view, topic_b, props, store_host)

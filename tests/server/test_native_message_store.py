@@ -205,6 +205,86 @@ def test_patched_puts_write_the_same_bytes(
         d.cleanup()
 
 
+class _Name(str):
+    """A ``str`` subclass: the twin's properties writer hands it to the reference."""
+
+
+# names and values the properties writer must treat as the reference does: empty ones
+# (left out), non-ASCII, a lone surrogate (UTF-8 cannot hold it: the same error), and
+# values that are not ``str`` (formatted by the reference)
+_odd_text = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["", "ü", "日本", "\U0001f600", "\ud800", "a\ud83dz", "x\x00y"]),
+)
+_odd_props = st.dictionaries(
+    st.one_of(_odd_text, st.sampled_from([TAGS, "UNIQ_KEY"]), _odd_text.map(_Name)),
+    st.one_of(_odd_text, st.integers(-5, 10**12), _odd_text.map(_Name), st.none()),
+    max_size=6,
+)
+
+
+@PARITY
+@given(st.lists(_odd_props, min_size=1, max_size=8), st.booleans())
+def test_odd_properties_are_written_alike(
+    nat: ModuleType, props_list: list[dict[Any, Any]], patched: bool
+) -> None:
+    """The twin writes a put's properties straight into bytes: the same bytes as
+    ``encode_properties(...).encode()``, or the same error, for any names and values."""
+    a, b, d = _pair(HOST4, 2048)
+    try:
+        src = None
+        if patched:
+            m = MessageInner("T", 0, b"body", {"UNIQ_KEY": "K"}, born_host=HOST4)
+            r = ref.put(a.store, m)
+            assert ref.put(b.store, m) == r
+            a.store.commitlog.write_out()
+            src = a.store.commitlog.read(r.phy_offset, r.size)
+            assert src is not None
+        for props in props_list:
+            if src is not None:
+                view = view_record(src)
+                ra = outcome(ref.put_patched, a.store, src, view, "T", 1, dict(props))
+                rb = outcome(nat.put_patched, b.store, src, view, "T", 1, dict(props))
+            else:
+                ra = outcome(ref.put, a.store, MessageInner("T", 0, b"x", dict(props)))
+                rb = outcome(nat.put, b.store, MessageInner("T", 0, b"x", dict(props)))
+            _same_result(ra, rb)
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
+        d.cleanup()
+
+
+def test_messages_of_other_shapes_are_put_alike(nat: ModuleType) -> None:
+    """The twin reads a ``MessageInner``'s fields from their slots; a message of another
+    class, or one with a field never set, goes to the reference: the same outcome."""
+    from types import SimpleNamespace
+
+    def shapes() -> list[object]:
+        duck = SimpleNamespace(
+            **{
+                f.name: getattr(MessageInner("T", 0, b"d"), f.name)
+                for f in dataclasses.fields(MessageInner)
+            }
+        )
+        unset = object.__new__(MessageInner)
+        unset.topic, unset.queue_id, unset.body = "T", 0, b"u"  # the rest never set
+        return [duck, unset, MessageInner("T", 0, b"plain", {"a": "b"})]
+
+    a, b, d = _pair(HOST4, 2048)
+    try:
+        for ma, mb in zip(shapes(), shapes(), strict=True):
+            _same_result(outcome(ref.put, a.store, ma), outcome(nat.put, b.store, mb))
+            assert a.seen == b.seen
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
+        d.cleanup()
+
+
 def test_patched_puts_into_same_stores(nat: ModuleType, tmp_path: Path) -> None:
     """The same records re-put through each core into stores that hold the same log: the
     same bytes, including a re-put that ends a segment and one into a new queue."""

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol.message import encode_record
 from kairosmq.protocol.naming import TIMER_TOPIC
-from kairosmq.protocol.properties import REAL_QID, REAL_TOPIC, encode_properties
+from kairosmq.protocol.properties import DELIVER_TIME, REAL_QID, REAL_TOPIC, encode_properties
 from kairosmq.protocol.timer import TIMER_OUT_MS
 from kairosmq.server.schedule import reput
 from kairosmq.server.store import MessageStore, PutResult, PutStatus
@@ -85,6 +85,80 @@ def test_restores_of_damaged_records(
 def test_restores_of_any_bytes(nat: ModuleType, data: bytes) -> None:
     for fn in ("restore_delayed_view", "restore_timer_view"):
         _same(outcome(getattr(nat, fn), data, 1, 0), outcome(getattr(ref, fn), data, 1, 0))
+
+
+# properties' text as a client or a damaged record may hold it: a name twice (internal
+# or not), pairs with no separator, an empty name or value, a value holding \x01,
+# separators at either end
+_piece = st.one_of(
+    st.tuples(
+        st.sampled_from(
+            [REAL_QID, REAL_TOPIC, DELIVER_TIME, "DELAY", "UNIQ_KEY", "TAGS", "a", "", "ü"]
+            + ["KAIROS_SCHEDULE_ORIGIN", "TIMER_DELIVER_MS", TIMER_OUT_MS]
+        ),
+        st.one_of(
+            st.sampled_from(["", "0", "3", "12", "x", "Real", "a\x01b"]), st.text(max_size=4)
+        ),
+    ).map(lambda p: f"{p[0]}\x01{p[1]}"),
+    st.sampled_from(["", "junk", "\x01", "\x01v", "n\x01"]),
+)
+
+
+@PARITY
+@given(st.lists(_piece, max_size=10), st.sampled_from(["", "\x02"]), st.integers(1, 18))
+def test_restores_of_raw_properties(
+    nat: ModuleType, pieces: list[str], edge: str, level: int
+) -> None:
+    """The twin reads the properties' text in one pass (no decoded dict first): names
+    given twice, junk pairs and stray separators come out as the reference's decode
+    gives them (the first place, the last value), or defer alike."""
+    text = edge + "\x02".join(pieces) + edge
+    rec = encode_record(
+        topic=b"SCHEDULE_TOPIC_XXXX",
+        body=b"x",
+        properties=text.encode(),
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HOST,
+        store_timestamp=0,
+        store_host=HOST,
+        reconsume_times=0,
+    )
+    _same(
+        outcome(nat.restore_delayed_view, rec, level, 9),
+        outcome(ref.restore_delayed_view, rec, level, 9),
+    )
+    _same(outcome(nat.restore_timer_view, rec, 5, 9), outcome(ref.restore_timer_view, rec, 5, 9))
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [(0, 0), (-7, 3), (2**63 - 1, -(2**63)), (2**64, 5), (-(2**70), 1), (True, False), (1.5, "x")],
+)
+def test_the_origin_of_any_values(nat: ModuleType, a: Any, b: Any) -> None:
+    """The origin's ``a:b`` is written in C for two ``int``: the f-string's text for any
+    values, the ones past 64 bits and those of other types included."""
+    rec = encode_record(
+        topic=b"SCHEDULE_TOPIC_XXXX",
+        body=b"x",
+        properties=encode_properties({REAL_TOPIC: "Real", REAL_QID: "1", "k": "v"}).encode(),
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HOST,
+        store_timestamp=0,
+        store_host=HOST,
+        reconsume_times=0,
+    )
+    for fn in ("restore_delayed_view", "restore_timer_view"):
+        _same(outcome(getattr(nat, fn), rec, a, b), outcome(getattr(ref, fn), rec, a, b))
 
 
 def test_the_queue_id_rule(nat: ModuleType) -> None:

@@ -27,6 +27,10 @@ Invariants:
   20-digit value) is ignored and logged.
 * A failed commit-log write that drops a re-put undoes the progress it made
   (``rollback``, a store rollback listener), so the message is re-put again.
+* ``_drain`` here is the reference. Its native twin (``_service.pyx``, chosen by
+  ``protocol/native.py``) runs it step for step, its ``settle`` a C callable
+  (tests/server/test_native_delay_service.py: the same progress, bytes, skips and
+  deliveries).
 * ``correctDeliverTimestamp`` (RocketMQ): after the wall clock steps back, a head whose
   due time lies beyond ``now + the level's delay`` is delivered at most one delay after
   the scheduler first saw it so (``schedule.due_capped``), not hours later.
@@ -37,8 +41,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
 from typing import Any  # Any: a service's snapshot state (JSON); the supervisor's task state
 
+from kairosmq.protocol import native
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import INT64_DIGITS, SCHEDULE_ORIGIN, parse_decimal_pair
 
@@ -340,3 +346,23 @@ class ScheduleService:
             if done and self.on_delivered is not None:
                 self.on_delivered(done)
         return settled == len(batch)  # else a RETRY: the same record on the next round
+
+
+# ------------------------------------------------------------------ the native twin
+
+# ``ScheduleService._drain`` above is the reference (tests/server/test_native_delay_service.py
+# holds the twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(drain=ScheduleService._drain)
+
+
+def _load_twin() -> ModuleType:
+    from . import _service  # type: ignore[attr-defined]
+
+    twin: ModuleType = _service  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    ScheduleService._drain = _twin.drain  # type: ignore[method-assign]

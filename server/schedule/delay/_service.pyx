@@ -1,0 +1,115 @@
+# cython: language_level=3, boundscheck=True, wraparound=True
+"""Native twin of ``service.py``'s ``ScheduleService._drain`` (chosen by
+``protocol/native.py``; ``service.py`` is the reference and owns every rule of a level's
+drain and of its progress).
+
+``drain`` is ``_drain`` step for step: the due head read in growing chunks, units removed
+by retention passed over, the records read, recalled ones passed over, the batch handed
+to ``Reputs.put_many`` and the delivered ones reported once. Its ``settle`` (the
+reference's closure, a Python frame per re-put) is ``_Settle``, a C callable: a SKIP
+logged through the service's own ``_skip``, progress moved past a settled record, a DONE
+noted for ``on_delivered``. (``on_dispatch`` stays the reference's: measured, a twin of
+it cost more than the interpreter's specialised attribute reads.)
+"""
+
+from time import time as _time
+
+from ..reput import Attempt, Outcome
+from . import service as _ref
+
+cdef object _pure = _ref.reference
+cdef object _DONE = Outcome.DONE
+cdef object _SKIP = Outcome.SKIP
+cdef object _Attempt = Attempt
+cdef object _RECALLED = _ref._RECALLED  # the very object: compared by identity
+cdef object _FIRST_CHUNK = _ref._FIRST_CHUNK
+
+
+cdef class _Settle:
+    """``_drain``'s ``settle`` closure: called by ``put_many`` after each DONE or SKIP."""
+
+    cdef object service, start, now
+    cdef list due
+    cdef public list done
+
+    def __cinit__(self, service, list due, start, now):
+        self.service = service
+        self.due = due
+        self.start = start
+        self.now = now
+        self.done = []
+
+    def __call__(self, attempt, level, off):
+        phy, _size, deliver_ts = self.due[off - self.start]
+        if type(attempt) is _Attempt:  # the named tuple's fields by index
+            outcome = (<tuple>attempt)[0]
+            reason = (<tuple>attempt)[3]
+        else:
+            outcome = attempt.outcome
+            reason = attempt.reason
+        service = self.service
+        if outcome is _SKIP and reason is not _RECALLED:
+            service._skip(level, off, phy, reason)
+            return
+        progress = service.progress
+        if progress[level] <= off:  # dispatch did not see the origin: never loop
+            progress[level] = off + 1
+        if outcome is _DONE and service.on_delivered is not None:
+            target = attempt.target
+            result = attempt.result
+            assert target is not None and result is not None
+            self.done.append((target, result, level, off, deliver_ts, self.now, _time()))
+
+
+def drain(self, level, cq):
+    """``ScheduleService._drain``."""
+    cdef list due = []
+    cdef list units
+    cdef bint whole
+    progress = self.progress
+    start = progress[level]
+    now = self.clock_ms()
+    store = self.store
+    log_min = store.commitlog.min_offset
+    cap = self._cap.get(level)
+    stepped = now + self.levels_ms[level - 1]
+    pos, want, chunk = start, self.batch, _FIRST_CHUNK
+    while want > 0:
+        got = cq.units(pos, min(chunk, want))
+        if not got:
+            break
+        whole = True
+        for unit in got:
+            due_ts = unit[2]
+            if cap is not None and due_ts > stepped:
+                due_ts = min(due_ts, cap)
+            if due_ts > now:
+                want = 0
+                whole = False
+                break
+            if unit[0] < log_min and not due:  # removed by retention: nothing to deliver
+                start += 1
+                progress[level] = start
+                continue
+            due.append(unit)
+        if whole:
+            pos += len(got)
+            want -= len(got)
+            chunk *= 4
+    if not due:
+        return True
+    records = store.commitlog.read_many([(u[0], u[1]) for u in due])
+    if len(records) < len(due):
+        due = due[: len(records)]  # a read failed: retry the rest on the next round
+    recalled = self.recalled
+    batch = [
+        (None if recalled is not None and recalled(u[0]) else records[i], level, start + i)
+        for i, u in enumerate(due)
+    ]
+    settle = _Settle(self, due, start, now)
+    try:
+        settled = self.reputs.put_many(batch, _RECALLED, settle)
+    finally:
+        if settle.done and self.on_delivered is not None:
+            self.on_delivered(settle.done)
+    return settled == len(batch)  # else a RETRY: the same record on the next round
