@@ -31,8 +31,9 @@ from libc.string cimport memcmp, memcpy
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
+    bint PyLong_Check(object o)
+    bint PyBool_Check(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
-    void PyUnicode_InternInPlace(PyObject** s)
     PyObject* PyDict_SetDefault(object d, object key, object default) except NULL
 
 import struct
@@ -51,12 +52,14 @@ cdef dict _LANG_BY_NAME = {m.name: m for m in LanguageCode}
 cdef dict _LANG_VALUES = {m.value: m for m in LanguageCode}
 cdef object _OTHER = LanguageCode.OTHER
 cdef object _JAVA = LanguageCode.JAVA
-cdef str _JAVA_NAME = LanguageCode.JAVA.name
+cdef tuple _LANG_MEMBERS = tuple(LanguageCode)
+cdef tuple _LANG_NAMES = tuple(m.name for m in LanguageCode)
 cdef object _LanguageCode = LanguageCode
 cdef dict _NAME_OF_LANG = {m: m.name for m in LanguageCode}
 cdef object _RemotingCommand = RemotingCommand
 cdef object _new = object.__new__
 cdef tuple _NO_ARGS = ()
+cdef object _JOIN = b"".join
 
 
 def _slot(attr):
@@ -78,6 +81,11 @@ cdef bint _DIRECT = None not in _SLOTS and _RemotingCommand.__setattr__ is objec
 
 cdef inline int _set(object slot, object obj, object value) except -1:
     return (<PyTypeObject*>Py_TYPE(slot)).tp_descr_set(slot, obj, value)
+
+
+cdef inline object _get(object slot, object obj):
+    """``getattr(obj, name)`` for the slot ``name`` of a RemotingCommand (not a subclass)."""
+    return (<PyTypeObject*>Py_TYPE(slot)).tp_descr_get(slot, obj, _RemotingCommand)
 
 
 cdef bint _OBJECT_NEW = _RemotingCommand.__new__ is object.__new__
@@ -361,37 +369,38 @@ cdef Py_ssize_t _unescape(
 
 
 cdef enum:
-    _KEY_SLOTS = 256  # a power of two
-    _KEY_MAX = 40
+    _TEXT_SLOTS = 512  # a power of two
+    _TEXT_MAX = 40
 
-cdef PyObject* _key_cache[_KEY_SLOTS]  # owned references; NULL: empty
+# short ASCII texts of recent frames (owned references, NULL: empty), by a hash of their
+# bytes: extFields keys and most values (numbers, topic and group names) repeat frame
+# after frame, and a str taken from here is neither built again nor hashed again (a
+# dict keeps its hash). A new text replaces the one in its slot; nothing is interned.
+cdef PyObject* _texts[_TEXT_SLOTS]
 
 
-cdef object _cached_key(const uint8_t* s, Py_ssize_t n):
-    """The ASCII text ``s[:n]`` (an extFields key) as an interned str, from a small
-    cache: the same keys come in every frame, and an interned key is the very object
-    the header codecs look up (``_headers.pyx``), so their lookups match by identity."""
+cdef object _cached_text(const uint8_t* s, Py_ssize_t n):
+    """The ASCII text ``s[:n]`` as a str, from the cache (put there when not found)."""
     cdef uint32_t h = <uint32_t>n
     cdef Py_ssize_t i
     for i in range(n):
         h = h * 31 + s[i]
-    cdef PyObject* hit = _key_cache[(h ^ (h >> 11)) & (_KEY_SLOTS - 1)]
+    cdef Py_ssize_t slot = (h ^ (h >> 13)) & (_TEXT_SLOTS - 1)
+    cdef PyObject* hit = _texts[slot]
     if (
         hit != NULL
         and PyUnicode_GET_LENGTH(<object>hit) == n
         and memcmp(PyUnicode_DATA(<object>hit), s, n) == 0
     ):
         return <object>hit
-    key = PyUnicode_DecodeASCII(<const char*>s, n, NULL)
-    cdef PyObject* owned = <PyObject*>key
-    Py_INCREF(key)
-    PyUnicode_InternInPlace(&owned)  # owned: the interned one, one reference ours
-    Py_XDECREF(_key_cache[(h ^ (h >> 11)) & (_KEY_SLOTS - 1)])
-    _key_cache[(h ^ (h >> 11)) & (_KEY_SLOTS - 1)] = owned
-    return <object>owned
+    text = PyUnicode_DecodeASCII(<const char*>s, n, NULL)
+    Py_INCREF(text)
+    Py_XDECREF(hit)
+    _texts[slot] = <PyObject*>text
+    return text
 
 
-cdef object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n, bint key=False):
+cdef object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
     """The JSON string at ``p[at]`` (its opening quote) as a str, ``at`` moved past its
     closing quote; None to defer."""
     cdef Py_ssize_t start = at[0] + 1, i = start, length
@@ -419,8 +428,8 @@ cdef object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n, bint key=F
     at[0] = i + 1
     if not escaped:
         if not high:
-            if key and i - start <= _KEY_MAX:
-                return _cached_key(p + start, i - start)
+            if i - start <= _TEXT_MAX:
+                return _cached_text(p + start, i - start)
             return PyUnicode_DecodeASCII(<const char*>p + start, i - start, NULL)
         return _utf8(<const char*>p + start, i - start)
     buf = small
@@ -497,7 +506,7 @@ cdef object _scan_ext_fields(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
     while True:
         if i >= n or p[i] != 0x22:
             return None
-        key = _scan_str(p, &i, n, True)
+        key = _scan_str(p, &i, n)
         if key is None:
             return None
         i = _skip_ws(p, i, n)
@@ -748,27 +757,40 @@ cdef bytes _json_header(object cmd):
 # ---------------------------------------------------------------- the answer's JSON header
 #
 # ``_json_header``'s dict through orjson, written directly when every value is plain:
-# the four numbers ints in the int64 range, the language a LanguageCode, the remark None
-# or a str, the extFields a dict of at most _MAX_EXT str keys and str values, and every
-# string free of what JSON escapes (``"``, ``\``, control bytes) and of lone surrogates.
-# orjson writes such strings as their UTF-8 bytes between quotes and such ints as their
-# decimal text, with no whitespace: the same bytes (test_native_codec.py holds them equal).
-# Anything else goes through orjson (``_json_header``).
+# the four numbers ints (int subclasses such as a RequestCode too, not bool) in the
+# int64 range, the language a LanguageCode, the remark None or a str, the extFields a
+# dict of at most _MAX_EXT str keys and str values, every string without a lone
+# surrogate. orjson writes such an int as its decimal text and such a string as its
+# UTF-8 bytes between quotes with ``"`` and ``\`` escaped by a backslash, the control
+# bytes ``\b \t \n \f \r`` by their letter and the others as ``\u00xx`` (lowercase
+# hex), and no whitespace: so does this writer (test_native_codec.py holds the bytes
+# equal over every code point). Anything else goes through orjson (``_json_header``).
 
 cdef enum:
     _MAX_EXT = 32
+cdef int64_t _U24_MAX = 0xFFFFFF
+cdef int64_t _U32_MAX = 0xFFFFFFFF
 
+# extra bytes each byte takes escaped, as orjson escapes it (0: written as it is)
+cdef uint8_t _ESC_EXTRA[256]
+for _b in range(256):
+    _ESC_EXTRA[_b] = (
+        1 if _b in (0x22, 0x5C, 0x08, 0x09, 0x0A, 0x0C, 0x0D) else 5 if _b < 0x20 else 0
+    )
+cdef const char* _HEX = b"0123456789abcdef"
 
 
 ctypedef struct _Text:
     const char* data
-    Py_ssize_t size
+    Py_ssize_t size  # its UTF-8 bytes
+    Py_ssize_t escaped  # the bytes written for it, quotes left out
 
 
 cdef bint _plain_text(object s, _Text* out) except -1:
-    """``s`` (a str) as UTF-8 that JSON writes unescaped; False when it is not that."""
+    """``s`` (a str) as the UTF-8 JSON writes; False when it is not a str or holds a
+    lone surrogate (orjson refuses it, with its own message)."""
     cdef const uint8_t* d
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i, n, extra = 0
     if type(s) is not str:
         return False
     if PyUnicode_IS_COMPACT_ASCII(s):
@@ -777,20 +799,20 @@ cdef bint _plain_text(object s, _Text* out) except -1:
     else:
         try:
             d = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
-        except UnicodeEncodeError:  # a lone surrogate: orjson refuses it, with its message
+        except UnicodeEncodeError:
             return False
     for i in range(n):
-        if d[i] < 0x20 or d[i] == 0x22 or d[i] == 0x5C:
-            return False
+        extra += _ESC_EXTRA[d[i]]
     out.data = <const char*>d
     out.size = n
+    out.escaped = n + extra
     return True
 
 
 cdef bint _plain_int(object v, int64_t* out) except -1:
     cdef int overflow = 0
     cdef long long x
-    if type(v) is not int:
+    if type(v) is not int and (not PyLong_Check(v) or PyBool_Check(v)):
         return False
     x = PyLong_AsLongLongAndOverflow(v, &overflow)
     if overflow:
@@ -828,10 +850,41 @@ cdef inline Py_ssize_t _put_raw(uint8_t* p, const char* s, Py_ssize_t n) noexcep
 
 
 cdef inline Py_ssize_t _put_text(uint8_t* p, _Text t) noexcept nogil:
+    cdef Py_ssize_t i, o = 1
+    cdef uint8_t c
     p[0] = 0x22
-    memcpy(p + 1, t.data, t.size)
-    p[1 + t.size] = 0x22
-    return t.size + 2
+    if t.escaped == t.size:
+        memcpy(p + 1, t.data, t.size)
+    else:
+        for i in range(t.size):
+            c = <uint8_t>t.data[i]
+            if not _ESC_EXTRA[c]:
+                p[o] = c
+                o += 1
+                continue
+            p[o] = 0x5C
+            if c == 0x22 or c == 0x5C:
+                p[o + 1] = c
+            elif c == 0x08:
+                p[o + 1] = 0x62
+            elif c == 0x09:
+                p[o + 1] = 0x74
+            elif c == 0x0A:
+                p[o + 1] = 0x6E
+            elif c == 0x0C:
+                p[o + 1] = 0x66
+            elif c == 0x0D:
+                p[o + 1] = 0x72
+            else:
+                p[o + 1] = 0x75
+                p[o + 2] = 0x30
+                p[o + 3] = 0x30
+                p[o + 4] = _HEX[c >> 4]
+                p[o + 5] = _HEX[c & 15]
+                o += 4
+            o += 2
+    p[1 + t.escaped] = 0x22
+    return t.escaped + 2
 
 
 cdef bytes _frame_json(object cmd, const char* body, Py_ssize_t blen):
@@ -845,23 +898,26 @@ cdef bytes _frame_json(object cmd, const char* body, Py_ssize_t blen):
     cdef Py_ssize_t pos = 0
     cdef PyObject* k
     cdef PyObject* v
+    cdef bint slots = _DIRECT and type(cmd) is _RemotingCommand  # read through the slots
     if not (
-        _plain_int(cmd.code, &code)
-        and _plain_int(cmd.flag, &flag)
-        and _plain_int(cmd.opaque, &opaque)
-        and _plain_int(cmd.version, &version)
+        _plain_int(_get(_SLOTS[0], cmd) if slots else cmd.code, &code)
+        and _plain_int(_get(_SLOTS[2], cmd) if slots else cmd.flag, &flag)
+        and _plain_int(_get(_SLOTS[1], cmd) if slots else cmd.opaque, &opaque)
+        and _plain_int(_get(_SLOTS[4], cmd) if slots else cmd.version, &version)
     ):
         return None
-    language = cmd.language
-    if language is _JAVA:  # the answers' (no enum hash: it is a Python-level __hash__)
-        _plain_text(_JAVA_NAME, &lang)
-    elif type(language) is not _LanguageCode or not _plain_text(_NAME_OF_LANG[language], &lang):
+    language = _get(_SLOTS[3], cmd) if slots else cmd.language
+    for i in range(len(_LANG_MEMBERS)):  # by identity: an enum's hash is Python code
+        if language is _LANG_MEMBERS[i]:
+            _plain_text(_LANG_NAMES[i], &lang)
+            break
+    else:
         return None
-    r = cmd.remark
+    r = _get(_SLOTS[5], cmd) if slots else cmd.remark
     has_remark = r is not None
     if has_remark and not _plain_text(r, &remark):
         return None
-    ext = cmd.ext_fields
+    ext = _get(_SLOTS[6], cmd) if slots else cmd.ext_fields
     if type(ext) is not dict or PyDict_Size(ext) > _MAX_EXT:
         return None
     while PyDict_Next(ext, &pos, &k, &v):
@@ -871,16 +927,16 @@ cdef bytes _frame_json(object cmd, const char* body, Py_ssize_t blen):
     # {"code":N,"extFields":{...},"flag":N,"language":"L","opaque":N,"remark":"R",
     #  "serializeTypeCurrentRPC":"JSON","version":N}
     hlen = (
-        8 + _int_size(code) + 8 + _int_size(flag) + 12 + lang.size + 2 + 10
+        8 + _int_size(code) + 8 + _int_size(flag) + 12 + lang.escaped + 2 + 10
         + _int_size(opaque) + 33 + 11 + _int_size(version) + 1
     )
     if has_remark:
-        hlen += 10 + remark.size + 2
+        hlen += 10 + remark.escaped + 2
     if n_ext:
         hlen += 14 + n_ext * 6
         for i in range(n_ext):
-            hlen += keys[i].size + values[i].size
-    if hlen > 0xFFFFFF or 4 + hlen + blen > 0xFFFFFFFF:
+            hlen += keys[i].escaped + values[i].escaped
+    if hlen > _U24_MAX or 4 + hlen + blen > _U32_MAX:
         return None  # encode_command's own checks refuse it
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
@@ -949,9 +1005,9 @@ def encode_command(cmd):
         header = _binary_header(cmd)
     else:
         header = _json_header(cmd)
-    cdef bytes body = cmd.body
-    if type(body) is not bytes:
-        body = bytes(body)
+    cdef bytes body
+    raw = cmd.body
+    body = raw if type(raw) is bytes else _JOIN((raw,))  # as the reference joins it
     cdef Py_ssize_t hlen = len(header), blen = len(body)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
