@@ -5,11 +5,19 @@ Owns nothing of its own: the same frame, the same two header encodings and the s
 ``FrameReader``, written over C pointers into the frame's bytes: the prefix, the header
 length word, every binary-header length and the extFields are read in place, checked in
 the order and with the messages ``codec.py`` uses, and turned into Python objects once
-(the strings, the dict, the ``RemotingCommand``). The JSON header is parsed by orjson
-as in the reference; its rare paths (a non-string extFields value, an integer field
-given as a string) call the reference's own helpers. ``tests/protocol/test_native_codec.py``
-holds every function here to ``codec.py`` over generated frames and every captured
-stock-client frame.
+(the strings, the dict, the ``RemotingCommand``, whose slots are set through their
+descriptors). A JSON header of the stock clients' flat shape is scanned in place
+(``_scan_json_header``: the values orjson would give, the reference's rules on them);
+any other JSON header (an unknown or repeated key, a null, a float, a nested value, an
+escape or byte it does not take, anything that might not parse) is parsed by orjson as
+in the reference, whose rare paths (a non-string extFields value, an integer field given
+as a string) call the reference's own helpers. Short ASCII texts of the headers come
+from a small cache of recent ones (``_texts``). A JSON answer of plain values is written
+directly (``_frame_json``: orjson's bytes, escapes included); any other goes through
+orjson. ``tests/protocol/test_native_codec.py`` holds every function here to
+``codec.py`` over generated frames, JSON headers in every spelling (escapes, unicode,
+odd numbers, repeated keys, whitespace, broken ones), every code point written, and
+every captured stock-client frame.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -379,13 +387,10 @@ cdef enum:
 cdef PyObject* _texts[_TEXT_SLOTS]
 
 
-cdef object _cached_text(const uint8_t* s, Py_ssize_t n):
-    """The ASCII text ``s[:n]`` as a str, from the cache (put there when not found)."""
-    cdef uint32_t h = <uint32_t>n
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = h * 31 + s[i]
-    cdef Py_ssize_t slot = (h ^ (h >> 13)) & (_TEXT_SLOTS - 1)
+cdef object _cached_text(const uint8_t* s, Py_ssize_t n, uint32_t h):
+    """The ASCII text ``s[:n]`` (``h``: its ``_scan_str`` hash) as a str, from the cache
+    (put there when not found)."""
+    cdef Py_ssize_t slot = (h ^ (h >> 13) ^ <uint32_t>n) & (_TEXT_SLOTS - 1)
     cdef PyObject* hit = _texts[slot]
     if (
         hit != NULL
@@ -400,12 +405,33 @@ cdef object _cached_text(const uint8_t* s, Py_ssize_t n):
     return text
 
 
-cdef object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
+# the string scanner's byte classes: 0 printable ASCII but ``"`` and ``\``
+cdef uint8_t _PLAIN_NOT[256]
+for _b in range(256):
+    _PLAIN_NOT[_b] = _b < 0x20 or _b >= 0x80 or _b == 0x22 or _b == 0x5C
+
+
+cdef inline object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
     """The JSON string at ``p[at]`` (its opening quote) as a str, ``at`` moved past its
     closing quote; None to defer."""
-    cdef Py_ssize_t start = at[0] + 1, i = start, length
+    cdef Py_ssize_t start = at[0] + 1, i = start
+    cdef uint32_t h = 0
+    while i < n and not _PLAIN_NOT[p[i]]:  # the usual string: printable ASCII
+        h = h * 31 + p[i]
+        i += 1
+    if i < n and p[i] == 0x22:
+        at[0] = i + 1
+        if i - start <= _TEXT_MAX:
+            return _cached_text(p + start, i - start, h)
+        return PyUnicode_DecodeASCII(<const char*>p + start, i - start, NULL)
+    return _scan_str_rest(p, at, n, i)
+
+
+cdef object _scan_str_rest(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n, Py_ssize_t i):
+    """``_scan_str`` from ``p[i]``, the first byte that is not printable ASCII."""
+    cdef Py_ssize_t start = at[0] + 1, length
     cdef uint8_t c
-    cdef bint escaped = False, high = False
+    cdef bint escaped = False
     cdef uint8_t small[256]
     cdef uint8_t* buf
     while True:
@@ -420,17 +446,11 @@ cdef object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
             escaped = True
             i += 2  # the escaped byte is checked by _unescape
             continue
-        if c >= 0x80:
-            high = True
         i += 1
     if i >= n or p[i] != 0x22:  # an escape ran into the end
         return None
     at[0] = i + 1
     if not escaped:
-        if not high:
-            if i - start <= _TEXT_MAX:
-                return _cached_text(p + start, i - start)
-            return PyUnicode_DecodeASCII(<const char*>p + start, i - start, NULL)
         return _utf8(<const char*>p + start, i - start)
     buf = small
     if i - start > 256:
@@ -1131,19 +1151,24 @@ cdef class _Frames:
                         self.pos = end
                         return _decode(p + pos + 4, length)
         except BaseException:
-            self.close()
+            self._finish()
             raise
-        self.close()
+        self._finish()
         raise StopIteration
 
     def close(self):
+        self._finish()
+
+    cdef int _finish(self) except -1:
+        """``close()`` as a C call (each pass over the frames ends with it)."""
         if self.done:
-            return
+            return 0
         self.done = True
         if self.pos:
             del self.buf[: self.pos]
         if self.partial >= _LARGE_FRAME and self.buf is self.reader._buf:
             self.reader._gather(self.partial)
+        return 0
 
     def __dealloc__(self):
         if not self.done and self.pos and self.buf is not None:

@@ -6,10 +6,13 @@
 ``(from_ext, to_ext)`` pair for one header class, as two objects that walk a C array of
 the class's fields (wire key, attribute, kind, required, default) instead of generated
 Python: a header is read with one dict lookup and one conversion per field and built
-without running the dataclass ``__init__`` (its slots are set directly, defaults
-included), then written back with one attribute read per field. A number that does not
-parse and a missing required field go to the reference's own helpers, which raise the
-same ``HeaderError``. ``tests/protocol/test_native_headers.py`` holds every header class's
+without running the dataclass ``__init__`` (its slots are set directly through their
+member descriptors as each value is read, defaults included), then written back with
+one attribute read per field. ASCII decimal text of at most 18 digits is read as a
+number in place, ASCII text as a boolean in place (what ``int()`` and ``.lower()`` give
+for it); any other text, a number that does not parse and a missing required field go
+to ``int()``/``.lower()`` and the reference's own helpers, which raise the same
+``HeaderError``. ``tests/protocol/test_native_headers.py`` holds every header class's
 pair to the reference's.
 """
 
