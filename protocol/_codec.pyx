@@ -512,29 +512,11 @@ cdef inline bint _key_is(const uint8_t* p, Py_ssize_t i, Py_ssize_t length, cons
     return length == name_length and memcmp(p + i, name, length) == 0
 
 
-cdef extern from *:
-    """
-    #if PY_VERSION_HEX < 0x030D0000
-    #define _kmq_dict_presized(n) ((n) <= 8 ? PyDict_New() : _PyDict_NewPresized(n))
-    #else
-    #define _kmq_dict_presized(n) PyDict_New()
-    #endif
-    """
-    dict _dict_presized "_kmq_dict_presized" (Py_ssize_t n)
-
-cdef enum:
-    _MAX_HINT = 32
-# the last extFields' size and a little: a dict made that big takes the next one
-# without growing (a client sends the same fields frame after frame)
-cdef Py_ssize_t _ext_hint = 0
-
-
 cdef object _scan_ext_fields(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
     """The flat extFields object at ``p[at]`` (its ``{``) as a dict of str, ``at`` moved
     past its ``}``; None to defer."""
-    global _ext_hint
     cdef Py_ssize_t i = _skip_ws(p, at[0] + 1, n), start
-    cdef dict fields = _dict_presized(_ext_hint)
+    cdef dict fields = {}
     cdef int64_t ignored
     cdef object key, value
     cdef uint8_t c
@@ -581,7 +563,6 @@ cdef object _scan_ext_fields(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
             continue
         if p[i] == 0x7D:
             at[0] = i + 1
-            _ext_hint = min(PyDict_Size(fields) + 4, _MAX_HINT)
             return fields
         return None
 
