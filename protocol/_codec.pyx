@@ -5,20 +5,47 @@ Owns nothing of its own: the same frame, the same two header encodings and the s
 ``FrameReader``, written over C pointers into the frame's bytes: the prefix, the header
 length word, every binary-header length and the extFields are read in place, checked in
 the order and with the messages ``codec.py`` uses, and turned into Python objects once
-(the strings, the dict, the ``RemotingCommand``). The JSON header is parsed by orjson
-as in the reference; its rare paths (a non-string extFields value, an integer field
-given as a string) call the reference's own helpers. ``tests/protocol/test_native_codec.py``
-holds every function here to ``codec.py`` over generated frames and every captured
-stock-client frame.
+(the strings, the dict, the ``RemotingCommand``, whose slots are set through their
+descriptors). A JSON header of the stock clients' flat shape is scanned in place
+(``_scan_json_header``: the values orjson would give, the reference's rules on them);
+any other JSON header (an unknown or repeated key, a null, a float, a nested value, an
+escape or byte it does not take, anything that might not parse) is parsed by orjson as
+in the reference, whose rare paths (a non-string extFields value, an integer field given
+as a string) call the reference's own helpers. Short ASCII texts of the headers come
+from a small cache of recent ones (``_texts``). A JSON answer of plain values is written
+directly (``_frame_json``: orjson's bytes, escapes included); any other goes through
+orjson. ``tests/protocol/test_native_codec.py`` holds every function here to
+``codec.py`` over generated frames, JSON headers in every spelling (escapes, unicode,
+odd numbers, repeated keys, whitespace, broken ones), every code point written, and
+every captured stock-client frame.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from cpython.dict cimport PyDict_Next, PyDict_Size
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.unicode cimport (
+    PyUnicode_AsUTF8AndSize,
+    PyUnicode_DATA,
+    PyUnicode_DecodeASCII,
+    PyUnicode_DecodeUTF8,
+    PyUnicode_GET_LENGTH,
+)
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    bint PyLong_Check(object o)
+    bint PyBool_Check(object o)
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
+    PyObject* PyDict_SetDefault(object d, object key, object default) except NULL
 
 import struct
+import types
 
 import orjson
 
@@ -33,17 +60,64 @@ cdef dict _LANG_BY_NAME = {m.name: m for m in LanguageCode}
 cdef dict _LANG_VALUES = {m.value: m for m in LanguageCode}
 cdef object _OTHER = LanguageCode.OTHER
 cdef object _JAVA = LanguageCode.JAVA
+cdef tuple _LANG_MEMBERS = tuple(LanguageCode)
+cdef tuple _LANG_NAMES = tuple(m.name for m in LanguageCode)
 cdef object _LanguageCode = LanguageCode
 cdef dict _NAME_OF_LANG = {m: m.name for m in LanguageCode}
 cdef object _RemotingCommand = RemotingCommand
 cdef object _new = object.__new__
+cdef tuple _NO_ARGS = ()
+cdef object _JOIN = b"".join
+
+
+def _slot(attr):
+    """The member descriptor ``setattr(cmd, attr, ...)`` calls on a RemotingCommand."""
+    slot = next((k.__dict__[attr] for k in _RemotingCommand.__mro__ if attr in k.__dict__), None)
+    return slot if type(slot) is types.MemberDescriptorType else None
+
+
+cdef tuple _SLOTS = tuple(
+    _slot(name)
+    for name in (
+        "code", "opaque", "flag", "language", "version", "remark", "ext_fields", "body",
+        "serialize_type",
+    )
+)
+# set the slots through their descriptors (what setattr ends in, without its lookups)
+cdef bint _DIRECT = None not in _SLOTS and _RemotingCommand.__setattr__ is object.__setattr__
+
+
+cdef inline int _set(object slot, object obj, object value) except -1:
+    return (<PyTypeObject*>Py_TYPE(slot)).tp_descr_set(slot, obj, value)
+
+
+cdef inline object _get(object slot, object obj):
+    """``getattr(obj, name)`` for the slot ``name`` of a RemotingCommand (not a subclass)."""
+    return (<PyTypeObject*>Py_TYPE(slot)).tp_descr_get(slot, obj, _RemotingCommand)
+
+
+cdef bint _OBJECT_NEW = _RemotingCommand.__new__ is object.__new__
 
 
 cdef object _command(
     code, opaque, flag, language, version, remark, fields, body, serialize_type
 ):
     """``RemotingCommand(...)``: the dataclass's fields set without running its ``__init__``."""
-    cmd = _new(_RemotingCommand)
+    if _DIRECT and _OBJECT_NEW:  # object.__new__(RemotingCommand) is its type's tp_new
+        cmd = (<PyTypeObject*>_RemotingCommand).tp_new(_RemotingCommand, <PyObject*>_NO_ARGS, NULL)
+    else:
+        cmd = _new(_RemotingCommand)
+    if _DIRECT:
+        _set(_SLOTS[0], cmd, code)
+        _set(_SLOTS[1], cmd, opaque)
+        _set(_SLOTS[2], cmd, flag)
+        _set(_SLOTS[3], cmd, language)
+        _set(_SLOTS[4], cmd, version)
+        _set(_SLOTS[5], cmd, remark)
+        _set(_SLOTS[6], cmd, fields)
+        _set(_SLOTS[7], cmd, body)
+        _set(_SLOTS[8], cmd, serialize_type)
+        return cmd
     cmd.code = code
     cmd.opaque = opaque
     cmd.flag = flag
@@ -54,6 +128,8 @@ cdef object _command(
     cmd.body = body
     cmd.serialize_type = serialize_type
     return cmd
+
+
 cdef object _loads = orjson.loads
 cdef object _dumps = orjson.dumps
 cdef object _JSONDecodeError = orjson.JSONDecodeError
@@ -91,8 +167,13 @@ cdef inline void _put16(uint8_t* p, uint32_t v) noexcept nogil:
 # ---------------------------------------------------------------- decoding
 
 
-cdef inline bint _is_i32(object v):
-    return type(v) is int and _I32_MIN <= v <= _I32_MAX
+cdef inline bint _is_i32(object v) except -1:
+    cdef int overflow = 0
+    cdef long long x
+    if type(v) is not int:
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    return not overflow and _I32_MIN <= x <= _I32_MAX
 
 
 cdef object _decode_json_header(bytes raw, bytes body):
@@ -194,6 +275,388 @@ cdef object _decode_binary_header(const uint8_t* raw, Py_ssize_t n, bytes body):
     )
 
 
+# ---------------------------------------------------------------- the flat JSON header
+#
+# What stock clients send: one object of top-level scalars (code, extFields, flag,
+# language, opaque, remark, serializeTypeCurrentRPC, version) whose extFields is one flat
+# object of string (the C++ client: also integer and boolean) values. ``_scan_json_header``
+# reads that shape in place and gives what ``codec._decode_json_header`` gives for it; it
+# gives None (the reference decode runs: orjson and its rules) for anything else, before
+# building anything a caller sees: an unknown or repeated key, a null, a float, an integer
+# with a sign of zero, more than 18 digits or outside the Java int range where one is
+# needed, a nested value, an escape it does not decode (``\uD800``-``\uDFFF``, anything
+# but the JSON ones), a control byte or bytes that are not UTF-8 in a string, other
+# whitespace than JSON's four, anything after the object. So everything it accepts is
+# a JSON text orjson accepts with the same values.
+
+cdef enum:
+    _K_CODE = 1
+    _K_EXT = 2
+    _K_FLAG = 4
+    _K_LANG = 8
+    _K_OPAQUE = 16
+    _K_REMARK = 32
+    _K_STYPE = 64
+    _K_VERSION = 128
+
+cdef str _TRUE = "true"
+cdef str _FALSE = "false"
+
+
+cdef inline Py_ssize_t _skip_ws(const uint8_t* p, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    while i < n and (p[i] == 0x20 or p[i] == 0x0A or p[i] == 0x0D or p[i] == 0x09):
+        i += 1
+    return i
+
+
+cdef inline int _hex(uint8_t c) noexcept nogil:
+    if 0x30 <= c <= 0x39:
+        return c - 0x30
+    if 0x61 <= c <= 0x66:
+        return c - 0x61 + 10
+    if 0x41 <= c <= 0x46:
+        return c - 0x41 + 10
+    return -1
+
+
+cdef Py_ssize_t _unescape(
+    const uint8_t* p, Py_ssize_t i, Py_ssize_t end, uint8_t* out
+) noexcept nogil:
+    """The string body ``p[i:end]`` (escapes in it) as UTF-8 into ``out`` (as long as the
+    body at most); its length, or -1 for an escape the scanner defers."""
+    cdef Py_ssize_t o = 0
+    cdef uint8_t c
+    cdef int h0, h1, h2, h3
+    cdef uint32_t cp
+    while i < end:
+        c = p[i]
+        if c != 0x5C:
+            out[o] = c
+            o += 1
+            i += 1
+            continue
+        c = p[i + 1]  # a backslash never ends the body (the closing quote follows it)
+        i += 2
+        if c == 0x22 or c == 0x5C or c == 0x2F:
+            out[o] = c
+        elif c == 0x6E:
+            out[o] = 0x0A
+        elif c == 0x74:
+            out[o] = 0x09
+        elif c == 0x72:
+            out[o] = 0x0D
+        elif c == 0x62:
+            out[o] = 0x08
+        elif c == 0x66:
+            out[o] = 0x0C
+        elif c == 0x75:
+            if i + 4 > end:
+                return -1
+            h0, h1, h2, h3 = _hex(p[i]), _hex(p[i + 1]), _hex(p[i + 2]), _hex(p[i + 3])
+            if h0 < 0 or h1 < 0 or h2 < 0 or h3 < 0:
+                return -1
+            cp = (h0 << 12) | (h1 << 8) | (h2 << 4) | h3
+            i += 4
+            if 0xD800 <= cp <= 0xDFFF:
+                return -1
+            if cp < 0x80:
+                out[o] = cp
+            elif cp < 0x800:
+                out[o] = 0xC0 | (cp >> 6)
+                out[o + 1] = 0x80 | (cp & 0x3F)
+                o += 1
+            else:
+                out[o] = 0xE0 | (cp >> 12)
+                out[o + 1] = 0x80 | ((cp >> 6) & 0x3F)
+                out[o + 2] = 0x80 | (cp & 0x3F)
+                o += 2
+        else:
+            return -1
+        o += 1
+    return o
+
+
+cdef enum:
+    _TEXT_SLOTS = 512  # a power of two
+    _TEXT_MAX = 40
+
+# short ASCII texts of recent frames (owned references, NULL: empty), by a hash of their
+# bytes: extFields keys and most values (numbers, topic and group names) repeat frame
+# after frame, and a str taken from here is neither built again nor hashed again (a
+# dict keeps its hash). A new text replaces the one in its slot; nothing is interned.
+cdef PyObject* _texts[_TEXT_SLOTS]
+
+
+cdef object _cached_text(const uint8_t* s, Py_ssize_t n, uint32_t h):
+    """The ASCII text ``s[:n]`` (``h``: its ``_scan_str`` hash) as a str, from the cache
+    (put there when not found)."""
+    cdef Py_ssize_t slot = (h ^ (h >> 13) ^ <uint32_t>n) & (_TEXT_SLOTS - 1)
+    cdef PyObject* hit = _texts[slot]
+    if (
+        hit != NULL
+        and PyUnicode_GET_LENGTH(<object>hit) == n
+        and memcmp(PyUnicode_DATA(<object>hit), s, n) == 0
+    ):
+        return <object>hit
+    text = PyUnicode_DecodeASCII(<const char*>s, n, NULL)
+    Py_INCREF(text)
+    Py_XDECREF(hit)
+    _texts[slot] = <PyObject*>text
+    return text
+
+
+# the string scanner's byte classes: 0 printable ASCII but ``"`` and ``\``
+cdef uint8_t _PLAIN_NOT[256]
+for _b in range(256):
+    _PLAIN_NOT[_b] = _b < 0x20 or _b >= 0x80 or _b == 0x22 or _b == 0x5C
+
+
+cdef inline object _scan_str(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
+    """The JSON string at ``p[at]`` (its opening quote) as a str, ``at`` moved past its
+    closing quote; None to defer."""
+    cdef Py_ssize_t start = at[0] + 1, i = start
+    cdef uint32_t h = 0
+    while i < n and not _PLAIN_NOT[p[i]]:  # the usual string: printable ASCII
+        h = h * 31 + p[i]
+        i += 1
+    if i < n and p[i] == 0x22:
+        at[0] = i + 1
+        if i - start <= _TEXT_MAX:
+            return _cached_text(p + start, i - start, h)
+        return PyUnicode_DecodeASCII(<const char*>p + start, i - start, NULL)
+    return _scan_str_rest(p, at, n, i)
+
+
+cdef object _scan_str_rest(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n, Py_ssize_t i):
+    """``_scan_str`` from ``p[i]``, the first byte that is not printable ASCII."""
+    cdef Py_ssize_t start = at[0] + 1, length
+    cdef uint8_t c
+    cdef bint escaped = False
+    cdef uint8_t small[256]
+    cdef uint8_t* buf
+    while True:
+        if i >= n:
+            return None
+        c = p[i]
+        if c == 0x22:
+            break
+        if c < 0x20:
+            return None
+        if c == 0x5C:
+            escaped = True
+            i += 2  # the escaped byte is checked by _unescape
+            continue
+        i += 1
+    if i >= n or p[i] != 0x22:  # an escape ran into the end
+        return None
+    at[0] = i + 1
+    if not escaped:
+        return _utf8(<const char*>p + start, i - start)
+    buf = small
+    if i - start > 256:
+        buf = <uint8_t*>PyMem_Malloc(i - start)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        length = _unescape(p, start, i, buf)
+        if length < 0:
+            return None
+        return _utf8(<const char*>buf, length)
+    finally:
+        if buf != small:
+            PyMem_Free(buf)
+
+
+cdef object _utf8(const char* s, Py_ssize_t length):
+    """Strict UTF-8 (as orjson checks it) to str; None when it is not UTF-8."""
+    try:
+        return PyUnicode_DecodeUTF8(s, length, NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef bint _scan_int(
+    const uint8_t* p, Py_ssize_t* at, Py_ssize_t n, int64_t* out
+) noexcept nogil:
+    """A JSON integer ``-?(0|[1-9][0-9]{0,17})`` at ``p[at]`` (not ``-0``, not followed by
+    a fraction or exponent) into ``out``, ``at`` moved past it; False to defer."""
+    cdef Py_ssize_t i = at[0], digits = 0
+    cdef bint neg = False
+    cdef int64_t v = 0
+    if i < n and p[i] == 0x2D:
+        neg = True
+        i += 1
+    if i >= n or not (0x30 <= p[i] <= 0x39):
+        return False
+    if p[i] == 0x30:
+        if neg:
+            return False
+        i += 1
+        digits = 1
+    else:
+        while i < n and 0x30 <= p[i] <= 0x39:
+            v = v * 10 + (p[i] - 0x30)
+            i += 1
+            digits += 1
+            if digits > 18:
+                return False
+    if i < n and (p[i] == 0x2E or p[i] == 0x65 or p[i] == 0x45 or 0x30 <= p[i] <= 0x39):
+        return False
+    at[0] = i
+    out[0] = -v if neg else v
+    return True
+
+
+cdef inline bint _key_is(const uint8_t* p, Py_ssize_t i, Py_ssize_t length, const char* name,
+                         Py_ssize_t name_length) noexcept nogil:
+    return length == name_length and memcmp(p + i, name, length) == 0
+
+
+cdef object _scan_ext_fields(const uint8_t* p, Py_ssize_t* at, Py_ssize_t n):
+    """The flat extFields object at ``p[at]`` (its ``{``) as a dict of str, ``at`` moved
+    past its ``}``; None to defer."""
+    cdef Py_ssize_t i = _skip_ws(p, at[0] + 1, n), start
+    cdef dict fields = {}
+    cdef int64_t ignored
+    cdef object key, value
+    cdef uint8_t c
+    if i < n and p[i] == 0x7D:
+        at[0] = i + 1
+        return fields
+    while True:
+        if i >= n or p[i] != 0x22:
+            return None
+        key = _scan_str(p, &i, n)
+        if key is None:
+            return None
+        i = _skip_ws(p, i, n)
+        if i >= n or p[i] != 0x3A:
+            return None
+        i = _skip_ws(p, i + 1, n)
+        if i >= n:
+            return None
+        c = p[i]
+        if c == 0x22:
+            value = _scan_str(p, &i, n)
+            if value is None:
+                return None
+        elif c == 0x2D or 0x30 <= c <= 0x39:  # a number: codec._coerce's str(int)
+            start = i
+            if not _scan_int(p, &i, n, &ignored):
+                return None
+            value = PyUnicode_DecodeASCII(<const char*>p + start, i - start, NULL)
+        elif c == 0x74 and i + 4 <= n and memcmp(p + i, b"true", 4) == 0:
+            value = _TRUE
+            i += 4
+        elif c == 0x66 and i + 5 <= n and memcmp(p + i, b"false", 5) == 0:
+            value = _FALSE
+            i += 5
+        else:
+            return None
+        if PyDict_SetDefault(fields, key, value) is not <PyObject*>value:
+            return None  # a repeated key (orjson keeps the last): the reference decides
+        i = _skip_ws(p, i, n)
+        if i >= n:
+            return None
+        if p[i] == 0x2C:
+            i = _skip_ws(p, i + 1, n)
+            continue
+        if p[i] == 0x7D:
+            at[0] = i + 1
+            return fields
+        return None
+
+
+cdef object _scan_json_header(const uint8_t* p, Py_ssize_t n, bytes body):
+    """``codec._decode_json_header`` of the flat header ``p[:n]``, or None to defer."""
+    cdef Py_ssize_t i = _skip_ws(p, 0, n), kstart, klen
+    cdef int seen = 0, k
+    cdef int64_t code = 0, opaque = 0, flag = 0, version = 0, v
+    cdef object fields = None, language = _JAVA, remark = None, text
+    if i >= n or p[i] != 0x7B:
+        return None
+    i = _skip_ws(p, i + 1, n)
+    while True:
+        if i >= n or p[i] != 0x22:
+            return None
+        kstart = i + 1
+        i = kstart
+        while i < n and p[i] != 0x22 and p[i] != 0x5C and p[i] >= 0x20:
+            i += 1
+        if i >= n or p[i] != 0x22:
+            return None
+        klen = i - kstart
+        i = _skip_ws(p, i + 1, n)
+        if i >= n or p[i] != 0x3A:
+            return None
+        i = _skip_ws(p, i + 1, n)
+        if i >= n:
+            return None
+        if _key_is(p, kstart, klen, b"code", 4):
+            k = _K_CODE
+        elif _key_is(p, kstart, klen, b"extFields", 9):
+            k = _K_EXT
+        elif _key_is(p, kstart, klen, b"flag", 4):
+            k = _K_FLAG
+        elif _key_is(p, kstart, klen, b"language", 8):
+            k = _K_LANG
+        elif _key_is(p, kstart, klen, b"opaque", 6):
+            k = _K_OPAQUE
+        elif _key_is(p, kstart, klen, b"remark", 6):
+            k = _K_REMARK
+        elif _key_is(p, kstart, klen, b"serializeTypeCurrentRPC", 23):
+            k = _K_STYPE
+        elif _key_is(p, kstart, klen, b"version", 7):
+            k = _K_VERSION
+        else:
+            return None
+        if seen & k:
+            return None
+        seen |= k
+        if k == _K_EXT:
+            if p[i] != 0x7B:
+                return None
+            fields = _scan_ext_fields(p, &i, n)
+            if fields is None:
+                return None
+        elif k == _K_LANG or k == _K_REMARK or k == _K_STYPE:
+            if p[i] != 0x22:
+                return None
+            text = _scan_str(p, &i, n)
+            if text is None:
+                return None
+            if k == _K_LANG:
+                language = _LANG_BY_NAME.get(text, _OTHER)
+            elif k == _K_REMARK:
+                remark = text
+        else:
+            if not _scan_int(p, &i, n, &v) or not _I32_MIN <= v <= _I32_MAX:
+                return None
+            if k == _K_CODE:
+                code = v
+            elif k == _K_FLAG:
+                flag = v
+            elif k == _K_OPAQUE:
+                opaque = v
+            else:
+                version = v
+        i = _skip_ws(p, i, n)
+        if i >= n:
+            return None
+        if p[i] == 0x2C:
+            i = _skip_ws(p, i + 1, n)
+            continue
+        if p[i] == 0x7D:
+            break
+        return None
+    if _skip_ws(p, i + 1, n) != n or not seen & _K_CODE:
+        return None
+    return _command(
+        code, opaque, flag, language, version, remark, {} if fields is None else fields, body,
+        _JSON,
+    )
+
+
 cdef object _decode(const uint8_t* p, Py_ssize_t size):
     """The frame at ``p`` without its length prefix, ``size`` bytes."""
     if size < 4:
@@ -205,6 +668,9 @@ cdef object _decode(const uint8_t* p, Py_ssize_t size):
         raise MalformedFrame(f"header length {hlen} exceeds the frame ({size - 4} bytes)")
     cdef bytes body = PyBytes_FromStringAndSize(<const char*>p + 4 + hlen, size - 4 - hlen)
     if stype == 0:
+        cmd = _scan_json_header(p + 4, hlen, body)
+        if cmd is not None:
+            return cmd
         return _decode_json_header(PyBytes_FromStringAndSize(<const char*>p + 4, hlen), body)
     if stype == 1:
         return _decode_binary_header(p + 4, hlen, body)
@@ -308,16 +774,260 @@ cdef bytes _json_header(object cmd):
     return _dumps(h)
 
 
+# ---------------------------------------------------------------- the answer's JSON header
+#
+# ``_json_header``'s dict through orjson, written directly when every value is plain:
+# the four numbers ints (int subclasses such as a RequestCode too, not bool) in the
+# int64 range, the language a LanguageCode, the remark None or a str, the extFields a
+# dict of at most _MAX_EXT str keys and str values, every string without a lone
+# surrogate. orjson writes such an int as its decimal text and such a string as its
+# UTF-8 bytes between quotes with ``"`` and ``\`` escaped by a backslash, the control
+# bytes ``\b \t \n \f \r`` by their letter and the others as ``\u00xx`` (lowercase
+# hex), and no whitespace: so does this writer (test_native_codec.py holds the bytes
+# equal over every code point). Anything else goes through orjson (``_json_header``).
+
+cdef enum:
+    _MAX_EXT = 32
+cdef int64_t _U24_MAX = 0xFFFFFF
+cdef int64_t _U32_MAX = 0xFFFFFFFF
+
+# extra bytes each byte takes escaped, as orjson escapes it (0: written as it is)
+cdef uint8_t _ESC_EXTRA[256]
+for _b in range(256):
+    _ESC_EXTRA[_b] = (
+        1 if _b in (0x22, 0x5C, 0x08, 0x09, 0x0A, 0x0C, 0x0D) else 5 if _b < 0x20 else 0
+    )
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+ctypedef struct _Text:
+    const char* data
+    Py_ssize_t size  # its UTF-8 bytes
+    Py_ssize_t escaped  # the bytes written for it, quotes left out
+
+
+cdef bint _plain_text(object s, _Text* out) except -1:
+    """``s`` (a str) as the UTF-8 JSON writes; False when it is not a str or holds a
+    lone surrogate (orjson refuses it, with its own message)."""
+    cdef const uint8_t* d
+    cdef Py_ssize_t i, n, extra = 0
+    if type(s) is not str:
+        return False
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        d = <const uint8_t*>PyUnicode_DATA(s)
+        n = PyUnicode_GET_LENGTH(s)
+    else:
+        try:
+            d = <const uint8_t*>PyUnicode_AsUTF8AndSize(s, &n)
+        except UnicodeEncodeError:
+            return False
+    for i in range(n):
+        extra += _ESC_EXTRA[d[i]]
+    out.data = <const char*>d
+    out.size = n
+    out.escaped = n + extra
+    return True
+
+
+cdef bint _plain_int(object v, int64_t* out) except -1:
+    cdef int overflow = 0
+    cdef long long x
+    if type(v) is not int and (not PyLong_Check(v) or PyBool_Check(v)):
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    if overflow:
+        return False
+    out[0] = x
+    return True
+
+
+cdef inline Py_ssize_t _int_size(int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>(-(v + 1)) + 1 if v < 0 else <uint64_t>v
+    cdef Py_ssize_t n = 2 if v < 0 else 1
+    while u >= 10:
+        u //= 10
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _put_int(uint8_t* p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>(-(v + 1)) + 1 if v < 0 else <uint64_t>v
+    cdef Py_ssize_t n = _int_size(v), i = n
+    if v < 0:
+        p[0] = 0x2D
+    while True:
+        i -= 1
+        p[i] = 0x30 + <uint8_t>(u % 10)
+        u //= 10
+        if u == 0:
+            break
+    return n
+
+
+cdef inline Py_ssize_t _put_raw(uint8_t* p, const char* s, Py_ssize_t n) noexcept nogil:
+    memcpy(p, s, n)
+    return n
+
+
+cdef inline Py_ssize_t _put_text(uint8_t* p, _Text t) noexcept nogil:
+    cdef Py_ssize_t i, o = 1
+    cdef uint8_t c
+    p[0] = 0x22
+    if t.escaped == t.size:
+        memcpy(p + 1, t.data, t.size)
+    else:
+        for i in range(t.size):
+            c = <uint8_t>t.data[i]
+            if not _ESC_EXTRA[c]:
+                p[o] = c
+                o += 1
+                continue
+            p[o] = 0x5C
+            if c == 0x22 or c == 0x5C:
+                p[o + 1] = c
+            elif c == 0x08:
+                p[o + 1] = 0x62
+            elif c == 0x09:
+                p[o + 1] = 0x74
+            elif c == 0x0A:
+                p[o + 1] = 0x6E
+            elif c == 0x0C:
+                p[o + 1] = 0x66
+            elif c == 0x0D:
+                p[o + 1] = 0x72
+            else:
+                p[o + 1] = 0x75
+                p[o + 2] = 0x30
+                p[o + 3] = 0x30
+                p[o + 4] = _HEX[c >> 4]
+                p[o + 5] = _HEX[c & 15]
+                o += 4
+            o += 2
+    p[1 + t.escaped] = 0x22
+    return t.escaped + 2
+
+
+cdef bytes _frame_json(object cmd, const char* body, Py_ssize_t blen):
+    """The whole frame of a JSON command whose header is plain (see above), or None."""
+    cdef int64_t code, flag, opaque, version
+    cdef _Text lang, remark
+    cdef _Text keys[_MAX_EXT]
+    cdef _Text values[_MAX_EXT]
+    cdef bint has_remark
+    cdef Py_ssize_t n_ext = 0, hlen, i
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef bint slots = _DIRECT and type(cmd) is _RemotingCommand  # read through the slots
+    if not (
+        _plain_int(_get(_SLOTS[0], cmd) if slots else cmd.code, &code)
+        and _plain_int(_get(_SLOTS[2], cmd) if slots else cmd.flag, &flag)
+        and _plain_int(_get(_SLOTS[1], cmd) if slots else cmd.opaque, &opaque)
+        and _plain_int(_get(_SLOTS[4], cmd) if slots else cmd.version, &version)
+    ):
+        return None
+    language = _get(_SLOTS[3], cmd) if slots else cmd.language
+    for i in range(len(_LANG_MEMBERS)):  # by identity: an enum's hash is Python code
+        if language is _LANG_MEMBERS[i]:
+            _plain_text(_LANG_NAMES[i], &lang)
+            break
+    else:
+        return None
+    r = _get(_SLOTS[5], cmd) if slots else cmd.remark
+    has_remark = r is not None
+    if has_remark and not _plain_text(r, &remark):
+        return None
+    ext = _get(_SLOTS[6], cmd) if slots else cmd.ext_fields
+    if type(ext) is not dict or PyDict_Size(ext) > _MAX_EXT:
+        return None
+    while PyDict_Next(ext, &pos, &k, &v):
+        if not _plain_text(<object>k, &keys[n_ext]) or not _plain_text(<object>v, &values[n_ext]):
+            return None
+        n_ext += 1
+    # {"code":N,"extFields":{...},"flag":N,"language":"L","opaque":N,"remark":"R",
+    #  "serializeTypeCurrentRPC":"JSON","version":N}
+    hlen = (
+        8 + _int_size(code) + 8 + _int_size(flag) + 12 + lang.escaped + 2 + 10
+        + _int_size(opaque) + 33 + 11 + _int_size(version) + 1
+    )
+    if has_remark:
+        hlen += 10 + remark.escaped + 2
+    if n_ext:
+        hlen += 14 + n_ext * 6
+        for i in range(n_ext):
+            hlen += keys[i].escaped + values[i].escaped
+    if hlen > _U24_MAX or 4 + hlen + blen > _U32_MAX:
+        return None  # encode_command's own checks refuse it
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    _put32(p, 4 + hlen + blen)
+    _put32(p + 4, <uint32_t>hlen)  # serialize type 0 (JSON)
+    cdef uint8_t* q = p + 8
+    q += _put_raw(q, b'{"code":', 8)
+    q += _put_int(q, code)
+    if n_ext:
+        q += _put_raw(q, b',"extFields":{', 14)
+        for i in range(n_ext):
+            if i:
+                q[0] = 0x2C
+                q += 1
+            q += _put_text(q, keys[i])
+            q[0] = 0x3A
+            q += 1
+            q += _put_text(q, values[i])
+        q[0] = 0x7D
+        q += 1
+    q += _put_raw(q, b',"flag":', 8)
+    q += _put_int(q, flag)
+    q += _put_raw(q, b',"language":', 12)
+    q += _put_text(q, lang)
+    q += _put_raw(q, b',"opaque":', 10)
+    q += _put_int(q, opaque)
+    if has_remark:
+        q += _put_raw(q, b',"remark":', 10)
+        q += _put_text(q, remark)
+    q += _put_raw(q, b',"serializeTypeCurrentRPC":"JSON"', 33)
+    q += _put_raw(q, b',"version":', 11)
+    q += _put_int(q, version)
+    q[0] = 0x7D
+    q += 1
+    if q - p != 8 + hlen:
+        raise AssertionError(f"JSON header of {q - p - 8} bytes, {hlen} counted")
+    memcpy(q, body, blen)
+    return out
+
+
 def encode_command(cmd):
     """Encode one command as a complete frame, length prefix included."""
     cdef bytes header
+    cdef object framed
+    cdef Py_buffer view
+    if cmd.serialize_type is _JSON:
+        raw = cmd.body
+        if type(raw) is bytes:
+            framed = _frame_json(cmd, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+            if framed is not None:
+                return framed
+        elif type(raw) is memoryview or type(raw) is bytearray:
+            # what bytes.join reads of it (the reference joins it): a contiguous buffer
+            try:
+                PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE)
+            except BufferError:  # not contiguous: the general path below
+                pass
+            else:
+                try:
+                    framed = _frame_json(cmd, <const char*>view.buf, view.len)
+                finally:
+                    PyBuffer_Release(&view)
+                if framed is not None:
+                    return framed
     if cmd.serialize_type == _ROCKETMQ:
         header = _binary_header(cmd)
     else:
         header = _json_header(cmd)
-    cdef bytes body = cmd.body
-    if type(body) is not bytes:
-        body = bytes(body)
+    cdef bytes body
+    raw = cmd.body
+    body = raw if type(raw) is bytes else _JOIN((raw,))  # as the reference joins it
     cdef Py_ssize_t hlen = len(header), blen = len(body)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
@@ -441,19 +1151,24 @@ cdef class _Frames:
                         self.pos = end
                         return _decode(p + pos + 4, length)
         except BaseException:
-            self.close()
+            self._finish()
             raise
-        self.close()
+        self._finish()
         raise StopIteration
 
     def close(self):
+        self._finish()
+
+    cdef int _finish(self) except -1:
+        """``close()`` as a C call (each pass over the frames ends with it)."""
         if self.done:
-            return
+            return 0
         self.done = True
         if self.pos:
             del self.buf[: self.pos]
         if self.partial >= _LARGE_FRAME and self.buf is self.reader._buf:
             self.reader._gather(self.partial)
+        return 0
 
     def __dealloc__(self):
         if not self.done and self.pos and self.buf is not None:

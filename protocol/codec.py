@@ -27,10 +27,12 @@ Invariants:
   generated code, without four calls and a context Container per frame. Measured cost:
   docs/performance.md ("construct at runtime").
 * This module is the reference core. Its native twin ``_codec.pyx`` (the same rules over
-  C pointers, without construct) replaces the public functions and ``FrameReader`` when
-  ``native.py`` chooses it; ``reference`` keeps the pure ones, and
+  C pointers, without construct; the stock clients' flat JSON header scanned without
+  orjson, a plain JSON answer written without it) replaces the public functions and
+  ``FrameReader`` when ``native.py`` chooses it; ``reference`` keeps the pure ones, and
   tests/protocol/test_native_codec.py holds the twin to them (generated and captured
-  frames), so the construct declarations stay the grammar the twin is proven against.
+  frames, JSON headers in every spelling, every code point written), so the construct
+  declarations and orjson stay the grammar the twin is proven against.
 """
 
 from __future__ import annotations

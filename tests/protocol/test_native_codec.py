@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol import codec
-from kairosmq.protocol.codes import SerializeType
+from kairosmq.protocol.codes import RequestCode, SerializeType
 from kairosmq.protocol.commands import RemotingCommand, request
 
 from tests.helpers import FIXTURES
@@ -240,3 +240,205 @@ def test_captured_frames_through_both_readers(nat) -> None:  # type: ignore[no-u
     assert len(data) > 10_000
     for cuts in ([], [1] * 50, [7, 1000, 3, 5000]):
         assert _read_all(nat.FrameReader, data, cuts) == _read_all(ref.FrameReader, data, cuts)
+
+
+# ---- the flat JSON header scanner (``_scan_json_header``) and the answer writer
+# (``_frame_json``): JSON texts written every way JSON allows (and some ways it does not),
+# decoded by both cores; commands of every kind of value encoded by both.
+
+TOP_KEYS = (
+    "code",
+    "extFields",
+    "flag",
+    "language",
+    "opaque",
+    "remark",
+    "serializeTypeCurrentRPC",
+    "version",
+)
+JSON_WS = ["", "", " ", "\n", "\t", "\r", " \n "]
+ODD_WS = ["\x0c", "\xa0", "\x00"]
+SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "/": "\\/",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+ODD_TEXT = ["\\x", "\\u12", "\\ud800", "\\udc00x", "\\uD83D\\u0041", "\x01", '"', "\\", "\ud800"]
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+GOOD_NUMBERS = st.integers(-(2**31), 2**31 - 1).map(str)
+ODD_NUMBERS = st.integers(-(2**64), 2**64).map(str) | st.sampled_from(
+    ["0", "-0", "00", "01", "-", "1.0", "1e2", "1E2", "-1.5e-3", "2147483648", "-2147483649",
+     "9223372036854775807", "99999999999999999999", "+1", "0x1", "1_0"]
+)  # fmt: skip
+
+
+class Odd:
+    """How odd a drawn JSON text may be: ``rate`` in 1000 of each choice is odd (0: a
+    text the stock clients could send, in any JSON spelling)."""
+
+    def __init__(self, draw, rate: int) -> None:  # type: ignore[no-untyped-def]
+        self.draw, self.rate = draw, rate
+
+    def odd(self) -> bool:
+        return self.rate > 0 and self.draw(st.integers(0, 999)) < self.rate
+
+    def ws(self) -> str:
+        return self.draw(st.sampled_from(ODD_WS if self.odd() else JSON_WS))
+
+    def number(self) -> str:
+        return self.draw(ODD_NUMBERS if self.odd() else GOOD_NUMBERS)
+
+    def string(self, of: st.SearchStrategy[str] = texts) -> str:
+        """A JSON string literal of a drawn text: each character raw, escaped by its
+        letter or as ``\\uXXXX`` (either case; astral ones as a surrogate pair)."""
+        out = ['"']
+        for ch in self.draw(of):
+            cp = ord(ch)
+            how = self.draw(st.integers(0, 9))
+            if self.odd():
+                out.append(self.draw(st.sampled_from(ODD_TEXT)))
+            elif (how >= 6 or cp < 0x20 or ch in '"\\') and cp <= 0xFFFF:
+                if ch in SHORT_ESCAPES and how % 2:
+                    out.append(SHORT_ESCAPES[ch])
+                else:
+                    out.append(f"\\u{cp:04x}" if how % 3 else f"\\u{cp:04X}")
+            elif cp > 0xFFFF and how >= 6:
+                hi, lo = 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)
+                out.append(f"\\u{hi:04x}\\u{lo:04x}")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+
+    def scalar(self) -> str:
+        """An extFields value: a string mostly, a number or a boolean (the C++ client)."""
+        kind = self.draw(st.integers(0, 9))
+        if self.odd():
+            return self.draw(
+                st.sampled_from(["null", "[]", "{}", '["a"]', '{"a":"b"}', "tru", "1.5"])
+            )
+        if kind < 7:
+            return self.string()
+        return self.number() if kind < 9 else self.draw(st.sampled_from(["true", "false"]))
+
+    def obj(self, entries: list[tuple[str, str]]) -> str:
+        parts = [self.ws() + k + self.ws() + ":" + self.ws() + v + self.ws() for k, v in entries]
+        return "{" + (",".join(parts) if parts else self.ws()) + "}"
+
+    def ext_fields(self) -> str:
+        keys = st.sampled_from(["a", "b", "topic", "queueId", "", "k\u00e9y"]) | texts
+        n = self.draw(st.integers(0, 8))
+        names = self.draw(st.lists(keys, min_size=n, max_size=n, unique=not self.odd()))
+        return self.obj([(self.string(st.just(k)), self.scalar()) for k in names])
+
+    def header(self) -> str:
+        keys = list(self.draw(st.permutations(TOP_KEYS)))
+        keys = [k for k in keys if k == "code" or self.draw(st.booleans())]
+        if self.odd():
+            keys.append(self.draw(st.sampled_from([*TOP_KEYS, "other", "Code"])))
+        value = {
+            "extFields": self.ext_fields,
+            "language": lambda: self.string(st.sampled_from(["JAVA", "CPP", "GO", "x"])),
+            "remark": self.string,
+            "serializeTypeCurrentRPC": lambda: self.string(st.just("JSON")),
+        }
+        entries = []
+        for k in keys:
+            v = value[k]() if k in value else self.number()
+            if self.odd():
+                v = self.draw(st.sampled_from(["null", "true", "[]", '"12"', "{}", self.string()]))
+            entries.append((self.string(st.just(k)) if self.odd() else f'"{k}"', v))
+        tail = self.draw(st.sampled_from(["x", "}", ",", "\x00", "{}"])) if self.odd() else ""
+        return self.ws() + self.obj(entries) + self.ws() + tail
+
+
+@st.composite
+def flat_headers(draw) -> bytes:  # type: ignore[no-untyped-def]
+    """A header of a stock client's shape in any JSON spelling (half of them), or one
+    with odd parts (a few in a thousand choices, or many)."""
+    rate = draw(st.sampled_from([0, 0, 0, 5, 20, 100]))
+    data = Odd(draw, rate).header().encode("utf-8", "surrogatepass")
+    if rate and draw(st.integers(0, 9)) == 0:  # a byte that may not be UTF-8
+        pos = draw(st.integers(0, max(len(data) - 1, 0)))
+        data = data[:pos] + bytes([draw(st.integers(0x80, 0xFF))]) + data[pos + 1 :]
+    return data
+
+
+@settings(PARITY, max_examples=1500)
+@given(flat_headers(), st.binary(max_size=4))
+@example(b'{"code":10,"extFields":{"a":"1","a":"1"},"opaque":3}', b"")  # a key repeated
+@example(b'{"code":10,"extFields":{"a":"1","a":1}}', b"")
+@example(b'{"code":10,"extFields":{"a":true,"a":"true"}}', b"")
+@example(b'{"code":10,"extFields":{"a":-0,"b":01}}', b"")
+@example(b'{"code":10,"extFields":{"k":"\\ud83d\\ude00 \\u00e9\\n"}}', b"")
+@example(b'{"code":2147483647,"opaque":-2147483648,"flag":0,"version":-0}', b"")
+@example(b'{"code":10,"code":11}', b"")
+@example(b'{"code":10,"language":"JAVA","remark":null}', b"")
+@example(b'\xef\xbb\xbf{"code":10}', b"")
+def test_flat_json_headers(nat, header: bytes, body: bytes) -> None:  # type: ignore[no-untyped-def]
+    payload = struct.pack(">I", len(header)) + header + body
+    _same(outcome(nat.decode_payload, payload), outcome(ref.decode_payload, payload))
+    frame = struct.pack(">I", len(payload)) + payload
+    for cuts in ([], [3, len(frame) // 2]):
+        assert _read_all(nat.FrameReader, frame * 2, cuts) == _read_all(
+            ref.FrameReader, frame * 2, cuts
+        )
+
+
+@PARITY
+@given(st.data())
+def test_flat_json_headers_of_captured_frames_mutated(nat, data) -> None:  # type: ignore[no-untyped-def]
+    """Every captured JSON header, with bytes replaced, cut or repeated."""
+    frames = [f for p in ALL_FRAMES if (f := bytes.fromhex(p.read_text().strip()))[4:5] == b"\0"]
+    frame = data.draw(st.sampled_from(frames))
+    hlen = struct.unpack(">I", frame[4:8])[0] & 0xFFFFFF
+    header = bytearray(frame[8 : 8 + hlen])
+    for _ in range(data.draw(st.integers(0, 3))):
+        pos = data.draw(st.integers(0, len(header) - 1))
+        header[pos] = data.draw(st.sampled_from(b'{}[]",:\\ \n0-9aeE\x00\x80\xff'))
+    if data.draw(st.booleans()):
+        cut = data.draw(st.integers(0, len(header)))
+        header = header[:cut] + header[cut - 1 if cut else 0 :]
+    payload = struct.pack(">I", len(header)) + bytes(header) + frame[8 + hlen :]
+    _same(outcome(nat.decode_payload, payload), outcome(ref.decode_payload, payload))
+
+
+def test_answer_header_bytes_over_every_code_point(nat) -> None:  # type: ignore[no-untyped-def]
+    """The writer escapes as orjson does: every code point (surrogates are refused by both,
+    below) in extFields keys and values and in the remark, the same frame bytes."""
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(chars), 4096):
+        s = "".join(chars[i : i + 4096])
+        cmd = dataclasses.replace(request(10, {s[:50]: s, "k": s[::-1]}), remark=s)
+        assert nat.encode_command(cmd) == ref.encode_command(cmd)
+    for s in ["\ud800", "a\udfffb"]:
+        remarked = dataclasses.replace(request(10), remark=s)
+        for cmd in (request(10, {"k": s}), request(10, {s: "v"}), remarked):
+            _same(outcome(nat.encode_command, cmd), outcome(ref.encode_command, cmd))
+
+
+@PARITY
+@given(
+    st.sampled_from(
+        list(RequestCode)[:5]
+        + [True, False, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 1.0, "1", None]
+    ),  # fmt: skip
+    st.sampled_from(["opaque", "code", "flag", "version"]),
+    st.sampled_from(
+        [b"", b"body", bytearray(b"ba"), memoryview(b"xyz"), memoryview(b"abcd")[::2]]
+    ),  # fmt: skip
+    st.sampled_from([None, "", "r", 5]),
+    st.sampled_from([{}, {"k": "v"}, {"k": 1}, {1: "v"}, {"k": None}]),
+)
+def test_answer_header_of_any_value_types(nat, value, field, body, remark, ext) -> None:  # type: ignore[no-untyped-def]
+    cmd = dataclasses.replace(request(10, dict(ext), body), remark=remark, **{field: value})
+    a, b = outcome(nat.encode_command, cmd), outcome(ref.encode_command, cmd)
+    assert a[:2] == b[:2]
+    for lang in codec.LanguageCode:
+        cmd = dataclasses.replace(request(10, {"k": "v"}), language=lang)
+        assert nat.encode_command(cmd) == ref.encode_command(cmd)

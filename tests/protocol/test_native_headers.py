@@ -31,6 +31,9 @@ CLASSES = sorted(
 )
 values = (
     st.sampled_from(["", "0", "1", "-1", "true", "TRUE", "false", " 7 ", "1_0", "x"])
+    | st.sampled_from(["-", "+5", "-0", "007", "\u0661\u0662", "9" * 18, "-" + "9" * 18, "9" * 19])
+    | st.sampled_from(["True", "tRuE", "truE ", "1 ", "\u0130", "TRU\u0395", "2", "yes"])
+    | st.sampled_from([None, 1, 1.5, b"1"])
     | st.from_regex(r"-?[0-9]{1,21}", fullmatch=True)
     | st.text(max_size=8)
 )
