@@ -40,6 +40,7 @@ TWINS: dict[str, str] = {
     "kairosmq.server.handlers.pull": "kairosmq.server.handlers._pull",
     "kairosmq.server.remoting.longpoll": "kairosmq.server.remoting._longpoll",
     "kairosmq.server.schedule.reput": "kairosmq.server.schedule._reput",
+    "kairosmq.server.schedule.delivered": "kairosmq.server.schedule._delivered",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
     "kairosmq.server.store.index": "kairosmq.server.store._index",
