@@ -13,6 +13,9 @@ Invariants:
   due entry once ``promote(now)`` ran: slices never hold a due entry.
 * Short loop stalls: a bucket (up to a minute of timers) is sorted slice by slice in the
   load thread; on the loop a promotion costs one slice, never a heapify of a bucket.
+
+``TimerWindow.take_due`` here is the reference; its native twin (``_window.pyx``, chosen
+by ``protocol/native.py``) is the same loop in C (tests/server/test_native_timer_fire.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from types import ModuleType, SimpleNamespace
+
+from kairosmq.protocol import native
 
 from .buckets import ENTRY, KIND_CANCEL, KIND_TIMER
 
@@ -162,3 +168,21 @@ class TimerWindow:
         if first is not None:
             found.append(first)
         return min(found) if found else None
+
+
+# ``TimerWindow.take_due`` above is the reference (tests/server/test_native_timer_fire.py
+# holds the twin to it); the twin's (``_window.pyx``) replaces it when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(take_due=TimerWindow.take_due)
+
+
+def _load_twin() -> ModuleType:
+    from . import _window  # type: ignore[attr-defined]
+
+    twin: ModuleType = _window  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    TimerWindow.take_due = _twin.take_due  # type: ignore[method-assign]
