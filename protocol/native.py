@@ -44,6 +44,7 @@ TWINS: dict[str, str] = {
     "kairosmq.server.schedule.timer.service": "kairosmq.server.schedule.timer._service",
     "kairosmq.server.schedule.timer.window": "kairosmq.server.schedule.timer._window",
     "kairosmq.server.store.undo": "kairosmq.server.store._undo",
+    "kairosmq.server.store.record_check": "kairosmq.server.store._record_check",
     "kairosmq.server.store.consumequeue": "kairosmq.server.store._consumequeue",
     "kairosmq.server.store.reads": "kairosmq.server.store._reads",
     "kairosmq.server.store.index": "kairosmq.server.store._index",

@@ -17,6 +17,7 @@ and, for ``delivered``, when ``message.due`` is written (debug level: rare).
 """
 
 from cpython.float cimport PyFloat_FromDouble
+from libc.math cimport copysign, fabs, fma, isfinite, nearbyint
 
 import builtins
 
@@ -44,13 +45,30 @@ for _i in range(_NB):
         raise ImportError("LATENESS_BUCKETS_MS: a bound is not an exact double")
 
 
+cdef object _round3(double x):
+    """``round(x, 3)`` for a float ``x``: the double nearest ``k / 1000`` where ``k`` is
+    ``x * 1000`` rounded half to even on its exact value. ``k`` comes from one product,
+    checked exactly (``fma``: the exact ``x * 1000 - k``); a tie or anything not plainly
+    in range goes to the builtin (the reference's dtoa)."""
+    cdef double k, r
+    if not isfinite(x) or fabs(x) >= 1e12:
+        return _round(PyFloat_FromDouble(x), 3)
+    k = nearbyint(x * 1000.0)
+    r = fma(x, 1000.0, -k)  # exact here: x * 1000 - k, correctly rounded once
+    if not (fabs(r) < 0.5):
+        return _round(PyFloat_FromDouble(x), 3)
+    if k == 0:
+        return PyFloat_FromDouble(copysign(0.0, x))
+    return PyFloat_FromDouble(k / 1000.0)
+
+
 cdef inline tuple _late(object wall, object due):
     """``(wall_ms, round(wall_ms - due, 3))`` with ``wall_ms = wall * 1000``: in C for a
     float wall and an int due (the same double operations), else as Python numbers."""
     cdef double wall_ms
     if type(wall) is float and type(due) is int:
         wall_ms = <double>wall * 1000
-        return wall_ms, _round(PyFloat_FromDouble(wall_ms - <double>due), 3)
+        return wall_ms, _round3(wall_ms - <double>due)
     wall_ms_o = wall * 1000
     return wall_ms_o, _round(wall_ms_o - due, 3)
 

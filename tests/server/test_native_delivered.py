@@ -229,3 +229,18 @@ def test_the_broker_uses_the_chosen_core() -> None:
     chosen = native.chosen()["kairosmq.server.schedule.delivered"] == "native"
     assert (DeliveryLog.timers_fired is ref.timers_fired) is not chosen
     assert (DeliveryLog.delivered is ref.delivered) is not chosen
+
+
+@pytest.mark.parametrize("base_s", [0, 1_700_000_000])
+def test_lateness_rounds_as_the_builtin_at_ties(nat: ModuleType, base_s: int) -> None:
+    """Walls of whole 1/1024 s make latenesses that are exact multiples of 125/128 ms:
+    every sixteenth one is an exact tie at the third decimal (half to even on the exact
+    value), the others near ties; below zero too (-0.0 stays -0.0)."""
+    target = Target("T", 0, {UNIQ_KEY: "A"}, 0)
+    result = PutResult(PutStatus.PUT_OK, 1, queue_offset=0)
+    rows = [(target, result, base_s * 1000, base_s + j / 1024) for j in range(-4096, 4096)]
+    rows += [(target, result, 0, x / 1000) for x in (-0.0004, -0.0, 0.0, 0.0004, 1e15, -1e-300)]
+    a, b = _log(HOSTS[0], True, False, True), _log(HOSTS[0], True, False, True)
+    nat.timers_fired(a, rows)
+    ref.timers_fired(b, rows)
+    assert _state(a) == _state(b)

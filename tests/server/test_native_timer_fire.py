@@ -30,7 +30,14 @@ from kairosmq.protocol.timer import TIMER_OUT_MS
 from kairosmq.server.schedule.timer import TimerBuckets, TimerService, service, window
 from kairosmq.server.schedule.timer.topic import RECALL_QUEUE, format_pair
 from kairosmq.server.schedule.timer.window import TimerWindow
-from kairosmq.server.store import MessageInner, MessageStore, PutResult, PutStatus, undo
+from kairosmq.server.store import (
+    MessageInner,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    record_check,
+    undo,
+)
 from kairosmq.server.store.undo import UndoLog
 
 from tests.twins import outcome, twin
@@ -280,4 +287,16 @@ def test_the_service_uses_the_chosen_core() -> None:
     assert (
         TimerService.on_dispatch.dispatch_interest
         == service.reference.on_dispatch.dispatch_interest
+    )
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@given(st.binary(max_size=64), st.sampled_from([bytes, bytearray, memoryview]))
+def test_stored_physical_offset(data: bytes, kind: type) -> None:
+    """The PHYSICALOFFSET field (signed, big-endian) or None when too short; a buffer of
+    another type goes to the reference."""
+    nat = twin("server.store.record_check")
+    buf = kind(data)
+    assert outcome(nat.stored_physical_offset, buf) == outcome(
+        record_check.reference.stored_physical_offset, buf
     )
