@@ -222,8 +222,20 @@ def test_the_same_turns_fire_the_same(
 entries = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9), st.integers(0, 3)), max_size=20)
 
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+def _window(heap: list[tuple[int, int, int]], run: list[tuple[int, int, int]]) -> TimerWindow:
+    """A window whose heap holds ``heap`` (pushed online) and whose run is the promoted
+    slice ``run``."""
+    w = TimerWindow()
+    w.add_slices([sorted(run)] if run else [])
+    w.promote(10)
+    for e in heap:
+        w.push(e)
+    return w
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=400)
 @given(
+    entries,
     entries,
     st.integers(-1, 7),
     st.integers(0, 25),
@@ -233,19 +245,25 @@ entries = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9), st.integers(0
 def test_take_due(
     twins: tuple[ModuleType, ModuleType, ModuleType],
     heap: list[tuple[int, int, int]],
+    run: list[tuple[int, int, int]],
     now: int,
     limit: int,
     cursor: tuple[int, int],
     cancelled: set[int],
 ) -> None:
-    a, b = TimerWindow(), TimerWindow()
-    for e in heap:
-        a.push(e)
-        b.push(e)
+    """The twin against the reference, and the reference against one heap of every entry
+    (the order a heap alone gives: the run changes nothing but the cost)."""
+    a, b = _window(heap, run), _window(heap, run)
     ca, cb = set(cancelled), set(cancelled)
     got = twins[1].take_due(a, now, limit, cursor, ca)
     want = window.reference.take_due(b, now, limit, cursor, cb)
-    assert (got, a.heap, ca) == (want, b.heap, cb)
+    assert (got, a.heap, a.run, ca) == (want, b.heap, b.run, cb)
+    one = TimerWindow()
+    for e in heap + run:
+        one.push(e)
+    c1 = set(cancelled)
+    assert window.reference.take_due(one, now, limit, cursor, c1) == want and c1 == cb
+    assert sorted(one.heap) == sorted(b.heap + b.run)
 
 
 @settings(derandomize=True, database=None, deadline=None, max_examples=100)
