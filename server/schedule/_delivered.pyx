@@ -17,6 +17,7 @@ and, for ``delivered``, when ``message.due`` is written (debug level: rare).
 """
 
 from cpython.float cimport PyFloat_FromDouble
+from cpython.long cimport PyLong_FromDouble
 from libc.math cimport copysign, fabs, fma, isfinite, nearbyint
 
 import builtins
@@ -60,17 +61,6 @@ cdef object _round3(double x):
     if k == 0:
         return PyFloat_FromDouble(copysign(0.0, x))
     return PyFloat_FromDouble(k / 1000.0)
-
-
-cdef inline tuple _late(object wall, object due):
-    """``(wall_ms, round(wall_ms - due, 3))`` with ``wall_ms = wall * 1000``: in C for a
-    float wall and an int due (the same double operations), else as Python numbers."""
-    cdef double wall_ms
-    if type(wall) is float and type(due) is int:
-        wall_ms = <double>wall * 1000
-        return wall_ms, _round3(wall_ms - <double>due)
-    wall_ms_o = wall * 1000
-    return wall_ms_o, _round(wall_ms_o - due, 3)
 
 
 cdef inline Py_ssize_t _bucket(double ms) noexcept:
@@ -133,6 +123,7 @@ cdef inline object _msg_id(object store, object target, object result):
 def timers_fired(self, rows):
     """``DeliveryLog.timers_fired``."""
     cdef _Observed seen
+    cdef double wall_ms_d = 0
     cdef list lines
     cdef bint logging
     stats = self.stats
@@ -146,12 +137,21 @@ def timers_fired(self, rows):
     seen = _Observed(hist)
     try:
         for target, result, due, wall in rows:
-            wall_ms, lateness = _late(wall, due)
+            # wall_ms = wall * 1000; round(wall_ms - due, 3): in C for a float wall and an
+            # int due (the same double operations), else as Python numbers
+            if type(wall) is float and type(due) is int:
+                wall_ms_d = <double>wall * 1000
+                lateness = _round3(wall_ms_d - <double>due)
+                ts = None
+            else:
+                wall_ms = wall * 1000
+                lateness = _round(wall_ms - due, 3)
+                ts = int(wall_ms)
             seen.add(<double>lateness)
             if logging:
                 lines.append(
                     (
-                        int(wall_ms),
+                        PyLong_FromDouble(wall_ms_d) if ts is None else ts,
                         {
                             "msg_id": _msg_id(store, target, result),
                             "topic": target.topic,
@@ -172,6 +172,7 @@ def timers_fired(self, rows):
 def delivered(self, rows):
     """``DeliveryLog.delivered``."""
     cdef _Observed seen
+    cdef double wall_ms_d = 0
     cdef list lines
     cdef dict by_level
     cdef bint logging
@@ -195,14 +196,21 @@ def delivered(self, rows):
     store = self.store
     try:
         for target, result, level, schedule_offset, deliver_ts, woke_ms, wall in rows:
-            wall_ms, lateness = _late(wall, deliver_ts)
+            if type(wall) is float and type(deliver_ts) is int:
+                wall_ms_d = <double>wall * 1000
+                lateness = _round3(wall_ms_d - <double>deliver_ts)
+                ts = None
+            else:
+                wall_ms = wall * 1000
+                lateness = _round(wall_ms - deliver_ts, 3)
+                ts = int(wall_ms)
             delivered[target.topic] += 1
             (<_Observed>by_level[level]).add(<double>lateness)
             if not logging:
                 continue
             lines.append(
                 (
-                    int(wall_ms),
+                    PyLong_FromDouble(wall_ms_d) if ts is None else ts,
                     {
                         "msg_id": _msg_id(store, target, result),
                         "topic": target.topic,

@@ -16,7 +16,7 @@ the reference and owns every rule of the timers).
   record (timer and recall records, replays, origins to parse) goes to the reference.
 """
 
-from cpython.object cimport Py_EQ, Py_LE, PyObject_RichCompareBool
+from cpython.object cimport Py_EQ, Py_LE, Py_LT, PyObject_RichCompareBool
 
 import time
 
@@ -34,6 +34,15 @@ cdef object _stored_phy = stored_physical_offset
 cdef object _tuple_new = tuple.__new__
 cdef str _UNREAD = _ref._UNREAD
 cdef object _Attempt = _ref.Attempt
+
+
+cdef inline bint _pair_lt(object a0, object a1, object b0, object b1) except -1:
+    """``(a0, a1) < (b0, b1)``, as tuple comparison decides it."""
+    if not PyObject_RichCompareBool(a0, b0, Py_EQ):
+        return PyObject_RichCompareBool(a0, b0, Py_LT)
+    if not PyObject_RichCompareBool(a1, b1, Py_EQ):
+        return PyObject_RichCompareBool(a1, b1, Py_LT)
+    return False
 
 
 cdef inline bint _pair_le(object a0, object a1, object b0, object b1) except -1:
@@ -70,9 +79,13 @@ def _settle(self, attempt, due, phy):
     on_fired = self.on_fired
     if a[0] is _SKIP or (on_fired is not None and (a[2] is None or a[1] is None)):
         return _pure._settle(self, attempt, due, phy)
-    pair = (due, phy)
-    if self.cursor < pair:  # dispatch did not see the origin: never loop
-        self.cursor = pair
+    cursor = self.cursor
+    if type(cursor) is tuple and len(<tuple>cursor) == 2:
+        behind = _pair_lt((<tuple>cursor)[0], (<tuple>cursor)[1], due, phy)
+    else:
+        behind = cursor < (due, phy)
+    if behind:  # dispatch did not see the origin: never loop
+        self.cursor = (due, phy)
     if on_fired is not None:
         (<list>self._fired).append((a[2], a[1], due, _time()))
 
@@ -104,12 +117,12 @@ def _fire(self, now):
         for i in range(n):
             recs[(<tuple>sized[i])[0]] = read[i]
         batch = []
-        last = self.cursor
+        last_due, last_phy = self.cursor
         for e in due_now:
             due, phy, size = e
-            if _pair_le(due, phy, last[0], last[1]):
+            if _pair_le(due, phy, last_due, last_phy):
                 continue
-            last = (due, phy)
+            last_due, last_phy = due, phy
             rec = recs.get(phy) if size > 0 else store.read_at(phy)
             if rec is not None and _stored_phy(rec) != phy:
                 rec = None
