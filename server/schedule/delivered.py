@@ -13,13 +13,20 @@ line's ``ts`` (as if it were written right then); the events are written only wi
 ``log_messages`` on and the message log enabled, one ``MessageLog.info_many`` per batch
 (the same lines as one ``info`` each), and are those the Spark job reads (names and
 fields unchanged, ``protocol/events.py``).
+
+The methods here are the reference; their native twin (``_delivered.pyx``, chosen by
+``protocol/native.py``) runs the same loops in one C frame and hands a batch it does not
+mirror (a histogram subclass, ``message.due`` at debug) to them
+(tests/server/test_native_delivered.py: the same stats and lines).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any  # Any: a log event's field values
 
+from kairosmq.protocol import native
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.properties import UNIQ_KEY
 
@@ -129,3 +136,24 @@ class DeliveryLog:
                 )
         if lines:
             self.msglog.info_many("timer.fired", lines)
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The methods above are the reference (tests/server/test_native_delivered.py holds the
+# twin to them); the twin's (``_delivered.pyx``) replace them when protocol/native.py
+# chooses it.
+reference = SimpleNamespace(timers_fired=DeliveryLog.timers_fired, delivered=DeliveryLog.delivered)
+
+
+def _load_twin() -> ModuleType:
+    from . import _delivered  # type: ignore[attr-defined]
+
+    twin: ModuleType = _delivered  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    DeliveryLog.timers_fired = _twin.timers_fired  # type: ignore[method-assign]
+    DeliveryLog.delivered = _twin.delivered  # type: ignore[method-assign]

@@ -8,6 +8,10 @@ the checked reads at client-given offsets and the index scan all apply),
 
 Invariant: ``check_record`` reads only inside ``buf`` and never trusts a size before
 checking it against the buffer, so a hostile 4-byte size cannot make it allocate.
+
+``stored_physical_offset`` here is the reference; its native twin (``_record_check.pyx``,
+chosen by ``protocol/native.py``) reads the same field in C
+(tests/server/test_native_timer_fire.py).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import Enum
+from types import ModuleType, SimpleNamespace
 
+from kairosmq.protocol import native
 from kairosmq.protocol.schema import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 _SIZE_MAGIC = struct.Struct(">iI")
@@ -114,3 +120,21 @@ class WriteFailed(Exception):
         self.kept = kept
         self.lost = lost
         self.last_record = last_record
+
+
+# ``stored_physical_offset`` above is the reference (tests/server/test_native_timer_fire.py
+# holds the twin to it); the twin's (``_record_check.pyx``) replaces it when
+# protocol/native.py chooses it.
+reference = SimpleNamespace(stored_physical_offset=stored_physical_offset)
+
+
+def _load_twin() -> ModuleType:
+    from . import _record_check  # type: ignore[attr-defined]
+
+    twin: ModuleType = _record_check  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    stored_physical_offset = _twin.stored_physical_offset

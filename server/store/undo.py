@@ -10,12 +10,18 @@ rollback drops are a suffix; an entry below the written offset can never be roll
 and is dropped by the next trim. Trimming is amortised O(1) per entry: the list is
 filtered only when it doubled since the last filter (a long synchronous drain, whose
 appends are written only at the end of the loop turn, must not filter on every append).
+
+``UndoLog.add`` here is the reference; its native twin (``_undo.pyx``, chosen by
+``protocol/native.py``) is the same steps in C (tests/server/test_native_undo.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from types import ModuleType, SimpleNamespace
 from typing import Generic, TypeVar
+
+from kairosmq.protocol import native
 
 T = TypeVar("T")
 
@@ -44,3 +50,20 @@ class UndoLog(Generic[T]):
         entries = self._entries
         while entries and entries[-1][0] >= kept:
             yield entries.pop()[1]
+
+
+# ``UndoLog.add`` above is the reference (tests/server/test_native_undo.py holds the twin
+# to it); the twin's (``_undo.pyx``) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(add=UndoLog.add)
+
+
+def _load_twin() -> ModuleType:
+    from . import _undo  # type: ignore[attr-defined]
+
+    twin: ModuleType = _undo  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    UndoLog.add = _twin.add  # type: ignore[method-assign]

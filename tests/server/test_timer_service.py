@@ -273,8 +273,8 @@ def test_restart_fires_each_timer_exactly_once(tmp_path: Path, clean: bool) -> N
 
 
 def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
-    """A bucket read from its file is kept as sorted slices: the heap only ever holds the
-    slices about to fall due (no heapify of a whole bucket on the loop), every timer still
+    """A bucket read from its file is kept as sorted slices: the heap and the run only ever
+    hold the slices about to fall due (no heapify of a whole bucket on the loop), every timer still
     fires at its millisecond in (due, phy) order, and a recall inside a slice not yet in
     the heap wins."""
     from kairosmq.server.schedule.timer.window import PROMOTE_AHEAD_MS, SLICE_MS
@@ -287,7 +287,8 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
         await rig.restart(clean=True)
         await asyncio.sleep(59.5)  # the bucket is loaded (lookahead 2 s), nothing due yet
         assert rig.timer.pending_in_memory == 600
-        assert len(rig.timer.window.heap) == 0 and len(rig.timer.window.slices) == 300
+        window = rig.timer.window
+        assert len(window.heap) + len(window.run) == 0 and len(window.slices) == 300
         victim = 5  # due in the bucket's 2nd half: still in a slice
         assert dues[victim] - BASE_MS > 62_000
         assert await rig.timer.recall_state(dues[victim], phys[victim]) is None
@@ -295,7 +296,7 @@ def test_a_loaded_bucket_joins_the_heap_slice_by_slice(tmp_path: Path) -> None:
         peak = 0
         for _ in range(400):
             await asyncio.sleep(0.1)
-            peak = max(peak, len(rig.timer.window.heap))
+            peak = max(peak, len(window.heap) + len(window.run))
         per_slice = 600 // 300
         assert peak <= per_slice * (1 + (PROMOTE_AHEAD_MS + 100) // SLICE_MS + 1), peak
         expect = sorted(
@@ -558,3 +559,54 @@ def test_a_batch_fires_in_order_around_a_skip_and_a_retry(tmp_path: Path) -> Non
         assert calls == 13  # m0..m11 once, m5 twice; the bad one never reached the store
 
     run(tmp_path, body)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_window_answers_as_one_heap_would(seed: int) -> None:
+    """A promoted slice is consumed as a run (its end first), later slices and online adds
+    go to the heap: the head, the wake instant, the next live due, ``push``'s "new head"
+    and every pop are those of one heap holding every promoted entry."""
+    import heapq
+    import random
+
+    from kairosmq.server.schedule.timer.window import PROMOTE_AHEAD_MS, TimerWindow
+
+    rnd = random.Random(seed)
+    w = TimerWindow()
+    one: list[tuple[int, int, int]] = []
+    slices = []
+    for k in range(4):
+        part = sorted(
+            (k * 100 + rnd.randrange(100), rnd.randrange(50), rnd.randrange(3))
+            for _ in range(rnd.randrange(1, 30))
+        )
+        slices.append(part)
+    w.add_slices([list(p) for p in slices])
+    cursor, cancelled = (0, -1), set()
+    now = 0
+    while now < 500:
+        w.promote(now)
+        while slices and slices[0][0][0] <= now + PROMOTE_AHEAD_MS:
+            for e in slices.pop(0):
+                heapq.heappush(one, e)
+        for _ in range(rnd.randrange(3)):
+            e = (now + rnd.randrange(-5, 60), rnd.randrange(50), 0)
+            heapq.heappush(one, e)
+            assert w.push(e) is (one[0] == e)
+        assert w.head_due() == (one[0][0] if one else None)
+        live = [d for d, p, _s in heapq.nsmallest(64, one) if (d, p) > cursor][:1]
+        firsts = [d for part in slices for d, p, _s in part if (d, p) > cursor][:1]
+        want_live = min(live + firsts) if live + firsts else None
+        assert w.next_live(cursor, cancelled) == want_live
+        limit = rnd.randrange(1, 8)
+        got = w.take_due(now, limit, cursor, cancelled)
+        want = []
+        while one and one[0][0] <= now and len(want) < limit:
+            e = heapq.heappop(one)
+            if (e[0], e[1]) > cursor:
+                want.append(e)
+        assert got == want
+        if got:
+            cursor = (got[-1][0], got[-1][1])
+        assert len(w) == len(one) + sum(len(p) for p in slices)
+        now += rnd.randrange(1, 15)

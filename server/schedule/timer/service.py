@@ -42,6 +42,11 @@ Invariants:
   batch's stats and ``timer.fired`` events go to ``on_fired`` once, after it.
 * Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
   paced until just before it starts; its sorted slices join the heap as they fall due.
+
+The fire path here (``_fire``, ``_settle``, ``on_dispatch``) is the reference; its native
+twin (``_service.pyx``, chosen by ``protocol/native.py``) runs a turn in one C frame and
+the dispatch of the fired copy being made, and hands everything else (skips, timer and
+recall records, replays) to it (tests/server/test_native_timer_fire.py).
 """
 
 from __future__ import annotations
@@ -51,8 +56,10 @@ import contextlib
 import heapq
 import time
 from collections.abc import Awaitable, Callable
+from types import ModuleType, SimpleNamespace
 from typing import Any  # Any: a service's snapshot state (JSON); results of blocking work
 
+from kairosmq.protocol import native
 from kairosmq.protocol.naming import TIMER_TOPIC
 from kairosmq.protocol.properties import (
     INT64_DIGITS,
@@ -550,3 +557,30 @@ class TimerService:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+# ------------------------------------------------------------------ the native twin
+
+# The fire path above is the reference (tests/server/test_native_timer_fire.py holds the
+# twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(
+    on_dispatch=TimerService.on_dispatch,
+    _settle=TimerService._settle,
+    _fire=TimerService._fire,
+)
+
+
+def _load_twin() -> ModuleType:
+    from . import _service  # type: ignore[attr-defined]
+
+    twin: ModuleType = _service  # the compiled module, untyped to mypy
+    return twin
+
+
+_twin = native.twin(__name__, _load_twin)
+if _twin is not None:
+    # the same declared interest (the store calls it for the same records)
+    _twin.on_dispatch.dispatch_interest = reference.on_dispatch.dispatch_interest
+    TimerService.on_dispatch = _twin.on_dispatch  # type: ignore[method-assign]
+    TimerService._settle = _twin._settle  # type: ignore[method-assign]
+    TimerService._fire = _twin._fire  # type: ignore[method-assign]

@@ -1,0 +1,230 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native twin of ``delivered.py``'s ``DeliveryLog.timers_fired`` and
+``DeliveryLog.delivered`` (chosen by ``protocol/native.py``; ``delivered.py`` is the
+reference and owns what a delivery tells).
+
+Each is the reference's loop step for step in one C frame: the stats counters, the
+lateness (the same double arithmetic and the builtin ``round``), the histogram's
+``observe`` (``stats.LatenessHistogram``: the bucket by ``bisect_left`` over
+``LATENESS_BUCKETS_MS``, the total and the running sum added row by row, written back
+once per batch, also when a row raises), the msgId (``UNIQ_KEY`` or the offset msgId)
+and the lines, in the same order and with the same fields, handed to
+``MessageLog.info_many`` once.
+
+It defers the whole batch to the reference, before changing anything, when the
+histogram is not a plain ``LatenessHistogram`` (a subclass decides its own ``observe``)
+and, for ``delivered``, when ``message.due`` is written (debug level: rare).
+"""
+
+from cpython.float cimport PyFloat_FromDouble
+from cpython.long cimport PyLong_FromDouble
+from libc.math cimport copysign, fabs, fma, isfinite, nearbyint
+
+import builtins
+
+from kairosmq.protocol.ids import create_offset_msg_id
+from kairosmq.protocol.properties import UNIQ_KEY
+
+from ..observe.stats import LATENESS_BUCKETS_MS, LatenessHistogram
+from . import delivered as _ref
+
+cdef object _pure = _ref.reference
+cdef object _round = builtins.round
+cdef object _Histogram = LatenessHistogram
+cdef object _offset_id = create_offset_msg_id
+cdef str _UNIQ = UNIQ_KEY
+cdef Py_ssize_t _NB = len(LATENESS_BUCKETS_MS)
+cdef double _BOUNDS[64]
+cdef Py_ssize_t _i
+if _NB > 63:
+    raise ImportError("LATENESS_BUCKETS_MS: more bounds than the twin holds")
+for _i in range(_NB):
+    # the bounds are exact doubles (small ints and floats): a float compares with
+    # each the same way as with the double it converts to
+    _BOUNDS[_i] = <double>LATENESS_BUCKETS_MS[_i]
+    if <object>_BOUNDS[_i] != LATENESS_BUCKETS_MS[_i]:
+        raise ImportError("LATENESS_BUCKETS_MS: a bound is not an exact double")
+
+
+cdef object _round3(double x):
+    """``round(x, 3)`` for a float ``x``: the double nearest ``k / 1000`` where ``k`` is
+    ``x * 1000`` rounded half to even on its exact value. ``k`` comes from one product,
+    checked exactly (``fma``: the exact ``x * 1000 - k``); a tie or anything not plainly
+    in range goes to the builtin (the reference's dtoa)."""
+    cdef double k, r
+    if not isfinite(x) or fabs(x) >= 1e12:
+        return _round(PyFloat_FromDouble(x), 3)
+    k = nearbyint(x * 1000.0)
+    r = fma(x, 1000.0, -k)  # exact here: x * 1000 - k, correctly rounded once
+    if not (fabs(r) < 0.5):
+        return _round(PyFloat_FromDouble(x), 3)
+    if k == 0:
+        return PyFloat_FromDouble(copysign(0.0, x))
+    return PyFloat_FromDouble(k / 1000.0)
+
+
+cdef inline Py_ssize_t _bucket(double ms) noexcept:
+    """``bisect_left(LATENESS_BUCKETS_MS, ms)``."""
+    cdef Py_ssize_t lo = 0, hi = _NB, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _BOUNDS[mid] < ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef class _Observed:
+    """One batch's ``observe`` calls on one histogram, written back by ``flush``."""
+
+    cdef object hist
+    cdef long long counts[64]
+    cdef long long n
+    cdef double sum_ms
+
+    def __cinit__(self, hist):
+        cdef Py_ssize_t i
+        self.hist = hist
+        for i in range(_NB + 1):
+            self.counts[i] = 0
+        self.n = 0
+        self.sum_ms = hist.sum_ms
+
+    cdef inline void add(self, double ms) noexcept:
+        self.counts[_bucket(ms)] += 1
+        self.n += 1
+        self.sum_ms += ms
+
+    cdef flush(self):
+        cdef Py_ssize_t i
+        cdef list counts
+        if self.n == 0:
+            return
+        hist = self.hist
+        counts = hist.counts
+        for i in range(_NB + 1):
+            if self.counts[i]:
+                counts[i] += self.counts[i]
+        hist.total += self.n
+        hist.sum_ms = self.sum_ms
+        self.n = 0
+
+
+cdef inline object _msg_id(object store, object target, object result):
+    """``DeliveryLog._msg_id``."""
+    msg_id = target.properties.get(_UNIQ)
+    if msg_id:
+        return msg_id
+    ip, port = store.store_host
+    return _offset_id(ip, port, result.phy_offset)
+
+
+def timers_fired(self, rows):
+    """``DeliveryLog.timers_fired``."""
+    cdef _Observed seen
+    cdef double wall_ms_d = 0
+    cdef list lines
+    cdef bint logging
+    stats = self.stats
+    hist = stats.timer_lateness
+    if type(hist) is not _Histogram:
+        return _pure.timers_fired(self, rows)
+    stats.timers_fired += len(rows)
+    logging = self._logging()
+    lines = []
+    store = self.store
+    seen = _Observed(hist)
+    try:
+        for target, result, due, wall in rows:
+            # wall_ms = wall * 1000; round(wall_ms - due, 3): in C for a float wall and an
+            # int due (the same double operations), else as Python numbers
+            if type(wall) is float and type(due) is int:
+                wall_ms_d = <double>wall * 1000
+                lateness = _round3(wall_ms_d - <double>due)
+                ts = None
+            else:
+                wall_ms = wall * 1000
+                lateness = _round(wall_ms - due, 3)
+                ts = int(wall_ms)
+            seen.add(<double>lateness)
+            if logging:
+                lines.append(
+                    (
+                        PyLong_FromDouble(wall_ms_d) if ts is None else ts,
+                        {
+                            "msg_id": _msg_id(store, target, result),
+                            "topic": target.topic,
+                            "queue_id": target.queue_id,
+                            "queue_offset": result.queue_offset,
+                            "phy_offset": result.phy_offset,
+                            "deliver_ts": due,
+                            "lateness_ms": lateness,
+                        },
+                    )
+                )
+    finally:
+        seen.flush()
+    if lines:
+        self.msglog.info_many("timer.fired", lines)
+
+
+def delivered(self, rows):
+    """``DeliveryLog.delivered``."""
+    cdef _Observed seen
+    cdef double wall_ms_d = 0
+    cdef list lines
+    cdef dict by_level
+    cdef bint logging
+    stats = self.stats
+    logging = self._logging()
+    if logging and self.msglog.debug_enabled:
+        return _pure.delivered(self, rows)
+    lateness_of = stats.lateness
+    # the histograms the rows observe, checked before anything changes (a level's is
+    # made on first use by the defaultdict, as the reference's ``lateness_of[level]``)
+    by_level = {}
+    for row in rows:
+        level = row[2]
+        if level not in by_level:
+            hist = lateness_of[level]
+            if type(hist) is not _Histogram:
+                return _pure.delivered(self, rows)
+            by_level[level] = _Observed(hist)
+    delivered = stats.delivered
+    lines = []
+    store = self.store
+    try:
+        for target, result, level, schedule_offset, deliver_ts, woke_ms, wall in rows:
+            if type(wall) is float and type(deliver_ts) is int:
+                wall_ms_d = <double>wall * 1000
+                lateness = _round3(wall_ms_d - <double>deliver_ts)
+                ts = None
+            else:
+                wall_ms = wall * 1000
+                lateness = _round(wall_ms - deliver_ts, 3)
+                ts = int(wall_ms)
+            delivered[target.topic] += 1
+            (<_Observed>by_level[level]).add(<double>lateness)
+            if not logging:
+                continue
+            lines.append(
+                (
+                    PyLong_FromDouble(wall_ms_d) if ts is None else ts,
+                    {
+                        "msg_id": _msg_id(store, target, result),
+                        "topic": target.topic,
+                        "queue_id": target.queue_id,
+                        "queue_offset": result.queue_offset,
+                        "phy_offset": result.phy_offset,
+                        "delay_level": level,
+                        "lateness_ms": lateness,
+                        "reconsume_times": target.reconsume_times,
+                    },
+                )
+            )
+    finally:
+        for seen in by_level.values():
+            seen.flush()
+    if lines:
+        self.msglog.info_many("message.delivered", lines)

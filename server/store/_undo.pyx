@@ -1,0 +1,30 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native twin of ``undo.py``'s ``UndoLog.add`` (chosen by ``protocol/native.py``;
+``undo.py`` is the reference and owns the undo log's rules).
+
+``add`` is the reference's step for step (the append, the amortised trim of the entries
+below the written offset and the next trim threshold), in C: the dispatch listeners of
+the scheduler and the timers call it once per re-put. It never defers: there is no case
+it does not mirror.
+"""
+
+from . import undo as _ref
+
+cdef Py_ssize_t _TRIM_AT = _ref.TRIM_AT
+
+
+def add(self, phy_offset, item):
+    """``UndoLog.add``."""
+    cdef list entries, kept
+    cdef Py_ssize_t n
+    entries = self._entries
+    entries.append((phy_offset, item))
+    if len(entries) > self._trim_at:
+        written = self._written()
+        kept = []
+        for e in entries:
+            if e[0] >= written:
+                kept.append(e)
+        self._entries = entries = kept
+        n = 2 * len(entries)
+        self._trim_at = _TRIM_AT if _TRIM_AT >= n else n
