@@ -210,28 +210,66 @@ cdef int _put_float(_Buf* b, double d) except -1:
     return 1
 
 
-cdef int _put_value(_Buf* b, object v) except -1:
-    """Write ``v`` as ``orjson.dumps(..., default=str)`` writes it inside a dict."""
+cdef int _put_plain_value(_Buf* b, object v) except -1:
+    """Write ``v`` when it is one of the values written here (no Python code runs): 1,
+    else 0 (nothing written)."""
     cdef type t = type(v)
     cdef int overflow = 0
     cdef long long i
     if t is str:
-        if _put_plain_str(b, v):
-            return 0
-    elif t is int:
+        return _put_plain_str(b, v)
+    if t is int:
         i = PyLong_AsLongLongAndOverflow(v, &overflow)
-        if not overflow:
-            return _put_i64(b, i)
-    elif v is None:
-        return _put(b, b"null", 4)
-    elif v is True:
-        return _put(b, b"true", 4)
-    elif v is False:
-        return _put(b, b"false", 5)
-    elif t is float:
-        if _put_float(b, <double>v):
+        if overflow:
             return 0
-    return _put_bytes(b, _dumps(v, default=_str))
+        _put_i64(b, i)
+    elif v is None:
+        _put(b, b"null", 4)
+    elif v is True:
+        _put(b, b"true", 4)
+    elif v is False:
+        _put(b, b"false", 5)
+    elif t is float:
+        return _put_float(b, <double>v)
+    else:
+        return 0
+    return 1
+
+
+cdef int _put_value(_Buf* b, object v) except -1:
+    """Write ``v`` as ``orjson.dumps(..., default=str)`` writes it inside a dict."""
+    if not _put_plain_value(b, v):
+        _put_bytes(b, _dumps(v, default=_str))
+    return 0
+
+
+cdef int _put_plain_fields(_Buf* b, dict fields, object drop) except -1:
+    """``_line``'s common case in one pass over ``fields``: every key a plain ``str``
+    naming no head key, every value one written here; the ``drop`` keys (and a
+    ``reconsume_times`` of 0, with drops) left out. 1: written, 2: written and the
+    fields hold a key to drop (``_line`` drops them as the reference does), 0: not the
+    common case (nothing decided, ``b`` to be discarded)."""
+    cdef int dropped = 0
+    for key, value in fields.items():
+        if type(key) is not str or _is_head_key(key):
+            return 0
+        if drop is not None:
+            if key in <tuple>drop:
+                dropped = 1
+                continue
+            if <str>key == "reconsume_times":
+                if type(value) is not int:
+                    return 0
+                if value == 0:
+                    dropped = 1
+                    continue
+        if not _put_plain_str(b, key):
+            return 0
+        _put_c(b, 58)  # ":"
+        if not _put_plain_value(b, value):
+            return 0
+        _put_c(b, 44)  # ","
+    return 1 + dropped
 
 
 cdef inline bint _is_head_key(object key):
@@ -258,6 +296,16 @@ cdef inline bint _is_head_key(object key):
 assert _HEAD_KEYS == {"ts", "v", "event", "level", "component", "uncatalogued"}
 
 
+cdef int _drop(dict fields, tuple drop) except -1:
+    """``events.drop_lean_fields``."""
+    for key in drop:
+        if key in fields:
+            del fields[key]
+    if not fields.get("reconsume_times", 1):
+        del fields["reconsume_times"]
+    return 0
+
+
 cdef class LineEmitter:
     """``emit(event, fields, level="info")`` and ``emit_many(event, rows)`` as
     ``configure_logging`` makes them."""
@@ -279,13 +327,35 @@ cdef class LineEmitter:
         """``logs._line_maker``'s ``line``."""
         cdef _Buf b
         cdef bytes prefix
-        cdef bint plain = True  # every key an exact str
+        cdef int done
         if type(level) is str and <str>level == "info":
             head = self.info_heads.get(event)
         else:
             head = self.heads.get((event, level))
         if head is None or not fields:
             return _dumps(_record(event, fields, ts_ms, level), default=_str)
+        prefix = <bytes>(<tuple>head)[0]
+        drop = (<tuple>head)[1]
+        _init(&b)
+        try:
+            _put(&b, b'{"ts":', 6)
+            _put_i64(&b, ts_ms)
+            _put_bytes(&b, prefix)  # ends with ","
+            done = _put_plain_fields(&b, fields, drop)
+            if done:
+                if done == 2:
+                    _drop(fields, drop)
+                b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
+                return PyBytes_FromStringAndSize(b.p, b.n)
+        finally:
+            _release(&b)
+        return self._any_line(event, fields, ts_ms, level, prefix, drop)
+
+    cdef bytes _any_line(self, event, dict fields, long long ts_ms, level, bytes prefix, drop):
+        """``_line`` for fields ``_put_plain_fields`` does not write: the reference's
+        steps, each value written here or by its own ``orjson.dumps``."""
+        cdef _Buf b
+        cdef bint plain = True  # every key an exact str
         for key in fields:  # _HEAD_KEYS.isdisjoint(fields), in C for str keys
             if type(key) is not str:
                 plain = False
@@ -294,14 +364,8 @@ cdef class LineEmitter:
                 return _dumps(_record(event, fields, ts_ms, level), default=_str)
         if not plain and not _HEAD_KEYS.isdisjoint(fields):
             return _dumps(_record(event, fields, ts_ms, level), default=_str)
-        prefix = <bytes>(<tuple>head)[0]
-        drop = (<tuple>head)[1]
         if drop is not None:
-            for key in <tuple>drop:  # events.drop_lean_fields
-                if key in fields:
-                    del fields[key]
-            if not fields.get("reconsume_times", 1):
-                del fields["reconsume_times"]
+            _drop(fields, drop)
         if not plain:  # orjson's refusal, as the reference's
             return self._joined(fields, ts_ms, prefix)
         _init(&b)

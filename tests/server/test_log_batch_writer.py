@@ -52,12 +52,15 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, str]:
 def test_the_line_maker_writes_record_s_line(call: tuple[str, dict[str, Any], int, str]) -> None:
     event, fields, ts, level = call
     heads = logs._line_heads(orjson.dumps)
-    line = logs._line_maker(heads, orjson.dumps)(event, dict(fields), ts, level)
+    left = dict(fields)  # what the writer leaves of the fields (the lean drops)
+    line = logs._line_maker(heads, orjson.dumps)(event, left, ts, level)
     assert line == orjson.dumps(logs.record(event, dict(fields), ts, level), default=str)
     if logs._twin is not None:  # the native writer, from the same heads: the same line
         one, each = _Capture(), _Capture()
         wall = lambda: (ts + 0.5) / 1000  # noqa: E731  # read once per line, cut to ms
-        logs._twin.LineEmitter(heads, wall, one.write, [one])(event, dict(fields), level)
+        twin_left = dict(fields)
+        logs._twin.LineEmitter(heads, wall, one.write, [one])(event, twin_left, level)
+        assert twin_left == left and list(twin_left) == list(left)
         logs._twin.LineEmitter(heads, wall, None, [each, each])(event, dict(fields), level)
         assert one.lines == [line] and each.lines == [line, line]
         if level == "info":
