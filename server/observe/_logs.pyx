@@ -243,35 +243,6 @@ cdef int _put_value(_Buf* b, object v) except -1:
     return 0
 
 
-cdef int _put_plain_fields(_Buf* b, dict fields, object drop) except -1:
-    """``_line``'s common case in one pass over ``fields``: every key a plain ``str``
-    naming no head key, every value one written here; the ``drop`` keys (and a
-    ``reconsume_times`` of 0, with drops) left out. 1: written, 2: written and the
-    fields hold a key to drop (``_line`` drops them as the reference does), 0: not the
-    common case (nothing decided, ``b`` to be discarded)."""
-    cdef int dropped = 0
-    for key, value in fields.items():
-        if type(key) is not str or _is_head_key(key):
-            return 0
-        if drop is not None:
-            if key in <tuple>drop:
-                dropped = 1
-                continue
-            if <str>key == "reconsume_times":
-                if type(value) is not int:
-                    return 0
-                if value == 0:
-                    dropped = 1
-                    continue
-        if not _put_plain_str(b, key):
-            return 0
-        _put_c(b, 58)  # ":"
-        if not _put_plain_value(b, value):
-            return 0
-        _put_c(b, 44)  # ","
-    return 1 + dropped
-
-
 cdef inline bint _is_head_key(object key):
     """``key in logs._HEAD_KEYS`` for an exact ``str``."""
     cdef Py_ssize_t n
@@ -294,6 +265,61 @@ cdef inline bint _is_head_key(object key):
 
 
 assert _HEAD_KEYS == {"ts", "v", "event", "level", "component", "uncatalogued"}
+
+
+cdef inline bint _same_str(object a, object b):
+    """``a == b`` for two exact ``str``, ``a`` ASCII (no Python call)."""
+    cdef Py_ssize_t n
+    if a is b:
+        return True
+    if type(b) is not str or not PyUnicode_IS_ASCII(b):
+        return False
+    n = PyUnicode_GET_LENGTH(a)
+    return n == PyUnicode_GET_LENGTH(b) and memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), n) == 0
+
+
+cdef object _RECONSUME_TIMES = "reconsume_times"
+
+DEF _DROP_SEEN = 1  # the fields hold a key of the event's drops
+DEF _ZERO_RT = 2  # the fields hold a reconsume_times of 0 (a lean event's)
+
+
+cdef int _put_plain_fields(_Buf* b, dict fields, object drop) except -2:
+    """``_line``'s common case in one pass over ``fields``: every key a plain ``str``
+    naming no head key, every value one written here; the ``drop`` keys (and a
+    ``reconsume_times`` of 0, with drops) left out. The flags of what ``_line`` then
+    drops from the fields as the reference does (``_DROP_SEEN``, ``_ZERO_RT``), or -1:
+    not the common case (nothing decided, ``b`` to be discarded)."""
+    cdef int flags = 0
+    cdef Py_ssize_t i, nd = 0
+    cdef bint skip
+    if drop is not None:
+        nd = len(<tuple>drop)
+    for key, value in fields.items():
+        if type(key) is not str or _is_head_key(key):
+            return -1
+        if drop is not None:
+            skip = False
+            for i in range(nd):
+                if _same_str(key, (<tuple>drop)[i]):
+                    skip = True
+                    break
+            if skip:
+                flags |= _DROP_SEEN
+                continue
+            if _same_str(key, _RECONSUME_TIMES):
+                if type(value) is not int:
+                    return -1
+                if value == 0:
+                    flags |= _ZERO_RT
+                    continue
+        if not _put_plain_str(b, key):
+            return -1
+        _put_c(b, 58)  # ":"
+        if not _put_plain_value(b, value):
+            return -1
+        _put_c(b, 44)  # ","
+    return flags
 
 
 cdef int _drop(dict fields, tuple drop) except -1:
@@ -342,9 +368,11 @@ cdef class LineEmitter:
             _put_i64(&b, ts_ms)
             _put_bytes(&b, prefix)  # ends with ","
             done = _put_plain_fields(&b, fields, drop)
-            if done:
-                if done == 2:
+            if done >= 0:
+                if done & _DROP_SEEN:
                     _drop(fields, drop)
+                elif done & _ZERO_RT:  # _drop's last step
+                    del fields[_RECONSUME_TIMES]
                 b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
                 return PyBytes_FromStringAndSize(b.p, b.n)
         finally:
