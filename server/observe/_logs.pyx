@@ -1,18 +1,33 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Native twin of ``logs.py``'s hot-path writer (chosen by ``protocol/native.py``;
 ``logs.py`` is the reference and owns the line format, ``protocol/events.py`` the drops).
 
 ``LineEmitter`` is ``configure_logging``'s ``emit`` and ``emit_many`` closures as one C
 object, step for step, from the same ``heads`` (``logs._line_heads``): a catalogued
 event at a level it has a head for, with fields naming none of the head keys, is written
-as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to one ``orjson.dumps`` of its
-fields, after ``events.drop_lean_fields``' drops for a ``LEAN_EVENTS`` event (inline:
-the format-1-only fields, a ``reconsume_times`` of 0); every other call goes through
-``record``, as the reference's does. A line goes to the one sink's ``write`` (or to each
-sink's); ``many`` hands a batch's lines to each sink's ``write_many``. ``info`` is
-``MessageLog.info``: the configured writer called with the fields, or structlog without
-one.
+as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to its fields as one
+``orjson.dumps`` writes them, after ``events.drop_lean_fields``' drops for a
+``LEAN_EVENTS`` event (inline: the format-1-only fields, a ``reconsume_times`` of 0);
+every other call goes through ``record``, as the reference's does. A line goes to the
+one sink's ``write`` (or to each sink's); ``many`` hands a batch's lines to each sink's
+``write_many``. ``info`` is ``MessageLog.info``: the configured writer called with the
+fields, or structlog without one.
+
+The fields are written in C, orjson's bytes for its common values: a key or ``str`` of
+printable ASCII without ``"`` or ``\\`` (as is), an ``int`` within 64 bits, a finite
+``float`` whose ``repr`` has no exponent (orjson writes the same shortest digits: the
+parity test sweeps them), ``True``/``False``/``None``. Any other key makes the whole
+body one ``orjson.dumps`` (it raises what the reference raises); any other value is
+that value's own ``orjson.dumps(value, default=str)``, the bytes orjson writes for it
+inside the dict.
 """
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free
+from libc.math cimport fabs, isfinite, llround, signbit
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, strpbrk
 
 import orjson
 
@@ -20,9 +35,301 @@ from kairosmq.protocol.events import record as _record
 
 from . import logs as _logs_ref
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    char* PyOS_double_to_string(double val, char format_code, int precision, int flags,
+                                int* ptype) except NULL
+
 cdef object _dumps = orjson.dumps
 cdef object _str = str
 cdef object _HEAD_KEYS = _logs_ref._HEAD_KEYS
+
+DEF _STACK = 512
+
+
+cdef struct _Buf:
+    char* p  # the line so far: ``stack`` until it outgrows it, then malloc'd
+    Py_ssize_t n
+    Py_ssize_t cap
+    char stack[_STACK]
+
+
+cdef inline void _init(_Buf* b) noexcept:
+    b.p = b.stack
+    b.n = 0
+    b.cap = _STACK
+
+
+cdef inline void _release(_Buf* b) noexcept:
+    if b.p != b.stack:
+        free(b.p)
+
+
+cdef int _grow(_Buf* b, Py_ssize_t more) except -1:
+    cdef Py_ssize_t cap = b.cap
+    cdef char* p
+    while cap < b.n + more:
+        cap *= 2
+    if b.p == b.stack:
+        p = <char*>malloc(cap)
+        if p == NULL:
+            raise MemoryError()
+        memcpy(p, b.stack, b.n)
+    else:
+        p = <char*>realloc(b.p, cap)
+        if p == NULL:
+            raise MemoryError()
+    b.p = p
+    b.cap = cap
+    return 0
+
+
+cdef inline int _put(_Buf* b, const char* s, Py_ssize_t n) except -1:
+    if b.n + n > b.cap:
+        _grow(b, n)
+    memcpy(b.p + b.n, s, n)
+    b.n += n
+    return 0
+
+
+cdef inline int _put_bytes(_Buf* b, bytes s) except -1:
+    return _put(b, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
+
+cdef inline int _put_c(_Buf* b, char c) except -1:
+    if b.n + 1 > b.cap:
+        _grow(b, 1)
+    b.p[b.n] = c
+    b.n += 1
+    return 0
+
+
+cdef int _put_i64(_Buf* b, long long v) except -1:
+    cdef char tmp[24]
+    cdef int i = 24
+    cdef unsigned long long u = <unsigned long long>v
+    if v < 0:
+        u = 0 - u
+    while True:
+        i -= 1
+        tmp[i] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        i -= 1
+        tmp[i] = 45  # "-"
+    return _put(b, tmp + i, 24 - i)
+
+
+cdef unsigned char _ESCAPED[256]  # 1: a byte orjson does not write as is in a string
+for _c in range(256):
+    _ESCAPED[_c] = _c < 0x20 or _c == 0x22 or _c == 0x5C or _c >= 0x7F
+
+
+cdef inline int _put_plain_str(_Buf* b, object s) except -1:
+    """Write ``s`` quoted when orjson writes it as is (printable ASCII without ``"``
+    or ``\\``): 1, else 0 (nothing written)."""
+    cdef Py_ssize_t n, i
+    cdef const unsigned char* d
+    if not PyUnicode_IS_ASCII(s):
+        return 0
+    n = PyUnicode_GET_LENGTH(s)
+    d = <const unsigned char*>PyUnicode_DATA(s)
+    for i in range(n):
+        if _ESCAPED[d[i]]:
+            return 0
+    if b.n + n + 2 > b.cap:
+        _grow(b, n + 2)
+    b.p[b.n] = 34
+    memcpy(b.p + b.n + 1, d, n)
+    b.p[b.n + n + 1] = 34
+    b.n += n + 2
+    return 1
+
+
+cdef int _put_float(_Buf* b, double d) except -1:
+    """Write ``d`` as orjson does when that is its ``repr`` too (finite, no exponent; the
+    parity test sweeps them): 1, else 0 (nothing written). A multiple of 1e-6 from
+    0.001 to 1e9 (a ``round(x, 3)`` lateness) is written from its integer millionths:
+    there the doubles are far closer together than 1e-6, so those digits (trailing zeros
+    cut) are the one shortest string that reads back as ``d``, which is what both
+    write; any other is ``repr``'s."""
+    cdef char* r
+    cdef Py_ssize_t n = 0
+    cdef long long m, frac
+    cdef char tmp[32]
+    cdef int i = 32, j
+    cdef double a = fabs(d)
+    if a == 0.0:
+        if signbit(d):
+            _put(b, b"-0.0", 4)
+        else:
+            _put(b, b"0.0", 3)
+        return 1
+    if not isfinite(d):
+        return 0
+    if 0.001 <= a < 1e9:
+        m = llround(a * 1e6)
+        if <double>m / 1e6 == a:
+            frac = m % 1000000
+            m //= 1000000
+            j = 6
+            while j > 1 and frac % 10 == 0:  # trailing zeros cut, one digit kept
+                frac //= 10
+                j -= 1
+            while j > 0:
+                i -= 1
+                tmp[i] = <char>(48 + frac % 10)
+                frac //= 10
+                j -= 1
+            i -= 1
+            tmp[i] = 46  # "."
+            while True:
+                i -= 1
+                tmp[i] = <char>(48 + m % 10)
+                m //= 10
+                if m == 0:
+                    break
+            if d < 0:
+                i -= 1
+                tmp[i] = 45  # "-"
+            _put(b, tmp + i, 32 - i)
+            return 1
+    r = PyOS_double_to_string(d, b"r", 0, 2, NULL)  # Py_DTSF_ADD_DOT_0: repr
+    try:
+        if strpbrk(r, b"eE") != NULL:
+            return 0
+        while r[n]:
+            n += 1
+        _put(b, r, n)
+    finally:
+        PyMem_Free(r)
+    return 1
+
+
+cdef int _put_plain_value(_Buf* b, object v) except -1:
+    """Write ``v`` when it is one of the values written here (no Python code runs): 1,
+    else 0 (nothing written)."""
+    cdef type t = type(v)
+    cdef int overflow = 0
+    cdef long long i
+    if t is str:
+        return _put_plain_str(b, v)
+    if t is int:
+        i = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if overflow:
+            return 0
+        _put_i64(b, i)
+    elif v is None:
+        _put(b, b"null", 4)
+    elif v is True:
+        _put(b, b"true", 4)
+    elif v is False:
+        _put(b, b"false", 5)
+    elif t is float:
+        return _put_float(b, <double>v)
+    else:
+        return 0
+    return 1
+
+
+cdef int _put_value(_Buf* b, object v) except -1:
+    """Write ``v`` as ``orjson.dumps(..., default=str)`` writes it inside a dict."""
+    if not _put_plain_value(b, v):
+        _put_bytes(b, _dumps(v, default=_str))
+    return 0
+
+
+cdef inline bint _is_head_key(object key):
+    """``key in logs._HEAD_KEYS`` for an exact ``str``."""
+    cdef Py_ssize_t n
+    cdef const char* d
+    if not PyUnicode_IS_ASCII(key):
+        return False
+    n = PyUnicode_GET_LENGTH(key)
+    d = <const char*>PyUnicode_DATA(key)
+    if n == 1:
+        return d[0] == 118  # "v"
+    if n == 2:
+        return memcmp(d, b"ts", 2) == 0
+    if n == 5:
+        return memcmp(d, b"event", 5) == 0 or memcmp(d, b"level", 5) == 0
+    if n == 9:
+        return memcmp(d, b"component", 9) == 0
+    if n == 12:
+        return memcmp(d, b"uncatalogued", 12) == 0
+    return False
+
+
+assert _HEAD_KEYS == {"ts", "v", "event", "level", "component", "uncatalogued"}
+
+
+cdef inline bint _same_str(object a, object b):
+    """``a == b`` for two exact ``str``, ``a`` ASCII (no Python call)."""
+    cdef Py_ssize_t n
+    if a is b:
+        return True
+    if type(b) is not str or not PyUnicode_IS_ASCII(b):
+        return False
+    n = PyUnicode_GET_LENGTH(a)
+    return n == PyUnicode_GET_LENGTH(b) and memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), n) == 0
+
+
+cdef object _RECONSUME_TIMES = "reconsume_times"
+
+DEF _DROP_SEEN = 1  # the fields hold a key of the event's drops
+DEF _ZERO_RT = 2  # the fields hold a reconsume_times of 0 (a lean event's)
+
+
+cdef int _put_plain_fields(_Buf* b, dict fields, object drop) except -2:
+    """``_line``'s common case in one pass over ``fields``: every key a plain ``str``
+    naming no head key, every value one written here; the ``drop`` keys (and a
+    ``reconsume_times`` of 0, with drops) left out. The flags of what ``_line`` then
+    drops from the fields as the reference does (``_DROP_SEEN``, ``_ZERO_RT``), or -1:
+    not the common case (nothing decided, ``b`` to be discarded)."""
+    cdef int flags = 0
+    cdef Py_ssize_t i, nd = 0
+    cdef bint skip
+    if drop is not None:
+        nd = len(<tuple>drop)
+    for key, value in fields.items():
+        if type(key) is not str or _is_head_key(key):
+            return -1
+        if drop is not None:
+            skip = False
+            for i in range(nd):
+                if _same_str(key, (<tuple>drop)[i]):
+                    skip = True
+                    break
+            if skip:
+                flags |= _DROP_SEEN
+                continue
+            if _same_str(key, _RECONSUME_TIMES):
+                if type(value) is not int:
+                    return -1
+                if value == 0:
+                    flags |= _ZERO_RT
+                    continue
+        if not _put_plain_str(b, key):
+            return -1
+        _put_c(b, 58)  # ":"
+        if not _put_plain_value(b, value):
+            return -1
+        _put_c(b, 44)  # ","
+    return flags
+
+
+cdef int _drop(dict fields, tuple drop) except -1:
+    """``events.drop_lean_fields``."""
+    for key in drop:
+        if key in fields:
+            del fields[key]
+    if not fields.get("reconsume_times", 1):
+        del fields["reconsume_times"]
+    return 0
 
 
 cdef class LineEmitter:
@@ -30,31 +337,86 @@ cdef class LineEmitter:
     ``configure_logging`` makes them."""
 
     cdef dict heads
+    cdef dict info_heads  # event -> heads[(event, "info")]
     cdef object wall
     cdef object write
     cdef list sinks
 
     def __init__(self, dict heads, wall, write, list sinks):
         self.heads = heads  # (event, level) -> (its line's bytes after "ts", drops or None)
+        self.info_heads = {e: h for (e, lvl), h in heads.items() if lvl == "info"}
         self.wall = wall  # time.time, as read when logging was configured
         self.write = write  # the one sink's write, or None: each sink's
         self.sinks = sinks
 
     cdef bytes _line(self, event, dict fields, long long ts_ms, level):
         """``logs._line_maker``'s ``line``."""
-        head = self.heads.get((event, level))
-        if head is None or not fields or not _HEAD_KEYS.isdisjoint(fields):
+        cdef _Buf b
+        cdef bytes prefix
+        cdef int done
+        if type(level) is str and <str>level == "info":
+            head = self.info_heads.get(event)
+        else:
+            head = self.heads.get((event, level))
+        if head is None or not fields:
             return _dumps(_record(event, fields, ts_ms, level), default=_str)
-        prefix, drop = <tuple>head
+        prefix = <bytes>(<tuple>head)[0]
+        drop = (<tuple>head)[1]
+        _init(&b)
+        try:
+            _put(&b, b'{"ts":', 6)
+            _put_i64(&b, ts_ms)
+            _put_bytes(&b, prefix)  # ends with ","
+            done = _put_plain_fields(&b, fields, drop)
+            if done >= 0:
+                if done & _DROP_SEEN:
+                    _drop(fields, drop)
+                elif done & _ZERO_RT:  # _drop's last step
+                    del fields[_RECONSUME_TIMES]
+                b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
+                return PyBytes_FromStringAndSize(b.p, b.n)
+        finally:
+            _release(&b)
+        return self._any_line(event, fields, ts_ms, level, prefix, drop)
+
+    cdef bytes _any_line(self, event, dict fields, long long ts_ms, level, bytes prefix, drop):
+        """``_line`` for fields ``_put_plain_fields`` does not write: the reference's
+        steps, each value written here or by its own ``orjson.dumps``."""
+        cdef _Buf b
+        cdef bint plain = True  # every key an exact str
+        for key in fields:  # _HEAD_KEYS.isdisjoint(fields), in C for str keys
+            if type(key) is not str:
+                plain = False
+                break
+            if _is_head_key(key):
+                return _dumps(_record(event, fields, ts_ms, level), default=_str)
+        if not plain and not _HEAD_KEYS.isdisjoint(fields):
+            return _dumps(_record(event, fields, ts_ms, level), default=_str)
         if drop is not None:
-            for key in <tuple>drop:  # events.drop_lean_fields
-                if key in fields:
-                    del fields[key]
-            if not fields.get("reconsume_times", 1):
-                del fields["reconsume_times"]
+            _drop(fields, drop)
+        if not plain:  # orjson's refusal, as the reference's
+            return self._joined(fields, ts_ms, prefix)
+        _init(&b)
+        try:
+            _put(&b, b'{"ts":', 6)
+            _put_i64(&b, ts_ms)
+            _put_bytes(&b, prefix)  # ends with ","
+            for key, value in fields.items():
+                if not _put_plain_str(&b, key):
+                    _put_bytes(&b, _dumps(key))
+                _put_c(&b, 58)  # ":"
+                _put_value(&b, value)
+                _put_c(&b, 44)  # ","
+            b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
+            return PyBytes_FromStringAndSize(b.p, b.n)
+        finally:
+            _release(&b)
+
+    cdef bytes _joined(self, dict fields, long long ts_ms, bytes prefix):
+        """The reference's join of the head and one ``dumps`` of the fields."""
         body = _dumps(fields, default=_str)
         return b'{"ts":%d' % ts_ms + (
-            prefix + body[1:] if len(body) > 2 else prefix[:-1] + b"}"
+            prefix + body[1:] if len(body) > 2 else prefix[:len(prefix) - 1] + b"}"
         )
 
     def __call__(self, event, dict fields, level="info"):

@@ -40,8 +40,9 @@ Invariants:
   when it happened: the scheduler's re-puts) as the same lines, handed to each sink in
   one ``write_many`` call.
 * On the native core that writer is ``_logs.pyx``'s ``LineEmitter`` (``emit`` and
-  ``emit_many`` step for step, from the same head bytes) and ``MessageLog.info`` its
-  ``info``.
+  ``emit_many`` step for step, from the same head bytes; it writes orjson's bytes for
+  the common values itself and hands any other value to ``orjson.dumps``) and
+  ``MessageLog.info`` its ``info``.
 """
 
 from __future__ import annotations

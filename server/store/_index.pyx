@@ -7,6 +7,8 @@ tokens and writes their entries, chain heads, entry count and indexed end straig
 the mapped file being written, in one C function. A dispatch that would fill the file,
 reach its half (the next file is asked for there), meet an unmapped file or a value an
 entry cannot hold is handed to the reference, which does the same and those steps too.
+The hashes of ASCII values (up to 32 a record) are zlib's CRC-32 computed in C from the
+text's bytes (its UTF-8); any other value is hashed as the reference does (``_hashes``).
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -24,6 +26,62 @@ cdef object _SEED_KEY = _ref._SEED_KEY
 cdef Py_ssize_t _HEADER_SIZE = _ref.HEADER_SIZE
 cdef Py_ssize_t _COUNT_POS = _ref._COUNT_POS
 cdef Py_ssize_t _END_POS = _ref._END_POS
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+DEF _MAX_HASHES = 32  # more tokens than this: the hashes come as a list (``_hashes``)
+
+cdef uint32_t _CRC_TABLE[256]  # zlib's CRC-32 (polynomial 0xEDB88320), byte at a time
+cdef uint32_t _crc_c, _crc_k
+for _crc_i in range(256):
+    _crc_c = _crc_i
+    for _crc_k in range(8):
+        _crc_c = (_crc_c >> 1) ^ 0xEDB88320 if _crc_c & 1 else _crc_c >> 1
+    _CRC_TABLE[_crc_i] = _crc_c
+cdef uint32_t _C_SEED_UNIQ = _SEED_UNIQ
+cdef uint32_t _C_SEED_KEY = _SEED_KEY
+
+
+cdef inline uint32_t _crc(const uint8_t* p, Py_ssize_t n, uint32_t seed) noexcept nogil:
+    """``zlib.crc32(p[:n], seed)``."""
+    cdef uint32_t c = ~seed
+    cdef Py_ssize_t i
+    for i in range(n):
+        c = _CRC_TABLE[(c ^ p[i]) & 0xFF] ^ (c >> 8)
+    return ~c
+
+
+cdef Py_ssize_t _ascii_hashes(object uniq, object keys, uint32_t* out) except -2:
+    """``_hashes`` in C for ``str`` values of ASCII (their UTF-8 is their data) and at most
+    ``_MAX_HASHES`` of them: their count, or -1 (``_hashes`` decides)."""
+    cdef Py_ssize_t n = 0, i, start, length
+    cdef const uint8_t* d
+    if uniq is not None:
+        if type(uniq) is not str or not PyUnicode_IS_ASCII(uniq):
+            return -1
+        length = PyUnicode_GET_LENGTH(uniq)
+        if length:
+            out[0] = _crc(<const uint8_t*>PyUnicode_DATA(uniq), length, _C_SEED_UNIQ)
+            n = 1
+    if keys is not None:
+        if type(keys) is not str or not PyUnicode_IS_ASCII(keys):
+            return -1
+        length = PyUnicode_GET_LENGTH(keys)
+        d = <const uint8_t*>PyUnicode_DATA(keys)
+        start = 0
+        for i in range(length + 1):  # keys.split(" "), the empty tokens skipped
+            if i == length or d[i] == 32:
+                if i > start:
+                    if n == _MAX_HASHES:
+                        return -1
+                    out[n] = _crc(d + start, i - start, _C_SEED_KEY)
+                    n += 1
+                start = i + 1
+    return n
 
 
 cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
@@ -65,6 +123,7 @@ def dispatch(index, req):
     cdef int o1 = 0, o2 = 0
     cdef uint32_t h
     cdef uint8_t* buf
+    cdef uint32_t hs[_MAX_HASHES]
     f = index._cur
     if req.replay or f is None:
         return
@@ -74,16 +133,22 @@ def dispatch(index, req):
     size_o = req.size
     if mm is None or type(props) is not dict or type(phy_o) is not int or type(size_o) is not int:
         return _pure.dispatch(index, req)
-    hashes = _hashes((<dict>props).get(UNIQ_KEY), (<dict>props).get(KEYS))
-    if hashes is None:
-        return _pure.dispatch(index, req)
+    uniq = (<dict>props).get(UNIQ_KEY)
+    keys = (<dict>props).get(KEYS)
+    need = _ascii_hashes(uniq, keys, hs)
+    if need < 0:
+        hashes = _hashes(uniq, keys)
+        if hashes is None or len(hashes) > _MAX_HASHES:
+            return _pure.dispatch(index, req)
+        need = len(hashes)
+        for i in range(need):
+            hs[i] = <uint32_t>(<object>hashes[i])
     end_o = phy_o + size_o
     phy = PyLong_AsLongLongAndOverflow(phy_o, &o1)
     end = PyLong_AsLongLongAndOverflow(end_o, &o2)
     n = f.count
     cap = f.capacity
     slots = f.slots
-    need = len(hashes)
     if (
         o1 or o2
         or n + need > cap  # the file fills: the reference opens the next
@@ -98,7 +163,7 @@ def dispatch(index, req):
             return _pure.dispatch(index, req)
         buf = <uint8_t*>view.buf
         for i in range(need):  # KeyIndex._add
-            h = <uint32_t>(<object>hashes[i])
+            h = hs[i]
             slot_pos = _HEADER_SIZE + (h % <uint64_t>slots) * 4
             _put_u32(buf + entries_pos + n * 16, h)
             _put_i64(buf + entries_pos + n * 16 + 4, phy)

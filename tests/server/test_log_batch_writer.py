@@ -4,6 +4,10 @@
   one ``orjson.dumps`` of the fields) writes, byte for byte, the line ``record`` + one
   ``orjson.dumps`` makes, for every catalogued event at every level, with fields as
   callers pass them and fields that touch the head (hypothesis).
+* The native writer (``_logs.pyx``, which writes the common values itself) writes
+  orjson's bytes for any key and value (escapes, non-ASCII, ints past 64 bits, floats
+  of every shape, nested values, objects written as ``str``) or refuses what orjson
+  refuses (hypothesis, and a seeded sweep of floats).
 * ``MessageLog.info_many`` (a batch of one event: the scheduler's ``timer.fired`` and
   ``message.delivered``) writes into a real file sink the same bytes as one
   ``MessageLog.info`` per row, the wall clock pinned to each row's ``ts``.
@@ -48,12 +52,15 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, str]:
 def test_the_line_maker_writes_record_s_line(call: tuple[str, dict[str, Any], int, str]) -> None:
     event, fields, ts, level = call
     heads = logs._line_heads(orjson.dumps)
-    line = logs._line_maker(heads, orjson.dumps)(event, dict(fields), ts, level)
+    left = dict(fields)  # what the writer leaves of the fields (the lean drops)
+    line = logs._line_maker(heads, orjson.dumps)(event, left, ts, level)
     assert line == orjson.dumps(logs.record(event, dict(fields), ts, level), default=str)
     if logs._twin is not None:  # the native writer, from the same heads: the same line
         one, each = _Capture(), _Capture()
         wall = lambda: (ts + 0.5) / 1000  # noqa: E731  # read once per line, cut to ms
-        logs._twin.LineEmitter(heads, wall, one.write, [one])(event, dict(fields), level)
+        twin_left = dict(fields)
+        logs._twin.LineEmitter(heads, wall, one.write, [one])(event, twin_left, level)
+        assert twin_left == left and list(twin_left) == list(left)
         logs._twin.LineEmitter(heads, wall, None, [each, each])(event, dict(fields), level)
         assert one.lines == [line] and each.lines == [line, line]
         if level == "info":
@@ -118,3 +125,87 @@ def test_info_many_writes_one_info_per_row(tmp_path: Path) -> None:
         time.time = real_time  # type: ignore[assignment]
     assert got[0].count(b"\n") == len(cases)
     assert got[0] == got[1]
+
+
+# the values orjson writes: text of every kind (escapes, control characters, non-ASCII,
+# lone surrogates it refuses), ints past 64 bits, floats of every shape (exponents, tiny,
+# huge, -0.0, inf, nan), nested values, and objects it writes as ``str(value)``
+_ANY_TEXT = st.one_of(
+    st.text(alphabet=st.characters(codec="ascii"), max_size=16),
+    st.text(max_size=16),
+    st.text(alphabet=st.sampled_from('a"\\\x00\x1f\x7f\u00e9\u2028\U0001f600\ud800'), max_size=8),
+)
+_ANY_FLOAT = st.one_of(
+    st.floats(),
+    st.floats(width=32),
+    st.builds(
+        lambda m, e: float(f"{m}e{e}"), st.integers(-(10**17), 10**17), st.integers(-340, 310)
+    ),
+    st.sampled_from([0.0, -0.0, 1e16, 1e15, 9999999999999998.0, 1e-4, 1e-5, 5e-324, 1e308]),
+)
+_ANY_VALUE: st.SearchStrategy[Any] = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.integers(-(1 << 64), 1 << 64),
+        _ANY_FLOAT,
+        _ANY_TEXT,
+        st.binary(max_size=4),
+        st.builds(Path, st.sampled_from(["/a", "b c"])),
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _line_or_error(make: Any) -> bytes | str:
+    try:
+        line: bytes = make()
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        return type(exc).__name__
+    return line
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from(_EVENTS),
+    st.dictionaries(st.one_of(_ANY_TEXT, st.integers(0, 3)), _ANY_VALUE, max_size=8),
+    st.integers(0, 1 << 45),
+)
+def test_the_native_writer_writes_orjson_s_bytes_for_any_value(
+    event: str, fields: dict[Any, Any], ts: int
+) -> None:
+    """The twin writes the common values itself (``_logs.pyx``): every value, key and
+    float shape gives the reference's bytes, or the same refusal."""
+    heads = logs._line_heads(orjson.dumps)
+    want = _line_or_error(
+        lambda: logs._line_maker(heads, orjson.dumps)(event, dict(fields), ts, "info")
+    )
+    if logs._twin is None:
+        return
+    got = _Capture()
+    emitter = logs._twin.LineEmitter(heads, lambda: (ts + 0.5) / 1000, got.write, [got])
+    assert _line_or_error(lambda: emitter(event, dict(fields)) or got.lines[0]) == want
+
+
+def test_the_native_writer_writes_orjson_s_floats() -> None:
+    """The floats the twin writes from their integer millionths (``round(x, 3)``
+    latenesses, multiples of 1e-6 up to 1e9) and by ``repr``, swept: orjson's bytes."""
+    import random
+
+    rnd = random.Random(32)
+    values = [0.0, -0.0, 0.001, -0.001, 0.0009995, 999999999.999999, 1e9, 0.1 + 0.2]
+    for _ in range(20000):
+        x = rnd.choice([-1, 1]) * 10 ** rnd.uniform(-6, 10)
+        values += [x, round(x, 3), round(x, 6), round(x, rnd.randint(0, 9))]
+    fields = {f"f{i}": v for i, v in enumerate(values)}
+    heads = logs._line_heads(orjson.dumps)
+    want = logs._line_maker(heads, orjson.dumps)("message.delivered", dict(fields), 1, "info")
+    assert want.count(b",") == len(values) + 2  # the head's two and one per field
+    if logs._twin is not None:
+        got = _Capture()
+        logs._twin.LineEmitter(heads, lambda: 0.0015, got.write, [got])(
+            "message.delivered", dict(fields)
+        )
+        assert got.lines == [want]
