@@ -1,8 +1,8 @@
 """Consume services: hand pulled messages to the listener and settle the outcome.
 
 Owns: ``ConsumeContext``, listener invocation (``ListenerRunner``: async listeners
-awaited on the loop, sync ones in a thread pool, a concurrent consumer's waiting batches
-in chains: one pool job runs several one after another), ``ConcurrentConsumeService`` (RocketMQ's
+awaited on the loop, sync ones in a thread pool; a concurrent consumer's waiting batches
+in chains, one pool job running several in turn), ``ConcurrentConsumeService`` (RocketMQ's
 ConsumeMessageConcurrentlyService: any order, bounded concurrency, send-back on
 RECONSUME_LATER), ``OrderlyConsumeService`` (ConsumeMessageOrderlyService: one batch at a
 time per queue, in queue order, local retry after a pause), ``SendBack``
@@ -17,12 +17,13 @@ Invariants:
   its offset not advanced (the queue's next owner consumes it: at-least-once).
 * Chains (a sync concurrent listener): a worker takes into one pool job its fair share
   of the backlog, or more while the listener is fast (about ``CHAIN_BUDGET`` of listener
-  time at the recent mean call time; at most ``CHAIN_MAX`` batches, at least one), which
-  calls the listener on
-  each batch in turn, as a Java pool thread takes request after request; the answers are
-  settled on the loop when the job ends, in the chain's order. ``consume_timeout`` holds
-  per batch: the one running over it counts as RECONSUME_LATER, the job stops after it,
-  and the batches it had not started go back to the front of the backlog.
+  time at the recent mean call time; at most ``CHAIN_MAX`` batches, at least one). The
+  job calls the listener on each batch in turn, as a Java pool thread takes request
+  after request; the answers are settled on the loop when the job ends, in the chain's
+  order. ``consume_timeout`` holds per batch: the one running over it counts as
+  RECONSUME_LATER, the job stops after it, and the batches it had not started go back to
+  the front of the backlog. A chain cancelled otherwise (shutdown) settles nothing: its
+  messages stay in flight and are consumed again (at-least-once).
 * CLUSTERING + RECONSUME_LATER: each message goes back with CONSUMER_SEND_MSG_BACK
   (delayLevel 0: the broker picks 3 + reconsumeTimes). A message whose send-back fails
   stays in flight (the offset does not pass it) and is consumed again locally after
