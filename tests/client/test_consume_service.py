@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 
 from kairosmq.client import ConsumeContext, ConsumeStatus, MessageExt, MessageQueue
 from kairosmq.client.consumer.consume_service import ConcurrentConsumeService, ListenerRunner
@@ -143,6 +145,33 @@ def _queue(topic: str, n: int) -> tuple[ProcessQueue, list[MessageExt]]:
     return pq, msgs
 
 
+@contextlib.asynccontextmanager
+async def chained(
+    listener: Callable[[list[MessageExt], ConsumeContext], ConsumeStatus],
+    threads: int,
+    timeout: float,
+    on_offset: Callable[[ProcessQueue, int], None],
+    send_back: AcceptingSendBack | None = None,
+    batch_size: int = 1,
+) -> AsyncIterator[ConcurrentConsumeService]:
+    """A clustering concurrent service over a sync ``listener`` (its batches in chains),
+    drained and its pool closed at the end."""
+    runner = ListenerRunner(listener, threads, timeout=timeout)
+    svc = ConcurrentConsumeService(
+        runner,
+        send_back or AcceptingSendBack(),
+        on_offset,
+        clustering=True,
+        batch_size=batch_size,
+        max_concurrency=threads,
+    )
+    try:
+        yield svc
+    finally:
+        await svc.drain(1)
+        runner.close()
+
+
 async def test_a_sync_listener_consumes_a_backlog_in_chains_each_message_once() -> None:
     calls: list[int] = []
     lock = threading.Lock()
@@ -153,22 +182,12 @@ async def test_a_sync_listener_consumes_a_backlog_in_chains_each_message_once() 
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets: list[int] = []
-    runner = ListenerRunner(listener, 3, timeout=60)
-    svc = ConcurrentConsumeService(
-        runner,
-        AcceptingSendBack(),
-        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
-        clustering=True,
-        batch_size=2,
-        max_concurrency=3,
-    )
-    pq, msgs = _queue("T", 1_000)
-    svc.submit(pq, msgs)
-    await wait_until(lambda: offsets and offsets[-1] == 1_000, timeout=10)
+    async with chained(listener, 3, 60, lambda pq, off: offsets.append(off), batch_size=2) as svc:
+        pq, msgs = _queue("T", 1_000)
+        svc.submit(pq, msgs)
+        await wait_until(lambda: offsets and offsets[-1] == 1_000, timeout=10)
     assert sorted(calls) == list(range(1_000))  # each message once
     assert offsets == sorted(offsets)  # the commit offset only moves forward
-    await svc.drain(1)
-    runner.close()
 
 
 async def test_a_chain_cut_by_consume_timeout_settles_what_ran_and_requeues_the_rest() -> None:
@@ -183,24 +202,14 @@ async def test_a_chain_cut_by_consume_timeout_settles_what_ran_and_requeues_the_
 
     offsets: list[int] = []
     send_back = AcceptingSendBack()
-    runner = ListenerRunner(listener, 1, timeout=0.2)
-    svc = ConcurrentConsumeService(
-        runner,
-        send_back,
-        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
-        clustering=True,
-        batch_size=1,
-        max_concurrency=1,
-    )
-    pq, msgs = _queue("T", 5)
-    svc.submit(pq, msgs)  # one chain of all five batches
-    await wait_until(lambda: offsets and offsets[-1] == 5, timeout=10)
+    async with chained(listener, 1, 0.2, lambda pq, off: offsets.append(off), send_back) as svc:
+        pq, msgs = _queue("T", 5)
+        svc.submit(pq, msgs)  # one chain of all five batches
+        await wait_until(lambda: offsets and offsets[-1] == 5, timeout=10)
     # 0 ran; 1 ran over the timeout (sent back, its late answer ignored); 2-4 did not
     # start in that chain and ran once each afterwards
     assert calls == [0, 1, 2, 3, 4]
     assert send_back.offsets == [1]
-    await svc.drain(1)
-    runner.close()
 
 
 async def test_a_chain_skips_the_batches_of_a_queue_dropped_meanwhile() -> None:
@@ -216,28 +225,18 @@ async def test_a_chain_skips_the_batches_of_a_queue_dropped_meanwhile() -> None:
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets: list[tuple[str, int]] = []
-    runner = ListenerRunner(listener, 1, timeout=60)
-    svc = ConcurrentConsumeService(
-        runner,
-        AcceptingSendBack(),
-        lambda pq, off: offsets.append((pq.mq.topic, off)),
-        clustering=True,
-        batch_size=1,
-        max_concurrency=1,
-    )
-    a, a_msgs = _queue("A", 2)
-    b, b_msgs = _queue("B", 2)
-    svc.submit(a, a_msgs[:1])
-    svc.submit(b, b_msgs)
-    svc.submit(a, a_msgs[1:])
-    await wait_until(started.is_set, timeout=5)  # the chain runs A0; B0, B1, A1 wait in it
-    b.drop()  # rebalanced away: its batches must not reach the listener
-    go.set()
-    await wait_until(lambda: ("A", 2) in offsets, timeout=5)
+    async with chained(listener, 1, 60, lambda pq, off: offsets.append((pq.mq.topic, off))) as svc:
+        a, a_msgs = _queue("A", 2)
+        b, b_msgs = _queue("B", 2)
+        svc.submit(a, a_msgs[:1])
+        svc.submit(b, b_msgs)
+        svc.submit(a, a_msgs[1:])
+        await wait_until(started.is_set, timeout=5)  # the chain runs A0; B0, B1, A1 wait
+        b.drop()  # rebalanced away: its batches must not reach the listener
+        go.set()
+        await wait_until(lambda: ("A", 2) in offsets, timeout=5)
     assert calls == ["A0", "A1"]
     assert all(topic == "A" for topic, _ in offsets)
-    await svc.drain(1)
-    runner.close()
 
 
 async def test_a_slow_sync_listener_spreads_its_backlog_over_the_threads() -> None:
@@ -249,18 +248,8 @@ async def test_a_slow_sync_listener_spreads_its_backlog_over_the_threads() -> No
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets: list[int] = []
-    runner = ListenerRunner(slow, 4, timeout=60)
-    svc = ConcurrentConsumeService(
-        runner,
-        AcceptingSendBack(),
-        lambda pq, off: offsets.append(off),  # type: ignore[arg-type]
-        clustering=True,
-        batch_size=1,
-        max_concurrency=4,
-    )
-    pq, msgs = _queue("T", 8)
-    svc.submit(pq, msgs)
-    await wait_until(lambda: offsets and offsets[-1] == 8, timeout=10)
+    async with chained(slow, 4, 60, lambda pq, off: offsets.append(off)) as svc:
+        pq, msgs = _queue("T", 8)
+        svc.submit(pq, msgs)
+        await wait_until(lambda: offsets and offsets[-1] == 8, timeout=10)
     assert len(threads) >= 3  # not one thread behind a chain of all eight
-    await svc.drain(1)
-    runner.close()
