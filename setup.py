@@ -31,6 +31,13 @@ def _warn(msg: str) -> None:
     print(f"{WARNING}: {msg}", file=sys.stderr)
 
 
+def _cpus() -> int:
+    """The CPUs this build may use (its affinity where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def twin_sources(root: Path = HERE) -> dict[str, str]:
     """Extension name -> its ``.pyx`` path relative to ``root``."""
     out: dict[str, str] = {}
@@ -78,6 +85,7 @@ def native_extensions() -> list[Any]:
                 "embedsignature": True,
             },
             quiet=True,
+            nthreads=_cpus(),
         )
     except Exception as err:  # noqa: BLE001 - Cython refused a twin: all or nothing
         _warn(f"Cython could not translate the twins ({type(err).__name__}: {err})")
@@ -86,7 +94,14 @@ def native_extensions() -> list[Any]:
 
 class OptionalBuildExt(build_ext):
     """All or nothing: one twin that fails to compile or link drops every compiled
-    output, so the package installs as pure Python."""
+    output, so the package installs as pure Python. The twins compile in parallel, one
+    compiler per usable CPU (``--parallel``/``-j`` given to ``build_ext`` wins); the
+    outputs are dropped only after every compiler has finished, so none is left behind."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = _cpus()
 
     def run(self) -> None:
         try:
@@ -98,14 +113,13 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as err:  # noqa: BLE001 - setuptools raises CompileError/LinkError
-            self._drop(err)
             raise _Dropped from err
 
     def build_extensions(self) -> None:
         try:
-            super().build_extensions()
-        except _Dropped:
-            pass
+            super().build_extensions()  # the parallel build waits for all its workers
+        except _Dropped as dropped:
+            self._drop(dropped.__cause__ or dropped)
 
     def _drop(self, err: BaseException) -> None:
         for out in self.get_outputs():
