@@ -155,6 +155,7 @@ header_dicts = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.twin_parity
 @PARITY
 @given(header_dicts | json_values, st.binary(max_size=8))
 @example({"code": "12", "opaque": "-7", "extFields": {"a": 1, "b": True, "c": None}}, b"")
@@ -369,6 +370,7 @@ def flat_headers(draw) -> bytes:  # type: ignore[no-untyped-def]
     return data
 
 
+@pytest.mark.twin_parity
 @settings(PARITY, max_examples=1500)
 @given(flat_headers(), st.binary(max_size=4))
 @example(b'{"code":10,"extFields":{"a":"1","a":"1"},"opaque":3}', b"")  # a key repeated

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -167,6 +168,7 @@ def _line_or_error(make: Any) -> bytes | str:
     return line
 
 
+@pytest.mark.twin_parity
 @settings(max_examples=1500, deadline=None)
 @given(
     st.sampled_from(_EVENTS),
