@@ -21,6 +21,8 @@ from libc.string cimport memchr, memcmp, memcpy
 
 import zlib
 
+from protocol._slots cimport _fresh, _put, _slot
+
 from . import message as _ref
 from .ids import create_offset_msg_id
 from .properties import decode_properties
@@ -29,6 +31,20 @@ cdef object _pure = _ref.reference  # the reference functions (never the twin's 
 cdef object MessageExt = _ref.MessageExt
 cdef object RecordView = _ref.RecordView
 cdef object RecordSummary = _ref.RecordSummary
+if (
+    RecordSummary.__mro__ != (RecordSummary, object)
+    or RecordSummary.__new__ is not object.__new__
+    or len(RecordSummary.__slots__) != 7
+):
+    raise ImportError("RecordSummary is not the plain slotted dataclass summarize_records fills")
+# RecordSummary's fields (frozen: its __init__ sets each through object.__setattr__)
+cdef Py_ssize_t S_SIZE = _slot(RecordSummary, "size")
+cdef Py_ssize_t S_QOFF = _slot(RecordSummary, "queue_offset")
+cdef Py_ssize_t S_PHY = _slot(RecordSummary, "phy_offset")
+cdef Py_ssize_t S_BORN = _slot(RecordSummary, "born_timestamp")
+cdef Py_ssize_t S_STORE = _slot(RecordSummary, "store_timestamp")
+cdef Py_ssize_t S_RECONSUME = _slot(RecordSummary, "reconsume_times")
+cdef Py_ssize_t S_MSG_ID = _slot(RecordSummary, "msg_id")
 cdef object _tuple_new = tuple.__new__
 cdef object _crc32 = zlib.crc32
 cdef object _decode_properties = decode_properties
@@ -664,17 +680,16 @@ def summarize_records(buf):
                     _i32(b + pos + 68),
                     _i64(b + pos + 28),
                 )
-            out.append(
-                RecordSummary(
-                    total,
-                    _i64(b + pos + 20),
-                    _i64(b + pos + 28),
-                    _i64(b + pos + 40),
-                    _i64(b + pos + 56),
-                    _i32(b + pos + 72),
-                    msg_id,
-                )
-            )
+            # RecordSummary(...) without its __init__: each field put in its slot
+            summary = _fresh(RecordSummary)
+            _put(summary, S_SIZE, total)
+            _put(summary, S_QOFF, _i64(b + pos + 20))
+            _put(summary, S_PHY, _i64(b + pos + 28))
+            _put(summary, S_BORN, _i64(b + pos + 40))
+            _put(summary, S_STORE, _i64(b + pos + 56))
+            _put(summary, S_RECONSUME, _i32(b + pos + 72))
+            _put(summary, S_MSG_ID, msg_id)
+            out.append(summary)
             pos = end
     finally:
         PyBuffer_Release(&view)

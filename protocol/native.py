@@ -54,6 +54,14 @@ TWINS: dict[str, str] = {
 }
 
 
+# the header-only declarations every twin may cimport (compiled into each): an edit to
+# one makes every twin stale until the next build
+SHARED_PXD: tuple[str, ...] = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in ("_slots.pxd", "_digits.pxd")
+)
+
+
 def disabled_by_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """``KAIROSMQ_NO_EXTENSIONS`` asks for the pure core (``setup.py`` reads it too)."""
     return environ.get(DISABLE_ENV, "").strip() not in ("", "0")
@@ -93,9 +101,10 @@ def twin(pure: str, load: Callable[[], ModuleType]) -> ModuleType | None:
         return None
     compiled = getattr(mod, "__file__", None)
     source = os.path.join(os.path.dirname(compiled or ""), mod.__name__.rsplit(".", 1)[1] + ".pyx")
-    if stale(compiled, source):
-        _CHOSEN[pure] = f"stale ({os.path.basename(source)} is newer than its build)"
-        return None
+    for src in (source, *SHARED_PXD):
+        if stale(compiled, src):
+            _CHOSEN[pure] = f"stale ({os.path.basename(src)} is newer than its build)"
+            return None
     _CHOSEN[pure] = "native"
     return mod
 

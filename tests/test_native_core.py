@@ -15,6 +15,7 @@ import os
 import runpy
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -80,6 +81,33 @@ def test_stale_twin_is_not_chosen(tmp_path: Path) -> None:
     os.utime(pyx, ns=(3_000_000_000_000_000_000, 3_000_000_000_000_000_000))
     assert native.stale(str(so), str(pyx))
     assert not native.stale(str(so), str(tmp_path / "absent.pyx"))  # a wheel ships no .pyx
+
+
+def test_a_shared_pxd_newer_than_the_build_makes_the_twin_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every twin compiles protocol/'s header-only .pxd files into itself, so an edit to
+    one of them runs the pure core until the next build, as an edit to the twin's .pyx."""
+    here = Path(native.__file__).parent
+    assert {Path(p).name for p in native.SHARED_PXD} == {p.name for p in here.glob("*.pxd")}
+    monkeypatch.setattr(native, "DISABLED", False)  # (this may be the pure run)
+    so, pxd = tmp_path / "_x.cpython-311-x86_64-linux-gnu.so", tmp_path / "_shared.pxd"
+    so.write_bytes(b"")
+    pxd.write_text("")
+    os.utime(so, ns=(2_000_000_000_000_000_000, 2_000_000_000_000_000_000))
+    os.utime(pxd, ns=(3_000_000_000_000_000_000, 3_000_000_000_000_000_000))
+    monkeypatch.setattr(native, "SHARED_PXD", (str(pxd),))
+    mod = types.ModuleType("kairosmq.protocol._x")
+    mod.__file__ = str(so)
+    try:
+        assert native.twin("kairosmq.protocol.x", lambda: mod) is None
+        assert (
+            native.chosen()["kairosmq.protocol.x"] == "stale (_shared.pxd is newer than its build)"
+        )
+        os.utime(pxd, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+        assert native.twin("kairosmq.protocol.x", lambda: mod) is mod
+    finally:
+        native._CHOSEN.pop("kairosmq.protocol.x", None)
 
 
 def test_not_built_twin_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,76 @@
+# cython: language_level=3
+"""The fields of a slotted dataclass read and written by offset: what the native twins
+use in place of attribute access (a dict lookup and an MRO walk per access).
+
+Header-only: these inline functions are compiled into each twin that cimports them, no
+module is imported at run time. ``protocol/native.py`` counts this file in a twin's
+staleness, so an edit here runs the pure core until the twins are built again.
+
+Invariants: ``_slot`` accepts only a writable object member of the class (a field of a
+``@dataclass(slots=True)``), or raises ImportError so the twin's import fails and the pure
+core runs; ``_put`` does what the member descriptor's ``__set__`` does (the new value
+held, the old one released); ``_fresh`` is ``object.__new__`` for classes that do not
+override it (the caller checks that at import).
+"""
+
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef inline Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``:
+    the offset its member descriptor reads (and, with ``write``, writes). ImportError
+    (the pure core runs) if the class is not laid out so."""
+    from types import MemberDescriptorType
+
+    d = cls.__dict__.get(name)
+    if type(d) is not MemberDescriptorType:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
+cdef inline object _get(object obj, Py_ssize_t at):
+    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as its
+    descriptor)."""
+    cdef PyObject* p = _at(obj, at)
+    if p == NULL:
+        raise AttributeError("a field is unset")
+    return <object>p
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline object _fresh(object cls):
+    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
+    all ``object.__new__`` does for a class that does not override ``__new__``."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
