@@ -219,6 +219,7 @@ cdef object _RESPONSE = FLAG_RESPONSE
 cdef object _VERSION = BROKER_VERSION
 cdef object _JAVA = LanguageCode.JAVA
 cdef object _MessageLog = _logs.MessageLog
+cdef dict _ingress_globals = _ingress.__dict__  # ``_groups`` read as the module does
 cdef dict _logs_globals = _logs.__dict__  # ``_info_enabled``/``_fast_emit`` read as the module does
 cdef str _MASTER = str(_ref.MASTER_ID)
 cdef object _MISS = object()
@@ -243,7 +244,7 @@ cdef object _checked(topics, h, bint exact):
     to ``check_pull``, which refuses it or answers alike."""
     cdef PyObject* p
     group = _hf(h, exact, H_GROUP, "consumer_group")
-    if type(group) is not str or group not in _ingress._groups.ok:
+    if type(group) is not str or group not in _ingress_globals["_groups"].ok:
         return _check_pull(topics, h)
     if type(topics) is not TopicConfigManager:
         return _check_pull(topics, h)
@@ -355,7 +356,15 @@ def handle_pull(self, conn, cmd):
         and self.running()
     ):
         if _acquired(self.holds, conn):
-            self._hold(conn, cmd, h, codes)
+            hold_m = self._hold
+            if (
+                PyMethod_Check(hold_m)
+                and PyMethod_GET_FUNCTION(hold_m) is <PyObject*>hold
+                and PyMethod_GET_SELF(hold_m) is <PyObject*>self
+            ):
+                _hold(self, conn, cmd, h, codes)
+            else:
+                hold_m(conn, cmd, h, codes)
             return None
     return _answer(self, cmd, h, result)
 
@@ -434,6 +443,12 @@ cdef object _copy_request(cmd):
 
 def hold(self, conn, cmd, h, codes):
     """``PullMessageProcessor._hold``."""
+    _hold(self, conn, cmd, h, codes)
+
+
+cdef object _hold(self, conn, cmd, h, codes):
+    """``hold``'s body (called by ``handle_pull`` directly)."""
+    cdef HeldAnswer wake
     cdef bint exact = type(h) is _Header
     timeout_ms = _hf(h, exact, H_SUSPEND, "suspend_timeout_millis")  # max(0, min(.., cap))
     cap = self.config.max_pull_hold_ms
@@ -463,7 +478,9 @@ def hold(self, conn, cmd, h, codes):
             queue_offset=_hf(h, exact, H_QOFF, "queue_offset"),
             timeout_ms=timeout_ms,
         )
-    self.notifier.hold(topic, queue_id, HeldAnswer(self, conn, cmd, h, codes), timeout_ms / 1000)
+    wake = HeldAnswer.__new__(HeldAnswer)  # HeldAnswer(self, conn, cmd, h, codes)
+    wake.proc, wake.conn, wake.cmd, wake.h, wake.codes = self, conn, cmd, h, codes
+    self.notifier.hold(topic, queue_id, wake, timeout_ms / 1000)
 
 
 def answer(self, cmd, h, result):
