@@ -8,17 +8,18 @@ parked: its ``Held`` allocated and filled in its slots without ``__init__``, its
 deadline timer), ``fire`` (``Held.fire``) and ``wake`` (``_wake``: every pull held on a
 queue answered in one loop callback, a failed answer reported to the loop and the
 others still answered), each step for step the reference's, with no Python frame of
-their own: ``Held``'s fields read and written in their slots, the notifier's tables
-read and written with the ``dict`` C calls when they are dicts, and ``wake`` calling
-``fire`` as a C function.
+their own: ``Held``'s and the ``DispatchRequest``'s fields read and written in their
+slots, the notifier's tables read and written with the ``dict`` C calls when they are
+dicts, and ``on_dispatch`` and ``wake`` calling ``notify`` and ``fire`` as C functions.
 """
 
-from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from asyncio import get_running_loop
 
+from ..store.types import DispatchRequest
 from . import longpoll as _ref
 
 
@@ -39,7 +40,7 @@ cdef object _Held = _ref.Held
 cdef object _MemberDescriptor = type(_Held.answer)
 
 
-cdef Py_ssize_t _slot(object cls, str name) except -1:
+cdef Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
     """Where instances of ``cls`` hold the ``__slots__`` field ``name``: the offset its
     member descriptor reads and writes. ImportError (the pure core runs) if the class
     is not laid out so."""
@@ -47,7 +48,7 @@ cdef Py_ssize_t _slot(object cls, str name) except -1:
     if type(d) is not _MemberDescriptor:
         raise ImportError(f"{cls.__name__}.{name} is not a slot")
     cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
+    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
         raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
     return m.offset
 
@@ -80,31 +81,59 @@ cdef Py_ssize_t H_ANSWER = _slot(_Held, "answer")
 cdef Py_ssize_t H_KEY = _slot(_Held, "key")
 cdef Py_ssize_t H_TIMER = _slot(_Held, "timer")
 cdef Py_ssize_t H_DONE = _slot(_Held, "done")
+cdef object _Request = DispatchRequest
+cdef Py_ssize_t R_TOPIC = _slot(_Request, "topic", False)
+cdef Py_ssize_t R_QID = _slot(_Request, "queue_id", False)
+cdef Py_ssize_t R_REPLAY = _slot(_Request, "replay", False)
 if _Held.__new__ is not object.__new__:
     raise ImportError("Held has its own __new__: the twin cannot fill it in place")
 
 
 def on_dispatch(self, req):
     """``ArrivalNotifier.on_dispatch``."""
-    if not req.replay:
-        notify(self, req.topic, req.queue_id)
+    if type(req) is not _Request:
+        if not req.replay:
+            _notify(self, req.topic, req.queue_id)
+        return
+    if not _field(req, R_REPLAY, "replay"):
+        _notify(self, _field(req, R_TOPIC, "topic"), _field(req, R_QID, "queue_id"))
 
 
-def notify(self, topic, queue_id):
-    """``ArrivalNotifier.notify``."""
-    key = (topic, queue_id)
+cdef inline object _pop(object table, object key):
+    """``table.pop(key, None)``: a ``dict``'s entry taken out with its C calls."""
+    cdef PyObject* p
+    if type(table) is not dict:
+        return table.pop(key, None)
+    p = PyDict_GetItemWithError(table, key)
+    if p == NULL:
+        return None
+    value = <object>p
+    PyDict_DelItem(table, key)
+    return value
+
+
+cdef object _notify(self, topic, queue_id):
+    """``ArrivalNotifier.notify`` (its key made only when something waits: unseen)."""
     waiting = self._waiters
+    parked = self._held
+    if not waiting and not parked:
+        return None
+    key = (topic, queue_id)
     if waiting:
-        waiters = waiting.pop(key, None)
+        waiters = _pop(waiting, key)
         if waiters:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(True)
-    parked = self._held
     if parked:
-        held = parked.pop(key, None)
+        held = _pop(parked, key)
         if held and self._loop is not None:
             self._loop.call_soon(wake, held)
+
+
+def notify(self, topic, queue_id):
+    """``ArrivalNotifier.notify``."""
+    _notify(self, topic, queue_id)
 
 
 def hold(self, topic, queue_id, answer, timeout):
