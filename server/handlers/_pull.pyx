@@ -5,20 +5,34 @@
 ``handle_pull``, ``answer`` and ``hold`` (``PullMessageProcessor.handle_pull``,
 ``_answer`` and ``_hold``, whose ``answer`` closure is ``HeldAnswer``) make the common
 pull in one C function each, mirroring the reference step for step: the header decoded
-by its compiled codec (no ``from_ext_fields`` frames), ``check_pull``'s and the group's
-checks (their passing case read in place, any other case asked of them), the
-request-carried TAG expression looked up in the parsed table, the offset commit of the
-sysFlag, the read (``reads.get`` called directly, its tagsCode set tested in C), the
-hold decision, and the answer: the response header's four fields written as
-``to_ext_fields`` writes them, the stats, one ``message.pulled`` event per record given
-to the log's hot-path writer, and the response command filled without its
-``__init__``. A held pull's wake (``HeldAnswer``) releases its admission, reads and
-answers the same way.
+by its compiled codec (no ``from_ext_fields`` frames) and its fields read in their
+slots, ``check_pull``'s and the group's checks (their passing case read in place, any
+other case asked of them), the request-carried TAG expression looked up in the parsed
+table, the offset commit of the sysFlag, the read (``reads.get``: when it is the
+native twin's, its C function is called directly, ``_reads.GET_CAPI``), the hold
+decision, and the answer: the response header's four fields written as
+``to_ext_fields`` writes them (an ``int``'s decimal digits written in C), the stats
+(a counter already present incremented in place), one ``message.pulled`` event per
+record given to the log's hot-path writer, and the response command allocated and
+filled in its slots without ``__init__``. A held pull's wake (``HeldAnswer``) releases
+its admission, reads and answers the same way; ``_hold``'s ``pull.held`` debug event
+is not built when the processor's logger drops it unseen (structlog's no-op method).
 
 Anything else goes to the reference, which decides: a filter not in the table
 (``_filter``: parsed there, and a SQL92 selector is read by ``_get``), an answer that is
-not FOUND or with ``slave_read_enable`` (``_answer``).
+not FOUND or with ``slave_read_enable``, or of objects of other classes (``_answer``).
 """
+
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.string cimport memcpy
+
+from collections import defaultdict
 
 from kairosmq.protocol.codes import (
     BROKER_VERSION,
@@ -33,18 +47,166 @@ from kairosmq.protocol.codes import (
 )
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.headers import PullMessageRequestHeader
-from kairosmq.protocol.message import summarize_records
+from kairosmq.protocol.message import RecordSummary, summarize_records
 from kairosmq.protocol.sql92 import Selector
 
 from ..observe import logs as _logs
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import check_pull as _check_pull
 from ..remoting.longpoll import PullHolds
+from ..store import _reads
 from ..tables.clients import ClientRegistry
 from ..tables.subscriptions import SubscriptionGroupManager
 from ..tables.topics import TopicConfig, TopicConfigManager
-from ..store import GetStatus
+from ..store import GetResult, GetStatus
 from . import pull as _ref
+
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+    object _PyDict_NewPresized(Py_ssize_t minused)
+    object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
+    void* PyUnicode_DATA(object s)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef object _MemberDescriptor = type(GetResult.status)
+
+
+cdef Py_ssize_t _slot(object cls, str name, bint write=False) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
+    offset its member descriptor reads (and writes). ImportError (the pure core runs)
+    if the class is not laid out so."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
+cdef inline object _field(object obj, Py_ssize_t at, str name):
+    """``obj.<name>`` read in its slot at ``at`` (an unset field asks ``getattr``: its
+    AttributeError)."""
+    cdef PyObject* p = _at(obj, at)
+    if p == NULL:
+        return getattr(obj, name)
+    return <object>p
+
+
+cdef inline object _hf(object h, bint exact, Py_ssize_t at, str name):
+    """A header field: read in its slot when ``h`` is exactly the header class."""
+    if exact:
+        return _field(h, at, name)
+    return getattr(h, name)
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at`` (what its member descriptor's
+    ``__set__`` does: the new value held, the old one released)."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef object _dec(object v):
+    """``str(v)``: an ``int`` within 64 bits as its decimal digits written in C."""
+    cdef int overflow = 0
+    cdef long long x
+    cdef unsigned long long u
+    cdef char buf[24]
+    cdef Py_ssize_t i = 24, n
+    if type(v) is not int:
+        return str(v)
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    if overflow:
+        return str(v)
+    u = <unsigned long long>(-x) if x < 0 else <unsigned long long>x
+    while True:
+        i -= 1
+        buf[i] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if x < 0:
+        i -= 1
+        buf[i] = 45  # "-"
+    n = 24 - i
+    s = PyUnicode_New(n, 127)
+    memcpy(PyUnicode_DATA(s), buf + i, n)
+    return s
+
+
+cdef object _add(object counts, object key, Py_ssize_t n):
+    """``counts[key] += n``: a ``defaultdict`` holding ``key`` (an ``int``) is updated in
+    place, anything else through its ``__getitem__``/``__setitem__``."""
+    cdef PyObject* p
+    if type(counts) is defaultdict:
+        p = PyDict_GetItemWithError(counts, key)
+        if p != NULL and type(<object>p) is int:
+            PyDict_SetItem(counts, key, <object>p + n)
+            return None
+    counts[key] += n
+
+
+# the header's fields
+cdef object _Header = PullMessageRequestHeader
+cdef Py_ssize_t H_GROUP = _slot(_Header, "consumer_group")
+cdef Py_ssize_t H_TOPIC = _slot(_Header, "topic")
+cdef Py_ssize_t H_QID = _slot(_Header, "queue_id")
+cdef Py_ssize_t H_QOFF = _slot(_Header, "queue_offset")
+cdef Py_ssize_t H_MAX = _slot(_Header, "max_msg_nums")
+cdef Py_ssize_t H_FLAG = _slot(_Header, "sys_flag")
+cdef Py_ssize_t H_COMMIT = _slot(_Header, "commit_offset")
+cdef Py_ssize_t H_SUSPEND = _slot(_Header, "suspend_timeout_millis")
+cdef Py_ssize_t H_SUB = _slot(_Header, "subscription")
+cdef Py_ssize_t H_EXPR = _slot(_Header, "expression_type")
+# the command's
+cdef object _Command = RemotingCommand
+cdef Py_ssize_t C_CODE = _slot(_Command, "code", True)
+cdef Py_ssize_t C_OPAQUE = _slot(_Command, "opaque", True)
+cdef Py_ssize_t C_FLAG = _slot(_Command, "flag", True)
+cdef Py_ssize_t C_LANG = _slot(_Command, "language", True)
+cdef Py_ssize_t C_VERSION = _slot(_Command, "version", True)
+cdef Py_ssize_t C_REMARK = _slot(_Command, "remark", True)
+cdef Py_ssize_t C_EXT = _slot(_Command, "ext_fields", True)
+cdef Py_ssize_t C_BODY = _slot(_Command, "body", True)
+cdef Py_ssize_t C_SER = _slot(_Command, "serialize_type", True)
+if _Command.__new__ is not object.__new__:
+    raise ImportError("RemotingCommand has its own __new__: the twin cannot fill it in place")
+# the read's result
+cdef object _Result = GetResult
+cdef Py_ssize_t R_STATUS = _slot(_Result, "status")
+cdef Py_ssize_t R_NEXT = _slot(_Result, "next_begin_offset")
+cdef Py_ssize_t R_MIN = _slot(_Result, "min_offset")
+cdef Py_ssize_t R_MAX = _slot(_Result, "max_offset")
+cdef Py_ssize_t R_CHUNKS = _slot(_Result, "chunks")
+cdef Py_ssize_t R_UNITS = _slot(_Result, "units")
+# a topic's config, a record's summary
+cdef Py_ssize_t T_PERM = _slot(TopicConfig, "perm")
+cdef Py_ssize_t T_READ = _slot(TopicConfig, "read_queue_nums")
+cdef Py_ssize_t T_WRITE = _slot(TopicConfig, "write_queue_nums")
+cdef object _Summary = RecordSummary
+cdef Py_ssize_t S_MSG_ID = _slot(_Summary, "msg_id")
+cdef Py_ssize_t S_QOFF = _slot(_Summary, "queue_offset")
+cdef Py_ssize_t S_BORN = _slot(_Summary, "born_timestamp")
+cdef Py_ssize_t S_RECONSUME = _slot(_Summary, "reconsume_times")
 
 cdef object _pure = _ref.reference
 cdef object _FOUND = GetStatus.FOUND
@@ -52,31 +214,55 @@ cdef object _OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
 cdef object _NO_MESSAGE = GetStatus.NO_MESSAGE_IN_QUEUE
 cdef object _TOPIC_NOT_EXIST = ResponseCode.TOPIC_NOT_EXIST
 cdef object _NO_PERMISSION = ResponseCode.NO_PERMISSION
-cdef int _SUCCESS = int(ResponseCode.SUCCESS)
+cdef object _SUCCESS = int(ResponseCode.SUCCESS)
+cdef object _RESPONSE = FLAG_RESPONSE
+cdef object _VERSION = BROKER_VERSION
 cdef object _JAVA = LanguageCode.JAVA
 cdef object _MessageLog = _logs.MessageLog
+cdef dict _ingress_globals = _ingress.__dict__  # ``_groups`` read as the module does
+cdef dict _logs_globals = _logs.__dict__  # ``_info_enabled``/``_fast_emit`` read as the module does
 cdef str _MASTER = str(_ref.MASTER_ID)
 cdef object _MISS = object()
-cdef object _new = object.__new__
 cdef Py_ssize_t _TAG_CHARS = _ref._TAG_FILTER_CHARS
 cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (first pull)
+cdef object _Selector = Selector
+# ``reads.get`` of the native twin, and its C function (``_reads.GET_CAPI``)
+ctypedef object (*GetFn)(object, object, object, object, object, object, object, object)
+cdef object _twin_get = _reads.get
+cdef object _MAX_SCAN = _reads.MAX_SCAN
+cdef GetFn _get_c = <GetFn>PyCapsule_GetPointer(_reads.GET_CAPI, "kairosmq.server.store._reads.get")
+cdef object _nop = None  # structlog's method for a level its filtering logger drops
+try:
+    from structlog._native import _nop
+except ImportError:  # another structlog: ``pull.held`` is always given to the logger
+    pass
 
 
-cdef object _checked(topics, h):
+cdef object _checked(topics, h, bint exact):
     """``ingress.check_pull``: a group name already validated, a topic of the table, a
     queue id within its queues and an offset >= 0 read in place; any other request goes
     to ``check_pull``, which refuses it or answers alike."""
-    group = h.consumer_group
-    if type(group) is not str or group not in _ingress._groups.ok:
+    cdef PyObject* p
+    group = _hf(h, exact, H_GROUP, "consumer_group")
+    if type(group) is not str or group not in _ingress_globals["_groups"].ok:
         return _check_pull(topics, h)
-    cfg = topics.topics.get(h.topic) if type(topics) is TopicConfigManager else None
+    if type(topics) is not TopicConfigManager:
+        return _check_pull(topics, h)
+    table = topics.topics
+    topic = _hf(h, exact, H_TOPIC, "topic")
+    if type(table) is dict and type(topic) is str:
+        p = PyDict_GetItemWithError(table, topic)
+        cfg = <object>p if p != NULL else None
+    else:
+        cfg = table.get(topic)
     if type(cfg) is not TopicConfig:
         return _check_pull(topics, h)
-    queue_id = h.queue_id
+    queue_id = _hf(h, exact, H_QID, "queue_id")
     if (
         queue_id < 0
-        or queue_id >= max(cfg.read_queue_nums, cfg.write_queue_nums)  # queue_nums
-        or h.queue_offset < 0
+        or queue_id >= max(_field(cfg, T_READ, "read_queue_nums"),
+                           _field(cfg, T_WRITE, "write_queue_nums"))  # queue_nums
+        or _hf(h, exact, H_QOFF, "queue_offset") < 0
     ):
         return _check_pull(topics, h)
     return cfg
@@ -100,20 +286,31 @@ cdef inline bint _is_tag_type(object t):
     return not t or t.upper() == "TAG"
 
 
+cdef inline object _dict_get(object d, object key, object default):
+    """``d.get(key, default)``, a ``dict``'s read in C."""
+    cdef PyObject* p
+    if type(d) is not dict:
+        return d.get(key, default)
+    p = PyDict_GetItemWithError(d, key)
+    return <object>p if p != NULL else default
+
+
 def handle_pull(self, conn, cmd):
     """``PullMessageProcessor.handle_pull``."""
     global _from_ext
     cdef long long sys_flag
+    cdef bint exact
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
-    h = _from_ext(cmd.ext_fields)
-    cfg = _checked(self.topics, h)
+    h = _from_ext(_field(cmd, C_EXT, "ext_fields") if type(cmd) is _Command else cmd.ext_fields)
+    exact = type(h) is _Header
+    cfg = _checked(self.topics, h, exact)
     subs = self.subscriptions
     if subs is not None:  # the group's config first, as RocketMQ does
-        group = h.consumer_group
+        group = _hf(h, exact, H_GROUP, "consumer_group")
         clients = self.clients
         info = (
-            clients.consumers.get(group)  # ClientRegistry.group_info
+            _dict_get(clients.consumers, group, None)  # ClientRegistry.group_info
             if type(clients) is ClientRegistry
             else clients.group_info(group)
         )
@@ -121,7 +318,9 @@ def handle_pull(self, conn, cmd):
         # SubscriptionGroupManager.pull_refusal's "no refusal" read in place: an existing
         # group, consumeEnable, not a broadcast consumer of a group without
         # consumeBroadcastEnable; any other case asks it (it auto-creates the group)
-        gcfg = subs.table.get(group) if type(subs) is SubscriptionGroupManager else None
+        gcfg = (
+            _dict_get(subs.table, group, None) if type(subs) is SubscriptionGroupManager else None
+        )
         if (
             gcfg is None
             or not gcfg.consume_enable
@@ -130,53 +329,66 @@ def handle_pull(self, conn, cmd):
             refused = subs.pull_refusal(group, model)
             if refused is not None:
                 return cmd.error(*refused)
-    topic = h.topic
+    topic = _hf(h, exact, H_TOPIC, "topic")
     if cfg is None:
         return cmd.error(_TOPIC_NOT_EXIST, f"topic {topic} does not exist")
-    if not cfg.perm & PERM_READ:
+    if not (_field(cfg, T_PERM, "perm") if type(cfg) is TopicConfig else cfg.perm) & PERM_READ:
         return cmd.error(_NO_PERMISSION, f"topic {topic} is not readable")
-    sys_flag = h.sys_flag
+    sys_flag = _hf(h, exact, H_FLAG, "sys_flag")
     codes = _MISS
     if sys_flag & PULL_SUBSCRIPTION:  # ``_filter``'s table, read in place
-        expr = h.subscription
-        if expr and len(expr) <= _TAG_CHARS and _is_tag_type(h.expression_type):
-            codes = self._tag_filters.get(expr, _MISS)
+        expr = _hf(h, exact, H_SUB, "subscription")
+        if expr and len(expr) <= _TAG_CHARS and _is_tag_type(_hf(h, exact, H_EXPR, "expression_type")):
+            codes = _dict_get(self._tag_filters, expr, _MISS)
     if codes is _MISS:
         codes = self._filter(h)
-    if sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0:
-        self.offsets.commit(h.consumer_group, topic, h.queue_id, h.commit_offset)
-    result = _read(self, h, codes)
-    status = result.status
+    if sys_flag & PULL_COMMIT_OFFSET:
+        commit = _hf(h, exact, H_COMMIT, "commit_offset")
+        if commit >= 0:
+            self.offsets.commit(_hf(h, exact, H_GROUP, "consumer_group"), topic,
+                                _hf(h, exact, H_QID, "queue_id"), commit)
+    result = _read(self, h, exact, codes)
+    status = _field(result, R_STATUS, "status") if type(result) is _Result else result.status
     if (
-        (status is _OVERFLOW_ONE or (status is _NO_MESSAGE and h.queue_offset == 0))
+        (status is _OVERFLOW_ONE or (status is _NO_MESSAGE and _hf(h, exact, H_QOFF, "queue_offset") == 0))
         and sys_flag & PULL_SUSPEND
         and self.config.long_polling
         and self.running()
     ):
         if _acquired(self.holds, conn):
-            self._hold(conn, cmd, h, codes)
+            hold_m = self._hold
+            if (
+                PyMethod_Check(hold_m)
+                and PyMethod_GET_FUNCTION(hold_m) is <PyObject*>hold
+                and PyMethod_GET_SELF(hold_m) is <PyObject*>self
+            ):
+                _hold(self, conn, cmd, h, codes)
+            else:
+                hold_m(conn, cmd, h, codes)
             return None
-    return answer(self, cmd, h, result)
+    return _answer(self, cmd, h, result)
 
 
-cdef object _read(self, h, codes):
-    """``PullMessageProcessor._get``: the tag or no filter read directly."""
-    cdef Py_ssize_t max_count
-    if isinstance(codes, Selector):
+cdef object _read(self, h, bint exact, codes):
+    """``PullMessageProcessor._get``: the tag or no filter read directly (the native
+    ``reads.get`` called as a C function)."""
+    if codes is not None and type(codes) is not frozenset and isinstance(codes, _Selector):
         return self._get(h, codes)
-    max_count = h.max_msg_nums
-    if max_count > 512:
-        max_count = 512
-    if max_count < 1:
-        max_count = 1
-    return self.reads.get(
-        h.topic,
-        h.queue_id,
-        h.queue_offset,
-        max_count,
-        max_bytes=self.config.pull_max_bytes,
-        match=codes,
-    )
+    max_count = _hf(h, exact, H_MAX, "max_msg_nums")
+    max_count = max(1, min(max_count, 512))
+    reads = self.reads
+    get = reads.get
+    topic = _hf(h, exact, H_TOPIC, "topic")
+    queue_id = _hf(h, exact, H_QID, "queue_id")
+    offset = _hf(h, exact, H_QOFF, "queue_offset")
+    max_bytes = self.config.pull_max_bytes
+    if (
+        PyMethod_Check(get)
+        and PyMethod_GET_FUNCTION(get) is <PyObject*>_twin_get
+        and PyMethod_GET_SELF(get) is <PyObject*>reads
+    ):
+        return _get_c(reads, topic, queue_id, offset, max_count, max_bytes, codes, _MAX_SCAN)
+    return get(topic, queue_id, offset, max_count, max_bytes=max_bytes, match=codes)
 
 
 cdef class HeldAnswer:
@@ -189,6 +401,7 @@ cdef class HeldAnswer:
 
     def __call__(self, notified):
         proc, conn, cmd = self.proc, self.conn, self.cmd
+        h = self.h
         holds = proc.holds
         if type(holds) is PullHolds:  # PullHolds.release
             conn.held_pulls -= 1
@@ -196,104 +409,168 @@ cdef class HeldAnswer:
         else:
             holds.release(conn)
         try:
-            response = proc._answer(cmd, self.h, _read(proc, self.h, self.codes))
+            ans = proc._answer
+            result = _read(proc, h, type(h) is _Header, self.codes)
+            if (
+                PyMethod_Check(ans)
+                and PyMethod_GET_FUNCTION(ans) is <PyObject*>answer
+                and PyMethod_GET_SELF(ans) is <PyObject*>proc
+            ):
+                response = _answer(proc, cmd, h, result)
+            else:
+                response = ans(cmd, h, result)
         except Exception as err:  # every failure becomes an answer
             response = conn.server.failure_answer(conn, cmd, err)
-        if not cmd.flag & FLAG_ONEWAY:
+        if not (_field(cmd, C_FLAG, "flag") if type(cmd) is _Command else cmd.flag) & FLAG_ONEWAY:
             conn.send(response)
+
+
+cdef object _copy_request(cmd):
+    """``RemotingCommand(code, opaque, flag, language, version, remark, {}, b"",
+    serialize_type)`` of ``cmd``, allocated and filled in its slots."""
+    held = PyType_GenericAlloc(<PyTypeObject*>_Command, 0)
+    _put(held, C_CODE, _field(cmd, C_CODE, "code"))
+    _put(held, C_OPAQUE, _field(cmd, C_OPAQUE, "opaque"))
+    _put(held, C_FLAG, _field(cmd, C_FLAG, "flag"))
+    _put(held, C_LANG, _field(cmd, C_LANG, "language"))
+    _put(held, C_VERSION, _field(cmd, C_VERSION, "version"))
+    _put(held, C_REMARK, _field(cmd, C_REMARK, "remark"))
+    _put(held, C_EXT, {})
+    _put(held, C_BODY, b"")
+    _put(held, C_SER, _field(cmd, C_SER, "serialize_type"))
+    return held
 
 
 def hold(self, conn, cmd, h, codes):
     """``PullMessageProcessor._hold``."""
-    timeout_ms = h.suspend_timeout_millis  # max(0, min(.., max_pull_hold_ms)), any int
+    _hold(self, conn, cmd, h, codes)
+
+
+cdef object _hold(self, conn, cmd, h, codes):
+    """``hold``'s body (called by ``handle_pull`` directly)."""
+    cdef HeldAnswer wake
+    cdef bint exact = type(h) is _Header
+    timeout_ms = _hf(h, exact, H_SUSPEND, "suspend_timeout_millis")  # max(0, min(.., cap))
     cap = self.config.max_pull_hold_ms
     if timeout_ms > cap:
         timeout_ms = cap
     if timeout_ms < 0:
         timeout_ms = 0
     # parsed into ``h``: what is held keeps no raw header (memory per held pull)
-    held = _new(RemotingCommand)  # RemotingCommand(..) without its __init__ frame
-    held.code = cmd.code
-    held.opaque = cmd.opaque
-    held.flag = cmd.flag
-    held.language = cmd.language
-    held.version = cmd.version
-    held.remark = cmd.remark
-    held.ext_fields = {}
-    held.body = b""
-    held.serialize_type = cmd.serialize_type
-    cmd = held
-    self.log.debug(
-        "pull.held",
-        group=h.consumer_group,
-        topic=h.topic,
-        queue_id=h.queue_id,
-        queue_offset=h.queue_offset,
-        timeout_ms=timeout_ms,
-    )
-    self.notifier.hold(h.topic, h.queue_id, HeldAnswer(self, conn, cmd, h, codes), timeout_ms / 1000)
+    if type(cmd) is _Command:
+        cmd = _copy_request(cmd)
+    else:
+        cmd = RemotingCommand(cmd.code, cmd.opaque, cmd.flag, cmd.language, cmd.version,
+                              cmd.remark, {}, b"", cmd.serialize_type)
+    topic = _hf(h, exact, H_TOPIC, "topic")
+    queue_id = _hf(h, exact, H_QID, "queue_id")
+    debug = self.log.debug
+    if not (
+        _nop is not None
+        and PyMethod_Check(debug)
+        and PyMethod_GET_FUNCTION(debug) is <PyObject*>_nop
+    ):  # structlog's no-op for a dropped level is not called: it does nothing
+        debug(
+            "pull.held",
+            group=_hf(h, exact, H_GROUP, "consumer_group"),
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=_hf(h, exact, H_QOFF, "queue_offset"),
+            timeout_ms=timeout_ms,
+        )
+    wake = HeldAnswer.__new__(HeldAnswer)  # HeldAnswer(self, conn, cmd, h, codes)
+    wake.proc, wake.conn, wake.cmd, wake.h, wake.codes = self, conn, cmd, h, codes
+    self.notifier.hold(topic, queue_id, wake, timeout_ms / 1000)
 
 
 def answer(self, cmd, h, result):
     """``PullMessageProcessor._answer``."""
-    cdef Py_ssize_t n
+    return _answer(self, cmd, h, result)
+
+
+cdef object _answer(self, cmd, h, result):
+    """``answer``'s body (called by ``handle_pull`` and ``HeldAnswer`` directly)."""
+    cdef Py_ssize_t n, k
+    cdef PyObject* p
+    cdef PyObject* f
+    cdef dict ext, fields
+    cdef list summaries
     config = self.config
-    if result.status is not _FOUND or config.slave_read_enable:
+    if (
+        type(result) is not _Result
+        or type(h) is not _Header
+        or type(cmd) is not _Command
+        or _at(result, R_STATUS) != <PyObject*>_FOUND
+        or config.slave_read_enable
+    ):
         return _pure._answer(self, cmd, h, result)
-    ext = {  # PullMessageResponseHeader.to_ext_fields: suggestWhichBrokerId 0 (the master)
-        "suggestWhichBrokerId": _MASTER,
-        "nextBeginOffset": str(result.next_begin_offset),
-        "minOffset": str(result.min_offset),
-        "maxOffset": str(result.max_offset),
-    }
-    chunks = result.chunks
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    n = len(result.units)
-    topic = h.topic
-    group = h.consumer_group
+    # PullMessageResponseHeader.to_ext_fields: suggestWhichBrokerId 0 (the master)
+    ext = _PyDict_NewPresized(4)
+    ext["suggestWhichBrokerId"] = _MASTER
+    ext["nextBeginOffset"] = _dec(_field(result, R_NEXT, "next_begin_offset"))
+    ext["minOffset"] = _dec(_field(result, R_MIN, "min_offset"))
+    ext["maxOffset"] = _dec(_field(result, R_MAX, "max_offset"))
+    chunks = _field(result, R_CHUNKS, "chunks")
+    if type(chunks) is list and PyList_GET_SIZE(chunks) == 1:
+        body = <object>PyList_GET_ITEM(chunks, 0)
+    else:
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    n = len(_field(result, R_UNITS, "units"))
+    topic = _field(h, H_TOPIC, "topic")
+    group = _field(h, H_GROUP, "consumer_group")
     stats = self.stats
-    stats.pulled[topic] += n
-    stats.group_pulled[(topic, group)] += n
+    _add(stats.pulled, topic, n)
+    _add(stats.group_pulled, (topic, group), n)
     msglog = self.msglog
     fast = type(msglog) is _MessageLog
     # MessageLog.enabled and MessageLog.info's emitter, read in place
-    if config.log_messages and (_logs._info_enabled if fast else msglog.enabled):
-        emit = _logs._fast_emit if fast else None
-        queue_id = h.queue_id
-        for s in summarize_records(body):
+    if config.log_messages and (_logs_globals["_info_enabled"] if fast else msglog.enabled):
+        emit = _logs_globals["_fast_emit"] if fast else None
+        queue_id = _field(h, H_QID, "queue_id")
+        summaries = summarize_records(body)
+        for k in range(PyList_GET_SIZE(summaries)):
+            s = <object>PyList_GET_ITEM(summaries, k)
+            if type(s) is _Summary:
+                msg_id = _field(s, S_MSG_ID, "msg_id")
+                queue_offset = _field(s, S_QOFF, "queue_offset")
+                born_ts = _field(s, S_BORN, "born_timestamp")
+                reconsume_times = _field(s, S_RECONSUME, "reconsume_times")
+            else:
+                msg_id = s.msg_id
+                queue_offset = s.queue_offset
+                born_ts = s.born_timestamp
+                reconsume_times = s.reconsume_times
             if emit is None:
                 msglog.info(
                     "message.pulled",
-                    msg_id=s.msg_id,
+                    msg_id=msg_id,
                     group=group,
                     topic=topic,
                     queue_id=queue_id,
-                    queue_offset=s.queue_offset,
-                    born_ts=s.born_timestamp,
-                    reconsume_times=s.reconsume_times,
+                    queue_offset=queue_offset,
+                    born_ts=born_ts,
+                    reconsume_times=reconsume_times,
                 )
-            else:  # MessageLog.info's fast case
-                emit(
-                    "message.pulled",
-                    {
-                        "msg_id": s.msg_id,
-                        "group": group,
-                        "topic": topic,
-                        "queue_id": queue_id,
-                        "queue_offset": s.queue_offset,
-                        "born_ts": s.born_timestamp,
-                        "reconsume_times": s.reconsume_times,
-                    },
-                )
-    # cmd.response(SUCCESS, ext_fields=ext, body=body), without its frames
-    out = _new(RemotingCommand)
-    out.code = _SUCCESS
-    out.opaque = cmd.opaque
-    out.flag = FLAG_RESPONSE
-    out.language = _JAVA
-    out.version = BROKER_VERSION
-    out.remark = None
-    out.ext_fields = ext
-    out.body = body
-    out.serialize_type = cmd.serialize_type
+                continue
+            # MessageLog.info's fast case: the fields its ``**fields`` would collect
+            fields = _PyDict_NewPresized(7)
+            fields["msg_id"] = msg_id
+            fields["group"] = group
+            fields["topic"] = topic
+            fields["queue_id"] = queue_id
+            fields["queue_offset"] = queue_offset
+            fields["born_ts"] = born_ts
+            fields["reconsume_times"] = reconsume_times
+            emit("message.pulled", fields)
+    # cmd.response(SUCCESS, ext_fields=ext, body=body), allocated and filled in place
+    out = PyType_GenericAlloc(<PyTypeObject*>_Command, 0)
+    _put(out, C_CODE, _SUCCESS)
+    _put(out, C_OPAQUE, _field(cmd, C_OPAQUE, "opaque"))
+    _put(out, C_FLAG, _RESPONSE)
+    _put(out, C_LANG, _JAVA)
+    _put(out, C_VERSION, _VERSION)
+    _put(out, C_REMARK, None)
+    _put(out, C_EXT, ext)
+    _put(out, C_BODY, body)
+    _put(out, C_SER, _field(cmd, C_SER, "serialize_type"))
     return out

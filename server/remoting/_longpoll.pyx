@@ -4,64 +4,185 @@
 
 ``on_dispatch`` and ``notify`` (``ArrivalNotifier.on_dispatch`` / ``notify``: a dict
 lookup per stored message, fed by the store's dispatch loop), ``hold`` (a held pull
-parked: its ``Held`` filled without its ``__init__`` frame, its deadline timer), ``fire``
-(``Held.fire``) and ``wake`` (``_wake``: every pull held on a queue answered in one loop
-callback, a failed answer reported to the loop and the others still answered), each
-step for step the reference's, with no Python frame of their own.
+parked: its ``Held`` allocated and filled in its slots without ``__init__``, its
+deadline timer), ``fire`` (``Held.fire``) and ``wake`` (``_wake``: every pull held on a
+queue answered in one loop callback, a failed answer reported to the loop and the
+others still answered), each step for step the reference's, with no Python frame of
+their own: ``Held``'s and the ``DispatchRequest``'s fields read and written in their
+slots, the notifier's tables read and written with the ``dict`` C calls when they are
+dicts, and ``on_dispatch`` and ``wake`` calling ``notify`` and ``fire`` as C functions.
 """
+
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from asyncio import get_running_loop
 
+from ..store.types import DispatchRequest
 from . import longpoll as _ref
 
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
 cdef object _Held = _ref.Held
-cdef object _new = object.__new__
+cdef object _MemberDescriptor = type(_Held.answer)
+
+
+cdef Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
+    """Where instances of ``cls`` hold the ``__slots__`` field ``name``: the offset its
+    member descriptor reads and writes. ImportError (the pure core runs) if the class
+    is not laid out so."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
+cdef inline object _field(object obj, Py_ssize_t at, str name):
+    """``obj.<name>`` read in its slot at ``at`` (an unset field asks ``getattr``: its
+    AttributeError)."""
+    cdef PyObject* p = _at(obj, at)
+    if p == NULL:
+        return getattr(obj, name)
+    return <object>p
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at`` (what its member descriptor's
+    ``__set__`` does: the new value held, the old one released)."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef Py_ssize_t H_ANSWER = _slot(_Held, "answer")
+cdef Py_ssize_t H_KEY = _slot(_Held, "key")
+cdef Py_ssize_t H_TIMER = _slot(_Held, "timer")
+cdef Py_ssize_t H_DONE = _slot(_Held, "done")
+cdef object _Request = DispatchRequest
+cdef Py_ssize_t R_TOPIC = _slot(_Request, "topic", False)
+cdef Py_ssize_t R_QID = _slot(_Request, "queue_id", False)
+cdef Py_ssize_t R_REPLAY = _slot(_Request, "replay", False)
+if _Held.__new__ is not object.__new__:
+    raise ImportError("Held has its own __new__: the twin cannot fill it in place")
 
 
 def on_dispatch(self, req):
     """``ArrivalNotifier.on_dispatch``."""
-    if not req.replay:
-        notify(self, req.topic, req.queue_id)
+    if type(req) is not _Request:
+        if not req.replay:
+            _notify(self, req.topic, req.queue_id)
+        return
+    if not _field(req, R_REPLAY, "replay"):
+        _notify(self, _field(req, R_TOPIC, "topic"), _field(req, R_QID, "queue_id"))
 
 
-def notify(self, topic, queue_id):
-    """``ArrivalNotifier.notify``."""
-    key = (topic, queue_id)
+cdef inline object _pop(object table, object key):
+    """``table.pop(key, None)``: a ``dict``'s entry taken out with its C calls."""
+    cdef PyObject* p
+    if type(table) is not dict:
+        return table.pop(key, None)
+    p = PyDict_GetItemWithError(table, key)
+    if p == NULL:
+        return None
+    value = <object>p
+    PyDict_DelItem(table, key)
+    return value
+
+
+cdef object _notify(self, topic, queue_id):
+    """``ArrivalNotifier.notify`` (its key made only when something waits: unseen)."""
     waiting = self._waiters
+    parked = self._held
+    if not waiting and not parked:
+        return None
+    key = (topic, queue_id)
     if waiting:
-        waiters = waiting.pop(key, None)
+        waiters = _pop(waiting, key)
         if waiters:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(True)
-    parked = self._held
     if parked:
-        held = parked.pop(key, None)
+        held = _pop(parked, key)
         if held and self._loop is not None:
             self._loop.call_soon(wake, held)
 
 
+def notify(self, topic, queue_id):
+    """``ArrivalNotifier.notify``."""
+    _notify(self, topic, queue_id)
+
+
 def hold(self, topic, queue_id, answer, timeout):
     """``ArrivalNotifier.hold``."""
-    h = _new(_Held)  # Held(answer, (topic, queue_id))
-    h.answer = answer
-    h.key = key = (topic, queue_id)
-    h.timer = None
-    h.done = False
+    cdef PyObject* p
+    h = PyType_GenericAlloc(<PyTypeObject*>_Held, 0)  # Held(answer, (topic, queue_id))
+    key = (topic, queue_id)
+    _put(h, H_ANSWER, answer)
+    _put(h, H_KEY, key)
+    _put(h, H_TIMER, None)
+    _put(h, H_DONE, False)
     if self.closed:
-        fire(h, False)
+        _fire(h, False)
         return h
     loop = self._loop = self._loop or get_running_loop()
-    parked = self._held.get(key)
-    if parked is None:
-        parked = self._held[key] = {}
-    parked[h] = None
-    h.timer = loop.call_later(timeout, self._expire_held, h)
+    table = self._held
+    if type(table) is dict:  # self._held.setdefault(h.key, {})[h] = None
+        p = PyDict_GetItemWithError(table, key)
+        if p == NULL:
+            parked = {}
+            PyDict_SetItem(table, key, parked)
+        else:
+            parked = <object>p
+    else:
+        parked = table.setdefault(key, {})
+    if type(parked) is dict:
+        PyDict_SetItem(parked, h, None)
+    else:
+        parked[h] = None
+    _put(h, H_TIMER, loop.call_later(timeout, self._expire_held, h))
     return h
+
+
+cdef object _fire(self, notified):
+    """``Held.fire`` of a ``Held``."""
+    if _field(self, H_DONE, "done"):
+        return None
+    _put(self, H_DONE, True)
+    timer = _field(self, H_TIMER, "timer")
+    if timer is not None:
+        timer.cancel()
+    _field(self, H_ANSWER, "answer")(notified)
 
 
 def fire(self, notified):
     """``Held.fire``."""
+    if type(self) is _Held:
+        _fire(self, notified)
+        return
     if self.done:
         return
     self.done = True
@@ -76,7 +197,7 @@ def wake(held, notified=True):
     for h in held:
         try:
             if type(h) is _Held:
-                fire(h, notified)
+                _fire(h, notified)
             else:
                 h.fire(notified)
         except Exception as err:  # one failed answer must not keep the others

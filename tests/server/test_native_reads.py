@@ -190,3 +190,40 @@ async def test_get_reads_alike_on_both_cores(tmp_path: Path) -> None:
         )
     finally:
         store.close()
+
+
+async def test_a_failed_log_read_raises_alike(tmp_path: Path) -> None:
+    """A segment whose ``pread`` fails (its descriptor now a directory's: EISDIR) makes
+    ``get`` raise the same ``OSError`` on both cores; once it reads again, both answer
+    the same records."""
+    import os
+
+    from kairosmq.server.store.message_store import MessageStore
+    from kairosmq.server.store.types import MessageInner
+
+    get = twin("server.store.reads").get
+    store = MessageStore(
+        tmp_path / "s",
+        store_host=(b"\x7f\x00\x00\x01", 10911),
+        segment_size=16 << 10,
+        units_per_file=8,
+        max_message_size=4 << 10,
+    )
+    store.open()
+    bad = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for i in range(5):
+            store.put(MessageInner("G", 0, b"m%d" % i, {}))
+        store.write_out()
+        seg = store.commitlog.segments[0]
+        fd, seg.fd = seg.fd, bad
+        try:
+            failed = [outcome(fn, store, "G", 0, 1, 2) for fn in (get, ref.get)]
+        finally:
+            seg.fd = fd
+        assert failed[0] == failed[1] and failed[0][:2] == ("raised", IsADirectoryError)
+        found = [outcome(fn, store, "G", 0, 1, 2) for fn in (get, ref.get)]
+        assert found[0] == found[1] and len(found[0][1].units) == 2
+    finally:
+        os.close(bad)
+        store.close()

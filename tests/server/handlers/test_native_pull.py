@@ -15,6 +15,7 @@ woken by a put or by its deadline, answered alike).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any  # Any: the twins are untyped compiled modules
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import RequestCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.headers import PullMessageRequestHeader
 from kairosmq.server.handlers import pull
 from kairosmq.server.handlers.pull import PullMessageProcessor
 from kairosmq.server.observe import logs
@@ -265,3 +267,93 @@ async def test_captured_stock_client_pulls_answer_alike(  # type: ignore[no-unty
             assert seen[0] == seen[1], (folder, e["file"], retarget)
             found += bool(seen[0][2])
     assert found  # some captured pulls found messages
+
+
+async def test_found_answers_alike_for_any_offsets(  # type: ignore[no-untyped-def]
+    rig, nat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FOUND read answered by both cores: the response header's offsets (any ``int``,
+    beyond 64 bits too, written as their decimal digits), one chunk or several, the same
+    answer bytes, stats and ``message.pulled`` events."""
+    await _fill(rig)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        logs, "_fast_emit", lambda event, fields, level="info": events.append((event, dict(fields)))
+    )
+    procs = {name: _processor(cls, rig, False) for name, cls in _cores(nat).items()}
+    answer = {"ref": pull.reference._answer, "nat": nat.answer}
+    found = reads.reference.get(rig.store, "P", 1, 3, 6)
+    assert found.units
+    cmd = req(RequestCode.PULL_MESSAGE, {"consumerGroup": "G", "topic": "P", "queueId": 1})
+    h = PullMessageRequestHeader.from_ext_fields(
+        {"consumerGroup": "G", "topic": "P", "queueId": "1", "queueOffset": "3"}
+    )
+    offsets = st.integers(-(2**70), 2**70) | st.integers(-(2**63), 2**63 - 1) | st.integers(0, 99)
+
+    @PARITY
+    @given(offsets, offsets, offsets, st.integers(1, 3))
+    def run(next_begin: int, lo: int, hi: int, pieces: int) -> None:
+        body = b"".join(found.chunks)
+        cut = [len(body) * i // pieces for i in range(pieces + 1)]
+        result = dataclasses.replace(
+            found,
+            next_begin_offset=next_begin,
+            min_offset=lo,
+            max_offset=hi,
+            chunks=[body[a:b] for a, b in zip(cut, cut[1:], strict=False)],
+        )
+        seen = []
+        for name, proc in procs.items():
+            before = _state(rig)
+            del events[:]
+            got = outcome(answer[name], proc, cmd, h, result)
+            if got[0] == "ok":
+                got = ("ok", encode_command(got[1]))
+            seen.append((got, _change(before, _state(rig)), list(events)))
+        assert seen[0] == seen[1]
+        assert seen[0][0][0] == "ok" and len(seen[0][2]) == len(found.units)
+
+    run()
+
+
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.INFO])
+async def test_held_pull_event_alike_at_each_level(  # type: ignore[no-untyped-def]
+    rig, nat, level: int
+) -> None:
+    """``pull.held`` reaches a debug-level logger with the same fields from both cores;
+    an info-level logger (whose ``debug`` is structlog's no-op) gets no call from either."""
+    import asyncio
+
+    import structlog
+    from kairosmq.protocol.codes import PULL_SUSPEND
+    from structlog.testing import CapturingLogger
+
+    await _fill(rig)
+    calls = {}
+    for name, cls in _cores(nat).items():
+        proc = _processor(cls, rig, True)
+        sink = CapturingLogger()
+        proc.log = structlog.wrap_logger(
+            sink, wrapper_class=structlog.make_filtering_bound_logger(level), processors=[]
+        )
+        end = rig.store.queues[("P", 2)].max_offset
+        cmd = req(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "G",
+                "topic": "P",
+                "queueId": 2,
+                "queueOffset": end,
+                "sysFlag": PULL_SUSPEND,
+                "suspendTimeoutMillis": 20,
+            },
+        )
+        assert rig.guarded(proc.handle_pull)(rig.conn(), cmd) is None  # held
+        calls[name] = [(c.method_name, c.args, c.kwargs) for c in sink.calls]
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if rig.broker.pull_holds.held == 0:
+            break
+    assert rig.broker.pull_holds.held == 0
+    assert calls["ref"] == calls["nat"]
+    assert len(calls["ref"]) == (1 if level == logging.DEBUG else 0)
