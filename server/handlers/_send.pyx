@@ -27,9 +27,17 @@ properties, a topic not writable or without write queues. After the put, a refus
 SYNC_FLUSH are answered by the reference's ``_respond``.
 """
 
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from libc.string cimport memcpy
+
 import random as _random
 from binascii import b2a_base64
 from inspect import isawaitable
+from types import MemberDescriptorType
 
 from kairosmq.protocol.codes import (
     FLAG_RESPONSE,
@@ -68,12 +76,30 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import RECALL_HANDLE_VERSION, _URLSAFE
 
 from ..config import FlushMode
+from ..put import path as _path
 from ..put.kind import MessageKind
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import refuse as _refuse
-from ..store import MessageInner, PutStatus
+from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicConfigManager
 from . import send as _ref
+
+cdef extern from "Python.h":
+    # NULL with the error set (a surrogate): the caller clears it
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    void PyErr_Clear()
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+    object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 cdef object _ref_handle = _ref.reference.handle_send
 cdef object _from_v1 = SendMessageRequestHeader._codec(False)[0]
@@ -98,9 +124,11 @@ cdef object _FLAG_RESPONSE = FLAG_RESPONSE
 cdef object _JAVA = LanguageCode.JAVA
 cdef object _VERSION = BROKER_VERSION
 cdef object _RemotingCommand = RemotingCommand
+cdef object _SendHeader = SendMessageRequestHeader
 cdef object _MessageInner = MessageInner
+cdef object _PutResult = PutResult
 cdef object _TopicConfigManager = TopicConfigManager
-cdef object _new = object.__new__
+cdef object _MemberDescriptor = MemberDescriptorType
 cdef tuple _TIMER_PROPERTIES = tuple(TIMER_PROPERTIES)
 cdef str _RETRY_PREFIX = RETRY_GROUP_TOPIC_PREFIX
 cdef str _SYSTEM_PREFIX = SYSTEM_TOPIC_PREFIX
@@ -115,6 +143,203 @@ cdef str _UNIQ_KEY = UNIQ_KEY
 cdef str _REGION = DEFAULT_REGION
 cdef str _HANDLE_VERSION = RECALL_HANDLE_VERSION
 cdef bytes _URLSAFE_TABLE = _URLSAFE
+cdef bytes _B64URL = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+if bytes(range(256))[43:44].translate(_URLSAFE) != b"-" or bytes([47]).translate(_URLSAFE) != b"_":
+    raise ImportError("timer._URLSAFE is not base64url's table")
+
+
+# ------------------------------------------------------------------ slots
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name`` (as
+    ``store/_message_store.pyx``'s): ImportError (the pure core runs) if not a slot."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef Py_ssize_t _own_slot(object cls, str name) except -1:
+    """``_slot`` of a field ``cls`` itself declares."""
+    if name not in cls.__slots__:
+        raise ImportError(f"{cls.__name__}.{name} is not one of its slots")
+    return _slot(cls, name)
+
+
+for _cls in (MessageInner, RemotingCommand, PutResult):
+    if _cls.__mro__ != (_cls, object) or _cls.__new__ is not object.__new__:
+        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
+if len(MessageInner.__slots__) != 10 or len(RemotingCommand.__slots__) != 9:
+    raise ImportError("MessageInner or RemotingCommand has fields handle_send does not fill")
+if SendMessageRequestHeader.__new__ is not object.__new__:
+    raise ImportError("SendMessageRequestHeader is not a plain slotted dataclass")
+# MessageInner: every field, set in this order
+cdef Py_ssize_t M_TOPIC = _own_slot(MessageInner, "topic")
+cdef Py_ssize_t M_QID = _own_slot(MessageInner, "queue_id")
+cdef Py_ssize_t M_BODY = _own_slot(MessageInner, "body")
+cdef Py_ssize_t M_PROPS = _own_slot(MessageInner, "properties")
+cdef Py_ssize_t M_FLAG = _own_slot(MessageInner, "flag")
+cdef Py_ssize_t M_SYS_FLAG = _own_slot(MessageInner, "sys_flag")
+cdef Py_ssize_t M_BORN_TS = _own_slot(MessageInner, "born_timestamp")
+cdef Py_ssize_t M_BORN_HOST = _own_slot(MessageInner, "born_host")
+cdef Py_ssize_t M_RECONSUME = _own_slot(MessageInner, "reconsume_times")
+cdef Py_ssize_t M_STORE_TS = _own_slot(MessageInner, "store_timestamp")
+# RemotingCommand: every field
+cdef Py_ssize_t C_CODE = _own_slot(RemotingCommand, "code")
+cdef Py_ssize_t C_OPAQUE = _own_slot(RemotingCommand, "opaque")
+cdef Py_ssize_t C_FLAG = _own_slot(RemotingCommand, "flag")
+cdef Py_ssize_t C_LANGUAGE = _own_slot(RemotingCommand, "language")
+cdef Py_ssize_t C_VERSION = _own_slot(RemotingCommand, "version")
+cdef Py_ssize_t C_REMARK = _own_slot(RemotingCommand, "remark")
+cdef Py_ssize_t C_EXT = _own_slot(RemotingCommand, "ext_fields")
+cdef Py_ssize_t C_BODY = _own_slot(RemotingCommand, "body")
+cdef Py_ssize_t C_SERIALIZE = _own_slot(RemotingCommand, "serialize_type")
+# PutResult: the fields the answer reads
+cdef Py_ssize_t R_STATUS = _own_slot(PutResult, "status")
+cdef Py_ssize_t R_PHY = _own_slot(PutResult, "phy_offset")
+cdef Py_ssize_t R_QOFF = _own_slot(PutResult, "queue_offset")
+cdef Py_ssize_t R_MSG_ID = _own_slot(PutResult, "offset_msg_id")
+# SendMessageRequestHeader: the fields the send reads (and sys_flag, written)
+cdef Py_ssize_t H_GROUP = _slot(SendMessageRequestHeader, "producer_group")
+cdef Py_ssize_t H_TOPIC = _slot(SendMessageRequestHeader, "topic")
+cdef Py_ssize_t H_QID = _slot(SendMessageRequestHeader, "queue_id")
+cdef Py_ssize_t H_SYS_FLAG = _slot(SendMessageRequestHeader, "sys_flag")
+cdef Py_ssize_t H_BORN_TS = _slot(SendMessageRequestHeader, "born_timestamp")
+cdef Py_ssize_t H_FLAG = _slot(SendMessageRequestHeader, "flag")
+cdef Py_ssize_t H_PROPS = _slot(SendMessageRequestHeader, "properties")
+cdef Py_ssize_t H_RECONSUME = _slot(SendMessageRequestHeader, "reconsume_times")
+cdef Py_ssize_t H_MAX_RECONSUME = _slot(SendMessageRequestHeader, "max_reconsume_times")
+cdef Py_ssize_t H_BATCH = _slot(SendMessageRequestHeader, "batch")
+
+
+cdef inline object _at(object obj, Py_ssize_t at):
+    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as its
+    descriptor)."""
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+    if p == NULL:
+        raise AttributeError("a field is unset")
+    return <object>p
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline object _fresh(object cls):
+    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
+    all ``object.__new__`` does for a class that does not override ``__new__``."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
+
+
+cdef inline str _dec(object v):
+    """``str(v)``: an ``int`` within 64 bits written by C, anything else by ``str``."""
+    cdef int overflow = 0
+    cdef long long n
+    if type(v) is int:
+        n = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if not overflow:
+            return str(n)
+    return str(v)
+
+
+# ------------------------------------------------------------------ the put, called in C
+
+ctypedef object (*put_fn)(object, object, object, object)
+cdef put_fn _put_c = NULL  # put/_path.pyx's ``put`` as a C function, when it is chosen
+cdef object _put_twin = None
+if _path._twin is not None and PyCapsule_IsValid(
+    _path._twin.PUT, b"kairosmq.server.put._path.PUT"
+):
+    _put_c = <put_fn>PyCapsule_GetPointer(_path._twin.PUT, b"kairosmq.server.put._path.PUT")
+    _put_twin = _path._twin.put
+
+
+# ------------------------------------------------------------------ the recall handle
+
+
+cdef inline bint _canonical_int(str s):
+    """Whether ``s`` is what ``str(int(s))`` gives back: ASCII digits, an optional ``-``,
+    no leading zero (but ``0``)."""
+    cdef Py_ssize_t n = len(s), i = 0
+    cdef Py_UCS4 c
+    if n == 0 or n > 19:
+        return False
+    if s[0] == "-":
+        i = 1
+        if n == 1 or s[1] == "0":
+            return False
+    elif s[0] == "0":
+        return n == 1
+    while i < n:
+        c = s[i]
+        if c < 48 or c > 57:
+            return False
+        i += 1
+    return True
+
+
+cdef object _recall_text(str target, str broker, str due, str uniq):
+    """``timer.encode_recall_handle(target, broker, int(due), uniq)`` for a ``due`` that
+    ``_canonical_int`` accepts, base64url written here; None to let the reference's code
+    make it (text UTF-8 cannot hold, a handle over 1 KiB)."""
+    cdef const char* parts[5]
+    cdef Py_ssize_t sizes[5]
+    cdef char raw[1024]
+    cdef char out[1368]
+    cdef const char* b64 = _B64URL
+    cdef Py_ssize_t n = 0, i, k = 0
+    cdef unsigned int v
+    cdef str part
+    for i, part in enumerate((_HANDLE_VERSION, target, broker, due, uniq)):
+        parts[i] = PyUnicode_AsUTF8AndSize(part, &sizes[i])
+        if parts[i] == NULL:
+            PyErr_Clear()
+            return None
+        n += sizes[i] + 1
+    n -= 1
+    if n > 1024:
+        return None
+    n = 0
+    for i in range(5):
+        if i:
+            raw[n] = 32  # " "
+            n += 1
+        memcpy(raw + n, parts[i], sizes[i])
+        n += sizes[i]
+    i = 0
+    while i + 2 < n:
+        v = (<unsigned char>raw[i] << 16) | (<unsigned char>raw[i + 1] << 8) | <unsigned char>raw[i + 2]
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = b64[(v >> 6) & 63]
+        out[k + 3] = b64[v & 63]
+        k += 4
+        i += 3
+    if n - i == 1:
+        v = <unsigned char>raw[i] << 16
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = 61  # "="
+        out[k + 3] = 61
+        k += 4
+    elif n - i == 2:
+        v = (<unsigned char>raw[i] << 16) | (<unsigned char>raw[i + 1] << 8)
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = b64[(v >> 6) & 63]
+        out[k + 3] = 61
+        k += 4
+    return PyUnicode_DecodeASCII(out, k, NULL)
 
 
 cdef bint _plain_topic(str topic):
@@ -134,33 +359,45 @@ cdef bint _int32(object v):
 
 def handle_send(self, conn, cmd):
     """``SendMessageProcessor.handle_send``."""
-    cdef long long code = cmd.code
+    return _handle(self, conn, cmd)
+
+
+cdef object _handle(object self, object conn, object cmd):
+    """``handle_send``'s body (``GuardedSend`` calls it without the Python call)."""
+    cdef long long code
     cdef long long raw_flag, kept
+    if type(cmd) is not _RemotingCommand:
+        return _ref_handle(self, conn, cmd)
+    code = _at(cmd, C_CODE)
     if code == _SEND_V2:
-        h = _from_v2(cmd.ext_fields)
+        h = _from_v2(_at(cmd, C_EXT))
     elif code == _SEND_V1:
-        h = _from_v1(cmd.ext_fields)
+        h = _from_v1(_at(cmd, C_EXT))
     else:  # a batch
         return _ref_handle(self, conn, cmd)
     # ingress.check_send_header, a known user topic
-    topic = h.topic
     topics = self.topics
-    if type(topics) is not _TopicConfigManager or type(topic) is not str or h.batch:
+    if type(h) is not _SendHeader or type(topics) is not _TopicConfigManager:
+        return _ref_handle(self, conn, cmd)
+    topic = _at(h, H_TOPIC)
+    if type(topic) is not str or _at(h, H_BATCH):
         return _ref_handle(self, conn, cmd)
     cfg = topics.topics.get(topic)
-    if cfg is None or not _plain_topic(topic) or h.producer_group not in _groups_ok:
+    if cfg is None or not _plain_topic(topic) or _at(h, H_GROUP) not in _groups_ok:
         return _ref_handle(self, conn, cmd)
-    queue_id = h.queue_id
+    queue_id = _at(h, H_QID)
     if queue_id >= 0 and not queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
         return _ref_handle(self, conn, cmd)
-    reconsume = h.reconsume_times
+    reconsume = _at(h, H_RECONSUME)
+    flag = _at(h, H_FLAG)
+    max_reconsume = _at(h, H_MAX_RECONSUME)
     if (
-        not _int32(h.flag)
+        not _int32(flag)
         or (reconsume is not None and not 0 <= reconsume <= _INT32_MAX)
-        or (h.max_reconsume_times is not None and not _int32(h.max_reconsume_times))
+        or (max_reconsume is not None and not _int32(max_reconsume))
     ):
         return _ref_handle(self, conn, cmd)
-    raw_flag = h.sys_flag
+    raw_flag = _at(h, H_SYS_FLAG)
     if raw_flag & _TX_TYPE != 0 and raw_flag & _TX_TYPE != _COMMIT:  # PREPARED, ROLLBACK
         return _ref_handle(self, conn, cmd)
     kept = raw_flag & _KEPT  # producer_sys_flag
@@ -168,11 +405,11 @@ def handle_send(self, conn, cmd):
         kept |= raw_flag & _COMPRESSION_TYPE
     # _check_body_size
     config = self.config
-    body = cmd.body
+    body = _at(cmd, C_BODY)
     if len(body) > config.max_message_size:
         return _ref_handle(self, conn, cmd)
     # _props: ingress.message_properties
-    raw = h.properties
+    raw = _at(h, H_PROPS)
     if raw and (_BROKER_PREFIX in raw or "REAL_" in raw):
         return _ref_handle(self, conn, cmd)
     props = decode_properties(raw or "")
@@ -200,54 +437,83 @@ def handle_send(self, conn, cmd):
     # from here on the send is the reference's common case
     (<dict>props).pop(_WAIT, None)
     (<dict>props)[_CLUSTER] = config.cluster_name
-    h.sys_flag = kept
-    msg = _new(_MessageInner)  # the dataclass's fields set without running its __init__
-    msg.topic = topic
-    msg.queue_id = queue_id
-    msg.body = body
-    msg.properties = props
-    msg.flag = h.flag
-    msg.sys_flag = kept
-    msg.born_timestamp = h.born_timestamp
-    msg.born_host = (conn.born_ip, conn.peer_port)
-    msg.reconsume_times = reconsume or 0
-    msg.store_timestamp = None
+    kept_o = kept
+    _put(h, H_SYS_FLAG, kept_o)  # h.sys_flag = producer_sys_flag(h.sys_flag)
+    msg = _fresh(_MessageInner)  # the dataclass's fields set without running its __init__
+    _put(msg, M_TOPIC, topic)
+    _put(msg, M_QID, queue_id)
+    _put(msg, M_BODY, body)
+    _put(msg, M_PROPS, props)
+    _put(msg, M_FLAG, flag)
+    _put(msg, M_SYS_FLAG, kept_o)
+    _put(msg, M_BORN_TS, _at(h, H_BORN_TS))
+    _put(msg, M_BORN_HOST, (conn.born_ip, conn.peer_port))
+    _put(msg, M_RECONSUME, reconsume or 0)
+    _put(msg, M_STORE_TS, None)
     kind = _DELAYED if _DELAY in <dict>props else _NORMAL  # _kind, not a %RETRY% topic
-    result = self.put(msg, kind, due_ms=0)
+    put = self.put
+    if _put_c is not NULL and PyMethod_Check(put) and (
+        <object>PyMethod_GET_FUNCTION(put) is _put_twin
+    ):  # the put path's twin, called in C
+        result = _put_c(<object>PyMethod_GET_SELF(put), msg, kind, 0)
+    else:
+        result = put(msg, kind, due_ms=0)
     recall = None  # admission.recall_handle
     if kind is _DELAYED:
         due = (<dict>props).get(_DELIVER_TIME)
         target = (<dict>props).get(_REAL_TOPIC)
         uniq = (<dict>props).get(_UNIQ_KEY)
         if due and target and uniq and not target.startswith(_RETRY_PREFIX):
-            raw_handle = (
-                f"{_HANDLE_VERSION} {target} {config.broker_name} {int(due)} {uniq}"
-            ).encode()
-            recall = (
-                b2a_base64(raw_handle, newline=False).translate(_URLSAFE_TABLE).decode("ascii")
-            )
+            broker_name = config.broker_name
+            if (
+                type(due) is str
+                and type(target) is str
+                and type(broker_name) is str
+                and type(uniq) is str
+                and _canonical_int(due)
+            ):
+                recall = _recall_text(target, broker_name, due, uniq)
+            if recall is None:
+                raw_handle = (
+                    f"{_HANDLE_VERSION} {target} {broker_name} {int(due)} {uniq}"
+                ).encode()
+                recall = (
+                    b2a_base64(raw_handle, newline=False)
+                    .translate(_URLSAFE_TABLE)
+                    .decode("ascii")
+                )
     # _respond
-    if result.status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
+    if type(result) is _PutResult:
+        status = _at(result, R_STATUS)
+    else:
+        status = result.status
+    if status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
         return self._respond(conn, cmd, h, [result], queue_id, recall)
+    if type(result) is _PutResult:
+        msg_id = _at(result, R_MSG_ID) or self.offset_msg_id(_at(result, R_PHY))
+        queue_offset = _at(result, R_QOFF)
+    else:
+        msg_id = result.offset_msg_id or self.offset_msg_id(result.phy_offset)
+        queue_offset = result.queue_offset
     ext = {
-        "msgId": result.offset_msg_id or self.offset_msg_id(result.phy_offset),
-        "queueId": str(queue_id),
-        "queueOffset": str(result.queue_offset),
+        "msgId": msg_id,
+        "queueId": _dec(queue_id),
+        "queueOffset": _dec(queue_offset),
     }
     if recall is not None:
         ext["recallHandle"] = recall
     ext["MSG_REGION"] = _REGION
     ext["TRACE_ON"] = "true"
-    response = _new(_RemotingCommand)  # cmd.response(SUCCESS, ext_fields=ext)
-    response.code = _SUCCESS
-    response.opaque = cmd.opaque
-    response.flag = _FLAG_RESPONSE
-    response.language = _JAVA
-    response.version = _VERSION
-    response.remark = None
-    response.ext_fields = ext
-    response.body = b""
-    response.serialize_type = cmd.serialize_type
+    response = _fresh(_RemotingCommand)  # cmd.response(SUCCESS, ext_fields=ext)
+    _put(response, C_CODE, _SUCCESS)
+    _put(response, C_OPAQUE, _at(cmd, C_OPAQUE))
+    _put(response, C_FLAG, _FLAG_RESPONSE)
+    _put(response, C_LANGUAGE, _JAVA)
+    _put(response, C_VERSION, _VERSION)
+    _put(response, C_REMARK, None)
+    _put(response, C_EXT, ext)
+    _put(response, C_BODY, b"")
+    _put(response, C_SERIALIZE, _at(cmd, C_SERIALIZE))
     return response
 
 
@@ -258,10 +524,14 @@ cdef class GuardedSend:
     topic table, or an awaitable one, goes through ``handlers._when_written``."""
 
     cdef object handler, topics, stats, log
+    cdef object proc  # the SendMessageProcessor when ``handler`` is its twin handle_send
     cdef bint plain  # a TopicConfigManager: its change counter read in place of ``version``
 
     def __init__(self, handler, topics, stats, log):
         self.handler = handler
+        self.proc = None
+        if PyMethod_Check(handler) and <object>PyMethod_GET_FUNCTION(handler) is handle_send:
+            self.proc = <object>PyMethod_GET_SELF(handler)  # called in C, not through Python
         self.topics = topics
         self.plain = type(topics) is _TopicConfigManager
         self.stats = stats
@@ -271,7 +541,10 @@ cdef class GuardedSend:
         table_file = self.topics.file if self.plain else None
         try:
             before = table_file._changes if table_file is not None else self.topics.version
-            answer = self.handler(conn, cmd)
+            if self.proc is not None:
+                answer = _handle(self.proc, conn, cmd)
+            else:
+                answer = self.handler(conn, cmd)
         except HeaderError as err:  # ingress.guarded
             return _refuse(self.stats, self.log, conn, cmd, err.response_code, str(err))
         now = table_file._changes if table_file is not None else self.topics.version
