@@ -90,6 +90,7 @@ cdef extern from "Python.h":
     void PyErr_Clear()
     object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
     object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
+    dict _PyDict_NewPresized(Py_ssize_t minused)
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -248,7 +249,7 @@ cdef inline str _dec(object v):
     if type(v) is int:
         n = PyLong_AsLongLongAndOverflow(v, &overflow)
         if not overflow:
-            return str(n)
+            return f"{n}"  # Cython's C formatting, the text str(int) gives
     return str(v)
 
 
@@ -495,11 +496,10 @@ cdef object _handle(object self, object conn, object cmd):
     else:
         msg_id = result.offset_msg_id or self.offset_msg_id(result.phy_offset)
         queue_offset = result.queue_offset
-    ext = {
-        "msgId": msg_id,
-        "queueId": _dec(queue_id),
-        "queueOffset": _dec(queue_offset),
-    }
+    ext = _PyDict_NewPresized(6)  # the answer's fields, no resize on the way
+    ext["msgId"] = msg_id
+    ext["queueId"] = _dec(queue_id)
+    ext["queueOffset"] = _dec(queue_offset)
     if recall is not None:
         ext["recallHandle"] = recall
     ext["MSG_REGION"] = _REGION

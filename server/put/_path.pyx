@@ -39,7 +39,7 @@ from kairosmq.protocol.properties import DELAY, DELIVER_TIME, REAL_QID, REAL_TOP
 
 from ..clock import wall_ms as _wall_ms
 from ..observe import logs as _logs
-from ..store import MessageInner, PutStatus
+from ..store import MessageInner, PutResult, PutStatus
 from . import path as _ref
 from .kind import MessageKind
 
@@ -50,6 +50,9 @@ cdef extern from "time.h" nogil:
         long tv_nsec
     int clock_gettime(int clk, timespec* tp)
     int CLOCK_REALTIME
+
+cdef extern from "Python.h":
+    dict _PyDict_NewPresized(Py_ssize_t minused)
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -67,6 +70,7 @@ cdef object _DELAYED = MessageKind.DELAYED
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef object _MessageLog = _logs.MessageLog
 cdef object _MessageInner = MessageInner
+cdef object _PutResult = PutResult
 cdef object _MemberDescriptor = MemberDescriptorType
 cdef str _SCHEDULE_TOPIC = SCHEDULE_TOPIC
 cdef str _DELAY = DELAY
@@ -97,6 +101,13 @@ cdef Py_ssize_t M_PROPS = _slot(MessageInner, "properties")
 cdef Py_ssize_t M_STORE_TS = _slot(MessageInner, "store_timestamp")
 cdef Py_ssize_t M_BORN_TS = _slot(MessageInner, "born_timestamp")
 cdef Py_ssize_t M_RECONSUME = _slot(MessageInner, "reconsume_times")
+if PutResult.__mro__ != (PutResult, object):
+    raise ImportError("PutResult is not a plain slotted dataclass")
+cdef Py_ssize_t R_STATUS = _slot(PutResult, "status")
+cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
+cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")
+cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset")
+cdef Py_ssize_t R_MSG_ID = _slot(PutResult, "offset_msg_id")
 
 
 cdef inline object _at(object obj, Py_ssize_t at):
@@ -125,7 +136,7 @@ cdef inline str _dec(object v):
     if type(v) is int:
         n = PyLong_AsLongLongAndOverflow(v, &overflow)
         if not overflow:
-            return str(n)
+            return f"{n}"  # Cython's C formatting, the text str(int) gives
     return str(v)
 
 
@@ -189,6 +200,7 @@ def put(self, msg, kind=_NORMAL, *, due_ms=0):
 cdef object _put_msg(object self, object msg, object kind, object due_ms):
     """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
+    cdef bint plain
     cdef long level = 0
     if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -219,7 +231,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
             deliver_text = _dec(deliver)
             (<dict>props)[_REAL_TOPIC] = topic
             (<dict>props)[_REAL_QID] = qid_text
-            (<dict>props)[_DELAY] = str(level)
+            (<dict>props)[_DELAY] = f"{level}"  # str(level), in C
             (<dict>props)[_DELIVER_TIME] = deliver_text
             topic = _SCHEDULE_TOPIC
             _put(msg, M_TOPIC, topic)
@@ -228,7 +240,8 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         else:
             del (<dict>props)[_DELAY]
     result = store.put(msg)
-    if result.status is not _PUT_OK:
+    plain = type(result) is _PutResult  # its fields read through their slots
+    if (_at(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result
     if level > 0:
         self.stats.scheduled[level] += 1
@@ -251,37 +264,38 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         emit = _logs._fast_emit
     elif not msglog.enabled:
         return result
-    phy = result.phy_offset
+    phy = _at(result, R_PHY) if plain else result.phy_offset
     offset_id = _offset_msg_id(store.store_host, phy)
-    result.offset_msg_id = offset_id
+    if plain:
+        _put(result, R_MSG_ID, offset_id)
+    else:
+        result.offset_msg_id = offset_id
     if level > 0:
         event = "message.scheduled"
         if (<dict>props)[_DELIVER_TIME] is not deliver_text or type(deliver) is not int:
             deliver = int((<dict>props)[_DELIVER_TIME])
         if (<dict>props)[_REAL_QID] is not qid_text:
             qid = int((<dict>props)[_REAL_QID])
-        fields = {
-            "msg_id": (<dict>props).get(_UNIQ_KEY) or offset_id,
-            "real_topic": (<dict>props)[_REAL_TOPIC],
-            "real_queue_id": qid,
-            "delay_level": level,
-            "queue_offset": result.queue_offset,
-            "phy_offset": phy,
-            "deliver_ts": deliver,
-            "reconsume_times": _at(msg, M_RECONSUME),
-        }
+        fields = _PyDict_NewPresized(8)  # the literal's keys, no resize on the way
+        fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
+        fields["real_topic"] = (<dict>props)[_REAL_TOPIC]
+        fields["real_queue_id"] = qid
+        fields["delay_level"] = level
+        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["phy_offset"] = phy
+        fields["deliver_ts"] = deliver
+        fields["reconsume_times"] = _at(msg, M_RECONSUME)
     else:
         event = "message.stored"
-        fields = {
-            "msg_id": (<dict>props).get(_UNIQ_KEY) or offset_id,
-            "topic": _at(msg, M_TOPIC),
-            "queue_id": _at(msg, M_QID),
-            "queue_offset": result.queue_offset,
-            "phy_offset": phy,
-            "size": result.size,
-            "born_ts": _at(msg, M_BORN_TS),
-            "reconsume_times": _at(msg, M_RECONSUME),
-        }
+        fields = _PyDict_NewPresized(8)
+        fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
+        fields["topic"] = _at(msg, M_TOPIC)
+        fields["queue_id"] = _at(msg, M_QID)
+        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["phy_offset"] = phy
+        fields["size"] = _at(result, R_SIZE) if plain else result.size
+        fields["born_ts"] = _at(msg, M_BORN_TS)
+        fields["reconsume_times"] = _at(msg, M_RECONSUME)
     if emit is not None:  # MessageLog.info's fast case
         emit(event, fields)
     else:

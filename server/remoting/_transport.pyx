@@ -17,6 +17,8 @@ is asked through its methods, and an ack whose records were rolled back or are n
 written yet through ``ack_problem``.
 """
 
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
+
 from asyncio import get_running_loop
 
 from kairosmq.protocol.codec import encode_command
@@ -62,10 +64,15 @@ def _process(self):
         return
     server = self.server
     dispatch = server.dispatch
+    # this module's dispatch (the server's class not overriding it): called in C
+    direct = PyMethod_Check(dispatch) and <object>PyMethod_GET_FUNCTION(dispatch) is _dispatch_fn
     frames = iter(self.reader)
     try:
         for cmd in frames:
-            dispatch(self, cmd)
+            if direct:
+                _dispatch(server, self, cmd)
+            else:
+                dispatch(self, cmd)
             n += 1
             if n >= _FRAMES_PER_TURN:
                 break
@@ -142,10 +149,22 @@ def flush_out(self):
 
 def dispatch(self, conn, cmd):
     """``RemotingServer.dispatch``."""
+    _dispatch(self, conn, cmd)
+
+
+cdef object _dispatch_fn = dispatch
+
+
+cdef _dispatch(self, conn, cmd):
+    """``dispatch``'s body (``_process`` calls it without the Python call)."""
     cdef long long flag = cmd.flag
     if flag & _RESPONSE or self.auth is not None:
         return _ref_dispatch(self, conn, cmd)
-    handler = conn.handlers.get(cmd.code)
+    handlers = conn.handlers
+    if type(handlers) is dict:
+        handler = (<dict>handlers).get(cmd.code)
+    else:
+        handler = handlers.get(cmd.code)
     if handler is None:
         return _ref_dispatch(self, conn, cmd)
     conn.authorized = True
