@@ -85,6 +85,9 @@ from ..tables.topics import TopicConfigManager
 from . import send as _ref
 
 cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
     # NULL with the error set (a surrogate): the caller clears it
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     void PyErr_Clear()
@@ -253,6 +256,31 @@ cdef inline str _dec(object v):
     return str(v)
 
 
+cdef inline bint _ascii_int(object s, long long* out) noexcept:
+    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
+    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char* d
+    cdef long long v = 0
+    cdef bint neg = False
+    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
+        return False
+    n = PyUnicode_GET_LENGTH(s)
+    d = <const char*>PyUnicode_DATA(s)
+    if n and d[0] == 45:  # "-"
+        neg = True
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    while i < n:
+        if d[i] < 48 or d[i] > 57:
+            return False
+        v = v * 10 + (d[i] - 48)
+        i += 1
+    out[0] = -v if neg else v
+    return True
+
+
 # ------------------------------------------------------------------ the put, called in C
 
 ctypedef object (*put_fn)(object, object, object, object)
@@ -366,7 +394,7 @@ def handle_send(self, conn, cmd):
 cdef object _handle(object self, object conn, object cmd):
     """``handle_send``'s body (``GuardedSend`` calls it without the Python call)."""
     cdef long long code
-    cdef long long raw_flag, kept
+    cdef long long raw_flag, kept, parsed
     if type(cmd) is not _RemotingCommand:
         return _ref_handle(self, conn, cmd)
     code = _at(cmd, C_CODE)
@@ -383,7 +411,8 @@ cdef object _handle(object self, object conn, object cmd):
     topic = _at(h, H_TOPIC)
     if type(topic) is not str or _at(h, H_BATCH):
         return _ref_handle(self, conn, cmd)
-    cfg = topics.topics.get(topic)
+    table = topics.topics
+    cfg = (<dict>table).get(topic) if type(table) is dict else table.get(topic)
     if cfg is None or not _plain_topic(topic) or _at(h, H_GROUP) not in _groups_ok:
         return _ref_handle(self, conn, cmd)
     queue_id = _at(h, H_QID)
@@ -417,7 +446,7 @@ cdef object _handle(object self, object conn, object cmd):
     if type(props) is not dict:
         return _ref_handle(self, conn, cmd)
     level = (<dict>props).get(_DELAY)
-    if level is not None:
+    if level is not None and not _ascii_int(level, &parsed):
         try:
             int(level)
         except Exception:
@@ -464,7 +493,11 @@ cdef object _handle(object self, object conn, object cmd):
         due = (<dict>props).get(_DELIVER_TIME)
         target = (<dict>props).get(_REAL_TOPIC)
         uniq = (<dict>props).get(_UNIQ_KEY)
-        if due and target and uniq and not target.startswith(_RETRY_PREFIX):
+        if due and target and uniq and not (
+            (<str>target).startswith(_RETRY_PREFIX)
+            if type(target) is str
+            else target.startswith(_RETRY_PREFIX)
+        ):
             broker_name = config.broker_name
             if (
                 type(due) is str

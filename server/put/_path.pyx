@@ -53,6 +53,9 @@ cdef extern from "time.h" nogil:
 
 cdef extern from "Python.h":
     dict _PyDict_NewPresized(Py_ssize_t minused)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -140,6 +143,31 @@ cdef inline str _dec(object v):
     return str(v)
 
 
+cdef inline bint _ascii_int(object s, long long* out) noexcept:
+    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
+    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char* d
+    cdef long long v = 0
+    cdef bint neg = False
+    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
+        return False
+    n = PyUnicode_GET_LENGTH(s)
+    d = <const char*>PyUnicode_DATA(s)
+    if n and d[0] == 45:  # "-"
+        neg = True
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    while i < n:
+        if d[i] < 48 or d[i] > 57:
+            return False
+        v = v * 10 + (d[i] - 48)
+        i += 1
+    out[0] = -v if neg else v
+    return True
+
+
 cdef object _now_ms(store):
     """``store.clock_ms()``; ``clock.wall_ms``'s ``int(time.time() * 1000)`` read as
     ``time.time()`` reads the clock (``CLOCK_REALTIME`` in ns, then seconds as a double)."""
@@ -201,6 +229,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
     cdef bint plain
+    cdef long long parsed
     cdef long level = 0
     if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -213,10 +242,14 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     qid_text = deliver_text = deliver = None
     if _DELAY in <dict>props and topic != _SCHEDULE_TOPIC:
         if kind is _DELAYED:
-            try:
-                level_o = int((<dict>props)[_DELAY])
-            except Exception:
-                return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
+            level_text = (<dict>props)[_DELAY]
+            if _ascii_int(level_text, &parsed):
+                level_o = parsed
+            else:
+                try:
+                    level_o = int(level_text)
+                except Exception:
+                    return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
             if level_o > 0:
                 levels_ms = self.config.delay_levels_ms
                 n = len(levels_ms)
@@ -249,7 +282,10 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         qid_now = (<dict>props)[_REAL_QID]
         if qid_now is not qid_text or type(qid) is not int:
             qid = int(qid_now)  # int(str(q)) is q for an int q: read back only if changed
-        cq = store.queues.get((target, qid))  # _target_ready: find_queue
+        queues = store.queues
+        key = (target, qid)
+        # _target_ready: find_queue
+        cq = (<dict>queues).get(key) if type(queues) is dict else queues.get(key)
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
             self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
