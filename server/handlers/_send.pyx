@@ -17,6 +17,16 @@ and the SUCCESS answer (``_respond``'s ext fields in ``SendMessageResponseHeader
 order, the ``RemotingCommand`` filled as ``cmd.response`` fills it). It mirrors the
 reference step for step.
 
+In C rather than through Python: the request, its header, the topic's config, the
+``MessageInner``, the put result and the answer are read and written straight through
+their slots (the offsets their member descriptors use, read at import: a class not laid
+out as a plain slotted dataclass fails the import and the pure core runs); the put is the
+put twin's C function (``put/_path.pyx``'s ``PUT``) when ``self.put`` is that twin bound
+to its ``PutPath``; the recall handle's base64url is written here for a handle of at most
+1 KiB of UTF-8 (a longer one, or text UTF-8 cannot hold, goes the reference's way); a
+DELAY of ASCII digits is read without ``int()``; ``GuardedSend`` calls this body without
+the Python call when its handler is this twin's ``handle_send``.
+
 Anything else is handed to the reference before anything is changed, which decides and
 says why: a batch (code 320 or ``batch=true``), a topic not in the table (auto-creation,
 a bad name), a system or %RETRY% topic, a producer group not validated yet, a queue id,
@@ -81,7 +91,7 @@ from ..put.kind import MessageKind
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import refuse as _refuse
 from ..store import MessageInner, PutResult, PutStatus
-from ..tables.topics import TopicConfigManager
+from ..tables.topics import TopicConfig, TopicConfigManager
 from . import send as _ref
 
 cdef extern from "Python.h":
@@ -132,6 +142,7 @@ cdef object _SendHeader = SendMessageRequestHeader
 cdef object _MessageInner = MessageInner
 cdef object _PutResult = PutResult
 cdef object _TopicConfigManager = TopicConfigManager
+cdef object _TopicConfig = TopicConfig
 cdef object _MemberDescriptor = MemberDescriptorType
 cdef tuple _TIMER_PROPERTIES = tuple(TIMER_PROPERTIES)
 cdef str _RETRY_PREFIX = RETRY_GROUP_TOPIC_PREFIX
@@ -207,6 +218,12 @@ cdef Py_ssize_t R_STATUS = _own_slot(PutResult, "status")
 cdef Py_ssize_t R_PHY = _own_slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_QOFF = _own_slot(PutResult, "queue_offset")
 cdef Py_ssize_t R_MSG_ID = _own_slot(PutResult, "offset_msg_id")
+# TopicConfig: the numbers the send checks
+if TopicConfig.__mro__ != (TopicConfig, object):
+    raise ImportError("TopicConfig is not a plain slotted dataclass")
+cdef Py_ssize_t T_READ = _own_slot(TopicConfig, "read_queue_nums")
+cdef Py_ssize_t T_WRITE = _own_slot(TopicConfig, "write_queue_nums")
+cdef Py_ssize_t T_PERM = _own_slot(TopicConfig, "perm")
 # SendMessageRequestHeader: the fields the send reads (and sys_flag, written)
 cdef Py_ssize_t H_GROUP = _slot(SendMessageRequestHeader, "producer_group")
 cdef Py_ssize_t H_TOPIC = _slot(SendMessageRequestHeader, "topic")
@@ -382,8 +399,13 @@ cdef bint _plain_topic(str topic):
     )
 
 
-cdef bint _int32(object v):
-    return _INT32_MIN <= v <= _INT32_MAX
+cdef inline bint _ll(object v, long long* out) noexcept:
+    """Whether ``v`` is an ``int`` within 64 bits (its value put in ``out``)."""
+    cdef int overflow = 0
+    if type(v) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(v, &overflow)
+    return not overflow
 
 
 def handle_send(self, conn, cmd):
@@ -394,7 +416,7 @@ def handle_send(self, conn, cmd):
 cdef object _handle(object self, object conn, object cmd):
     """``handle_send``'s body (``GuardedSend`` calls it without the Python call)."""
     cdef long long code
-    cdef long long raw_flag, kept, parsed
+    cdef long long raw_flag, kept, parsed, qid, reads, writes, v
     if type(cmd) is not _RemotingCommand:
         return _ref_handle(self, conn, cmd)
     code = _at(cmd, C_CODE)
@@ -415,16 +437,25 @@ cdef object _handle(object self, object conn, object cmd):
     cfg = (<dict>table).get(topic) if type(table) is dict else table.get(topic)
     if cfg is None or not _plain_topic(topic) or _at(h, H_GROUP) not in _groups_ok:
         return _ref_handle(self, conn, cmd)
+    if type(cfg) is not _TopicConfig:
+        return _ref_handle(self, conn, cmd)
     queue_id = _at(h, H_QID)
-    if queue_id >= 0 and not queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+    write_queues = _at(cfg, T_WRITE)
+    # ingress.check_queue_id, the numbers read in C (checks of anything else: the reference)
+    if not (_ll(queue_id, &qid) and _ll(_at(cfg, T_READ), &reads) and _ll(write_queues, &writes)):
+        return _ref_handle(self, conn, cmd)
+    if qid >= 0 and not qid < (reads if reads > writes else writes):
         return _ref_handle(self, conn, cmd)
     reconsume = _at(h, H_RECONSUME)
     flag = _at(h, H_FLAG)
     max_reconsume = _at(h, H_MAX_RECONSUME)
     if (
-        not _int32(flag)
-        or (reconsume is not None and not 0 <= reconsume <= _INT32_MAX)
-        or (max_reconsume is not None and not _int32(max_reconsume))
+        not (_ll(flag, &v) and _INT32_MIN <= v <= _INT32_MAX)
+        or (reconsume is not None and not (_ll(reconsume, &v) and 0 <= v <= _INT32_MAX))
+        or (
+            max_reconsume is not None
+            and not (_ll(max_reconsume, &v) and _INT32_MIN <= v <= _INT32_MAX)
+        )
     ):
         return _ref_handle(self, conn, cmd)
     raw_flag = _at(h, H_SYS_FLAG)
@@ -457,11 +488,10 @@ cdef object _handle(object self, object conn, object cmd):
         if key in <dict>props:
             return _ref_handle(self, conn, cmd)
     # _resolve_topic, the topic known
-    if not cfg.perm & _PERM_WRITE:
+    if not (_ll(_at(cfg, T_PERM), &v) and v & _PERM_WRITE):
         return _ref_handle(self, conn, cmd)
-    if queue_id < 0:
-        write_queues = cfg.write_queue_nums
-        if not write_queues > 0:
+    if qid < 0:
+        if not writes > 0:
             return _ref_handle(self, conn, cmd)
         queue_id = _random.randrange(write_queues)
     # from here on the send is the reference's common case

@@ -8,7 +8,9 @@ writes them, step for step, with the per-request property calls read in place: t
 command's ``is_response`` / ``is_oneway`` flag bits, and for the broker's store as the
 ack guard (a ``MessageStore``) its write guard's ``appends`` and ack token
 (``MessageStore.appends`` / ``ack_token``), and ``ack_problem``'s common answer (no
-rollback since the token, its end written: no problem).
+rollback since the token, its end written: no problem). ``_process`` calls this
+module's ``dispatch`` body in C when the server's ``dispatch`` is it, and ``dispatch``
+reads the handler table as a ``dict`` when it is one.
 
 Anything else is handed to the reference before anything is changed: a response frame
 (a broker -> client call's answer), a request while an ACL check is installed
