@@ -17,6 +17,16 @@ and the SUCCESS answer (``_respond``'s ext fields in ``SendMessageResponseHeader
 order, the ``RemotingCommand`` filled as ``cmd.response`` fills it). It mirrors the
 reference step for step.
 
+In C rather than through Python: the request, its header, the topic's config, the
+``MessageInner``, the put result and the answer are read and written straight through
+their slots (the offsets their member descriptors use, read at import: a class not laid
+out as a plain slotted dataclass fails the import and the pure core runs); the put is the
+put twin's C function (``put/_path.pyx``'s ``PUT``) when ``self.put`` is that twin bound
+to its ``PutPath``; the recall handle's base64url is written here for a handle of at most
+1 KiB of UTF-8 (a longer one, or text UTF-8 cannot hold, goes the reference's way); a
+DELAY of ASCII digits is read without ``int()``; ``GuardedSend`` calls this body without
+the Python call when its handler is this twin's ``handle_send``.
+
 Anything else is handed to the reference before anything is changed, which decides and
 says why: a batch (code 320 or ``batch=true``), a topic not in the table (auto-creation,
 a bad name), a system or %RETRY% topic, a producer group not validated yet, a queue id,
@@ -27,9 +37,17 @@ properties, a topic not writable or without write queues. After the put, a refus
 SYNC_FLUSH are answered by the reference's ``_respond``.
 """
 
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from libc.string cimport memcpy
+
 import random as _random
 from binascii import b2a_base64
 from inspect import isawaitable
+from types import MemberDescriptorType
 
 from kairosmq.protocol.codes import (
     FLAG_RESPONSE,
@@ -68,12 +86,34 @@ from kairosmq.protocol.properties import (
 from kairosmq.protocol.timer import RECALL_HANDLE_VERSION, _URLSAFE
 
 from ..config import FlushMode
+from ..put import path as _path
 from ..put.kind import MessageKind
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import refuse as _refuse
-from ..store import MessageInner, PutStatus
-from ..tables.topics import TopicConfigManager
+from ..store import MessageInner, PutResult, PutStatus
+from ..tables.topics import TopicConfig, TopicConfigManager
 from . import send as _ref
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    # NULL with the error set (a surrogate): the caller clears it
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    void PyErr_Clear()
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+    object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
+    dict _PyDict_NewPresized(Py_ssize_t minused)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 cdef object _ref_handle = _ref.reference.handle_send
 cdef object _from_v1 = SendMessageRequestHeader._codec(False)[0]
@@ -98,9 +138,12 @@ cdef object _FLAG_RESPONSE = FLAG_RESPONSE
 cdef object _JAVA = LanguageCode.JAVA
 cdef object _VERSION = BROKER_VERSION
 cdef object _RemotingCommand = RemotingCommand
+cdef object _SendHeader = SendMessageRequestHeader
 cdef object _MessageInner = MessageInner
+cdef object _PutResult = PutResult
 cdef object _TopicConfigManager = TopicConfigManager
-cdef object _new = object.__new__
+cdef object _TopicConfig = TopicConfig
+cdef object _MemberDescriptor = MemberDescriptorType
 cdef tuple _TIMER_PROPERTIES = tuple(TIMER_PROPERTIES)
 cdef str _RETRY_PREFIX = RETRY_GROUP_TOPIC_PREFIX
 cdef str _SYSTEM_PREFIX = SYSTEM_TOPIC_PREFIX
@@ -115,6 +158,234 @@ cdef str _UNIQ_KEY = UNIQ_KEY
 cdef str _REGION = DEFAULT_REGION
 cdef str _HANDLE_VERSION = RECALL_HANDLE_VERSION
 cdef bytes _URLSAFE_TABLE = _URLSAFE
+cdef bytes _B64URL = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+if bytes(range(256))[43:44].translate(_URLSAFE) != b"-" or bytes([47]).translate(_URLSAFE) != b"_":
+    raise ImportError("timer._URLSAFE is not base64url's table")
+
+
+# ------------------------------------------------------------------ slots
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name`` (as
+    ``store/_message_store.pyx``'s): ImportError (the pure core runs) if not a slot."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+cdef Py_ssize_t _own_slot(object cls, str name) except -1:
+    """``_slot`` of a field ``cls`` itself declares."""
+    if name not in cls.__slots__:
+        raise ImportError(f"{cls.__name__}.{name} is not one of its slots")
+    return _slot(cls, name)
+
+
+for _cls in (MessageInner, RemotingCommand, PutResult):
+    if _cls.__mro__ != (_cls, object) or _cls.__new__ is not object.__new__:
+        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
+if len(MessageInner.__slots__) != 10 or len(RemotingCommand.__slots__) != 9:
+    raise ImportError("MessageInner or RemotingCommand has fields handle_send does not fill")
+if SendMessageRequestHeader.__new__ is not object.__new__:
+    raise ImportError("SendMessageRequestHeader is not a plain slotted dataclass")
+# MessageInner: every field, set in this order
+cdef Py_ssize_t M_TOPIC = _own_slot(MessageInner, "topic")
+cdef Py_ssize_t M_QID = _own_slot(MessageInner, "queue_id")
+cdef Py_ssize_t M_BODY = _own_slot(MessageInner, "body")
+cdef Py_ssize_t M_PROPS = _own_slot(MessageInner, "properties")
+cdef Py_ssize_t M_FLAG = _own_slot(MessageInner, "flag")
+cdef Py_ssize_t M_SYS_FLAG = _own_slot(MessageInner, "sys_flag")
+cdef Py_ssize_t M_BORN_TS = _own_slot(MessageInner, "born_timestamp")
+cdef Py_ssize_t M_BORN_HOST = _own_slot(MessageInner, "born_host")
+cdef Py_ssize_t M_RECONSUME = _own_slot(MessageInner, "reconsume_times")
+cdef Py_ssize_t M_STORE_TS = _own_slot(MessageInner, "store_timestamp")
+# RemotingCommand: every field
+cdef Py_ssize_t C_CODE = _own_slot(RemotingCommand, "code")
+cdef Py_ssize_t C_OPAQUE = _own_slot(RemotingCommand, "opaque")
+cdef Py_ssize_t C_FLAG = _own_slot(RemotingCommand, "flag")
+cdef Py_ssize_t C_LANGUAGE = _own_slot(RemotingCommand, "language")
+cdef Py_ssize_t C_VERSION = _own_slot(RemotingCommand, "version")
+cdef Py_ssize_t C_REMARK = _own_slot(RemotingCommand, "remark")
+cdef Py_ssize_t C_EXT = _own_slot(RemotingCommand, "ext_fields")
+cdef Py_ssize_t C_BODY = _own_slot(RemotingCommand, "body")
+cdef Py_ssize_t C_SERIALIZE = _own_slot(RemotingCommand, "serialize_type")
+# PutResult: the fields the answer reads
+cdef Py_ssize_t R_STATUS = _own_slot(PutResult, "status")
+cdef Py_ssize_t R_PHY = _own_slot(PutResult, "phy_offset")
+cdef Py_ssize_t R_QOFF = _own_slot(PutResult, "queue_offset")
+cdef Py_ssize_t R_MSG_ID = _own_slot(PutResult, "offset_msg_id")
+# TopicConfig: the numbers the send checks
+if TopicConfig.__mro__ != (TopicConfig, object):
+    raise ImportError("TopicConfig is not a plain slotted dataclass")
+cdef Py_ssize_t T_READ = _own_slot(TopicConfig, "read_queue_nums")
+cdef Py_ssize_t T_WRITE = _own_slot(TopicConfig, "write_queue_nums")
+cdef Py_ssize_t T_PERM = _own_slot(TopicConfig, "perm")
+# SendMessageRequestHeader: the fields the send reads (and sys_flag, written)
+cdef Py_ssize_t H_GROUP = _slot(SendMessageRequestHeader, "producer_group")
+cdef Py_ssize_t H_TOPIC = _slot(SendMessageRequestHeader, "topic")
+cdef Py_ssize_t H_QID = _slot(SendMessageRequestHeader, "queue_id")
+cdef Py_ssize_t H_SYS_FLAG = _slot(SendMessageRequestHeader, "sys_flag")
+cdef Py_ssize_t H_BORN_TS = _slot(SendMessageRequestHeader, "born_timestamp")
+cdef Py_ssize_t H_FLAG = _slot(SendMessageRequestHeader, "flag")
+cdef Py_ssize_t H_PROPS = _slot(SendMessageRequestHeader, "properties")
+cdef Py_ssize_t H_RECONSUME = _slot(SendMessageRequestHeader, "reconsume_times")
+cdef Py_ssize_t H_MAX_RECONSUME = _slot(SendMessageRequestHeader, "max_reconsume_times")
+cdef Py_ssize_t H_BATCH = _slot(SendMessageRequestHeader, "batch")
+
+
+cdef inline object _at(object obj, Py_ssize_t at):
+    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as its
+    descriptor)."""
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+    if p == NULL:
+        raise AttributeError("a field is unset")
+    return <object>p
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline object _fresh(object cls):
+    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
+    all ``object.__new__`` does for a class that does not override ``__new__``."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
+
+
+cdef inline str _dec(object v):
+    """``str(v)``: an ``int`` within 64 bits written by C, anything else by ``str``."""
+    cdef int overflow = 0
+    cdef long long n
+    if type(v) is int:
+        n = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if not overflow:
+            return f"{n}"  # Cython's C formatting, the text str(int) gives
+    return str(v)
+
+
+cdef inline bint _ascii_int(object s, long long* out) noexcept:
+    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
+    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char* d
+    cdef long long v = 0
+    cdef bint neg = False
+    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
+        return False
+    n = PyUnicode_GET_LENGTH(s)
+    d = <const char*>PyUnicode_DATA(s)
+    if n and d[0] == 45:  # "-"
+        neg = True
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    while i < n:
+        if d[i] < 48 or d[i] > 57:
+            return False
+        v = v * 10 + (d[i] - 48)
+        i += 1
+    out[0] = -v if neg else v
+    return True
+
+
+# ------------------------------------------------------------------ the put, called in C
+
+ctypedef object (*put_fn)(object, object, object, object)
+cdef put_fn _put_c = NULL  # put/_path.pyx's ``put`` as a C function, when it is chosen
+cdef object _put_twin = None
+if _path._twin is not None and PyCapsule_IsValid(
+    _path._twin.PUT, b"kairosmq.server.put._path.PUT"
+):
+    _put_c = <put_fn>PyCapsule_GetPointer(_path._twin.PUT, b"kairosmq.server.put._path.PUT")
+    _put_twin = _path._twin.put
+
+
+# ------------------------------------------------------------------ the recall handle
+
+
+cdef inline bint _canonical_int(str s):
+    """Whether ``s`` is what ``str(int(s))`` gives back: ASCII digits, an optional ``-``,
+    no leading zero (but ``0``)."""
+    cdef Py_ssize_t n = len(s), i = 0
+    cdef Py_UCS4 c
+    if n == 0 or n > 19:
+        return False
+    if s[0] == "-":
+        i = 1
+        if n == 1 or s[1] == "0":
+            return False
+    elif s[0] == "0":
+        return n == 1
+    while i < n:
+        c = s[i]
+        if c < 48 or c > 57:
+            return False
+        i += 1
+    return True
+
+
+cdef object _recall_text(str target, str broker, str due, str uniq):
+    """``timer.encode_recall_handle(target, broker, int(due), uniq)`` for a ``due`` that
+    ``_canonical_int`` accepts, base64url written here; None to let the reference's code
+    make it (text UTF-8 cannot hold, a handle over 1 KiB)."""
+    cdef const char* parts[5]
+    cdef Py_ssize_t sizes[5]
+    cdef char raw[1024]
+    cdef char out[1368]
+    cdef const char* b64 = _B64URL
+    cdef Py_ssize_t n = 0, i, k = 0
+    cdef unsigned int v
+    cdef str part
+    for i, part in enumerate((_HANDLE_VERSION, target, broker, due, uniq)):
+        parts[i] = PyUnicode_AsUTF8AndSize(part, &sizes[i])
+        if parts[i] == NULL:
+            PyErr_Clear()
+            return None
+        n += sizes[i] + 1
+    n -= 1
+    if n > 1024:
+        return None
+    n = 0
+    for i in range(5):
+        if i:
+            raw[n] = 32  # " "
+            n += 1
+        memcpy(raw + n, parts[i], sizes[i])
+        n += sizes[i]
+    i = 0
+    while i + 2 < n:
+        v = (<unsigned char>raw[i] << 16) | (<unsigned char>raw[i + 1] << 8) | <unsigned char>raw[i + 2]
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = b64[(v >> 6) & 63]
+        out[k + 3] = b64[v & 63]
+        k += 4
+        i += 3
+    if n - i == 1:
+        v = <unsigned char>raw[i] << 16
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = 61  # "="
+        out[k + 3] = 61
+        k += 4
+    elif n - i == 2:
+        v = (<unsigned char>raw[i] << 16) | (<unsigned char>raw[i + 1] << 8)
+        out[k] = b64[(v >> 18) & 63]
+        out[k + 1] = b64[(v >> 12) & 63]
+        out[k + 2] = b64[(v >> 6) & 63]
+        out[k + 3] = 61
+        k += 4
+    return PyUnicode_DecodeASCII(out, k, NULL)
 
 
 cdef bint _plain_topic(str topic):
@@ -128,39 +399,66 @@ cdef bint _plain_topic(str topic):
     )
 
 
-cdef bint _int32(object v):
-    return _INT32_MIN <= v <= _INT32_MAX
+cdef inline bint _ll(object v, long long* out) noexcept:
+    """Whether ``v`` is an ``int`` within 64 bits (its value put in ``out``)."""
+    cdef int overflow = 0
+    if type(v) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(v, &overflow)
+    return not overflow
 
 
 def handle_send(self, conn, cmd):
     """``SendMessageProcessor.handle_send``."""
-    cdef long long code = cmd.code
-    cdef long long raw_flag, kept
+    return _handle(self, conn, cmd)
+
+
+cdef object _handle(object self, object conn, object cmd):
+    """``handle_send``'s body (``GuardedSend`` calls it without the Python call)."""
+    cdef long long code
+    cdef long long raw_flag, kept, parsed, qid, reads, writes, v
+    if type(cmd) is not _RemotingCommand:
+        return _ref_handle(self, conn, cmd)
+    code = _at(cmd, C_CODE)
     if code == _SEND_V2:
-        h = _from_v2(cmd.ext_fields)
+        h = _from_v2(_at(cmd, C_EXT))
     elif code == _SEND_V1:
-        h = _from_v1(cmd.ext_fields)
+        h = _from_v1(_at(cmd, C_EXT))
     else:  # a batch
         return _ref_handle(self, conn, cmd)
     # ingress.check_send_header, a known user topic
-    topic = h.topic
     topics = self.topics
-    if type(topics) is not _TopicConfigManager or type(topic) is not str or h.batch:
+    if type(h) is not _SendHeader or type(topics) is not _TopicConfigManager:
         return _ref_handle(self, conn, cmd)
-    cfg = topics.topics.get(topic)
-    if cfg is None or not _plain_topic(topic) or h.producer_group not in _groups_ok:
+    topic = _at(h, H_TOPIC)
+    if type(topic) is not str or _at(h, H_BATCH):
         return _ref_handle(self, conn, cmd)
-    queue_id = h.queue_id
-    if queue_id >= 0 and not queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+    table = topics.topics
+    cfg = (<dict>table).get(topic) if type(table) is dict else table.get(topic)
+    if cfg is None or not _plain_topic(topic) or _at(h, H_GROUP) not in _groups_ok:
         return _ref_handle(self, conn, cmd)
-    reconsume = h.reconsume_times
+    if type(cfg) is not _TopicConfig:
+        return _ref_handle(self, conn, cmd)
+    queue_id = _at(h, H_QID)
+    write_queues = _at(cfg, T_WRITE)
+    # ingress.check_queue_id, the numbers read in C (checks of anything else: the reference)
+    if not (_ll(queue_id, &qid) and _ll(_at(cfg, T_READ), &reads) and _ll(write_queues, &writes)):
+        return _ref_handle(self, conn, cmd)
+    if qid >= 0 and not qid < (reads if reads > writes else writes):
+        return _ref_handle(self, conn, cmd)
+    reconsume = _at(h, H_RECONSUME)
+    flag = _at(h, H_FLAG)
+    max_reconsume = _at(h, H_MAX_RECONSUME)
     if (
-        not _int32(h.flag)
-        or (reconsume is not None and not 0 <= reconsume <= _INT32_MAX)
-        or (h.max_reconsume_times is not None and not _int32(h.max_reconsume_times))
+        not (_ll(flag, &v) and _INT32_MIN <= v <= _INT32_MAX)
+        or (reconsume is not None and not (_ll(reconsume, &v) and 0 <= v <= _INT32_MAX))
+        or (
+            max_reconsume is not None
+            and not (_ll(max_reconsume, &v) and _INT32_MIN <= v <= _INT32_MAX)
+        )
     ):
         return _ref_handle(self, conn, cmd)
-    raw_flag = h.sys_flag
+    raw_flag = _at(h, H_SYS_FLAG)
     if raw_flag & _TX_TYPE != 0 and raw_flag & _TX_TYPE != _COMMIT:  # PREPARED, ROLLBACK
         return _ref_handle(self, conn, cmd)
     kept = raw_flag & _KEPT  # producer_sys_flag
@@ -168,18 +466,18 @@ def handle_send(self, conn, cmd):
         kept |= raw_flag & _COMPRESSION_TYPE
     # _check_body_size
     config = self.config
-    body = cmd.body
+    body = _at(cmd, C_BODY)
     if len(body) > config.max_message_size:
         return _ref_handle(self, conn, cmd)
     # _props: ingress.message_properties
-    raw = h.properties
+    raw = _at(h, H_PROPS)
     if raw and (_BROKER_PREFIX in raw or "REAL_" in raw):
         return _ref_handle(self, conn, cmd)
     props = decode_properties(raw or "")
     if type(props) is not dict:
         return _ref_handle(self, conn, cmd)
     level = (<dict>props).get(_DELAY)
-    if level is not None:
+    if level is not None and not _ascii_int(level, &parsed):
         try:
             int(level)
         except Exception:
@@ -190,64 +488,95 @@ def handle_send(self, conn, cmd):
         if key in <dict>props:
             return _ref_handle(self, conn, cmd)
     # _resolve_topic, the topic known
-    if not cfg.perm & _PERM_WRITE:
+    if not (_ll(_at(cfg, T_PERM), &v) and v & _PERM_WRITE):
         return _ref_handle(self, conn, cmd)
-    if queue_id < 0:
-        write_queues = cfg.write_queue_nums
-        if not write_queues > 0:
+    if qid < 0:
+        if not writes > 0:
             return _ref_handle(self, conn, cmd)
         queue_id = _random.randrange(write_queues)
     # from here on the send is the reference's common case
     (<dict>props).pop(_WAIT, None)
     (<dict>props)[_CLUSTER] = config.cluster_name
-    h.sys_flag = kept
-    msg = _new(_MessageInner)  # the dataclass's fields set without running its __init__
-    msg.topic = topic
-    msg.queue_id = queue_id
-    msg.body = body
-    msg.properties = props
-    msg.flag = h.flag
-    msg.sys_flag = kept
-    msg.born_timestamp = h.born_timestamp
-    msg.born_host = (conn.born_ip, conn.peer_port)
-    msg.reconsume_times = reconsume or 0
-    msg.store_timestamp = None
+    kept_o = kept
+    _put(h, H_SYS_FLAG, kept_o)  # h.sys_flag = producer_sys_flag(h.sys_flag)
+    msg = _fresh(_MessageInner)  # the dataclass's fields set without running its __init__
+    _put(msg, M_TOPIC, topic)
+    _put(msg, M_QID, queue_id)
+    _put(msg, M_BODY, body)
+    _put(msg, M_PROPS, props)
+    _put(msg, M_FLAG, flag)
+    _put(msg, M_SYS_FLAG, kept_o)
+    _put(msg, M_BORN_TS, _at(h, H_BORN_TS))
+    _put(msg, M_BORN_HOST, (conn.born_ip, conn.peer_port))
+    _put(msg, M_RECONSUME, reconsume or 0)
+    _put(msg, M_STORE_TS, None)
     kind = _DELAYED if _DELAY in <dict>props else _NORMAL  # _kind, not a %RETRY% topic
-    result = self.put(msg, kind, due_ms=0)
+    put = self.put
+    if _put_c is not NULL and PyMethod_Check(put) and (
+        <object>PyMethod_GET_FUNCTION(put) is _put_twin
+    ):  # the put path's twin, called in C
+        result = _put_c(<object>PyMethod_GET_SELF(put), msg, kind, 0)
+    else:
+        result = put(msg, kind, due_ms=0)
     recall = None  # admission.recall_handle
     if kind is _DELAYED:
         due = (<dict>props).get(_DELIVER_TIME)
         target = (<dict>props).get(_REAL_TOPIC)
         uniq = (<dict>props).get(_UNIQ_KEY)
-        if due and target and uniq and not target.startswith(_RETRY_PREFIX):
-            raw_handle = (
-                f"{_HANDLE_VERSION} {target} {config.broker_name} {int(due)} {uniq}"
-            ).encode()
-            recall = (
-                b2a_base64(raw_handle, newline=False).translate(_URLSAFE_TABLE).decode("ascii")
-            )
+        if due and target and uniq and not (
+            (<str>target).startswith(_RETRY_PREFIX)
+            if type(target) is str
+            else target.startswith(_RETRY_PREFIX)
+        ):
+            broker_name = config.broker_name
+            if (
+                type(due) is str
+                and type(target) is str
+                and type(broker_name) is str
+                and type(uniq) is str
+                and _canonical_int(due)
+            ):
+                recall = _recall_text(target, broker_name, due, uniq)
+            if recall is None:
+                raw_handle = (
+                    f"{_HANDLE_VERSION} {target} {broker_name} {int(due)} {uniq}"
+                ).encode()
+                recall = (
+                    b2a_base64(raw_handle, newline=False)
+                    .translate(_URLSAFE_TABLE)
+                    .decode("ascii")
+                )
     # _respond
-    if result.status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
+    if type(result) is _PutResult:
+        status = _at(result, R_STATUS)
+    else:
+        status = result.status
+    if status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
         return self._respond(conn, cmd, h, [result], queue_id, recall)
-    ext = {
-        "msgId": result.offset_msg_id or self.offset_msg_id(result.phy_offset),
-        "queueId": str(queue_id),
-        "queueOffset": str(result.queue_offset),
-    }
+    if type(result) is _PutResult:
+        msg_id = _at(result, R_MSG_ID) or self.offset_msg_id(_at(result, R_PHY))
+        queue_offset = _at(result, R_QOFF)
+    else:
+        msg_id = result.offset_msg_id or self.offset_msg_id(result.phy_offset)
+        queue_offset = result.queue_offset
+    ext = _PyDict_NewPresized(6)  # the answer's fields, no resize on the way
+    ext["msgId"] = msg_id
+    ext["queueId"] = _dec(queue_id)
+    ext["queueOffset"] = _dec(queue_offset)
     if recall is not None:
         ext["recallHandle"] = recall
     ext["MSG_REGION"] = _REGION
     ext["TRACE_ON"] = "true"
-    response = _new(_RemotingCommand)  # cmd.response(SUCCESS, ext_fields=ext)
-    response.code = _SUCCESS
-    response.opaque = cmd.opaque
-    response.flag = _FLAG_RESPONSE
-    response.language = _JAVA
-    response.version = _VERSION
-    response.remark = None
-    response.ext_fields = ext
-    response.body = b""
-    response.serialize_type = cmd.serialize_type
+    response = _fresh(_RemotingCommand)  # cmd.response(SUCCESS, ext_fields=ext)
+    _put(response, C_CODE, _SUCCESS)
+    _put(response, C_OPAQUE, _at(cmd, C_OPAQUE))
+    _put(response, C_FLAG, _FLAG_RESPONSE)
+    _put(response, C_LANGUAGE, _JAVA)
+    _put(response, C_VERSION, _VERSION)
+    _put(response, C_REMARK, None)
+    _put(response, C_EXT, ext)
+    _put(response, C_BODY, b"")
+    _put(response, C_SERIALIZE, _at(cmd, C_SERIALIZE))
     return response
 
 
@@ -258,10 +587,14 @@ cdef class GuardedSend:
     topic table, or an awaitable one, goes through ``handlers._when_written``."""
 
     cdef object handler, topics, stats, log
+    cdef object proc  # the SendMessageProcessor when ``handler`` is its twin handle_send
     cdef bint plain  # a TopicConfigManager: its change counter read in place of ``version``
 
     def __init__(self, handler, topics, stats, log):
         self.handler = handler
+        self.proc = None
+        if PyMethod_Check(handler) and <object>PyMethod_GET_FUNCTION(handler) is handle_send:
+            self.proc = <object>PyMethod_GET_SELF(handler)  # called in C, not through Python
         self.topics = topics
         self.plain = type(topics) is _TopicConfigManager
         self.stats = stats
@@ -271,7 +604,10 @@ cdef class GuardedSend:
         table_file = self.topics.file if self.plain else None
         try:
             before = table_file._changes if table_file is not None else self.topics.version
-            answer = self.handler(conn, cmd)
+            if self.proc is not None:
+                answer = _handle(self.proc, conn, cmd)
+            else:
+                answer = self.handler(conn, cmd)
         except HeaderError as err:  # ingress.guarded
             return _refuse(self.stats, self.log, conn, cmd, err.response_code, str(err))
         now = table_file._changes if table_file is not None else self.topics.version

@@ -25,8 +25,10 @@ consecutive unless another send to the same queue lands between two parts.
 Native twin: ``_send.pyx`` (``protocol/native.py`` chooses it) makes the common single send
 (a known, writable user topic; no batch, half message or timer) in one C function and
 hands every other request to ``handle_send`` here, the reference, before changing
-anything; its ``GuardedSend`` is the handler table's wrapping of the send codes
-(``handlers/__init__.py``). ``tests/server/test_native_send.py`` holds both to this module.
+anything; it calls the put twin as a C function (``put/_path.pyx``'s ``PUT``) when
+``self.put`` is that twin. Its ``GuardedSend`` is the handler table's wrapping of the send
+codes (``handlers/__init__.py``). ``tests/server/test_native_send.py`` holds both to this
+module.
 """
 
 from __future__ import annotations

@@ -2,21 +2,36 @@
 """Native twin of ``path.py``'s ``PutPath.put`` (chosen by ``protocol/native.py``;
 ``path.py`` is the reference and owns every rule of the put path).
 
-``put`` makes the common put of a client send, a NORMAL or DELAYED message, in one C
-function: the stray DELAY dropped or the delay transform (``transform_delayed`` with
+``put`` makes the common put of a client send, a NORMAL or DELAYED ``MessageInner``, in
+one C function: the stray DELAY dropped or the delay transform (``transform_delayed`` with
 ``round_up_ms=1``, inline), the store put (the store's own twin), the stats counter,
 ``_target_ready``'s "the target queue has a file (or has asked for its first)" case, the offset msg id (the bytes
 ``ids.create_offset_msg_id`` packs, written as hex here) and the ``message.scheduled`` /
 ``message.stored`` fields handed to the hot-path writer (``observe/logs.py``'s
 ``_fast_emit``) without ``MessageLog.info``'s frame. It mirrors the reference step for
-step.
+step. The message's fields are read and written straight through their slots (the
+offsets its member descriptors use, read at import: a ``MessageInner`` not laid out as
+a plain slotted dataclass fails the import and the pure core runs); an integer the
+reference writes as text (``str``) and reads back (``int``) is kept as the integer it
+was written from while the property still holds that very text, and the wall clock
+(``clock.wall_ms``) is read as ``time.time()`` reads it, without the call.
+``PUT`` holds the same put as a C function (``object (object self, object msg, object
+kind, object due_ms)``) for the send twin to call without the Python call.
 
 Anything else is handed to the reference before anything is changed: every other kind
-(TIMER, RECALL, the transaction kinds, REPUT, RETRY, DLQ), properties that are not a
-dict, a DELAY that is not an integer (the reference raises), no delay levels configured;
-a target queue without a file goes to the reference's ``_target_ready``; a store host
-the offset id cannot pack goes to ``ids.create_offset_msg_id``.
+(TIMER, RECALL, the transaction kinds, REPUT, RETRY, DLQ), a message of another class,
+properties that are not a dict, a DELAY that is not an integer (the reference raises),
+no delay levels configured; a target queue without a file goes to the reference's
+``_target_ready``; a store host the offset id cannot pack goes to
+``ids.create_offset_msg_id``.
 """
+
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+
+from types import MemberDescriptorType
 
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
@@ -24,17 +39,42 @@ from kairosmq.protocol.properties import DELAY, DELIVER_TIME, REAL_QID, REAL_TOP
 
 from ..clock import wall_ms as _wall_ms
 from ..observe import logs as _logs
-from ..store import PutStatus
+from ..store import MessageInner, PutResult, PutStatus
 from . import path as _ref
 from .kind import MessageKind
 
-from time import time as _time
+cdef extern from "time.h" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec* tp)
+    int CLOCK_REALTIME
+
+cdef extern from "Python.h":
+    dict _PyDict_NewPresized(Py_ssize_t minused)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 cdef object _ref_put = _ref.reference.put
 cdef object _NORMAL = MessageKind.NORMAL
 cdef object _DELAYED = MessageKind.DELAYED
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef object _MessageLog = _logs.MessageLog
+cdef object _MessageInner = MessageInner
+cdef object _PutResult = PutResult
+cdef object _MemberDescriptor = MemberDescriptorType
 cdef str _SCHEDULE_TOPIC = SCHEDULE_TOPIC
 cdef str _DELAY = DELAY
 cdef str _DELIVER_TIME = DELIVER_TIME
@@ -44,11 +84,105 @@ cdef str _UNIQ_KEY = UNIQ_KEY
 cdef bytes _HEX = b"0123456789ABCDEF"
 
 
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``
+    (as ``store/_message_store.pyx``'s): ImportError (the pure core runs) if not a slot."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _MemberDescriptor:
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+if MessageInner.__mro__ != (MessageInner, object) or MessageInner.__new__ is not object.__new__:
+    raise ImportError("MessageInner is not a plain slotted dataclass")
+cdef Py_ssize_t M_TOPIC = _slot(MessageInner, "topic")
+cdef Py_ssize_t M_QID = _slot(MessageInner, "queue_id")
+cdef Py_ssize_t M_PROPS = _slot(MessageInner, "properties")
+cdef Py_ssize_t M_STORE_TS = _slot(MessageInner, "store_timestamp")
+cdef Py_ssize_t M_BORN_TS = _slot(MessageInner, "born_timestamp")
+cdef Py_ssize_t M_RECONSUME = _slot(MessageInner, "reconsume_times")
+if PutResult.__mro__ != (PutResult, object):
+    raise ImportError("PutResult is not a plain slotted dataclass")
+cdef Py_ssize_t R_STATUS = _slot(PutResult, "status")
+cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
+cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")
+cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset")
+cdef Py_ssize_t R_MSG_ID = _slot(PutResult, "offset_msg_id")
+
+
+cdef inline object _at(object obj, Py_ssize_t at):
+    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as the
+    descriptor)."""
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+    if p == NULL:
+        raise AttributeError("a MessageInner field is unset")
+    return <object>p
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef inline str _dec(object v):
+    """``str(v)``: an ``int`` within 64 bits written by C, anything else by ``str``."""
+    cdef int overflow = 0
+    cdef long long n
+    if type(v) is int:
+        n = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if not overflow:
+            return f"{n}"  # Cython's C formatting, the text str(int) gives
+    return str(v)
+
+
+cdef inline bint _ascii_int(object s, long long* out) noexcept:
+    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
+    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char* d
+    cdef long long v = 0
+    cdef bint neg = False
+    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
+        return False
+    n = PyUnicode_GET_LENGTH(s)
+    d = <const char*>PyUnicode_DATA(s)
+    if n and d[0] == 45:  # "-"
+        neg = True
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    while i < n:
+        if d[i] < 48 or d[i] > 57:
+            return False
+        v = v * 10 + (d[i] - 48)
+        i += 1
+    out[0] = -v if neg else v
+    return True
+
+
 cdef object _now_ms(store):
-    """``store.clock_ms()``; ``clock.wall_ms``'s ``int(time.time() * 1000)`` without a call."""
+    """``store.clock_ms()``; ``clock.wall_ms``'s ``int(time.time() * 1000)`` read as
+    ``time.time()`` reads the clock (``CLOCK_REALTIME`` in ns, then seconds as a double)."""
+    cdef timespec ts
+    cdef long long ns
+    cdef double d
     clock = store.clock_ms
-    if clock is _wall_ms:
-        return int(_time() * 1000)
+    if clock is _wall_ms and clock_gettime(CLOCK_REALTIME, &ts) == 0:
+        ns = <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
+        if ns % 1000000000 == 0:  # CPython's _PyTime_AsSecondsDouble
+            d = <double>(ns // 1000000000)
+        else:
+            d = <double>ns
+            d /= 1e9
+        return <long long>(d * 1000.0)
     return clock()
 
 
@@ -88,49 +222,74 @@ cdef str _offset_msg_id(tuple store_host, object phy):
 
 def put(self, msg, kind=_NORMAL, *, due_ms=0):
     """``PutPath.put``."""
+    return _put_msg(self, msg, kind, due_ms)
+
+
+cdef object _put_msg(object self, object msg, object kind, object due_ms):
+    """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
-    if kind is not _NORMAL and kind is not _DELAYED:
+    cdef bint plain
+    cdef long long parsed
+    cdef long level = 0
+    if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
-    props = msg.properties
+    props = _at(msg, M_PROPS)
     if type(props) is not dict:
         return _ref_put(self, msg, kind, due_ms=due_ms)
-    level = 0
     store = self.store
-    if _DELAY in <dict>props and msg.topic != _SCHEDULE_TOPIC:
+    topic = _at(msg, M_TOPIC)
+    qid = None  # the target queue id as the integer REAL_QID was written from
+    qid_text = deliver_text = deliver = None
+    if _DELAY in <dict>props and topic != _SCHEDULE_TOPIC:
         if kind is _DELAYED:
-            try:
-                level = int((<dict>props)[_DELAY])
-            except Exception:
-                return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
+            level_text = (<dict>props)[_DELAY]
+            if _ascii_int(level_text, &parsed):
+                level_o = parsed
+            else:
+                try:
+                    level_o = int(level_text)
+                except Exception:
+                    return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
+            if level_o > 0:
+                levels_ms = self.config.delay_levels_ms
+                n = len(levels_ms)
+                if n == 0:
+                    return _ref_put(self, msg, kind, due_ms=due_ms)
+                level = n if level_o > n else level_o  # transform_delayed, round_up_ms=1
         if level > 0:
-            levels_ms = self.config.delay_levels_ms
-            n = len(levels_ms)
-            if n == 0:
-                return _ref_put(self, msg, kind, due_ms=due_ms)
-            if level > n:  # transform_delayed, round_up_ms=1
-                level = n
             now = _now_ms(store)
-            (<dict>props)[_REAL_TOPIC] = msg.topic
-            (<dict>props)[_REAL_QID] = str(msg.queue_id)
-            (<dict>props)[_DELAY] = str(level)
-            (<dict>props)[_DELIVER_TIME] = str(now + levels_ms[level - 1] + 1)
-            msg.topic = _SCHEDULE_TOPIC
-            msg.queue_id = level - 1
-            msg.store_timestamp = now
+            qid = _at(msg, M_QID)
+            qid_text = _dec(qid)
+            deliver = now + levels_ms[level - 1] + 1
+            deliver_text = _dec(deliver)
+            (<dict>props)[_REAL_TOPIC] = topic
+            (<dict>props)[_REAL_QID] = qid_text
+            (<dict>props)[_DELAY] = f"{level}"  # str(level), in C
+            (<dict>props)[_DELIVER_TIME] = deliver_text
+            topic = _SCHEDULE_TOPIC
+            _put(msg, M_TOPIC, topic)
+            _put(msg, M_QID, level - 1)
+            _put(msg, M_STORE_TS, now)
         else:
             del (<dict>props)[_DELAY]
     result = store.put(msg)
-    if result.status is not _PUT_OK:
+    plain = type(result) is _PutResult  # its fields read through their slots
+    if (_at(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result
     if level > 0:
         self.stats.scheduled[level] += 1
         target = (<dict>props)[_REAL_TOPIC]
-        qid = (<dict>props)[_REAL_QID]
-        cq = store.queues.get((target, int(qid)))  # _target_ready: find_queue
+        qid_now = (<dict>props)[_REAL_QID]
+        if qid_now is not qid_text or type(qid) is not int:
+            qid = int(qid_now)  # int(str(q)) is q for an int q: read back only if changed
+        queues = store.queues
+        key = (target, qid)
+        # _target_ready: find_queue
+        cq = (<dict>queues).get(key) if type(queues) is dict else queues.get(key)
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
-            self._target_ready(target, qid)  # prepare_first would ask the allocator
+            self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
-        self.stats.stored[msg.topic] += 1
+        self.stats.stored[_at(msg, M_TOPIC)] += 1
     if not self.config.log_messages:
         return result
     msglog = self.msglog
@@ -141,35 +300,46 @@ def put(self, msg, kind=_NORMAL, *, due_ms=0):
         emit = _logs._fast_emit
     elif not msglog.enabled:
         return result
-    phy = result.phy_offset
+    phy = _at(result, R_PHY) if plain else result.phy_offset
     offset_id = _offset_msg_id(store.store_host, phy)
-    result.offset_msg_id = offset_id
+    if plain:
+        _put(result, R_MSG_ID, offset_id)
+    else:
+        result.offset_msg_id = offset_id
     if level > 0:
         event = "message.scheduled"
-        fields = {
-            "msg_id": (<dict>props).get(_UNIQ_KEY) or offset_id,
-            "real_topic": (<dict>props)[_REAL_TOPIC],
-            "real_queue_id": int((<dict>props)[_REAL_QID]),
-            "delay_level": level,
-            "queue_offset": result.queue_offset,
-            "phy_offset": phy,
-            "deliver_ts": int((<dict>props)[_DELIVER_TIME]),
-            "reconsume_times": msg.reconsume_times,
-        }
+        if (<dict>props)[_DELIVER_TIME] is not deliver_text or type(deliver) is not int:
+            deliver = int((<dict>props)[_DELIVER_TIME])
+        if (<dict>props)[_REAL_QID] is not qid_text:
+            qid = int((<dict>props)[_REAL_QID])
+        fields = _PyDict_NewPresized(8)  # the literal's keys, no resize on the way
+        fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
+        fields["real_topic"] = (<dict>props)[_REAL_TOPIC]
+        fields["real_queue_id"] = qid
+        fields["delay_level"] = level
+        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["phy_offset"] = phy
+        fields["deliver_ts"] = deliver
+        fields["reconsume_times"] = _at(msg, M_RECONSUME)
     else:
         event = "message.stored"
-        fields = {
-            "msg_id": (<dict>props).get(_UNIQ_KEY) or offset_id,
-            "topic": msg.topic,
-            "queue_id": msg.queue_id,
-            "queue_offset": result.queue_offset,
-            "phy_offset": phy,
-            "size": result.size,
-            "born_ts": msg.born_timestamp,
-            "reconsume_times": msg.reconsume_times,
-        }
+        fields = _PyDict_NewPresized(8)
+        fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
+        fields["topic"] = _at(msg, M_TOPIC)
+        fields["queue_id"] = _at(msg, M_QID)
+        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["phy_offset"] = phy
+        fields["size"] = _at(result, R_SIZE) if plain else result.size
+        fields["born_ts"] = _at(msg, M_BORN_TS)
+        fields["reconsume_times"] = _at(msg, M_RECONSUME)
     if emit is not None:  # MessageLog.info's fast case
         emit(event, fields)
     else:
         msglog.info(event, **fields)
     return result
+
+
+ctypedef object (*put_fn)(object, object, object, object)
+cdef put_fn _put_ptr = _put_msg
+# ``put`` as a C function for the send twin (``handlers/_send.pyx``)
+PUT = PyCapsule_New(<void*>_put_ptr, b"kairosmq.server.put._path.PUT", NULL)

@@ -17,8 +17,9 @@ Invariants:
   ``admit_timer`` (``TimerService.admit``) gives, passed in at construction.
 * Synchronous, on the event loop, like ``MessageStore.put``.
 * ``PutPath.put`` here is the reference; its native twin (``_path.pyx``) makes a NORMAL
-  or DELAYED put in one C function and hands every other kind to it
-  (``tests/server/test_native_send.py`` holds the twin to it).
+  or DELAYED put in one C function (also exported as a C function, ``PUT``, that the
+  send twin calls) and hands every other kind to it (``tests/server/test_native_send.py``
+  holds the twin to it).
 """
 
 from __future__ import annotations

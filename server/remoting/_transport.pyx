@@ -8,7 +8,9 @@ writes them, step for step, with the per-request property calls read in place: t
 command's ``is_response`` / ``is_oneway`` flag bits, and for the broker's store as the
 ack guard (a ``MessageStore``) its write guard's ``appends`` and ack token
 (``MessageStore.appends`` / ``ack_token``), and ``ack_problem``'s common answer (no
-rollback since the token, its end written: no problem).
+rollback since the token, its end written: no problem). ``_process`` calls this
+module's ``dispatch`` body in C when the server's ``dispatch`` is it, and ``dispatch``
+reads the handler table as a ``dict`` when it is one.
 
 Anything else is handed to the reference before anything is changed: a response frame
 (a broker -> client call's answer), a request while an ACL check is installed
@@ -16,6 +18,8 @@ Anything else is handed to the reference before anything is changed: a response 
 is asked through its methods, and an ack whose records were rolled back or are not
 written yet through ``ack_problem``.
 """
+
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION
 
 from asyncio import get_running_loop
 
@@ -62,10 +66,15 @@ def _process(self):
         return
     server = self.server
     dispatch = server.dispatch
+    # this module's dispatch (the server's class not overriding it): called in C
+    direct = PyMethod_Check(dispatch) and <object>PyMethod_GET_FUNCTION(dispatch) is _dispatch_fn
     frames = iter(self.reader)
     try:
         for cmd in frames:
-            dispatch(self, cmd)
+            if direct:
+                _dispatch(server, self, cmd)
+            else:
+                dispatch(self, cmd)
             n += 1
             if n >= _FRAMES_PER_TURN:
                 break
@@ -142,10 +151,22 @@ def flush_out(self):
 
 def dispatch(self, conn, cmd):
     """``RemotingServer.dispatch``."""
+    _dispatch(self, conn, cmd)
+
+
+cdef object _dispatch_fn = dispatch
+
+
+cdef _dispatch(self, conn, cmd):
+    """``dispatch``'s body (``_process`` calls it without the Python call)."""
     cdef long long flag = cmd.flag
     if flag & _RESPONSE or self.auth is not None:
         return _ref_dispatch(self, conn, cmd)
-    handler = conn.handlers.get(cmd.code)
+    handlers = conn.handlers
+    if type(handlers) is dict:
+        handler = (<dict>handlers).get(cmd.code)
+    else:
+        handler = handlers.get(cmd.code)
     if handler is None:
         return _ref_dispatch(self, conn, cmd)
     conn.authorized = True

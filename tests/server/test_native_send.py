@@ -40,6 +40,7 @@ from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
     DELAY,
+    DELIVER_TIME,
     KEYS,
     MAX_RECONSUME_TIMES,
     REAL_QID,
@@ -51,13 +52,16 @@ from kairosmq.protocol.properties import (
     encode_properties,
 )
 from kairosmq.protocol.timer import TIMER_DELAY_SEC, TIMER_DELIVER_MS
+from kairosmq.server import clock
 from kairosmq.server.config import FlushMode
 from kairosmq.server.handlers import send
 from kairosmq.server.handlers.send import SendMessageProcessor
 from kairosmq.server.observe import logs
 from kairosmq.server.put import path
+from kairosmq.server.put.kind import MessageKind
 from kairosmq.server.remoting import transport
 from kairosmq.server.remoting.transport import Connection, RemotingServer
+from kairosmq.server.store import MessageInner
 from structlog.testing import capture_logs
 
 from tests.protocol.captures import entries_with_code, frame_bytes
@@ -274,6 +278,8 @@ KEY = st.sampled_from(
 )
 VALUE = st.sampled_from(
     ["1", "3", "0", "-1", "x", "99", "true", "false", "", "a b", str(NOW + 5000), "7F00AB"]
+    # text int() reads that the twins' ASCII-digit reading leaves to int()
+    + [" 2", "+2", "02", "2_0", "\u0663", "-0", "1" * 19, "-" + "9" * 18, "9" * 18]
 )
 TOPIC = st.sampled_from(
     ["T1", "T1", "T1", "T2", "RO", "%RETRY%G1", "%RETRY%G2", "Fresh", SCHEDULE_TOPIC]
@@ -446,3 +452,127 @@ def test_the_hot_path_writer_writes_the_same_lines(
     events = [json.loads(ln)["event"] for ln in lines[0]]
     assert events.count("message.scheduled") == 2 and events.count("message.stored") == 2
     assert lines[1] == lines[0]
+
+
+# ------------------------------------------------------------------ the C-only steps
+
+# UNIQ_KEY text for the recall handle: short and long (a handle over the twin's 1 KiB
+# buffer goes the reference's way), any code point (a lone surrogate: UTF-8 cannot hold
+# it, both raise alike), multi-byte text (its UTF-8 bytes are what base64 encodes)
+UNIQ_TEXT = (
+    st.text(max_size=40)
+    | st.text(min_size=300, max_size=1100)
+    | st.sampled_from(["\ud800x", "ü" * 400, "A" * 1010, "A" * 998, "7F0000010000"])
+)
+
+
+@pytest.fixture(scope="module")
+def recall_sides(
+    tmp_path_factory: pytest.TempPathFactory, nat: tuple[ModuleType, ModuleType, ModuleType]
+) -> Iterator[tuple[Side, Side, asyncio.AbstractEventLoop]]:
+    loop = asyncio.new_event_loop()
+    ref, nat_side = _sides(tmp_path_factory.mktemp("recall"), nat, broker_name="bröker-✓")
+    yield ref, nat_side, loop
+    ref.s.close()
+    nat_side.s.close()
+    loop.close()
+
+
+def _outcomes(
+    ref: Side, nat_side: Side, loop: asyncio.AbstractEventLoop, cmd: RemotingCommand
+) -> None:
+    """``cmd`` to both sides: the same answer, or the same exception, and the same logs."""
+
+    async def one(side: Side) -> tuple[Any, list[dict[str, Any]]]:
+        with capture_logs() as events:
+            try:
+                got: Any = await side.answer(cmd)
+            except Exception as err:  # noqa: BLE001 - the outcome compared is the exception
+                got = (type(err), str(err))
+        await asyncio.sleep(0)
+        return got, events
+
+    assert loop.run_until_complete(one(nat_side)) == loop.run_until_complete(one(ref))
+
+
+@settings(PARITY, max_examples=120)
+@given(
+    uniq=UNIQ_TEXT,
+    delay=st.sampled_from(["1", "2", "18", "40", "0"]),
+    topic=st.sampled_from(["T1", "T2"]),
+)
+def test_recall_handles_of_any_text_are_alike(
+    recall_sides: tuple[Side, Side, asyncio.AbstractEventLoop], uniq: str, delay: str, topic: str
+) -> None:
+    """A delayed send's recall handle (base64url of ``v1 topic broker due uniq``, written
+    in C by the twin for a handle under 1 KiB): the same answer bytes as the reference's
+    ``encode_recall_handle`` for any UNIQ_KEY text and a non-ASCII broker name."""
+    ref, nat_side, loop = recall_sides
+    ext = {"a": "PG", "b": topic, "e": "1", "f": "0", "g": "9", "h": "0",
+           "i": encode_properties({UNIQ_KEY: uniq, DELAY: delay})}  # fmt: skip
+    _outcomes(ref, nat_side, loop, RemotingCommand(code=310, opaque=3, ext_fields=ext, body=b"x"))
+    assert nat_side.state() == ref.state()
+
+
+@pytest.fixture(scope="module", params=["twin send, reference put", "reference send, twin entry"])
+def mixed_sides(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    nat: tuple[ModuleType, ModuleType, ModuleType],
+) -> Iterator[tuple[Side, Side, asyncio.AbstractEventLoop]]:
+    """The twins beside reference parts: the send twin over the reference's put (its
+    Python call, not the put twin's C one), the twin's entry (``GuardedSend``) over the
+    reference's handler (its Python call)."""
+    send_twin, path_twin, transport_twin = nat
+    loop = asyncio.new_event_loop()
+    tmp = tmp_path_factory.mktemp("mixed")
+    ref = Side(tmp / "ref", send.reference.handle_send, path.reference.put)
+    if request.param == "twin send, reference put":
+        mixed = Side(tmp / "mix", send_twin.handle_send, path.reference.put, send_twin.GuardedSend)
+    else:
+        mixed = Side(tmp / "mix", send.reference.handle_send, path_twin.put, send_twin.GuardedSend)
+    yield ref, mixed, loop
+    ref.s.close()
+    mixed.s.close()
+    loop.close()
+
+
+@settings(PARITY, max_examples=60)
+@given(reqs=st.lists(send_requests(), min_size=1, max_size=4))
+def test_mixed_cores_answer_alike(
+    mixed_sides: tuple[Side, Side, asyncio.AbstractEventLoop],
+    reqs: list[tuple[RemotingCommand, int]],
+) -> None:
+    ref, mixed, loop = mixed_sides
+    for cmd, seed in reqs:
+        _both(ref, mixed, loop, cmd, seed)
+    assert mixed.state() == ref.state()
+
+
+def test_the_wall_clock_is_read_as_wall_ms(
+    tmp_path: Path, nat: tuple[ModuleType, ModuleType, ModuleType]
+) -> None:
+    """The put twin reads ``clock.wall_ms`` (the store's clock) in C: a delayed message's
+    store timestamp and due time lie between two ``wall_ms()`` readings around the put."""
+    _, path_twin, _ = nat
+    s = Services(tmp_path)
+    loop = asyncio.new_event_loop()
+    try:
+        assert s.store.clock_ms is clock.wall_ms
+        s.topics.create("T1", 4)
+        level_ms = s.config.delay_levels_ms[2]
+
+        async def put_one() -> tuple[int, MessageInner, int]:
+            before = clock.wall_ms()
+            msg = MessageInner("T1", 1, b"x", {DELAY: "3", UNIQ_KEY: "U"})
+            path_twin.put(s.broker.put_path, msg, MessageKind.DELAYED)
+            return before, msg, clock.wall_ms()
+
+        for _ in range(20):
+            before, msg, after = loop.run_until_complete(put_one())
+            assert msg.store_timestamp is not None
+            assert before <= msg.store_timestamp <= after
+            assert msg.properties[DELIVER_TIME] == str(msg.store_timestamp + level_ms + 1)
+    finally:
+        loop.close()
+        s.close()
