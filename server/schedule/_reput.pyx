@@ -53,8 +53,64 @@ cdef frozenset _INTERNAL = frozenset(_ref.INTERNAL_PROPERTIES)
 cdef frozenset _TIMER_STRIP = frozenset(_ref._TIMER_STRIP)
 cdef tuple _KEEP = _ref._KEEP_ON_REPUT
 cdef Py_ssize_t _QID_DIGITS = INT32_DIGITS
-cdef object _tuple_new = tuple.__new__
-cdef object _new = object.__new__
+cdef extern from *:
+    """
+    /* tuple.__new__(type, (a, b, c, d)) for a tuple subclass: its tuple_subtype_new's
+       steps (the type's tp_alloc of 4 items, each item referenced) without the call */
+    static PyObject* kairos_tuple4(PyObject* type, PyObject* a, PyObject* b, PyObject* c,
+                                   PyObject* d) {
+        PyTypeObject* tp = (PyTypeObject*)type;
+        PyObject* t = tp->tp_alloc(tp, 4);
+        if (t == NULL) return NULL;
+        Py_INCREF(a); PyTuple_SET_ITEM(t, 0, a);
+        Py_INCREF(b); PyTuple_SET_ITEM(t, 1, b);
+        Py_INCREF(c); PyTuple_SET_ITEM(t, 2, c);
+        Py_INCREF(d); PyTuple_SET_ITEM(t, 3, d);
+        return t;
+    }
+    /* object.__new__(type): object's tp_new with no arguments, without the call */
+    static PyObject* kairos_object_new(PyObject* type) {
+        PyObject* none = PyTuple_New(0);
+        PyObject* o;
+        if (none == NULL) return NULL;
+        o = PyBaseObject_Type.tp_new((PyTypeObject*)type, none, NULL);
+        Py_DECREF(none);
+        return o;
+    }
+    """
+    object kairos_tuple4(object type, object a, object b, object c, object d)
+    object kairos_object_new(object type)
+
+
+# ``reput.py`` loads this module before it defines ``Attempt`` and ``Target``: they are
+# looked up at the first ``put_many`` (``_shapes``)
+cdef object _Attempt = None
+cdef object _Target = None
+cdef int _SHAPES = 0  # 0: not looked up yet, 1: the twin makes them, -1: the reference does
+
+
+cdef int _shapes() except -1:
+    """Look ``Attempt`` and ``Target`` up; the twin makes them only in the shapes it knows
+    (else ``put_many`` is the reference's)."""
+    global _Attempt, _Target, _SHAPES
+    _Attempt, _Target = _ref.Attempt, _ref.Target
+    known = (
+        issubclass(_Attempt, tuple)
+        and len(_Attempt._fields) == 4
+        and _Target.__new__ is object.__new__
+        and _Target.__init__.__code__.co_varnames[1:5]
+        == ("topic", "queue_id", "properties", "reconsume_times")
+    )
+    _SHAPES = 1 if known else -1
+    return 0
+
+
+cdef inline object _attempt(object outcome, object result, object target, object reason):
+    """``Attempt(outcome, result, target, reason)``: ``tuple.__new__`` of the named tuple
+    (what its ``__new__`` runs), made in C."""
+    return kairos_tuple4(_Attempt, outcome, result, target, reason)
+
+
 cdef object _RecordView = RecordView
 
 
@@ -334,13 +390,18 @@ def restore_timer_view(record, due, phy):
 def put_many(reputs, items, unread, settle):
     """``reput.Reputs.put_many``."""
     cdef Py_ssize_t i = 0
-    Attempt, Target, Outcome = _ref.Attempt, _ref.Target, _ref.Outcome
+    if _SHAPES <= 0:
+        if _SHAPES == 0:
+            _shapes()
+        if _SHAPES < 0:
+            return _pure.put_many(reputs, items, unread, settle)
+    Outcome = _ref.Outcome
     RequeueError, ok, permanent = _ref.RequeueError, _ref.PutStatus.PUT_OK, _ref.PERMANENT
     DONE, SKIP, RETRY = Outcome.DONE, Outcome.SKIP, Outcome.RETRY
     restore, put_patched = reputs.restore, reputs.put_patched
     for record, a, b in items:
         if record is None:
-            settle(_tuple_new(Attempt, (SKIP, None, None, unread)), a, b)
+            settle(_attempt(SKIP, None, None, unread), a, b)
             i += 1
             continue
         reputs.in_flight = (a, b)
@@ -350,25 +411,25 @@ def put_many(reputs, items, unread, settle):
             result = put_patched(record, view, topic, queue_id, props)
         except RequeueError as err:
             reason = f"cannot restore the message: {err}"
-            settle(_tuple_new(Attempt, (SKIP, None, None, reason)), a, b)
+            settle(_attempt(SKIP, None, None, reason), a, b)
             i += 1
             continue
         finally:
             reputs.in_flight = None
             reputs.in_flight_props = None
-        target = _new(Target)  # Target.__init__'s four fields
+        target = kairos_object_new(_Target)  # Target.__init__'s four fields
         target.topic = topic
         target.queue_id = queue_id
         target.properties = props
         target.reconsume_times = view.reconsume_times
         status = result.status
         if status is ok:
-            settle(_tuple_new(Attempt, (DONE, result, target, "")), a, b)
+            settle(_attempt(DONE, result, target, ""), a, b)
         elif status in permanent:
             reason = f"the re-put was refused: {result.remark or status.value}"
-            settle(_tuple_new(Attempt, (SKIP, result, target, reason)), a, b)
+            settle(_attempt(SKIP, result, target, reason), a, b)
         else:
-            reputs.last_retry = _tuple_new(Attempt, (RETRY, result, target, ""))
+            reputs.last_retry = _attempt(RETRY, result, target, "")
             return i
         i += 1
     return i
