@@ -18,7 +18,7 @@ and, for ``delivered``, when ``message.due`` is written (debug level: rare).
 """
 
 from cpython.dict cimport PyDict_Copy
-from cpython.float cimport PyFloat_FromDouble
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_FromDouble
 from libc.math cimport copysign, fabs, fma, isfinite, nearbyint
 
@@ -167,7 +167,7 @@ def timers_fired(self, rows):
                 wall_ms = wall * 1000
                 lateness = _round(wall_ms - due, 3)
                 ts = int(wall_ms)
-            seen.add(<double>lateness)
+            seen.add(PyFloat_AS_DOUBLE(lateness) if type(lateness) is float else <double>lateness)
             if logging:
                 if ts is None:
                     ts = PyLong_FromDouble(wall_ms_d)
@@ -223,7 +223,9 @@ def delivered(self, rows):
                 lateness = _round(wall_ms - deliver_ts, 3)
                 ts = int(wall_ms)
             delivered[target.topic] += 1
-            (<_Observed>by_level[level]).add(<double>lateness)
+            (<_Observed>by_level[level]).add(
+                PyFloat_AS_DOUBLE(lateness) if type(lateness) is float else <double>lateness
+            )
             if not logging:
                 continue
             if ts is None:

@@ -51,9 +51,11 @@ cdef inline bint _pass(set marks, object phy) except -1:
 
 
 cdef class _Settle:
-    """``_drain``'s ``settle`` closure: called by ``put_many`` after each DONE or SKIP."""
+    """``_drain``'s ``settle`` closure: called by ``put_many`` after each DONE or SKIP. The
+    service's ``progress`` and ``on_delivered`` are read once per batch (nothing rebinds
+    them during a drain); an ``Attempt``'s fields are read by index."""
 
-    cdef object service, start, now
+    cdef object service, start, now, progress, on_delivered
     cdef list due
     cdef public list done
 
@@ -62,6 +64,8 @@ cdef class _Settle:
         self.due = due
         self.start = start
         self.now = now
+        self.progress = service.progress
+        self.on_delivered = service.on_delivered
         self.done = []
 
     def __call__(self, attempt, level, off):
@@ -72,16 +76,19 @@ cdef class _Settle:
         else:
             outcome = attempt.outcome
             reason = attempt.reason
-        service = self.service
         if outcome is _SKIP and reason is not _RECALLED:
-            service._skip(level, off, phy, reason)
+            self.service._skip(level, off, phy, reason)
             return
-        progress = service.progress
+        progress = self.progress
         if progress[level] <= off:  # dispatch did not see the origin: never loop
             progress[level] = off + 1
-        if outcome is _DONE and service.on_delivered is not None:
-            target = attempt.target
-            result = attempt.result
+        if outcome is _DONE and self.on_delivered is not None:
+            if type(attempt) is _Attempt:
+                target = (<tuple>attempt)[2]
+                result = (<tuple>attempt)[1]
+            else:
+                target = attempt.target
+                result = attempt.result
             assert target is not None and result is not None
             self.done.append((target, result, level, off, deliver_ts, self.now, _time()))
 
