@@ -8,7 +8,8 @@ lateness (the same double arithmetic and the builtin ``round``), the histogram's
 ``observe`` (``stats.LatenessHistogram``: the bucket by ``bisect_left`` over
 ``LATENESS_BUCKETS_MS``, the total and the running sum added row by row, written back
 once per batch, also when a row raises), the msgId (``UNIQ_KEY`` or the offset msgId)
-and the lines, in the same order and with the same fields, handed to
+and the lines, in the same order and with the same fields (each line's dict a copy of
+the fields laid out once, its values set in the reference's order), handed to
 ``MessageLog.info_many`` once.
 
 It defers the whole batch to the reference, before changing anything, when the
@@ -16,7 +17,8 @@ histogram is not a plain ``LatenessHistogram`` (a subclass decides its own ``obs
 and, for ``delivered``, when ``message.due`` is written (debug level: rare).
 """
 
-from cpython.float cimport PyFloat_FromDouble
+from cpython.dict cimport PyDict_Copy
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_FromDouble
 from libc.math cimport copysign, fabs, fma, isfinite, nearbyint
 
@@ -33,6 +35,23 @@ cdef object _round = builtins.round
 cdef object _Histogram = LatenessHistogram
 cdef object _offset_id = create_offset_msg_id
 cdef str _UNIQ = UNIQ_KEY
+# a line's fields, in the reference's order: each line's dict is a copy of one of these
+# (the keys laid out once) with every value then set in that order
+cdef dict _FIRED_FIELDS = dict.fromkeys(
+    ("msg_id", "topic", "queue_id", "queue_offset", "phy_offset", "deliver_ts", "lateness_ms")
+)
+cdef dict _DELIVERED_FIELDS = dict.fromkeys(
+    (
+        "msg_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "phy_offset",
+        "delay_level",
+        "lateness_ms",
+        "reconsume_times",
+    )
+)
 cdef Py_ssize_t _NB = len(LATENESS_BUCKETS_MS)
 cdef double _BOUNDS[64]
 cdef Py_ssize_t _i
@@ -125,6 +144,7 @@ def timers_fired(self, rows):
     cdef _Observed seen
     cdef double wall_ms_d = 0
     cdef list lines
+    cdef dict fields
     cdef bint logging
     stats = self.stats
     hist = stats.timer_lateness
@@ -147,22 +167,19 @@ def timers_fired(self, rows):
                 wall_ms = wall * 1000
                 lateness = _round(wall_ms - due, 3)
                 ts = int(wall_ms)
-            seen.add(<double>lateness)
+            seen.add(PyFloat_AS_DOUBLE(lateness) if type(lateness) is float else <double>lateness)
             if logging:
-                lines.append(
-                    (
-                        PyLong_FromDouble(wall_ms_d) if ts is None else ts,
-                        {
-                            "msg_id": _msg_id(store, target, result),
-                            "topic": target.topic,
-                            "queue_id": target.queue_id,
-                            "queue_offset": result.queue_offset,
-                            "phy_offset": result.phy_offset,
-                            "deliver_ts": due,
-                            "lateness_ms": lateness,
-                        },
-                    )
-                )
+                if ts is None:
+                    ts = PyLong_FromDouble(wall_ms_d)
+                fields = PyDict_Copy(_FIRED_FIELDS)
+                fields["msg_id"] = _msg_id(store, target, result)
+                fields["topic"] = target.topic
+                fields["queue_id"] = target.queue_id
+                fields["queue_offset"] = result.queue_offset
+                fields["phy_offset"] = result.phy_offset
+                fields["deliver_ts"] = due
+                fields["lateness_ms"] = lateness
+                lines.append((ts, fields))
     finally:
         seen.flush()
     if lines:
@@ -174,6 +191,7 @@ def delivered(self, rows):
     cdef _Observed seen
     cdef double wall_ms_d = 0
     cdef list lines
+    cdef dict fields
     cdef dict by_level
     cdef bint logging
     stats = self.stats
@@ -205,24 +223,23 @@ def delivered(self, rows):
                 lateness = _round(wall_ms - deliver_ts, 3)
                 ts = int(wall_ms)
             delivered[target.topic] += 1
-            (<_Observed>by_level[level]).add(<double>lateness)
+            (<_Observed>by_level[level]).add(
+                PyFloat_AS_DOUBLE(lateness) if type(lateness) is float else <double>lateness
+            )
             if not logging:
                 continue
-            lines.append(
-                (
-                    PyLong_FromDouble(wall_ms_d) if ts is None else ts,
-                    {
-                        "msg_id": _msg_id(store, target, result),
-                        "topic": target.topic,
-                        "queue_id": target.queue_id,
-                        "queue_offset": result.queue_offset,
-                        "phy_offset": result.phy_offset,
-                        "delay_level": level,
-                        "lateness_ms": lateness,
-                        "reconsume_times": target.reconsume_times,
-                    },
-                )
-            )
+            if ts is None:
+                ts = PyLong_FromDouble(wall_ms_d)
+            fields = PyDict_Copy(_DELIVERED_FIELDS)
+            fields["msg_id"] = _msg_id(store, target, result)
+            fields["topic"] = target.topic
+            fields["queue_id"] = target.queue_id
+            fields["queue_offset"] = result.queue_offset
+            fields["phy_offset"] = result.phy_offset
+            fields["delay_level"] = level
+            fields["lateness_ms"] = lateness
+            fields["reconsume_times"] = target.reconsume_times
+            lines.append((ts, fields))
     finally:
         for seen in by_level.values():
             seen.flush()

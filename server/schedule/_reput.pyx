@@ -6,8 +6,11 @@
 record twin) and build the properties to store in one pass over the properties' text,
 with no Python frame of their own and no dict of every property first (``_stripped``:
 ``decode_properties``' split, the strip table applied as each pair is read, the values
-of the kept and target names noted): the strip table, the kept names, the origin and
-the target's REAL_TOPIC/REAL_QID check mirrored from ``reput.py``. A record
+of the kept and target names noted; a text of one byte per character is read in
+place, the names records usually hold matched against a table built at import instead
+of being made, hashed and looked up per pair; the origin and ``TIMER_OUT_MS`` written
+in C): the strip table, the kept names, the origin and the target's REAL_TOPIC/REAL_QID
+check mirrored from ``reput.py``. A record
 that cannot be read, a REAL_QID that is not a queue id or REAL_TOPIC/REAL_QID that do
 not name a queue go to the reference, which raises its ``RequeueError``.
 
@@ -18,17 +21,22 @@ constructors' frames.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
 from cpython.set cimport PySet_Contains
-from libc.stdio cimport snprintf
+from libc.string cimport memchr, memcmp
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH, PyUnicode_Substring
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
     Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end,
                                   int direction) except -2
+    int PyUnicode_KIND(object s)
+    void* PyUnicode_DATA(object s)
+    int PyUnicode_1BYTE_KIND
 
 from kairosmq.protocol.errors import MessageDecodeError
 from kairosmq.protocol.message import RecordView, view_record
+from kairosmq.protocol import properties as _properties
 from kairosmq.protocol.properties import (
     INT32_DIGITS,
     REAL_QID,
@@ -45,8 +53,64 @@ cdef frozenset _INTERNAL = frozenset(_ref.INTERNAL_PROPERTIES)
 cdef frozenset _TIMER_STRIP = frozenset(_ref._TIMER_STRIP)
 cdef tuple _KEEP = _ref._KEEP_ON_REPUT
 cdef Py_ssize_t _QID_DIGITS = INT32_DIGITS
-cdef object _tuple_new = tuple.__new__
-cdef object _new = object.__new__
+cdef extern from *:
+    """
+    /* tuple.__new__(type, (a, b, c, d)) for a tuple subclass: its tuple_subtype_new's
+       steps (the type's tp_alloc of 4 items, each item referenced) without the call */
+    static PyObject* kairos_tuple4(PyObject* type, PyObject* a, PyObject* b, PyObject* c,
+                                   PyObject* d) {
+        PyTypeObject* tp = (PyTypeObject*)type;
+        PyObject* t = tp->tp_alloc(tp, 4);
+        if (t == NULL) return NULL;
+        Py_INCREF(a); PyTuple_SET_ITEM(t, 0, a);
+        Py_INCREF(b); PyTuple_SET_ITEM(t, 1, b);
+        Py_INCREF(c); PyTuple_SET_ITEM(t, 2, c);
+        Py_INCREF(d); PyTuple_SET_ITEM(t, 3, d);
+        return t;
+    }
+    /* object.__new__(type): object's tp_new with no arguments, without the call */
+    static PyObject* kairos_object_new(PyObject* type) {
+        PyObject* none = PyTuple_New(0);
+        PyObject* o;
+        if (none == NULL) return NULL;
+        o = PyBaseObject_Type.tp_new((PyTypeObject*)type, none, NULL);
+        Py_DECREF(none);
+        return o;
+    }
+    """
+    object kairos_tuple4(object type, object a, object b, object c, object d)
+    object kairos_object_new(object type)
+
+
+# ``reput.py`` loads this module before it defines ``Attempt`` and ``Target``: they are
+# looked up at the first ``put_many`` (``_shapes``)
+cdef object _Attempt = None
+cdef object _Target = None
+cdef int _SHAPES = 0  # 0: not looked up yet, 1: the twin makes them, -1: the reference does
+
+
+cdef int _shapes() except -1:
+    """Look ``Attempt`` and ``Target`` up; the twin makes them only in the shapes it knows
+    (else ``put_many`` is the reference's)."""
+    global _Attempt, _Target, _SHAPES
+    _Attempt, _Target = _ref.Attempt, _ref.Target
+    known = (
+        issubclass(_Attempt, tuple)
+        and len(_Attempt._fields) == 4
+        and _Target.__new__ is object.__new__
+        and _Target.__init__.__code__.co_varnames[1:5]
+        == ("topic", "queue_id", "properties", "reconsume_times")
+    )
+    _SHAPES = 1 if known else -1
+    return 0
+
+
+cdef inline object _attempt(object outcome, object result, object target, object reason):
+    """``Attempt(outcome, result, target, reason)``: ``tuple.__new__`` of the named tuple
+    (what its ``__new__`` runs), made in C."""
+    return kairos_tuple4(_Attempt, outcome, result, target, reason)
+
+
 cdef object _RecordView = RecordView
 
 
@@ -75,20 +139,122 @@ cdef bint _DELAYED_CHECK = not _DELAYED_WANTED <= _INTERNAL
 cdef bint _TIMER_CHECK = not _TIMER_WANTED <= _TIMER_STRIP
 
 
+# ``_stripped``'s table of the names records usually hold (the strip tables, the wanted
+# names and the protocol's property names), each with its answers for the delayed and the
+# timer restore's ``strip`` and ``wanted`` sets, asked once here
+cdef enum:
+    _MAX_NAMES = 96
+    _MAX_NAME_LEN = 40
+cdef int _STRIP = 1, _WANTED = 2, _DELAYED = 0, _TIMER = 4
+cdef const char* _NAME_DATA[_MAX_NAMES]
+cdef Py_ssize_t _NAME_LEN[_MAX_NAMES]
+cdef PyObject* _NAME_OBJ[_MAX_NAMES]
+cdef int _NAME_FLAGS[_MAX_NAMES]
+cdef Py_ssize_t _BY_LEN[_MAX_NAME_LEN + 2]  # names of length L: _BY_LEN[L] .. _BY_LEN[L+1]
+cdef list _NAMES_HELD = []  # the str and bytes the table points into
+
+
+cdef void _names() except *:
+    cdef Py_ssize_t i, size
+    names = {
+        v
+        for k, v in vars(_properties).items()
+        if k.isupper() and type(v) is str and v.isascii() and v.isprintable()
+    }
+    names.update(_INTERNAL, _TIMER_STRIP, _DELAYED_WANTED, _TIMER_WANTED, (TIMER_OUT_MS,))
+    ordered = sorted(
+        (n for n in names if 0 < len(n) <= _MAX_NAME_LEN and "\x01" not in n and "\x02" not in n),
+        key=lambda n: (len(n), n),
+    )[:_MAX_NAMES]
+    for i in range(_MAX_NAME_LEN + 2):
+        _BY_LEN[i] = 0
+    for i, name in enumerate(ordered):
+        raw = name.encode("latin-1")
+        _NAMES_HELD.append((name, raw))
+        size = len(raw)
+        _NAME_DATA[i] = PyBytes_AS_STRING(raw)
+        _NAME_LEN[i] = size
+        _NAME_OBJ[i] = <PyObject*>name
+        _NAME_FLAGS[i] = (
+            ((_STRIP if name in _INTERNAL else 0) | (_WANTED if name in _DELAYED_WANTED else 0))
+            << _DELAYED
+        ) | (
+            ((_STRIP if name in _TIMER_STRIP else 0) | (_WANTED if name in _TIMER_WANTED else 0))
+            << _TIMER
+        )
+    # _BY_LEN[L]: the first name of length >= L (the list is sorted by length)
+    size = len(ordered)
+    for i in range(_MAX_NAME_LEN + 2):
+        _BY_LEN[i] = size
+    for i in range(size - 1, -1, -1):
+        _BY_LEN[_NAME_LEN[i]] = i
+    for i in range(_MAX_NAME_LEN, -1, -1):
+        if _BY_LEN[i] > _BY_LEN[i + 1]:
+            _BY_LEN[i] = _BY_LEN[i + 1]
+
+
+_names()
+
+
+cdef inline int _known(const char* s, Py_ssize_t size) noexcept:
+    """``_NAMES``' entry for the name ``s[:size]`` (one byte per character): its index
+    shifted by 8, or'ed with its flags; -1 when it is not one of them."""
+    cdef Py_ssize_t i
+    if size > _MAX_NAME_LEN:
+        return -1
+    for i in range(_BY_LEN[size], _BY_LEN[size + 1]):
+        if memcmp(_NAME_DATA[i], s, size) == 0:
+            return (<int>i << 8) | _NAME_FLAGS[i]
+    return -1
+
+
+cdef inline char* _digits(long long x, char* end) noexcept:
+    """``str(x)`` written backwards ending at ``end``; the first character's address."""
+    cdef unsigned long long u = <unsigned long long>(-(x + 1)) + 1 if x < 0 else <unsigned long long>x
+    while True:
+        end -= 1
+        end[0] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if x < 0:
+        end -= 1
+        end[0] = b'-'
+    return end
+
+
 cdef str _origin(object a, object b):
     """``f"{a}:{b}"``: two ``int`` written in C, anything else by the f-string."""
     cdef long long x, y
     cdef char buf[48]
-    cdef int n
+    cdef char* first
     if type(a) is int and type(b) is int:
         try:
             x = a
             y = b
         except OverflowError:
             return f"{a}:{b}"
-        n = snprintf(buf, sizeof(buf), "%lld:%lld", x, y)
-        return PyUnicode_DecodeASCII(buf, n, NULL)
+        first = _digits(y, buf + 48)
+        first -= 1
+        first[0] = b':'
+        first = _digits(x, first)
+        return PyUnicode_DecodeASCII(first, buf + 48 - first, NULL)
     return f"{a}:{b}"
+
+
+cdef str _decimal(object a):
+    """``str(a)``: an ``int`` written in C, anything else by ``str``."""
+    cdef long long x
+    cdef char buf[24]
+    cdef char* first
+    if type(a) is int:
+        try:
+            x = a
+        except OverflowError:
+            return str(a)
+        first = _digits(x, buf + 24)
+        return PyUnicode_DecodeASCII(first, buf + 24 - first, NULL)
+    return str(a)
 
 
 cdef tuple _read(bytes record):
@@ -113,16 +279,52 @@ cdef tuple _read(bytes record):
     return view, text
 
 
-cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept, dict seen):
+cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept, dict seen,
+                    int mode):
     """``stripped(decode_properties(text), strip)`` in one pass over ``text`` (no dict of
     every property first), and in ``seen`` the values of the ``wanted`` names, as the
     decoded dict would hold them. The decode is ``decode_properties``' (pairs split at
     ``\\x02``, name and value at the first ``\\x01``, each non-empty, a later value of a
     name kept at the name's first place): a name left in keeps that place and the last
-    value, as the reference's dict comprehension over the decoded dict gives."""
+    value, as the reference's dict comprehension over the decoded dict gives.
+
+    A text of one byte per character (``mode``: ``_DELAYED`` or ``_TIMER``, the table of
+    ``strip`` and ``wanted``) is read in place: a name of ``_NAMES`` is that very string
+    and its answers for ``strip`` and ``wanted`` were asked once, at import (no string
+    made, hashed and looked up per pair); any other name is made and asked as here."""
     cdef dict new = {}
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), start = 0, end, nv
+    cdef const char* data
+    cdef const char* p
+    cdef int flags
     if n == 0:
+        return new
+    if PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND:
+        data = <const char*>PyUnicode_DATA(text)
+        while start <= n:
+            p = <const char*>memchr(data + start, 0x02, n - start)
+            end = n if p == NULL else p - data
+            p = <const char*>memchr(data + start, 0x01, end - start)
+            nv = -1 if p == NULL else p - data
+            if nv > start and nv + 1 < end:
+                flags = _known(data + start, nv - start)
+                if flags >= 0:
+                    k = <object>_NAME_OBJ[flags >> 8]
+                    flags = (flags >> mode) & 0x0F
+                else:
+                    k = PyUnicode_Substring(text, start, nv)
+                    flags = (_STRIP if PySet_Contains(strip, k) else 0) | (
+                        _WANTED if PySet_Contains(wanted, k) else 0
+                    )
+                if flags & _STRIP:
+                    if flags & _WANTED:
+                        seen[k] = PyUnicode_Substring(text, nv + 1, end)
+                else:
+                    v = PyUnicode_Substring(text, nv + 1, end)
+                    new[k] = v
+                    if check_kept and flags & _WANTED:
+                        seen[k] = v
+            start = end + 1
         return new
     while start <= n:
         end = PyUnicode_FindChar(text, 0x02, start, n, 1)
@@ -152,7 +354,7 @@ def restore_delayed_view(record, level, schedule_offset):
     if got is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
     view, text = got
-    new = _stripped(<str>text, _INTERNAL, _DELAYED_WANTED, _DELAYED_CHECK, seen)
+    new = _stripped(<str>text, _INTERNAL, _DELAYED_WANTED, _DELAYED_CHECK, seen, _DELAYED)
     qid = _qid(seen.get(REAL_QID, "0"))
     if qid is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
@@ -175,12 +377,12 @@ def restore_timer_view(record, due, phy):
     if got is None:
         return _pure.restore_timer_view(record, due, phy)
     view, text = got
-    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_WANTED, _TIMER_CHECK, seen)
+    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_WANTED, _TIMER_CHECK, seen, _TIMER)
     topic = seen.get(REAL_TOPIC, "")
     qid = _qid(seen.get(REAL_QID, "0"))
     if not topic or qid is None:
         return _pure.restore_timer_view(record, due, phy)
-    new[TIMER_OUT_MS] = str(due)
+    new[TIMER_OUT_MS] = _decimal(due)
     new[TIMER_ORIGIN] = _origin(due, phy)
     return view, topic, qid, new
 
@@ -188,13 +390,18 @@ def restore_timer_view(record, due, phy):
 def put_many(reputs, items, unread, settle):
     """``reput.Reputs.put_many``."""
     cdef Py_ssize_t i = 0
-    Attempt, Target, Outcome = _ref.Attempt, _ref.Target, _ref.Outcome
+    if _SHAPES <= 0:
+        if _SHAPES == 0:
+            _shapes()
+        if _SHAPES < 0:
+            return _pure.put_many(reputs, items, unread, settle)
+    Outcome = _ref.Outcome
     RequeueError, ok, permanent = _ref.RequeueError, _ref.PutStatus.PUT_OK, _ref.PERMANENT
     DONE, SKIP, RETRY = Outcome.DONE, Outcome.SKIP, Outcome.RETRY
     restore, put_patched = reputs.restore, reputs.put_patched
     for record, a, b in items:
         if record is None:
-            settle(_tuple_new(Attempt, (SKIP, None, None, unread)), a, b)
+            settle(_attempt(SKIP, None, None, unread), a, b)
             i += 1
             continue
         reputs.in_flight = (a, b)
@@ -204,25 +411,25 @@ def put_many(reputs, items, unread, settle):
             result = put_patched(record, view, topic, queue_id, props)
         except RequeueError as err:
             reason = f"cannot restore the message: {err}"
-            settle(_tuple_new(Attempt, (SKIP, None, None, reason)), a, b)
+            settle(_attempt(SKIP, None, None, reason), a, b)
             i += 1
             continue
         finally:
             reputs.in_flight = None
             reputs.in_flight_props = None
-        target = _new(Target)  # Target.__init__'s four fields
+        target = kairos_object_new(_Target)  # Target.__init__'s four fields
         target.topic = topic
         target.queue_id = queue_id
         target.properties = props
         target.reconsume_times = view.reconsume_times
         status = result.status
         if status is ok:
-            settle(_tuple_new(Attempt, (DONE, result, target, "")), a, b)
+            settle(_attempt(DONE, result, target, ""), a, b)
         elif status in permanent:
             reason = f"the re-put was refused: {result.remark or status.value}"
-            settle(_tuple_new(Attempt, (SKIP, result, target, reason)), a, b)
+            settle(_attempt(SKIP, result, target, reason), a, b)
         else:
-            reputs.last_retry = _tuple_new(Attempt, (RETRY, result, target, ""))
+            reputs.last_retry = _attempt(RETRY, result, target, "")
             return i
         i += 1
     return i

@@ -26,6 +26,7 @@ from kairosmq.server.remoting.longpoll import ArrivalNotifier
 from kairosmq.server.schedule.delay import service
 from kairosmq.server.schedule.delay.levels import transform_delayed
 from kairosmq.server.schedule.delay.service import ScheduleService
+from kairosmq.server.schedule.recalls import LevelRecalls
 from kairosmq.server.store import (
     MessageInner,
     MessageStore,
@@ -56,7 +57,7 @@ def nat() -> ModuleType:
 class Rig:
     """A real store and a ScheduleService whose drain is one core's."""
 
-    def __init__(self, root: Path, drain: Any, batch: int) -> None:
+    def __init__(self, root: Path, drain: Any, batch: int, marks: bool = False) -> None:
         self.now = NOW
         self.store = MessageStore(
             root, store_host=HOST, segment_size=1 << 20, clock_ms=lambda: self.now
@@ -64,14 +65,17 @@ class Rig:
         self.store.open()
         self.store._write_scheduled = True  # no loop here: written out by hand
         self.delivered: list[tuple[Any, ...]] = []
-        self.recalled_phy: set[int] = set()
+        # recalled: a plain callable, or ``LevelRecalls.pass_record`` (what the broker
+        # wires: the twin runs its steps inline on the marks, dropping each one passed)
+        self.recalls = LevelRecalls()
+        self.recalled_phy: set[int] = self.recalls.marks if marks else set()
         self.fail = 0
         self.sched = ScheduleService(
             self.store,
             ArrivalNotifier(),
             LEVELS,
             on_delivered=self._delivered,
-            recalled=lambda phy: phy in self.recalled_phy,
+            recalled=self.recalls.pass_record if marks else lambda phy: phy in self.recalled_phy,
             batch=batch,
             clock_ms=lambda: self.now,
             put_patched=self._put_patched,
@@ -109,7 +113,8 @@ class Rig:
         self.write_out()
         log = s.commitlog.read_many([(0, s.commitlog.max_offset)])
         undo = s.commitlog.written_offset, list(self.sched.reputs.undo._entries)
-        return dict(self.sched.progress), self.sched.skipped, log, self.delivered, undo
+        marks = sorted(self.recalled_phy)
+        return dict(self.sched.progress), self.sched.skipped, log, self.delivered, undo, marks
 
     def close(self) -> None:
         self.store.close()
@@ -129,6 +134,7 @@ _item = st.tuples(
     st.sampled_from([2, 3, 256]),
     st.integers(0, 2),
     st.sampled_from([None, NOW - 500, NOW + 500]),
+    st.booleans(),
 )
 def test_drains_alike(
     nat: ModuleType,
@@ -137,11 +143,12 @@ def test_drains_alike(
     batch: int,
     fail: int,
     cap: int | None,
+    marks: bool,
 ) -> None:
     root = tmp_path_factory.mktemp("drain")
     rigs = [
-        Rig(root / "ref", ref.drain, batch),
-        Rig(root / "nat", nat.drain, batch),
+        Rig(root / "ref", ref.drain, batch, marks),
+        Rig(root / "nat", nat.drain, batch, marks),
     ]
     try:
         runs: list[list[Any]] = [[], []]

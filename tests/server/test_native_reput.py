@@ -95,6 +95,9 @@ _piece = st.one_of(
         st.sampled_from(
             [REAL_QID, REAL_TOPIC, DELIVER_TIME, "DELAY", "UNIQ_KEY", "TAGS", "a", "", "ü"]
             + ["KAIROS_SCHEDULE_ORIGIN", "TIMER_DELIVER_MS", TIMER_OUT_MS]
+            # names the twin's table holds, their neighbours (one character more or
+            # less, another case) and names outside one byte per character
+            + ["WAIT", "KEYS", "TTL", "REAL_QI", "REAL_QIDX", "real_qid", "DELAYé", "€"]
         ),
         st.one_of(
             st.sampled_from(["", "0", "3", "12", "x", "Real", "a\x01b"]), st.text(max_size=4)

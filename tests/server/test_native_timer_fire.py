@@ -6,10 +6,11 @@ Same fire batch, same state out: two timer services on real stores (real files, 
 same clock) are given the same timers — good ones, one whose REAL_QID names no queue (a
 SKIP), one recalled, entries written twice, entries re-armed with size 0 as after a
 rollback (read by offset) — and the same store failure at the same put (a RETRY); one
-runs the reference's ``_fire``/``_settle``/``on_dispatch``/``take_due``/``UndoLog.add``,
-the other the twins'. Then the same cursor, skips, undo entries, heap, recall marks,
-``on_fired`` rows (stats and ``timer.fired`` come from them: tests/server/
-test_native_delivered.py), the same ``_fire`` answers and the same stored bytes.
+runs the reference's ``_fire``/``_settle``/``take_due``/``UndoLog.add``, the other the
+twins' (both dispatch through the one ``on_dispatch``: it has no twin). Then the same
+cursor, skips, undo entries, heap, recall marks, ``on_fired`` rows (stats and
+``timer.fired`` come from them: tests/server/test_native_delivered.py), the same
+``_fire`` answers and the same stored bytes.
 ``take_due`` and ``UndoLog.add`` are also held to the reference on generated input.
 """
 
@@ -74,7 +75,6 @@ def _classes(nat: bool, twins: tuple[ModuleType, ModuleType, ModuleType]) -> typ
         take_due = win_m.take_due
 
     class Service(TimerService):
-        on_dispatch = svc_m.on_dispatch
         _settle = svc_m._settle
         _fire = svc_m._fire
 
@@ -286,13 +286,13 @@ def test_undo_add(
 
 
 def test_the_service_uses_the_chosen_core() -> None:
-    """The classes' methods are the twins' exactly when protocol/native.py chose them,
-    and the twin's dispatch listener declares the reference's interest."""
+    """The classes' methods are the twins' exactly when protocol/native.py chose them;
+    the dispatch listener is the reference's on both cores."""
     from kairosmq.protocol import native
 
     chosen = native.chosen()
     for mod, cls, names in (
-        ("service", TimerService, ("on_dispatch", "_settle", "_fire")),
+        ("service", TimerService, ("_settle", "_fire")),
         ("window", TimerWindow, ("take_due",)),
     ):
         ref = {"service": service, "window": window}[mod].reference
@@ -302,10 +302,7 @@ def test_the_service_uses_the_chosen_core() -> None:
     assert (UndoLog.add is undo.reference.add) is not (
         chosen["kairosmq.server.store.undo"] == "native"
     )
-    assert (
-        TimerService.on_dispatch.dispatch_interest
-        == service.reference.on_dispatch.dispatch_interest
-    )
+    assert not hasattr(twin("server.schedule.timer.service"), "on_dispatch")
 
 
 @settings(derandomize=True, database=None, deadline=None, max_examples=300)

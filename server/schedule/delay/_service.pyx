@@ -5,7 +5,9 @@ drain and of its progress).
 
 ``drain`` is ``_drain`` step for step: the due head read in growing chunks, units removed
 by retention passed over, the records read, recalled ones passed over, the batch handed
-to ``Reputs.put_many`` and the delivered ones reported once. Its ``settle`` (the
+to ``Reputs.put_many`` and the delivered ones reported once. When ``recalled`` is
+``LevelRecalls.pass_record`` (what the broker wires), its steps run inline on the marks
+set, read once per batch (the batch is built before any re-put, as the reference's). Its ``settle`` (the
 reference's closure, a Python frame per re-put) is ``_Settle``, a C callable: a SKIP
 logged through the service's own ``_skip``, progress moved past a settled record, a DONE
 noted for ``on_delivered``. (``on_dispatch`` stays the reference's: measured, a twin of
@@ -14,6 +16,9 @@ it cost more than the interpreter's specialised attribute reads.)
 
 from time import time as _time
 
+from types import MethodType
+
+from ..recalls import LevelRecalls
 from ..reput import Attempt, Outcome
 from . import service as _ref
 
@@ -23,12 +28,34 @@ cdef object _SKIP = Outcome.SKIP
 cdef object _Attempt = Attempt
 cdef object _RECALLED = _ref._RECALLED  # the very object: compared by identity
 cdef object _FIRST_CHUNK = _ref._FIRST_CHUNK
+cdef object _MethodType = MethodType
+cdef object _pass_record = LevelRecalls.pass_record
+
+
+cdef object _marks_of(object recalled):
+    """The marks set of ``recalled`` when it is ``LevelRecalls.pass_record`` bound to a
+    ``LevelRecalls`` whose marks are a ``set`` (what the broker wires), else None (then
+    ``recalled`` itself is called per record)."""
+    if type(recalled) is not _MethodType or (<object>recalled).__func__ is not _pass_record:
+        return None
+    marks = getattr((<object>recalled).__self__, "marks", None)
+    return marks if type(marks) is set else None
+
+
+cdef inline bint _pass(set marks, object phy) except -1:
+    """``LevelRecalls.pass_record(phy)``: True (and the mark dropped) if ``phy`` is marked."""
+    if phy in marks:
+        marks.discard(phy)
+        return True
+    return False
 
 
 cdef class _Settle:
-    """``_drain``'s ``settle`` closure: called by ``put_many`` after each DONE or SKIP."""
+    """``_drain``'s ``settle`` closure: called by ``put_many`` after each DONE or SKIP. The
+    service's ``progress`` and ``on_delivered`` are read once per batch (nothing rebinds
+    them during a drain); an ``Attempt``'s fields are read by index."""
 
-    cdef object service, start, now
+    cdef object service, start, now, progress, on_delivered
     cdef list due
     cdef public list done
 
@@ -37,6 +64,8 @@ cdef class _Settle:
         self.due = due
         self.start = start
         self.now = now
+        self.progress = service.progress
+        self.on_delivered = service.on_delivered
         self.done = []
 
     def __call__(self, attempt, level, off):
@@ -47,16 +76,19 @@ cdef class _Settle:
         else:
             outcome = attempt.outcome
             reason = attempt.reason
-        service = self.service
         if outcome is _SKIP and reason is not _RECALLED:
-            service._skip(level, off, phy, reason)
+            self.service._skip(level, off, phy, reason)
             return
-        progress = service.progress
+        progress = self.progress
         if progress[level] <= off:  # dispatch did not see the origin: never loop
             progress[level] = off + 1
-        if outcome is _DONE and service.on_delivered is not None:
-            target = attempt.target
-            result = attempt.result
+        if outcome is _DONE and self.on_delivered is not None:
+            if type(attempt) is _Attempt:
+                target = (<tuple>attempt)[2]
+                result = (<tuple>attempt)[1]
+            else:
+                target = attempt.target
+                result = attempt.result
             assert target is not None and result is not None
             self.done.append((target, result, level, off, deliver_ts, self.now, _time()))
 
@@ -102,10 +134,17 @@ def drain(self, level, cq):
     if len(records) < len(due):
         due = due[: len(records)]  # a read failed: retry the rest on the next round
     recalled = self.recalled
-    batch = [
-        (None if recalled is not None and recalled(u[0]) else records[i], level, start + i)
-        for i, u in enumerate(due)
-    ]
+    marks = _marks_of(recalled)
+    if marks is not None:  # ``LevelRecalls.pass_record``'s steps, its marks read once
+        batch = [
+            (None if _pass(<set>marks, u[0]) else records[i], level, start + i)
+            for i, u in enumerate(due)
+        ]
+    else:
+        batch = [
+            (None if recalled is not None and recalled(u[0]) else records[i], level, start + i)
+            for i, u in enumerate(due)
+        ]
     settle = _Settle(self, due, start, now)
     try:
         settled = self.reputs.put_many(batch, _RECALLED, settle)

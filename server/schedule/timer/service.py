@@ -43,10 +43,10 @@ Invariants:
 * Short loop stalls: a bucket loads as its own task (the firing goes on), in a thread
   paced until just before it starts; its sorted slices join the heap as they fall due.
 
-The fire path here (``_fire``, ``_settle``, ``on_dispatch``) is the reference; its native
-twin (``_service.pyx``, chosen by ``protocol/native.py``) runs a turn in one C frame and
-the dispatch of the fired copy being made, and hands everything else (skips, timer and
-recall records, replays) to it (tests/server/test_native_timer_fire.py).
+The fire path here (``_fire``, ``_settle``) is the reference; its native twin
+(``_service.pyx``, chosen by ``protocol/native.py``) runs a turn in one C frame and hands
+a skip to it (tests/server/test_native_timer_fire.py). ``on_dispatch`` has no twin: the
+interpreter's specialised attribute reads cost less than a compiled copy of it.
 """
 
 from __future__ import annotations
@@ -563,11 +563,7 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 # The fire path above is the reference (tests/server/test_native_timer_fire.py holds the
 # twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py chooses it.
-reference = SimpleNamespace(
-    on_dispatch=TimerService.on_dispatch,
-    _settle=TimerService._settle,
-    _fire=TimerService._fire,
-)
+reference = SimpleNamespace(_settle=TimerService._settle, _fire=TimerService._fire)
 
 
 def _load_twin() -> ModuleType:
@@ -579,8 +575,5 @@ def _load_twin() -> ModuleType:
 
 _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
-    # the same declared interest (the store calls it for the same records)
-    _twin.on_dispatch.dispatch_interest = reference.on_dispatch.dispatch_interest
-    TimerService.on_dispatch = _twin.on_dispatch  # type: ignore[method-assign]
     TimerService._settle = _twin._settle  # type: ignore[method-assign]
     TimerService._fire = _twin._fire  # type: ignore[method-assign]
