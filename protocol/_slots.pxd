@@ -32,12 +32,16 @@ cdef extern from "structmember.h":
 
 
 cdef inline Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``:
-    the offset its member descriptor reads (and, with ``write``, writes). ImportError
-    (the pure core runs) if the class is not laid out so."""
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``
+    (declared by it or a base): the offset its member descriptor reads (and, with
+    ``write``, writes). ImportError (the pure core runs) if the class is not laid out so."""
     from types import MemberDescriptorType
 
-    d = cls.__dict__.get(name)
+    d = None
+    for k in cls.__mro__:  # declared by the class or a base
+        d = k.__dict__.get(name)
+        if d is not None:
+            break
     if type(d) is not MemberDescriptorType:
         raise ImportError(f"{cls.__name__}.{name} is not a slot")
     cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
@@ -57,6 +61,15 @@ cdef inline object _get(object obj, Py_ssize_t at):
     cdef PyObject* p = _at(obj, at)
     if p == NULL:
         raise AttributeError("a field is unset")
+    return <object>p
+
+
+cdef inline object _field(object obj, Py_ssize_t at, str name):
+    """``obj.<name>`` read in its slot at ``at``; an unset field asks ``getattr`` (its
+    AttributeError)."""
+    cdef PyObject* p = _at(obj, at)
+    if p == NULL:
+        return getattr(obj, name)
     return <object>p
 
 

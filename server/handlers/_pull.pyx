@@ -27,10 +27,11 @@ from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy
+from protocol._slots cimport _at, _field, _fresh, _put, _slot
+from protocol._digits cimport _dec
 
 from collections import defaultdict
 
@@ -63,49 +64,9 @@ from . import pull as _ref
 
 
 cdef extern from "Python.h":
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
     object _PyDict_NewPresized(Py_ssize_t minused)
     object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
     void* PyUnicode_DATA(object s)
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-cdef object _MemberDescriptor = type(GetResult.status)
-
-
-cdef Py_ssize_t _slot(object cls, str name, bint write=False) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
-    offset its member descriptor reads (and writes). ImportError (the pure core runs)
-    if the class is not laid out so."""
-    d = cls.__dict__.get(name)
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-
-
-cdef inline object _field(object obj, Py_ssize_t at, str name):
-    """``obj.<name>`` read in its slot at ``at`` (an unset field asks ``getattr``: its
-    AttributeError)."""
-    cdef PyObject* p = _at(obj, at)
-    if p == NULL:
-        return getattr(obj, name)
-    return <object>p
 
 
 cdef inline object _hf(object h, bint exact, Py_ssize_t at, str name):
@@ -113,44 +74,6 @@ cdef inline object _hf(object h, bint exact, Py_ssize_t at, str name):
     if exact:
         return _field(h, at, name)
     return getattr(h, name)
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at`` (what its member descriptor's
-    ``__set__`` does: the new value held, the old one released)."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
-
-
-cdef object _dec(object v):
-    """``str(v)``: an ``int`` within 64 bits as its decimal digits written in C."""
-    cdef int overflow = 0
-    cdef long long x
-    cdef unsigned long long u
-    cdef char buf[24]
-    cdef Py_ssize_t i = 24, n
-    if type(v) is not int:
-        return str(v)
-    x = PyLong_AsLongLongAndOverflow(v, &overflow)
-    if overflow:
-        return str(v)
-    u = <unsigned long long>(-x) if x < 0 else <unsigned long long>x
-    while True:
-        i -= 1
-        buf[i] = <char>(48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if x < 0:
-        i -= 1
-        buf[i] = 45  # "-"
-    n = 24 - i
-    s = PyUnicode_New(n, 127)
-    memcpy(PyUnicode_DATA(s), buf + i, n)
-    return s
 
 
 cdef object _add(object counts, object key, Py_ssize_t n):
@@ -428,7 +351,7 @@ cdef class HeldAnswer:
 cdef object _copy_request(cmd):
     """``RemotingCommand(code, opaque, flag, language, version, remark, {}, b"",
     serialize_type)`` of ``cmd``, allocated and filled in its slots."""
-    held = PyType_GenericAlloc(<PyTypeObject*>_Command, 0)
+    held = _fresh(_Command)
     _put(held, C_CODE, _field(cmd, C_CODE, "code"))
     _put(held, C_OPAQUE, _field(cmd, C_OPAQUE, "opaque"))
     _put(held, C_FLAG, _field(cmd, C_FLAG, "flag"))
@@ -563,7 +486,7 @@ cdef object _answer(self, cmd, h, result):
             fields["reconsume_times"] = reconsume_times
             emit("message.pulled", fields)
     # cmd.response(SUCCESS, ext_fields=ext, body=body), allocated and filled in place
-    out = PyType_GenericAlloc(<PyTypeObject*>_Command, 0)
+    out = _fresh(_Command)
     _put(out, C_CODE, _SUCCESS)
     _put(out, C_OPAQUE, _field(cmd, C_OPAQUE, "opaque"))
     _put(out, C_FLAG, _RESPONSE)

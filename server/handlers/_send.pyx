@@ -37,17 +37,17 @@ properties, a topic not writable or without write queues. After the put, a refus
 SYNC_FLUSH are answered by the reference's ``_respond``.
 """
 
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.object cimport PyObject
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
+from protocol._slots cimport _fresh, _get, _put, _slot
+from protocol._digits cimport _ascii_int, _dec
 
 import random as _random
 from binascii import b2a_base64
 from inspect import isawaitable
-from types import MemberDescriptorType
 
 from kairosmq.protocol.codes import (
     FLAG_RESPONSE,
@@ -101,19 +101,9 @@ cdef extern from "Python.h":
     # NULL with the error set (a surrogate): the caller clears it
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     void PyErr_Clear()
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
     object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
     dict _PyDict_NewPresized(Py_ssize_t minused)
 
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
 
 cdef object _ref_handle = _ref.reference.handle_send
 cdef object _from_v1 = SendMessageRequestHeader._codec(False)[0]
@@ -143,7 +133,6 @@ cdef object _MessageInner = MessageInner
 cdef object _PutResult = PutResult
 cdef object _TopicConfigManager = TopicConfigManager
 cdef object _TopicConfig = TopicConfig
-cdef object _MemberDescriptor = MemberDescriptorType
 cdef tuple _TIMER_PROPERTIES = tuple(TIMER_PROPERTIES)
 cdef str _RETRY_PREFIX = RETRY_GROUP_TOPIC_PREFIX
 cdef str _SYSTEM_PREFIX = SYSTEM_TOPIC_PREFIX
@@ -164,18 +153,6 @@ if bytes(range(256))[43:44].translate(_URLSAFE) != b"-" or bytes([47]).translate
 
 
 # ------------------------------------------------------------------ slots
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name`` (as
-    ``store/_message_store.pyx``'s): ImportError (the pure core runs) if not a slot."""
-    d = cls.__dict__.get(name)
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
 
 
 cdef Py_ssize_t _own_slot(object cls, str name) except -1:
@@ -235,67 +212,6 @@ cdef Py_ssize_t H_PROPS = _slot(SendMessageRequestHeader, "properties")
 cdef Py_ssize_t H_RECONSUME = _slot(SendMessageRequestHeader, "reconsume_times")
 cdef Py_ssize_t H_MAX_RECONSUME = _slot(SendMessageRequestHeader, "max_reconsume_times")
 cdef Py_ssize_t H_BATCH = _slot(SendMessageRequestHeader, "batch")
-
-
-cdef inline object _at(object obj, Py_ssize_t at):
-    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as its
-    descriptor)."""
-    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-    if p == NULL:
-        raise AttributeError("a field is unset")
-    return <object>p
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
-    ``__set__`` does (the new value held, the old one released), without the lookup."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
-
-
-cdef inline object _fresh(object cls):
-    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
-    all ``object.__new__`` does for a class that does not override ``__new__``."""
-    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
-
-
-cdef inline str _dec(object v):
-    """``str(v)``: an ``int`` within 64 bits written by C, anything else by ``str``."""
-    cdef int overflow = 0
-    cdef long long n
-    if type(v) is int:
-        n = PyLong_AsLongLongAndOverflow(v, &overflow)
-        if not overflow:
-            return f"{n}"  # Cython's C formatting, the text str(int) gives
-    return str(v)
-
-
-cdef inline bint _ascii_int(object s, long long* out) noexcept:
-    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
-    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
-    cdef Py_ssize_t n, i = 0
-    cdef const char* d
-    cdef long long v = 0
-    cdef bint neg = False
-    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
-        return False
-    n = PyUnicode_GET_LENGTH(s)
-    d = <const char*>PyUnicode_DATA(s)
-    if n and d[0] == 45:  # "-"
-        neg = True
-        i = 1
-    if n - i < 1 or n - i > 18:
-        return False
-    while i < n:
-        if d[i] < 48 or d[i] > 57:
-            return False
-        v = v * 10 + (d[i] - 48)
-        i += 1
-    out[0] = -v if neg else v
-    return True
 
 
 # ------------------------------------------------------------------ the put, called in C
@@ -419,36 +335,36 @@ cdef object _handle(object self, object conn, object cmd):
     cdef long long raw_flag, kept, parsed, qid, reads, writes, v
     if type(cmd) is not _RemotingCommand:
         return _ref_handle(self, conn, cmd)
-    code = _at(cmd, C_CODE)
+    code = _get(cmd, C_CODE)
     if code == _SEND_V2:
-        h = _from_v2(_at(cmd, C_EXT))
+        h = _from_v2(_get(cmd, C_EXT))
     elif code == _SEND_V1:
-        h = _from_v1(_at(cmd, C_EXT))
+        h = _from_v1(_get(cmd, C_EXT))
     else:  # a batch
         return _ref_handle(self, conn, cmd)
     # ingress.check_send_header, a known user topic
     topics = self.topics
     if type(h) is not _SendHeader or type(topics) is not _TopicConfigManager:
         return _ref_handle(self, conn, cmd)
-    topic = _at(h, H_TOPIC)
-    if type(topic) is not str or _at(h, H_BATCH):
+    topic = _get(h, H_TOPIC)
+    if type(topic) is not str or _get(h, H_BATCH):
         return _ref_handle(self, conn, cmd)
     table = topics.topics
     cfg = (<dict>table).get(topic) if type(table) is dict else table.get(topic)
-    if cfg is None or not _plain_topic(topic) or _at(h, H_GROUP) not in _groups_ok:
+    if cfg is None or not _plain_topic(topic) or _get(h, H_GROUP) not in _groups_ok:
         return _ref_handle(self, conn, cmd)
     if type(cfg) is not _TopicConfig:
         return _ref_handle(self, conn, cmd)
-    queue_id = _at(h, H_QID)
-    write_queues = _at(cfg, T_WRITE)
+    queue_id = _get(h, H_QID)
+    write_queues = _get(cfg, T_WRITE)
     # ingress.check_queue_id, the numbers read in C (checks of anything else: the reference)
-    if not (_ll(queue_id, &qid) and _ll(_at(cfg, T_READ), &reads) and _ll(write_queues, &writes)):
+    if not (_ll(queue_id, &qid) and _ll(_get(cfg, T_READ), &reads) and _ll(write_queues, &writes)):
         return _ref_handle(self, conn, cmd)
     if qid >= 0 and not qid < (reads if reads > writes else writes):
         return _ref_handle(self, conn, cmd)
-    reconsume = _at(h, H_RECONSUME)
-    flag = _at(h, H_FLAG)
-    max_reconsume = _at(h, H_MAX_RECONSUME)
+    reconsume = _get(h, H_RECONSUME)
+    flag = _get(h, H_FLAG)
+    max_reconsume = _get(h, H_MAX_RECONSUME)
     if (
         not (_ll(flag, &v) and _INT32_MIN <= v <= _INT32_MAX)
         or (reconsume is not None and not (_ll(reconsume, &v) and 0 <= v <= _INT32_MAX))
@@ -458,7 +374,7 @@ cdef object _handle(object self, object conn, object cmd):
         )
     ):
         return _ref_handle(self, conn, cmd)
-    raw_flag = _at(h, H_SYS_FLAG)
+    raw_flag = _get(h, H_SYS_FLAG)
     if raw_flag & _TX_TYPE != 0 and raw_flag & _TX_TYPE != _COMMIT:  # PREPARED, ROLLBACK
         return _ref_handle(self, conn, cmd)
     kept = raw_flag & _KEPT  # producer_sys_flag
@@ -466,11 +382,11 @@ cdef object _handle(object self, object conn, object cmd):
         kept |= raw_flag & _COMPRESSION_TYPE
     # _check_body_size
     config = self.config
-    body = _at(cmd, C_BODY)
+    body = _get(cmd, C_BODY)
     if len(body) > config.max_message_size:
         return _ref_handle(self, conn, cmd)
     # _props: ingress.message_properties
-    raw = _at(h, H_PROPS)
+    raw = _get(h, H_PROPS)
     if raw and (_BROKER_PREFIX in raw or "REAL_" in raw):
         return _ref_handle(self, conn, cmd)
     props = decode_properties(raw or "")
@@ -488,7 +404,7 @@ cdef object _handle(object self, object conn, object cmd):
         if key in <dict>props:
             return _ref_handle(self, conn, cmd)
     # _resolve_topic, the topic known
-    if not (_ll(_at(cfg, T_PERM), &v) and v & _PERM_WRITE):
+    if not (_ll(_get(cfg, T_PERM), &v) and v & _PERM_WRITE):
         return _ref_handle(self, conn, cmd)
     if qid < 0:
         if not writes > 0:
@@ -506,7 +422,7 @@ cdef object _handle(object self, object conn, object cmd):
     _put(msg, M_PROPS, props)
     _put(msg, M_FLAG, flag)
     _put(msg, M_SYS_FLAG, kept_o)
-    _put(msg, M_BORN_TS, _at(h, H_BORN_TS))
+    _put(msg, M_BORN_TS, _get(h, H_BORN_TS))
     _put(msg, M_BORN_HOST, (conn.born_ip, conn.peer_port))
     _put(msg, M_RECONSUME, reconsume or 0)
     _put(msg, M_STORE_TS, None)
@@ -548,14 +464,14 @@ cdef object _handle(object self, object conn, object cmd):
                 )
     # _respond
     if type(result) is _PutResult:
-        status = _at(result, R_STATUS)
+        status = _get(result, R_STATUS)
     else:
         status = result.status
     if status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
         return self._respond(conn, cmd, h, [result], queue_id, recall)
     if type(result) is _PutResult:
-        msg_id = _at(result, R_MSG_ID) or self.offset_msg_id(_at(result, R_PHY))
-        queue_offset = _at(result, R_QOFF)
+        msg_id = _get(result, R_MSG_ID) or self.offset_msg_id(_get(result, R_PHY))
+        queue_offset = _get(result, R_QOFF)
     else:
         msg_id = result.offset_msg_id or self.offset_msg_id(result.phy_offset)
         queue_offset = result.queue_offset
@@ -569,14 +485,14 @@ cdef object _handle(object self, object conn, object cmd):
     ext["TRACE_ON"] = "true"
     response = _fresh(_RemotingCommand)  # cmd.response(SUCCESS, ext_fields=ext)
     _put(response, C_CODE, _SUCCESS)
-    _put(response, C_OPAQUE, _at(cmd, C_OPAQUE))
+    _put(response, C_OPAQUE, _get(cmd, C_OPAQUE))
     _put(response, C_FLAG, _FLAG_RESPONSE)
     _put(response, C_LANGUAGE, _JAVA)
     _put(response, C_VERSION, _VERSION)
     _put(response, C_REMARK, None)
     _put(response, C_EXT, ext)
     _put(response, C_BODY, b"")
-    _put(response, C_SERIALIZE, _at(cmd, C_SERIALIZE))
+    _put(response, C_SERIALIZE, _get(cmd, C_SERIALIZE))
     return response
 
 

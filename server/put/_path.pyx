@@ -26,12 +26,12 @@ no delay levels configured; a target queue without a file goes to the reference'
 ``ids.create_offset_msg_id``.
 """
 
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from protocol._slots cimport _get, _put, _slot
+from protocol._digits cimport _ascii_int, _dec
 
-from types import MemberDescriptorType
 
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
@@ -57,15 +57,6 @@ cdef extern from "Python.h":
     void* PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
 
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
 
 cdef object _ref_put = _ref.reference.put
 cdef object _NORMAL = MessageKind.NORMAL
@@ -74,7 +65,6 @@ cdef object _PUT_OK = PutStatus.PUT_OK
 cdef object _MessageLog = _logs.MessageLog
 cdef object _MessageInner = MessageInner
 cdef object _PutResult = PutResult
-cdef object _MemberDescriptor = MemberDescriptorType
 cdef str _SCHEDULE_TOPIC = SCHEDULE_TOPIC
 cdef str _DELAY = DELAY
 cdef str _DELIVER_TIME = DELIVER_TIME
@@ -82,18 +72,6 @@ cdef str _REAL_QID = REAL_QID
 cdef str _REAL_TOPIC = REAL_TOPIC
 cdef str _UNIQ_KEY = UNIQ_KEY
 cdef bytes _HEX = b"0123456789ABCDEF"
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``
-    (as ``store/_message_store.pyx``'s): ImportError (the pure core runs) if not a slot."""
-    d = cls.__dict__.get(name)
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
 
 
 if MessageInner.__mro__ != (MessageInner, object) or MessageInner.__new__ is not object.__new__:
@@ -111,61 +89,6 @@ cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")
 cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset")
 cdef Py_ssize_t R_MSG_ID = _slot(PutResult, "offset_msg_id")
-
-
-cdef inline object _at(object obj, Py_ssize_t at):
-    """``obj.<field>`` for the field at offset ``at`` (AttributeError when unset, as the
-    descriptor)."""
-    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-    if p == NULL:
-        raise AttributeError("a MessageInner field is unset")
-    return <object>p
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
-    ``__set__`` does (the new value held, the old one released), without the lookup."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
-
-
-cdef inline str _dec(object v):
-    """``str(v)``: an ``int`` within 64 bits written by C, anything else by ``str``."""
-    cdef int overflow = 0
-    cdef long long n
-    if type(v) is int:
-        n = PyLong_AsLongLongAndOverflow(v, &overflow)
-        if not overflow:
-            return f"{n}"  # Cython's C formatting, the text str(int) gives
-    return str(v)
-
-
-cdef inline bint _ascii_int(object s, long long* out) noexcept:
-    """``int(s)`` for a ``str`` of 1 to 18 ASCII digits after an optional ``-`` (the
-    value put in ``out``, True); False for any other text (the caller asks ``int()``)."""
-    cdef Py_ssize_t n, i = 0
-    cdef const char* d
-    cdef long long v = 0
-    cdef bint neg = False
-    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
-        return False
-    n = PyUnicode_GET_LENGTH(s)
-    d = <const char*>PyUnicode_DATA(s)
-    if n and d[0] == 45:  # "-"
-        neg = True
-        i = 1
-    if n - i < 1 or n - i > 18:
-        return False
-    while i < n:
-        if d[i] < 48 or d[i] > 57:
-            return False
-        v = v * 10 + (d[i] - 48)
-        i += 1
-    out[0] = -v if neg else v
-    return True
 
 
 cdef object _now_ms(store):
@@ -233,11 +156,11 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     cdef long level = 0
     if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
-    props = _at(msg, M_PROPS)
+    props = _get(msg, M_PROPS)
     if type(props) is not dict:
         return _ref_put(self, msg, kind, due_ms=due_ms)
     store = self.store
-    topic = _at(msg, M_TOPIC)
+    topic = _get(msg, M_TOPIC)
     qid = None  # the target queue id as the integer REAL_QID was written from
     qid_text = deliver_text = deliver = None
     if _DELAY in <dict>props and topic != _SCHEDULE_TOPIC:
@@ -258,7 +181,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
                 level = n if level_o > n else level_o  # transform_delayed, round_up_ms=1
         if level > 0:
             now = _now_ms(store)
-            qid = _at(msg, M_QID)
+            qid = _get(msg, M_QID)
             qid_text = _dec(qid)
             deliver = now + levels_ms[level - 1] + 1
             deliver_text = _dec(deliver)
@@ -274,7 +197,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
             del (<dict>props)[_DELAY]
     result = store.put(msg)
     plain = type(result) is _PutResult  # its fields read through their slots
-    if (_at(result, R_STATUS) if plain else result.status) is not _PUT_OK:
+    if (_get(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result
     if level > 0:
         self.stats.scheduled[level] += 1
@@ -289,7 +212,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
             self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
-        self.stats.stored[_at(msg, M_TOPIC)] += 1
+        self.stats.stored[_get(msg, M_TOPIC)] += 1
     if not self.config.log_messages:
         return result
     msglog = self.msglog
@@ -300,7 +223,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         emit = _logs._fast_emit
     elif not msglog.enabled:
         return result
-    phy = _at(result, R_PHY) if plain else result.phy_offset
+    phy = _get(result, R_PHY) if plain else result.phy_offset
     offset_id = _offset_msg_id(store.store_host, phy)
     if plain:
         _put(result, R_MSG_ID, offset_id)
@@ -317,21 +240,21 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         fields["real_topic"] = (<dict>props)[_REAL_TOPIC]
         fields["real_queue_id"] = qid
         fields["delay_level"] = level
-        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["queue_offset"] = _get(result, R_QOFF) if plain else result.queue_offset
         fields["phy_offset"] = phy
         fields["deliver_ts"] = deliver
-        fields["reconsume_times"] = _at(msg, M_RECONSUME)
+        fields["reconsume_times"] = _get(msg, M_RECONSUME)
     else:
         event = "message.stored"
         fields = _PyDict_NewPresized(8)
         fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
-        fields["topic"] = _at(msg, M_TOPIC)
-        fields["queue_id"] = _at(msg, M_QID)
-        fields["queue_offset"] = _at(result, R_QOFF) if plain else result.queue_offset
+        fields["topic"] = _get(msg, M_TOPIC)
+        fields["queue_id"] = _get(msg, M_QID)
+        fields["queue_offset"] = _get(result, R_QOFF) if plain else result.queue_offset
         fields["phy_offset"] = phy
-        fields["size"] = _at(result, R_SIZE) if plain else result.size
-        fields["born_ts"] = _at(msg, M_BORN_TS)
-        fields["reconsume_times"] = _at(msg, M_RECONSUME)
+        fields["size"] = _get(result, R_SIZE) if plain else result.size
+        fields["born_ts"] = _get(msg, M_BORN_TS)
+        fields["reconsume_times"] = _get(msg, M_RECONSUME)
     if emit is not None:  # MessageLog.info's fast case
         emit(event, fields)
     else:

@@ -14,8 +14,8 @@ dicts, and ``on_dispatch`` and ``wake`` calling ``notify`` and ``fire`` as C fun
 """
 
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.object cimport PyObject
+from protocol._slots cimport _at, _field, _fresh, _put, _slot
 
 from asyncio import get_running_loop
 
@@ -23,58 +23,7 @@ from ..store.types import DispatchRequest
 from . import longpoll as _ref
 
 
-cdef extern from "Python.h":
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
 cdef object _Held = _ref.Held
-cdef object _MemberDescriptor = type(_Held.answer)
-
-
-cdef Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
-    """Where instances of ``cls`` hold the ``__slots__`` field ``name``: the offset its
-    member descriptor reads and writes. ImportError (the pure core runs) if the class
-    is not laid out so."""
-    d = cls.__dict__.get(name)
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-
-
-cdef inline object _field(object obj, Py_ssize_t at, str name):
-    """``obj.<name>`` read in its slot at ``at`` (an unset field asks ``getattr``: its
-    AttributeError)."""
-    cdef PyObject* p = _at(obj, at)
-    if p == NULL:
-        return getattr(obj, name)
-    return <object>p
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at`` (what its member descriptor's
-    ``__set__`` does: the new value held, the old one released)."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
 
 
 cdef Py_ssize_t H_ANSWER = _slot(_Held, "answer")
@@ -139,7 +88,7 @@ def notify(self, topic, queue_id):
 def hold(self, topic, queue_id, answer, timeout):
     """``ArrivalNotifier.hold``."""
     cdef PyObject* p
-    h = PyType_GenericAlloc(<PyTypeObject*>_Held, 0)  # Held(answer, (topic, queue_id))
+    h = _fresh(_Held)  # Held(answer, (topic, queue_id))
     key = (topic, queue_id)
     _put(h, H_ANSWER, answer)
     _put(h, H_KEY, key)

@@ -23,13 +23,13 @@ from cpython.dict cimport PyDict_GetItemWithError
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
-from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.set cimport PySet_Contains
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.unistd cimport pread
+from protocol._slots cimport _at, _field, _fresh, _put, _slot
 
 from . import reads as _ref
 from .commitlog import CommitLog, Segment
@@ -45,61 +45,6 @@ cdef enum:
 
 cdef int64_t _EDGE = (<int64_t>1) << 62  # |offsets| below it: phy + size cannot overflow
 MAX_SCAN = 16_000  # ``StoreReads.get``'s default ``max_scan`` (the pull's)
-
-
-cdef extern from "Python.h":
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-cdef object _MemberDescriptor = type(Segment.fd)
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` hold the ``__slots__`` field ``name`` (declared by it or
-    a base): the offset its member descriptor reads and writes. ImportError (the pure
-    core runs) if the class is not laid out so."""
-    for k in cls.__mro__:
-        d = k.__dict__.get(name)
-        if d is not None:
-            break
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX:
-        raise ImportError(f"{cls.__name__}.{name} is not an object slot")
-    return m.offset
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-
-
-cdef inline object _field(object obj, Py_ssize_t at, str name):
-    """``obj.<name>`` read in its slot at ``at``; an unset field asks ``getattr`` (its
-    AttributeError)."""
-    cdef PyObject* p = _at(obj, at)
-    if p == NULL:
-        return getattr(obj, name)
-    return <object>p
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at`` (what its member descriptor's
-    ``__set__`` does: the new value held, the old one released)."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
 
 
 cdef inline bint _i64(object v, int64_t* out) noexcept:
@@ -312,7 +257,7 @@ cdef object _read(log, int64_t start, int64_t size):
 cdef object _result(status, next_begin, lo, hi, chunks, units, queue_offsets):
     """``GetResult(status, next_begin, lo, hi, chunks, units, queue_offsets)`` filled in
     its slots (no ``__init__`` frame)."""
-    res = PyType_GenericAlloc(<PyTypeObject*>_GetResult, 0)
+    res = _fresh(_GetResult)
     _put(res, R_STATUS, status)
     _put(res, R_NEXT, next_begin)
     _put(res, R_MIN, lo)
