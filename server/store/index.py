@@ -30,7 +30,8 @@ Invariants:
 * ``KeyIndex.dispatch`` here is the reference; its native twin (``_index.pyx``, chosen by
   ``protocol/native.py``) writes the same entries into the mapped file in one C function
   and hands the dispatches that fill a file or reach its half to it
-  (tests/server/test_native_index.py).
+  (tests/server/test_native_index.py); the native put calls it as a C function with
+  the values it put into the request (tests/server/test_native_message_store.py).
 """
 
 from __future__ import annotations
