@@ -19,7 +19,10 @@ file's fields read and written in their slots (both classes slotted); anything e
 queue or file of another class, no file, a full file, an unmapped or short map, a value
 the unit cannot hold, a caller's non-int, a field unset or not an ``int``) is handed to
 the reference, which makes the room or raises. ``APPEND`` is a capsule of the same C
-function (``_append``): the message-store twin calls it in place of the Python call.
+function (``_append``): the message-store twin calls it in place of the Python call;
+``READY`` one of ``_ready``, ``ensure_room``'s common case tested in place (the newest
+file when the next unit's room is mapped and nothing is to be asked), which it tests
+before a put.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -85,6 +88,7 @@ cdef Py_ssize_t CQ_DIRTY = _slot(_ConsumeQueue, "_dirty")
 cdef Py_ssize_t CQ_TAIL = _slot(_ConsumeQueue, "_tail_end")
 cdef Py_ssize_t F_MM = _slot(_File, "mm")
 cdef Py_ssize_t F_BASE = _slot(_File, "base")
+cdef Py_ssize_t F_READY = _slot(_File, "ready_until")
 
 
 cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
@@ -220,6 +224,41 @@ cdef object _append(object cq, object phy_offset, object size, object tags_code)
 def append(cq, phy_offset, size, tags_code):
     """``ConsumeQueue.append``."""
     return _append(cq, phy_offset, size, tags_code)
+
+
+cdef object _ready(object cq):
+    """``ConsumeQueue.ensure_room``'s common case, tested without a change: the newest
+    file when the room of the next unit is mapped and nothing is to be asked
+    (``max_offset < ready_until``, a map), else None (``ensure_room`` has work, or the
+    queue or file is of another class or has a field unset or not an ``int``: the
+    caller hands the put to the reference). The message-store twin calls it through
+    ``READY``, then touches the file's mapping as ``ensure_room`` does."""
+    cdef long long index, ready
+    cdef PyObject* files
+    cdef PyObject* f
+    cdef PyObject* mm
+    if type(cq) is not _ConsumeQueue:
+        return None
+    files = _at(cq, CQ_FILES)
+    if files == NULL or type(<object>files) is not list or not PyList_GET_SIZE(<object>files):
+        return None
+    f = PyList_GET_ITEM(<object>files, PyList_GET_SIZE(<object>files) - 1)
+    if type(<object>f) is not _File:
+        return None
+    mm = _at(<object>f, F_MM)
+    if (
+        mm == NULL or <object>mm is None
+        or not _small(_at(cq, CQ_MAX), &index)
+        or not _small(_at(<object>f, F_READY), &ready)
+        or not index < ready
+    ):
+        return None
+    return <object>f
+
+
+ctypedef object (*_ready_t)(object)
+cdef _ready_t _ready_fn = _ready
+READY = PyCapsule_New(<void*>_ready_fn, b"kairosmq.server.store._consumequeue.READY", NULL)
 
 
 ctypedef object (*_append_t)(object, object, object, object)

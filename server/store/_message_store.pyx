@@ -29,7 +29,9 @@ consume-queue twin's (one replaced on the class is called as before), and
 twin's ``dispatch`` bound to an index, handed the properties, offset and size the twin
 just put into the request (what the listener would read back from it). Every other
 listener is called with the request; one that raises goes to ``_dispatch_failed``
-whichever way it was called. ``C_CALLS`` names the C functions found at import.
+whichever way it was called. ``ensure_room``'s common case is tested by the
+consume-queue twin's ``READY`` (its fields in their slots). ``C_CALLS`` names the C
+functions found at import.
 
 ``put`` reads a ``MessageInner``'s fields straight from their slots. Anything else is
 handed to the reference before anything is changed, which decides and says why: a
@@ -144,6 +146,7 @@ cdef Py_ssize_t L_WRITTEN = _slot(CommitLog, "_written")
 cdef Py_ssize_t L_PENDING = _slot(CommitLog, "_pending")
 cdef Py_ssize_t L_SEGMENT_SIZE = _slot(CommitLog, "segment_size")
 cdef Py_ssize_t S_BASE = _slot(Segment, "base")
+cdef Py_ssize_t S_FD = _slot(Segment, "fd")
 
 # The C functions of the consume-queue and index twins this twin calls in place of a
 # Python call (each takes exactly the arguments its Python form is called with):
@@ -152,7 +155,9 @@ cdef Py_ssize_t S_BASE = _slot(Segment, "base")
 # missing: the Python call, as before.
 ctypedef object (*_cq_append_t)(object, object, object, object)
 ctypedef object (*_index_live_t)(object, object, object, object, object)
+ctypedef object (*_cq_ready_t)(object)
 cdef _cq_append_t _cq_append = NULL
+cdef _cq_ready_t _cq_ready = NULL
 cdef object _cq_twin_append = None
 cdef _index_live_t _index_live = NULL
 cdef object _index_twin_dispatch = None
@@ -164,6 +169,9 @@ try:
         _consumequeue.APPEND, b"kairosmq.server.store._consumequeue.APPEND"
     )
     _cq_twin_append = _consumequeue.append
+    _cq_ready = <_cq_ready_t>PyCapsule_GetPointer(
+        _consumequeue.READY, b"kairosmq.server.store._consumequeue.READY"
+    )
 except (ImportError, AttributeError):
     pass
 from . import index as _index_ref  # index.py first: it chooses its twin (importing the
@@ -182,6 +190,7 @@ C_CALLS = frozenset(
     name
     for name, found in (
         ("ConsumeQueue.append", _cq_append != NULL),
+        ("ConsumeQueue.ensure_room", _cq_ready != NULL),
         ("KeyIndex.dispatch", _index_live != NULL),
     )
     if found
@@ -353,12 +362,17 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size, Py_ssize_t
         cq = queues.get((topic, queue_id))
     if cq is None:
         return None
-    files = cq.files
-    if not files:
-        return None
-    f = files[len(files) - 1]
-    if not (cq.max_offset < f.ready_until and f.mm is not None):  # ensure_room's fast case
-        return None
+    if _cq_ready != NULL:  # ensure_room's fast case, tested by the consume-queue twin
+        f = _cq_ready(cq)
+        if f is None:
+            return None
+    else:
+        files = cq.files
+        if not files:
+            return None
+        f = files[len(files) - 1]
+        if not (cq.max_offset < f.ready_until and f.mm is not None):
+            return None
     log = store.commitlog  # CommitLog.reserve's "fits the current segment" case
     if type(log) is not _CommitLog:
         return None
@@ -610,35 +624,61 @@ def put_patched(store, src, view, topic, queue_id, properties):
 def write_out(store):
     """``MessageStore.write_out``."""
     cdef Py_ssize_t total, done, n, pos
+    cdef long long written, base
+    cdef PyObject* data
+    cdef PyObject* segments
+    cdef PyObject* seg
+    cdef PyObject* written_o
     log = store.commitlog
     guard = store.guard
     if type(log) is not _CommitLog or type(guard) is not _WriteGuard:
         return _pure.write_out(store)
-    data = log._pending
-    total = len(data)
-    segments = log.segments
-    if total and not segments:  # the reference's IndexError, raised by the reference
+    # the log's fields in their slots; one unset or of another type: the reference
+    data = _at(log, L_PENDING)
+    segments = _at(log, L_SEGMENTS)
+    if (
+        data == NULL or type(<object>data) is not bytearray
+        or segments == NULL or type(<object>segments) is not list
+        or _at(guard, G_FAILURE) == NULL
+    ):
         return _pure.write_out(store)
+    total = PyByteArray_GET_SIZE(<object>data)
+    seg = NULL
+    if total:
+        if not PyList_GET_SIZE(<object>segments):
+            return _pure.write_out(store)  # the reference's IndexError, raised by it
+        seg = PyList_GET_ITEM(<object>segments, PyList_GET_SIZE(<object>segments) - 1)
+        if (
+            type(<object>seg) is not _Segment
+            or not _small_int(_at(log, L_WRITTEN), &written)
+            or not _small_int(_at(<object>seg, S_BASE), &base)
+            or _at(<object>seg, S_FD) == NULL
+        ):
+            return _pure.write_out(store)
     store._write_scheduled = False
     if total:  # CommitLog.write_out
-        seg = segments[len(segments) - 1]
-        pos = log._written - seg.base
-        fd = seg.fd
+        data_o = <object>data  # held: the reference's ``data``
+        pos = written - base
+        fd = <object>_at(<object>seg, S_FD)
         done = 0
         try:
             while done < total:
                 if done == 0:
-                    n = _os.pwrite(fd, data, pos)
+                    n = _os.pwrite(fd, data_o, pos)
                 else:
-                    n = _os.pwrite(fd, memoryview(data)[done:], pos + done)
+                    n = _os.pwrite(fd, memoryview(data_o)[done:], pos + done)
                 if n <= 0:
                     raise OSError(_errno.EIO, "pwrite wrote nothing")
                 done += n
         except OSError as err:
-            store._write_failed(log._write_failed(err, data, done))
+            store._write_failed(log._write_failed(err, data_o, done))
             return
-        log._written += total
-        log._pending = bytearray()
+        written_o = _at(log, L_WRITTEN)  # read again after the writes, as the reference
+        if written_o != NULL:
+            _put(log, L_WRITTEN, <object>written_o + total)
+        else:
+            log._written += total  # its AttributeError
+        _put(log, L_PENDING, bytearray())
     store._last_written_record = store._last_record
-    if guard.write_failure is not None:  # WriteGuard.written's only case with work
+    if not _is(guard, G_FAILURE, None):  # WriteGuard.written's only case with work
         guard.written()

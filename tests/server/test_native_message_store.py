@@ -546,9 +546,14 @@ def test_wants_names_the_declared_topics_and_properties() -> None:
 
 def test_the_twin_found_the_c_functions_it_calls(nat: ModuleType) -> None:
     """On the native core the put calls the consume-queue and index twins' C functions
-    (``ConsumeQueue.append``, ``KeyIndex.dispatch``) in place of a Python call: both were
-    found (an import order that hid one would cost every put a Python call, silently)."""
-    assert nat.C_CALLS == {"ConsumeQueue.append", "KeyIndex.dispatch"}
+    (``ConsumeQueue.append``, ``ensure_room``'s common case, ``KeyIndex.dispatch``) in
+    place of a Python call: all were found (an import order that hid one would cost
+    every put a Python call, silently)."""
+    assert nat.C_CALLS == {
+        "ConsumeQueue.append",
+        "ConsumeQueue.ensure_room",
+        "KeyIndex.dispatch",
+    }
 
 
 _index_value = st.one_of(
@@ -636,3 +641,40 @@ def test_a_patched_consume_queue_append_is_called(
         assert s.queues[("T", 0)].get(1) == (r.phy_offset, r.size, r.tags_code)
     finally:
         s.close()
+
+
+def test_a_guard_and_log_of_other_classes_are_put_alike(nat: ModuleType, tmp_path: Path) -> None:
+    """The twin reads the write guard's and the commit log's fields in their slots only
+    for a ``WriteGuard`` and a ``CommitLog`` themselves: stores whose guard and log are
+    of subclasses put, refuse and write out what the reference does."""
+    from kairosmq.server.store.commitlog import CommitLog
+    from kairosmq.server.store.guard import WriteGuard
+
+    class Guard(WriteGuard):
+        __slots__ = ()
+
+    class Log(CommitLog):
+        __slots__ = ()
+
+    rigs = []
+    for name in ("ref", "nat"):
+        rig = Rig(tmp_path / name, HOST4, 2048)
+        rig.store.guard.__class__ = Guard
+        rig.store.commitlog.__class__ = Log
+        rigs.append(rig)
+    a, b = rigs
+    try:
+        for i in range(12):
+            off = i == 5
+            a.store.writable = b.store.writable = not off
+            m = MessageInner("T", i % 2, b"\xab" * (100 * i), {"UNIQ_KEY": f"K{i}"})
+            _same_result(outcome(ref.put, a.store, m), outcome(nat.put, b.store, m))
+            assert a.seen == b.seen
+            if i % 3 == 0:
+                ref.write_out(a.store)
+                nat.write_out(b.store)
+                assert a.store.commitlog.written_offset == b.store.commitlog.written_offset
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
