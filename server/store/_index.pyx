@@ -9,8 +9,9 @@ reach its half (the next file is asked for there), meet an unmapped file or a va
 entry cannot hold is handed to the reference, which does the same and those steps too.
 The hashes of ASCII values (up to 32 a record) are zlib's CRC-32 computed in C from the
 text's bytes (its UTF-8); any other value is hashed as the reference does (``_hashes``).
-The file's fields are read and written in their slots (``_File`` is a slotted
-dataclass). ``DISPATCH_LIVE`` is a capsule of the C function (``_live``) that does a
+The index's and the file's fields are read and written in their slots (``KeyIndex``
+is slotted, ``_File`` a slotted dataclass; an index of another class is read through
+its attributes). ``DISPATCH_LIVE`` is a capsule of the C function (``_live``) that does a
 live request's dispatch given the request's properties, offset and size as values: the
 message-store twin calls it for a listener that is this ``dispatch`` bound to an index,
 with the values it just put into the request.
@@ -36,6 +37,7 @@ cdef Py_ssize_t _HEADER_SIZE = _ref.HEADER_SIZE
 cdef Py_ssize_t _COUNT_POS = _ref._COUNT_POS
 cdef Py_ssize_t _END_POS = _ref._END_POS
 cdef object _File = _ref._File
+cdef object _KeyIndex = _ref.KeyIndex
 
 
 cdef extern from "structmember.h":
@@ -62,8 +64,16 @@ cdef Py_ssize_t _slot(object cls, str name) except -1:
     return m.offset
 
 
-if _File.__mro__ != (_File, object) or _File.__setattr__ is not object.__setattr__:
-    raise ImportError("index._File is not a plain slotted dataclass")
+for _cls in (_File, _KeyIndex):
+    if (
+        _cls.__mro__ != (_cls, object)
+        or _cls.__getattribute__ is not object.__getattribute__
+        or _cls.__setattr__ is not object.__setattr__
+    ):
+        raise ImportError(f"index.{_cls.__name__} is not a plain slotted class")
+# the index's fields ``_live`` reads and writes in place
+cdef Py_ssize_t K_CUR = _slot(_KeyIndex, "_cur")
+cdef Py_ssize_t K_INDEXED = _slot(_KeyIndex, "indexed")
 # the fields of the file being written that ``_live`` reads and writes in place
 cdef Py_ssize_t F_MM = _slot(_File, "mm")
 cdef Py_ssize_t F_COUNT = _slot(_File, "count")
@@ -198,7 +208,17 @@ cdef object _live(object index, object req, object props, object phy_o, object s
     cdef uint8_t* buf
     cdef uint32_t hs[_MAX_HASHES]
     cdef PyObject* mm
-    f = index._cur
+    cdef PyObject* cur
+    cdef PyObject* indexed
+    if type(index) is _KeyIndex:  # its fields in their slots
+        cur = _at(index, K_CUR)
+        indexed = _at(index, K_INDEXED)
+        if cur == NULL or indexed == NULL:
+            return _pure.dispatch(index, req)  # its AttributeError
+        f = <object>cur
+    else:
+        indexed = NULL
+        f = index._cur
     if f is None:
         return
     if type(f) is not _File:
@@ -254,7 +274,10 @@ cdef object _live(object index, object req, object props, object phy_o, object s
         PyBuffer_Release(&view)
     if need:
         _put(f, F_COUNT, PyLong_FromLongLong(n))
-        index.indexed += need
+        if indexed != NULL:  # read again: nothing ran since but C
+            _put(index, K_INDEXED, <object>_at(index, K_INDEXED) + need)
+        else:
+            index.indexed += need
     _put(f, F_END_PHY, PyLong_FromLongLong(end))
 
 

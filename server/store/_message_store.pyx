@@ -61,7 +61,7 @@ from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.unicode cimport PyUnicode_GET_LENGTH
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
 
 import errno as _errno
@@ -533,7 +533,7 @@ def put(store, msg):
     born_ts = <object>f[8]
     reconsume = <object>f[9]
     props = _encoded(properties)
-    topic_b = topic.encode()
+    topic_b = PyUnicode_AsUTF8String(topic) if type(topic) is str else topic.encode()
     store_host = store.store_host
     size = (
         RECORD_OVERHEAD_V4 + len(body) + len(topic_b) + len(props)
@@ -583,7 +583,7 @@ def put_patched(store, src, view, topic, queue_id, properties):
     """``MessageStore.put_patched``."""
     cdef Py_ssize_t size, pos
     props = _encoded(properties)
-    topic_b = topic.encode()
+    topic_b = PyUnicode_AsUTF8String(topic) if type(topic) is str else topic.encode()
     store_host = store.store_host
     size = patched_size(view, topic_b, props, store_host)
     if (

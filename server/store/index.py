@@ -111,6 +111,22 @@ class _File:
 
 
 class KeyIndex:
+    # slotted: the native put's index dispatch reads and writes its fields in place
+    # (_index.pyx)
+    __slots__ = (
+        "directory",
+        "store",
+        "slots",
+        "capacity",
+        "files",
+        "_cur",
+        "_lock",
+        "indexed",
+        "log",
+        "_alloc_retry_at",
+        "allocator",
+    )
+
     def __init__(
         self, directory: Path, store: MessageStore, *, slots: int = 1 << 17, capacity: int = 1 << 19
     ) -> None:
