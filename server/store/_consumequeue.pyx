@@ -14,13 +14,25 @@ reference's ``parse_decimal`` rule: 1..18 ASCII digits, else 0) and asks the ref
 reference.
 
 ``append`` (``ConsumeQueue.append``) packs the unit straight into the newest file's map
-when the room is there (what ``ensure_room`` made before the put); anything else (no
-file, a full file, an unmapped or short map, a value the unit cannot hold, a caller's
-non-int) is handed to the reference, which makes the room or raises.
+when the room is there (what ``ensure_room`` made before the put), the queue's and the
+file's fields read and written in their slots (both classes slotted); anything else (a
+queue or file of another class, no file, a full file, an unmapped or short map, a value
+the unit cannot hold, a caller's non-int, a field unset or not an ``int``) is handed to
+the reference, which makes the room or raises. ``APPEND`` is a capsule of the same C
+function (``_append``): the message-store twin calls it in place of the Python call;
+``READY`` one of ``_ready``, ``ensure_room``'s common case tested in place (the newest
+file when the next unit's room is mapped and nothing is to be asked), which it tests
+before a put.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.set cimport PySet_Add
+from libc.limits cimport LLONG_MAX
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from kairosmq.protocol.message import tags_code as _tags_code
@@ -32,9 +44,66 @@ from . import consumequeue as _ref
 
 cdef object _pure = _ref.reference
 cdef Py_ssize_t _INT64_DIGITS = INT64_DIGITS
+cdef object _ConsumeQueue = _ref.ConsumeQueue
+cdef object _File = _ref._File
+cdef object _MINUS_ONE = -1
+cdef long long _SMALL = 1LL << 52
 
 cdef enum:
     UNIT = 20
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a class with ``__slots__``) hold field ``name``: the
+    offset its member descriptor (the one attribute lookup finds first) reads and
+    writes. ImportError (the pure core runs) if the class is not laid out so."""
+    d = getattr(cls, name, None)
+    if type(d) is not type(_ref.ConsumeQueue.files):
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+for _cls in (_ConsumeQueue, _File):
+    if _cls.__getattribute__ is not object.__getattribute__ or _cls.__setattr__ is not object.__setattr__:
+        raise ImportError(f"{_cls.__name__} reads or writes its attributes itself")
+# the fields ``_append`` reads and writes in place
+cdef Py_ssize_t CQ_FILES = _slot(_ConsumeQueue, "files")
+cdef Py_ssize_t CQ_MAX = _slot(_ConsumeQueue, "max_offset")
+cdef Py_ssize_t CQ_UPF = _slot(_ConsumeQueue, "units_per_file")
+cdef Py_ssize_t CQ_DIRTY = _slot(_ConsumeQueue, "_dirty")
+cdef Py_ssize_t CQ_TAIL = _slot(_ConsumeQueue, "_tail_end")
+cdef Py_ssize_t F_MM = _slot(_File, "mm")
+cdef Py_ssize_t F_BASE = _slot(_File, "base")
+cdef Py_ssize_t F_READY = _slot(_File, "ready_until")
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
 
 
 cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
@@ -82,47 +151,121 @@ cdef inline void _put_i64(uint8_t* p, int64_t v) noexcept nogil:
     _put_u32(p + 4, <uint32_t>(<uint64_t>v))
 
 
-def append(cq, phy_offset, size, tags_code):
-    """``ConsumeQueue.append``."""
+cdef inline bint _small(PyObject* v, long long* out) noexcept:
+    """Whether the field value ``v`` is set, an ``int`` and small enough for C arithmetic
+    on unit indexes (|v| < 2**52): then ``out`` holds it; else the reference reads it."""
+    cdef int over = 0
+    if v == NULL or type(<object>v) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(<object>v, &over)
+    return not over and -_SMALL < out[0] < _SMALL
+
+
+cdef object _append(object cq, object phy_offset, object size, object tags_code):
+    """``ConsumeQueue.append`` for a ``ConsumeQueue`` and its newest ``_File``, their fields
+    read and written straight in their slots (what each member descriptor does): the
+    body of ``append``, and the C function the message-store twin calls through
+    ``APPEND`` (no Python call per put)."""
     cdef Py_buffer view
-    cdef Py_ssize_t index, base, pos
-    cdef long long phy, sz, tags
+    cdef long long index, base, upf, pos, phy, sz, tags
     cdef int o1 = 0, o2 = 0, o3 = 0
     cdef uint8_t* p
-    files = cq.files
+    cdef PyObject* files
+    cdef PyObject* f
+    cdef PyObject* mm
+    cdef PyObject* dirty
     if (
-        files
+        type(cq) is _ConsumeQueue
         and type(phy_offset) is int
         and type(size) is int
         and type(tags_code) is int
     ):
-        phy = PyLong_AsLongLongAndOverflow(phy_offset, &o1)
-        sz = PyLong_AsLongLongAndOverflow(size, &o2)
-        tags = PyLong_AsLongLongAndOverflow(tags_code, &o3)
-        f = files[len(files) - 1]
-        mm = f.mm
-        index = cq.max_offset
-        base = f.base
-        if (
-            not (o1 or o2 or o3)
-            and INT32_MIN <= sz <= INT32_MAX
-            and mm is not None
-            and base <= index < base + <Py_ssize_t>cq.units_per_file
-        ):
-            pos = (index - base) * UNIT
-            PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
-            if view.len >= pos + UNIT:
-                p = <uint8_t*>view.buf + pos
-                _put_i64(p, phy)
-                _put_u32(p + 8, <uint32_t><int32_t>sz)
-                _put_i64(p + 12, tags)
+        files = _at(cq, CQ_FILES)
+        f = NULL
+        if files != NULL and type(<object>files) is list and PyList_GET_SIZE(<object>files):
+            f = PyList_GET_ITEM(<object>files, PyList_GET_SIZE(<object>files) - 1)
+        if f != NULL and type(<object>f) is _File:
+            mm = _at(<object>f, F_MM)
+            dirty = _at(cq, CQ_DIRTY)
+            phy = PyLong_AsLongLongAndOverflow(phy_offset, &o1)
+            sz = PyLong_AsLongLongAndOverflow(size, &o2)
+            tags = PyLong_AsLongLongAndOverflow(tags_code, &o3)
+            if (
+                not (o1 or o2 or o3)
+                and INT32_MIN <= sz <= INT32_MAX
+                and mm != NULL and <object>mm is not None
+                and dirty != NULL and type(<object>dirty) is set
+                and _small(_at(cq, CQ_MAX), &index)
+                and _small(_at(<object>f, F_BASE), &base)
+                and _small(_at(cq, CQ_UPF), &upf)
+                and base <= index < base + upf
+            ):
+                pos = (index - base) * UNIT
+                PyObject_GetBuffer(<object>mm, &view, PyBUF_WRITABLE)
+                if view.len >= pos + UNIT:
+                    p = <uint8_t*>view.buf + pos
+                    _put_i64(p, phy)
+                    _put_u32(p + 8, <uint32_t><int32_t>sz)
+                    _put_i64(p + 12, tags)
+                    PyBuffer_Release(&view)
+                    PySet_Add(<object>dirty, <object>f)  # self._dirty.add(f)
+                    _put(cq, CQ_MAX, PyLong_FromLongLong(index + 1))
+                    if phy < 0:
+                        _put(cq, CQ_TAIL, _MINUS_ONE)
+                    elif phy <= LLONG_MAX - sz:
+                        _put(cq, CQ_TAIL, PyLong_FromLongLong(phy + sz))
+                    else:
+                        _put(cq, CQ_TAIL, phy_offset + size)
+                    return PyLong_FromLongLong(index)
                 PyBuffer_Release(&view)
-                cq._dirty.add(f)
-                cq.max_offset = index + 1
-                cq._tail_end = phy_offset + size if phy >= 0 else -1
-                return index
-            PyBuffer_Release(&view)
     return _pure.append(cq, phy_offset, size, tags_code)
+
+
+def append(cq, phy_offset, size, tags_code):
+    """``ConsumeQueue.append``."""
+    return _append(cq, phy_offset, size, tags_code)
+
+
+cdef object _ready(object cq):
+    """``ConsumeQueue.ensure_room``'s common case, tested without a change: the newest
+    file when the room of the next unit is mapped and nothing is to be asked
+    (``max_offset < ready_until``, a map), else None (``ensure_room`` has work, or the
+    queue or file is of another class or has a field unset or not an ``int``: the
+    caller hands the put to the reference). The message-store twin calls it through
+    ``READY``, then touches the file's mapping as ``ensure_room`` does."""
+    cdef long long index, ready
+    cdef PyObject* files
+    cdef PyObject* f
+    cdef PyObject* mm
+    if type(cq) is not _ConsumeQueue:
+        return None
+    files = _at(cq, CQ_FILES)
+    if files == NULL or type(<object>files) is not list or not PyList_GET_SIZE(<object>files):
+        return None
+    f = PyList_GET_ITEM(<object>files, PyList_GET_SIZE(<object>files) - 1)
+    if type(<object>f) is not _File:
+        return None
+    mm = _at(<object>f, F_MM)
+    if (
+        mm == NULL or <object>mm is None
+        or not _small(_at(cq, CQ_MAX), &index)
+        or not _small(_at(<object>f, F_READY), &ready)
+        or not index < ready
+    ):
+        return None
+    return <object>f
+
+
+ctypedef object (*_ready_t)(object)
+cdef _ready_t _ready_fn = _ready
+READY = PyCapsule_New(<void*>_ready_fn, b"kairosmq.server.store._consumequeue.READY", NULL)
+
+
+ctypedef object (*_append_t)(object, object, object, object)
+cdef _append_t _append_fn = _append
+# ``_append`` for the message-store twin, which calls it as a C function (the same
+# signature, ``_cq_append_t`` there) when ``ConsumeQueue.append`` is this module's
+APPEND = PyCapsule_New(<void*>_append_fn, b"kairosmq.server.store._consumequeue.APPEND", NULL)
 
 
 cdef object _due_ms(str raw):

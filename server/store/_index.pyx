@@ -9,10 +9,20 @@ reach its half (the next file is asked for there), meet an unmapped file or a va
 entry cannot hold is handed to the reference, which does the same and those steps too.
 The hashes of ASCII values (up to 32 a record) are zlib's CRC-32 computed in C from the
 text's bytes (its UTF-8); any other value is hashed as the reference does (``_hashes``).
+The index's and the file's fields are read and written in their slots (``KeyIndex``
+is slotted, ``_File`` a slotted dataclass; an index of another class is read through
+its attributes). ``DISPATCH_LIVE`` is a capsule of the C function (``_live``) that does a
+live request's dispatch given the request's properties, offset and size as values: the
+message-store twin calls it for a listener that is this ``dispatch`` bound to an index,
+with the values it just put into the request.
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from zlib import crc32 as _crc32
 
@@ -26,6 +36,66 @@ cdef object _SEED_KEY = _ref._SEED_KEY
 cdef Py_ssize_t _HEADER_SIZE = _ref.HEADER_SIZE
 cdef Py_ssize_t _COUNT_POS = _ref._COUNT_POS
 cdef Py_ssize_t _END_POS = _ref._END_POS
+cdef object _File = _ref._File
+cdef object _KeyIndex = _ref.KeyIndex
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    int T_OBJECT_EX
+    int READONLY
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef Py_ssize_t _slot(object cls, str name) except -1:
+    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
+    offset its member descriptor reads and writes. ImportError (the pure core runs) if
+    the class is not laid out so."""
+    d = cls.__dict__.get(name)
+    if type(d) is not type(_ref._File.mm):
+        raise ImportError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if m.type != T_OBJECT_EX or m.flags & READONLY:
+        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
+    return m.offset
+
+
+for _cls in (_File, _KeyIndex):
+    if (
+        _cls.__mro__ != (_cls, object)
+        or _cls.__getattribute__ is not object.__getattribute__
+        or _cls.__setattr__ is not object.__setattr__
+    ):
+        raise ImportError(f"index.{_cls.__name__} is not a plain slotted class")
+# the index's fields ``_live`` reads and writes in place
+cdef Py_ssize_t K_CUR = _slot(_KeyIndex, "_cur")
+cdef Py_ssize_t K_INDEXED = _slot(_KeyIndex, "indexed")
+# the fields of the file being written that ``_live`` reads and writes in place
+cdef Py_ssize_t F_MM = _slot(_File, "mm")
+cdef Py_ssize_t F_COUNT = _slot(_File, "count")
+cdef Py_ssize_t F_CAPACITY = _slot(_File, "capacity")
+cdef Py_ssize_t F_SLOTS = _slot(_File, "slots")
+cdef Py_ssize_t F_ENTRIES_POS = _slot(_File, "entries_pos")
+cdef Py_ssize_t F_END_PHY = _slot(_File, "end_phy")
+
+
+cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
+    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
+    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
+
+
+cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
+    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
+    ``__set__`` does (the new value held, the old one released), without the lookup."""
+    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
+    cdef PyObject* old = p[0]
+    Py_INCREF(value)
+    p[0] = <PyObject*>value
+    Py_XDECREF(old)
 
 
 cdef extern from "Python.h":
@@ -115,23 +185,49 @@ cdef list _hashes(object uniq, object keys):
     return out
 
 
-def dispatch(index, req):
-    """``KeyIndex.dispatch``."""
+cdef inline bint _int(PyObject* v, long long* out) noexcept:
+    """Whether the field value ``v`` is set and an ``int`` C holds: then ``out`` holds it."""
+    cdef int over = 0
+    if v == NULL or type(<object>v) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(<object>v, &over)
+    return not over
+
+
+cdef object _live(object index, object req, object props, object phy_o, object size_o):
+    """``KeyIndex.dispatch`` of a live request (``req.replay`` false) whose properties,
+    physical offset and size are given as values: the body of ``dispatch``, and the C
+    function the message-store twin calls through ``DISPATCH_LIVE`` with the values it
+    put into ``req`` (no Python call, no field read back). The file's fields are read
+    and written straight in their slots (what each member descriptor does)."""
     cdef Py_buffer view
-    cdef Py_ssize_t n, cap, slots, need, i, slot_pos, entries_pos
-    cdef long long phy, end
+    cdef Py_ssize_t need, i
+    cdef long long phy, end, n, cap, slots, entries_pos, slot_pos
     cdef int o1 = 0, o2 = 0
     cdef uint32_t h
     cdef uint8_t* buf
     cdef uint32_t hs[_MAX_HASHES]
-    f = index._cur
-    if req.replay or f is None:
+    cdef PyObject* mm
+    cdef PyObject* cur
+    cdef PyObject* indexed
+    if type(index) is _KeyIndex:  # its fields in their slots
+        cur = _at(index, K_CUR)
+        indexed = _at(index, K_INDEXED)
+        if cur == NULL or indexed == NULL:
+            return _pure.dispatch(index, req)  # its AttributeError
+        f = <object>cur
+    else:
+        indexed = NULL
+        f = index._cur
+    if f is None:
         return
-    mm = f.mm
-    props = req.properties
-    phy_o = req.phy_offset
-    size_o = req.size
-    if mm is None or type(props) is not dict or type(phy_o) is not int or type(size_o) is not int:
+    if type(f) is not _File:
+        return _pure.dispatch(index, req)
+    mm = _at(f, F_MM)
+    if (
+        mm == NULL or <object>mm is None or type(props) is not dict
+        or type(phy_o) is not int or type(size_o) is not int
+    ):
         return _pure.dispatch(index, req)
     uniq = (<dict>props).get(UNIQ_KEY)
     keys = (<dict>props).get(KEYS)
@@ -143,21 +239,23 @@ def dispatch(index, req):
         need = len(hashes)
         for i in range(need):
             hs[i] = <uint32_t>(<object>hashes[i])
-    end_o = phy_o + size_o
     phy = PyLong_AsLongLongAndOverflow(phy_o, &o1)
-    end = PyLong_AsLongLongAndOverflow(end_o, &o2)
-    n = f.count
-    cap = f.capacity
-    slots = f.slots
+    end = PyLong_AsLongLongAndOverflow(size_o, &o2)
+    if o1 or o2 or (end > 0 and phy > LLONG_MAX - end) or (end < 0 and phy < LLONG_MIN - end):
+        return _pure.dispatch(index, req)  # phy + size out of int64: the reference raises
+    end += phy
     if (
-        o1 or o2
+        not _int(_at(f, F_COUNT), &n)
+        or not _int(_at(f, F_CAPACITY), &cap)
+        or not _int(_at(f, F_SLOTS), &slots)
+        or not _int(_at(f, F_ENTRIES_POS), &entries_pos)
+        or n < 0 or cap > (1LL << 40) or entries_pos < 0 or entries_pos > (1LL << 40)
         or n + need > cap  # the file fills: the reference opens the next
         or (n < (cap >> 1) <= n + need)  # its half: the reference asks for the next file
-        or slots <= 0
+        or slots <= 0 or slots > (1LL << 40)
     ):
         return _pure.dispatch(index, req)
-    entries_pos = f.entries_pos
-    PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
+    PyObject_GetBuffer(<object>mm, &view, PyBUF_WRITABLE)
     try:
         if view.len < entries_pos + (n + need) * 16 or view.len < _HEADER_SIZE + slots * 4:
             return _pure.dispatch(index, req)
@@ -174,6 +272,25 @@ def dispatch(index, req):
         _put_i64(buf + _END_POS, end)  # KeyIndex._set_end
     finally:
         PyBuffer_Release(&view)
-    f.count = n
-    index.indexed += need
-    f.end_phy = end_o
+    if need:
+        _put(f, F_COUNT, PyLong_FromLongLong(n))
+        if indexed != NULL:  # read again: nothing ran since but C
+            _put(index, K_INDEXED, <object>_at(index, K_INDEXED) + need)
+        else:
+            index.indexed += need
+    _put(f, F_END_PHY, PyLong_FromLongLong(end))
+
+
+def dispatch(index, req):
+    """``KeyIndex.dispatch``."""
+    if req.replay or index._cur is None:
+        return
+    return _live(index, req, req.properties, req.phy_offset, req.size)
+
+
+ctypedef object (*_live_t)(object, object, object, object, object)
+cdef _live_t _live_fn = _live
+# ``_live`` for the message-store twin, which calls it as a C function (the same
+# signature, ``_index_live_t`` there) for a listener that is ``KeyIndex.dispatch`` of
+# this module bound to an index
+DISPATCH_LIVE = PyCapsule_New(<void*>_live_fn, b"kairosmq.server.store._index.DISPATCH_LIVE", NULL)

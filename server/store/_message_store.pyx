@@ -11,12 +11,27 @@ record (``message_store.wants``, mirrored) fed from a C loop over the dispatcher
 write scheduled and the ``PutResult`` returned, with no Python frame of the store's own.
 It mirrors the reference's common case step for step: ``_put``'s checks passed (the
 write guard's quiet state read in place of ``refusal()``), ``ensure_room``'s "room
-mapped, nothing to ask" case, ``reserve``'s "fits the current segment" case, ``append``,
-``WriteGuard.appended``, ``clock.wall_ms`` and ``dispatch`` (not a replay), the
-``DispatchRequest`` and ``PutResult`` made as ``object.__new__`` makes them and filled
-field by field, each value stored into its slot as the field's member descriptor does
-(the offsets read from the descriptors at import; a class not laid out as a plain
-slotted dataclass fails the import, and the pure core runs).
+mapped, nothing to ask" case, ``reserve``'s "fits the current segment" case (its answer,
+the record's offset, computed once and used for the record, the request and the
+result, as the reference uses ``reserve``'s), ``append``, ``WriteGuard.appended``,
+``clock.wall_ms`` and ``dispatch`` (not a replay), the ``DispatchRequest`` and
+``PutResult`` made as ``object.__new__`` makes them and filled field by field, each
+value stored into its slot as the field's member descriptor does (the offsets read from
+the descriptors at import; a class not laid out as a plain slotted class fails the
+import, and the pure core runs). The write guard's and the commit log's fields (both
+classes slotted) are read and written in their slots the same way; a guard or log of
+another class is read through its attributes (or its put handed to the reference).
+
+Two steps of ``dispatch`` are other twins' C functions, called without a Python call:
+``ConsumeQueue.append`` (``_consumequeue.APPEND``) while the class's ``append`` is the
+consume-queue twin's (one replaced on the class is called as before), and
+``KeyIndex.dispatch`` (``_index.DISPATCH_LIVE``) for a listener that is the index
+twin's ``dispatch`` bound to an index, handed the properties, offset and size the twin
+just put into the request (what the listener would read back from it). Every other
+listener is called with the request; one that raises goes to ``_dispatch_failed``
+whichever way it was called. ``ensure_room``'s common case is tested by the
+consume-queue twin's ``READY`` (its fields in their slots). ``C_CALLS`` names the C
+functions found at import.
 
 ``put`` reads a ``MessageInner``'s fields straight from their slots. Anything else is
 handed to the reference before anything is changed, which decides and says why: a
@@ -36,12 +51,17 @@ steps is the reference's, so what an ack check sees after it is the same. A fail
 another class goes to the reference whole.
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.set cimport PySet_Add
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.unicode cimport PyUnicode_GET_LENGTH
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
 
 import errno as _errno
@@ -54,12 +74,13 @@ from kairosmq.protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 from ..clock import wall_ms as _wall_ms
 from . import message_store as _ref
-from .commitlog import MIN_BLANK, CommitLog
+from .commitlog import MIN_BLANK, CommitLog, Segment
 from .guard import WriteGuard
 from .consumequeue import compute_tags_code
 from .types import DispatchRequest, MessageInner, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
+cdef long long _SMALL = 1LL << 62
 cdef object _MemberDescriptor = type(PutResult.status)
 cdef object _DispatchRequest = DispatchRequest
 cdef object _PutResult = PutResult
@@ -100,6 +121,80 @@ cdef object _PUT_OK = PutStatus.PUT_OK
 cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
 cdef object _CommitLog = CommitLog
 cdef object _WriteGuard = WriteGuard
+cdef object _Segment = Segment
+for _cls in (CommitLog, WriteGuard, Segment):
+    if (
+        _cls.__mro__ != (_cls, object)
+        or _cls.__getattribute__ is not object.__getattribute__
+        or _cls.__setattr__ is not object.__setattr__
+    ):
+        raise ImportError(f"{_cls.__name__} is not a plain slotted class")
+# the write guard's, commit log's and segment's fields the put reads and writes in place
+# (each class slotted; an instance of another class goes through attribute access, or
+# to the reference)
+cdef Py_ssize_t G_ROLE = _slot(WriteGuard, "role_refusal")
+cdef Py_ssize_t G_WRITABLE = _slot(WriteGuard, "writable")
+cdef Py_ssize_t G_DISK_FULL = _slot(WriteGuard, "disk_full")
+cdef Py_ssize_t G_FAILURE = _slot(WriteGuard, "write_failure")
+cdef Py_ssize_t G_CHECK_AT = _slot(WriteGuard, "_check_at")
+cdef Py_ssize_t G_APPENDS = _slot(WriteGuard, "appends")
+cdef Py_ssize_t G_END = _slot(WriteGuard, "_end")
+cdef Py_ssize_t G_EPOCH = _slot(WriteGuard, "_epoch")
+cdef Py_ssize_t G_ROLLBACKS = _slot(WriteGuard, "_rollbacks")
+cdef Py_ssize_t L_SEGMENTS = _slot(CommitLog, "segments")
+cdef Py_ssize_t L_WRITTEN = _slot(CommitLog, "_written")
+cdef Py_ssize_t L_PENDING = _slot(CommitLog, "_pending")
+cdef Py_ssize_t L_SEGMENT_SIZE = _slot(CommitLog, "segment_size")
+cdef Py_ssize_t S_BASE = _slot(Segment, "base")
+cdef Py_ssize_t S_FD = _slot(Segment, "fd")
+
+# The C functions of the consume-queue and index twins this twin calls in place of a
+# Python call (each takes exactly the arguments its Python form is called with):
+# ``ConsumeQueue.append`` when that is the consume-queue twin's, and ``KeyIndex.dispatch``
+# of a live request when a listener is the index twin's bound to an index. Either twin
+# missing: the Python call, as before.
+ctypedef object (*_cq_append_t)(object, object, object, object)
+ctypedef object (*_index_live_t)(object, object, object, object, object)
+ctypedef object (*_cq_ready_t)(object)
+cdef _cq_append_t _cq_append = NULL
+cdef _cq_ready_t _cq_ready = NULL
+cdef object _cq_twin_append = None
+cdef _index_live_t _index_live = NULL
+cdef object _index_twin_dispatch = None
+cdef str _APPEND = "append"
+try:
+    from . import _consumequeue
+
+    _cq_append = <_cq_append_t>PyCapsule_GetPointer(
+        _consumequeue.APPEND, b"kairosmq.server.store._consumequeue.APPEND"
+    )
+    _cq_twin_append = _consumequeue.append
+    _cq_ready = <_cq_ready_t>PyCapsule_GetPointer(
+        _consumequeue.READY, b"kairosmq.server.store._consumequeue.READY"
+    )
+except (ImportError, AttributeError):
+    pass
+from . import index as _index_ref  # index.py first: it chooses its twin (importing the
+# twin first would make index.py's choice run on a half-made twin and fail)
+try:
+    from . import _index
+
+    _index_live = <_index_live_t>PyCapsule_GetPointer(
+        _index.DISPATCH_LIVE, b"kairosmq.server.store._index.DISPATCH_LIVE"
+    )
+    _index_twin_dispatch = _index.dispatch
+except (ImportError, AttributeError):
+    pass
+# which of them this twin found (the parity tests check the native core has both)
+C_CALLS = frozenset(
+    name
+    for name, found in (
+        ("ConsumeQueue.append", _cq_append != NULL),
+        ("ConsumeQueue.ensure_room", _cq_ready != NULL),
+        ("KeyIndex.dispatch", _index_live != NULL),
+    )
+    if found
+)
 
 
 cdef extern from "Python.h":
@@ -109,6 +204,7 @@ cdef extern from "Python.h":
     void* PyUnicode_DATA(object s)
     void PyErr_Clear()
     object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+    PyObject* _PyType_Lookup(PyTypeObject* t, object name)  # borrowed, no error set
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -206,19 +302,39 @@ cdef bytes _encoded(object properties):
     return out
 
 
-cdef bint _refused(guard):
+cdef bint _refused(guard) except -1:
     """``WriteGuard.refusal() is not None``, its quiet case read without a call: no role
-    refusal, writable, the disk check not due, the disk not full, no failure held; in
-    any other state the guard is asked."""
+    refusal, writable, the disk check not due, the disk not full, no failure held (the
+    guard's fields read in their slots); in any other state, or for a guard of another
+    class, the guard is asked."""
+    cdef PyObject* check_at
     if (
-        guard.role_refusal is None
-        and guard.writable
-        and guard.disk_full is None
-        and guard.write_failure is None
-        and _monotonic() < guard._check_at
+        type(guard) is _WriteGuard
+        and _is(guard, G_ROLE, None)
+        and _is(guard, G_WRITABLE, True)
+        and _is(guard, G_DISK_FULL, None)
+        and _is(guard, G_FAILURE, None)
     ):
-        return False
+        check_at = _at(guard, G_CHECK_AT)
+        if check_at != NULL and _monotonic() < <object>check_at:
+            return False
     return guard.refusal() is not None
+
+
+cdef inline bint _is(object obj, Py_ssize_t at, object value) noexcept:
+    """Whether ``obj``'s slot at offset ``at`` is set and holds ``value`` itself."""
+    cdef PyObject* v = _at(obj, at)
+    return v != NULL and v == <PyObject*>value
+
+
+cdef inline bint _small_int(PyObject* v, long long* out) noexcept:
+    """Whether ``v`` (a slot's value) is set and an ``int`` below 2**62 in size: then
+    ``out`` holds it."""
+    cdef int over = 0
+    if v == NULL or type(<object>v) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(<object>v, &over)
+    return not over and -_SMALL < out[0] < _SMALL
 
 
 cdef object _now_ms(store):
@@ -229,11 +345,15 @@ cdef object _now_ms(store):
     return clock()
 
 
-cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
+cdef object _room(store, str topic, object queue_id, Py_ssize_t size, Py_ssize_t* phy):
     """The queue of ``topic``/``queue_id`` when its next unit and a record of ``size``
-    both have room now (the reference's common case), else None."""
-    cdef Py_ssize_t pos, base
+    both have room now (the reference's common case), else None; ``phy``: where the
+    record goes (``CommitLog.reserve``'s answer in that case)."""
+    cdef long long pos, base, seg_size
     cdef PyObject* found
+    cdef PyObject* segments
+    cdef PyObject* pending
+    cdef PyObject* seg
     queues = store.queues
     if type(queues) is dict:  # dict.get without the method call
         found = PyDict_GetItemWithError(queues, (topic, queue_id))
@@ -242,22 +362,38 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size):
         cq = queues.get((topic, queue_id))
     if cq is None:
         return None
-    files = cq.files
-    if not files:
+    if _cq_ready != NULL:  # ensure_room's fast case, tested by the consume-queue twin
+        f = _cq_ready(cq)
+        if f is None:
+            return None
+    else:
+        files = cq.files
+        if not files:
+            return None
+        f = files[len(files) - 1]
+        if not (cq.max_offset < f.ready_until and f.mm is not None):
+            return None
+    log = store.commitlog  # CommitLog.reserve's "fits the current segment" case
+    if type(log) is not _CommitLog:
         return None
-    f = files[len(files) - 1]
-    if not (cq.max_offset < f.ready_until and f.mm is not None):  # ensure_room's fast case
+    segments = _at(log, L_SEGMENTS)
+    pending = _at(log, L_PENDING)
+    if (
+        segments == NULL or type(<object>segments) is not list
+        or not PyList_GET_SIZE(<object>segments)
+        or pending == NULL or type(<object>pending) is not bytearray
+        or not _small_int(_at(log, L_WRITTEN), &pos)
+        or not _small_int(_at(log, L_SEGMENT_SIZE), &seg_size)
+    ):
         return None
-    log = store.commitlog
-    segments = log.segments
-    if not segments:
+    seg = PyList_GET_ITEM(<object>segments, PyList_GET_SIZE(<object>segments) - 1)
+    if type(<object>seg) is not _Segment or not _small_int(_at(<object>seg, S_BASE), &base):
         return None
-    seg = segments[len(segments) - 1]
-    pos = log._written + len(log._pending)
-    base = seg.base
-    if not (base <= pos and pos + size + MIN_BLANK <= base + <Py_ssize_t>log.segment_size):
+    pos += PyByteArray_GET_SIZE(<object>pending)
+    if not (base <= pos and pos + size + MIN_BLANK <= base + seg_size):
         return None  # reserve ends the segment or opens one: the reference does it
     store.maps.touch(f)
+    phy[0] = pos
     return cq
 
 
@@ -271,8 +407,11 @@ cdef inline bint _wants(object topics, object names, str topic, dict properties)
     return False
 
 
-cdef _notify(store, req, str topic, dict properties):
-    """``MessageStore._notify``'s loop over the dispatchers' plan."""
+cdef _notify(store, req, str topic, dict properties, object phy, object size):
+    """``MessageStore._notify``'s loop over the dispatchers' plan; ``phy`` and ``size``
+    are ``req``'s (a live request). A listener that is the index twin's ``dispatch``
+    bound to an index is called as a C function with them (what it would read back
+    from ``req``)."""
     dispatchers = store.dispatchers
     plan = dispatchers._plan
     if plan is None:
@@ -281,28 +420,52 @@ cdef _notify(store, req, str topic, dict properties):
         if topics is not None and not _wants(topics, names, topic, properties):
             continue
         try:
-            d(req)
+            if (
+                _index_live != NULL
+                and PyMethod_Check(d)
+                and PyMethod_GET_FUNCTION(d) == <PyObject*>_index_twin_dispatch
+            ):
+                _index_live(<object>PyMethod_GET_SELF(d), req, properties, phy, size)
+            else:
+                d(req)
         except Exception as err:
             store._dispatch_failed(d, req, err)
 
 
 cdef object _append(
-    store, cq, str topic, object queue_id, dict properties, Py_ssize_t size, object code,
-    object queue_offset, object store_ts, bytes record,
+    store, cq, str topic, object queue_id, dict properties, object phy, Py_ssize_t size,
+    object code, object queue_offset, object store_ts, bytes record,
 ):
-    """``_put`` after the build: append, dispatch, schedule the write, the result."""
-    log = store.commitlog
-    phy = log._written + len(log._pending)
-    pending = log._pending
-    pending += record  # CommitLog.append
+    """``_put`` after the build: append, dispatch, schedule the write, the result; ``phy``
+    is where ``_room`` found the record goes."""
+    cdef PyObject* pending
+    cdef PyObject* appends
+    cdef PyObject* rollbacks
+    cdef Py_ssize_t n
+    log = store.commitlog  # CommitLog.append: the pending bytes grown in place
+    pending = _at(log, L_PENDING) if type(log) is _CommitLog else NULL
+    if pending != NULL and type(<object>pending) is bytearray:
+        n = PyByteArray_GET_SIZE(<object>pending)
+        PyByteArray_Resize(<object>pending, n + len(record))  # what ``+=`` does
+        memcpy(PyByteArray_AS_STRING(<object>pending) + n, PyBytes_AS_STRING(record), len(record))
+    else:
+        pending_o = log._pending
+        pending_o += record
     store._last_record = phy
-    guard = store.guard  # WriteGuard.appended
-    guard.appends += 1
-    guard._end = phy + size
-    guard._epoch = len(guard._rollbacks)
+    guard = store.guard  # WriteGuard.appended, its fields in their slots
+    size_o = size
+    appends = _at(guard, G_APPENDS) if type(guard) is _WriteGuard else NULL
+    rollbacks = _at(guard, G_ROLLBACKS) if appends != NULL else NULL
+    if rollbacks != NULL and type(<object>rollbacks) is list:
+        _put(guard, G_APPENDS, <object>appends + 1)
+        _put(guard, G_END, phy + size_o)
+        _put(guard, G_EPOCH, PyList_GET_SIZE(<object>rollbacks))
+    else:
+        guard.appends += 1
+        guard._end = phy + size
+        guard._epoch = len(guard._rollbacks)
     # the dataclasses' fields set without running their __init__, each straight into
     # its slot (what the field's descriptor does)
-    size_o = size
     req = _fresh(_DispatchRequest)
     _put(req, REQ_TOPIC, topic)
     _put(req, REQ_QID, queue_id)
@@ -313,13 +476,21 @@ cdef object _append(
     _put(req, REQ_TS, store_ts)
     _put(req, REQ_PROPS, properties)
     _put(req, REQ_REPLAY, False)
-    cq.append(phy, size, code)  # MessageStore.dispatch, not a replay
+    # MessageStore.dispatch, not a replay: the unit appended (the consume-queue twin's C
+    # function when ``ConsumeQueue.append`` is still its ``append``)
+    if (
+        _cq_append != NULL
+        and _PyType_Lookup(Py_TYPE(cq), _APPEND) == <PyObject*>_cq_twin_append
+    ):
+        _cq_append(cq, phy, size_o, code)
+    else:
+        cq.append(phy, size_o, code)
     changed = store._cp_changed
     if type(changed) is set:  # set.add without the method call
         PySet_Add(changed, cq)
     else:
         changed.add(cq)
-    _notify(store, req, topic, properties)
+    _notify(store, req, topic, properties, phy, size_o)
     if not store._write_scheduled:
         store._write_scheduled = True
         get_running_loop().call_soon(store.write_out)
@@ -342,7 +513,7 @@ cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
 
 def put(store, msg):
     """``MessageStore.put``."""
-    cdef Py_ssize_t size
+    cdef Py_ssize_t size, pos
     cdef PyObject* f[10]
     cdef int i
     if type(msg) is not _MessageInner:
@@ -362,7 +533,7 @@ def put(store, msg):
     born_ts = <object>f[8]
     reconsume = <object>f[9]
     props = _encoded(properties)
-    topic_b = topic.encode()
+    topic_b = PyUnicode_AsUTF8String(topic) if type(topic) is str else topic.encode()
     store_host = store.store_host
     size = (
         RECORD_OVERHEAD_V4 + len(body) + len(topic_b) + len(props)
@@ -378,13 +549,13 @@ def put(store, msg):
     ):
         return _pure.put(store, msg)
     code = compute_tags_code(topic, properties)
-    cq = _room(store, topic, queue_id, size)
+    cq = _room(store, topic, queue_id, size, &pos)
     if cq is None:
         return _pure.put(store, msg)
     queue_offset = cq.max_offset
+    phy = pos
     if store_ts is None:
         store_ts = _now_ms(store)
-    log = store.commitlog
     try:
         record = encode_record(
             topic=topic_b,
@@ -393,7 +564,7 @@ def put(store, msg):
             queue_id=queue_id,
             flag=flag,
             queue_offset=queue_offset,
-            physical_offset=log._written + len(log._pending),
+            physical_offset=phy,
             sys_flag=sys_flag,
             born_timestamp=born_ts,
             born_host=born_host,
@@ -404,15 +575,15 @@ def put(store, msg):
     except _ENCODE_ERRORS:
         return _pure.put(store, msg)  # nothing appended: the reference says why
     return _append(
-        store, cq, topic, queue_id, properties, size, code, queue_offset, store_ts, record
+        store, cq, topic, queue_id, properties, phy, size, code, queue_offset, store_ts, record
     )
 
 
 def put_patched(store, src, view, topic, queue_id, properties):
     """``MessageStore.put_patched``."""
-    cdef Py_ssize_t size
+    cdef Py_ssize_t size, pos
     props = _encoded(properties)
-    topic_b = topic.encode()
+    topic_b = PyUnicode_AsUTF8String(topic) if type(topic) is str else topic.encode()
     store_host = store.store_host
     size = patched_size(view, topic_b, props, store_host)
     if (
@@ -425,12 +596,12 @@ def put_patched(store, src, view, topic, queue_id, properties):
     ):
         return _pure.put_patched(store, src, view, topic, queue_id, properties)
     code = compute_tags_code(topic, properties)
-    cq = _room(store, topic, queue_id, size)
+    cq = _room(store, topic, queue_id, size, &pos)
     if cq is None:
         return _pure.put_patched(store, src, view, topic, queue_id, properties)
     queue_offset = cq.max_offset
+    phy = pos
     store_ts = _now_ms(store)
-    log = store.commitlog
     try:
         record = patch_record(
             src,
@@ -439,49 +610,75 @@ def put_patched(store, src, view, topic, queue_id, properties):
             properties=props,
             queue_id=queue_id,
             queue_offset=queue_offset,
-            physical_offset=log._written + len(log._pending),
+            physical_offset=phy,
             store_timestamp=store_ts,
             store_host=store_host,
         )
     except _ENCODE_ERRORS:
         return _pure.put_patched(store, src, view, topic, queue_id, properties)
     return _append(
-        store, cq, topic, queue_id, properties, size, code, queue_offset, store_ts, record
+        store, cq, topic, queue_id, properties, phy, size, code, queue_offset, store_ts, record
     )
 
 
 def write_out(store):
     """``MessageStore.write_out``."""
     cdef Py_ssize_t total, done, n, pos
+    cdef long long written, base
+    cdef PyObject* data
+    cdef PyObject* segments
+    cdef PyObject* seg
+    cdef PyObject* written_o
     log = store.commitlog
     guard = store.guard
     if type(log) is not _CommitLog or type(guard) is not _WriteGuard:
         return _pure.write_out(store)
-    data = log._pending
-    total = len(data)
-    segments = log.segments
-    if total and not segments:  # the reference's IndexError, raised by the reference
+    # the log's fields in their slots; one unset or of another type: the reference
+    data = _at(log, L_PENDING)
+    segments = _at(log, L_SEGMENTS)
+    if (
+        data == NULL or type(<object>data) is not bytearray
+        or segments == NULL or type(<object>segments) is not list
+        or _at(guard, G_FAILURE) == NULL
+    ):
         return _pure.write_out(store)
+    total = PyByteArray_GET_SIZE(<object>data)
+    seg = NULL
+    if total:
+        if not PyList_GET_SIZE(<object>segments):
+            return _pure.write_out(store)  # the reference's IndexError, raised by it
+        seg = PyList_GET_ITEM(<object>segments, PyList_GET_SIZE(<object>segments) - 1)
+        if (
+            type(<object>seg) is not _Segment
+            or not _small_int(_at(log, L_WRITTEN), &written)
+            or not _small_int(_at(<object>seg, S_BASE), &base)
+            or _at(<object>seg, S_FD) == NULL
+        ):
+            return _pure.write_out(store)
     store._write_scheduled = False
     if total:  # CommitLog.write_out
-        seg = segments[len(segments) - 1]
-        pos = log._written - seg.base
-        fd = seg.fd
+        data_o = <object>data  # held: the reference's ``data``
+        pos = written - base
+        fd = <object>_at(<object>seg, S_FD)
         done = 0
         try:
             while done < total:
                 if done == 0:
-                    n = _os.pwrite(fd, data, pos)
+                    n = _os.pwrite(fd, data_o, pos)
                 else:
-                    n = _os.pwrite(fd, memoryview(data)[done:], pos + done)
+                    n = _os.pwrite(fd, memoryview(data_o)[done:], pos + done)
                 if n <= 0:
                     raise OSError(_errno.EIO, "pwrite wrote nothing")
                 done += n
         except OSError as err:
-            store._write_failed(log._write_failed(err, data, done))
+            store._write_failed(log._write_failed(err, data_o, done))
             return
-        log._written += total
-        log._pending = bytearray()
+        written_o = _at(log, L_WRITTEN)  # read again after the writes, as the reference
+        if written_o != NULL:
+            _put(log, L_WRITTEN, <object>written_o + total)
+        else:
+            log._written += total  # its AttributeError
+        _put(log, L_PENDING, bytearray())
     store._last_written_record = store._last_record
-    if guard.write_failure is not None:  # WriteGuard.written's only case with work
+    if not _is(guard, G_FAILURE, None):  # WriteGuard.written's only case with work
         guard.written()

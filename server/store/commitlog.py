@@ -64,6 +64,19 @@ class Segment:
 
 
 class CommitLog:
+    # slotted: the native put and write-out read and write its fields in place
+    # (_message_store.pyx)
+    __slots__ = (
+        "directory",
+        "segment_size",
+        "segments",
+        "_pending",
+        "_written",
+        "_flushed",
+        "fsyncs",
+        "allocation_error",
+    )
+
     def __init__(self, directory: Path, segment_size: int) -> None:
         self.directory = directory
         self.segment_size = segment_size

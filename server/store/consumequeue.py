@@ -29,7 +29,8 @@ Invariants:
 * ``read_units`` (a run of units), ``ConsumeQueue.append`` (one unit) and
   ``compute_tags_code`` are the reference; their native twins (``_consumequeue.pyx``: the
   run read from the map in one pass, the unit packed into the map, the due time read as
-  C digits) replace them when ``native.py`` chooses it.
+  C digits) replace them when ``native.py`` chooses it; the native put calls the unit
+  append as a C function while ``ConsumeQueue.append`` is the twin's.
 """
 
 from __future__ import annotations

@@ -26,6 +26,26 @@ from typing import Any  # Any: structlog's logger (dynamic methods)
 
 
 class WriteGuard:
+    # slotted: the native put reads and writes its fields in place (_message_store.pyx)
+    __slots__ = (
+        "data_dir",
+        "max_used_ratio",
+        "check_interval",
+        "log",
+        "writable",
+        "role_refusal",
+        "used_ratio",
+        "disk_full",
+        "write_failure",
+        "failures",
+        "_retry_at",
+        "_check_at",
+        "appends",
+        "_end",
+        "_epoch",
+        "_rollbacks",
+    )
+
     def __init__(
         self, data_dir: Path, *, max_used_ratio: float, check_interval: float, log: Any
     ) -> None:

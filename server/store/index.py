@@ -30,7 +30,8 @@ Invariants:
 * ``KeyIndex.dispatch`` here is the reference; its native twin (``_index.pyx``, chosen by
   ``protocol/native.py``) writes the same entries into the mapped file in one C function
   and hands the dispatches that fill a file or reach its half to it
-  (tests/server/test_native_index.py).
+  (tests/server/test_native_index.py); the native put calls it as a C function with
+  the values it put into the request (tests/server/test_native_message_store.py).
 """
 
 from __future__ import annotations
@@ -110,6 +111,22 @@ class _File:
 
 
 class KeyIndex:
+    # slotted: the native put's index dispatch reads and writes its fields in place
+    # (_index.pyx)
+    __slots__ = (
+        "directory",
+        "store",
+        "slots",
+        "capacity",
+        "files",
+        "_cur",
+        "_lock",
+        "indexed",
+        "log",
+        "_alloc_retry_at",
+        "allocator",
+    )
+
     def __init__(
         self, directory: Path, store: MessageStore, *, slots: int = 1 << 17, capacity: int = 1 << 19
     ) -> None:

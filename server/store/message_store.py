@@ -48,7 +48,9 @@ Invariants:
   (``_message_store.pyx``, chosen by ``protocol/native.py``) makes the common put (every
   check passed, room in the queue's map and in the current segment) in one C function,
   mirroring ``_put``, ``ensure_room``, ``reserve``, ``append`` and ``dispatch`` step for
-  step, and hands every other put to these before changing anything. ``write_out``
+  step, and hands every other put to these before changing anything (it calls the
+  consume-queue twin's unit append and the index twin's dispatch as C functions, and
+  reads the slotted ``WriteGuard``'s and ``CommitLog``'s fields in place). ``write_out``
   is the reference too: the twin makes its common case (the pending bytes written into
   the current segment, counters advanced, the guard told, in the reference's order) and
   a failed write through the same rollback methods.

@@ -107,3 +107,29 @@ def test_replays_and_a_closed_index_write_nothing(nat: ModuleType, tmp_path: Pat
     finally:
         ix.close()
         store.close()
+
+
+def test_an_index_of_another_class_is_dispatched_alike(nat: ModuleType, tmp_path: Path) -> None:
+    """The twin reads a ``KeyIndex``'s own fields in their slots; an index of a subclass
+    is read through its attributes: the same files and counters as the reference."""
+
+    class Sub(KeyIndex):
+        __slots__ = ()
+
+    store = MessageStore(tmp_path / "store", store_host=(b"\x7f\x00\x00\x01", 1))
+    store.open()
+    a = KeyIndex(tmp_path / "a", store, slots=3, capacity=8)
+    b = Sub(tmp_path / "b", store, slots=3, capacity=8)
+    a.open()
+    b.open()
+    try:
+        for i in range(10):
+            props = {UNIQ_KEY: f"u{i}", KEYS: "a b" if i % 2 else ""}
+            req = DispatchRequest("T", 0, 100 * i, 50, 0, i, 0, props)
+            assert outcome(ref.dispatch, a, req) == outcome(nat.dispatch, b, req)
+            assert (a.indexed, a.end_phy, len(a.files)) == (b.indexed, b.end_phy, len(b.files))
+            assert _files(a) == _files(b)
+    finally:
+        a.close()
+        b.close()
+        store.close()

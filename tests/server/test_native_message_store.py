@@ -539,3 +539,142 @@ def test_wants_names_the_declared_topics_and_properties() -> None:
     assert message_store.wants(declared, req("C", {"P": ""}))
     assert not message_store.wants(declared, req("C", {"R": "1"}))
     assert not message_store.wants((print, frozenset(), ()), req("B", {"P": "1"}))
+
+
+# ------------------------------------------------------------------ C calls of other twins
+
+
+def test_the_twin_found_the_c_functions_it_calls(nat: ModuleType) -> None:
+    """On the native core the put calls the consume-queue and index twins' C functions
+    (``ConsumeQueue.append``, ``ensure_room``'s common case, ``KeyIndex.dispatch``) in
+    place of a Python call: all were found (an import order that hid one would cost
+    every put a Python call, silently)."""
+    assert nat.C_CALLS == {
+        "ConsumeQueue.append",
+        "ConsumeQueue.ensure_room",
+        "KeyIndex.dispatch",
+    }
+
+
+_index_value = st.one_of(
+    st.text(alphabet=st.characters(codec="ascii"), max_size=10),
+    st.sampled_from(["", "k1 k2", " a  b ", "ü", "\ud800", "k " * 40]),
+)
+_index_props = st.dictionaries(
+    st.sampled_from(["UNIQ_KEY", "KEYS", TAGS]),
+    st.one_of(_index_value, st.integers(0, 99)),  # an int: the index raises on it
+    max_size=3,
+)
+
+
+@PARITY
+@given(
+    st.lists(st.tuples(st.sampled_from(["T", "U"]), _index_props), min_size=1, max_size=25),
+    st.sampled_from([(3, 8), (5, 40), (1, 2)]),
+)
+def test_a_key_index_listener_is_fed_alike(
+    nat: ModuleType, puts: list[tuple[str, dict[str, str]]], shape: tuple[int, int]
+) -> None:
+    """A key index among the listeners (``KeyIndex.dispatch``, which the twin calls as
+    the index twin's C function with the values it put into the request): the same
+    index files, counters, dispatch failures and logged events as the reference's put
+    (small index files: dispatches fill them and reach their halves; a key UTF-8
+    cannot hold is refused by both puts; a key that is not text makes the index raise,
+    logged as ``store.dispatch_failed``)."""
+    from kairosmq.server.store.index import KeyIndex
+
+    seen = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, put in (("ref", ref.put), ("nat", nat.put)):
+            s = MessageStore(
+                Path(tmp) / name, store_host=HOST4, segment_size=SEG, clock_ms=lambda: NOW
+            )
+            s.open()
+            s._write_scheduled = True
+            ix = KeyIndex(Path(tmp) / name / "index", s, slots=shape[0], capacity=shape[1])
+            ix.open()
+            heard: list[DispatchRequest] = []
+            s.dispatchers.extend([ix.dispatch, heard.append])
+            try:
+                results = []
+                with structlog.testing.capture_logs() as logs:
+                    for topic, props in puts:
+                        m = MessageInner(topic, 0, b"x", dict(props))
+                        results.append(outcome(put, s, m))
+                seen.append(
+                    (
+                        results,
+                        heard,
+                        [f.path.read_bytes() for f in ix.files],
+                        ix.indexed,
+                        ix.end_phy,
+                        s.dispatch_failures,
+                        [(e["event"], e.get("error"), e.get("dispatcher")) for e in logs],
+                    )
+                )
+            finally:
+                ix.close()
+                s.close()
+    assert seen[0] == seen[1]
+
+
+def test_a_patched_consume_queue_append_is_called(
+    nat: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twin calls the consume-queue twin's C function only while
+    ``ConsumeQueue.append`` is that twin's: one replaced on the class is called."""
+    s = MessageStore(tmp_path, store_host=HOST4, segment_size=SEG, units_per_file=UPF)
+    s.open()
+    s._write_scheduled = True
+    calls: list[tuple[int, int, int]] = []
+    before = ConsumeQueue.append
+
+    def append(cq: ConsumeQueue, phy: int, size: int, code: int) -> int:
+        calls.append((phy, size, code))
+        return before(cq, phy, size, code)
+
+    try:
+        nat.put(s, MessageInner("T", 0, b"first"))  # the queue's first put: its file
+        monkeypatch.setattr(ConsumeQueue, "append", append)
+        r = nat.put(s, MessageInner("T", 0, b"second"))
+        assert r.status is PutStatus.PUT_OK and calls == [(r.phy_offset, r.size, r.tags_code)]
+        assert s.queues[("T", 0)].get(1) == (r.phy_offset, r.size, r.tags_code)
+    finally:
+        s.close()
+
+
+def test_a_guard_and_log_of_other_classes_are_put_alike(nat: ModuleType, tmp_path: Path) -> None:
+    """The twin reads the write guard's and the commit log's fields in their slots only
+    for a ``WriteGuard`` and a ``CommitLog`` themselves: stores whose guard and log are
+    of subclasses put, refuse and write out what the reference does."""
+    from kairosmq.server.store.commitlog import CommitLog
+    from kairosmq.server.store.guard import WriteGuard
+
+    class Guard(WriteGuard):
+        __slots__ = ()
+
+    class Log(CommitLog):
+        __slots__ = ()
+
+    rigs = []
+    for name in ("ref", "nat"):
+        rig = Rig(tmp_path / name, HOST4, 2048)
+        rig.store.guard.__class__ = Guard
+        rig.store.commitlog.__class__ = Log
+        rigs.append(rig)
+    a, b = rigs
+    try:
+        for i in range(12):
+            off = i == 5
+            a.store.writable = b.store.writable = not off
+            m = MessageInner("T", i % 2, b"\xab" * (100 * i), {"UNIQ_KEY": f"K{i}"})
+            _same_result(outcome(ref.put, a.store, m), outcome(nat.put, b.store, m))
+            assert a.seen == b.seen
+            if i % 3 == 0:
+                ref.write_out(a.store)
+                nat.write_out(b.store)
+                assert a.store.commitlog.written_offset == b.store.commitlog.written_offset
+            assert a.state() == b.state()
+    finally:
+        a.close()
+        b.close()
