@@ -30,10 +30,10 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
-from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.set cimport PySet_Add
 from libc.limits cimport LLONG_MAX
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from protocol._slots cimport _at, _put, _slot
 
 from kairosmq.protocol.message import tags_code as _tags_code
 from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -53,30 +53,6 @@ cdef enum:
     UNIT = 20
 
 
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` (a class with ``__slots__``) hold field ``name``: the
-    offset its member descriptor (the one attribute lookup finds first) reads and
-    writes. ImportError (the pure core runs) if the class is not laid out so."""
-    d = getattr(cls, name, None)
-    if type(d) is not type(_ref.ConsumeQueue.files):
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
-
-
 for _cls in (_ConsumeQueue, _File):
     if _cls.__getattribute__ is not object.__getattribute__ or _cls.__setattr__ is not object.__setattr__:
         raise ImportError(f"{_cls.__name__} reads or writes its attributes itself")
@@ -89,21 +65,6 @@ cdef Py_ssize_t CQ_TAIL = _slot(_ConsumeQueue, "_tail_end")
 cdef Py_ssize_t F_MM = _slot(_File, "mm")
 cdef Py_ssize_t F_BASE = _slot(_File, "base")
 cdef Py_ssize_t F_READY = _slot(_File, "ready_until")
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
-    ``__set__`` does (the new value held, the old one released), without the lookup."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
 
 
 cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:

@@ -21,9 +21,9 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
-from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from protocol._slots cimport _at, _put, _slot
 from zlib import crc32 as _crc32
 
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
@@ -38,30 +38,6 @@ cdef Py_ssize_t _COUNT_POS = _ref._COUNT_POS
 cdef Py_ssize_t _END_POS = _ref._END_POS
 cdef object _File = _ref._File
 cdef object _KeyIndex = _ref.KeyIndex
-
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
-    offset its member descriptor reads and writes. ImportError (the pure core runs) if
-    the class is not laid out so."""
-    d = cls.__dict__.get(name)
-    if type(d) is not type(_ref._File.mm):
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
 
 
 for _cls in (_File, _KeyIndex):
@@ -81,21 +57,6 @@ cdef Py_ssize_t F_CAPACITY = _slot(_File, "capacity")
 cdef Py_ssize_t F_SLOTS = _slot(_File, "slots")
 cdef Py_ssize_t F_ENTRIES_POS = _slot(_File, "entries_pos")
 cdef Py_ssize_t F_END_PHY = _slot(_File, "end_phy")
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
-    ``__set__`` does (the new value held, the old one released), without the lookup."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
 
 
 cdef extern from "Python.h":

@@ -60,9 +60,9 @@ from cpython.set cimport PySet_Add
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
+from protocol._slots cimport _at, _fresh, _put, _slot
 
 import errno as _errno
 import os as _os
@@ -81,7 +81,6 @@ from .types import DispatchRequest, MessageInner, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
 cdef long long _SMALL = 1LL << 62
-cdef object _MemberDescriptor = type(PutResult.status)
 cdef object _DispatchRequest = DispatchRequest
 cdef object _PutResult = PutResult
 for _cls in (DispatchRequest, PutResult):
@@ -203,47 +202,7 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object s)
     void* PyUnicode_DATA(object s)
     void PyErr_Clear()
-    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
     PyObject* _PyType_Lookup(PyTypeObject* t, object name)  # borrowed, no error set
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    int T_OBJECT_EX
-    int READONLY
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-
-cdef Py_ssize_t _slot(object cls, str name) except -1:
-    """Where instances of ``cls`` (a dataclass with ``slots=True``) hold field ``name``: the
-    offset its member descriptor reads and writes. ImportError (the pure core runs) if
-    the class is not laid out so."""
-    d = cls.__dict__.get(name)
-    if type(d) is not _MemberDescriptor:
-        raise ImportError(f"{cls.__name__}.{name} is not a slot")
-    cdef PyMemberDef* m = (<PyMemberDescrObject*><PyObject*>d).d_member
-    if m.type != T_OBJECT_EX or m.flags & READONLY:
-        raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
-    return m.offset
-
-
-cdef inline void _put(object obj, Py_ssize_t at, object value) noexcept:
-    """``obj.<field> = value`` for the field at offset ``at``: what its member descriptor's
-    ``__set__`` does (the new value held, the old one released), without the lookup."""
-    cdef PyObject** p = <PyObject**>((<char*><PyObject*>obj) + at)
-    cdef PyObject* old = p[0]
-    Py_INCREF(value)
-    p[0] = <PyObject*>value
-    Py_XDECREF(old)
-
-
-cdef object _fresh(object cls):
-    """``object.__new__(cls)`` (its fields unset) without the call: ``tp_alloc``, which is
-    all ``object.__new__`` does for a class that does not override ``__new__``."""
-    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
 
 
 cdef inline const char* _utf8(object s, Py_ssize_t* n) noexcept:
@@ -504,11 +463,6 @@ cdef object _append(
     _put(result, RES_REMARK, "")
     _put(result, RES_MSG_ID, "")
     return result
-
-
-cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:
-    """The value in ``obj``'s slot at offset ``at`` (borrowed; NULL: the field is unset)."""
-    return (<PyObject**>((<char*><PyObject*>obj) + at))[0]
 
 
 def put(store, msg):
