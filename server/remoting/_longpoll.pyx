@@ -11,10 +11,13 @@ others still answered), each step for step the reference's, with no Python frame
 their own: ``Held``'s and the ``DispatchRequest``'s fields read and written in their
 slots, the notifier's tables read and written with the ``dict`` C calls when they are
 dicts, and ``on_dispatch`` and ``wake`` calling ``notify`` and ``fire`` as C functions.
+``DISPATCH`` is a capsule of ``on_dispatch``'s C function: the message-store twin calls
+it (no Python call) for a listener that is this ``on_dispatch`` bound to a notifier.
 """
 
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
 from protocol._slots cimport _at, _field, _fresh, _put, _slot
 
 from asyncio import get_running_loop
@@ -38,14 +41,32 @@ if _Held.__new__ is not object.__new__:
     raise ImportError("Held has its own __new__: the twin cannot fill it in place")
 
 
-def on_dispatch(self, req):
-    """``ArrivalNotifier.on_dispatch``."""
+cdef object _on_dispatch(self, req, properties, phy, size):
+    """``ArrivalNotifier.on_dispatch`` (``properties``, ``phy`` and ``size`` unused: the
+    signature every listener exported to the message-store twin shares)."""
     if type(req) is not _Request:
         if not req.replay:
             _notify(self, req.topic, req.queue_id)
-        return
+        return None
     if not _field(req, R_REPLAY, "replay"):
         _notify(self, _field(req, R_TOPIC, "topic"), _field(req, R_QID, "queue_id"))
+    return None
+
+
+def on_dispatch(self, req):
+    """``ArrivalNotifier.on_dispatch``."""
+    _on_dispatch(self, req, None, None, None)
+
+
+ctypedef object (*_listener_t)(object, object, object, object, object)
+cdef _listener_t _on_dispatch_fn = _on_dispatch
+# ``on_dispatch`` for the message-store twin, which calls it as a C function (the
+# signature of ``_index.DISPATCH_LIVE``: listener's self, request, its properties,
+# offset and size) for a listener that is this module's ``on_dispatch`` bound to a
+# notifier
+DISPATCH = PyCapsule_New(
+    <void*>_on_dispatch_fn, b"kairosmq.server.remoting._longpoll.DISPATCH", NULL
+)
 
 
 cdef inline object _pop(object table, object key):

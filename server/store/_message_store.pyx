@@ -27,9 +27,13 @@ Two steps of ``dispatch`` are other twins' C functions, called without a Python 
 consume-queue twin's (one replaced on the class is called as before), and
 ``KeyIndex.dispatch`` (``_index.DISPATCH_LIVE``) for a listener that is the index
 twin's ``dispatch`` bound to an index, handed the properties, offset and size the twin
-just put into the request (what the listener would read back from it). Every other
-listener is called with the request; one that raises goes to ``_dispatch_failed``
-whichever way it was called. ``ensure_room``'s common case is tested by the
+just put into the request (what the listener would read back from it). The listeners
+of the long-poll, HA and delay-service twins (``ArrivalNotifier.on_dispatch``,
+``HAService.on_dispatch``, ``ScheduleService.on_dispatch``) are called the same way,
+each through its twin's ``DISPATCH`` capsule (the same signature), while the listener in
+the plan is that twin's function bound to an instance. Every other listener (one
+replaced on its class, a twin missing) is called with the request; one that raises goes
+to ``_dispatch_failed`` whichever way it was called. ``ensure_room``'s common case is tested by the
 consume-queue twin's ``READY`` (its fields in their slots). ``C_CALLS`` names the C
 functions found at import.
 
@@ -67,6 +71,8 @@ from protocol._slots cimport _at, _fresh, _put, _slot
 import errno as _errno
 import os as _os
 from asyncio import get_running_loop
+from importlib import import_module
+from sys import modules as _sys_modules
 from time import monotonic as _monotonic, time as _time
 
 from kairosmq.protocol.message import RECORD_OVERHEAD_V4, encode_record, patch_record, patched_size
@@ -184,15 +190,80 @@ try:
     _index_twin_dispatch = _index.dispatch
 except (ImportError, AttributeError):
     pass
-# which of them this twin found (the parity tests check the native core has both)
+# Other dispatch listeners exported the same way (the same signature as
+# ``DISPATCH_LIVE``: the listener's self, the request, its properties, offset and size):
+# ``ArrivalNotifier.on_dispatch`` and ``HAService.on_dispatch`` of their twins. Each is
+# called as a C function for a listener that is that twin's function bound to an
+# instance (its reference, ``longpoll.py`` / ``master.py``, imported first: it chooses
+# its twin). A twin missing, or a listener of anything else: the Python call.
+cdef PyObject* _listener_funcs[3]
+cdef _index_live_t _listener_fns[3]
+cdef int _n_listeners = 0
+_listener_keep = []  # the twins' functions, held alive for the pointers above
+_listener_names = []
+from ..remoting import longpoll as _longpoll_ref
+from ..ha import master as _master_ref
+
+for _name, _mod, _capsule in (
+    ("ArrivalNotifier.on_dispatch", "kairosmq.server.remoting._longpoll", b"kairosmq.server.remoting._longpoll.DISPATCH"),
+    ("HAService.on_dispatch", "kairosmq.server.ha._master", b"kairosmq.server.ha._master.DISPATCH"),
+):
+    try:
+        _twin_mod = import_module(_mod)
+        _listener_fns[_n_listeners] = <_index_live_t>PyCapsule_GetPointer(
+            _twin_mod.DISPATCH, _capsule
+        )
+    except (ImportError, AttributeError):
+        continue
+    _listener_keep.append(_twin_mod.on_dispatch)
+    _listener_funcs[_n_listeners] = <PyObject*>_twin_mod.on_dispatch
+    _listener_names.append(_name)
+    _n_listeners += 1
+# ``ScheduleService.on_dispatch`` of the delay service's twin too, found the first time
+# a listener is called as Python (``delay/service.py`` imports this store: it cannot be
+# imported here; it is loaded before any service's listener can be in a plan)
+cdef bint _delay_found = False
+cdef str _DELAY_TWIN = "kairosmq.server.schedule.delay._service"
+
+
+cdef _index_live_t _find_late(PyObject* func):
+    """The C function of ``func`` if it is the delay twin's ``on_dispatch`` (that twin
+    then registered, once), else NULL; never raises."""
+    global _delay_found, _n_listeners, C_CALLS
+    cdef int i
+    if not _delay_found:
+        try:
+            twin = _sys_modules.get(_DELAY_TWIN)
+            if twin is None:
+                return NULL
+            _listener_fns[_n_listeners] = <_index_live_t>PyCapsule_GetPointer(
+                twin.DISPATCH, b"kairosmq.server.schedule.delay._service.DISPATCH"
+            )
+            _listener_keep.append(twin.on_dispatch)
+            _listener_funcs[_n_listeners] = <PyObject*>twin.on_dispatch
+        except Exception:
+            return NULL
+        _n_listeners += 1
+        _delay_found = True
+        C_CALLS = C_CALLS | {"ScheduleService.on_dispatch"}
+        if func == _listener_funcs[_n_listeners - 1]:
+            return _listener_fns[_n_listeners - 1]
+    return NULL
+
+
+# which of them this twin found (the parity tests check the native core has them all;
+# the delay service's is added when found)
 C_CALLS = frozenset(
-    name
-    for name, found in (
-        ("ConsumeQueue.append", _cq_append != NULL),
-        ("ConsumeQueue.ensure_room", _cq_ready != NULL),
-        ("KeyIndex.dispatch", _index_live != NULL),
-    )
-    if found
+    [
+        name
+        for name, found in (
+            ("ConsumeQueue.append", _cq_append != NULL),
+            ("ConsumeQueue.ensure_room", _cq_ready != NULL),
+            ("KeyIndex.dispatch", _index_live != NULL),
+        )
+        if found
+    ]
+    + _listener_names
 )
 
 
@@ -370,7 +441,10 @@ cdef _notify(store, req, str topic, dict properties, object phy, object size):
     """``MessageStore._notify``'s loop over the dispatchers' plan; ``phy`` and ``size``
     are ``req``'s (a live request). A listener that is the index twin's ``dispatch``
     bound to an index is called as a C function with them (what it would read back
-    from ``req``)."""
+    from ``req``); so is one that is the long-poll, HA or delay twin's ``on_dispatch``."""
+    cdef _index_live_t fn
+    cdef PyObject* func
+    cdef int i
     dispatchers = store.dispatchers
     plan = dispatchers._plan
     if plan is None:
@@ -378,13 +452,21 @@ cdef _notify(store, req, str topic, dict properties, object phy, object size):
     for d, topics, names in <list>plan:
         if topics is not None and not _wants(topics, names, topic, properties):
             continue
+        fn = NULL
+        if PyMethod_Check(d):
+            func = PyMethod_GET_FUNCTION(d)
+            if _index_live != NULL and func == <PyObject*>_index_twin_dispatch:
+                fn = _index_live
+            else:
+                for i in range(_n_listeners):
+                    if func == _listener_funcs[i]:
+                        fn = _listener_fns[i]
+                        break
+                else:
+                    fn = _find_late(func)
         try:
-            if (
-                _index_live != NULL
-                and PyMethod_Check(d)
-                and PyMethod_GET_FUNCTION(d) == <PyObject*>_index_twin_dispatch
-            ):
-                _index_live(<object>PyMethod_GET_SELF(d), req, properties, phy, size)
+            if fn != NULL:
+                fn(<object>PyMethod_GET_SELF(d), req, properties, phy, size)
             else:
                 d(req)
         except Exception as err:

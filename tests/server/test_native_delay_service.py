@@ -21,7 +21,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
-from kairosmq.protocol.properties import REAL_QID
+from kairosmq.protocol.properties import REAL_QID, SCHEDULE_ORIGIN
 from kairosmq.server.remoting.longpoll import ArrivalNotifier
 from kairosmq.server.schedule.delay import service
 from kairosmq.server.schedule.delay.levels import transform_delayed
@@ -57,7 +57,15 @@ def nat() -> ModuleType:
 class Rig:
     """A real store and a ScheduleService whose drain is one core's."""
 
-    def __init__(self, root: Path, drain: Any, batch: int, marks: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        drain: Any,
+        batch: int,
+        marks: bool = False,
+        on_dispatch: Any = None,
+        put_patched: Any = None,
+    ) -> None:
         self.now = NOW
         self.store = MessageStore(
             root, store_host=HOST, segment_size=1 << 20, clock_ms=lambda: self.now
@@ -80,13 +88,18 @@ class Rig:
             clock_ms=lambda: self.now,
             put_patched=self._put_patched,
         )
-        self.store.dispatchers.append(self.sched.on_dispatch)
+        # the listener: the class's, or a given core's bound to the service
+        listener = on_dispatch and types.MethodType(on_dispatch, self.sched)
+        self.store.dispatchers.append(listener or self.sched.on_dispatch)
         self.drain = types.MethodType(drain, self.sched)
+        self.put_patched = put_patched  # a given core's MessageStore.put_patched
 
     def _put_patched(self, *args: Any) -> PutResult:
         if self.fail > 0:
             self.fail -= 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
+        if self.put_patched is not None:
+            return self.put_patched(self.store, *args)  # type: ignore[no-any-return]
         return self.store.put_patched(*args)
 
     def _delivered(self, done: list[Any]) -> None:
@@ -173,6 +186,85 @@ def test_drains_alike(
     finally:
         for rig in rigs:
             rig.close()
+
+
+@PARITY
+@given(
+    st.lists(_item, min_size=1, max_size=10),
+    st.sampled_from([2, 256]),
+    st.lists(st.sampled_from(["1:0", "2:7", "9:1", "x", "1:99999"]), max_size=3),
+)
+def test_dispatch_is_heard_alike(
+    nat: ModuleType,
+    tmp_path_factory: pytest.TempPathFactory,
+    items: list[tuple[int, int, bool, bool]],
+    batch: int,
+    strays: list[str],
+) -> None:
+    """The listener's twin (``on_dispatch``), called by the message-store twin as a C
+    function (the store's put and put_patched the twin's): the same progress, undo,
+    logs and bytes as the reference's listener fed by the reference's store. Strays:
+    records a client stored with an origin of its own (not a re-put being made: the
+    twin hands them to the reference, which logs them ignored)."""
+    from kairosmq.server.store import message_store
+
+    ms_ref, ms_nat = message_store.reference, twin("server.store.message_store")
+    root = tmp_path_factory.mktemp("dispatch")
+    rigs = [
+        Rig(
+            root / "ref",
+            ref.drain,
+            batch,
+            on_dispatch=ref.on_dispatch,
+            put_patched=ms_ref.put_patched,
+        ),
+        Rig(
+            root / "nat",
+            nat.drain,
+            batch,
+            on_dispatch=nat.on_dispatch,
+            put_patched=ms_nat.put_patched,
+        ),
+    ]
+    try:
+        runs: list[list[Any]] = [[], []]
+        for rig, run, put in zip(rigs, runs, (ms_ref.put, ms_nat.put), strict=True):
+            for i, (level, delay, bad, _recalled) in enumerate(items):
+                rig.schedule(i, level, delay, bad)
+            for origin in strays:
+                m = MessageInner("Real", 0, b"s", {SCHEDULE_ORIGIN: origin})
+                with structlog.testing.capture_logs() as logs:
+                    put(rig.store, m)
+                run.append((origin, logs))
+            for level in (1, 2, 3):
+                cq = rig.store.find_queue(SCHEDULE_TOPIC, level - 1)
+                if cq is not None:
+                    with structlog.testing.capture_logs() as logs:
+                        got = rig.drain(level, cq)
+                    run.append((level, got, logs, rig.state()))
+        assert runs[0] == runs[1]
+    finally:
+        for rig in rigs:
+            rig.close()
+
+
+def test_the_broker_hears_through_the_twin(nat: ModuleType, tmp_path: Path) -> None:
+    """On the native core the service's listener is the twin's, with the reference's
+    declared interest, and the message-store twin calls it as a C function."""
+    from kairosmq.protocol import native
+
+    if native.core() != "native":
+        pytest.skip(f"the pure core runs: {native.reason()}")
+    assert nat.on_dispatch.dispatch_interest == ref.on_dispatch.dispatch_interest
+    assert ScheduleService.on_dispatch is nat.on_dispatch
+    rig = Rig(tmp_path, nat.drain, 256)
+    try:
+        rig.schedule(0, 1, -1, False)
+        rig.drain(1, rig.store.find_queue(SCHEDULE_TOPIC, 0))
+        assert rig.sched.progress[1] == 1
+        assert "ScheduleService.on_dispatch" in twin("server.store.message_store").C_CALLS
+    finally:
+        rig.close()
 
 
 def test_the_broker_drains_through_the_twin(nat: ModuleType) -> None:

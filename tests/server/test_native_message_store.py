@@ -545,15 +545,111 @@ def test_wants_names_the_declared_topics_and_properties() -> None:
 
 
 def test_the_twin_found_the_c_functions_it_calls(nat: ModuleType) -> None:
-    """On the native core the put calls the consume-queue and index twins' C functions
-    (``ConsumeQueue.append``, ``ensure_room``'s common case, ``KeyIndex.dispatch``) in
-    place of a Python call: all were found (an import order that hid one would cost
-    every put a Python call, silently)."""
-    assert nat.C_CALLS == {
+    """On the native core the put calls the consume-queue, index, long-poll and HA
+    twins' C functions (``ConsumeQueue.append``, ``ensure_room``'s common case,
+    ``KeyIndex.dispatch``, the two ``on_dispatch``) in place of a Python call: all were
+    found at import (an import order that hid one would cost every put a Python call,
+    silently); the delay service's listener is found when first heard."""
+    assert nat.C_CALLS - {"ScheduleService.on_dispatch"} == {
         "ConsumeQueue.append",
         "ConsumeQueue.ensure_room",
         "KeyIndex.dispatch",
+        "ArrivalNotifier.on_dispatch",
+        "HAService.on_dispatch",
     }
+
+
+_listener_puts = st.lists(
+    st.tuples(
+        st.sampled_from(["T", "U", SCHEDULE_TOPIC]),
+        st.integers(0, 2),  # queue id
+        st.booleans(),  # a pull waits on the queue before the put
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@PARITY
+@given(_listener_puts, st.booleans())
+def test_the_twins_listeners_are_fed_alike(
+    nat: ModuleType, puts: list[tuple[str, int, bool]], replaced: bool
+) -> None:
+    """The long-poll and HA twins' listeners (``ArrivalNotifier.on_dispatch``,
+    ``HAService.on_dispatch`` of a SYNC_MASTER, each the twin's function bound to its
+    instance: the twin calls them as C functions) among plain listeners: the same
+    waiters woken, the same records held by the confirm gate, the same order of calls
+    as the reference's put. A notifier whose waiters table holds what is not a list
+    raises in its listener: logged as ``store.dispatch_failed`` by both, the listeners
+    after it still fed. ``replaced``: the notifier's listener is a wrapper around the
+    twin's (called as Python), the same again."""
+    import asyncio
+    import types
+
+    from kairosmq.server.config import BrokerConfig
+    from kairosmq.server.ha.master import HAService
+    from kairosmq.server.remoting.longpoll import ArrivalNotifier
+
+    from tests.twins import twin as load
+
+    lp = load("server.remoting.longpoll")
+    ha = load("server.ha.master")
+
+    async def run(root: Path, put: Any) -> tuple[Any, ...]:
+        s = MessageStore(root, store_host=HOST4, segment_size=SEG, clock_ms=lambda: NOW)
+        s.open()
+        s._write_scheduled = True
+        try:
+            cfg = BrokerConfig(data_dir=root, broker_role="SYNC_MASTER")
+            notifier = ArrivalNotifier()
+            svc = HAService(s, cfg, notifier, structlog.get_logger("ha"))
+            bad = ArrivalNotifier()
+            bad._waiters = {("U", 1): 5}  # type: ignore[dict-item]  # not a list: raises
+            heard: list[tuple[str, str, int]] = []
+            on_arrival: Any = types.MethodType(lp.on_dispatch, notifier)
+            if replaced:
+
+                def on_arrival(req: DispatchRequest) -> None:
+                    heard.append(("wrapped", req.topic, req.queue_id))
+                    lp.on_dispatch(notifier, req)
+
+            s.dispatchers.extend(
+                [
+                    types.MethodType(ha.on_dispatch, svc),
+                    on_arrival,
+                    types.MethodType(lp.on_dispatch, bad),
+                    lambda r: heard.append(("last", r.topic, r.queue_id)),
+                ]
+            )
+            woken = []
+            results = []
+            with structlog.testing.capture_logs() as logs:
+                for topic, qid, waits in puts:
+                    fut = None
+                    if waits:  # what ``ArrivalNotifier.wait`` registers
+                        fut = asyncio.get_running_loop().create_future()
+                        notifier._waiters.setdefault((topic, qid), set()).add(fut)
+                    results.append(outcome(put, s, MessageInner(topic, qid, b"x")))
+                    woken.append(None if fut is None else fut.done())
+            pending = None if svc.gate is None else sorted(svc.gate.pending)
+            return (
+                results,
+                woken,
+                svc._data.is_set(),
+                pending,
+                heard,
+                s.dispatch_failures,
+                [(e["event"], e.get("error")) for e in logs],
+                sorted(notifier._waiters),
+            )
+        finally:
+            s.close()
+
+    seen = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, put in (("ref", ref.put), ("nat", nat.put)):
+            seen.append(asyncio.run(run(Path(tmp) / name, put)))
+    assert seen[0] == seen[1]
 
 
 _index_value = st.one_of(

@@ -10,9 +10,22 @@ to ``Reputs.put_many`` and the delivered ones reported once. When ``recalled`` i
 set, read once per batch (the batch is built before any re-put, as the reference's). Its ``settle`` (the
 reference's closure, a Python frame per re-put) is ``_Settle``, a C callable: a SKIP
 logged through the service's own ``_skip``, progress moved past a settled record, a DONE
-noted for ``on_delivered``. (``on_dispatch`` stays the reference's: measured, a twin of
-it cost more than the interpreter's specialised attribute reads.)
+noted for ``on_delivered``.
+
+``on_dispatch`` (``ScheduleService.on_dispatch``) mirrors the reference's common case,
+the re-put being made (its properties the in-flight ones, not a replay): the progress
+moved past it and its undo noted. Anything else (a request of another class, another
+record with an origin, an in-flight pair that is not a tuple of two) is handed to the
+reference before anything is changed. ``DISPATCH`` is a capsule of its C function, with
+the signature of ``_index.DISPATCH_LIVE`` (the listener's self, the request, its
+properties, offset and size): the message-store twin calls it with no Python call for a
+listener that is this ``on_dispatch`` bound to a service. (A ``def`` twin of it alone,
+measured before, cost more than the interpreter's specialised attribute reads; called
+from C it saves the call.)
 """
+
+from cpython.pycapsule cimport PyCapsule_New
+from protocol._slots cimport _field, _slot
 
 from time import time as _time
 
@@ -20,6 +33,9 @@ from types import MethodType
 
 from ..recalls import LevelRecalls
 from ..reput import Attempt, Outcome
+from kairosmq.protocol.naming import SCHEDULE_TOPIC
+
+from ...store.types import DispatchRequest
 from . import service as _ref
 
 cdef object _pure = _ref.reference
@@ -30,6 +46,13 @@ cdef object _RECALLED = _ref._RECALLED  # the very object: compared by identity
 cdef object _FIRST_CHUNK = _ref._FIRST_CHUNK
 cdef object _MethodType = MethodType
 cdef object _pass_record = LevelRecalls.pass_record
+cdef str _SCHEDULE_TOPIC = SCHEDULE_TOPIC
+cdef object _Request = DispatchRequest
+cdef Py_ssize_t R_TOPIC = _slot(_Request, "topic", False)
+cdef Py_ssize_t R_PHY = _slot(_Request, "phy_offset", False)
+cdef Py_ssize_t R_REPLAY = _slot(_Request, "replay", False)
+cdef Py_ssize_t R_PROPS = _slot(_Request, "properties", False)
+cdef object _UNSET = object()  # ``phy`` not given: read from the request when needed
 
 
 cdef object _marks_of(object recalled):
@@ -152,3 +175,44 @@ def drain(self, level, cq):
         if settle.done and self.on_delivered is not None:
             self.on_delivered(settle.done)
     return settled == len(batch)  # else a RETRY: the same record on the next round
+
+
+cdef object _on_dispatch(self, req, props, phy, size):
+    """``ScheduleService.on_dispatch`` of a ``DispatchRequest`` whose properties are
+    ``props`` (and offset ``phy``, unless ``_UNSET``); ``size`` unused (the shared
+    signature)."""
+    if _field(req, R_TOPIC, "topic") == _SCHEDULE_TOPIC:
+        return None
+    reputs = self.reputs
+    if props is not reputs.in_flight_props or _field(req, R_REPLAY, "replay"):
+        return _pure.on_dispatch(self, req)  # another record: the reference parses it
+    parsed = reputs.in_flight
+    if type(parsed) is not tuple or len(<tuple>parsed) != 2:
+        return _pure.on_dispatch(self, req)
+    level = (<tuple>parsed)[0]
+    off = (<tuple>parsed)[1]
+    progress = self.progress
+    prev = progress[level]
+    if prev <= off:
+        progress[level] = off + 1
+        if not _field(req, R_REPLAY, "replay"):
+            if phy is _UNSET:
+                phy = _field(req, R_PHY, "phy_offset")
+            reputs.undo.add(phy, (level, prev))
+    return None
+
+
+def on_dispatch(self, req):
+    """``ScheduleService.on_dispatch``."""
+    if type(req) is not _Request:
+        return _pure.on_dispatch(self, req)
+    return _on_dispatch(self, req, _field(req, R_PROPS, "properties"), _UNSET, None)
+
+
+ctypedef object (*_listener_t)(object, object, object, object, object)
+cdef _listener_t _on_dispatch_fn = _on_dispatch
+# ``on_dispatch`` for the message-store twin, which calls it as a C function for a
+# listener that is this module's ``on_dispatch`` bound to a service
+DISPATCH = PyCapsule_New(
+    <void*>_on_dispatch_fn, b"kairosmq.server.schedule.delay._service.DISPATCH", NULL
+)

@@ -353,7 +353,7 @@ class ScheduleService:
 # ``ScheduleService._drain`` above is the reference (tests/server/test_native_delay_service.py
 # holds the twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py
 # chooses it.
-reference = SimpleNamespace(drain=ScheduleService._drain)
+reference = SimpleNamespace(drain=ScheduleService._drain, on_dispatch=ScheduleService.on_dispatch)
 
 
 def _load_twin() -> ModuleType:
@@ -366,3 +366,7 @@ def _load_twin() -> ModuleType:
 _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     ScheduleService._drain = _twin.drain  # type: ignore[method-assign]
+    # the twin's listener, with the reference's declared interest
+    ScheduleService.on_dispatch = interested_in(properties=(SCHEDULE_ORIGIN,))(  # type: ignore[method-assign]
+        _twin.on_dispatch
+    )
