@@ -15,7 +15,9 @@ a plain slotted dataclass fails the import and the pure core runs); an integer t
 reference writes as text (``str``) and reads back (``int``) is kept as the integer it
 was written from while the property still holds that very text, and the wall clock
 (``clock.wall_ms``) is read as ``time.time()`` reads it, without the call.
-``PUT`` holds the same put as a C function (``object (object self, object msg, object
+The store put is the store twin's C function (``_message_store.PUT``) while
+``store.put`` is that twin's ``put`` bound to the store (read as the reference reads it;
+anything else is called). ``PUT`` holds the same put as a C function (``object (object self, object msg, object
 kind, object due_ms)``) for the send twin to call without the Python call.
 
 Anything else is handed to the reference before anything is changed: every other kind
@@ -27,7 +29,8 @@ no delay levels configured; a target queue without a file goes to the reference'
 """
 
 from cpython.object cimport PyObject
-from cpython.pycapsule cimport PyCapsule_New
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from protocol._slots cimport _get, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
@@ -42,6 +45,22 @@ from ..observe import logs as _logs
 from ..store import MessageInner, PutResult, PutStatus
 from . import path as _ref
 from .kind import MessageKind
+
+# the store twin's ``put`` as a C function (``_message_store.PUT``), called in place of
+# ``store.put(msg)`` while that is the twin's ``put`` bound to the store (anything else,
+# or the twin missing: the Python call)
+ctypedef object (*_store_put_t)(object, object)
+cdef _store_put_t _store_put = NULL
+cdef object _store_twin_put = None
+try:
+    from ..store import _message_store
+
+    _store_put = <_store_put_t>PyCapsule_GetPointer(
+        _message_store.PUT, b"kairosmq.server.store._message_store.PUT"
+    )
+    _store_twin_put = _message_store.put
+except (ImportError, AttributeError):
+    pass
 
 cdef extern from "time.h" nogil:
     ctypedef long time_t
@@ -195,7 +214,15 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
             _put(msg, M_STORE_TS, now)
         else:
             del (<dict>props)[_DELAY]
-    result = store.put(msg)
+    store_put = store.put  # the attribute read as the reference reads it
+    if (
+        _store_put != NULL
+        and PyMethod_Check(store_put)
+        and PyMethod_GET_FUNCTION(store_put) == <PyObject*>_store_twin_put
+    ):
+        result = _store_put(<object>PyMethod_GET_SELF(store_put), msg)  # the store twin's, in C
+    else:
+        result = store_put(msg)
     plain = type(result) is _PutResult  # its fields read through their slots
     if (_get(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result

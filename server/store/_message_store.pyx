@@ -42,6 +42,8 @@ handed to the reference before anything is changed, which decides and says why: 
 message of another class or with a field never set, a refusal by the write guard, a check that fails (properties, topic, size), a
 queue not made yet, a queue whose next unit needs room made or asked for, a record that
 needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
+``PUT`` holds ``put`` as a C function (``object (object store, object msg)``) for the
+put-path twin to call without the Python call.
 
 ``write_out`` (``MessageStore.write_out``, run before every ack and once a loop turn)
 makes the common write-out with no Python frame of the store's own: the pending bytes
@@ -63,7 +65,7 @@ from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.set cimport PySet_Add
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
-from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
 from protocol._slots cimport _at, _fresh, _put, _slot
@@ -549,6 +551,11 @@ cdef object _append(
 
 def put(store, msg):
     """``MessageStore.put``."""
+    return _store_put(store, msg)
+
+
+cdef object _store_put(object store, object msg):
+    """``MessageStore.put`` (``put``'s body; the put-path twin calls it through ``PUT``)."""
     cdef Py_ssize_t size, pos
     cdef PyObject* f[10]
     cdef int i
@@ -718,3 +725,10 @@ def write_out(store):
     store._last_written_record = store._last_record
     if not _is(guard, G_FAILURE, None):  # WriteGuard.written's only case with work
         guard.written()
+
+
+ctypedef object (*_put_t)(object, object)
+cdef _put_t _store_put_fn = _store_put
+# ``put`` as a C function for the put-path twin (``put/_path.pyx``), which calls it for a
+# store whose ``put`` is this module's ``put`` bound to it
+PUT = PyCapsule_New(<void*>_store_put_fn, b"kairosmq.server.store._message_store.PUT", NULL)

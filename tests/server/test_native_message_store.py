@@ -391,6 +391,49 @@ async def test_the_broker_puts_through_the_twin(broker_factory) -> None:  # type
     await peer.close()
 
 
+async def test_the_put_path_calls_the_store_put_it_reads(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """The put-path twin calls the store twin's ``put`` as a C function only while
+    ``store.put`` is that twin's bound to the store: the same stored message and result
+    either way, and a ``put`` replaced on the store is the one called (as by the
+    reference's put path), on both cores."""
+    import types
+
+    from kairosmq.server.put import path
+
+    from tests.twins import twin as load
+
+    path_nat = load("server.put.path")
+    b = await broker_factory()
+    store, pp = b.store, b.put_path
+    calls: list[str] = []
+    results = []
+    for name, put in (("ref", path.reference.put), ("nat", path_nat.put)):
+        for replaced in (False, True):
+            if replaced:
+
+                def wrapped(msg: MessageInner, name: str = name) -> Any:
+                    calls.append(f"{name} {msg.topic}")
+                    return nat_put()(store, msg)
+
+                store.put = wrapped
+            else:
+                store.put = types.MethodType(nat_put(), store)  # the twin's, bound
+            try:
+                m = MessageInner("PathT", 0, b"%s %s" % (name.encode(), b"b" if replaced else b"a"))
+                r = put(pp, m)
+            finally:
+                del store.put
+            results.append((r.status, r.queue_offset, r.size, r.phy_offset))
+    assert calls == ["ref PathT", "nat PathT"]
+    assert [r[0] for r in results] == [PutStatus.PUT_OK] * 4
+    assert [r[1] for r in results] == [0, 1, 2, 3]
+    assert len({r[2] for r in results}) == 1
+    store.write_out()
+    records = [store.commitlog.read(r[3], r[2]) for r in results]
+    bodies = [rec[(v := view_record(rec)).body_start : v.body_end] for rec in records]
+    assert bodies == [b"ref a", b"ref b", b"nat a", b"nat b"]
+
+
 def nat_put() -> Any:  # Any: the twin's compiled function
     from kairosmq.server.store import _message_store  # type: ignore[attr-defined]
 
