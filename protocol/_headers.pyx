@@ -13,7 +13,8 @@ number in place, ASCII text as a boolean in place (what ``int()`` and ``.lower()
 for it); any other text, a number that does not parse and a missing required field go
 to ``int()``/``.lower()`` and the reference's own helpers, which raise the same
 ``HeaderError``. ``tests/protocol/test_native_headers.py`` holds every header class's
-pair to the reference's.
+pair to the reference's. ``FROM_EXT`` (a capsule) is a decoder's call as a C function,
+for the handler twins to decode a request header without the Python call.
 """
 
 import dataclasses
@@ -23,6 +24,7 @@ import types
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH
 from libc.stdint cimport int64_t, uint8_t
 
@@ -181,46 +183,63 @@ cdef object _direct(_Fields s, dict ext):
     return obj
 
 
+cdef object _from_ext(FromExt f, dict ext):
+    """``FromExt.__call__``'s body (also the ``FROM_EXT`` C entry point's)."""
+    cdef _Fields s = f.s
+    cdef int i
+    cdef PyObject* p
+    cdef object raw, value
+    cdef list values
+    cdef dict kw
+    cdef bint empty
+    if s.direct:
+        return _direct(s, ext)
+    values = [None] * s.n
+    for i in range(s.n):
+        key = s.keys[i]
+        p = PyDict_GetItem(ext, key)
+        if p == NULL:
+            empty = True
+            raw = None
+        else:
+            raw = <object>p
+            empty = raw is None or (s.kinds[i] != K_STR and raw == _EMPTY)
+        if empty:
+            if s.required[i]:
+                _missing(key, s.names[i])
+            values[i] = s.defaults[i]
+            continue
+        if s.kinds[i] == K_INT:
+            value = _int(key, raw)
+        elif s.kinds[i] == K_BOOL:
+            value = raw.lower() in ("true", "1")
+        else:
+            value = raw
+        values[i] = value
+    kw = {}
+    for i in range(s.n):
+        if values[i] is not s.defaults[i] or s.required[i]:
+            kw[s.attrs[i]] = values[i]
+    return s.cls(**kw)
+
+
 cdef class FromExt:
     cdef _Fields s
 
     def __call__(self, dict ext not None):
-        cdef _Fields s = self.s
-        cdef int i
-        cdef PyObject* p
-        cdef object raw, value
-        cdef list values
-        cdef dict kw
-        cdef bint empty
-        if s.direct:
-            return _direct(s, ext)
-        values = [None] * s.n
-        for i in range(s.n):
-            key = s.keys[i]
-            p = PyDict_GetItem(ext, key)
-            if p == NULL:
-                empty = True
-                raw = None
-            else:
-                raw = <object>p
-                empty = raw is None or (s.kinds[i] != K_STR and raw == _EMPTY)
-            if empty:
-                if s.required[i]:
-                    _missing(key, s.names[i])
-                values[i] = s.defaults[i]
-                continue
-            if s.kinds[i] == K_INT:
-                value = _int(key, raw)
-            elif s.kinds[i] == K_BOOL:
-                value = raw.lower() in ("true", "1")
-            else:
-                value = raw
-            values[i] = value
-        kw = {}
-        for i in range(s.n):
-            if values[i] is not s.defaults[i] or s.required[i]:
-                kw[s.attrs[i]] = values[i]
-        return s.cls(**kw)
+        return _from_ext(self, ext)
+
+
+cdef object _from_ext_c(object f, object ext):
+    """``FROM_EXT``: ``f(ext)`` for ``f`` exactly a ``FromExt`` and ``ext`` exactly a dict
+    (the caller checks both; anything else it calls in Python, as before)."""
+    return _from_ext(<FromExt>f, <dict>ext)
+
+
+# ``FromExt.__call__`` as a C function ``object (object f, object ext)``: the handler twins
+# (handlers/_send.pyx, handlers/_pull.pyx) call a decoder through it, without the Python
+# call, when the decoder is exactly this module's ``FromExt``.
+FROM_EXT = PyCapsule_New(<void*>_from_ext_c, b"kairosmq.protocol._headers.FROM_EXT", NULL)
 
 
 cdef class ToExt:

@@ -3,12 +3,14 @@
 ``properties.py`` is the reference and owns the rules and the names).
 
 ``name \\x01 value \\x02 ...`` read and written with the string's own search and slice
-functions in one pass: no generator, no f-string and no tuple per pair.
+functions in one pass: no generator, no f-string and no tuple per pair. ``DECODE`` (a
+capsule) is ``decode_properties`` as a C function, for the send twin.
 ``tests/protocol/test_native_properties.py`` holds each function here to the reference.
 """
 
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_Substring
 
 cdef extern from "Python.h":
@@ -21,6 +23,16 @@ cdef str _SEP = "\x02"
 
 def decode_properties(str text):
     """``properties.decode_properties``."""
+    return _decode(text)
+
+
+cdef object _decode_c(object text):
+    """``DECODE``: ``decode_properties(text)`` for ``text`` exactly a ``str`` (the caller
+    checks; anything else it calls in Python, as before)."""
+    return _decode(<str>text)
+
+
+cdef dict _decode(str text):
     cdef dict out = {}
     if not text:
         return out
@@ -37,6 +49,12 @@ def decode_properties(str text):
             )
         start = end + 1
     return out
+
+
+# ``decode_properties`` as a C function ``object (object text)``: the send twin
+# (server/handlers/_send.pyx) calls it without the Python call when its
+# ``decode_properties`` is exactly this module's.
+DECODE = PyCapsule_New(<void*>_decode_c, b"kairosmq.protocol._properties.DECODE", NULL)
 
 
 cdef inline bint _add(list parts, object k, object v) except -1:

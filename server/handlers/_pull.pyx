@@ -5,7 +5,8 @@
 ``handle_pull``, ``answer`` and ``hold`` (``PullMessageProcessor.handle_pull``,
 ``_answer`` and ``_hold``, whose ``answer`` closure is ``HeldAnswer``) make the common
 pull in one C function each, mirroring the reference step for step: the header decoded
-by its compiled codec (no ``from_ext_fields`` frames) and its fields read in their
+by its compiled codec (no ``from_ext_fields`` frames; the header twin's ``FROM_EXT`` C
+entry point when the codec is exactly its ``FromExt``) and its fields read in their
 slots, ``check_pull``'s and the group's checks (their passing case read in place, any
 other case asked of them), the request-carried TAG expression looked up in the parsed
 table, the offset commit of the sysFlag, the read (``reads.get``: when it is the
@@ -28,7 +29,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport PyObject
-from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
 from protocol._slots cimport _at, _field, _fresh, _put, _slot
 from protocol._digits cimport _dec
@@ -47,6 +48,7 @@ from kairosmq.protocol.codes import (
     ResponseCode,
 )
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol import headers as _headers_mod
 from kairosmq.protocol.headers import PullMessageRequestHeader
 from kairosmq.protocol.message import RecordSummary, summarize_records
 from kairosmq.protocol.sql92 import Selector
@@ -148,6 +150,17 @@ cdef str _MASTER = str(_ref.MASTER_ID)
 cdef object _MISS = object()
 cdef Py_ssize_t _TAG_CHARS = _ref._TAG_FILTER_CHARS
 cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (first pull)
+# the header twin's ``FromExt`` call as a C function (``_headers.FROM_EXT``), when chosen
+ctypedef object (*from_ext_fn)(object, object)
+cdef from_ext_fn _from_ext_c = NULL
+cdef object _FromExt = None
+if _headers_mod._twin is not None and PyCapsule_IsValid(
+    _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
+):
+    _from_ext_c = <from_ext_fn>PyCapsule_GetPointer(
+        _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
+    )
+    _FromExt = _headers_mod._twin.FromExt
 cdef object _Selector = Selector
 # ``reads.get`` of the native twin, and its C function (``_reads.GET_CAPI``)
 ctypedef object (*GetFn)(object, object, object, object, object, object, object, object)
@@ -225,7 +238,11 @@ def handle_pull(self, conn, cmd):
     cdef bint exact
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
-    h = _from_ext(_field(cmd, C_EXT, "ext_fields") if type(cmd) is _Command else cmd.ext_fields)
+    ext = _field(cmd, C_EXT, "ext_fields") if type(cmd) is _Command else cmd.ext_fields
+    if _from_ext_c != NULL and type(_from_ext) is _FromExt and type(ext) is dict:
+        h = _from_ext_c(_from_ext, ext)
+    else:
+        h = _from_ext(ext)
     exact = type(h) is _Header
     cfg = _checked(self.topics, h, exact)
     subs = self.subscriptions

@@ -24,8 +24,11 @@ out as a plain slotted dataclass fails the import and the pure core runs); the p
 put twin's C function (``put/_path.pyx``'s ``PUT``) when ``self.put`` is that twin bound
 to its ``PutPath``; the recall handle's base64url is written here for a handle of at most
 1 KiB of UTF-8 (a longer one, or text UTF-8 cannot hold, goes the reference's way); a
-DELAY of ASCII digits is read without ``int()``; ``GuardedSend`` calls this body without
-the Python call when its handler is this twin's ``handle_send``.
+DELAY of ASCII digits is read without ``int()``; the header and the properties are
+decoded through the header and properties twins' C entry points (``FROM_EXT``,
+``DECODE``) when the decoder in use is exactly that twin's (else the Python call, as
+before); ``GuardedSend`` calls this body without the Python call when its handler is
+this twin's ``handle_send``.
 
 Anything else is handed to the reference before anything is changed, which decides and
 says why: a batch (code 320 or ``batch=true``), a topic not in the table (auto-creation,
@@ -92,6 +95,8 @@ from ..remoting import ingress as _ingress
 from ..remoting.ingress import refuse as _refuse
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicConfig, TopicConfigManager
+from kairosmq.protocol import headers as _headers_mod
+from kairosmq.protocol import properties as _properties_mod
 from . import send as _ref
 
 cdef extern from "Python.h":
@@ -226,6 +231,38 @@ if _path._twin is not None and PyCapsule_IsValid(
     _put_twin = _path._twin.put
 
 
+# ------------------------------------------------------------------ the decoders, called in C
+
+ctypedef object (*unary_fn)(object)
+ctypedef object (*binary_fn)(object, object)
+cdef binary_fn _from_ext_c = NULL  # protocol/_headers.pyx's ``FromExt`` call, when chosen
+cdef object _FromExt = None
+if _headers_mod._twin is not None and PyCapsule_IsValid(
+    _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
+):
+    _from_ext_c = <binary_fn>PyCapsule_GetPointer(
+        _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
+    )
+    _FromExt = _headers_mod._twin.FromExt
+cdef unary_fn _decode_c = NULL  # protocol/_properties.pyx's ``decode_properties``, when chosen
+cdef object _decode_twin = None
+if _properties_mod._twin is not None and PyCapsule_IsValid(
+    _properties_mod._twin.DECODE, b"kairosmq.protocol._properties.DECODE"
+):
+    _decode_c = <unary_fn>PyCapsule_GetPointer(
+        _properties_mod._twin.DECODE, b"kairosmq.protocol._properties.DECODE"
+    )
+    _decode_twin = _properties_mod._twin.decode_properties
+
+
+cdef inline object _header(object decode, object ext):
+    """``decode(ext)``: in C when ``decode`` is the headers twin's ``FromExt`` and ``ext`` a
+    dict, else the Python call (which raises as it always did)."""
+    if _from_ext_c != NULL and type(decode) is _FromExt and type(ext) is dict:
+        return _from_ext_c(decode, ext)
+    return decode(ext)
+
+
 # ------------------------------------------------------------------ the recall handle
 
 
@@ -337,9 +374,9 @@ cdef object _handle(object self, object conn, object cmd):
         return _ref_handle(self, conn, cmd)
     code = _get(cmd, C_CODE)
     if code == _SEND_V2:
-        h = _from_v2(_get(cmd, C_EXT))
+        h = _header(_from_v2, _get(cmd, C_EXT))
     elif code == _SEND_V1:
-        h = _from_v1(_get(cmd, C_EXT))
+        h = _header(_from_v1, _get(cmd, C_EXT))
     else:  # a batch
         return _ref_handle(self, conn, cmd)
     # ingress.check_send_header, a known user topic
@@ -389,7 +426,11 @@ cdef object _handle(object self, object conn, object cmd):
     raw = _get(h, H_PROPS)
     if raw and (_BROKER_PREFIX in raw or "REAL_" in raw):
         return _ref_handle(self, conn, cmd)
-    props = decode_properties(raw or "")
+    raw = raw or ""
+    if _decode_c != NULL and type(raw) is str and decode_properties is _decode_twin:
+        props = _decode_c(raw)
+    else:
+        props = decode_properties(raw)
     if type(props) is not dict:
         return _ref_handle(self, conn, cmd)
     level = (<dict>props).get(_DELAY)

@@ -11,7 +11,8 @@ as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to its fields as one
 every other call goes through ``record``, as the reference's does. A line goes to the
 one sink's ``write`` (or to each sink's); ``many`` hands a batch's lines to each sink's
 ``write_many``. ``info`` is ``MessageLog.info``: the configured writer called with the
-fields, or structlog without one.
+fields, or structlog without one. The clock, when it is ``time.time`` itself, is read
+in C (``clock_gettime``: the same float ``time.time`` returns); any other is called.
 
 The fields are written in C, orjson's bytes for its common values: a key or ``str`` of
 printable ASCII without ``"`` or ``\\`` (as is), an ``int`` within 64 bits, a finite
@@ -28,6 +29,9 @@ from cpython.mem cimport PyMem_Free
 from libc.math cimport fabs, isfinite, llround, signbit
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, strpbrk
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+import time as _time_mod
 
 import orjson
 
@@ -45,6 +49,21 @@ cdef extern from "Python.h":
 cdef object _dumps = orjson.dumps
 cdef object _str = str
 cdef object _HEAD_KEYS = _logs_ref._HEAD_KEYS
+cdef object _TIME = _time_mod.time
+
+
+cdef inline long long _wall_ms(object wall) except? -1:
+    """``int(wall() * 1000)``: for ``wall`` exactly ``time.time``, its clock read in C
+    (CLOCK_REALTIME, the float ``time.time`` makes of its nanoseconds); any other clock
+    (a pinned one) called in Python."""
+    cdef timespec now
+    cdef long long ns
+    if wall is _TIME and clock_gettime(CLOCK_REALTIME, &now) == 0:
+        ns = <long long>now.tv_sec * 1000000000 + now.tv_nsec
+        if ns % 1000000000 == 0:  # _PyTime_AsSecondsDouble's two roundings
+            return <long long>(<double>(ns // 1000000000) * 1000)
+        return <long long>(<double>ns / 1e9 * 1000)
+    return <long long>(wall() * 1000)
 
 DEF _STACK = 512
 
@@ -420,7 +439,7 @@ cdef class LineEmitter:
         )
 
     def __call__(self, event, dict fields, level="info"):
-        line = self._line(event, fields, <long long>(self.wall() * 1000), level)
+        line = self._line(event, fields, _wall_ms(self.wall), level)
         write = self.write
         if write is not None:
             write(line)

@@ -5,6 +5,7 @@ back from it."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import pytest
@@ -44,6 +45,16 @@ def nat():  # type: ignore[no-untyped-def]
     return twin("protocol.headers")
 
 
+def _from_ext_c(nat):  # type: ignore[no-untyped-def]
+    """The twin's ``FROM_EXT`` capsule as a callable: the C entry point the handler twins
+    call instead of ``FromExt.__call__``."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get(nat.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT")
+    return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object)(ptr)
+
+
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> None:
     assert a == b
     if a[0] == "ok" and dataclasses.is_dataclass(a[1]):
@@ -71,6 +82,8 @@ def test_header_codecs(nat, cls, v2: bool, data) -> None:  # type: ignore[no-unt
     nat_from, nat_to = nat.compile_codec(cls, v2)
     a, b = outcome(nat_from, ext), outcome(ref_from, ext)
     _same(a, b)
+    assert type(nat_from) is nat.FromExt
+    _same(outcome(_from_ext_c(nat), nat_from, ext), b)  # the C entry point: the same
     if a[0] == "ok":
         assert nat_to(a[1]) == ref_to(a[1])
     # every field required, present and well-formed: a header that decodes
@@ -81,6 +94,7 @@ def test_header_codecs(nat, cls, v2: bool, data) -> None:  # type: ignore[no-unt
         full[key] = {"int": "12", "bool": "true", "str": "s"}[kind]
     hdr = ref_from(full)
     _same(outcome(nat_from, full), ("ok", hdr))
+    _same(outcome(_from_ext_c(nat), nat_from, full), ("ok", hdr))
     assert nat_to(hdr) == ref_to(hdr)
 
 

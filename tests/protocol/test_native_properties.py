@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -40,6 +42,19 @@ def test_decode_any_text(nat, text: str) -> None:  # type: ignore[no-untyped-def
     got = nat.decode_properties(text)
     assert got == ref.decode_properties(text)
     assert list(got) == list(ref.decode_properties(text))  # the same order too
+    # the C entry point the send twin calls (``DECODE``): the same dict, in the same order
+    via_c = _decode_c(nat)(text)
+    assert via_c == got
+    assert list(via_c) == list(got)
+
+
+def _decode_c(nat):  # type: ignore[no-untyped-def]
+    """The twin's ``DECODE`` capsule as a callable."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get(nat.DECODE, b"kairosmq.protocol._properties.DECODE")
+    return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(ptr)
 
 
 @PARITY

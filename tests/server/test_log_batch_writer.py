@@ -211,3 +211,46 @@ def test_the_native_writer_writes_orjson_s_floats() -> None:
             "message.delivered", dict(fields)
         )
         assert got.lines == [want]
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls())
+def test_the_native_writer_reads_time_time_as_the_reference_does(
+    call: tuple[str, dict[str, Any], int, str],
+) -> None:
+    """With ``time.time`` itself as its clock (as ``configure_logging`` gives it) the
+    twin reads the clock in C: the line is the reference's at a ``ts`` between the two
+    ``int(time.time() * 1000)`` read around the call."""
+    event, fields, _, level = call
+    if logs._twin is None:
+        return
+    heads = logs._line_heads(orjson.dumps)
+    got = _Capture()
+    emitter = logs._twin.LineEmitter(heads, time.time, got.write, [got])
+    before = int(time.time() * 1000)
+    try:
+        emitter(event, dict(fields), level)
+    except Exception as err:  # noqa: BLE001 - the refusal compared is the reference's
+        with pytest.raises(type(err)):
+            logs._line_maker(heads, orjson.dumps)(event, dict(fields), before, level)
+        return
+    after = int(time.time() * 1000)
+    make = logs._line_maker(heads, orjson.dumps)
+    assert got.lines[0] in {make(event, dict(fields), ts, level) for ts in range(before, after + 1)}
+
+
+def test_the_native_clock_is_time_time_s_float() -> None:
+    """``_logs.pyx``'s C clock gives the milliseconds ``int(time.time() * 1000)`` gives:
+    read alternately many times, each C reading lies between its neighbours."""
+    if logs._twin is None:
+        return
+    heads = logs._line_heads(orjson.dumps)
+    got = _Capture()
+    emitter = logs._twin.LineEmitter(heads, time.time, got.write, [got])
+    readings = []
+    for _ in range(2000):
+        readings.append(int(time.time() * 1000))
+        emitter("message.delivered", {"topic": "T"})
+        readings.append(orjson.loads(got.lines[-1])["ts"])
+    readings.append(int(time.time() * 1000))
+    assert readings == sorted(readings)

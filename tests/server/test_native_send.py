@@ -33,9 +33,11 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kairosmq.protocol import headers
 from kairosmq.protocol.codec import FrameReader, encode_command
 from kairosmq.protocol.codes import PERM_READ, RequestCode
 from kairosmq.protocol.commands import RemotingCommand
+from kairosmq.protocol.headers import SendMessageRequestHeader
 from kairosmq.protocol.message import BatchItem, encode_batch
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import (
@@ -376,6 +378,40 @@ def test_the_common_send_takes_the_twin(
                                                    body=b"\xab" * 64), i)  # fmt: skip
     assert nat_side.state() == ref.state()
     assert ref.s.stats.scheduled[2] >= 1 and ref.s.stats.stored["T1"] >= 1
+
+
+def test_the_decoders_in_c_and_any_other_in_python(
+    sides: tuple[Side, Side, asyncio.AbstractEventLoop],
+    nat: tuple[ModuleType, ModuleType, ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The send twin decodes through the header and properties twins' C entry points
+    (``FROM_EXT``, ``DECODE``) when its decoders are exactly theirs, and through the
+    Python call otherwise (here a wrapping ``decode_properties``, which is called): the
+    same answers, events and records either way."""
+    send_twin = nat[0]
+    headers_twin, properties_twin = twin("protocol.headers"), twin("protocol.properties")
+    if headers._twin is not None:  # the native core: the C entry points are taken
+        assert type(SendMessageRequestHeader._codec(True)[0]) is headers_twin.FromExt
+        assert send_twin.decode_properties is properties_twin.decode_properties
+    ref, nat_side, loop = sides
+    seen: list[str] = []
+
+    def wrapped(text: str) -> dict[str, str]:
+        seen.append(text)
+        return properties_twin.decode_properties(text)  # type: ignore[no-any-return]
+
+    for i, wrap in enumerate([False, True]):
+        if wrap:
+            monkeypatch.setattr(send_twin, "decode_properties", wrapped)
+        props = {UNIQ_KEY: f"7F00000100002A9F0001{i:012X}", DELAY: "1", TAGS: "tag"}
+        ext = {"a": "PG", "b": "T1", "c": "TBW102", "d": "4", "e": "-1", "f": "0",
+               "g": str(NOW - 5), "h": "0", "i": encode_properties(props), "j": "0",
+               "k": "false", "m": "false"}  # fmt: skip
+        _both(ref, nat_side, loop, RemotingCommand(code=310, opaque=i, ext_fields=ext,
+                                                   body=b"\xcd" * 32), i)  # fmt: skip
+        assert seen == ([encode_properties(props)] if wrap else [])
+    assert nat_side.state() == ref.state()
 
 
 def _stock_sends() -> list[tuple[str, dict[str, Any]]]:
