@@ -6,6 +6,7 @@ server/observe/stats_items.py, server/handlers/admin/groups.py, broker_config.py
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from kairosmq.server.observe.stats_items import BrokerStatsManager, counter_sour
 from kairosmq.server.remoting.ingress import guarded
 from kairosmq.server.remoting.transport import Connection, RemotingServer
 from kairosmq.server.tables.offsets import ConsumerOffsetManager
-from kairosmq.server.tables.settings import SETTABLE, BrokerSettings
+from kairosmq.server.tables.settings import SETTABLE, BrokerSettings, disk_used_percent
 from kairosmq.server.tables.subscriptions import SubscriptionGroupConfig, SubscriptionGroupManager
 
 
@@ -195,10 +196,14 @@ async def test_broker_settings_apply_all_or_nothing_and_persist(tmp_path: Path) 
             log,
         )
 
-    r = await update("autoCreateTopicEnable=false\ndiskMaxUsedSpaceRatio=80\n")
+    # a watermark above the disk's use now (at or below it is refused: every send would be)
+    pct = max(80, math.floor(disk_used_percent(tmp_path)) + 2)
+    if pct > 95:
+        pytest.skip(f"the data disk is {pct - 2}% used: no settable watermark lies above it")
+    r = await update(f"autoCreateTopicEnable=false\ndiskMaxUsedSpaceRatio={pct}\n")
     assert r.code == ResponseCode.SUCCESS, r.remark
-    assert cfg.auto_create_topic is False and cfg.disk_max_used_ratio == 0.80
-    assert ("disk_max_used_ratio", 0.80) in seen
+    assert cfg.auto_create_topic is False and cfg.disk_max_used_ratio == pct / 100
+    assert ("disk_max_used_ratio", pct / 100) in seen
     r = await update("listenPort=1\nlongPollingEnable=false")  # fixed at start
     assert r.code == ResponseCode.NO_PERMISSION and "listenPort" in (r.remark or "")
     r = await update("longPollingEnable=false\nfileReservedTime=abc")
@@ -208,10 +213,10 @@ async def test_broker_settings_apply_all_or_nothing_and_persist(tmp_path: Path) 
     assert cfg.long_polling is True  # nothing of a refused request applied
     assert [e for e, _ in log.events].count("request.rejected") == 3  # counted and logged
     text = (tmp_path / "broker.properties").read_text()
-    assert text == "autoCreateTopicEnable=false\ndiskMaxUsedSpaceRatio=80\n"
+    assert text == f"autoCreateTopicEnable=false\ndiskMaxUsedSpaceRatio={pct}\n"
     fresh = BrokerConfig(data_dir=tmp_path)
     assert BrokerSettings(fresh, tmp_path).load() == []
-    assert fresh.auto_create_topic is False and fresh.disk_max_used_ratio == 0.80
+    assert fresh.auto_create_topic is False and fresh.disk_max_used_ratio == pct / 100
     assert all(hasattr(fresh, s.field) for s in SETTABLE.values())
 
 
