@@ -17,14 +17,24 @@ not name a queue go to the reference, which raises its ``RequeueError``.
 ``put_many`` is ``Reputs.put_many``'s loop step for step (the origin in flight around
 each write, the outcome of each attempt, ``settle`` right after each DONE or SKIP, the
 stop at the first RETRY), its ``Attempt`` and ``Target`` made without their Python
-constructors' frames.
+constructors' frames, ``Reputs``' and ``Target``'s fields read and written in their slots,
+and the restore and the store put called as C functions when they are this module's
+restores and the store twin's ``put_patched`` bound to a store (``_message_store.
+PUT_PATCHED``; ``c_calls`` says whether it was found); any other restore or put (a test's
+wrapper) is called as Python. A ``Reputs`` of another class, or with a field unset, goes to
+the reference.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from cpython.ref cimport PyObject
 from cpython.set cimport PySet_Contains
 from libc.string cimport memchr, memcmp
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH, PyUnicode_Substring
+from protocol._slots cimport _at, _put, _slot
+
+from sys import modules as _sys_modules
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeASCII(const char* s, Py_ssize_t size, const char* errors)
@@ -46,6 +56,7 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import TIMER_OUT_MS
 
+from ..store.types import PutResult
 from . import reput as _ref
 
 cdef object _pure = _ref.reference
@@ -82,17 +93,34 @@ cdef extern from *:
     object kairos_object_new(object type)
 
 
-# ``reput.py`` loads this module before it defines ``Attempt`` and ``Target``: they are
-# looked up at the first ``put_many`` (``_shapes``)
+# ``reput.py`` loads this module before it defines ``Attempt``, ``Target`` and ``Reputs``:
+# they are looked up at the first ``put_many`` (``_shapes``)
 cdef object _Attempt = None
 cdef object _Target = None
+cdef object _Reputs = None
 cdef int _SHAPES = 0  # 0: not looked up yet, 1: the twin makes them, -1: the reference does
+# ``Reputs``' fields ``put_many`` reads and writes, by offset (its slots)
+cdef Py_ssize_t P_RESTORE = 0, P_PUT = 0, P_IN_FLIGHT = 0, P_IN_PROPS = 0, P_LAST_RETRY = 0
+# ``Target``'s fields, by offset (its slots), and the result's status (``PutResult``'s)
+cdef Py_ssize_t T_TOPIC = 0, T_QID = 0, T_PROPS = 0, T_RECONSUME = 0
+cdef object _PutResult = PutResult
+cdef Py_ssize_t RES_STATUS = _slot(PutResult, "status", False)
+cdef Py_ssize_t V_RECONSUME = RecordView._fields.index("reconsume_times")
+# the store twin's ``put_patched`` (``_message_store.PUT_PATCHED``): a ``put_patched`` that
+# is it bound to a store is called as this C function
+ctypedef object (*_put_patched_t)(object, object, object, object, object, object)
+cdef _put_patched_t _put_patched_c = NULL
+cdef object _put_patched_twin = None
+cdef str _STORE_TWIN = "kairosmq.server.store._message_store"
 
 
 cdef int _shapes() except -1:
-    """Look ``Attempt`` and ``Target`` up; the twin makes them only in the shapes it knows
-    (else ``put_many`` is the reference's)."""
-    global _Attempt, _Target, _SHAPES
+    """Look ``Attempt``, ``Target`` and ``Reputs`` up; the twin makes them only in the
+    shapes it knows (else ``put_many`` is the reference's). The store twin's
+    ``PUT_PATCHED`` is looked up too (missing: ``put_patched`` is called as Python)."""
+    global _Attempt, _Target, _Reputs, _SHAPES, _put_patched_c, _put_patched_twin
+    global P_RESTORE, P_PUT, P_IN_FLIGHT, P_IN_PROPS, P_LAST_RETRY
+    global T_TOPIC, T_QID, T_PROPS, T_RECONSUME
     _Attempt, _Target = _ref.Attempt, _ref.Target
     known = (
         issubclass(_Attempt, tuple)
@@ -101,8 +129,39 @@ cdef int _shapes() except -1:
         and _Target.__init__.__code__.co_varnames[1:5]
         == ("topic", "queue_id", "properties", "reconsume_times")
     )
+    try:
+        P_RESTORE = _slot(_ref.Reputs, "restore")
+        P_PUT = _slot(_ref.Reputs, "put_patched")
+        P_IN_FLIGHT = _slot(_ref.Reputs, "in_flight")
+        P_IN_PROPS = _slot(_ref.Reputs, "in_flight_props")
+        P_LAST_RETRY = _slot(_ref.Reputs, "last_retry")
+        T_TOPIC = _slot(_Target, "topic")
+        T_QID = _slot(_Target, "queue_id")
+        T_PROPS = _slot(_Target, "properties")
+        T_RECONSUME = _slot(_Target, "reconsume_times")
+        if _Target.__mro__ != (_Target, object):
+            known = False
+    except ImportError:
+        known = False
+    else:
+        _Reputs = _ref.Reputs
+    twin = _sys_modules.get(_STORE_TWIN)
+    if twin is not None:
+        try:
+            _put_patched_c = <_put_patched_t>PyCapsule_GetPointer(
+                twin.PUT_PATCHED, b"kairosmq.server.store._message_store.PUT_PATCHED"
+            )
+            _put_patched_twin = twin.put_patched
+        except (AttributeError, ValueError):
+            _put_patched_c = NULL
     _SHAPES = 1 if known else -1
     return 0
+
+
+def c_calls():
+    """The C calls ``put_many`` makes in place of Python calls (after its first call):
+    the store twin's ``put_patched`` when it was found."""
+    return frozenset(["MessageStore.put_patched"] if _put_patched_c != NULL else [])
 
 
 cdef inline object _attempt(object outcome, object result, object target, object reason):
@@ -347,6 +406,11 @@ cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept
 
 def restore_delayed_view(record, level, schedule_offset):
     """``reput.restore_delayed_view``."""
+    return _restore_delayed(record, level, schedule_offset)
+
+
+cdef tuple _restore_delayed(record, level, schedule_offset):
+    """``restore_delayed_view``'s body (``put_many`` calls it for that restore)."""
     cdef dict seen = {}, new
     if type(record) is not bytes:
         return _pure.restore_delayed_view(record, level, schedule_offset)
@@ -370,6 +434,11 @@ def restore_delayed_view(record, level, schedule_offset):
 
 def restore_timer_view(record, due, phy):
     """``reput.restore_timer_view``."""
+    return _restore_timer(record, due, phy)
+
+
+cdef tuple _restore_timer(record, due, phy):
+    """``restore_timer_view``'s body (``put_many`` calls it for that restore)."""
     cdef dict seen = {}, new
     if type(record) is not bytes:
         return _pure.restore_timer_view(record, due, phy)
@@ -387,49 +456,81 @@ def restore_timer_view(record, due, phy):
     return view, topic, qid, new
 
 
+cdef object _restore_delayed_def = restore_delayed_view
+cdef object _restore_timer_def = restore_timer_view
+
+
 def put_many(reputs, items, unread, settle):
     """``reput.Reputs.put_many``."""
     cdef Py_ssize_t i = 0
+    cdef int kind  # the restore: 1 this module's delayed, 2 its timer, 0 another
+    cdef bint direct
     if _SHAPES <= 0:
         if _SHAPES == 0:
             _shapes()
         if _SHAPES < 0:
             return _pure.put_many(reputs, items, unread, settle)
+    if type(reputs) is not _Reputs or _at(reputs, P_RESTORE) == NULL or _at(reputs, P_PUT) == NULL:
+        return _pure.put_many(reputs, items, unread, settle)  # a subclass, an unset field
     Outcome = _ref.Outcome
     RequeueError, ok, permanent = _ref.RequeueError, _ref.PutStatus.PUT_OK, _ref.PERMANENT
     DONE, SKIP, RETRY = Outcome.DONE, Outcome.SKIP, Outcome.RETRY
-    restore, put_patched = reputs.restore, reputs.put_patched
+    restore = <object>_at(reputs, P_RESTORE)
+    put_patched = <object>_at(reputs, P_PUT)
+    kind = 1 if restore is _restore_delayed_def else 2 if restore is _restore_timer_def else 0
+    direct = (
+        _put_patched_c != NULL
+        and PyMethod_Check(put_patched)
+        and PyMethod_GET_FUNCTION(put_patched) == <PyObject*>_put_patched_twin
+    )
     for record, a, b in items:
         if record is None:
             settle(_attempt(SKIP, None, None, unread), a, b)
             i += 1
             continue
-        reputs.in_flight = (a, b)
+        _put(reputs, P_IN_FLIGHT, (a, b))
         try:
-            view, topic, queue_id, props = restore(record, a, b)
-            reputs.in_flight_props = props
-            result = put_patched(record, view, topic, queue_id, props)
+            if kind == 1:
+                view, topic, queue_id, props = _restore_delayed(record, a, b)
+            elif kind == 2:
+                view, topic, queue_id, props = _restore_timer(record, a, b)
+            else:
+                view, topic, queue_id, props = restore(record, a, b)
+            _put(reputs, P_IN_PROPS, props)
+            if direct:
+                result = _put_patched_c(
+                    <object>PyMethod_GET_SELF(put_patched), record, view, topic, queue_id, props
+                )
+            else:
+                result = put_patched(record, view, topic, queue_id, props)
         except RequeueError as err:
             reason = f"cannot restore the message: {err}"
             settle(_attempt(SKIP, None, None, reason), a, b)
             i += 1
             continue
         finally:
-            reputs.in_flight = None
-            reputs.in_flight_props = None
-        target = kairos_object_new(_Target)  # Target.__init__'s four fields
-        target.topic = topic
-        target.queue_id = queue_id
-        target.properties = props
-        target.reconsume_times = view.reconsume_times
-        status = result.status
+            _put(reputs, P_IN_FLIGHT, None)
+            _put(reputs, P_IN_PROPS, None)
+        target = kairos_object_new(_Target)  # Target.__init__'s four fields, in its slots
+        _put(target, T_TOPIC, topic)
+        _put(target, T_QID, queue_id)
+        _put(target, T_PROPS, props)
+        _put(
+            target,
+            T_RECONSUME,
+            (<tuple>view)[V_RECONSUME] if type(view) is _RecordView else view.reconsume_times,
+        )
+        if type(result) is _PutResult and _at(result, RES_STATUS) != NULL:
+            status = <object>_at(result, RES_STATUS)
+        else:
+            status = result.status
         if status is ok:
             settle(_attempt(DONE, result, target, ""), a, b)
         elif status in permanent:
             reason = f"the re-put was refused: {result.remark or status.value}"
             settle(_attempt(SKIP, result, target, reason), a, b)
         else:
-            reputs.last_retry = _attempt(RETRY, result, target, "")
+            _put(reputs, P_LAST_RETRY, _attempt(RETRY, result, target, ""))
             return i
         i += 1
     return i

@@ -231,6 +231,10 @@ _NO_RETRY = Attempt(Outcome.RETRY, None, None, "")
 class Reputs(Generic[U]):
     """One service's re-puts of due records (``U``: what its undo log keeps)."""
 
+    # slotted: the twin's ``put_many`` and the services' dispatch listeners read and write
+    # these by offset
+    __slots__ = ("restore", "put_patched", "in_flight", "in_flight_props", "last_retry", "undo")
+
     def __init__(
         self, store: MessageStore, restore: RestoreView, *, put_patched: PutPatched | None = None
     ) -> None:

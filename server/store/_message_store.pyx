@@ -43,12 +43,16 @@ message of another class or with a field never set, a refusal by the write guard
 queue not made yet, a queue whose next unit needs room made or asked for, a record that
 needs a new segment (BLANK marker, allocation), a record that cannot be encoded.
 ``PUT`` holds ``put`` as a C function (``object (object store, object msg)``) for the
-put-path twin to call without the Python call.
+put-path twin to call without the Python call; ``PUT_PATCHED`` holds ``put_patched`` so for
+the re-put twin (``schedule/_reput.pyx``).
 
 ``write_out`` (``MessageStore.write_out``, run before every ack and once a loop turn)
 makes the common write-out with no Python frame of the store's own: the pending bytes
 handed to the current segment with ``os.pwrite`` (looked up on the ``os`` module at each
-call, as ``CommitLog.write_out`` does), the written end advanced and the buffer renewed,
+call, as ``CommitLog.write_out`` does), the written end advanced and the buffer renewed
+(emptied in place, its capacity kept, when nothing but the log holds it: no one can tell
+it from the reference's fresh ``bytearray()``; the appends grow that capacity
+geometrically, where ``+=`` reallocated and copied the whole buffer per record),
 the last written record noted and the write guard told (``WriteGuard.written``: only a
 held failure has anything to clear, then the guard itself is asked). The order of these
 steps is the reference's, so what an ack check sees after it is the same. A failed
@@ -89,6 +93,10 @@ from .types import DispatchRequest, MessageInner, PutResult, PutStatus
 
 cdef object _pure = _ref.reference
 cdef long long _SMALL = 1LL << 62
+# the commit log's pending buffer: the least capacity an append gives it, and the most a
+# write-out keeps for the next appends (a larger one is dropped, as the reference drops all)
+cdef Py_ssize_t _MIN_PENDING = 1 << 16
+cdef Py_ssize_t _KEEP_PENDING = 1 << 23
 cdef object _DispatchRequest = DispatchRequest
 cdef object _PutResult = PutResult
 for _cls in (DispatchRequest, PutResult):
@@ -270,6 +278,13 @@ C_CALLS = frozenset(
 
 
 cdef extern from "Python.h":
+    ctypedef struct PyByteArrayObject:
+        Py_ssize_t ob_alloc
+        char* ob_bytes
+        char* ob_start
+        Py_ssize_t ob_exports
+    void Py_SET_SIZE(object o, Py_ssize_t size)
+    Py_ssize_t Py_REFCNT(object o)
     # NULL with the error set (a surrogate): no ``except`` clause, the caller clears it
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     bint PyUnicode_IS_COMPACT_ASCII(object s)
@@ -429,6 +444,34 @@ cdef object _room(store, str topic, object queue_id, Py_ssize_t size, Py_ssize_t
     return cq
 
 
+cdef int _extend(object buf, const char* data, Py_ssize_t n) except -1:
+    """``buf += data[:n]`` for a ``bytearray``: the same bytes (and the same BufferError
+    while a view of it is exported), its capacity grown geometrically (``+=`` grows it to
+    the exact size when the new size is over 1.125 times its capacity: a batch of re-puts
+    reallocated and copied the whole buffer at each record)."""
+    cdef PyByteArrayObject* b = <PyByteArrayObject*><PyObject*>buf
+    cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf), need = size + n
+    if b.ob_exports > 0 or b.ob_start != b.ob_bytes or need + 1 > b.ob_alloc:
+        if b.ob_exports > 0 or b.ob_start != b.ob_bytes:
+            PyByteArray_Resize(buf, need)  # what ``+=`` does (its BufferError)
+        else:
+            PyByteArray_Resize(buf, need * 2 if need > _MIN_PENDING // 2 else _MIN_PENDING)
+    Py_SET_SIZE(buf, need)
+    memcpy(b.ob_start + size, data, n)
+    b.ob_start[need] = 0  # the trailing NUL every bytearray keeps
+    return 0
+
+
+cdef inline void _renew(object buf) noexcept:
+    """``bytearray()`` in place of ``buf``, the write-out's fresh pending buffer, for a
+    buffer nothing but the log and the write-out hold (so no one can tell it from a new
+    one): emptied, its capacity kept for the next appends (up to ``_KEEP_PENDING``)."""
+    cdef PyByteArrayObject* b = <PyByteArrayObject*><PyObject*>buf
+    Py_SET_SIZE(buf, 0)
+    b.ob_start = b.ob_bytes
+    b.ob_start[0] = 0
+
+
 cdef inline bint _wants(object topics, object names, str topic, dict properties):
     """``message_store.wants`` for a plan entry with a declared interest."""
     if topic in <frozenset>topics:
@@ -488,9 +531,7 @@ cdef object _append(
     log = store.commitlog  # CommitLog.append: the pending bytes grown in place
     pending = _at(log, L_PENDING) if type(log) is _CommitLog else NULL
     if pending != NULL and type(<object>pending) is bytearray:
-        n = PyByteArray_GET_SIZE(<object>pending)
-        PyByteArray_Resize(<object>pending, n + len(record))  # what ``+=`` does
-        memcpy(PyByteArray_AS_STRING(<object>pending) + n, PyBytes_AS_STRING(record), len(record))
+        _extend(<object>pending, PyBytes_AS_STRING(record), len(record))
     else:
         pending_o = log._pending
         pending_o += record
@@ -624,6 +665,12 @@ cdef object _store_put(object store, object msg):
 
 def put_patched(store, src, view, topic, queue_id, properties):
     """``MessageStore.put_patched``."""
+    return _put_patched(store, src, view, topic, queue_id, properties)
+
+
+cdef object _put_patched(store, src, view, topic, queue_id, properties):
+    """``MessageStore.put_patched`` (``put_patched``'s body; the re-put twin calls it
+    through ``PUT_PATCHED``)."""
     cdef Py_ssize_t size, pos
     props = _encoded(properties)
     topic_b = PyUnicode_AsUTF8String(topic) if type(topic) is str else topic.encode()
@@ -721,7 +768,16 @@ def write_out(store):
             _put(log, L_WRITTEN, <object>written_o + total)
         else:
             log._written += total  # its AttributeError
-        _put(log, L_PENDING, bytearray())
+        data = _at(log, L_PENDING)
+        if (
+            data == <PyObject*>data_o  # held by the log and here only: no one else sees it
+            and Py_REFCNT(data_o) == 2
+            and (<PyByteArrayObject*>data).ob_exports == 0
+            and (<PyByteArrayObject*>data).ob_alloc <= _KEEP_PENDING
+        ):
+            _renew(data_o)
+        else:
+            _put(log, L_PENDING, bytearray())
     store._last_written_record = store._last_record
     if not _is(guard, G_FAILURE, None):  # WriteGuard.written's only case with work
         guard.written()
@@ -732,3 +788,11 @@ cdef _put_t _store_put_fn = _store_put
 # ``put`` as a C function for the put-path twin (``put/_path.pyx``), which calls it for a
 # store whose ``put`` is this module's ``put`` bound to it
 PUT = PyCapsule_New(<void*>_store_put_fn, b"kairosmq.server.store._message_store.PUT", NULL)
+
+ctypedef object (*_put_patched_t)(object, object, object, object, object, object)
+cdef _put_patched_t _put_patched_fn = _put_patched
+# ``put_patched`` as a C function for the re-put twin (``schedule/_reput.pyx``), which
+# calls it for a ``Reputs.put_patched`` that is this module's ``put_patched`` bound to a store
+PUT_PATCHED = PyCapsule_New(
+    <void*>_put_patched_fn, b"kairosmq.server.store._message_store.PUT_PATCHED", NULL
+)

@@ -196,14 +196,20 @@ def test_the_queue_id_rule(nat: ModuleType) -> None:
 
 
 def _batch_run(
-    put_many: Any, root: Path, items: list[tuple[bytes | None, int, int]], fail_at: int
+    put_many: Any,
+    root: Path,
+    items: list[tuple[bytes | None, int, int]],
+    fail_at: int,
+    restore: Any = None,
+    wrap: bool = True,
 ) -> tuple[Any, ...]:
-    """``put_many`` over ``items`` on a fresh store (fixed clock); the ``fail_at``-th
-    store write fails (SERVICE_NOT_AVAILABLE). What it returned, settled, dispatched
-    and stored."""
+    """``put_many`` over ``items`` on a fresh store (fixed clock); with ``wrap``, the
+    ``fail_at``-th store write fails (SERVICE_NOT_AVAILABLE), else the re-puts are the
+    store's own ``put_patched`` (the twin calls the store twin's as C). What it
+    returned, settled, dispatched and stored."""
     store = MessageStore(root, store_host=HOST, segment_size=1 << 20, clock_ms=lambda: TS)
     store.open()
-    reputs: reput.Reputs[None] = reput.Reputs(store, reput.restore_timer_view)
+    reputs: reput.Reputs[None] = reput.Reputs(store, restore or reput.restore_timer_view)
     writes = 0
 
     def put_patched(*args: Any) -> PutResult:
@@ -213,7 +219,8 @@ def _batch_run(
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="injected")
         return store.put_patched(*args)
 
-    reputs.put_patched = put_patched
+    if wrap:
+        reputs.put_patched = put_patched
     seen: list[tuple[Any, ...]] = []
     store.dispatchers.append(
         lambda req: seen.append((reputs.in_flight, req.properties is reputs.in_flight_props))
@@ -237,14 +244,9 @@ def _batch_run(
     return n, settled, seen, retry.outcome, retry.reason, stored
 
 
-@pytest.mark.parametrize("fail_at", [0, 1, 4])
-def test_put_many_stores_the_same_bytes_and_settles_alike(
-    nat: ModuleType, tmp_path: Path, fail_at: int
-) -> None:
-    """The same due timers (a fine one, an unreadable one, one whose REAL_QID is no
-    queue id, more fine ones) re-put by the twin's ``put_many`` and the reference's:
-    the same count, the same attempts settled in the same order, the origin in flight
-    around each write, and the same bytes in the commit log."""
+def _items() -> list[tuple[bytes | None, int, int]]:
+    """Due timers: a fine one, an unreadable one, one whose REAL_QID is no queue id,
+    more fine ones."""
     items: list[tuple[bytes | None, int, int]] = []
     for i, qid in enumerate(["0", None, "x", "1", "2", "3"]):
         if qid is None:
@@ -268,6 +270,17 @@ def test_put_many_stores_the_same_bytes_and_settles_alike(
             reconsume_times=i,
         )
         items.append((rec, 1_000 + i, 100 * i))
+    return items
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 4])
+def test_put_many_stores_the_same_bytes_and_settles_alike(
+    nat: ModuleType, tmp_path: Path, fail_at: int
+) -> None:
+    """The same due timers re-put by the twin's ``put_many`` and the reference's: the
+    same count, the same attempts settled in the same order, the origin in flight
+    around each write, and the same bytes in the commit log."""
+    items = _items()
     a = _batch_run(ref.put_many, tmp_path / "ref", items, fail_at)
     b = _batch_run(nat.put_many, tmp_path / "nat", items, fail_at)
     assert a == b
@@ -281,3 +294,22 @@ def test_put_many_stores_the_same_bytes_and_settles_alike(
         reput.Outcome.SKIP,
     ][: len(settled)]
     assert all(flying is not None and same for flying, same in seen)
+
+
+@pytest.mark.parametrize("kind", ["timer", "delayed"])
+def test_put_many_with_the_chosen_restore_and_store_put_stores_the_same(
+    nat: ModuleType, tmp_path: Path, kind: str
+) -> None:
+    """The services' wiring: the chosen core's restore and the store's own
+    ``put_patched`` (on the native core the twin calls both as C functions, no Python
+    call): the same count, settles, origins in flight and bytes as the reference's
+    ``put_many`` over the reference's restore and put."""
+    items = _items()
+    chosen = reput.restore_timer_view if kind == "timer" else reput.restore_delayed_view
+    pure = ref.restore_timer_view if kind == "timer" else ref.restore_delayed_view
+    a = _batch_run(ref.put_many, tmp_path / "ref", items, 0, pure, wrap=False)
+    b = _batch_run(nat.put_many, tmp_path / "nat", items, 0, chosen, wrap=False)
+    assert a == b
+    assert a[0] == len(items)
+    if reput.restore_timer_view is not ref.restore_timer_view:  # the native core
+        assert nat.c_calls() == {"MessageStore.put_patched"}

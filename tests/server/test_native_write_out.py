@@ -158,3 +158,75 @@ def test_a_write_after_a_held_failure_clears_it_alike(nat: ModuleType, tmp_path:
 def test_the_store_writes_out_through_the_chosen_core(nat: ModuleType) -> None:
     chosen = ref.write_out if native.DISABLED else nat.write_out
     assert MessageStore.write_out is chosen
+
+
+def _nat_put(nat: ModuleType, s: MessageStore, i: int, size: int) -> None:
+    msg = MessageInner(
+        topic="T", queue_id=i % 2, body=bytes([i % 251]) * size, properties={"i": str(i)}
+    )
+    nat.put(s, msg)
+
+
+@PARITY
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(1, 6000), max_size=40), st.booleans()),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_pending_buffer_kept_between_write_outs_holds_the_same_bytes(
+    nat: ModuleType, turns: list[tuple[list[int], bool]]
+) -> None:
+    """Batches of puts (the twin's appends grow the pending buffer's capacity, its
+    write-out keeps it for the next batch) against the reference's put and write-out:
+    the same files, pending bytes and reads of records not written yet at every step;
+    a pending buffer someone else holds across a write-out keeps its bytes (the twin
+    renews it in place only when nothing but the log holds it)."""
+    with tempfile.TemporaryDirectory() as d:
+        a, b = _store(Path(d) / "ref"), _store(Path(d) / "nat")
+        try:
+            i = 0
+            for sizes, hold in turns:
+                start = a.commitlog.written_offset
+                for size in sizes:
+                    a._write_scheduled = b._write_scheduled = True
+                    _put(a, i, size)
+                    _nat_put(nat, b, i, size)
+                    i += 1
+                end = a.commitlog.max_offset
+                assert b.commitlog.max_offset == end
+                assert a.commitlog.read(start, end - start) == b.commitlog.read(start, end - start)
+                held = (a.commitlog._pending, b.commitlog._pending) if hold else None
+                before = None if held is None else (bytes(held[0]), bytes(held[1]))
+                assert outcome(ref.write_out, a) == outcome(nat.write_out, b)
+                assert _state(a) == _state(b)
+                if held is not None and before is not None:
+                    assert (bytes(held[0]), bytes(held[1])) == before
+                    if before[1]:  # written out: a fresh buffer, as the reference's
+                        assert held[0] is not a.commitlog._pending
+                        assert held[1] is not b.commitlog._pending
+        finally:
+            a.close()
+            b.close()
+
+
+def test_an_append_to_an_exported_pending_buffer_raises_alike(
+    nat: ModuleType, tmp_path: Path
+) -> None:
+    """A view of the pending buffer held during a put: the reference's ``+=`` raises
+    BufferError; so does the twin's append, and the buffer keeps its bytes."""
+    a, b = _store(tmp_path / "ref"), _store(tmp_path / "nat")
+    try:
+        _put(a, 0, 100)
+        _nat_put(nat, b, 0, 100)
+        views = memoryview(a.commitlog._pending), memoryview(b.commitlog._pending)
+        ra = outcome(_put, a, 1, 100)
+        rb = outcome(_nat_put, nat, b, 1, 100)
+        assert ra[0] == rb[0] == "raised" and ra[1] is rb[1] is BufferError
+        assert bytes(views[0]) == bytes(views[1])
+        for v in views:
+            v.release()
+    finally:
+        a.close()
+        b.close()

@@ -32,7 +32,7 @@ from time import time as _time
 from types import MethodType
 
 from ..recalls import LevelRecalls
-from ..reput import Attempt, Outcome
+from ..reput import Attempt, Outcome, Reputs
 from kairosmq.protocol.naming import SCHEDULE_TOPIC
 
 from ...store.types import DispatchRequest
@@ -53,6 +53,10 @@ cdef Py_ssize_t R_PHY = _slot(_Request, "phy_offset", False)
 cdef Py_ssize_t R_REPLAY = _slot(_Request, "replay", False)
 cdef Py_ssize_t R_PROPS = _slot(_Request, "properties", False)
 cdef object _UNSET = object()  # ``phy`` not given: read from the request when needed
+cdef object _Reputs = Reputs  # its fields the listener reads, by offset (its slots)
+cdef Py_ssize_t P_IN_FLIGHT = _slot(Reputs, "in_flight", False)
+cdef Py_ssize_t P_IN_PROPS = _slot(Reputs, "in_flight_props", False)
+cdef Py_ssize_t P_UNDO = _slot(Reputs, "undo", False)
 
 
 cdef object _marks_of(object recalled):
@@ -184,9 +188,11 @@ cdef object _on_dispatch(self, req, props, phy, size):
     if _field(req, R_TOPIC, "topic") == _SCHEDULE_TOPIC:
         return None
     reputs = self.reputs
-    if props is not reputs.in_flight_props or _field(req, R_REPLAY, "replay"):
+    if type(reputs) is not _Reputs:
+        return _pure.on_dispatch(self, req)
+    if props is not _field(reputs, P_IN_PROPS, "in_flight_props") or _field(req, R_REPLAY, "replay"):
         return _pure.on_dispatch(self, req)  # another record: the reference parses it
-    parsed = reputs.in_flight
+    parsed = _field(reputs, P_IN_FLIGHT, "in_flight")
     if type(parsed) is not tuple or len(<tuple>parsed) != 2:
         return _pure.on_dispatch(self, req)
     level = (<tuple>parsed)[0]
@@ -198,7 +204,7 @@ cdef object _on_dispatch(self, req, props, phy, size):
         if not _field(req, R_REPLAY, "replay"):
             if phy is _UNSET:
                 phy = _field(req, R_PHY, "phy_offset")
-            reputs.undo.add(phy, (level, prev))
+            _field(reputs, P_UNDO, "undo").add(phy, (level, prev))
     return None
 
 
