@@ -12,7 +12,8 @@ and the lines, in the same order and with the same fields (each line's dict a co
 the fields laid out once, its values set in the reference's order), handed to
 ``MessageLog.info_many`` once.
 
-It defers the whole batch to the reference, before changing anything, when the
+The rows' ``Target`` and ``PutResult`` fields are read in their slots (``_slots.pxd``);
+an object of another class through its attributes. It defers the whole batch to the reference, before changing anything, when the
 histogram is not a plain ``LatenessHistogram`` (a subclass decides its own ``observe``)
 and, for ``delivered``, when ``message.due`` is written (debug level: rare).
 """
@@ -27,14 +28,42 @@ import builtins
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.properties import UNIQ_KEY
 
+from protocol._slots cimport _field, _slot
+
 from ..observe.stats import LATENESS_BUCKETS_MS, LatenessHistogram
+from ..store.types import PutResult
 from . import delivered as _ref
+from .reput import Target
 
 cdef object _pure = _ref.reference
 cdef object _round = builtins.round
 cdef object _Histogram = LatenessHistogram
 cdef object _offset_id = create_offset_msg_id
 cdef str _UNIQ = UNIQ_KEY
+# a row's ``Target`` and ``PutResult`` fields, read in their slots (both classes slotted;
+# an object of another class is read through its attributes)
+cdef object _Target = Target
+cdef object _PutResult = PutResult
+cdef Py_ssize_t T_TOPIC = _slot(Target, "topic", False)
+cdef Py_ssize_t T_QID = _slot(Target, "queue_id", False)
+cdef Py_ssize_t T_PROPS = _slot(Target, "properties", False)
+cdef Py_ssize_t T_RECONSUME = _slot(Target, "reconsume_times", False)
+cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset", False)
+cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset", False)
+
+
+cdef inline object _tget(object target, Py_ssize_t at, str name):
+    """``target.<name>``: in its slot for a ``Target``."""
+    if type(target) is _Target:
+        return _field(target, at, name)
+    return getattr(target, name)
+
+
+cdef inline object _rget(object result, Py_ssize_t at, str name):
+    """``result.<name>``: in its slot for a ``PutResult``."""
+    if type(result) is _PutResult:
+        return _field(result, at, name)
+    return getattr(result, name)
 # a line's fields, in the reference's order: each line's dict is a copy of one of these
 # (the keys laid out once) with every value then set in that order
 cdef dict _FIRED_FIELDS = dict.fromkeys(
@@ -132,11 +161,12 @@ cdef class _Observed:
 
 cdef inline object _msg_id(object store, object target, object result):
     """``DeliveryLog._msg_id``."""
-    msg_id = target.properties.get(_UNIQ)
+    props = _tget(target, T_PROPS, "properties")
+    msg_id = (<dict>props).get(_UNIQ) if type(props) is dict else props.get(_UNIQ)
     if msg_id:
         return msg_id
     ip, port = store.store_host
-    return _offset_id(ip, port, result.phy_offset)
+    return _offset_id(ip, port, _rget(result, R_PHY, "phy_offset"))
 
 
 def timers_fired(self, rows):
@@ -173,10 +203,10 @@ def timers_fired(self, rows):
                     ts = PyLong_FromDouble(wall_ms_d)
                 fields = PyDict_Copy(_FIRED_FIELDS)
                 fields["msg_id"] = _msg_id(store, target, result)
-                fields["topic"] = target.topic
-                fields["queue_id"] = target.queue_id
-                fields["queue_offset"] = result.queue_offset
-                fields["phy_offset"] = result.phy_offset
+                fields["topic"] = _tget(target, T_TOPIC, "topic")
+                fields["queue_id"] = _tget(target, T_QID, "queue_id")
+                fields["queue_offset"] = _rget(result, R_QOFF, "queue_offset")
+                fields["phy_offset"] = _rget(result, R_PHY, "phy_offset")
                 fields["deliver_ts"] = due
                 fields["lateness_ms"] = lateness
                 lines.append((ts, fields))
@@ -222,7 +252,7 @@ def delivered(self, rows):
                 wall_ms = wall * 1000
                 lateness = _round(wall_ms - deliver_ts, 3)
                 ts = int(wall_ms)
-            delivered[target.topic] += 1
+            delivered[_tget(target, T_TOPIC, "topic")] += 1
             (<_Observed>by_level[level]).add(
                 PyFloat_AS_DOUBLE(lateness) if type(lateness) is float else <double>lateness
             )
@@ -232,13 +262,13 @@ def delivered(self, rows):
                 ts = PyLong_FromDouble(wall_ms_d)
             fields = PyDict_Copy(_DELIVERED_FIELDS)
             fields["msg_id"] = _msg_id(store, target, result)
-            fields["topic"] = target.topic
-            fields["queue_id"] = target.queue_id
-            fields["queue_offset"] = result.queue_offset
-            fields["phy_offset"] = result.phy_offset
+            fields["topic"] = _tget(target, T_TOPIC, "topic")
+            fields["queue_id"] = _tget(target, T_QID, "queue_id")
+            fields["queue_offset"] = _rget(result, R_QOFF, "queue_offset")
+            fields["phy_offset"] = _rget(result, R_PHY, "phy_offset")
             fields["delay_level"] = level
             fields["lateness_ms"] = lateness
-            fields["reconsume_times"] = target.reconsume_times
+            fields["reconsume_times"] = _tget(target, T_RECONSUME, "reconsume_times")
             lines.append((ts, fields))
     finally:
         for seen in by_level.values():

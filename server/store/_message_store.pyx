@@ -28,8 +28,9 @@ consume-queue twin's (one replaced on the class is called as before), and
 ``KeyIndex.dispatch`` (``_index.DISPATCH_LIVE``) for a listener that is the index
 twin's ``dispatch`` bound to an index, handed the properties, offset and size the twin
 just put into the request (what the listener would read back from it). The listeners
-of the long-poll, HA and delay-service twins (``ArrivalNotifier.on_dispatch``,
-``HAService.on_dispatch``, ``ScheduleService.on_dispatch``) are called the same way,
+of the long-poll, HA, delay-service and timer-service twins (``ArrivalNotifier.on_dispatch``,
+``HAService.on_dispatch``, ``ScheduleService.on_dispatch``, ``TimerService.on_dispatch``)
+are called the same way,
 each through its twin's ``DISPATCH`` capsule (the same signature), while the listener in
 the plan is that twin's function bound to an instance. Every other listener (one
 replaced on its class, a twin missing) is called with the request; one that raises goes
@@ -206,8 +207,8 @@ except (ImportError, AttributeError):
 # called as a C function for a listener that is that twin's function bound to an
 # instance (its reference, ``longpoll.py`` / ``master.py``, imported first: it chooses
 # its twin). A twin missing, or a listener of anything else: the Python call.
-cdef PyObject* _listener_funcs[3]
-cdef _index_live_t _listener_fns[3]
+cdef PyObject* _listener_funcs[4]
+cdef _index_live_t _listener_fns[4]
 cdef int _n_listeners = 0
 _listener_keep = []  # the twins' functions, held alive for the pointers above
 _listener_names = []
@@ -229,35 +230,47 @@ for _name, _mod, _capsule in (
     _listener_funcs[_n_listeners] = <PyObject*>_twin_mod.on_dispatch
     _listener_names.append(_name)
     _n_listeners += 1
-# ``ScheduleService.on_dispatch`` of the delay service's twin too, found the first time
-# a listener is called as Python (``delay/service.py`` imports this store: it cannot be
-# imported here; it is loaded before any service's listener can be in a plan)
-cdef bint _delay_found = False
-cdef str _DELAY_TWIN = "kairosmq.server.schedule.delay._service"
+# ``ScheduleService.on_dispatch`` and ``TimerService.on_dispatch`` of the delay and timer
+# services' twins too, each found the first time a listener is called as Python after its
+# twin is loaded (the services' modules import this store: they cannot be imported here;
+# a service's module is loaded before its listener can be in a plan)
+cdef tuple _LATE = (
+    ("ScheduleService.on_dispatch", "kairosmq.server.schedule.delay._service",
+     b"kairosmq.server.schedule.delay._service.DISPATCH"),
+    ("TimerService.on_dispatch", "kairosmq.server.schedule.timer._service",
+     b"kairosmq.server.schedule.timer._service.DISPATCH"),
+)
+cdef bint _late_found[2]
+_late_found[0] = False
+_late_found[1] = False
 
 
 cdef _index_live_t _find_late(PyObject* func):
-    """The C function of ``func`` if it is the delay twin's ``on_dispatch`` (that twin
-    then registered, once), else NULL; never raises."""
-    global _delay_found, _n_listeners, C_CALLS
-    cdef int i
-    if not _delay_found:
+    """The C function of ``func`` if it is the delay or timer twin's ``on_dispatch`` (that
+    twin then registered, once), else NULL; never raises."""
+    global _n_listeners, C_CALLS
+    cdef int k
+    cdef _index_live_t fn
+    cdef bytes capsule
+    for k in range(2):
+        if _late_found[k]:
+            continue
+        name, mod, capsule = _LATE[k]
         try:
-            twin = _sys_modules.get(_DELAY_TWIN)
+            twin = _sys_modules.get(mod)
             if twin is None:
-                return NULL
-            _listener_fns[_n_listeners] = <_index_live_t>PyCapsule_GetPointer(
-                twin.DISPATCH, b"kairosmq.server.schedule.delay._service.DISPATCH"
-            )
+                continue
+            fn = <_index_live_t>PyCapsule_GetPointer(twin.DISPATCH, capsule)
             _listener_keep.append(twin.on_dispatch)
-            _listener_funcs[_n_listeners] = <PyObject*>twin.on_dispatch
         except Exception:
-            return NULL
+            continue
+        _listener_fns[_n_listeners] = fn
+        _listener_funcs[_n_listeners] = <PyObject*>twin.on_dispatch
         _n_listeners += 1
-        _delay_found = True
-        C_CALLS = C_CALLS | {"ScheduleService.on_dispatch"}
+        _late_found[k] = True
+        C_CALLS = C_CALLS | {name}
         if func == _listener_funcs[_n_listeners - 1]:
-            return _listener_fns[_n_listeners - 1]
+            return fn
     return NULL
 
 

@@ -592,8 +592,8 @@ def test_the_twin_found_the_c_functions_it_calls(nat: ModuleType) -> None:
     twins' C functions (``ConsumeQueue.append``, ``ensure_room``'s common case,
     ``KeyIndex.dispatch``, the two ``on_dispatch``) in place of a Python call: all were
     found at import (an import order that hid one would cost every put a Python call,
-    silently); the delay service's listener is found when first heard."""
-    assert nat.C_CALLS - {"ScheduleService.on_dispatch"} == {
+    silently); the delay and timer services' listeners are found when first heard."""
+    assert nat.C_CALLS - {"ScheduleService.on_dispatch", "TimerService.on_dispatch"} == {
         "ConsumeQueue.append",
         "ConsumeQueue.ensure_room",
         "KeyIndex.dispatch",

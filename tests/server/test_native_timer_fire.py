@@ -77,6 +77,7 @@ def _classes(nat: bool, twins: tuple[ModuleType, ModuleType, ModuleType]) -> typ
     class Service(TimerService):
         _settle = svc_m._settle
         _fire = svc_m._fire
+        on_dispatch = svc_m.on_dispatch
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -286,13 +287,13 @@ def test_undo_add(
 
 
 def test_the_service_uses_the_chosen_core() -> None:
-    """The classes' methods are the twins' exactly when protocol/native.py chose them;
-    the dispatch listener is the reference's on both cores."""
+    """The classes' methods are the twins' exactly when protocol/native.py chose them
+    (the dispatch listener with the reference's declared interest)."""
     from kairosmq.protocol import native
 
     chosen = native.chosen()
     for mod, cls, names in (
-        ("service", TimerService, ("_settle", "_fire")),
+        ("service", TimerService, ("_settle", "_fire", "on_dispatch")),
         ("window", TimerWindow, ("take_due",)),
     ):
         ref = {"service": service, "window": window}[mod].reference
@@ -302,7 +303,9 @@ def test_the_service_uses_the_chosen_core() -> None:
     assert (UndoLog.add is undo.reference.add) is not (
         chosen["kairosmq.server.store.undo"] == "native"
     )
-    assert not hasattr(twin("server.schedule.timer.service"), "on_dispatch")
+    assert TimerService.on_dispatch.dispatch_interest == (  # type: ignore[attr-defined]
+        service.reference.on_dispatch.dispatch_interest
+    )
 
 
 @settings(derandomize=True, database=None, deadline=None, max_examples=300)

@@ -563,7 +563,9 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 # The fire path above is the reference (tests/server/test_native_timer_fire.py holds the
 # twin to it); the twin's (``_service.pyx``) replaces it when protocol/native.py chooses it.
-reference = SimpleNamespace(_settle=TimerService._settle, _fire=TimerService._fire)
+reference = SimpleNamespace(
+    _settle=TimerService._settle, _fire=TimerService._fire, on_dispatch=TimerService.on_dispatch
+)
 
 
 def _load_twin() -> ModuleType:
@@ -577,3 +579,7 @@ _twin = native.twin(__name__, _load_twin)
 if _twin is not None:
     TimerService._settle = _twin._settle  # type: ignore[method-assign]
     TimerService._fire = _twin._fire  # type: ignore[method-assign]
+    # the twin's listener, with the reference's declared interest
+    TimerService.on_dispatch = interested_in(  # type: ignore[method-assign]
+        topics=(TIMER_TOPIC,), properties=(TIMER_ORIGIN,)
+    )(_twin.on_dispatch)
