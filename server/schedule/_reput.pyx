@@ -193,6 +193,16 @@ cdef object _qid(object raw):
 
 cdef frozenset _DELAYED_WANTED = frozenset((REAL_TOPIC, REAL_QID, *_KEEP))
 cdef frozenset _TIMER_WANTED = frozenset((REAL_TOPIC, REAL_QID))
+# the wanted names in the order ``_stripped`` notes their values (a list by index, in place
+# of a dict per record), and where the restores find theirs
+cdef tuple _DELAYED_NAMES = tuple(dict.fromkeys((REAL_TOPIC, REAL_QID, *_KEEP)))
+cdef tuple _TIMER_NAMES = (REAL_TOPIC, REAL_QID)
+cdef Py_ssize_t _D_TOPIC = _DELAYED_NAMES.index(REAL_TOPIC)
+cdef Py_ssize_t _D_QID = _DELAYED_NAMES.index(REAL_QID)
+cdef tuple _KEEP_AT = tuple(_DELAYED_NAMES.index(k) for k in _KEEP)
+cdef object _MISSING = object()  # a wanted name not seen
+if len(_DELAYED_NAMES) != 3 or len(_TIMER_NAMES) != 2:
+    raise ImportError("the restores' wanted names are not the ones their lists hold")
 # whether a wanted name may be one the strip table keeps (then each kept name is checked)
 cdef bint _DELAYED_CHECK = not _DELAYED_WANTED <= _INTERNAL
 cdef bint _TIMER_CHECK = not _TIMER_WANTED <= _TIMER_STRIP
@@ -209,6 +219,7 @@ cdef const char* _NAME_DATA[_MAX_NAMES]
 cdef Py_ssize_t _NAME_LEN[_MAX_NAMES]
 cdef PyObject* _NAME_OBJ[_MAX_NAMES]
 cdef int _NAME_FLAGS[_MAX_NAMES]
+cdef int _NAME_WANT[_MAX_NAMES][2]  # its index in _DELAYED_NAMES / _TIMER_NAMES, or -1
 cdef Py_ssize_t _BY_LEN[_MAX_NAME_LEN + 2]  # names of length L: _BY_LEN[L] .. _BY_LEN[L+1]
 cdef list _NAMES_HELD = []  # the str and bytes the table points into
 
@@ -234,6 +245,8 @@ cdef void _names() except *:
         _NAME_DATA[i] = PyBytes_AS_STRING(raw)
         _NAME_LEN[i] = size
         _NAME_OBJ[i] = <PyObject*>name
+        _NAME_WANT[i][0] = _DELAYED_NAMES.index(name) if name in _DELAYED_NAMES else -1
+        _NAME_WANT[i][1] = _TIMER_NAMES.index(name) if name in _TIMER_NAMES else -1
         _NAME_FLAGS[i] = (
             ((_STRIP if name in _INTERNAL else 0) | (_WANTED if name in _DELAYED_WANTED else 0))
             << _DELAYED
@@ -338,24 +351,34 @@ cdef tuple _read(bytes record):
     return view, text
 
 
-cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept, dict seen,
+cdef inline Py_ssize_t _want_at(object k, tuple names) except -2:
+    """The index of the name ``k`` in ``names``, or -1."""
+    cdef Py_ssize_t j
+    for j in range(len(names)):
+        if k == names[j]:
+            return j
+    return -1
+
+
+cdef dict _stripped(str text, frozenset strip, tuple names, bint check_kept, list seen,
                     int mode):
     """``stripped(decode_properties(text), strip)`` in one pass over ``text`` (no dict of
-    every property first), and in ``seen`` the values of the ``wanted`` names, as the
-    decoded dict would hold them. The decode is ``decode_properties``' (pairs split at
-    ``\\x02``, name and value at the first ``\\x01``, each non-empty, a later value of a
-    name kept at the name's first place): a name left in keeps that place and the last
-    value, as the reference's dict comprehension over the decoded dict gives.
+    every property first), and in ``seen`` (by their index in ``names``) the values of the
+    wanted names, as the decoded dict would hold them. The decode is
+    ``decode_properties``' (pairs split at ``\\x02``, name and value at the first
+    ``\\x01``, each non-empty, a later value of a name kept at the name's first place): a
+    name left in keeps that place and the last value, as the reference's dict
+    comprehension over the decoded dict gives.
 
     A text of one byte per character (``mode``: ``_DELAYED`` or ``_TIMER``, the table of
-    ``strip`` and ``wanted``) is read in place: a name of ``_NAMES`` is that very string
-    and its answers for ``strip`` and ``wanted`` were asked once, at import (no string
+    ``strip`` and ``names``) is read in place: a name of ``_NAMES`` is that very string
+    and its answers for ``strip`` and ``names`` were asked once, at import (no string
     made, hashed and looked up per pair); any other name is made and asked as here."""
     cdef dict new = {}
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), start = 0, end, nv
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), start = 0, end, nv, w
     cdef const char* data
     cdef const char* p
-    cdef int flags
+    cdef int flags, which = 0 if mode == _DELAYED else 1
     if n == 0:
         return new
     if PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND:
@@ -369,20 +392,20 @@ cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept
                 flags = _known(data + start, nv - start)
                 if flags >= 0:
                     k = <object>_NAME_OBJ[flags >> 8]
+                    w = _NAME_WANT[flags >> 8][which]
                     flags = (flags >> mode) & 0x0F
                 else:
                     k = PyUnicode_Substring(text, start, nv)
-                    flags = (_STRIP if PySet_Contains(strip, k) else 0) | (
-                        _WANTED if PySet_Contains(wanted, k) else 0
-                    )
+                    w = _want_at(k, names)
+                    flags = _STRIP if PySet_Contains(strip, k) else 0
                 if flags & _STRIP:
-                    if flags & _WANTED:
-                        seen[k] = PyUnicode_Substring(text, nv + 1, end)
+                    if w >= 0:
+                        seen[w] = PyUnicode_Substring(text, nv + 1, end)
                 else:
                     v = PyUnicode_Substring(text, nv + 1, end)
                     new[k] = v
-                    if check_kept and flags & _WANTED:
-                        seen[k] = v
+                    if check_kept and w >= 0:
+                        seen[w] = v
             start = end + 1
         return new
     while start <= n:
@@ -393,13 +416,16 @@ cdef dict _stripped(str text, frozenset strip, frozenset wanted, bint check_kept
         if nv > start and nv + 1 < end:
             k = PyUnicode_Substring(text, start, nv)
             if PySet_Contains(strip, k):
-                if PySet_Contains(wanted, k):
-                    seen[k] = PyUnicode_Substring(text, nv + 1, end)
+                w = _want_at(k, names)
+                if w >= 0:
+                    seen[w] = PyUnicode_Substring(text, nv + 1, end)
             else:
                 v = PyUnicode_Substring(text, nv + 1, end)
                 new[k] = v
-                if check_kept and PySet_Contains(wanted, k):
-                    seen[k] = v
+                if check_kept:
+                    w = _want_at(k, names)
+                    if w >= 0:
+                        seen[w] = v
         start = end + 1
     return new
 
@@ -411,23 +437,27 @@ def restore_delayed_view(record, level, schedule_offset):
 
 cdef tuple _restore_delayed(record, level, schedule_offset):
     """``restore_delayed_view``'s body (``put_many`` calls it for that restore)."""
-    cdef dict seen = {}, new
+    cdef list seen = [_MISSING, _MISSING, _MISSING]
+    cdef dict new
+    cdef Py_ssize_t j
     if type(record) is not bytes:
         return _pure.restore_delayed_view(record, level, schedule_offset)
     got = _read(<bytes>record)
     if got is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
     view, text = got
-    new = _stripped(<str>text, _INTERNAL, _DELAYED_WANTED, _DELAYED_CHECK, seen, _DELAYED)
-    qid = _qid(seen.get(REAL_QID, "0"))
+    new = _stripped(<str>text, _INTERNAL, _DELAYED_NAMES, _DELAYED_CHECK, seen, _DELAYED)
+    raw = seen[_D_QID]
+    qid = _qid("0" if raw is _MISSING else raw)
     if qid is None:
         return _pure.restore_delayed_view(record, level, schedule_offset)
-    topic = seen.get(REAL_TOPIC)
-    if topic is None:
+    topic = seen[_D_TOPIC]
+    if topic is _MISSING:
         topic = view.topic
-    for k in _KEEP:
-        if k in seen:
-            new[k] = seen[k]
+    for j in range(len(_KEEP)):
+        v = seen[<Py_ssize_t>_KEEP_AT[j]]
+        if v is not _MISSING:
+            new[_KEEP[j]] = v
     new[SCHEDULE_ORIGIN] = _origin(level, schedule_offset)
     return view, topic, qid, new
 
@@ -439,16 +469,20 @@ def restore_timer_view(record, due, phy):
 
 cdef tuple _restore_timer(record, due, phy):
     """``restore_timer_view``'s body (``put_many`` calls it for that restore)."""
-    cdef dict seen = {}, new
+    cdef list seen = [_MISSING, _MISSING]
+    cdef dict new
     if type(record) is not bytes:
         return _pure.restore_timer_view(record, due, phy)
     got = _read(<bytes>record)
     if got is None:
         return _pure.restore_timer_view(record, due, phy)
     view, text = got
-    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_WANTED, _TIMER_CHECK, seen, _TIMER)
-    topic = seen.get(REAL_TOPIC, "")
-    qid = _qid(seen.get(REAL_QID, "0"))
+    new = _stripped(<str>text, _TIMER_STRIP, _TIMER_NAMES, _TIMER_CHECK, seen, _TIMER)
+    topic = seen[0]
+    if topic is _MISSING:
+        topic = ""
+    raw = seen[1]
+    qid = _qid("0" if raw is _MISSING else raw)
     if not topic or qid is None:
         return _pure.restore_timer_view(record, due, phy)
     new[TIMER_OUT_MS] = _decimal(due)
