@@ -5,8 +5,12 @@
 ``add`` is the reference's step for step (the append, the amortised trim of the entries
 below the written offset and the next trim threshold), in C: the dispatch listeners of
 the scheduler and the timers call it once per re-put. It never defers: there is no case
-it does not mirror.
+it does not mirror. ``ADD`` is a capsule of it as a C function (``object (object self,
+object phy_offset, object item)``): the delay and timer services' listener twins call it
+with no Python call for an undo log whose class's ``add`` is this module's.
 """
+
+from cpython.pycapsule cimport PyCapsule_New
 
 from . import undo as _ref
 
@@ -15,6 +19,11 @@ cdef Py_ssize_t _TRIM_AT = _ref.TRIM_AT
 
 def add(self, phy_offset, item):
     """``UndoLog.add``."""
+    _add(self, phy_offset, item)
+
+
+cdef object _add(self, phy_offset, item):
+    """``add``'s body (the services' listener twins call it through ``ADD``)."""
     cdef list entries, kept
     cdef Py_ssize_t n
     entries = self._entries
@@ -28,3 +37,9 @@ def add(self, phy_offset, item):
         self._entries = entries = kept
         n = 2 * len(entries)
         self._trim_at = _TRIM_AT if _TRIM_AT >= n else n
+    return None
+
+
+ctypedef object (*_add_t)(object, object, object)
+cdef _add_t _add_fn = _add
+ADD = PyCapsule_New(<void*>_add_fn, b"kairosmq.server.store._undo.ADD", NULL)

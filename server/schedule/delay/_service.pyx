@@ -14,7 +14,8 @@ noted for ``on_delivered``.
 
 ``on_dispatch`` (``ScheduleService.on_dispatch``) mirrors the reference's common case,
 the re-put being made (its properties the in-flight ones, not a replay): the progress
-moved past it and its undo noted. Anything else (a request of another class, another
+moved past it and its undo noted (the undo twin's ``add`` called as C, ``_undo.ADD``, when
+it is the undo log's). Anything else (a request of another class, another
 record with an origin, an in-flight pair that is not a tuple of two) is handed to the
 reference before anything is changed. ``DISPATCH`` is a capsule of its C function, with
 the signature of ``_index.DISPATCH_LIVE`` (the listener's self, the request, its
@@ -24,7 +25,8 @@ measured before, cost more than the interpreter's specialised attribute reads; c
 from C it saves the call.)
 """
 
-from cpython.pycapsule cimport PyCapsule_New
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from protocol._slots cimport _field, _slot
 
 from time import time as _time
@@ -37,6 +39,33 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 
 from ...store.types import DispatchRequest
 from . import service as _ref
+
+# ``UndoLog.add`` of the undo twin as a C function (``_undo.ADD``), called in place of the
+# method for an undo log whose class's ``add`` is that twin's (else the method is called)
+ctypedef object (*_undo_add_t)(object, object, object)
+cdef _undo_add_t _undo_add = NULL
+cdef object _undo_twin_add = None
+cdef str _ADD = "add"
+from ...store import undo as _undo_ref  # undo.py first: it chooses its twin
+try:
+    from ...store import _undo
+
+    _undo_add = <_undo_add_t>PyCapsule_GetPointer(_undo.ADD, b"kairosmq.server.store._undo.ADD")
+    _undo_twin_add = _undo.add
+except (ImportError, AttributeError):
+    pass
+
+
+cdef extern from "Python.h":
+    PyObject* _PyType_Lookup(PyTypeObject* t, object name)  # borrowed, no error set
+
+
+cdef inline object _undo_note(object undo, object phy, object item):
+    """``undo.add(phy, item)``."""
+    if _undo_add != NULL and _PyType_Lookup(Py_TYPE(undo), _ADD) == <PyObject*>_undo_twin_add:
+        return _undo_add(undo, phy, item)
+    return undo.add(phy, item)
+
 
 cdef object _pure = _ref.reference
 cdef object _DONE = Outcome.DONE
@@ -204,7 +233,7 @@ cdef object _on_dispatch(self, req, props, phy, size):
         if not _field(req, R_REPLAY, "replay"):
             if phy is _UNSET:
                 phy = _field(req, R_PHY, "phy_offset")
-            _field(reputs, P_UNDO, "undo").add(phy, (level, prev))
+            _undo_note(_field(reputs, P_UNDO, "undo"), phy, (level, prev))
     return None
 
 

@@ -14,7 +14,8 @@ the timers).
 
 ``on_dispatch`` (``TimerService.on_dispatch``) mirrors the reference's fired-copy case
 only, the fire being made (the request's properties the in-flight ones, not a replay): the
-cursor moved to its ``(due, phy)`` when that is past it, and its undo noted. Anything else
+cursor moved to its ``(due, phy)`` when that is past it, and its undo noted (the undo twin's ``add`` called as C, ``_undo.ADD``, when
+it is the undo log's). Anything else
 (a record of the timer topic: a timer, a recall; another record with an origin; a
 ``Reputs`` of another class, an in-flight pair that is not a tuple of two) is handed to the
 reference before anything is changed. ``DISPATCH`` is a capsule of its C function (the
@@ -24,8 +25,8 @@ alone, called as Python, measured ~1.2k instructions more per timer than the
 interpreter's specialised attribute reads; called from C it saves the frame.)
 """
 
-from cpython.object cimport Py_EQ, Py_LE, Py_LT, PyObject_RichCompareBool
-from cpython.pycapsule cimport PyCapsule_New
+from cpython.object cimport Py_EQ, Py_LE, Py_LT, PyObject, PyObject_RichCompareBool, PyTypeObject, Py_TYPE
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from protocol._slots cimport _field, _slot
 
 import time
@@ -36,6 +37,33 @@ from ...store.record_check import stored_physical_offset
 from ...store.types import DispatchRequest
 from ..reput import Outcome, Reputs
 from . import service as _ref
+
+# ``UndoLog.add`` of the undo twin as a C function (``_undo.ADD``), called in place of the
+# method for an undo log whose class's ``add`` is that twin's (else the method is called)
+ctypedef object (*_undo_add_t)(object, object, object)
+cdef _undo_add_t _undo_add = NULL
+cdef object _undo_twin_add = None
+cdef str _ADD = "add"
+from ...store import undo as _undo_ref  # undo.py first: it chooses its twin
+try:
+    from ...store import _undo
+
+    _undo_add = <_undo_add_t>PyCapsule_GetPointer(_undo.ADD, b"kairosmq.server.store._undo.ADD")
+    _undo_twin_add = _undo.add
+except (ImportError, AttributeError):
+    pass
+
+
+cdef extern from "Python.h":
+    PyObject* _PyType_Lookup(PyTypeObject* t, object name)  # borrowed, no error set
+
+
+cdef inline object _undo_note(object undo, object phy, object item):
+    """``undo.add(phy, item)``."""
+    if _undo_add != NULL and _PyType_Lookup(Py_TYPE(undo), _ADD) == <PyObject*>_undo_twin_add:
+        return _undo_add(undo, phy, item)
+    return undo.add(phy, item)
+
 
 cdef object _pure = _ref.reference
 cdef object _SKIP = Outcome.SKIP
@@ -185,7 +213,7 @@ cdef object _on_dispatch(self, req, props, phy, size):
         ahead = pair > cursor
     if ahead:
         self.cursor = pair
-        _field(reputs, P_UNDO, "undo").add(phy, (cursor, (pair[0], pair[1], 0)))
+        _undo_note(_field(reputs, P_UNDO, "undo"), phy, (cursor, (pair[0], pair[1], 0)))
     return None
 
 
