@@ -14,7 +14,8 @@ native twin's, its C function is called directly, ``_reads.GET_CAPI``), the hold
 decision, and the answer: the response header's four fields written as
 ``to_ext_fields`` writes them (an ``int``'s decimal digits written in C), the stats
 (a counter already present incremented in place), one ``message.pulled`` event per
-record given to the log's hot-path writer, and the response command allocated and
+record given to the log's hot-path writer (to the native writer as values in a C array
+through its ``ROW``, ``PULLED_KEYS`` in the reference's keyword order: no fields dict), and the response command allocated and
 filled in its slots without ``__init__``. A held pull's wake (``HeldAnswer``) releases
 its admission, reads and answers the same way; ``_hold``'s ``pull.held`` debug event
 is not built when the processor's logger drops it unseen (structlog's no-op method).
@@ -162,6 +163,21 @@ if _headers_mod._twin is not None and PyCapsule_IsValid(
     )
     _FromExt = _headers_mod._twin.FromExt
 cdef object _Selector = Selector
+# the hot-path log writer's row entry (``_logs.ROW``): ``message.pulled`` written from its
+# values in a C array, without the fields dict, when the emitter is exactly the twin's
+ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
+cdef _row_t _row = NULL
+cdef object _LineEmitter = None
+if _logs._twin is not None and PyCapsule_IsValid(
+    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
+):
+    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
+    _LineEmitter = _logs._twin.LineEmitter
+# the keywords ``_answer`` logs ``message.pulled`` with, in its order
+PULLED_KEYS = (
+    "msg_id", "group", "topic", "queue_id", "queue_offset", "born_ts", "reconsume_times"
+)
+cdef tuple _PULLED_KEYS = PULLED_KEYS
 # ``reads.get`` of the native twin, and its C function (``_reads.GET_CAPI``)
 ctypedef object (*GetFn)(object, object, object, object, object, object, object, object)
 cdef object _twin_get = _reads.get
@@ -435,6 +451,8 @@ cdef object _answer(self, cmd, h, result):
     cdef PyObject* f
     cdef dict ext, fields
     cdef list summaries
+    cdef bint row
+    cdef PyObject* vals[7]
     config = self.config
     if (
         type(result) is not _Result
@@ -466,6 +484,7 @@ cdef object _answer(self, cmd, h, result):
     # MessageLog.enabled and MessageLog.info's emitter, read in place
     if config.log_messages and (_logs_globals["_info_enabled"] if fast else msglog.enabled):
         emit = _logs_globals["_fast_emit"] if fast else None
+        row = emit is not None and _row != NULL and type(emit) is _LineEmitter
         queue_id = _field(h, H_QID, "queue_id")
         summaries = summarize_records(body)
         for k in range(PyList_GET_SIZE(summaries)):
@@ -491,6 +510,16 @@ cdef object _answer(self, cmd, h, result):
                     born_ts=born_ts,
                     reconsume_times=reconsume_times,
                 )
+                continue
+            if row:  # the line written from the values, no fields dict
+                vals[0] = <PyObject*>msg_id
+                vals[1] = <PyObject*>group
+                vals[2] = <PyObject*>topic
+                vals[3] = <PyObject*>queue_id
+                vals[4] = <PyObject*>queue_offset
+                vals[5] = <PyObject*>born_ts
+                vals[6] = <PyObject*>reconsume_times
+                _row(emit, "message.pulled", _PULLED_KEYS, vals)
                 continue
             # MessageLog.info's fast case: the fields its ``**fields`` would collect
             fields = _PyDict_NewPresized(7)

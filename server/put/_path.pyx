@@ -8,7 +8,9 @@ one C function: the stray DELAY dropped or the delay transform (``transform_dela
 ``_target_ready``'s "the target queue has a file (or has asked for its first)" case, the offset msg id (the bytes
 ``ids.create_offset_msg_id`` packs, written as hex here) and the ``message.scheduled`` /
 ``message.stored`` fields handed to the hot-path writer (``observe/logs.py``'s
-``_fast_emit``) without ``MessageLog.info``'s frame. It mirrors the reference step for
+``_fast_emit``) without ``MessageLog.info``'s frame (to the native writer,
+``_logs.pyx``'s ``LineEmitter``, as values in a C array through its ``ROW``, in the
+reference's keyword order, ``SCHEDULED_KEYS`` / ``STORED_KEYS``: no fields dict). It mirrors the reference step for
 step. The message's fields are read and written straight through their slots (the
 offsets its member descriptors use, read at import: a ``MessageInner`` not laid out as
 a plain slotted dataclass fails the import and the pure core runs); an integer the
@@ -30,7 +32,7 @@ no delay levels configured; a target queue without a file goes to the reference'
 
 from cpython.object cimport PyObject
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from protocol._slots cimport _get, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
@@ -61,6 +63,28 @@ try:
     _store_twin_put = _message_store.put
 except (ImportError, AttributeError):
     pass
+
+# the hot-path log writer's row entry (``_logs.ROW``): a line written from the fields'
+# values in a C array, without the fields dict, when the emitter is exactly the twin's
+ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
+cdef _row_t _row = NULL
+cdef object _LineEmitter = None
+if _logs._twin is not None and PyCapsule_IsValid(
+    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
+):
+    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
+    _LineEmitter = _logs._twin.LineEmitter
+# the keywords ``PutPath.put`` logs, in its order
+SCHEDULED_KEYS = (
+    "msg_id", "real_topic", "real_queue_id", "delay_level", "queue_offset", "phy_offset",
+    "deliver_ts", "reconsume_times",
+)
+STORED_KEYS = (
+    "msg_id", "topic", "queue_id", "queue_offset", "phy_offset", "size", "born_ts",
+    "reconsume_times",
+)
+cdef tuple _SCHEDULED_KEYS = SCHEDULED_KEYS
+cdef tuple _STORED_KEYS = STORED_KEYS
 
 cdef extern from "time.h" nogil:
     ctypedef long time_t
@@ -170,8 +194,10 @@ def put(self, msg, kind=_NORMAL, *, due_ms=0):
 cdef object _put_msg(object self, object msg, object kind, object due_ms):
     """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
-    cdef bint plain
+    cdef bint plain, row
     cdef long long parsed
+    cdef PyObject* vals[8]
+    cdef object f_id, f_topic, f_level, f_qid, f_qoff, f_size, f_born, f_rt
     cdef long level = 0
     if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -256,12 +282,29 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         _put(result, R_MSG_ID, offset_id)
     else:
         result.offset_msg_id = offset_id
+    row = emit is not None and _row != NULL and type(emit) is _LineEmitter
     if level > 0:
         event = "message.scheduled"
         if (<dict>props)[_DELIVER_TIME] is not deliver_text or type(deliver) is not int:
             deliver = int((<dict>props)[_DELIVER_TIME])
         if (<dict>props)[_REAL_QID] is not qid_text:
             qid = int((<dict>props)[_REAL_QID])
+        if row:  # the line written from the values, no fields dict
+            f_id = (<dict>props).get(_UNIQ_KEY) or offset_id
+            f_topic = (<dict>props)[_REAL_TOPIC]
+            f_level = level
+            f_qoff = _get(result, R_QOFF) if plain else result.queue_offset
+            f_rt = _get(msg, M_RECONSUME)
+            vals[0] = <PyObject*>f_id
+            vals[1] = <PyObject*>f_topic
+            vals[2] = <PyObject*>qid
+            vals[3] = <PyObject*>f_level
+            vals[4] = <PyObject*>f_qoff
+            vals[5] = <PyObject*>phy
+            vals[6] = <PyObject*>deliver
+            vals[7] = <PyObject*>f_rt
+            _row(emit, event, _SCHEDULED_KEYS, vals)
+            return result
         fields = _PyDict_NewPresized(8)  # the literal's keys, no resize on the way
         fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
         fields["real_topic"] = (<dict>props)[_REAL_TOPIC]
@@ -273,6 +316,24 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         fields["reconsume_times"] = _get(msg, M_RECONSUME)
     else:
         event = "message.stored"
+        if row:  # the line written from the values, no fields dict
+            f_id = (<dict>props).get(_UNIQ_KEY) or offset_id
+            f_topic = _get(msg, M_TOPIC)
+            f_qid = _get(msg, M_QID)
+            f_qoff = _get(result, R_QOFF) if plain else result.queue_offset
+            f_size = _get(result, R_SIZE) if plain else result.size
+            f_born = _get(msg, M_BORN_TS)
+            f_rt = _get(msg, M_RECONSUME)
+            vals[0] = <PyObject*>f_id
+            vals[1] = <PyObject*>f_topic
+            vals[2] = <PyObject*>f_qid
+            vals[3] = <PyObject*>f_qoff
+            vals[4] = <PyObject*>phy
+            vals[5] = <PyObject*>f_size
+            vals[6] = <PyObject*>f_born
+            vals[7] = <PyObject*>f_rt
+            _row(emit, event, _STORED_KEYS, vals)
+            return result
         fields = _PyDict_NewPresized(8)
         fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
         fields["topic"] = _get(msg, M_TOPIC)
