@@ -135,6 +135,49 @@ cdef Py_ssize_t S_BORN = _slot(_Summary, "born_timestamp")
 cdef Py_ssize_t S_RECONSUME = _slot(_Summary, "reconsume_times")
 
 cdef object _pure = _ref.reference
+# the processor's fields a pull reads, in place (``_laid_out``)
+cdef object _Proc = _ref.PullMessageProcessor
+cdef Py_ssize_t P_TOPICS = _slot(_Proc, "topics")
+cdef Py_ssize_t P_SUBS = _slot(_Proc, "subscriptions")
+cdef Py_ssize_t P_CLIENTS = _slot(_Proc, "clients")
+cdef Py_ssize_t P_TAGS = _slot(_Proc, "_tag_filters")
+cdef Py_ssize_t P_OFFSETS = _slot(_Proc, "offsets")
+cdef Py_ssize_t P_READS = _slot(_Proc, "reads")
+cdef Py_ssize_t P_CONFIG = _slot(_Proc, "config")
+cdef Py_ssize_t P_STATS = _slot(_Proc, "stats")
+cdef Py_ssize_t P_MSGLOG = _slot(_Proc, "msglog")
+cdef object _laid_out_type = None  # the last subclass found to read its fields so
+
+
+cdef bint _laid_out(object self) except -1:
+    """Whether ``self``'s fields are read in ``PullMessageProcessor``'s slots: an
+    instance of it, or of a subclass (its methods replaced, as the parity tests' are)
+    whose lookup of each field finds that very slot and which keeps
+    ``object.__getattribute__`` (checked once per class, the last such class kept);
+    anything else is read through its attributes."""
+    global _laid_out_type
+    t = type(self)
+    if t is _Proc or t is _laid_out_type:
+        return True
+    if not issubclass(t, _Proc) or t.__getattribute__ is not object.__getattribute__:
+        return False
+    for name in _Proc.__slots__:
+        found = None
+        for k in t.__mro__:
+            found = k.__dict__.get(name)
+            if found is not None:
+                break
+        if found is not _Proc.__dict__[name]:
+            return False
+    _laid_out_type = t
+    return True
+
+
+cdef inline object _pf(object self, bint slotted, Py_ssize_t at, str name):
+    """A processor field: read in its slot when ``slotted`` (``_laid_out``)."""
+    if slotted:
+        return _field(self, at, name)
+    return getattr(self, name)
 cdef object _FOUND = GetStatus.FOUND
 cdef object _OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
 cdef object _NO_MESSAGE = GetStatus.NO_MESSAGE_IN_QUEUE
@@ -251,7 +294,7 @@ def handle_pull(self, conn, cmd):
     """``PullMessageProcessor.handle_pull``."""
     global _from_ext
     cdef long long sys_flag
-    cdef bint exact
+    cdef bint exact, slotted
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
     ext = _field(cmd, C_EXT, "ext_fields") if type(cmd) is _Command else cmd.ext_fields
@@ -260,11 +303,12 @@ def handle_pull(self, conn, cmd):
     else:
         h = _from_ext(ext)
     exact = type(h) is _Header
-    cfg = _checked(self.topics, h, exact)
-    subs = self.subscriptions
+    slotted = _laid_out(self)
+    cfg = _checked(_pf(self, slotted, P_TOPICS, "topics"), h, exact)
+    subs = _pf(self, slotted, P_SUBS, "subscriptions")
     if subs is not None:  # the group's config first, as RocketMQ does
         group = _hf(h, exact, H_GROUP, "consumer_group")
-        clients = self.clients
+        clients = _pf(self, slotted, P_CLIENTS, "clients")
         info = (
             _dict_get(clients.consumers, group, None)  # ClientRegistry.group_info
             if type(clients) is ClientRegistry
@@ -295,13 +339,13 @@ def handle_pull(self, conn, cmd):
     if sys_flag & PULL_SUBSCRIPTION:  # ``_filter``'s table, read in place
         expr = _hf(h, exact, H_SUB, "subscription")
         if expr and len(expr) <= _TAG_CHARS and _is_tag_type(_hf(h, exact, H_EXPR, "expression_type")):
-            codes = _dict_get(self._tag_filters, expr, _MISS)
+            codes = _dict_get(_pf(self, slotted, P_TAGS, "_tag_filters"), expr, _MISS)
     if codes is _MISS:
         codes = self._filter(h)
     if sys_flag & PULL_COMMIT_OFFSET:
         commit = _hf(h, exact, H_COMMIT, "commit_offset")
         if commit >= 0:
-            self.offsets.commit(_hf(h, exact, H_GROUP, "consumer_group"), topic,
+            _pf(self, slotted, P_OFFSETS, "offsets").commit(_hf(h, exact, H_GROUP, "consumer_group"), topic,
                                 _hf(h, exact, H_QID, "queue_id"), commit)
     result = _read(self, h, exact, codes)
     status = _field(result, R_STATUS, "status") if type(result) is _Result else result.status
@@ -332,12 +376,13 @@ cdef object _read(self, h, bint exact, codes):
         return self._get(h, codes)
     max_count = _hf(h, exact, H_MAX, "max_msg_nums")
     max_count = max(1, min(max_count, 512))
-    reads = self.reads
+    cdef bint slotted = _laid_out(self)
+    reads = _pf(self, slotted, P_READS, "reads")
     get = reads.get
     topic = _hf(h, exact, H_TOPIC, "topic")
     queue_id = _hf(h, exact, H_QID, "queue_id")
     offset = _hf(h, exact, H_QOFF, "queue_offset")
-    max_bytes = self.config.pull_max_bytes
+    max_bytes = _pf(self, slotted, P_CONFIG, "config").pull_max_bytes
     if (
         PyMethod_Check(get)
         and PyMethod_GET_FUNCTION(get) is <PyObject*>_twin_get
@@ -453,7 +498,8 @@ cdef object _answer(self, cmd, h, result):
     cdef list summaries
     cdef bint row
     cdef PyObject* vals[7]
-    config = self.config
+    cdef bint slotted = _laid_out(self)
+    config = _pf(self, slotted, P_CONFIG, "config")
     if (
         type(result) is not _Result
         or type(h) is not _Header
@@ -476,10 +522,10 @@ cdef object _answer(self, cmd, h, result):
     n = len(_field(result, R_UNITS, "units"))
     topic = _field(h, H_TOPIC, "topic")
     group = _field(h, H_GROUP, "consumer_group")
-    stats = self.stats
+    stats = _pf(self, slotted, P_STATS, "stats")
     _add(stats.pulled, topic, n)
     _add(stats.group_pulled, (topic, group), n)
-    msglog = self.msglog
+    msglog = _pf(self, slotted, P_MSGLOG, "msglog")
     fast = type(msglog) is _MessageLog
     # MessageLog.enabled and MessageLog.info's emitter, read in place
     if config.log_messages and (_logs_globals["_info_enabled"] if fast else msglog.enabled):

@@ -34,7 +34,7 @@ from cpython.object cimport PyObject
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from protocol._slots cimport _get, _put, _slot
+from protocol._slots cimport _field, _get, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 
@@ -132,6 +132,13 @@ cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")
 cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset")
 cdef Py_ssize_t R_MSG_ID = _slot(PutResult, "offset_msg_id")
+# PutPath: the fields a put reads, in place for the class itself (a subclass is read
+# through its attributes)
+cdef object _PutPath = _ref.PutPath
+cdef Py_ssize_t P_STORE = _slot(_PutPath, "store")
+cdef Py_ssize_t P_STATS = _slot(_PutPath, "stats")
+cdef Py_ssize_t P_MSGLOG = _slot(_PutPath, "msglog")
+cdef Py_ssize_t P_CONFIG = _slot(_PutPath, "config")
 
 
 cdef object _now_ms(store):
@@ -194,7 +201,7 @@ def put(self, msg, kind=_NORMAL, *, due_ms=0):
 cdef object _put_msg(object self, object msg, object kind, object due_ms):
     """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
-    cdef bint plain, row
+    cdef bint plain, row, slotted
     cdef long long parsed
     cdef PyObject* vals[8]
     cdef object f_id, f_topic, f_level, f_qid, f_qoff, f_size, f_born, f_rt
@@ -204,7 +211,8 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     props = _get(msg, M_PROPS)
     if type(props) is not dict:
         return _ref_put(self, msg, kind, due_ms=due_ms)
-    store = self.store
+    slotted = type(self) is _PutPath
+    store = _field(self, P_STORE, "store") if slotted else self.store
     topic = _get(msg, M_TOPIC)
     qid = None  # the target queue id as the integer REAL_QID was written from
     qid_text = deliver_text = deliver = None
@@ -219,7 +227,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
                 except Exception:
                     return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
             if level_o > 0:
-                levels_ms = self.config.delay_levels_ms
+                levels_ms = (_field(self, P_CONFIG, "config") if slotted else self.config).delay_levels_ms
                 n = len(levels_ms)
                 if n == 0:
                     return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -252,8 +260,9 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     plain = type(result) is _PutResult  # its fields read through their slots
     if (_get(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result
+    stats = _field(self, P_STATS, "stats") if slotted else self.stats
     if level > 0:
-        self.stats.scheduled[level] += 1
+        stats.scheduled[level] += 1
         target = (<dict>props)[_REAL_TOPIC]
         qid_now = (<dict>props)[_REAL_QID]
         if qid_now is not qid_text or type(qid) is not int:
@@ -265,10 +274,10 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
             self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
-        self.stats.stored[_get(msg, M_TOPIC)] += 1
-    if not self.config.log_messages:
+        stats.stored[_get(msg, M_TOPIC)] += 1
+    if not (_field(self, P_CONFIG, "config") if slotted else self.config).log_messages:
         return result
-    msglog = self.msglog
+    msglog = _field(self, P_MSGLOG, "msglog") if slotted else self.msglog
     emit = None
     if type(msglog) is _MessageLog:
         if not _logs._info_enabled:  # MessageLog.enabled

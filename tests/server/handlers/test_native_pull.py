@@ -397,3 +397,40 @@ async def test_the_hot_path_writer_writes_the_same_pulled_lines(  # type: ignore
         lines[name] = [ln for f in sorted(d.iterdir()) for ln in f.read_bytes().splitlines()]
     assert len(lines["ref"]) >= 17 and b'"reconsume_times":3' in lines["ref"][-1]
     assert lines["nat"] == lines["ref"]
+
+
+async def test_a_field_a_subclass_redefines_is_read_as_it_says(  # type: ignore[no-untyped-def]
+    rig, nat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twin reads the processor's fields in their slots only for classes that keep
+    them (``_laid_out``): a subclass whose ``config`` is a property is read through it,
+    on both cores (its ``log_messages`` off: no ``message.pulled``), while the plain
+    classes log."""
+    await _fill(rig)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        logs, "_fast_emit", lambda event, fields, level="info": events.append((event, dict(fields)))
+    )
+    cmd = req(RequestCode.PULL_MESSAGE, {"consumerGroup": "G", "topic": "P", "queueId": 1})
+    h = PullMessageRequestHeader.from_ext_fields(
+        {"consumerGroup": "G", "topic": "P", "queueId": "1", "queueOffset": "3"}
+    )
+    found = reads.reference.get(rig.store, "P", 1, 3, 4)
+    answer = {"ref": pull.reference._answer, "nat": nat.answer}
+    for name, cls in _cores(nat).items():
+
+        class Quiet(cls):  # type: ignore[valid-type,misc]
+            @property
+            def config(self) -> Any:
+                return dataclasses.replace(self.__dict__["cfg"], log_messages=False)
+
+            @config.setter
+            def config(self, value: Any) -> None:
+                self.__dict__["cfg"] = value
+                PullMessageProcessor.config.__set__(self, value)  # the slot logs
+
+        for klass, logged in ((cls, len(found.units)), (Quiet, 0)):
+            del events[:]
+            proc = _processor(klass, rig, False)
+            got = answer[name](proc, cmd, h, found)
+            assert got.code == 0 and len(events) == logged, (name, klass)
