@@ -18,8 +18,9 @@ order, the ``RemotingCommand`` filled as ``cmd.response`` fills it). It mirrors 
 reference step for step.
 
 In C rather than through Python: the request, its header, the topic's config, the
-``MessageInner``, the put result and the answer are read and written straight through
-their slots (the offsets their member descriptors use, read at import: a class not laid
+``MessageInner``, the put result, the answer and (for a ``SendMessageProcessor`` itself,
+not a subclass) the processor's ``topics``, ``config`` and ``put`` are read and written
+straight through their slots (the offsets their member descriptors use, read at import: a class not laid
 out as a plain slotted dataclass fails the import and the pure core runs); the put is the
 put twin's C function (``put/_path.pyx``'s ``PUT``) when ``self.put`` is that twin bound
 to its ``PutPath``; the recall handle's base64url is written here for a handle of at most

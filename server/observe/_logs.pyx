@@ -15,7 +15,9 @@ sink's ``write_many``. ``ROW`` (a C function, and ``LineEmitter.row`` from Pytho
 ``emitter(event, dict(zip(keys, values)))`` for distinct keys with the values in a C
 array: the twins that log per message (``put/_path.pyx``, ``handlers/_pull.pyx``)
 hand their fields so, without the dict; its common case is written from the arrays,
-any other builds the dict and goes the same way as a call. ``info`` is ``MessageLog.info``: the configured writer called with the
+any other builds the dict and goes the same way as a call. What a (keys, event) pair
+needs (each key's quoted bytes, whether it is one of the event's drops) is worked out
+once per pair (``_plan``, found again by identity: the callers' keys are constants). ``info`` is ``MessageLog.info``: the configured writer called with the
 fields, or structlog without one. The clock, when it is ``time.time`` itself, is read
 in C (``clock_gettime``: the same float ``time.time`` returns); any other is called.
 
@@ -89,6 +91,7 @@ cdef inline long long _wall_ms(object wall) except? -1:
     return <long long>(wall() * 1000)
 
 DEF _STACK = 512
+DEF _PLANS = 16  # the (keys, event) pairs a LineEmitter keeps a ``_plan`` of
 
 
 cdef struct _Buf:
@@ -185,6 +188,37 @@ for _c in range(256):
     _ESCAPED[_c] = _c < 0x20 or _c == 0x22 or _c == 0x5C or _c >= 0x7F
 
 
+DEF _ONES = 0x0101010101010101
+DEF _HIGH = 0x8080808080808080
+
+
+cdef inline bint _has_zero(unsigned long long x) noexcept:
+    """Whether one of the 8 bytes of ``x`` (each < 0x80) is 0."""
+    return ((x - _ONES) & ~x & _HIGH) != 0
+
+
+cdef inline bint _plain_bytes(const unsigned char* d, Py_ssize_t n) noexcept:
+    """No byte of ``d`` (ASCII: each < 0x80) is one ``_ESCAPED`` marks: 8 bytes at a
+    time (a byte < 0x20, or ``"``, ``\\`` or DEL), then one at a time."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned long long x
+    while i + 8 <= n:
+        memcpy(&x, d + i, 8)
+        if (
+            ((x - _ONES * 0x20) & ~x & _HIGH) != 0  # a byte < 0x20 (every byte < 0x80)
+            or _has_zero(x ^ (_ONES * 0x22))
+            or _has_zero(x ^ (_ONES * 0x5C))
+            or _has_zero(x ^ (_ONES * 0x7F))
+        ):
+            return False
+        i += 8
+    while i < n:
+        if _ESCAPED[d[i]]:
+            return False
+        i += 1
+    return True
+
+
 cdef inline int _put_plain_str(_Buf* b, object s) except -1:
     """Write ``s`` quoted when orjson writes it as is (printable ASCII without ``"``
     or ``\\``): 1, else 0 (nothing written)."""
@@ -194,9 +228,8 @@ cdef inline int _put_plain_str(_Buf* b, object s) except -1:
         return 0
     n = PyUnicode_GET_LENGTH(s)
     d = <const unsigned char*>PyUnicode_DATA(s)
-    for i in range(n):
-        if _ESCAPED[d[i]]:
-            return 0
+    if not _plain_bytes(d, n):
+        return 0
     if b.n + n + 2 > b.cap:
         _grow(b, n + 2)
     b.p[b.n] = 34
@@ -401,6 +434,7 @@ cdef class LineEmitter:
     cdef object write
     cdef object sink  # the sink of ``write`` when it is the sink twin's (called in C)
     cdef list sinks
+    cdef list plans  # ``_plan``'s: (keys, event, plan or None), at most _PLANS
 
     def __init__(self, dict heads, wall, write, list sinks):
         self.heads = heads  # (event, level) -> (its line's bytes after "ts", drops or None)
@@ -415,6 +449,51 @@ cdef class LineEmitter:
         ):
             self.sink = <object>PyMethod_GET_SELF(write)
         self.sinks = sinks
+        self.plans = []
+
+    cdef object _plan(self, object event, tuple keys):
+        """How ``_row`` writes the fields of ``keys`` for ``event`` (the callers' keys
+        and events are constants: made once per pair, found again by identity): None
+        when no line of them is the common case (an event without an info head, a key
+        not a plain ``str`` or naming a head key), else ``(prefix, names, kinds)``: the
+        head's bytes, each key's ``"key":`` bytes, and per key 0 (written), 1 (one of
+        the event's drops: left out) or 2 (``reconsume_times`` with drops: left out
+        when 0)."""
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(keys)
+        cdef tuple entry
+        cdef _Buf b
+        for entry in self.plans:
+            if <PyObject*>PyTuple_GET_ITEM(entry, 0) == <PyObject*>keys and (
+                <PyObject*>PyTuple_GET_ITEM(entry, 1) == <PyObject*>event
+            ):
+                return <object>PyTuple_GET_ITEM(entry, 2)
+        plan = None
+        head = self.info_heads.get(event)
+        if head is not None:
+            drop = (<tuple>head)[1]
+            names = []
+            kinds = bytearray(n)
+            for i in range(n):
+                key = <object>PyTuple_GET_ITEM(keys, i)
+                if type(key) is not str or _is_head_key(key):
+                    break
+                if drop is not None and any(_same_str(key, d) for d in <tuple>drop):
+                    kinds[i] = 1
+                elif drop is not None and _same_str(key, _RECONSUME_TIMES):
+                    kinds[i] = 2
+                _init(&b)
+                try:
+                    if not _put_plain_str(&b, key):
+                        break
+                    _put_c(&b, 58)  # ":"
+                    names.append(PyBytes_FromStringAndSize(b.p, b.n))
+                finally:
+                    _release(&b)
+            else:
+                plan = ((<tuple>head)[0], tuple(names), bytes(kinds))
+        if len(self.plans) < _PLANS:
+            self.plans.append((keys, event, plan))
+        return plan
 
     cdef int _out(self, bytes line) except -1:
         """``emit``'s hand-over: the one sink's ``write`` (the sink twin's in C) or each
@@ -439,19 +518,31 @@ cdef class LineEmitter:
         cdef long long ts_ms = _wall_ms(self.wall)
         cdef bytes line = None
         cdef dict fields
-        head = self.info_heads.get(event)
-        if head is not None and n:
-            drop = (<tuple>head)[1]
+        cdef const char* kinds
+        cdef int overflow
+        plan = self._plan(event, keys)
+        if plan is not None and n:
+            names = <tuple>PyTuple_GET_ITEM(plan, 1)
+            kinds = PyBytes_AS_STRING(<bytes>PyTuple_GET_ITEM(plan, 2))
             _init(&b)
             try:
                 _put(&b, b'{"ts":', 6)
                 _put_i64(&b, ts_ms)
-                _put_bytes(&b, <bytes>(<tuple>head)[0])  # ends with ","
+                _put_bytes(&b, <bytes>PyTuple_GET_ITEM(plan, 0))  # ends with ","
                 for i in range(n):
-                    if _put_plain_field(
-                        &b, <object>PyTuple_GET_ITEM(keys, i), <object>values[i], drop
-                    ) < 0:
+                    value = <object>values[i]
+                    if kinds[i] == 1:  # a drop
+                        continue
+                    if kinds[i] == 2:  # reconsume_times: an int, left out when 0
+                        if type(value) is not int:
+                            break
+                        overflow = 0
+                        if PyLong_AsLongLongAndOverflow(value, &overflow) == 0 and not overflow:
+                            continue
+                    _put_bytes(&b, <bytes>PyTuple_GET_ITEM(names, i))
+                    if not _put_plain_value(&b, value):
                         break
+                    _put_c(&b, 44)  # ","
                 else:
                     b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
                     line = PyBytes_FromStringAndSize(b.p, b.n)

@@ -11,7 +11,8 @@ one C function: the stray DELAY dropped or the delay transform (``transform_dela
 ``_fast_emit``) without ``MessageLog.info``'s frame (to the native writer,
 ``_logs.pyx``'s ``LineEmitter``, as values in a C array through its ``ROW``, in the
 reference's keyword order, ``SCHEDULED_KEYS`` / ``STORED_KEYS``: no fields dict). It mirrors the reference step for
-step. The message's fields are read and written straight through their slots (the
+step. The message's fields (and a ``PutPath``'s own ``store``, ``stats``, ``msglog`` and
+``config``, not a subclass's) are read and written straight through their slots (the
 offsets its member descriptors use, read at import: a ``MessageInner`` not laid out as
 a plain slotted dataclass fails the import and the pure core runs); an integer the
 reference writes as text (``str``) and reads back (``int``) is kept as the integer it

@@ -279,6 +279,25 @@ def test_the_native_row_writes_its_fields_line(call: tuple[str, dict[str, Any], 
     assert got.lines == [want] and each.lines == [want, want]
     with pytest.raises(ValueError):
         logs._twin.LineEmitter(heads, wall, got.write, [got]).row(event, ("a", "a"), (1, 2))
+    # one long-lived emitter, the same keys tuple again and again (as the twins hand
+    # theirs): what it worked out for the pair the first time, then more pairs than it
+    # keeps, gives the same lines
+    keys = _SAME_KEYS.setdefault((event, tuple(fields)), tuple(fields))
+    _SHARED_CLOCK[0] = ts
+    if _SHARED_EMITTER[:1] == []:
+        _SHARED_EMITTER.append(
+            logs._twin.LineEmitter(heads, lambda: (_SHARED_CLOCK[0] + 0.5) / 1000, None, [_SHARED])
+        )
+    del _SHARED.lines[:]
+    for _ in range(2):
+        _SHARED_EMITTER[0].row(event, keys, tuple(fields.values()))
+    assert _SHARED.lines == [want, want]
+
+
+_SAME_KEYS: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
+_SHARED_CLOCK = [0]
+_SHARED = _Capture()
+_SHARED_EMITTER: list[Any] = []
 
 
 def test_the_per_message_rows_are_the_reference_s_keywords() -> None:
