@@ -7,7 +7,7 @@
 pull in one C function each, mirroring the reference step for step: the header decoded
 by its compiled codec (no ``from_ext_fields`` frames; the header twin's ``FROM_EXT`` C
 entry point when the codec is exactly its ``FromExt``) and its fields read in their
-slots, ``check_pull``'s and the group's checks (their passing case read in place, any
+slots (so are the processor's, for its class and subclasses that keep its slots), ``check_pull``'s and the group's checks (their passing case read in place, any
 other case asked of them), the request-carried TAG expression looked up in the parsed
 table, the offset commit of the sysFlag, the read (``reads.get``: when it is the
 native twin's, its C function is called directly, ``_reads.GET_CAPI``), the hold
@@ -27,6 +27,7 @@ not FOUND or with ``slave_read_enable``, or of objects of other classes (``_answ
 
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport PyObject
@@ -68,6 +69,9 @@ from . import pull as _ref
 
 cdef extern from "Python.h":
     object _PyDict_NewPresized(Py_ssize_t minused)
+    PyObject* _PyDict_GetItem_KnownHash(object mp, object key, Py_hash_t hash)
+    int _PyDict_SetItem_KnownHash(object mp, object key, object item, Py_hash_t hash) except -1
+    PyObject* PyErr_Occurred()
     object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
     void* PyUnicode_DATA(object s)
 
@@ -89,6 +93,48 @@ cdef object _add(object counts, object key, Py_ssize_t n):
             PyDict_SetItem(counts, key, <object>p + n)
             return None
     counts[key] += n
+
+
+cdef tuple _pair = None  # the last (topic, group) key ``_add_pair`` made, and its hash
+cdef Py_hash_t _pair_hash = 0
+
+
+cdef inline bint _same_text(object a, object b):
+    """``a == b`` for two exact ``str`` (no Python call)."""
+    if a is b:
+        return True
+    return type(a) is str and type(b) is str and <str>a == <str>b
+
+
+cdef int _error() except -1:
+    """Propagate the error a C call left set."""
+    return -1
+
+
+cdef object _add_pair(object counts, object topic, object group, Py_ssize_t n):
+    """``counts[(topic, group)] += n`` (``stats.group_pulled``): the key tuple of the last
+    pull of the same topic and group (equal ``str``) reused with its hash, so the
+    ``defaultdict`` entry is found without hashing and comparing a new tuple; anything
+    else through ``_add``."""
+    global _pair, _pair_hash
+    cdef PyObject* p
+    if type(counts) is not defaultdict or type(topic) is not str or type(group) is not str:
+        return _add(counts, (topic, group), n)
+    if not (
+        _pair is not None
+        and _same_text(<object>PyTuple_GET_ITEM(_pair, 0), topic)
+        and _same_text(<object>PyTuple_GET_ITEM(_pair, 1), group)
+    ):
+        key = (topic, group)
+        _pair_hash = hash(key)
+        _pair = key
+    p = _PyDict_GetItem_KnownHash(counts, _pair, _pair_hash)
+    if p == NULL and PyErr_Occurred() != NULL:
+        _error()
+    if p != NULL and type(<object>p) is int:
+        _PyDict_SetItem_KnownHash(counts, _pair, <object>p + n, _pair_hash)
+        return None
+    counts[_pair] += n
 
 
 # the header's fields
@@ -524,7 +570,7 @@ cdef object _answer(self, cmd, h, result):
     group = _field(h, H_GROUP, "consumer_group")
     stats = _pf(self, slotted, P_STATS, "stats")
     _add(stats.pulled, topic, n)
-    _add(stats.group_pulled, (topic, group), n)
+    _add_pair(stats.group_pulled, topic, group, n)
     msglog = _pf(self, slotted, P_MSGLOG, "msglog")
     fast = type(msglog) is _MessageLog
     # MessageLog.enabled and MessageLog.info's emitter, read in place
