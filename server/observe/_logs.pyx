@@ -188,8 +188,13 @@ for _c in range(256):
     _ESCAPED[_c] = _c < 0x20 or _c == 0x22 or _c == 0x5C or _c >= 0x7F
 
 
-DEF _ONES = 0x0101010101010101
-DEF _HIGH = 0x8080808080808080
+cdef extern from *:
+    """
+    #define KAIROSMQ_ONES 0x0101010101010101ULL
+    #define KAIROSMQ_HIGH 0x8080808080808080ULL
+    """
+    unsigned long long _ONES "KAIROSMQ_ONES"  # a 1 in each byte (C constants: no Python int)
+    unsigned long long _HIGH "KAIROSMQ_HIGH"  # each byte's high bit
 
 
 cdef inline bint _has_zero(unsigned long long x) noexcept:

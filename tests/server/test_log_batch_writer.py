@@ -370,3 +370,24 @@ def test_a_sink_s_write_is_the_reference_s(tmp_path: Path) -> None:
         sink.close()
         out.append((tmp_path / name / logsink.ACTIVE_NAME).read_bytes())
     assert out[0] == out[1] and out[0].count(b"\n") == 2
+
+
+def test_the_native_writer_checks_every_byte_of_long_text() -> None:
+    """The twin checks plain text 8 bytes at a time: every byte orjson escapes (and
+    its neighbours, which it does not) at every place of a key or value of up to 20
+    characters gives the reference's bytes."""
+    heads = logs._line_heads(orjson.dumps)
+    make = logs._line_maker(heads, orjson.dumps)
+    if logs._twin is None:
+        return
+    got = _Capture()
+    emitter = logs._twin.LineEmitter(heads, lambda: 0.0015, got.write, [got])
+    special = [*range(0x20), 0x22, 0x5C, 0x7F, 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7E, 0x80, 0xE9]
+    for n in (1, 7, 8, 9, 15, 16, 17, 20):
+        for at in range(n):
+            for c in special:
+                text = "a" * at + chr(c) + "b" * (n - at - 1)
+                fields = {"topic": text, text: n}
+                del got.lines[:]
+                emitter("message.stored", dict(fields))
+                assert got.lines == [make("message.stored", dict(fields), 1, "info")], text
