@@ -7,14 +7,15 @@
 pull in one C function each, mirroring the reference step for step: the header decoded
 by its compiled codec (no ``from_ext_fields`` frames; the header twin's ``FROM_EXT`` C
 entry point when the codec is exactly its ``FromExt``) and its fields read in their
-slots, ``check_pull``'s and the group's checks (their passing case read in place, any
+slots (so are the processor's, for its class and subclasses that keep its slots), ``check_pull``'s and the group's checks (their passing case read in place, any
 other case asked of them), the request-carried TAG expression looked up in the parsed
 table, the offset commit of the sysFlag, the read (``reads.get``: when it is the
 native twin's, its C function is called directly, ``_reads.GET_CAPI``), the hold
 decision, and the answer: the response header's four fields written as
 ``to_ext_fields`` writes them (an ``int``'s decimal digits written in C), the stats
 (a counter already present incremented in place), one ``message.pulled`` event per
-record given to the log's hot-path writer, and the response command allocated and
+record given to the log's hot-path writer (to the native writer as values in a C array
+through its ``ROW``, ``PULLED_KEYS`` in the reference's keyword order: no fields dict), and the response command allocated and
 filled in its slots without ``__init__``. A held pull's wake (``HeldAnswer``) releases
 its admission, reads and answers the same way; ``_hold``'s ``pull.held`` debug event
 is not built when the processor's logger drops it unseen (structlog's no-op method).
@@ -26,6 +27,7 @@ not FOUND or with ``slave_read_enable``, or of objects of other classes (``_answ
 
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport PyObject
@@ -67,6 +69,9 @@ from . import pull as _ref
 
 cdef extern from "Python.h":
     object _PyDict_NewPresized(Py_ssize_t minused)
+    PyObject* _PyDict_GetItem_KnownHash(object mp, object key, Py_hash_t hash)
+    int _PyDict_SetItem_KnownHash(object mp, object key, object item, Py_hash_t hash) except -1
+    PyObject* PyErr_Occurred()
     object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
     void* PyUnicode_DATA(object s)
 
@@ -88,6 +93,48 @@ cdef object _add(object counts, object key, Py_ssize_t n):
             PyDict_SetItem(counts, key, <object>p + n)
             return None
     counts[key] += n
+
+
+cdef tuple _pair = None  # the last (topic, group) key ``_add_pair`` made, and its hash
+cdef Py_hash_t _pair_hash = 0
+
+
+cdef inline bint _same_text(object a, object b):
+    """``a == b`` for two exact ``str`` (no Python call)."""
+    if a is b:
+        return True
+    return type(a) is str and type(b) is str and <str>a == <str>b
+
+
+cdef int _error() except -1:
+    """Propagate the error a C call left set."""
+    return -1
+
+
+cdef object _add_pair(object counts, object topic, object group, Py_ssize_t n):
+    """``counts[(topic, group)] += n`` (``stats.group_pulled``): the key tuple of the last
+    pull of the same topic and group (equal ``str``) reused with its hash, so the
+    ``defaultdict`` entry is found without hashing and comparing a new tuple; anything
+    else through ``_add``."""
+    global _pair, _pair_hash
+    cdef PyObject* p
+    if type(counts) is not defaultdict or type(topic) is not str or type(group) is not str:
+        return _add(counts, (topic, group), n)
+    if not (
+        _pair is not None
+        and _same_text(<object>PyTuple_GET_ITEM(_pair, 0), topic)
+        and _same_text(<object>PyTuple_GET_ITEM(_pair, 1), group)
+    ):
+        key = (topic, group)
+        _pair_hash = hash(key)
+        _pair = key
+    p = _PyDict_GetItem_KnownHash(counts, _pair, _pair_hash)
+    if p == NULL and PyErr_Occurred() != NULL:
+        _error()
+    if p != NULL and type(<object>p) is int:
+        _PyDict_SetItem_KnownHash(counts, _pair, <object>p + n, _pair_hash)
+        return None
+    counts[_pair] += n
 
 
 # the header's fields
@@ -134,6 +181,49 @@ cdef Py_ssize_t S_BORN = _slot(_Summary, "born_timestamp")
 cdef Py_ssize_t S_RECONSUME = _slot(_Summary, "reconsume_times")
 
 cdef object _pure = _ref.reference
+# the processor's fields a pull reads, in place (``_laid_out``)
+cdef object _Proc = _ref.PullMessageProcessor
+cdef Py_ssize_t P_TOPICS = _slot(_Proc, "topics")
+cdef Py_ssize_t P_SUBS = _slot(_Proc, "subscriptions")
+cdef Py_ssize_t P_CLIENTS = _slot(_Proc, "clients")
+cdef Py_ssize_t P_TAGS = _slot(_Proc, "_tag_filters")
+cdef Py_ssize_t P_OFFSETS = _slot(_Proc, "offsets")
+cdef Py_ssize_t P_READS = _slot(_Proc, "reads")
+cdef Py_ssize_t P_CONFIG = _slot(_Proc, "config")
+cdef Py_ssize_t P_STATS = _slot(_Proc, "stats")
+cdef Py_ssize_t P_MSGLOG = _slot(_Proc, "msglog")
+cdef object _laid_out_type = None  # the last subclass found to read its fields so
+
+
+cdef bint _laid_out(object self) except -1:
+    """Whether ``self``'s fields are read in ``PullMessageProcessor``'s slots: an
+    instance of it, or of a subclass (its methods replaced, as the parity tests' are)
+    whose lookup of each field finds that very slot and which keeps
+    ``object.__getattribute__`` (checked once per class, the last such class kept);
+    anything else is read through its attributes."""
+    global _laid_out_type
+    t = type(self)
+    if t is _Proc or t is _laid_out_type:
+        return True
+    if not issubclass(t, _Proc) or t.__getattribute__ is not object.__getattribute__:
+        return False
+    for name in _Proc.__slots__:
+        found = None
+        for k in t.__mro__:
+            found = k.__dict__.get(name)
+            if found is not None:
+                break
+        if found is not _Proc.__dict__[name]:
+            return False
+    _laid_out_type = t
+    return True
+
+
+cdef inline object _pf(object self, bint slotted, Py_ssize_t at, str name):
+    """A processor field: read in its slot when ``slotted`` (``_laid_out``)."""
+    if slotted:
+        return _field(self, at, name)
+    return getattr(self, name)
 cdef object _FOUND = GetStatus.FOUND
 cdef object _OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
 cdef object _NO_MESSAGE = GetStatus.NO_MESSAGE_IN_QUEUE
@@ -162,6 +252,21 @@ if _headers_mod._twin is not None and PyCapsule_IsValid(
     )
     _FromExt = _headers_mod._twin.FromExt
 cdef object _Selector = Selector
+# the hot-path log writer's row entry (``_logs.ROW``): ``message.pulled`` written from its
+# values in a C array, without the fields dict, when the emitter is exactly the twin's
+ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
+cdef _row_t _row = NULL
+cdef object _LineEmitter = None
+if _logs._twin is not None and PyCapsule_IsValid(
+    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
+):
+    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
+    _LineEmitter = _logs._twin.LineEmitter
+# the keywords ``_answer`` logs ``message.pulled`` with, in its order
+PULLED_KEYS = (
+    "msg_id", "group", "topic", "queue_id", "queue_offset", "born_ts", "reconsume_times"
+)
+cdef tuple _PULLED_KEYS = PULLED_KEYS
 # ``reads.get`` of the native twin, and its C function (``_reads.GET_CAPI``)
 ctypedef object (*GetFn)(object, object, object, object, object, object, object, object)
 cdef object _twin_get = _reads.get
@@ -235,7 +340,7 @@ def handle_pull(self, conn, cmd):
     """``PullMessageProcessor.handle_pull``."""
     global _from_ext
     cdef long long sys_flag
-    cdef bint exact
+    cdef bint exact, slotted
     if _from_ext is None:
         _from_ext = PullMessageRequestHeader._codec(False)[0]
     ext = _field(cmd, C_EXT, "ext_fields") if type(cmd) is _Command else cmd.ext_fields
@@ -244,11 +349,12 @@ def handle_pull(self, conn, cmd):
     else:
         h = _from_ext(ext)
     exact = type(h) is _Header
-    cfg = _checked(self.topics, h, exact)
-    subs = self.subscriptions
+    slotted = _laid_out(self)
+    cfg = _checked(_pf(self, slotted, P_TOPICS, "topics"), h, exact)
+    subs = _pf(self, slotted, P_SUBS, "subscriptions")
     if subs is not None:  # the group's config first, as RocketMQ does
         group = _hf(h, exact, H_GROUP, "consumer_group")
-        clients = self.clients
+        clients = _pf(self, slotted, P_CLIENTS, "clients")
         info = (
             _dict_get(clients.consumers, group, None)  # ClientRegistry.group_info
             if type(clients) is ClientRegistry
@@ -279,13 +385,13 @@ def handle_pull(self, conn, cmd):
     if sys_flag & PULL_SUBSCRIPTION:  # ``_filter``'s table, read in place
         expr = _hf(h, exact, H_SUB, "subscription")
         if expr and len(expr) <= _TAG_CHARS and _is_tag_type(_hf(h, exact, H_EXPR, "expression_type")):
-            codes = _dict_get(self._tag_filters, expr, _MISS)
+            codes = _dict_get(_pf(self, slotted, P_TAGS, "_tag_filters"), expr, _MISS)
     if codes is _MISS:
         codes = self._filter(h)
     if sys_flag & PULL_COMMIT_OFFSET:
         commit = _hf(h, exact, H_COMMIT, "commit_offset")
         if commit >= 0:
-            self.offsets.commit(_hf(h, exact, H_GROUP, "consumer_group"), topic,
+            _pf(self, slotted, P_OFFSETS, "offsets").commit(_hf(h, exact, H_GROUP, "consumer_group"), topic,
                                 _hf(h, exact, H_QID, "queue_id"), commit)
     result = _read(self, h, exact, codes)
     status = _field(result, R_STATUS, "status") if type(result) is _Result else result.status
@@ -316,12 +422,13 @@ cdef object _read(self, h, bint exact, codes):
         return self._get(h, codes)
     max_count = _hf(h, exact, H_MAX, "max_msg_nums")
     max_count = max(1, min(max_count, 512))
-    reads = self.reads
+    cdef bint slotted = _laid_out(self)
+    reads = _pf(self, slotted, P_READS, "reads")
     get = reads.get
     topic = _hf(h, exact, H_TOPIC, "topic")
     queue_id = _hf(h, exact, H_QID, "queue_id")
     offset = _hf(h, exact, H_QOFF, "queue_offset")
-    max_bytes = self.config.pull_max_bytes
+    max_bytes = _pf(self, slotted, P_CONFIG, "config").pull_max_bytes
     if (
         PyMethod_Check(get)
         and PyMethod_GET_FUNCTION(get) is <PyObject*>_twin_get
@@ -435,7 +542,10 @@ cdef object _answer(self, cmd, h, result):
     cdef PyObject* f
     cdef dict ext, fields
     cdef list summaries
-    config = self.config
+    cdef bint row
+    cdef PyObject* vals[7]
+    cdef bint slotted = _laid_out(self)
+    config = _pf(self, slotted, P_CONFIG, "config")
     if (
         type(result) is not _Result
         or type(h) is not _Header
@@ -458,14 +568,15 @@ cdef object _answer(self, cmd, h, result):
     n = len(_field(result, R_UNITS, "units"))
     topic = _field(h, H_TOPIC, "topic")
     group = _field(h, H_GROUP, "consumer_group")
-    stats = self.stats
+    stats = _pf(self, slotted, P_STATS, "stats")
     _add(stats.pulled, topic, n)
-    _add(stats.group_pulled, (topic, group), n)
-    msglog = self.msglog
+    _add_pair(stats.group_pulled, topic, group, n)
+    msglog = _pf(self, slotted, P_MSGLOG, "msglog")
     fast = type(msglog) is _MessageLog
     # MessageLog.enabled and MessageLog.info's emitter, read in place
     if config.log_messages and (_logs_globals["_info_enabled"] if fast else msglog.enabled):
         emit = _logs_globals["_fast_emit"] if fast else None
+        row = emit is not None and _row != NULL and type(emit) is _LineEmitter
         queue_id = _field(h, H_QID, "queue_id")
         summaries = summarize_records(body)
         for k in range(PyList_GET_SIZE(summaries)):
@@ -491,6 +602,16 @@ cdef object _answer(self, cmd, h, result):
                     born_ts=born_ts,
                     reconsume_times=reconsume_times,
                 )
+                continue
+            if row:  # the line written from the values, no fields dict
+                vals[0] = <PyObject*>msg_id
+                vals[1] = <PyObject*>group
+                vals[2] = <PyObject*>topic
+                vals[3] = <PyObject*>queue_id
+                vals[4] = <PyObject*>queue_offset
+                vals[5] = <PyObject*>born_ts
+                vals[6] = <PyObject*>reconsume_times
+                _row(emit, "message.pulled", _PULLED_KEYS, vals)
                 continue
             # MessageLog.info's fast case: the fields its ``**fields`` would collect
             fields = _PyDict_NewPresized(7)

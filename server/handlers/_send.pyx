@@ -18,8 +18,9 @@ order, the ``RemotingCommand`` filled as ``cmd.response`` fills it). It mirrors 
 reference step for step.
 
 In C rather than through Python: the request, its header, the topic's config, the
-``MessageInner``, the put result and the answer are read and written straight through
-their slots (the offsets their member descriptors use, read at import: a class not laid
+``MessageInner``, the put result, the answer and (for a ``SendMessageProcessor`` itself,
+not a subclass) the processor's ``topics``, ``config`` and ``put`` are read and written
+straight through their slots (the offsets their member descriptors use, read at import: a class not laid
 out as a plain slotted dataclass fails the import and the pure core runs); the put is the
 put twin's C function (``put/_path.pyx``'s ``PUT``) when ``self.put`` is that twin bound
 to its ``PutPath``; the recall handle's base64url is written here for a handle of at most
@@ -45,7 +46,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
-from protocol._slots cimport _fresh, _get, _put, _slot
+from protocol._slots cimport _field, _fresh, _get, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 import random as _random
@@ -217,6 +218,12 @@ cdef Py_ssize_t H_PROPS = _slot(SendMessageRequestHeader, "properties")
 cdef Py_ssize_t H_RECONSUME = _slot(SendMessageRequestHeader, "reconsume_times")
 cdef Py_ssize_t H_MAX_RECONSUME = _slot(SendMessageRequestHeader, "max_reconsume_times")
 cdef Py_ssize_t H_BATCH = _slot(SendMessageRequestHeader, "batch")
+# SendMessageProcessor: the fields a send reads, in place for the class itself (a
+# subclass is read through its attributes)
+cdef object _Proc = _ref.SendMessageProcessor
+cdef Py_ssize_t P_TOPICS = _own_slot(_Proc, "topics")
+cdef Py_ssize_t P_CONFIG = _own_slot(_Proc, "config")
+cdef Py_ssize_t P_PUT = _own_slot(_Proc, "put")
 
 
 # ------------------------------------------------------------------ the put, called in C
@@ -380,7 +387,8 @@ cdef object _handle(object self, object conn, object cmd):
     else:  # a batch
         return _ref_handle(self, conn, cmd)
     # ingress.check_send_header, a known user topic
-    topics = self.topics
+    cdef bint slotted = type(self) is _Proc
+    topics = _field(self, P_TOPICS, "topics") if slotted else self.topics
     if type(h) is not _SendHeader or type(topics) is not _TopicConfigManager:
         return _ref_handle(self, conn, cmd)
     topic = _get(h, H_TOPIC)
@@ -418,7 +426,7 @@ cdef object _handle(object self, object conn, object cmd):
     if raw_flag & _COMPRESSED and raw_flag & _COMPRESSION_TYPE:
         kept |= raw_flag & _COMPRESSION_TYPE
     # _check_body_size
-    config = self.config
+    config = _field(self, P_CONFIG, "config") if slotted else self.config
     body = _get(cmd, C_BODY)
     if len(body) > config.max_message_size:
         return _ref_handle(self, conn, cmd)
@@ -468,7 +476,7 @@ cdef object _handle(object self, object conn, object cmd):
     _put(msg, M_RECONSUME, reconsume or 0)
     _put(msg, M_STORE_TS, None)
     kind = _DELAYED if _DELAY in <dict>props else _NORMAL  # _kind, not a %RETRY% topic
-    put = self.put
+    put = _field(self, P_PUT, "put") if slotted else self.put
     if _put_c is not NULL and PyMethod_Check(put) and (
         <object>PyMethod_GET_FUNCTION(put) is _put_twin
     ):  # the put path's twin, called in C

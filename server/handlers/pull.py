@@ -84,6 +84,23 @@ _TAG_FILTER_CHARS = 256  # longer expressions are parsed on every pull (the tabl
 class PullMessageProcessor:
     """PULL_MESSAGE."""
 
+    # slots: the native twin reads the fields a pull touches in place (``_pull.pyx``)
+    __slots__ = (
+        "subscriptions",
+        "reads",
+        "topics",
+        "offsets",
+        "clients",
+        "notifier",
+        "holds",
+        "stats",
+        "config",
+        "log",
+        "msglog",
+        "running",
+        "_tag_filters",
+    )
+
     def __init__(
         self,
         *,

@@ -98,6 +98,19 @@ BATCH_SLICE = 64
 class SendMessageProcessor:
     """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
 
+    # slots: the native twin reads the fields a send touches in place (``_send.pyx``)
+    __slots__ = (
+        "topics",
+        "config",
+        "stats",
+        "log",
+        "put",
+        "offset_msg_id",
+        "wait_flushed",
+        "clock_ms",
+        "ack_token",
+    )
+
     def __init__(
         self,
         *,

@@ -9,8 +9,15 @@ as its pre-made ``{"ts":..,"v":2,"event":..`` bytes joined to its fields as one
 ``orjson.dumps`` writes them, after ``events.drop_lean_fields``' drops for a
 ``LEAN_EVENTS`` event (inline: the format-1-only fields, a ``reconsume_times`` of 0);
 every other call goes through ``record``, as the reference's does. A line goes to the
-one sink's ``write`` (or to each sink's); ``many`` hands a batch's lines to each sink's
-``write_many``. ``info`` is ``MessageLog.info``: the configured writer called with the
+one sink's ``write`` (or to each sink's; the sink twin's ``write`` bound to its sink is
+called as its C function, ``_logsink.WRITE``); ``many`` hands a batch's lines to each
+sink's ``write_many``. ``ROW`` (a C function, and ``LineEmitter.row`` from Python) is
+``emitter(event, dict(zip(keys, values)))`` for distinct keys with the values in a C
+array: the twins that log per message (``put/_path.pyx``, ``handlers/_pull.pyx``)
+hand their fields so, without the dict; its common case is written from the arrays,
+any other builds the dict and goes the same way as a call. What a (keys, event) pair
+needs (each key's quoted bytes, whether it is one of the event's drops) is worked out
+once per pair (``_plan``, found again by identity: the callers' keys are constants). ``info`` is ``MessageLog.info``: the configured writer called with the
 fields, or structlog without one. The clock, when it is ``time.time`` itself, is read
 in C (``clock_gettime``: the same float ``time.time`` returns); any other is called.
 
@@ -26,6 +33,10 @@ inside the dict.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport fabs, isfinite, llround, signbit
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, strpbrk
@@ -38,6 +49,7 @@ import orjson
 from kairosmq.protocol.events import record as _record
 
 from . import logs as _logs_ref
+from . import logsink as _logsink_ref
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object o)
@@ -49,6 +61,19 @@ cdef extern from "Python.h":
 cdef object _dumps = orjson.dumps
 cdef object _str = str
 cdef object _HEAD_KEYS = _logs_ref._HEAD_KEYS
+
+# the sink twin's ``write`` as a C function (``_logsink.WRITE``): called in place of a
+# sink's ``write`` that is that twin's bound to the sink
+ctypedef int (*_sink_write_t)(object, object) except -1
+cdef _sink_write_t _sink_write = NULL
+cdef object _sink_twin_write = None
+if _logsink_ref._twin is not None and PyCapsule_IsValid(
+    _logsink_ref._twin.WRITE, b"kairosmq.server.observe._logsink.WRITE"
+):
+    _sink_write = <_sink_write_t>PyCapsule_GetPointer(
+        _logsink_ref._twin.WRITE, b"kairosmq.server.observe._logsink.WRITE"
+    )
+    _sink_twin_write = _logsink_ref._twin.write
 cdef object _TIME = _time_mod.time
 
 
@@ -66,6 +91,7 @@ cdef inline long long _wall_ms(object wall) except? -1:
     return <long long>(wall() * 1000)
 
 DEF _STACK = 512
+DEF _PLANS = 16  # the (keys, event) pairs a LineEmitter keeps a ``_plan`` of
 
 
 cdef struct _Buf:
@@ -125,18 +151,32 @@ cdef inline int _put_c(_Buf* b, char c) except -1:
     return 0
 
 
+cdef char _PAIRS[200]  # "00".."99": two digits per division
+for _c in range(100):
+    _PAIRS[2 * _c] = 48 + _c // 10
+    _PAIRS[2 * _c + 1] = 48 + _c % 10
+
+
 cdef int _put_i64(_Buf* b, long long v) except -1:
     cdef char tmp[24]
     cdef int i = 24
     cdef unsigned long long u = <unsigned long long>v
+    cdef unsigned int r
     if v < 0:
         u = 0 - u
-    while True:
+    while u >= 100:
+        r = <unsigned int>(u % 100)
+        u //= 100
+        i -= 2
+        tmp[i] = _PAIRS[2 * r]
+        tmp[i + 1] = _PAIRS[2 * r + 1]
+    if u >= 10:
+        i -= 2
+        tmp[i] = _PAIRS[2 * u]
+        tmp[i + 1] = _PAIRS[2 * u + 1]
+    else:
         i -= 1
-        tmp[i] = <char>(48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
+        tmp[i] = <char>(48 + u)
     if v < 0:
         i -= 1
         tmp[i] = 45  # "-"
@@ -148,6 +188,42 @@ for _c in range(256):
     _ESCAPED[_c] = _c < 0x20 or _c == 0x22 or _c == 0x5C or _c >= 0x7F
 
 
+cdef extern from *:
+    """
+    #define KAIROSMQ_ONES 0x0101010101010101ULL
+    #define KAIROSMQ_HIGH 0x8080808080808080ULL
+    """
+    unsigned long long _ONES "KAIROSMQ_ONES"  # a 1 in each byte (C constants: no Python int)
+    unsigned long long _HIGH "KAIROSMQ_HIGH"  # each byte's high bit
+
+
+cdef inline bint _has_zero(unsigned long long x) noexcept:
+    """Whether one of the 8 bytes of ``x`` (each < 0x80) is 0."""
+    return ((x - _ONES) & ~x & _HIGH) != 0
+
+
+cdef inline bint _plain_bytes(const unsigned char* d, Py_ssize_t n) noexcept:
+    """No byte of ``d`` (ASCII: each < 0x80) is one ``_ESCAPED`` marks: 8 bytes at a
+    time (a byte < 0x20, or ``"``, ``\\`` or DEL), then one at a time."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned long long x
+    while i + 8 <= n:
+        memcpy(&x, d + i, 8)
+        if (
+            ((x - _ONES * 0x20) & ~x & _HIGH) != 0  # a byte < 0x20 (every byte < 0x80)
+            or _has_zero(x ^ (_ONES * 0x22))
+            or _has_zero(x ^ (_ONES * 0x5C))
+            or _has_zero(x ^ (_ONES * 0x7F))
+        ):
+            return False
+        i += 8
+    while i < n:
+        if _ESCAPED[d[i]]:
+            return False
+        i += 1
+    return True
+
+
 cdef inline int _put_plain_str(_Buf* b, object s) except -1:
     """Write ``s`` quoted when orjson writes it as is (printable ASCII without ``"``
     or ``\\``): 1, else 0 (nothing written)."""
@@ -157,9 +233,8 @@ cdef inline int _put_plain_str(_Buf* b, object s) except -1:
         return 0
     n = PyUnicode_GET_LENGTH(s)
     d = <const unsigned char*>PyUnicode_DATA(s)
-    for i in range(n):
-        if _ESCAPED[d[i]]:
-            return 0
+    if not _plain_bytes(d, n):
+        return 0
     if b.n + n + 2 > b.cap:
         _grow(b, n + 2)
     b.p[b.n] = 34
@@ -303,41 +378,44 @@ DEF _DROP_SEEN = 1  # the fields hold a key of the event's drops
 DEF _ZERO_RT = 2  # the fields hold a reconsume_times of 0 (a lean event's)
 
 
+cdef inline int _put_plain_field(_Buf* b, object key, object value, object drop) except -2:
+    """One field of ``_line``'s common case: -1 (not the common case: a key not a plain
+    ``str`` or naming a head key, a value not written here), else written (0) or left
+    out (``_DROP_SEEN``: a key of ``drop``; ``_ZERO_RT``: a ``reconsume_times`` of 0,
+    with drops)."""
+    cdef Py_ssize_t i
+    if type(key) is not str or _is_head_key(key):
+        return -1
+    if drop is not None:
+        for i in range(PyTuple_GET_SIZE(drop)):
+            if _same_str(key, <object>PyTuple_GET_ITEM(drop, i)):
+                return _DROP_SEEN
+        if _same_str(key, _RECONSUME_TIMES):
+            if type(value) is not int:
+                return -1
+            if value == 0:
+                return _ZERO_RT
+    if not _put_plain_str(b, key):
+        return -1
+    _put_c(b, 58)  # ":"
+    if not _put_plain_value(b, value):
+        return -1
+    _put_c(b, 44)  # ","
+    return 0
+
+
 cdef int _put_plain_fields(_Buf* b, dict fields, object drop) except -2:
     """``_line``'s common case in one pass over ``fields``: every key a plain ``str``
     naming no head key, every value one written here; the ``drop`` keys (and a
     ``reconsume_times`` of 0, with drops) left out. The flags of what ``_line`` then
     drops from the fields as the reference does (``_DROP_SEEN``, ``_ZERO_RT``), or -1:
     not the common case (nothing decided, ``b`` to be discarded)."""
-    cdef int flags = 0
-    cdef Py_ssize_t i, nd = 0
-    cdef bint skip
-    if drop is not None:
-        nd = len(<tuple>drop)
+    cdef int flags = 0, one
     for key, value in fields.items():
-        if type(key) is not str or _is_head_key(key):
+        one = _put_plain_field(b, key, value, drop)
+        if one < 0:
             return -1
-        if drop is not None:
-            skip = False
-            for i in range(nd):
-                if _same_str(key, (<tuple>drop)[i]):
-                    skip = True
-                    break
-            if skip:
-                flags |= _DROP_SEEN
-                continue
-            if _same_str(key, _RECONSUME_TIMES):
-                if type(value) is not int:
-                    return -1
-                if value == 0:
-                    flags |= _ZERO_RT
-                    continue
-        if not _put_plain_str(b, key):
-            return -1
-        _put_c(b, 58)  # ":"
-        if not _put_plain_value(b, value):
-            return -1
-        _put_c(b, 44)  # ","
+        flags |= one
     return flags
 
 
@@ -359,14 +437,139 @@ cdef class LineEmitter:
     cdef dict info_heads  # event -> heads[(event, "info")]
     cdef object wall
     cdef object write
+    cdef object sink  # the sink of ``write`` when it is the sink twin's (called in C)
     cdef list sinks
+    cdef list plans  # ``_plan``'s: (keys, event, plan or None), at most _PLANS
 
     def __init__(self, dict heads, wall, write, list sinks):
         self.heads = heads  # (event, level) -> (its line's bytes after "ts", drops or None)
         self.info_heads = {e: h for (e, lvl), h in heads.items() if lvl == "info"}
         self.wall = wall  # time.time, as read when logging was configured
         self.write = write  # the one sink's write, or None: each sink's
+        self.sink = None
+        if (
+            _sink_write != NULL
+            and PyMethod_Check(write)
+            and PyMethod_GET_FUNCTION(write) == <PyObject*>_sink_twin_write
+        ):
+            self.sink = <object>PyMethod_GET_SELF(write)
         self.sinks = sinks
+        self.plans = []
+
+    cdef object _plan(self, object event, tuple keys):
+        """How ``_row`` writes the fields of ``keys`` for ``event`` (the callers' keys
+        and events are constants: made once per pair, found again by identity): None
+        when no line of them is the common case (an event without an info head, a key
+        not a plain ``str`` or naming a head key), else ``(prefix, names, kinds)``: the
+        head's bytes, each key's ``"key":`` bytes, and per key 0 (written), 1 (one of
+        the event's drops: left out) or 2 (``reconsume_times`` with drops: left out
+        when 0)."""
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(keys)
+        cdef tuple entry
+        cdef _Buf b
+        for entry in self.plans:
+            if <PyObject*>PyTuple_GET_ITEM(entry, 0) == <PyObject*>keys and (
+                <PyObject*>PyTuple_GET_ITEM(entry, 1) == <PyObject*>event
+            ):
+                return <object>PyTuple_GET_ITEM(entry, 2)
+        plan = None
+        head = self.info_heads.get(event)
+        if head is not None:
+            drop = (<tuple>head)[1]
+            names = []
+            kinds = bytearray(n)
+            for i in range(n):
+                key = <object>PyTuple_GET_ITEM(keys, i)
+                if type(key) is not str or _is_head_key(key):
+                    break
+                if drop is not None and any(_same_str(key, d) for d in <tuple>drop):
+                    kinds[i] = 1
+                elif drop is not None and _same_str(key, _RECONSUME_TIMES):
+                    kinds[i] = 2
+                _init(&b)
+                try:
+                    if not _put_plain_str(&b, key):
+                        break
+                    _put_c(&b, 58)  # ":"
+                    names.append(PyBytes_FromStringAndSize(b.p, b.n))
+                finally:
+                    _release(&b)
+            else:
+                plan = ((<tuple>head)[0], tuple(names), bytes(kinds))
+        if len(self.plans) < _PLANS:
+            self.plans.append((keys, event, plan))
+        return plan
+
+    cdef int _out(self, bytes line) except -1:
+        """``emit``'s hand-over: the one sink's ``write`` (the sink twin's in C) or each
+        sink's."""
+        if self.sink is not None:
+            return _sink_write(self.sink, line)
+        write = self.write
+        if write is not None:
+            write(line)
+            return 0
+        for s in self.sinks:
+            s.write(line)
+        return 0
+
+    cdef int _row(self, event, tuple keys, PyObject** values) except -1:
+        """``self(event, dict(zip(keys, values)))`` (``keys`` distinct) without the dict:
+        the common case written from the two arrays; any other builds the dict and goes
+        ``_line``'s way. Nobody sees the dict, so what ``_line`` would drop from it is
+        only left out of the line."""
+        cdef _Buf b
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(keys)
+        cdef long long ts_ms = _wall_ms(self.wall)
+        cdef bytes line = None
+        cdef dict fields
+        cdef const char* kinds
+        cdef int overflow
+        plan = self._plan(event, keys)
+        if plan is not None and n:
+            names = <tuple>PyTuple_GET_ITEM(plan, 1)
+            kinds = PyBytes_AS_STRING(<bytes>PyTuple_GET_ITEM(plan, 2))
+            _init(&b)
+            try:
+                _put(&b, b'{"ts":', 6)
+                _put_i64(&b, ts_ms)
+                _put_bytes(&b, <bytes>PyTuple_GET_ITEM(plan, 0))  # ends with ","
+                for i in range(n):
+                    value = <object>values[i]
+                    if kinds[i] == 1:  # a drop
+                        continue
+                    if kinds[i] == 2:  # reconsume_times: an int, left out when 0
+                        if type(value) is not int:
+                            break
+                        overflow = 0
+                        if PyLong_AsLongLongAndOverflow(value, &overflow) == 0 and not overflow:
+                            continue
+                    _put_bytes(&b, <bytes>PyTuple_GET_ITEM(names, i))
+                    if not _put_plain_value(&b, value):
+                        break
+                    _put_c(&b, 44)  # ","
+                else:
+                    b.p[b.n - 1] = 125  # the last "," (the head's without fields) becomes "}"
+                    line = PyBytes_FromStringAndSize(b.p, b.n)
+            finally:
+                _release(&b)
+        if line is None:
+            fields = {}
+            for i in range(n):
+                fields[<object>PyTuple_GET_ITEM(keys, i)] = <object>values[i]
+            line = self._line(event, fields, ts_ms, "info")
+        return self._out(line)
+
+    def row(self, event, tuple keys, tuple values):
+        """``_row`` from Python (the parity tests): ``self(event, dict(zip(keys,
+        values)))`` for distinct keys."""
+        cdef PyObject* vals[64]
+        cdef Py_ssize_t i
+        if len(keys) != len(values) or len(set(keys)) != len(keys) or len(keys) > 64:
+            raise ValueError("row: distinct keys, one value each, at most 64")
+        for i in range(len(keys)):
+            vals[i] = PyTuple_GET_ITEM(values, i)
+        self._row(event, keys, vals)
 
     cdef bytes _line(self, event, dict fields, long long ts_ms, level):
         """``logs._line_maker``'s ``line``."""
@@ -439,13 +642,7 @@ cdef class LineEmitter:
         )
 
     def __call__(self, event, dict fields, level="info"):
-        line = self._line(event, fields, _wall_ms(self.wall), level)
-        write = self.write
-        if write is not None:
-            write(line)
-            return
-        for s in self.sinks:
-            s.write(line)
+        self._out(self._line(event, fields, _wall_ms(self.wall), level))
 
     def many(self, event, list rows):
         lines = [self._line(event, <dict>fields, ts, "info") for ts, fields in rows]
@@ -460,3 +657,15 @@ def info(self, event, **fields):
         self._logger.info(event, **fields)
         return
     emit(event, fields)
+
+
+cdef int _emit_row(object emitter, object event, tuple keys, PyObject** values) except -1:
+    """``LineEmitter._row`` for the twins that log per message (``ROW``)."""
+    return (<LineEmitter>emitter)._row(event, keys, values)
+
+
+ctypedef int (*row_fn)(object, object, tuple, PyObject**) except -1
+cdef row_fn _row_ptr = _emit_row
+# ``emitter(event, dict(zip(keys, values)))`` as a C function of an exact ``LineEmitter``,
+# the values a C array (``put/_path.pyx``, ``handlers/_pull.pyx``: no fields dict)
+ROW = PyCapsule_New(<void*>_row_ptr, b"kairosmq.server.observe._logs.ROW", NULL)

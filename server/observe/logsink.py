@@ -7,7 +7,9 @@ fraction of a microsecond, any thread); a background thread drains it every
 if asked) when it passes ``rotate_bytes`` or ``rotate_seconds``; ``StreamSink`` writes to
 a binary stream such as stdout.
 
-Invariants: lines are written whole and in order; ``flush()`` returns once everything
+Invariants: lines are written whole and in order (``write`` is the hot path: its fields
+``_lock``, ``_pending`` and ``_enqueued`` are slots, which the native twin
+``_logsink.pyx`` reads in place); ``flush()`` returns once everything
 written before it is in the OS; ``close()`` drains everything; a rotated file is never
 written again. No fsync per line: logs are not the source of truth, the commit log is.
 
@@ -28,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import BinaryIO
 
 from kairosmq.protocol import native
@@ -62,6 +64,10 @@ def _tell(name: str, error: str | None, retry_in: float = 0.0) -> None:
 
 
 class BufferedSink:
+    # the fields ``write`` touches per line in slots (the native twin reads them in
+    # place); any other attribute lives in the instance's ``__dict__``
+    __slots__ = ("_lock", "_pending", "_enqueued", "__dict__", "__weakref__")
+
     def __init__(self, interval: float = 0.2) -> None:
         self.interval = interval
         self._pending: list[bytes] = []
@@ -238,8 +244,10 @@ class RotatingJsonSink(BufferedSink):
 
 # ------------------------------------------------------------------ the native twin
 
-# ``BufferedSink.write`` above is the reference; the twin's (``_logsink.pyx``: the same
-# steps without a Python frame) replaces it when protocol/native.py chooses it.
+# ``BufferedSink.write`` above is the reference (tests/server/test_log_batch_writer.py
+# holds the twin to it); the twin's (``_logsink.pyx``: the same steps without a Python
+# frame) replaces it when protocol/native.py chooses it.
+reference = SimpleNamespace(write=BufferedSink.write)
 
 
 def _load_twin() -> ModuleType:

@@ -8,8 +8,11 @@ one C function: the stray DELAY dropped or the delay transform (``transform_dela
 ``_target_ready``'s "the target queue has a file (or has asked for its first)" case, the offset msg id (the bytes
 ``ids.create_offset_msg_id`` packs, written as hex here) and the ``message.scheduled`` /
 ``message.stored`` fields handed to the hot-path writer (``observe/logs.py``'s
-``_fast_emit``) without ``MessageLog.info``'s frame. It mirrors the reference step for
-step. The message's fields are read and written straight through their slots (the
+``_fast_emit``) without ``MessageLog.info``'s frame (to the native writer,
+``_logs.pyx``'s ``LineEmitter``, as values in a C array through its ``ROW``, in the
+reference's keyword order, ``SCHEDULED_KEYS`` / ``STORED_KEYS``: no fields dict). It mirrors the reference step for
+step. The message's fields (and a ``PutPath``'s own ``store``, ``stats``, ``msglog`` and
+``config``, not a subclass's) are read and written straight through their slots (the
 offsets its member descriptors use, read at import: a ``MessageInner`` not laid out as
 a plain slotted dataclass fails the import and the pure core runs); an integer the
 reference writes as text (``str``) and reads back (``int``) is kept as the integer it
@@ -30,9 +33,9 @@ no delay levels configured; a target queue without a file goes to the reference'
 
 from cpython.object cimport PyObject
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from protocol._slots cimport _get, _put, _slot
+from protocol._slots cimport _field, _get, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 
@@ -61,6 +64,28 @@ try:
     _store_twin_put = _message_store.put
 except (ImportError, AttributeError):
     pass
+
+# the hot-path log writer's row entry (``_logs.ROW``): a line written from the fields'
+# values in a C array, without the fields dict, when the emitter is exactly the twin's
+ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
+cdef _row_t _row = NULL
+cdef object _LineEmitter = None
+if _logs._twin is not None and PyCapsule_IsValid(
+    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
+):
+    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
+    _LineEmitter = _logs._twin.LineEmitter
+# the keywords ``PutPath.put`` logs, in its order
+SCHEDULED_KEYS = (
+    "msg_id", "real_topic", "real_queue_id", "delay_level", "queue_offset", "phy_offset",
+    "deliver_ts", "reconsume_times",
+)
+STORED_KEYS = (
+    "msg_id", "topic", "queue_id", "queue_offset", "phy_offset", "size", "born_ts",
+    "reconsume_times",
+)
+cdef tuple _SCHEDULED_KEYS = SCHEDULED_KEYS
+cdef tuple _STORED_KEYS = STORED_KEYS
 
 cdef extern from "time.h" nogil:
     ctypedef long time_t
@@ -108,6 +133,13 @@ cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")
 cdef Py_ssize_t R_QOFF = _slot(PutResult, "queue_offset")
 cdef Py_ssize_t R_MSG_ID = _slot(PutResult, "offset_msg_id")
+# PutPath: the fields a put reads, in place for the class itself (a subclass is read
+# through its attributes)
+cdef object _PutPath = _ref.PutPath
+cdef Py_ssize_t P_STORE = _slot(_PutPath, "store")
+cdef Py_ssize_t P_STATS = _slot(_PutPath, "stats")
+cdef Py_ssize_t P_MSGLOG = _slot(_PutPath, "msglog")
+cdef Py_ssize_t P_CONFIG = _slot(_PutPath, "config")
 
 
 cdef object _now_ms(store):
@@ -170,15 +202,18 @@ def put(self, msg, kind=_NORMAL, *, due_ms=0):
 cdef object _put_msg(object self, object msg, object kind, object due_ms):
     """``PutPath.put`` (``put``'s body; the send twin calls it through ``PUT``)."""
     cdef Py_ssize_t n
-    cdef bint plain
+    cdef bint plain, row, slotted
     cdef long long parsed
+    cdef PyObject* vals[8]
+    cdef object f_id, f_topic, f_level, f_qid, f_qoff, f_size, f_born, f_rt
     cdef long level = 0
     if (kind is not _NORMAL and kind is not _DELAYED) or type(msg) is not _MessageInner:
         return _ref_put(self, msg, kind, due_ms=due_ms)
     props = _get(msg, M_PROPS)
     if type(props) is not dict:
         return _ref_put(self, msg, kind, due_ms=due_ms)
-    store = self.store
+    slotted = type(self) is _PutPath
+    store = _field(self, P_STORE, "store") if slotted else self.store
     topic = _get(msg, M_TOPIC)
     qid = None  # the target queue id as the integer REAL_QID was written from
     qid_text = deliver_text = deliver = None
@@ -193,7 +228,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
                 except Exception:
                     return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
             if level_o > 0:
-                levels_ms = self.config.delay_levels_ms
+                levels_ms = (_field(self, P_CONFIG, "config") if slotted else self.config).delay_levels_ms
                 n = len(levels_ms)
                 if n == 0:
                     return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -226,8 +261,9 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     plain = type(result) is _PutResult  # its fields read through their slots
     if (_get(result, R_STATUS) if plain else result.status) is not _PUT_OK:
         return result
+    stats = _field(self, P_STATS, "stats") if slotted else self.stats
     if level > 0:
-        self.stats.scheduled[level] += 1
+        stats.scheduled[level] += 1
         target = (<dict>props)[_REAL_TOPIC]
         qid_now = (<dict>props)[_REAL_QID]
         if qid_now is not qid_text or type(qid) is not int:
@@ -239,10 +275,10 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
             self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
-        self.stats.stored[_get(msg, M_TOPIC)] += 1
-    if not self.config.log_messages:
+        stats.stored[_get(msg, M_TOPIC)] += 1
+    if not (_field(self, P_CONFIG, "config") if slotted else self.config).log_messages:
         return result
-    msglog = self.msglog
+    msglog = _field(self, P_MSGLOG, "msglog") if slotted else self.msglog
     emit = None
     if type(msglog) is _MessageLog:
         if not _logs._info_enabled:  # MessageLog.enabled
@@ -256,12 +292,29 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         _put(result, R_MSG_ID, offset_id)
     else:
         result.offset_msg_id = offset_id
+    row = emit is not None and _row != NULL and type(emit) is _LineEmitter
     if level > 0:
         event = "message.scheduled"
         if (<dict>props)[_DELIVER_TIME] is not deliver_text or type(deliver) is not int:
             deliver = int((<dict>props)[_DELIVER_TIME])
         if (<dict>props)[_REAL_QID] is not qid_text:
             qid = int((<dict>props)[_REAL_QID])
+        if row:  # the line written from the values, no fields dict
+            f_id = (<dict>props).get(_UNIQ_KEY) or offset_id
+            f_topic = (<dict>props)[_REAL_TOPIC]
+            f_level = level
+            f_qoff = _get(result, R_QOFF) if plain else result.queue_offset
+            f_rt = _get(msg, M_RECONSUME)
+            vals[0] = <PyObject*>f_id
+            vals[1] = <PyObject*>f_topic
+            vals[2] = <PyObject*>qid
+            vals[3] = <PyObject*>f_level
+            vals[4] = <PyObject*>f_qoff
+            vals[5] = <PyObject*>phy
+            vals[6] = <PyObject*>deliver
+            vals[7] = <PyObject*>f_rt
+            _row(emit, event, _SCHEDULED_KEYS, vals)
+            return result
         fields = _PyDict_NewPresized(8)  # the literal's keys, no resize on the way
         fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
         fields["real_topic"] = (<dict>props)[_REAL_TOPIC]
@@ -273,6 +326,24 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         fields["reconsume_times"] = _get(msg, M_RECONSUME)
     else:
         event = "message.stored"
+        if row:  # the line written from the values, no fields dict
+            f_id = (<dict>props).get(_UNIQ_KEY) or offset_id
+            f_topic = _get(msg, M_TOPIC)
+            f_qid = _get(msg, M_QID)
+            f_qoff = _get(result, R_QOFF) if plain else result.queue_offset
+            f_size = _get(result, R_SIZE) if plain else result.size
+            f_born = _get(msg, M_BORN_TS)
+            f_rt = _get(msg, M_RECONSUME)
+            vals[0] = <PyObject*>f_id
+            vals[1] = <PyObject*>f_topic
+            vals[2] = <PyObject*>f_qid
+            vals[3] = <PyObject*>f_qoff
+            vals[4] = <PyObject*>phy
+            vals[5] = <PyObject*>f_size
+            vals[6] = <PyObject*>f_born
+            vals[7] = <PyObject*>f_rt
+            _row(emit, event, _STORED_KEYS, vals)
+            return result
         fields = _PyDict_NewPresized(8)
         fields["msg_id"] = (<dict>props).get(_UNIQ_KEY) or offset_id
         fields["topic"] = _get(msg, M_TOPIC)

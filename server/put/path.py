@@ -72,6 +72,9 @@ def response_code(status: PutStatus) -> ResponseCode:
 class PutPath:
     """The delay transform, store put, stats and per-message logs of every put."""
 
+    # slots: the native twin reads the fields a put touches in place (``_path.pyx``)
+    __slots__ = ("store", "stats", "msglog", "config", "admit_timer")
+
     def __init__(
         self,
         store: MessageStore,

@@ -33,6 +33,9 @@ cdef Py_ssize_t H_ANSWER = _slot(_Held, "answer")
 cdef Py_ssize_t H_KEY = _slot(_Held, "key")
 cdef Py_ssize_t H_TIMER = _slot(_Held, "timer")
 cdef Py_ssize_t H_DONE = _slot(_Held, "done")
+cdef object _Notifier = _ref.ArrivalNotifier  # its tables read in place (the class itself)
+cdef Py_ssize_t N_WAITERS = _slot(_Notifier, "_waiters")
+cdef Py_ssize_t N_HELD = _slot(_Notifier, "_held")
 cdef object _Request = DispatchRequest
 cdef Py_ssize_t R_TOPIC = _slot(_Request, "topic", False)
 cdef Py_ssize_t R_QID = _slot(_Request, "queue_id", False)
@@ -84,8 +87,12 @@ cdef inline object _pop(object table, object key):
 
 cdef object _notify(self, topic, queue_id):
     """``ArrivalNotifier.notify`` (its key made only when something waits: unseen)."""
-    waiting = self._waiters
-    parked = self._held
+    if type(self) is _Notifier:
+        waiting = _field(self, N_WAITERS, "_waiters")
+        parked = _field(self, N_HELD, "_held")
+    else:
+        waiting = self._waiters
+        parked = self._held
     if not waiting and not parked:
         return None
     key = (topic, queue_id)

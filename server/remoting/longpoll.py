@@ -53,6 +53,10 @@ class Held:
 
 
 class ArrivalNotifier:
+    # slots: the native twin reads the tables ``notify`` looks at per stored message in
+    # place (``_longpoll.pyx``)
+    __slots__ = ("_waiters", "_held", "closed", "_loop")
+
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[bool]]] = {}
         self._held: dict[tuple[str, int], dict[Held, None]] = {}  # insertion order kept

@@ -254,3 +254,140 @@ def test_the_native_clock_is_time_time_s_float() -> None:
         readings.append(orjson.loads(got.lines[-1])["ts"])
     readings.append(int(time.time() * 1000))
     assert readings == sorted(readings)
+
+
+@settings(max_examples=400, deadline=None)
+@given(calls())
+def test_the_native_row_writes_its_fields_line(call: tuple[str, dict[str, Any], int, str]) -> None:
+    """``LineEmitter.row`` (the values of distinct keys handed over without a dict, as
+    ``put/_path.pyx`` and ``handlers/_pull.pyx`` log ``message.*``): the line the
+    emitter writes for ``dict(zip(keys, values))``, which is the reference's."""
+    event, fields, ts, _level = call
+    heads = logs._line_heads(orjson.dumps)
+    want = logs._line_maker(heads, orjson.dumps)(event, dict(fields), ts, "info")
+    if logs._twin is None:
+        return
+    wall = lambda: (ts + 0.5) / 1000  # noqa: E731
+    got = _Capture()
+    logs._twin.LineEmitter(heads, wall, got.write, [got]).row(
+        event, tuple(fields), tuple(fields.values())
+    )
+    each = _Capture()
+    logs._twin.LineEmitter(heads, wall, None, [each, each]).row(
+        event, tuple(fields), tuple(fields.values())
+    )
+    assert got.lines == [want] and each.lines == [want, want]
+    with pytest.raises(ValueError):
+        logs._twin.LineEmitter(heads, wall, got.write, [got]).row(event, ("a", "a"), (1, 2))
+    # one long-lived emitter, the same keys tuple again and again (as the twins hand
+    # theirs): what it worked out for the pair the first time, then more pairs than it
+    # keeps, gives the same lines
+    keys = _SAME_KEYS.setdefault((event, tuple(fields)), tuple(fields))
+    _SHARED_CLOCK[0] = ts
+    if _SHARED_EMITTER[:1] == []:
+        _SHARED_EMITTER.append(
+            logs._twin.LineEmitter(heads, lambda: (_SHARED_CLOCK[0] + 0.5) / 1000, None, [_SHARED])
+        )
+    del _SHARED.lines[:]
+    for _ in range(2):
+        _SHARED_EMITTER[0].row(event, keys, tuple(fields.values()))
+    assert _SHARED.lines == [want, want]
+
+
+_SAME_KEYS: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
+_SHARED_CLOCK = [0]
+_SHARED = _Capture()
+_SHARED_EMITTER: list[Any] = []
+
+
+def test_the_per_message_rows_are_the_reference_s_keywords() -> None:
+    """The key tuples the twins hand to ``row`` are the keywords of the reference's
+    ``msglog.info`` calls, in their order (the lines' bytes follow that order)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from kairosmq.server.handlers import pull
+    from kairosmq.server.put import path
+
+    def keywords(fn: Any, event: str) -> tuple[str, ...]:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == event
+            ):
+                return tuple(k.arg for k in node.keywords if k.arg is not None)
+        raise AssertionError(event)
+
+    if path._twin is None or pull._twin is None:
+        return
+    put = path.reference.put
+    assert path._twin.SCHEDULED_KEYS == keywords(put, "message.scheduled")
+    assert path._twin.STORED_KEYS == keywords(put, "message.stored")
+    assert pull._twin.PULLED_KEYS == keywords(pull.reference._answer, "message.pulled")
+
+
+def test_a_sink_s_write_is_the_reference_s(tmp_path: Path) -> None:
+    """``BufferedSink.write`` on either core (the twin reads the lock, the pending lines
+    and the count in their slots for the sink classes of ``logsink.py``, through the
+    attributes for any other): the same lines pending, the same count, the lock free
+    after; the native writer hands its lines to such a sink in C: the same file."""
+    from kairosmq.server.observe import logsink
+
+    class Other(logsink.BufferedSink):  # another class: read through its attributes
+        pass
+
+    files = iter(range(100))
+    makers: list[Any] = [
+        lambda: logsink.BufferedSink(60.0),  # never started: nothing drains it
+        lambda: logsink.StreamSink(open(tmp_path / f"o{next(files)}", "wb"), 60.0),  # noqa: SIM115
+        lambda: logsink.RotatingJsonSink(tmp_path / f"r{next(files)}", interval=60.0),
+        lambda: Other(60.0),
+    ]
+    for make in makers:
+        sinks = [make(), make()]
+        for line in (b"a", b"bb", b"{}"):
+            sinks[0].write(line)  # the chosen core's
+            logsink.reference.write(sinks[1], line)
+        for s in sinks:
+            assert s._pending == [b"a", b"bb", b"{}"] and s._enqueued == 3
+            assert not s._lock.locked()
+            if s._writer_thread.is_alive():
+                s.close()
+    if logs._twin is None:
+        return
+    heads = logs._line_heads(orjson.dumps)
+    out = []
+    for name in ("c", "py"):
+        sink = logsink.RotatingJsonSink(tmp_path / name)
+        write = sink.write if name == "c" else (lambda line, s=sink: s.write(line))
+        emitter = logs._twin.LineEmitter(heads, lambda: 1.5, write, [sink])
+        emitter("message.pulled", {"msg_id": "M", "group": "G", "queue_id": 1})
+        emitter.row("message.pulled", ("msg_id", "topic"), ("N", "T"))
+        sink.close()
+        out.append((tmp_path / name / logsink.ACTIVE_NAME).read_bytes())
+    assert out[0] == out[1] and out[0].count(b"\n") == 2
+
+
+def test_the_native_writer_checks_every_byte_of_long_text() -> None:
+    """The twin checks plain text 8 bytes at a time: every byte orjson escapes (and
+    its neighbours, which it does not) at every place of a key or value of up to 20
+    characters gives the reference's bytes."""
+    heads = logs._line_heads(orjson.dumps)
+    make = logs._line_maker(heads, orjson.dumps)
+    if logs._twin is None:
+        return
+    got = _Capture()
+    emitter = logs._twin.LineEmitter(heads, lambda: 0.0015, got.write, [got])
+    special = [*range(0x20), 0x22, 0x5C, 0x7F, 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7E, 0x80, 0xE9]
+    for n in (1, 7, 8, 9, 15, 16, 17, 20):
+        for at in range(n):
+            for c in special:
+                text = "a" * at + chr(c) + "b" * (n - at - 1)
+                fields = {"topic": text, text: n}
+                del got.lines[:]
+                emitter("message.stored", dict(fields))
+                assert got.lines == [make("message.stored", dict(fields), 1, "info")], text

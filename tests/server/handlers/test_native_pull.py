@@ -30,7 +30,8 @@ from kairosmq.protocol.headers import PullMessageRequestHeader
 from kairosmq.server.handlers import pull
 from kairosmq.server.handlers.pull import PullMessageProcessor
 from kairosmq.server.observe import logs
-from kairosmq.server.store import reads
+from kairosmq.server.put.kind import MessageKind
+from kairosmq.server.store import MessageInner, PutStatus, reads
 from kairosmq.server.store.reads import StoreReads
 
 from tests.server.handlers.rig import Services, req
@@ -357,3 +358,79 @@ async def test_held_pull_event_alike_at_each_level(  # type: ignore[no-untyped-d
     assert rig.broker.pull_holds.held == 0
     assert calls["ref"] == calls["nat"]
     assert len(calls["ref"]) == (1 if level == logging.DEBUG else 0)
+
+
+async def test_the_hot_path_writer_writes_the_same_pulled_lines(  # type: ignore[no-untyped-def]
+    rig, nat, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``message.pulled`` through the broker's own hot-path writer (``configure_logging``
+    into a real file; the twin hands its values to the writer without a fields dict):
+    the same lines as the reference's, ``ts`` pinned, for records with and without
+    reconsume times."""
+    import time
+
+    import structlog
+
+    await _fill(rig)
+    again = MessageInner("P", 1, b"again", {"TAGS": "A"}, reconsume_times=3)
+    assert rig.put(again, MessageKind.NORMAL).status is PutStatus.PUT_OK
+    rig.store.write_out()
+    monkeypatch.setattr(time, "time", lambda: 1_767_225_600.123)
+    procs = {name: _processor(cls, rig, False) for name, cls in _cores(nat).items()}
+    answer = {"ref": pull.reference._answer, "nat": nat.answer}
+    cmd = req(RequestCode.PULL_MESSAGE, {"consumerGroup": "G", "topic": "P", "queueId": 1})
+    lines = {}
+    for name, proc in procs.items():
+        d = tmp_path / f"logs-{name}"
+        logs.configure_logging(json=True, level="info", log_dir=d, stdout=False)
+        try:
+            for offset in (0, 7, 36):
+                h = PullMessageRequestHeader.from_ext_fields(
+                    {"consumerGroup": "G", "topic": "P", "queueId": "1", "queueOffset": str(offset)}
+                )
+                found = reads.reference.get(rig.store, "P", 1, offset, 8)
+                assert found.units
+                answer[name](proc, cmd, h, found)
+        finally:
+            logs.close_sinks()
+            structlog.reset_defaults()
+        lines[name] = [ln for f in sorted(d.iterdir()) for ln in f.read_bytes().splitlines()]
+    assert len(lines["ref"]) >= 17 and b'"reconsume_times":3' in lines["ref"][-1]
+    assert lines["nat"] == lines["ref"]
+
+
+async def test_a_field_a_subclass_redefines_is_read_as_it_says(  # type: ignore[no-untyped-def]
+    rig, nat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twin reads the processor's fields in their slots only for classes that keep
+    them (``_laid_out``): a subclass whose ``config`` is a property is read through it,
+    on both cores (its ``log_messages`` off: no ``message.pulled``), while the plain
+    classes log."""
+    await _fill(rig)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        logs, "_fast_emit", lambda event, fields, level="info": events.append((event, dict(fields)))
+    )
+    cmd = req(RequestCode.PULL_MESSAGE, {"consumerGroup": "G", "topic": "P", "queueId": 1})
+    h = PullMessageRequestHeader.from_ext_fields(
+        {"consumerGroup": "G", "topic": "P", "queueId": "1", "queueOffset": "3"}
+    )
+    found = reads.reference.get(rig.store, "P", 1, 3, 4)
+    answer = {"ref": pull.reference._answer, "nat": nat.answer}
+    for name, cls in _cores(nat).items():
+
+        class Quiet(cls):  # type: ignore[valid-type,misc]
+            @property
+            def config(self) -> Any:
+                return dataclasses.replace(self.__dict__["cfg"], log_messages=False)
+
+            @config.setter
+            def config(self, value: Any) -> None:
+                self.__dict__["cfg"] = value
+                PullMessageProcessor.config.__set__(self, value)  # the slot logs
+
+        for klass, logged in ((cls, len(found.units)), (Quiet, 0)):
+            del events[:]
+            proc = _processor(klass, rig, False)
+            got = answer[name](proc, cmd, h, found)
+            assert got.code == 0 and len(events) == logged, (name, klass)
