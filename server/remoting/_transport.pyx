@@ -20,9 +20,10 @@ steps call each other in C (``data_received`` -> ``_process`` -> ``dispatch`` ->
 ``send`` -> ``mark_dirty``, ``_tick`` -> ``flush_out``) when the object's method is this
 module's function (its class's, no instance attribute of the name), else through Python.
 An object that is not a ``Connection`` / ``RemotingServer`` (or a subclass) is handed to
-the reference. A handler that is an ``ingress.Guarded`` (the handler table's wrapping)
-has its call made here: the wrapped handler called, a ``HeaderError`` answered by
-``ingress.refuse``, as ``Guarded.__call__`` (while the class's ``__call__`` is that one).
+the reference. A handler that is ``ingress.guarded``'s wrapper (the handler table's
+wrapping: its ``run`` closure, told by its code object) has its body made here: the
+wrapped handler (the closure's cell) called, a ``HeaderError`` answered by
+``ingress.refuse``.
 
 Anything else is handed to the reference before anything is changed: a response frame
 (a broker -> client call's answer), a request while an ACL check is installed
@@ -34,11 +35,12 @@ written yet through ``ack_problem``.
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 
 from asyncio import get_running_loop
+from types import FunctionType
 
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
-from kairosmq.protocol.errors import HeaderError, ProtocolError
+from kairosmq.protocol.errors import ProtocolError
 
 from protocol._slots cimport _field, _get, _put, _slot
 
@@ -105,19 +107,21 @@ cdef Py_ssize_t L_WRITTEN = _own_slot(_CommitLog, "_written")
 # RemotingCommand (a request's flag and code)
 cdef Py_ssize_t R_FLAG = _own_slot(_RemotingCommand, "flag")
 cdef Py_ssize_t R_CODE = _own_slot(_RemotingCommand, "code")
-# ingress.Guarded (the handler table's wrapping): its call made here
-cdef type _Guarded = _ingress.Guarded
-cdef object _GUARDED_CALL = _Guarded.__dict__["__call__"]
-cdef object _HeaderError = HeaderError
-cdef Py_ssize_t H_HANDLER = _own_slot(_Guarded, "handler")
-cdef Py_ssize_t H_STATS = _own_slot(_Guarded, "stats")
-cdef Py_ssize_t H_LOG = _own_slot(_Guarded, "log")
+# ingress.guarded's wrapper (``run``, a closure over handler, log, stats): made here
+cdef type _FunctionType = FunctionType
+cdef object _RUN_CODE = _ingress.guarded(lambda conn, cmd: None, None, None).__code__
+if _RUN_CODE.co_freevars != ("handler", "log", "stats"):
+    raise ImportError(f"ingress.guarded's run closes over {_RUN_CODE.co_freevars}")
 
 
 cdef extern from "Python.h":
     PyObject* _PyType_Lookup(PyTypeObject* t, object name)
     object PyObject_GenericGetDict(object obj, void* context)
     object _bound "PyMethod_New"(object func, object self)
+    PyObject* PyFunction_GET_CODE(object f)
+    PyObject* PyFunction_GET_CLOSURE(object f)
+    PyObject* PyCell_GET(PyObject* cell)
+    PyObject* PyTuple_GET_ITEM(PyObject* t, Py_ssize_t i)
 
 
 cdef bint _ours(object obj, str name, object fn) except -1:
@@ -335,22 +339,17 @@ cdef _dispatch(self, conn, cmd):
         appends = _field(store_guard, G_APPENDS, "appends")
     else:
         appends = guard.appends if guard is not None else 0
+    cdef PyObject* cells
+    cdef PyObject* inner = NULL
+    if type(handler) is _FunctionType and PyFunction_GET_CODE(handler) == <PyObject*>_RUN_CODE:
+        cells = PyFunction_GET_CLOSURE(handler)  # handler, log, stats (checked at import)
+        inner = PyCell_GET(PyTuple_GET_ITEM(cells, 0))
     try:
-        if type(handler) is _Guarded and _PyType_Lookup(
-            <PyTypeObject*>_Guarded, "__call__"
-        ) == <PyObject*>_GUARDED_CALL:
-            # Guarded.__call__, its body here
+        if inner != NULL:  # ingress.guarded's run, its body here
             try:
-                result = _field(handler, H_HANDLER, "handler")(conn, cmd)
-            except _HeaderError as err:
-                result = _ingress.refuse(
-                    _field(handler, H_STATS, "stats"),
-                    _field(handler, H_LOG, "log"),
-                    conn,
-                    cmd,
-                    err.response_code,
-                    str(err),
-                )
+                result = (<object>inner)(conn, cmd)
+            except _ingress.HeaderError as err:
+                result = _guarded_refusal(cells, conn, cmd, err)
         else:
             result = handler(conn, cmd)
     except Exception as err:  # every failure becomes an answer
@@ -380,6 +379,15 @@ cdef _dispatch(self, conn, cmd):
     tasks = _field(self, S_TASKS, "tasks")
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+
+
+cdef object _guarded_refusal(PyObject* cells, conn, cmd, err):
+    """``run``'s ``except HeaderError`` (``refuse``, as ingress names it now)."""
+    cdef PyObject* log = PyCell_GET(PyTuple_GET_ITEM(cells, 1))
+    cdef PyObject* stats = PyCell_GET(PyTuple_GET_ITEM(cells, 2))
+    if stats == NULL or log == NULL:  # an emptied cell: the name fails as in ``run``
+        raise NameError("free variable referenced before assignment in enclosing scope")
+    return _ingress.refuse(<object>stats, <object>log, conn, cmd, err.response_code, str(err))
 
 
 def mark_dirty(self, conn):

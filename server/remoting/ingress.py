@@ -3,9 +3,10 @@
 Owns: ``Rejected`` (a refusal: RocketMQ code + remark naming the field and the bad value)
 and the per-request checks the handlers call right after decoding their header or body:
 names, integers, queue ids, sizes, the send ``sysFlag`` and message properties. Also
-``guarded``: the wrapper (a ``Guarded``, applied to every handler in
-``handlers/__init__.py``) that answers a refusal, counts it (``stats.rejected``) and logs
-``request.rejected``; the transport's native twin makes its call in C.
+``guarded``: the wrapper (applied to every handler in ``handlers/__init__.py``) that
+answers a refusal, counts it (``stats.rejected``) and logs ``request.rejected``; the
+transport's native twin makes its ``run`` in C (it reads the closure: ``run``'s code and
+its cells ``handler``, ``log``, ``stats``, checked when the twin is imported).
 
 Invariants:
 * Nothing is appended, created or committed for a request that fails a check. Internal
@@ -119,31 +120,18 @@ class Rejected(HeaderError):
         self.remark = remark
 
 
-class Guarded:
-    """A handler wrapped by ``guarded``: a refusal (or a header it cannot decode) raised
-    by ``handler`` becomes the error answer, counted and logged by ``refuse``. Slotted:
-    the transport's native twin makes this call in C (``_transport.pyx``) when the
-    handler it dispatches to is one; ``__dict__`` holds what ``functools.wraps`` copies."""
-
-    __slots__ = ("handler", "stats", "log", "__dict__")
-
-    def __init__(self, handler: Handler, stats: BrokerStats, log: Any) -> None:
-        self.handler = handler
-        self.stats = stats
-        self.log = log
-        functools.update_wrapper(self, handler)
-
-    def __call__(self, conn: Connection, cmd: RemotingCommand) -> Any:
-        try:
-            return self.handler(conn, cmd)
-        except HeaderError as err:
-            return refuse(self.stats, self.log, conn, cmd, err.response_code, str(err))
-
-
 def guarded(handler: Handler, stats: BrokerStats, log: Any) -> Handler:
     """Wrap a handler: a refusal (or a header it cannot decode) becomes the error answer,
-    counted in ``stats.rejected`` and logged as ``request.rejected`` (``Guarded``)."""
-    return Guarded(handler, stats, log)
+    counted in ``stats.rejected`` and logged as ``request.rejected``."""
+
+    @functools.wraps(handler)
+    def run(conn: Connection, cmd: RemotingCommand) -> Any:
+        try:
+            return handler(conn, cmd)
+        except HeaderError as err:
+            return refuse(stats, log, conn, cmd, err.response_code, str(err))
+
+    return run
 
 
 def refuse(

@@ -4,7 +4,7 @@ per-request methods are the reference's and to one whose methods are the twin's 
 the same bytes on the wire, the same counters and the same events.
 
 Covers what the twin makes in C: the slotted fields read and written by offset, the
-``ingress.Guarded`` call (an answer, a refusal counted and logged, an exception, no
+``ingress.guarded`` wrapper's body (an answer, a refusal counted and logged, an exception, no
 answer, a one-way request), the calls between its own steps (and an instance attribute
 that replaces one of them, which it must call as the reference does), an unknown code,
 a response frame, a malformed frame. Runs on both cores (the twin imported directly).
@@ -26,7 +26,7 @@ from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.server.observe.logs import get_logger
 from kairosmq.server.observe.stats import BrokerStats
 from kairosmq.server.remoting import transport
-from kairosmq.server.remoting.ingress import Guarded, Rejected, guarded
+from kairosmq.server.remoting.ingress import Rejected, guarded
 from kairosmq.server.remoting.transport import Connection, RemotingServer
 from structlog.testing import capture_logs
 
@@ -210,16 +210,18 @@ def test_split_and_malformed_frames_alike(nat: ModuleType) -> None:
     assert any(dict(e).get("event") == "frame.rejected" for e in ref[1])
 
 
-def test_guarded_is_the_reference_wrapping() -> None:
-    """``guarded`` gives a ``Guarded`` (the twin's C call needs its slots), carrying
-    the handler's name and doc as ``functools.wraps`` did."""
+def test_guarded_wrapper_is_what_the_twin_reads(nat: ModuleType) -> None:
+    """The twin makes ``guarded``'s wrapper in C by reading its closure (told by its
+    code): the cells it reads are the handler, the log and the stats, in that order, and
+    the wrapper still carries the handler's name and doc (``functools.wraps``)."""
 
     def handle_x(conn: Connection, cmd: RemotingCommand) -> None:
         """Doc of x."""
 
-    g = guarded(handle_x, BrokerStats(), get_logger("t"))
-    assert type(g) is Guarded
-    assert g.handler is handle_x
+    stats, log = BrokerStats(), get_logger("t")
+    g: Any = guarded(handle_x, stats, log)
+    assert g.__code__.co_freevars == ("handler", "log", "stats")
+    assert [c.cell_contents for c in g.__closure__] == [handle_x, log, stats]
     assert g.__name__ == "handle_x" and g.__doc__ == "Doc of x." and g.__wrapped__ is handle_x
 
 
