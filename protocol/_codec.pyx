@@ -12,7 +12,10 @@ any other JSON header (an unknown or repeated key, a null, a float, a nested val
 escape or byte it does not take, anything that might not parse) is parsed by orjson as
 in the reference, whose rare paths (a non-string extFields value, an integer field given
 as a string) call the reference's own helpers. Short ASCII texts of the headers come
-from a small cache of recent ones (``_texts``). A JSON answer of plain values is written
+from a small cache of recent ones (``_texts``). ``FrameReader`` holds a read that arrives
+while nothing is buffered as it is and decodes its frames in place (no copy into the
+buffer; see its docstring), with the reference's frames, errors and ``buffered`` at every
+step. A JSON answer of plain values is written
 directly (``_frame_json``: orjson's bytes, escapes included); any other goes through
 orjson. ``tests/protocol/test_native_codec.py`` holds every function here to
 ``codec.py`` over generated frames, JSON headers in every spelling (escapes, unicode,
@@ -1002,8 +1005,9 @@ def encode_command(cmd):
     cdef bytes header
     cdef object framed
     cdef Py_buffer view
-    if cmd.serialize_type is _JSON:
-        raw = cmd.body
+    cdef bint slots = _DIRECT and type(cmd) is _RemotingCommand  # read through the slots
+    if (_get(_SLOTS[8], cmd) if slots else cmd.serialize_type) is _JSON:
+        raw = _get(_SLOTS[7], cmd) if slots else cmd.body
         if type(raw) is bytes:
             framed = _frame_json(cmd, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
             if framed is not None:
@@ -1046,7 +1050,14 @@ def encode_command(cmd):
 
 cdef class FrameReader:
     """``codec.FrameReader`` (its docstring is the contract): ``feed(bytes)``, then
-    iterate for the complete commands; a caller that stops early closes the iterator."""
+    iterate for the complete commands; a caller that stops early closes the iterator.
+
+    A read that arrives while nothing is buffered is held as it is (``_data``), not
+    copied into the buffer: the usual read holds whole frames, which are decoded from it
+    in place; what a pass leaves of it (a partial frame) is copied into the buffer when
+    the pass ends, and a read arriving before that copies it first (``_spill``: the
+    buffer then begins with its bytes, so a pass reading it goes on in the buffer at the
+    same position). ``buffered`` counts it either way: the same figures as the reference."""
 
     cdef public object max_frame
     cdef public object max_header
@@ -1055,6 +1066,8 @@ cdef class FrameReader:
     cdef bytearray _tail
     cdef Py_ssize_t _parts_len
     cdef Py_ssize_t _need
+    cdef bytes _data  # a read held as received (the buffer is empty meanwhile)
+    cdef PyObject* _over  # the open pass reading ``_data`` (borrowed: it clears this)
 
     def __init__(self, max_frame=MAX_FRAME_LENGTH, *, max_header=None):
         self._buf = bytearray()
@@ -1064,9 +1077,15 @@ cdef class FrameReader:
         self._tail = bytearray()
         self._parts_len = 0
         self._need = 0
+        self._data = None
+        self._over = NULL
 
     def feed(self, data):
         if not self._need:
+            if type(data) is bytes and self._data is None and PyByteArray_GET_SIZE(self._buf) == 0:
+                self._data = data  # held, not copied
+                return
+            self._spill()
             self._buf += data
             return
         if len(data) >= _PART and not self._tail:
@@ -1083,13 +1102,30 @@ cdef class FrameReader:
             self._buf = bytearray().join(self._parts)
             self._parts, self._tail, self._parts_len, self._need = [], bytearray(), 0, 0
 
+    cdef int _spill(self) except -1:
+        """The held read into the (empty) buffer; the pass reading it reads the buffer."""
+        if self._data is None:
+            return 0
+        self._buf += self._data
+        self._data = None
+        if self._over != NULL:
+            (<_Frames>self._over).src = self._buf
+            self._over = NULL
+        return 0
+
     @property
     def buffered(self):
-        return PyByteArray_GET_SIZE(self._buf) + self._parts_len
+        return (
+            PyByteArray_GET_SIZE(self._buf)
+            + self._parts_len
+            + (PyBytes_GET_SIZE(self._data) if self._data is not None else 0)
+        )
 
     def clear(self):
         """Drop every buffered byte (the stream is closed)."""
         self._buf = bytearray()
+        self._data = None
+        self._over = NULL  # an open pass goes on over what it read, the reader holds none
         self._parts, self._tail, self._parts_len, self._need = [], bytearray(), 0, 0
 
     cdef void _gather(self, Py_ssize_t need):
@@ -1107,17 +1143,28 @@ cdef class _Frames:
     frames handled leave the buffer when it ends, raises or is closed."""
 
     cdef FrameReader reader
-    cdef bytearray buf
+    cdef object src  # the reader's held read (bytes) or its buffer (bytearray)
     cdef Py_ssize_t pos
     cdef Py_ssize_t partial
     cdef bint done
 
     def __cinit__(self, FrameReader reader not None):
         self.reader = reader
-        self.buf = reader._buf
+        self.src = None  # taken at the first step, as the reference's generator starts
         self.pos = 0
         self.partial = 0
         self.done = False
+
+    cdef int _start(self) except -1:
+        cdef FrameReader reader = self.reader
+        if reader._data is not None and reader._over != NULL:
+            reader._spill()  # a second open pass: both read the buffer, as the reference's
+        if reader._data is not None:
+            self.src = reader._data
+            reader._over = <PyObject*>self
+        else:
+            self.src = reader._buf
+        return 0
 
     def __iter__(self):
         return self
@@ -1127,9 +1174,15 @@ cdef class _Frames:
             raise StopIteration
         cdef Py_ssize_t n, pos = self.pos, end, hlen, length
         cdef const uint8_t* p
+        if self.src is None:
+            self._start()
         try:
-            n = PyByteArray_GET_SIZE(self.buf)
-            p = <const uint8_t*>PyByteArray_AS_STRING(self.buf)
+            if type(self.src) is bytes:
+                n = PyBytes_GET_SIZE(self.src)
+                p = <const uint8_t*>PyBytes_AS_STRING(self.src)
+            else:
+                n = PyByteArray_GET_SIZE(self.src)
+                p = <const uint8_t*>PyByteArray_AS_STRING(self.src)
             if n - pos >= 4:
                 length = _u32(p + pos)
                 if length > self.reader.max_frame:
@@ -1164,12 +1217,35 @@ cdef class _Frames:
         if self.done:
             return 0
         self.done = True
+        cdef FrameReader reader = self.reader
+        cdef bytes data
+        if self.src is None:  # never started: nothing read
+            return 0
+        if type(self.src) is bytes:
+            if reader._over != <PyObject*>self:  # the reader was cleared meanwhile
+                return 0
+            reader._over = NULL
+            data = reader._data
+            reader._data = None
+            if self.pos < PyBytes_GET_SIZE(data):  # what is left (a partial frame) is held
+                reader._buf += data[self.pos:]
+            if self.partial >= _LARGE_FRAME:
+                reader._gather(self.partial)
+            return 0
         if self.pos:
-            del self.buf[: self.pos]
-        if self.partial >= _LARGE_FRAME and self.buf is self.reader._buf:
-            self.reader._gather(self.partial)
+            del self.src[: self.pos]
+        if self.partial >= _LARGE_FRAME and self.src is reader._buf:
+            reader._gather(self.partial)
         return 0
 
     def __dealloc__(self):
-        if not self.done and self.pos and self.buf is not None:
-            del self.buf[: self.pos]
+        if self.done or self.reader is None:
+            return
+        if type(self.src) is bytes:
+            if self.reader._over == <PyObject*>self:
+                try:
+                    self._finish()
+                except Exception:  # nothing can be raised from here: the rest stays held
+                    self.reader._over = NULL
+        elif self.pos and self.src is not None:
+            del self.src[: self.pos]

@@ -4,7 +4,9 @@ Owns: ``Rejected`` (a refusal: RocketMQ code + remark naming the field and the b
 and the per-request checks the handlers call right after decoding their header or body:
 names, integers, queue ids, sizes, the send ``sysFlag`` and message properties. Also
 ``guarded``: the wrapper (applied to every handler in ``handlers/__init__.py``) that
-answers a refusal, counts it (``stats.rejected``) and logs ``request.rejected``.
+answers a refusal, counts it (``stats.rejected``) and logs ``request.rejected``; the
+transport's native twin makes its ``run`` in C (it reads the closure: ``run``'s code and
+its cells ``handler``, ``log``, ``stats``, checked when the twin is imported).
 
 Invariants:
 * Nothing is appended, created or committed for a request that fails a check. Internal

@@ -54,7 +54,9 @@ Invariants:
 * The per-request steps (``data_received``, ``_process``, ``send``, ``flush_out``,
   ``dispatch``, ``mark_dirty``, ``_tick``) here are the reference; their native twin
   (``_transport.pyx``) runs them compiled on the native core and hands a response frame,
-  an ACL-checked request and an unknown code to them.
+  an ACL-checked request and an unknown code to them. ``Connection`` and
+  ``RemotingServer`` are slotted (plus ``__dict__``, so any other attribute can still be
+  set) so that the twin reads and writes their per-frame fields by offset.
 """
 
 from __future__ import annotations
@@ -145,6 +147,41 @@ class RequestRefused(Exception):
 
 
 class Connection(asyncio.Protocol):
+    # every field a slot (the native twin reads and writes the per-frame ones by offset);
+    # ``__dict__`` keeps other attributes settable, ``__weakref__`` weak references
+    __slots__ = (
+        "server",
+        "handlers",
+        "listener",
+        "reader",
+        "transport",
+        "conn_id",
+        "peer",
+        "peer_ip",
+        "born_ip",
+        "peer_port",
+        "_out",
+        "_acks",
+        "_opaque",
+        "_busy",
+        "_write_paused",
+        "_reading_paused",
+        "closed",
+        "held_pulls",
+        "calls",
+        "active",
+        "frames_in",
+        "idle_since",
+        "bytes_in",
+        "_partial_mark",
+        "_partial_since",
+        "_partial_bytes",
+        "authorized",
+        "counted",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(self, server: RemotingServer, handlers: dict[int, Handler], listener: str) -> None:
         self.server = server
         self.handlers = handlers
@@ -348,6 +385,32 @@ class Connection(asyncio.Protocol):
 
 
 class RemotingServer:
+    # every field a slot (the native twin reads and writes the per-frame ones by offset);
+    # ``__dict__`` keeps other attributes settable (a test replaces ``dispatch``)
+    __slots__ = (
+        "log",
+        "before_write",
+        "on_connection_lost",
+        "max_frame",
+        "limits",
+        "ack_guard",
+        "replicated",
+        "refused",
+        "unknown_peer",
+        "timed_out",
+        "over_budget",
+        "buffered",
+        "connections",
+        "servers",
+        "tasks",
+        "_dirty",
+        "_tick_scheduled",
+        "auth",
+        "wrap_protocol",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         *,

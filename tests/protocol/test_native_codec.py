@@ -444,3 +444,80 @@ def test_answer_header_of_any_value_types(nat, value, field, body, remark, ext) 
     for lang in codec.LanguageCode:
         cmd = dataclasses.replace(request(10, {"k": "v"}), language=lang)
         assert nat.encode_command(cmd) == ref.encode_command(cmd)
+
+
+def _script(reader_cls, data: bytes, ops: list[tuple[str, int]]) -> list[object]:  # type: ignore[no-untyped-def]
+    """``ops`` run on a reader: feeds (bytes or bytearray chunks of ``data``) while a pass
+    is open or not, steps of the open pass, a second pass, close, clear, a pass dropped
+    unclosed; what each gives, with ``buffered`` after it."""
+    reader, out, pos, passes = reader_cls(max_frame=1 << 20), [], 0, []
+    for op, n in ops:
+        try:
+            if op in ("feed", "feed_array"):
+                chunk = data[pos : pos + n]
+                pos += n
+                reader.feed(chunk if op == "feed" else bytearray(chunk))
+            elif op == "open":
+                passes.append(iter(reader))
+            elif op == "next" and passes:
+                cmd = next(passes[-1], None)
+                out.append(None if cmd is None else (cmd.code, cmd.opaque, cmd.body))
+            elif op == "close" and passes:
+                passes.pop().close()
+            elif op == "drop" and passes:
+                del passes[-1]  # never closed: its frames leave when it is released
+            elif op == "clear":
+                reader.clear()
+        except Exception as err:  # noqa: BLE001 - compared
+            out.append((type(err), str(err)))
+        out.append(reader.buffered)
+    for p in passes:
+        p.close()
+    try:
+        out.append([(c.code, c.opaque) for c in reader])
+    except Exception as err:  # noqa: BLE001 - compared
+        out.append((type(err), str(err)))
+    out.append(reader.buffered)
+    return out
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["feed", "feed", "feed_array", "open", "next", "next", "next", "close", "drop", "clear"]
+        ),
+        st.integers(1, 300),
+    ),
+    max_size=30,
+)
+
+
+@PARITY
+@given(st.lists(commands, min_size=1, max_size=6), OPS)
+def test_frame_reader_held_reads_any_order(nat, cmds, ops) -> None:  # type: ignore[no-untyped-def]
+    """A read held as received (the twin's): fed again while a pass reads it, cleared
+    under an open pass, read by a second pass, dropped unclosed: the reference's frames,
+    errors and ``buffered`` at every step."""
+    data = b"".join(ref.encode_command(c) for c in cmds)
+    assert _script(nat.FrameReader, data, ops) == _script(ref.FrameReader, data, ops)
+
+
+def test_frame_reader_held_reads_cases(nat) -> None:  # type: ignore[no-untyped-def]
+    """The held read's cases one by one (sizes in whole frames): a read fed while a pass
+    reads the held one, a pass left with a partial frame, a reader cleared under an open
+    pass, a pass dropped unclosed, a second pass opened over it."""
+    frames = [ref.encode_command(request(i, {"i": str(i) * i})) for i in range(1, 5)]
+    data = b"".join(frames)
+    n1, n2, n3 = (len(f) for f in frames[:3])
+    cases = [
+        [("feed", n1 + n2), ("open", 0), ("next", 0), ("feed", n3), ("next", 0), ("next", 0)],
+        [("feed", n1 + n2), ("open", 0), ("next", 0), ("feed", 5), ("close", 0), ("feed", n3)],
+        [("feed", n1 + 9), ("open", 0), ("next", 0), ("next", 0), ("feed", n2 - 9)],
+        [("feed", n1 + n2), ("open", 0), ("next", 0), ("clear", 0), ("next", 0), ("feed", n3)],
+        [("feed", n1 + n2), ("open", 0), ("next", 0), ("drop", 0), ("feed", n3)],
+        [("feed", n1 + n2), ("open", 0), ("next", 0), ("open", 0), ("next", 0), ("close", 0)],
+        [("feed", n1), ("open", 0), ("clear", 0), ("next", 0), ("feed", n2), ("next", 0)],
+        [("feed", n1), ("open", 0), ("feed_array", n2), ("next", 0), ("next", 0)],
+    ]
+    for ops in cases:
+        assert _script(nat.FrameReader, data, ops) == _script(ref.FrameReader, data, ops), ops
