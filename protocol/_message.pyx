@@ -21,7 +21,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 import zlib
 
-from protocol._slots cimport _fresh, _put, _slot
+from protocol._slots cimport BASE_OBJECT, OBJECT_NEW, _fresh, _plain, _put, _slot
 
 from . import message as _ref
 from .ids import create_offset_msg_id
@@ -31,12 +31,7 @@ cdef object _pure = _ref.reference  # the reference functions (never the twin's 
 cdef object MessageExt = _ref.MessageExt
 cdef object RecordView = _ref.RecordView
 cdef object RecordSummary = _ref.RecordSummary
-if (
-    RecordSummary.__mro__ != (RecordSummary, object)
-    or RecordSummary.__new__ is not object.__new__
-    or len(RecordSummary.__slots__) != 7
-):
-    raise ImportError("RecordSummary is not the plain slotted dataclass summarize_records fills")
+_plain(RecordSummary, BASE_OBJECT | OBJECT_NEW, 7)  # summarize_records fills every field
 # RecordSummary's fields (frozen: its __init__ sets each through object.__setattr__)
 cdef Py_ssize_t S_SIZE = _slot(RecordSummary, "size")
 cdef Py_ssize_t S_QOFF = _slot(RecordSummary, "queue_offset")

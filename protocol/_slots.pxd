@@ -10,7 +10,7 @@ Invariants: ``_slot`` accepts only a writable object member of the class (a fiel
 ``@dataclass(slots=True)``), or raises ImportError so the twin's import fails and the pure
 core runs; ``_put`` does what the member descriptor's ``__set__`` does (the new value
 held, the old one released); ``_fresh`` is ``object.__new__`` for classes that do not
-override it (the caller checks that at import).
+override it (the caller checks that at import, with ``_plain``).
 """
 
 from cpython.object cimport PyObject, PyTypeObject
@@ -48,6 +48,39 @@ cdef inline Py_ssize_t _slot(object cls, str name, bint write=True) except -1:
     if m.type != T_OBJECT_EX or (write and m.flags & READONLY):
         raise ImportError(f"{cls.__name__}.{name} is not a writable object slot")
     return m.offset
+
+
+cdef inline Py_ssize_t _own_slot(object cls, str name) except -1:
+    """``_slot`` of a field ``cls`` itself declares (not one of a base's)."""
+    if name not in cls.__dict__.get("__slots__", ()):
+        raise ImportError(f"{cls.__name__}.{name} is not one of its slots")
+    return _slot(cls, name)
+
+
+cdef enum:  # what ``_plain`` checks (or-ed together)
+    BASE_OBJECT = 1  # no base but ``object`` (no field declared or overridden elsewhere)
+    OBJECT_NEW = 2  # ``object.__new__`` (the twin allocates instances with ``_fresh``)
+    OBJECT_ACCESS = 4  # ``object``'s attribute access (no own ``__getattribute__``/``__setattr__``)
+
+
+cdef inline int _plain(object cls, int checks, Py_ssize_t fields=-1) except -1:
+    """ImportError (the pure core runs) unless a twin may hold ``cls``'s instances in their
+    slots as it assumes: each of ``checks`` holds and, with ``fields`` >= 0, ``cls`` has
+    exactly that many slots (the twin fills every field)."""
+    if checks & BASE_OBJECT and cls.__mro__ != (cls, object):
+        raise ImportError(f"{cls.__qualname__} has a base other than object")
+    if checks & OBJECT_NEW and cls.__new__ is not object.__new__:
+        raise ImportError(f"{cls.__qualname__} has its own __new__: the twin cannot fill it")
+    if checks & OBJECT_ACCESS and (
+        cls.__getattribute__ is not object.__getattribute__
+        or cls.__setattr__ is not object.__setattr__
+    ):
+        raise ImportError(f"{cls.__qualname__} has its own attribute access")
+    if fields >= 0 and len(cls.__slots__) != fields:
+        raise ImportError(
+            f"{cls.__qualname__} has {len(cls.__slots__)} fields, the twin fills {fields}"
+        )
+    return 0
 
 
 cdef inline PyObject* _at(object obj, Py_ssize_t at) noexcept:

@@ -58,7 +58,7 @@ TWINS: dict[str, str] = {
 # one makes every twin stale until the next build
 SHARED_PXD: tuple[str, ...] = tuple(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-    for name in ("_slots.pxd", "_digits.pxd")
+    for name in ("_slots.pxd", "_digits.pxd", "_capsules.pxd")
 )
 
 

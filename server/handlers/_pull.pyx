@@ -31,9 +31,10 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport PyObject
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.string cimport memcpy
-from protocol._slots cimport _at, _field, _fresh, _put, _slot
+from protocol._capsules cimport _c_function
+from protocol._slots cimport OBJECT_NEW, _at, _field, _fresh, _plain, _put, _slot
 from protocol._digits cimport _dec
 
 from collections import defaultdict
@@ -160,8 +161,7 @@ cdef Py_ssize_t C_REMARK = _slot(_Command, "remark", True)
 cdef Py_ssize_t C_EXT = _slot(_Command, "ext_fields", True)
 cdef Py_ssize_t C_BODY = _slot(_Command, "body", True)
 cdef Py_ssize_t C_SER = _slot(_Command, "serialize_type", True)
-if _Command.__new__ is not object.__new__:
-    raise ImportError("RemotingCommand has its own __new__: the twin cannot fill it in place")
+_plain(_Command, OBJECT_NEW)
 # the read's result
 cdef object _Result = GetResult
 cdef Py_ssize_t R_STATUS = _slot(_Result, "status")
@@ -244,24 +244,15 @@ cdef object _from_ext = None  # PullMessageRequestHeader's compiled decoder (fir
 ctypedef object (*from_ext_fn)(object, object)
 cdef from_ext_fn _from_ext_c = NULL
 cdef object _FromExt = None
-if _headers_mod._twin is not None and PyCapsule_IsValid(
-    _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
-):
-    _from_ext_c = <from_ext_fn>PyCapsule_GetPointer(
-        _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
-    )
+_from_ext_c = <from_ext_fn>_c_function(_headers_mod._twin, "FROM_EXT")
+if _from_ext_c != NULL:
     _FromExt = _headers_mod._twin.FromExt
 cdef object _Selector = Selector
 # the hot-path log writer's row entry (``_logs.ROW``): ``message.pulled`` written from its
 # values in a C array, without the fields dict, when the emitter is exactly the twin's
 ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
-cdef _row_t _row = NULL
-cdef object _LineEmitter = None
-if _logs._twin is not None and PyCapsule_IsValid(
-    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
-):
-    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
-    _LineEmitter = _logs._twin.LineEmitter
+cdef _row_t _row = <_row_t>_c_function(_logs._twin, "ROW")
+cdef object _LineEmitter = _logs._twin.LineEmitter if _row != NULL else None
 # the keywords ``_answer`` logs ``message.pulled`` with, in its order
 PULLED_KEYS = (
     "msg_id", "group", "topic", "queue_id", "queue_offset", "born_ts", "reconsume_times"

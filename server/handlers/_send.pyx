@@ -44,9 +44,9 @@ SYNC_FLUSH are answered by the reference's ``_respond``.
 from cpython.object cimport PyObject
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
-from protocol._slots cimport _field, _fresh, _get, _put, _slot
+from protocol._capsules cimport _c_function
+from protocol._slots cimport BASE_OBJECT, OBJECT_NEW, _field, _fresh, _get, _own_slot, _plain, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 import random as _random
@@ -161,20 +161,10 @@ if bytes(range(256))[43:44].translate(_URLSAFE) != b"-" or bytes([47]).translate
 # ------------------------------------------------------------------ slots
 
 
-cdef Py_ssize_t _own_slot(object cls, str name) except -1:
-    """``_slot`` of a field ``cls`` itself declares."""
-    if name not in cls.__slots__:
-        raise ImportError(f"{cls.__name__}.{name} is not one of its slots")
-    return _slot(cls, name)
-
-
-for _cls in (MessageInner, RemotingCommand, PutResult):
-    if _cls.__mro__ != (_cls, object) or _cls.__new__ is not object.__new__:
-        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
-if len(MessageInner.__slots__) != 10 or len(RemotingCommand.__slots__) != 9:
-    raise ImportError("MessageInner or RemotingCommand has fields handle_send does not fill")
-if SendMessageRequestHeader.__new__ is not object.__new__:
-    raise ImportError("SendMessageRequestHeader is not a plain slotted dataclass")
+_plain(MessageInner, BASE_OBJECT | OBJECT_NEW, 10)  # handle_send fills every field of both
+_plain(RemotingCommand, BASE_OBJECT | OBJECT_NEW, 9)
+_plain(PutResult, BASE_OBJECT | OBJECT_NEW)
+_plain(SendMessageRequestHeader, OBJECT_NEW)
 # MessageInner: every field, set in this order
 cdef Py_ssize_t M_TOPIC = _own_slot(MessageInner, "topic")
 cdef Py_ssize_t M_QID = _own_slot(MessageInner, "queue_id")
@@ -202,8 +192,7 @@ cdef Py_ssize_t R_PHY = _own_slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_QOFF = _own_slot(PutResult, "queue_offset")
 cdef Py_ssize_t R_MSG_ID = _own_slot(PutResult, "offset_msg_id")
 # TopicConfig: the numbers the send checks
-if TopicConfig.__mro__ != (TopicConfig, object):
-    raise ImportError("TopicConfig is not a plain slotted dataclass")
+_plain(TopicConfig, BASE_OBJECT)
 cdef Py_ssize_t T_READ = _own_slot(TopicConfig, "read_queue_nums")
 cdef Py_ssize_t T_WRITE = _own_slot(TopicConfig, "write_queue_nums")
 cdef Py_ssize_t T_PERM = _own_slot(TopicConfig, "perm")
@@ -231,10 +220,8 @@ cdef Py_ssize_t P_PUT = _own_slot(_Proc, "put")
 ctypedef object (*put_fn)(object, object, object, object)
 cdef put_fn _put_c = NULL  # put/_path.pyx's ``put`` as a C function, when it is chosen
 cdef object _put_twin = None
-if _path._twin is not None and PyCapsule_IsValid(
-    _path._twin.PUT, b"kairosmq.server.put._path.PUT"
-):
-    _put_c = <put_fn>PyCapsule_GetPointer(_path._twin.PUT, b"kairosmq.server.put._path.PUT")
+_put_c = <put_fn>_c_function(_path._twin, "PUT")
+if _put_c != NULL:
     _put_twin = _path._twin.put
 
 
@@ -244,21 +231,13 @@ ctypedef object (*unary_fn)(object)
 ctypedef object (*binary_fn)(object, object)
 cdef binary_fn _from_ext_c = NULL  # protocol/_headers.pyx's ``FromExt`` call, when chosen
 cdef object _FromExt = None
-if _headers_mod._twin is not None and PyCapsule_IsValid(
-    _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
-):
-    _from_ext_c = <binary_fn>PyCapsule_GetPointer(
-        _headers_mod._twin.FROM_EXT, b"kairosmq.protocol._headers.FROM_EXT"
-    )
+_from_ext_c = <binary_fn>_c_function(_headers_mod._twin, "FROM_EXT")
+if _from_ext_c != NULL:
     _FromExt = _headers_mod._twin.FromExt
 cdef unary_fn _decode_c = NULL  # protocol/_properties.pyx's ``decode_properties``, when chosen
 cdef object _decode_twin = None
-if _properties_mod._twin is not None and PyCapsule_IsValid(
-    _properties_mod._twin.DECODE, b"kairosmq.protocol._properties.DECODE"
-):
-    _decode_c = <unary_fn>PyCapsule_GetPointer(
-        _properties_mod._twin.DECODE, b"kairosmq.protocol._properties.DECODE"
-    )
+_decode_c = <unary_fn>_c_function(_properties_mod._twin, "DECODE")
+if _decode_c != NULL:
     _decode_twin = _properties_mod._twin.decode_properties
 
 

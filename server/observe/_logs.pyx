@@ -35,7 +35,8 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 from cpython.object cimport PyObject
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
+from protocol._capsules cimport _c_function
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport fabs, isfinite, llround, signbit
 from libc.stdlib cimport free, malloc, realloc
@@ -67,12 +68,8 @@ cdef object _HEAD_KEYS = _logs_ref._HEAD_KEYS
 ctypedef int (*_sink_write_t)(object, object) except -1
 cdef _sink_write_t _sink_write = NULL
 cdef object _sink_twin_write = None
-if _logsink_ref._twin is not None and PyCapsule_IsValid(
-    _logsink_ref._twin.WRITE, b"kairosmq.server.observe._logsink.WRITE"
-):
-    _sink_write = <_sink_write_t>PyCapsule_GetPointer(
-        _logsink_ref._twin.WRITE, b"kairosmq.server.observe._logsink.WRITE"
-    )
+_sink_write = <_sink_write_t>_c_function(_logsink_ref._twin, "WRITE")
+if _sink_write != NULL:
     _sink_twin_write = _logsink_ref._twin.write
 cdef object _TIME = _time_mod.time
 

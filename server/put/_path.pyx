@@ -33,9 +33,10 @@ no delay levels configured; a target queue without a file goes to the reference'
 
 from cpython.object cimport PyObject
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from protocol._slots cimport _field, _get, _put, _slot
+from protocol._capsules cimport _c_function
+from protocol._slots cimport BASE_OBJECT, OBJECT_NEW, _field, _get, _plain, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 
@@ -68,13 +69,8 @@ except (ImportError, AttributeError):
 # the hot-path log writer's row entry (``_logs.ROW``): a line written from the fields'
 # values in a C array, without the fields dict, when the emitter is exactly the twin's
 ctypedef int (*_row_t)(object, object, tuple, PyObject**) except -1
-cdef _row_t _row = NULL
-cdef object _LineEmitter = None
-if _logs._twin is not None and PyCapsule_IsValid(
-    _logs._twin.ROW, b"kairosmq.server.observe._logs.ROW"
-):
-    _row = <_row_t>PyCapsule_GetPointer(_logs._twin.ROW, b"kairosmq.server.observe._logs.ROW")
-    _LineEmitter = _logs._twin.LineEmitter
+cdef _row_t _row = <_row_t>_c_function(_logs._twin, "ROW")
+cdef object _LineEmitter = _logs._twin.LineEmitter if _row != NULL else None
 # the keywords ``PutPath.put`` logs, in its order
 SCHEDULED_KEYS = (
     "msg_id", "real_topic", "real_queue_id", "delay_level", "queue_offset", "phy_offset",
@@ -118,16 +114,14 @@ cdef str _UNIQ_KEY = UNIQ_KEY
 cdef bytes _HEX = b"0123456789ABCDEF"
 
 
-if MessageInner.__mro__ != (MessageInner, object) or MessageInner.__new__ is not object.__new__:
-    raise ImportError("MessageInner is not a plain slotted dataclass")
+_plain(MessageInner, BASE_OBJECT | OBJECT_NEW)
 cdef Py_ssize_t M_TOPIC = _slot(MessageInner, "topic")
 cdef Py_ssize_t M_QID = _slot(MessageInner, "queue_id")
 cdef Py_ssize_t M_PROPS = _slot(MessageInner, "properties")
 cdef Py_ssize_t M_STORE_TS = _slot(MessageInner, "store_timestamp")
 cdef Py_ssize_t M_BORN_TS = _slot(MessageInner, "born_timestamp")
 cdef Py_ssize_t M_RECONSUME = _slot(MessageInner, "reconsume_times")
-if PutResult.__mro__ != (PutResult, object):
-    raise ImportError("PutResult is not a plain slotted dataclass")
+_plain(PutResult, BASE_OBJECT)
 cdef Py_ssize_t R_STATUS = _slot(PutResult, "status")
 cdef Py_ssize_t R_PHY = _slot(PutResult, "phy_offset")
 cdef Py_ssize_t R_SIZE = _slot(PutResult, "size")

@@ -18,7 +18,7 @@ it (no Python call) for a listener that is this ``on_dispatch`` bound to a notif
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
-from protocol._slots cimport _at, _field, _fresh, _put, _slot
+from protocol._slots cimport OBJECT_NEW, _at, _field, _fresh, _plain, _put, _slot
 
 from asyncio import get_running_loop
 
@@ -40,8 +40,7 @@ cdef object _Request = DispatchRequest
 cdef Py_ssize_t R_TOPIC = _slot(_Request, "topic", False)
 cdef Py_ssize_t R_QID = _slot(_Request, "queue_id", False)
 cdef Py_ssize_t R_REPLAY = _slot(_Request, "replay", False)
-if _Held.__new__ is not object.__new__:
-    raise ImportError("Held has its own __new__: the twin cannot fill it in place")
+_plain(_Held, OBJECT_NEW)
 
 
 cdef object _on_dispatch(self, req, properties, phy, size):

@@ -42,7 +42,7 @@ from kairosmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import ProtocolError
 
-from protocol._slots cimport _field, _get, _put, _slot
+from protocol._slots cimport _field, _get, _own_slot, _put, _slot
 
 from ..store.commitlog import CommitLog
 from ..store.guard import WriteGuard
@@ -65,13 +65,6 @@ cdef type _Connection = _ref.Connection
 cdef type _RemotingServer = _ref.RemotingServer
 cdef type _WriteGuard = WriteGuard
 cdef type _CommitLog = CommitLog
-
-
-cdef Py_ssize_t _own_slot(type cls, str name) except -1:
-    """``_slot`` of a field ``cls`` itself declares."""
-    if name not in cls.__dict__.get("__slots__", ()):
-        raise ImportError(f"{cls.__name__}.{name} is not one of its slots")
-    return _slot(cls, name)
 
 
 # Connection

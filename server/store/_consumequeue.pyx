@@ -33,7 +33,7 @@ from cpython.pycapsule cimport PyCapsule_New
 from cpython.set cimport PySet_Add
 from libc.limits cimport LLONG_MAX
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from protocol._slots cimport _at, _put, _slot
+from protocol._slots cimport OBJECT_ACCESS, _at, _plain, _put, _slot
 
 from kairosmq.protocol.message import tags_code as _tags_code
 from kairosmq.protocol.naming import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -54,8 +54,7 @@ cdef enum:
 
 
 for _cls in (_ConsumeQueue, _File):
-    if _cls.__getattribute__ is not object.__getattribute__ or _cls.__setattr__ is not object.__setattr__:
-        raise ImportError(f"{_cls.__name__} reads or writes its attributes itself")
+    _plain(_cls, OBJECT_ACCESS)
 # the fields ``_append`` reads and writes in place
 cdef Py_ssize_t CQ_FILES = _slot(_ConsumeQueue, "files")
 cdef Py_ssize_t CQ_MAX = _slot(_ConsumeQueue, "max_offset")

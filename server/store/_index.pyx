@@ -23,7 +23,7 @@ from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from protocol._slots cimport _at, _put, _slot
+from protocol._slots cimport BASE_OBJECT, OBJECT_ACCESS, _at, _plain, _put, _slot
 from zlib import crc32 as _crc32
 
 from kairosmq.protocol.properties import KEYS, UNIQ_KEY
@@ -41,12 +41,7 @@ cdef object _KeyIndex = _ref.KeyIndex
 
 
 for _cls in (_File, _KeyIndex):
-    if (
-        _cls.__mro__ != (_cls, object)
-        or _cls.__getattribute__ is not object.__getattribute__
-        or _cls.__setattr__ is not object.__setattr__
-    ):
-        raise ImportError(f"index.{_cls.__name__} is not a plain slotted class")
+    _plain(_cls, BASE_OBJECT | OBJECT_ACCESS)
 # the index's fields ``_live`` reads and writes in place
 cdef Py_ssize_t K_CUR = _slot(_KeyIndex, "_cur")
 cdef Py_ssize_t K_INDEXED = _slot(_KeyIndex, "indexed")

@@ -73,7 +73,7 @@ from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH
 from libc.string cimport memcpy
-from protocol._slots cimport _at, _fresh, _put, _slot
+from protocol._slots cimport BASE_OBJECT, OBJECT_ACCESS, OBJECT_NEW, _at, _fresh, _plain, _put, _slot
 
 import errno as _errno
 import os as _os
@@ -100,9 +100,8 @@ cdef Py_ssize_t _MIN_PENDING = 1 << 16
 cdef Py_ssize_t _KEEP_PENDING = 1 << 23
 cdef object _DispatchRequest = DispatchRequest
 cdef object _PutResult = PutResult
-for _cls in (DispatchRequest, PutResult):
-    if _cls.__new__ is not object.__new__ or _cls.__mro__ != (_cls, object):
-        raise ImportError(f"{_cls.__name__} is not a plain slotted dataclass")
+_plain(DispatchRequest, BASE_OBJECT | OBJECT_NEW, 9)  # _append fills every field of both
+_plain(PutResult, BASE_OBJECT | OBJECT_NEW, 8)
 # the fields' offsets, in the order _append fills them
 cdef Py_ssize_t REQ_TOPIC = _slot(DispatchRequest, "topic")
 cdef Py_ssize_t REQ_QID = _slot(DispatchRequest, "queue_id")
@@ -129,22 +128,14 @@ for _i, _name in enumerate((
     "sys_flag", "born_timestamp", "reconsume_times",
 )):
     MSG_SLOTS[_i] = _slot(MessageInner, _name)
-if len(MessageInner.__slots__) != 10 or MessageInner.__mro__ != (MessageInner, object):
-    raise ImportError("MessageInner has fields put does not read")
-if len(DispatchRequest.__slots__) != 9 or len(PutResult.__slots__) != 8:
-    raise ImportError("DispatchRequest or PutResult has fields _append does not fill")
+_plain(MessageInner, BASE_OBJECT, 10)  # put reads every field
 cdef object _PUT_OK = PutStatus.PUT_OK
 cdef tuple _ENCODE_ERRORS = _ref.ENCODE_ERRORS
 cdef object _CommitLog = CommitLog
 cdef object _WriteGuard = WriteGuard
 cdef object _Segment = Segment
 for _cls in (CommitLog, WriteGuard, Segment):
-    if (
-        _cls.__mro__ != (_cls, object)
-        or _cls.__getattribute__ is not object.__getattribute__
-        or _cls.__setattr__ is not object.__setattr__
-    ):
-        raise ImportError(f"{_cls.__name__} is not a plain slotted class")
+    _plain(_cls, BASE_OBJECT | OBJECT_ACCESS)
 # the write guard's, commit log's and segment's fields the put reads and writes in place
 # (each class slotted; an instance of another class goes through attribute access, or
 # to the reference)

@@ -29,7 +29,7 @@ from cpython.set cimport PySet_Contains
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.unistd cimport pread
-from protocol._slots cimport _at, _field, _fresh, _put, _slot
+from protocol._slots cimport OBJECT_NEW, _at, _field, _fresh, _plain, _put, _slot
 
 from . import reads as _ref
 from .commitlog import CommitLog, Segment
@@ -76,8 +76,7 @@ cdef Py_ssize_t R_MAX = _slot(_GetResult, "max_offset")
 cdef Py_ssize_t R_CHUNKS = _slot(_GetResult, "chunks")
 cdef Py_ssize_t R_UNITS = _slot(_GetResult, "units")
 cdef Py_ssize_t R_QOFFS = _slot(_GetResult, "queue_offsets")
-if _GetResult.__new__ is not object.__new__:
-    raise ImportError("GetResult has its own __new__: the twin cannot fill it in place")
+_plain(_GetResult, OBJECT_NEW)
 
 
 cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:

@@ -26,7 +26,8 @@ interpreter's specialised attribute reads; called from C it saves the frame.)
 """
 
 from cpython.object cimport Py_EQ, Py_LE, Py_LT, PyObject, PyObject_RichCompareBool, PyTypeObject, Py_TYPE
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_New
+from protocol._capsules cimport _c_function
 from protocol._slots cimport _field, _slot
 
 import time
@@ -41,17 +42,10 @@ from . import service as _ref
 # ``UndoLog.add`` of the undo twin as a C function (``_undo.ADD``), called in place of the
 # method for an undo log whose class's ``add`` is that twin's (else the method is called)
 ctypedef object (*_undo_add_t)(object, object, object)
-cdef _undo_add_t _undo_add = NULL
-cdef object _undo_twin_add = None
+from ...store import undo as _undo_ref  # undo.py chooses its twin (None: the pure core)
+cdef _undo_add_t _undo_add = <_undo_add_t>_c_function(_undo_ref._twin, "ADD")
+cdef object _undo_twin_add = _undo_ref._twin.add if _undo_add != NULL else None
 cdef str _ADD = "add"
-from ...store import undo as _undo_ref  # undo.py first: it chooses its twin
-try:
-    from ...store import _undo
-
-    _undo_add = <_undo_add_t>PyCapsule_GetPointer(_undo.ADD, b"kairosmq.server.store._undo.ADD")
-    _undo_twin_add = _undo.add
-except (ImportError, AttributeError):
-    pass
 
 
 cdef extern from "Python.h":
