@@ -14,7 +14,9 @@ called as its C function, ``_logsink.WRITE``); ``many`` hands a batch's lines to
 sink's ``write_many``. ``ROW`` (a C function, and ``LineEmitter.row`` from Python) is
 ``emitter(event, dict(zip(keys, values)))`` for distinct keys with the values in a C
 array: the twins that log per message (``put/_path.pyx``, ``handlers/_pull.pyx``)
-hand their fields so, without the dict; its common case is written from the arrays,
+hand their fields so, without the dict (``ROWS``: a batch of one event's lines, each
+with its ``ts``, handed to each sink's ``write_many`` as ``many`` does:
+``schedule/_delivered.pyx``); its common case is written from the arrays,
 any other builds the dict and goes the same way as a call. What a (keys, event) pair
 needs (each key's quoted bytes, whether it is one of the event's drops) is worked out
 once per pair (``_plan``, found again by identity: the callers' keys are constants). ``info`` is ``MessageLog.info``: the configured writer called with the
@@ -37,6 +39,8 @@ from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_
 from cpython.object cimport PyObject
 from protocol._capsules cimport _c_function
 from cpython.pycapsule cimport PyCapsule_New
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport fabs, isfinite, llround, signbit
 from libc.stdlib cimport free, malloc, realloc
@@ -515,9 +519,35 @@ cdef class LineEmitter:
         the common case written from the two arrays; any other builds the dict and goes
         ``_line``'s way. Nobody sees the dict, so what ``_line`` would drop from it is
         only left out of the line."""
+        return self._out(self._row_line(event, keys, values, _wall_ms(self.wall)))
+
+    cdef int _rows(self, event, tuple keys, list flat) except -1:
+        """``self.many(event, [(ts, dict(zip(keys, values))), ...])`` without the dicts:
+        ``flat`` holds each row's ``ts`` then its values (``len(keys) + 1`` items a row),
+        each line written as ``_row`` writes it with that ``ts``; the lines handed to each
+        sink's ``write_many`` once."""
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(keys), i = 0
+        cdef list lines = []
+        if PyList_GET_SIZE(flat) % (n + 1):
+            raise ValueError("rows: a ts and one value per key, a row")
+        while i < PyList_GET_SIZE(flat):
+            lines.append(
+                self._row_line(
+                    event,
+                    keys,
+                    PySequence_Fast_ITEMS(flat) + i + 1,
+                    <long long>(<object>PyList_GET_ITEM(flat, i)),
+                )
+            )
+            i += n + 1
+        for s in self.sinks:
+            s.write_many(lines)
+        return 0
+
+    cdef bytes _row_line(self, event, tuple keys, PyObject** values, long long ts_ms):
+        """``_row``'s line, its ``ts`` given."""
         cdef _Buf b
         cdef Py_ssize_t i, n = PyTuple_GET_SIZE(keys)
-        cdef long long ts_ms = _wall_ms(self.wall)
         cdef bytes line = None
         cdef dict fields
         cdef const char* kinds
@@ -555,7 +585,7 @@ cdef class LineEmitter:
             for i in range(n):
                 fields[<object>PyTuple_GET_ITEM(keys, i)] = <object>values[i]
             line = self._line(event, fields, ts_ms, "info")
-        return self._out(line)
+        return line
 
     def row(self, event, tuple keys, tuple values):
         """``_row`` from Python (the parity tests): ``self(event, dict(zip(keys,
@@ -567,6 +597,14 @@ cdef class LineEmitter:
         for i in range(len(keys)):
             vals[i] = PyTuple_GET_ITEM(values, i)
         self._row(event, keys, vals)
+
+    def rows(self, event, tuple keys, list flat):
+        """``_rows`` from Python (the parity tests): ``self.many(event, [(ts,
+        dict(zip(keys, values))), ...])`` for distinct keys, ``flat`` each row's ``ts``
+        then its values."""
+        if len(set(keys)) != len(keys):
+            raise ValueError("rows: distinct keys")
+        self._rows(event, keys, flat)
 
     cdef bytes _line(self, event, dict fields, long long ts_ms, level):
         """``logs._line_maker``'s ``line``."""
@@ -661,8 +699,20 @@ cdef int _emit_row(object emitter, object event, tuple keys, PyObject** values) 
     return (<LineEmitter>emitter)._row(event, keys, values)
 
 
+cdef int _emit_rows(object emitter, object event, tuple keys, list flat) except -1:
+    """``LineEmitter._rows`` for the twins that log a batch of one event (``ROWS``)."""
+    return (<LineEmitter>emitter)._rows(event, keys, flat)
+
+
 ctypedef int (*row_fn)(object, object, tuple, PyObject**) except -1
 cdef row_fn _row_ptr = _emit_row
 # ``emitter(event, dict(zip(keys, values)))`` as a C function of an exact ``LineEmitter``,
 # the values a C array (``put/_path.pyx``, ``handlers/_pull.pyx``: no fields dict)
 ROW = PyCapsule_New(<void*>_row_ptr, b"kairosmq.server.observe._logs.ROW", NULL)
+
+
+ctypedef int (*rows_fn)(object, object, tuple, list) except -1
+cdef rows_fn _rows_ptr = _emit_rows
+# ``emitter.many(event, [(ts, dict(zip(keys, values))), ...])`` as a C function of an exact
+# ``LineEmitter``, the rows one flat list (``schedule/_delivered.pyx``: no fields dicts)
+ROWS = PyCapsule_New(<void*>_rows_ptr, b"kairosmq.server.observe._logs.ROWS", NULL)

@@ -10,7 +10,10 @@ lateness (the same double arithmetic and the builtin ``round``), the histogram's
 once per batch, also when a row raises), the msgId (``UNIQ_KEY`` or the offset msgId)
 and the lines, in the same order and with the same fields (each line's dict a copy of
 the fields laid out once, its values set in the reference's order), handed to
-``MessageLog.info_many`` once.
+``MessageLog.info_many`` once. When that is a plain ``MessageLog``'s and its batch writer
+the native ``LineEmitter``'s ``many``, the rows go to the writer's row entry instead
+(``_logs.ROWS``: each row's ``ts`` and values in one flat list, the keys in the
+reference's order, no fields dict): the same lines to the same ``write_many``.
 
 The rows' ``Target`` and ``PutResult`` fields are read in their slots (``_slots.pxd``);
 an object of another class through its attributes. It defers the whole batch to the reference, before changing anything, when the
@@ -28,8 +31,10 @@ import builtins
 from kairosmq.protocol.ids import create_offset_msg_id
 from kairosmq.protocol.properties import UNIQ_KEY
 
+from protocol._capsules cimport _c_function
 from protocol._slots cimport _field, _slot
 
+from ..observe import logs as _logs
 from ..observe.stats import LATENESS_BUCKETS_MS, LatenessHistogram
 from ..store.types import PutResult
 from . import delivered as _ref
@@ -81,6 +86,38 @@ cdef dict _DELIVERED_FIELDS = dict.fromkeys(
         "reconsume_times",
     )
 )
+# the lines' keys, in the reference's order, for the log writer's batch row entry
+# (``_logs.ROWS``: each line written from its values, no fields dict) when the message
+# log is a plain ``MessageLog`` whose batch writer is the native ``LineEmitter``'s
+FIRED_KEYS = tuple(_FIRED_FIELDS)
+DELIVERED_KEYS = tuple(_DELIVERED_FIELDS)
+cdef tuple _FIRED_KEYS = FIRED_KEYS
+cdef tuple _DELIVERED_KEYS = DELIVERED_KEYS
+ctypedef int (*_rows_t)(object, object, tuple, list) except -1
+cdef _rows_t _rows = <_rows_t>_c_function(_logs._twin, "ROWS")
+cdef object _LineEmitter = _logs._twin.LineEmitter if _rows != NULL else None
+cdef object _MessageLog = _logs.MessageLog
+cdef object _INFO_MANY = _logs.MessageLog.info_many
+
+
+cdef object _row_writer(object msglog):
+    """The ``LineEmitter`` that ``msglog.info_many`` hands its rows to (its ``many``),
+    when ``_rows`` can write them in its place, else None."""
+    if _rows == NULL or type(msglog) is not _MessageLog or _MessageLog.info_many is not _INFO_MANY:
+        return None
+    emitter = _logs._fast_emit
+    many = _logs._fast_emit_many
+    if type(emitter) is not _LineEmitter or many is None or many != emitter.many:
+        return None
+    return emitter
+
+
+
+def row_writer(msglog):
+    """``_row_writer`` from Python (the parity tests)."""
+    return _row_writer(msglog)
+
+
 cdef Py_ssize_t _NB = len(LATENESS_BUCKETS_MS)
 cdef double _BOUNDS[64]
 cdef Py_ssize_t _i
@@ -183,6 +220,7 @@ def timers_fired(self, rows):
     stats.timers_fired += len(rows)
     logging = self._logging()
     lines = []
+    writer = _row_writer(self.msglog) if logging else None
     store = self.store
     seen = _Observed(hist)
     try:
@@ -201,6 +239,16 @@ def timers_fired(self, rows):
             if logging:
                 if ts is None:
                     ts = PyLong_FromDouble(wall_ms_d)
+                if writer is not None:  # ts, then the values in the keys' order
+                    lines.append(ts)
+                    lines.append(_msg_id(store, target, result))
+                    lines.append(_tget(target, T_TOPIC, "topic"))
+                    lines.append(_tget(target, T_QID, "queue_id"))
+                    lines.append(_rget(result, R_QOFF, "queue_offset"))
+                    lines.append(_rget(result, R_PHY, "phy_offset"))
+                    lines.append(due)
+                    lines.append(lateness)
+                    continue
                 fields = PyDict_Copy(_FIRED_FIELDS)
                 fields["msg_id"] = _msg_id(store, target, result)
                 fields["topic"] = _tget(target, T_TOPIC, "topic")
@@ -213,7 +261,10 @@ def timers_fired(self, rows):
     finally:
         seen.flush()
     if lines:
-        self.msglog.info_many("timer.fired", lines)
+        if writer is not None:
+            _rows(writer, "timer.fired", _FIRED_KEYS, lines)
+        else:
+            self.msglog.info_many("timer.fired", lines)
 
 
 def delivered(self, rows):
@@ -241,6 +292,7 @@ def delivered(self, rows):
             by_level[level] = _Observed(hist)
     delivered = stats.delivered
     lines = []
+    writer = _row_writer(self.msglog) if logging else None
     store = self.store
     try:
         for target, result, level, schedule_offset, deliver_ts, woke_ms, wall in rows:
@@ -260,6 +312,17 @@ def delivered(self, rows):
                 continue
             if ts is None:
                 ts = PyLong_FromDouble(wall_ms_d)
+            if writer is not None:  # ts, then the values in the keys' order
+                lines.append(ts)
+                lines.append(_msg_id(store, target, result))
+                lines.append(_tget(target, T_TOPIC, "topic"))
+                lines.append(_tget(target, T_QID, "queue_id"))
+                lines.append(_rget(result, R_QOFF, "queue_offset"))
+                lines.append(_rget(result, R_PHY, "phy_offset"))
+                lines.append(level)
+                lines.append(lateness)
+                lines.append(_tget(target, T_RECONSUME, "reconsume_times"))
+                continue
             fields = PyDict_Copy(_DELIVERED_FIELDS)
             fields["msg_id"] = _msg_id(store, target, result)
             fields["topic"] = _tget(target, T_TOPIC, "topic")
@@ -274,4 +337,7 @@ def delivered(self, rows):
         for seen in by_level.values():
             seen.flush()
     if lines:
-        self.msglog.info_many("message.delivered", lines)
+        if writer is not None:
+            _rows(writer, "message.delivered", _DELIVERED_KEYS, lines)
+        else:
+            self.msglog.info_many("message.delivered", lines)

@@ -7,19 +7,23 @@ lines (fields, their order and their types) handed to ``MessageLog.info_many``, 
 same exception with the same state before it. Rows: generated (walls read as floats or
 given as ints, due instants around them, UNIQ_KEY present, empty or absent, IPv4 and IPv6
 store hosts), with the message log on, off and at debug (the twin hands that batch to
-the reference).
+the reference); and through a plain ``MessageLog`` whose batch writer is the native one
+(the twin's row entry), the same bytes to each sink as the reference's lines.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from types import ModuleType, SimpleNamespace
 from typing import Any  # Any: log fields compared whole across the two cores
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kairosmq.protocol.properties import UNIQ_KEY
+from kairosmq.server.observe import logs
 from kairosmq.server.observe.logs import MessageLog
 from kairosmq.server.observe.stats import BrokerStats, LatenessHistogram
 from kairosmq.server.schedule import delivered
@@ -244,3 +248,68 @@ def test_lateness_rounds_as_the_builtin_at_ties(nat: ModuleType, base_s: int) ->
     nat.timers_fired(a, rows)
     ref.timers_fired(b, rows)
     assert _state(a) == _state(b)
+
+
+class _Sink:
+    """A sink that keeps the lines it is handed, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    def write_many(self, lines: list[bytes]) -> None:
+        self.lines.extend(lines)
+
+
+def _written(fn: Any, emitter: str, host: Any, rows: list[Any], sinks: int) -> tuple[Any, ...]:
+    """What ``fn`` (a ``DeliveryLog`` method) writes through a plain ``MessageLog`` into
+    ``sinks`` sinks, the hot-path writer ``emitter``: "pure" (``configure_logging``'s
+    ``emit_many``: the reference's line maker) or "native" (``_logs.LineEmitter``)."""
+    heads = logs._line_heads(orjson.dumps)
+    line_of = logs._line_maker(heads, orjson.dumps)
+    each = [_Sink() for _ in range(sinks)]
+
+    def emit_many(event: str, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        lines = [line_of(event, f, ts, "info") for ts, f in batch]
+        for s in each:
+            s.write_many(lines)
+
+    saved = (logs._fast_emit, logs._fast_emit_many, logs._info_enabled, logs._fast_debug)
+    if emitter == "native":
+        one = each[0].write if sinks == 1 else None
+        emit = twin("server.observe.logs").LineEmitter(heads, time.time, one, each)
+        logs._fast_emit, logs._fast_emit_many = emit, emit.many
+    else:
+        logs._fast_emit, logs._fast_emit_many = (lambda *a: None), emit_many
+    logs._info_enabled, logs._fast_debug = True, False
+    try:
+        log = DeliveryLog(
+            SimpleNamespace(store_host=host),  # type: ignore[arg-type]  # only its host is read
+            BrokerStats(),
+            MessageLog("scheduler"),
+            SimpleNamespace(log_messages=True),  # type: ignore[arg-type]
+        )
+        got = outcome(fn, log, rows)
+        writer = delivered._twin and delivered._twin.row_writer(log.msglog)
+    finally:
+        logs._fast_emit, logs._fast_emit_many, logs._info_enabled, logs._fast_debug = saved
+    return got, [s.lines for s in each], writer, emitter == "native" and emit
+
+
+@PARITY
+@given(_fired_rows(), _delivered_rows(), st.sampled_from(HOSTS), st.integers(1, 2))
+def test_the_lines_are_the_reference_s_bytes(
+    nat: ModuleType, fired: list[Any], level: list[Any], host: Any, sinks: int
+) -> None:
+    """Through a plain ``MessageLog`` whose batch writer is the native ``LineEmitter``
+    (the broker's case: the twin hands each row's values to the writer's row entry,
+    ``_logs.ROWS``, without a fields dict), the bytes each sink is handed are the
+    reference's: its rows through ``configure_logging``'s pure ``emit_many``."""
+    for name, rows in (("timers_fired", fired), ("delivered", level)):
+        want = _written(getattr(ref, name), "pure", host, rows, sinks)
+        got = _written(getattr(nat, name), "native", host, rows, sinks)
+        assert got[:2] == want[:2]
+        if delivered._twin is not None:  # the native core: the row entry wrote them
+            assert got[2] is got[3]
