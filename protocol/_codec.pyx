@@ -15,7 +15,8 @@ as a string) call the reference's own helpers. Short ASCII texts of the headers 
 from a small cache of recent ones (``_texts``). ``FrameReader`` holds a read that arrives
 while nothing is buffered as it is and decodes its frames in place (no copy into the
 buffer; see its docstring), with the reference's frames, errors and ``buffered`` at every
-step. A JSON answer of plain values is written
+step; its ``feed`` and ``buffered`` are also exported as C functions (``FEED``,
+``BUFFERED``: the transport twin's calls). A JSON answer of plain values is written
 directly (``_frame_json``: orjson's bytes, escapes included); any other goes through
 orjson. ``tests/protocol/test_native_codec.py`` holds every function here to
 ``codec.py`` over generated frames, JSON headers in every spelling (escapes, unicode,
@@ -29,6 +30,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_Next, PyDict_Size
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport (
     PyUnicode_AsUTF8AndSize,
@@ -1081,13 +1083,17 @@ cdef class FrameReader:
         self._over = NULL
 
     def feed(self, data):
+        self._feed(data)
+
+    cdef int _feed(self, data) except -1:
+        """``feed``'s body (the transport twin calls it through ``FEED``)."""
         if not self._need:
             if type(data) is bytes and self._data is None and PyByteArray_GET_SIZE(self._buf) == 0:
                 self._data = data  # held, not copied
-                return
+                return 0
             self._spill()
             self._buf += data
-            return
+            return 0
         if len(data) >= _PART and not self._tail:
             self._parts.append(data)
         else:
@@ -1101,6 +1107,7 @@ cdef class FrameReader:
                 self._parts.append(bytes(self._tail))
             self._buf = bytearray().join(self._parts)
             self._parts, self._tail, self._parts_len, self._need = [], bytearray(), 0, 0
+        return 0
 
     cdef int _spill(self) except -1:
         """The held read into the (empty) buffer; the pass reading it reads the buffer."""
@@ -1115,6 +1122,10 @@ cdef class FrameReader:
 
     @property
     def buffered(self):
+        return self._buffered()
+
+    cdef Py_ssize_t _buffered(self) noexcept:
+        """``buffered``'s value (the transport twin reads it through ``BUFFERED``)."""
         return (
             PyByteArray_GET_SIZE(self._buf)
             + self._parts_len
@@ -1249,3 +1260,17 @@ cdef class _Frames:
                     self.reader._over = NULL
         elif self.pos and self.src is not None:
             del self.src[: self.pos]
+
+
+# ``FrameReader.feed`` and ``buffered`` as C functions for the transport twin (its reader
+# is exactly a ``FrameReader`` of this module, checked by the caller)
+cdef int _reader_feed(object reader, object data) except -1:
+    return (<FrameReader>reader)._feed(data)
+
+
+cdef Py_ssize_t _reader_buffered(object reader) noexcept:
+    return (<FrameReader>reader)._buffered()
+
+
+FEED = PyCapsule_New(<void*>_reader_feed, "kairosmq.protocol._codec.FEED", NULL)
+BUFFERED = PyCapsule_New(<void*>_reader_buffered, "kairosmq.protocol._codec.BUFFERED", NULL)

@@ -5,7 +5,9 @@ Owns: ``BrokerConfig`` (``delay_levels`` is parsed by ``delay/levels.py``'s
 no config file.
 
 Invariants: ``delay_levels_ms`` is derived from ``delay_levels`` at construction and a
-bad string raises ``ValueError`` naming the bad token (a clear start-up error).
+bad string raises ``ValueError`` naming the bad token (a clear start-up error). Its fields
+are slots (the native twins read them by offset): nothing but a field is ever set on it
+(``object.__setattr__`` only in ``__post_init__`` and ``tables/settings.py``'s live update).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def request_policy_problem(
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_dir: Path = Path("./data")
     host: str = "127.0.0.1"

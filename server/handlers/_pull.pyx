@@ -34,7 +34,7 @@ from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.string cimport memcpy
 from protocol._capsules cimport _c_function
-from protocol._slots cimport OBJECT_NEW, _at, _field, _fresh, _plain, _put, _slot
+from protocol._slots cimport OBJECT_NEW, _at, _field, _fresh, _own_slot, _plain, _put, _slot
 from protocol._digits cimport _dec
 
 from collections import defaultdict
@@ -56,7 +56,9 @@ from kairosmq.protocol.headers import PullMessageRequestHeader
 from kairosmq.protocol.message import RecordSummary, summarize_records
 from kairosmq.protocol.sql92 import Selector
 
+from ..config import BrokerConfig
 from ..observe import logs as _logs
+from ..observe.stats import BrokerStats
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import check_pull as _check_pull
 from ..remoting.longpoll import PullHolds
@@ -193,6 +195,22 @@ cdef Py_ssize_t P_CONFIG = _slot(_Proc, "config")
 cdef Py_ssize_t P_STATS = _slot(_Proc, "stats")
 cdef Py_ssize_t P_MSGLOG = _slot(_Proc, "msglog")
 cdef object _laid_out_type = None  # the last subclass found to read its fields so
+# the broker's config and counters, their fields read in their slots (exactly these
+# classes; anything else is read through its attributes)
+cdef type _Config = BrokerConfig
+cdef Py_ssize_t K_PULL_MAX_BYTES = _own_slot(_Config, "pull_max_bytes")
+cdef Py_ssize_t K_SLAVE_READ = _own_slot(_Config, "slave_read_enable")
+cdef Py_ssize_t K_LOG_MESSAGES = _own_slot(_Config, "log_messages")
+cdef type _Stats = BrokerStats
+cdef Py_ssize_t N_PULLED = _own_slot(_Stats, "pulled")
+cdef Py_ssize_t N_GROUP_PULLED = _own_slot(_Stats, "group_pulled")
+
+
+cdef inline object _of(object obj, type cls, Py_ssize_t at, str name):
+    """``obj.<name>``: read in its slot at ``at`` when ``obj`` is exactly a ``cls``."""
+    if type(obj) is cls:
+        return _field(obj, at, name)
+    return getattr(obj, name)
 
 
 cdef bint _laid_out(object self) except -1:
@@ -419,7 +437,7 @@ cdef object _read(self, h, bint exact, codes):
     topic = _hf(h, exact, H_TOPIC, "topic")
     queue_id = _hf(h, exact, H_QID, "queue_id")
     offset = _hf(h, exact, H_QOFF, "queue_offset")
-    max_bytes = _pf(self, slotted, P_CONFIG, "config").pull_max_bytes
+    max_bytes = _of(_pf(self, slotted, P_CONFIG, "config"), _Config, K_PULL_MAX_BYTES, "pull_max_bytes")
     if (
         PyMethod_Check(get)
         and PyMethod_GET_FUNCTION(get) is <PyObject*>_twin_get
@@ -542,7 +560,7 @@ cdef object _answer(self, cmd, h, result):
         or type(h) is not _Header
         or type(cmd) is not _Command
         or _at(result, R_STATUS) != <PyObject*>_FOUND
-        or config.slave_read_enable
+        or _of(config, _Config, K_SLAVE_READ, "slave_read_enable")
     ):
         return _pure._answer(self, cmd, h, result)
     # PullMessageResponseHeader.to_ext_fields: suggestWhichBrokerId 0 (the master)
@@ -560,12 +578,14 @@ cdef object _answer(self, cmd, h, result):
     topic = _field(h, H_TOPIC, "topic")
     group = _field(h, H_GROUP, "consumer_group")
     stats = _pf(self, slotted, P_STATS, "stats")
-    _add(stats.pulled, topic, n)
-    _add_pair(stats.group_pulled, topic, group, n)
+    _add(_of(stats, _Stats, N_PULLED, "pulled"), topic, n)
+    _add_pair(_of(stats, _Stats, N_GROUP_PULLED, "group_pulled"), topic, group, n)
     msglog = _pf(self, slotted, P_MSGLOG, "msglog")
     fast = type(msglog) is _MessageLog
     # MessageLog.enabled and MessageLog.info's emitter, read in place
-    if config.log_messages and (_logs_globals["_info_enabled"] if fast else msglog.enabled):
+    if _of(config, _Config, K_LOG_MESSAGES, "log_messages") and (
+        _logs_globals["_info_enabled"] if fast else msglog.enabled
+    ):
         emit = _logs_globals["_fast_emit"] if fast else None
         row = emit is not None and _row != NULL and type(emit) is _LineEmitter
         queue_id = _field(h, H_QID, "queue_id")

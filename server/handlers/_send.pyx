@@ -89,11 +89,12 @@ from kairosmq.protocol.properties import (
 )
 from kairosmq.protocol.timer import RECALL_HANDLE_VERSION, _URLSAFE
 
-from ..config import FlushMode
+from ..config import BrokerConfig, FlushMode
 from ..put import path as _path
 from ..put.kind import MessageKind
 from ..remoting import ingress as _ingress
 from ..remoting.ingress import refuse as _refuse
+from ..remoting.transport import Connection
 from ..store import MessageInner, PutResult, PutStatus
 from ..tables.topics import TopicConfig, TopicConfigManager
 from kairosmq.protocol import headers as _headers_mod
@@ -112,6 +113,23 @@ cdef extern from "Python.h":
 
 
 cdef object _ref_handle = _ref.reference.handle_send
+# the broker's config and the connection, their fields read in their slots (exactly
+# these classes; anything else is read through its attributes)
+cdef type _Config = BrokerConfig
+cdef Py_ssize_t K_MAX_SIZE = _own_slot(_Config, "max_message_size")
+cdef Py_ssize_t K_CLUSTER = _own_slot(_Config, "cluster_name")
+cdef Py_ssize_t K_BROKER = _own_slot(_Config, "broker_name")
+cdef Py_ssize_t K_FLUSH = _own_slot(_Config, "flush_mode")
+cdef type _Connection = Connection
+cdef Py_ssize_t N_BORN_IP = _own_slot(_Connection, "born_ip")
+cdef Py_ssize_t N_PEER_PORT = _own_slot(_Connection, "peer_port")
+
+
+cdef inline object _of(object obj, type cls, Py_ssize_t at, str name):
+    """``obj.<name>``: read in its slot at ``at`` when ``obj`` is exactly a ``cls``."""
+    if type(obj) is cls:
+        return _field(obj, at, name)
+    return getattr(obj, name)
 cdef object _from_v1 = SendMessageRequestHeader._codec(False)[0]
 cdef object _from_v2 = SendMessageRequestHeader._codec(True)[0]
 cdef object _groups_ok = _ingress._groups.ok
@@ -407,7 +425,7 @@ cdef object _handle(object self, object conn, object cmd):
     # _check_body_size
     config = _field(self, P_CONFIG, "config") if slotted else self.config
     body = _get(cmd, C_BODY)
-    if len(body) > config.max_message_size:
+    if len(body) > _of(config, _Config, K_MAX_SIZE, "max_message_size"):
         return _ref_handle(self, conn, cmd)
     # _props: ingress.message_properties
     raw = _get(h, H_PROPS)
@@ -440,7 +458,7 @@ cdef object _handle(object self, object conn, object cmd):
         queue_id = _random.randrange(write_queues)
     # from here on the send is the reference's common case
     (<dict>props).pop(_WAIT, None)
-    (<dict>props)[_CLUSTER] = config.cluster_name
+    (<dict>props)[_CLUSTER] = _of(config, _Config, K_CLUSTER, "cluster_name")
     kept_o = kept
     _put(h, H_SYS_FLAG, kept_o)  # h.sys_flag = producer_sys_flag(h.sys_flag)
     msg = _fresh(_MessageInner)  # the dataclass's fields set without running its __init__
@@ -451,7 +469,10 @@ cdef object _handle(object self, object conn, object cmd):
     _put(msg, M_FLAG, flag)
     _put(msg, M_SYS_FLAG, kept_o)
     _put(msg, M_BORN_TS, _get(h, H_BORN_TS))
-    _put(msg, M_BORN_HOST, (conn.born_ip, conn.peer_port))
+    _put(msg, M_BORN_HOST, (
+        _of(conn, _Connection, N_BORN_IP, "born_ip"),
+        _of(conn, _Connection, N_PEER_PORT, "peer_port"),
+    ))
     _put(msg, M_RECONSUME, reconsume or 0)
     _put(msg, M_STORE_TS, None)
     kind = _DELAYED if _DELAY in <dict>props else _NORMAL  # _kind, not a %RETRY% topic
@@ -472,7 +493,7 @@ cdef object _handle(object self, object conn, object cmd):
             if type(target) is str
             else target.startswith(_RETRY_PREFIX)
         ):
-            broker_name = config.broker_name
+            broker_name = _of(config, _Config, K_BROKER, "broker_name")
             if (
                 type(due) is str
                 and type(target) is str
@@ -495,7 +516,7 @@ cdef object _handle(object self, object conn, object cmd):
         status = _get(result, R_STATUS)
     else:
         status = result.status
-    if status is not _PUT_OK or config.flush_mode is _SYNC_FLUSH:
+    if status is not _PUT_OK or _of(config, _Config, K_FLUSH, "flush_mode") is _SYNC_FLUSH:
         return self._respond(conn, cmd, h, [result], queue_id, recall)
     if type(result) is _PutResult:
         msg_id = _get(result, R_MSG_ID) or self.offset_msg_id(_get(result, R_PHY))

@@ -6,7 +6,8 @@ fixed-bucket lateness histogram per delay level. Increments are dict/list operat
 locks, no exporter calls on the hot path); an exporter (Prometheus, the admin CLI)
 reads them at scrape time.
 
-Invariant: counters only grow; bucket bounds are fixed at construction.
+Invariant: counters only grow; bucket bounds are fixed at construction. ``BrokerStats``
+holds its counters in slots (the native twins read them by offset): no other attribute.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ class LatenessHistogram:
 
 
 class BrokerStats:
+    # slots: the native twins read the counters per message by offset
+    __slots__ = (
+        "stored",
+        "scheduled",
+        "delivered",
+        "pulled",
+        "group_pulled",
+        "redelivered",
+        "dead_lettered",
+        "rejected",
+        "service_failures",
+        "lateness",
+        "timers_scheduled",
+        "timers_fired",
+        "timer_lateness",
+    )
+
     def __init__(self) -> None:
         self.stored: defaultdict[str, int] = defaultdict(int)
         self.scheduled: defaultdict[int, int] = defaultdict(int)

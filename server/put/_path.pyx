@@ -36,7 +36,7 @@ from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from protocol._capsules cimport _c_function
-from protocol._slots cimport BASE_OBJECT, OBJECT_NEW, _field, _get, _plain, _put, _slot
+from protocol._slots cimport BASE_OBJECT, OBJECT_NEW, _field, _get, _own_slot, _plain, _put, _slot
 from protocol._digits cimport _ascii_int, _dec
 
 
@@ -45,8 +45,11 @@ from kairosmq.protocol.naming import SCHEDULE_TOPIC
 from kairosmq.protocol.properties import DELAY, DELIVER_TIME, REAL_QID, REAL_TOPIC, UNIQ_KEY
 
 from ..clock import wall_ms as _wall_ms
+from ..config import BrokerConfig
 from ..observe import logs as _logs
+from ..observe.stats import BrokerStats
 from ..store import MessageInner, PutResult, PutStatus
+from ..store.message_store import MessageStore
 from . import path as _ref
 from .kind import MessageKind
 
@@ -134,6 +137,25 @@ cdef Py_ssize_t P_STORE = _slot(_PutPath, "store")
 cdef Py_ssize_t P_STATS = _slot(_PutPath, "stats")
 cdef Py_ssize_t P_MSGLOG = _slot(_PutPath, "msglog")
 cdef Py_ssize_t P_CONFIG = _slot(_PutPath, "config")
+# the store, the broker's config and counters: their fields read in their slots (exactly
+# these classes; anything else is read through its attributes)
+cdef type _Store = MessageStore
+cdef Py_ssize_t S_CLOCK = _own_slot(_Store, "clock_ms")
+cdef Py_ssize_t S_QUEUES = _own_slot(_Store, "queues")
+cdef Py_ssize_t S_HOST = _own_slot(_Store, "store_host")
+cdef type _Config = BrokerConfig
+cdef Py_ssize_t K_LEVELS = _own_slot(_Config, "delay_levels_ms")
+cdef Py_ssize_t K_LOG_MESSAGES = _own_slot(_Config, "log_messages")
+cdef type _Stats = BrokerStats
+cdef Py_ssize_t N_SCHEDULED = _own_slot(_Stats, "scheduled")
+cdef Py_ssize_t N_STORED = _own_slot(_Stats, "stored")
+
+
+cdef inline object _of(object obj, type cls, Py_ssize_t at, str name):
+    """``obj.<name>``: read in its slot at ``at`` when ``obj`` is exactly a ``cls``."""
+    if type(obj) is cls:
+        return _field(obj, at, name)
+    return getattr(obj, name)
 
 
 cdef object _now_ms(store):
@@ -142,7 +164,7 @@ cdef object _now_ms(store):
     cdef timespec ts
     cdef long long ns
     cdef double d
-    clock = store.clock_ms
+    clock = _of(store, _Store, S_CLOCK, "clock_ms")
     if clock is _wall_ms and clock_gettime(CLOCK_REALTIME, &ts) == 0:
         ns = <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
         if ns % 1000000000 == 0:  # CPython's _PyTime_AsSecondsDouble
@@ -222,7 +244,8 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
                 except Exception:
                     return _ref_put(self, msg, kind, due_ms=due_ms)  # it raises, as it says
             if level_o > 0:
-                levels_ms = (_field(self, P_CONFIG, "config") if slotted else self.config).delay_levels_ms
+                config = _field(self, P_CONFIG, "config") if slotted else self.config
+                levels_ms = _of(config, _Config, K_LEVELS, "delay_levels_ms")
                 n = len(levels_ms)
                 if n == 0:
                     return _ref_put(self, msg, kind, due_ms=due_ms)
@@ -257,20 +280,21 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
         return result
     stats = _field(self, P_STATS, "stats") if slotted else self.stats
     if level > 0:
-        stats.scheduled[level] += 1
+        _of(stats, _Stats, N_SCHEDULED, "scheduled")[level] += 1
         target = (<dict>props)[_REAL_TOPIC]
         qid_now = (<dict>props)[_REAL_QID]
         if qid_now is not qid_text or type(qid) is not int:
             qid = int(qid_now)  # int(str(q)) is q for an int q: read back only if changed
-        queues = store.queues
+        queues = _of(store, _Store, S_QUEUES, "queues")
         key = (target, qid)
         # _target_ready: find_queue
         cq = (<dict>queues).get(key) if type(queues) is dict else queues.get(key)
         if cq is None or not (cq.files or cq._first_asked or cq.allocator is None):
             self._target_ready(target, qid_now)  # prepare_first would ask the allocator
     else:
-        stats.stored[_get(msg, M_TOPIC)] += 1
-    if not (_field(self, P_CONFIG, "config") if slotted else self.config).log_messages:
+        _of(stats, _Stats, N_STORED, "stored")[_get(msg, M_TOPIC)] += 1
+    config = _field(self, P_CONFIG, "config") if slotted else self.config
+    if not _of(config, _Config, K_LOG_MESSAGES, "log_messages"):
         return result
     msglog = _field(self, P_MSGLOG, "msglog") if slotted else self.msglog
     emit = None
@@ -281,7 +305,7 @@ cdef object _put_msg(object self, object msg, object kind, object due_ms):
     elif not msglog.enabled:
         return result
     phy = _get(result, R_PHY) if plain else result.phy_offset
-    offset_id = _offset_msg_id(store.store_host, phy)
+    offset_id = _offset_msg_id(_of(store, _Store, S_HOST, "store_host"), phy)
     if plain:
         _put(result, R_MSG_ID, offset_id)
     else:

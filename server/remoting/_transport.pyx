@@ -13,12 +13,14 @@ module's ``dispatch`` body in C when the server's ``dispatch`` is it, and ``disp
 reads the handler table as a ``dict`` when it is one.
 
 In C rather than through Python: ``Connection`` and ``RemotingServer`` are slotted, so
-their per-frame fields (and the store's ``WriteGuard`` / ``CommitLog`` ones the ack check
-reads) are read and written by offset (``protocol/_slots.pxd``, offsets taken at import:
+their per-frame fields (and the ``MessageStore`` / ``WriteGuard`` / ``CommitLog`` ones the
+ack check reads) are read and written by offset (``protocol/_slots.pxd``, offsets taken at import:
 a class not laid out so fails the import and the pure core runs); this module's own
 steps call each other in C (``data_received`` -> ``_process`` -> ``dispatch`` ->
 ``send`` -> ``mark_dirty``, ``_tick`` -> ``flush_out``) when the object's method is this
 module's function (its class's, no instance attribute of the name), else through Python.
+The reader's ``feed`` and ``buffered`` are the codec twin's C functions (``_codec.FEED`` /
+``BUFFERED``) when the reader is exactly its ``FrameReader``.
 An object that is not a ``Connection`` / ``RemotingServer`` (or a subclass) is handed to
 the reference. A handler that is ``ingress.guarded``'s wrapper (the handler table's
 wrapping: its ``run`` closure, told by its code object) has its body made here: the
@@ -37,11 +39,13 @@ from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from asyncio import get_running_loop
 from types import FunctionType
 
+from kairosmq.protocol import codec as _codec
 from kairosmq.protocol.codec import encode_command
 from kairosmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from kairosmq.protocol.commands import RemotingCommand
 from kairosmq.protocol.errors import ProtocolError
 
+from protocol._capsules cimport _c_function
 from protocol._slots cimport _field, _get, _own_slot, _put, _slot
 
 from ..store.commitlog import CommitLog
@@ -57,6 +61,30 @@ cdef object _SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
 cdef long long _RESPONSE = FLAG_RESPONSE
 cdef long long _ONEWAY = FLAG_ONEWAY
 cdef Py_ssize_t _FRAMES_PER_TURN = _ref.FRAMES_PER_TURN
+# the codec twin's ``FrameReader.feed`` and ``buffered`` as C functions (``_codec.FEED``,
+# ``_codec.BUFFERED``), used for a reader that is exactly its ``FrameReader``
+ctypedef int (*_feed_t)(object, object) except -1
+ctypedef Py_ssize_t (*_buffered_t)(object) noexcept
+cdef _feed_t _feed_c = <_feed_t>_c_function(_codec._twin, "FEED")
+cdef _buffered_t _buffered_c = <_buffered_t>_c_function(_codec._twin, "BUFFERED")
+cdef object _Reader = (
+    _codec._twin.FrameReader if _feed_c != NULL and _buffered_c != NULL else None
+)
+
+
+cdef inline int _feed(object reader, object data) except -1:
+    """``reader.feed(data)``."""
+    if type(reader) is _Reader:
+        return _feed_c(reader, data)
+    reader.feed(data)
+    return 0
+
+
+cdef inline object _buffered(object reader):
+    """``reader.buffered``."""
+    if type(reader) is _Reader:
+        return _buffered_c(reader)
+    return reader.buffered
 
 
 # ------------------------------------------------------------------ slots
@@ -97,6 +125,9 @@ cdef Py_ssize_t G_END = _own_slot(_WriteGuard, "_end")
 cdef Py_ssize_t G_EPOCH = _own_slot(_WriteGuard, "_epoch")
 cdef Py_ssize_t G_ROLLBACKS = _own_slot(_WriteGuard, "_rollbacks")
 cdef Py_ssize_t L_WRITTEN = _own_slot(_CommitLog, "_written")
+# MessageStore (the ack guard): its write guard and commit log
+cdef Py_ssize_t M_GUARD = _own_slot(_MessageStore, "guard")
+cdef Py_ssize_t M_COMMITLOG = _own_slot(_MessageStore, "commitlog")
 # RemotingCommand (a request's flag and code)
 cdef Py_ssize_t R_FLAG = _own_slot(_RemotingCommand, "flag")
 cdef Py_ssize_t R_CODE = _own_slot(_RemotingCommand, "code")
@@ -149,13 +180,13 @@ def data_received(self, data):
     _put(self, C_ACTIVE, True)
     _put(self, C_BYTES_IN, _field(self, C_BYTES_IN, "bytes_in") + len(data))
     reader = _field(self, C_READER, "reader")
-    reader.feed(data)
+    _feed(reader, data)
     if not _field(self, C_BUSY, "_busy") and not _field(self, C_WRITE_PAUSED, "_write_paused"):
         if _ours(self, "_process", _process_fn):
             _proc(self)
         else:
             self._process()
-    if reader.buffered != _field(self, C_COUNTED, "counted"):
+    if _buffered(reader) != _field(self, C_COUNTED, "counted"):
         _field(self, C_SERVER, "server").account(self)
 
 
@@ -205,7 +236,7 @@ cdef _proc(self):
         frames.close()  # drops the frames handled (the native twin: on close, not on release)
     _put(self, C_FRAMES_IN, _field(self, C_FRAMES_IN, "frames_in") + n)
     closed = _field(self, C_CLOSED, "closed")
-    if n >= _FRAMES_PER_TURN and reader.buffered and not closed:
+    if n >= _FRAMES_PER_TURN and _buffered(reader) and not closed:
         _put(self, C_BUSY, True)
         get_running_loop().call_soon(self._process)
     # _update_reading, its "nothing to change" case read in place
@@ -214,7 +245,7 @@ cdef _proc(self):
     ) != _field(self, C_READING_PAUSED, "_reading_paused"):
         self._update_reading()
         closed = _field(self, C_CLOSED, "closed")
-    if reader.buffered != _field(self, C_COUNTED, "counted") and not closed:
+    if _buffered(reader) != _field(self, C_COUNTED, "counted") and not closed:
         server.account(self)
 
 
@@ -244,15 +275,15 @@ cdef _send(self, cmd, request, ack):
 cdef bint _no_problem(guard, token):
     """``guard.ack_problem(token) is None`` for the broker's store, read in place: True
     when no rollback came after the token and its end is written; else False (then the
-    guard is asked)."""
-    g = guard.guard
+    guard is asked); ``guard`` is a ``MessageStore``."""
+    g = _field(guard, M_GUARD, "guard")
     end, epoch = token
     if type(g) is _WriteGuard:
         if len(_field(g, G_ROLLBACKS, "_rollbacks")) > epoch:
             return False
     elif len(g._rollbacks) > epoch:
         return False
-    log = guard.commitlog
+    log = _field(guard, M_COMMITLOG, "commitlog")
     written = _field(log, L_WRITTEN, "_written") if type(log) is _CommitLog else log._written
     if end > written:
         return False
@@ -325,7 +356,7 @@ cdef _dispatch(self, conn, cmd):
         return _ref_dispatch(self, conn, cmd)
     _put(conn, C_AUTHORIZED, True)
     guard = _field(self, S_ACK_GUARD, "ack_guard")
-    store_guard = guard.guard if type(guard) is _MessageStore else None
+    store_guard = _field(guard, M_GUARD, "guard") if type(guard) is _MessageStore else None
     if type(store_guard) is not _WriteGuard:
         store_guard = None
     if store_guard is not None:

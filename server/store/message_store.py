@@ -208,6 +208,24 @@ class Dispatchers(list[Dispatcher]):
 
 
 class MessageStore(StoreReads):
+    # the fields read per message, held in slots (the twins read them by offset, the rest
+    # by their member descriptors); the instance keeps its __dict__ (StoreReads has none
+    # declared) for everything else
+    __slots__ = (
+        "guard",
+        "commitlog",
+        "queues",
+        "dispatchers",
+        "clock_ms",
+        "store_host",
+        "max_record_size",
+        "confirm_offset",
+        "_cp_changed",
+        "_last_record",
+        "_last_written_record",
+        "_write_scheduled",
+    )
+
     def __init__(
         self,
         data_dir: Path,
